@@ -1,0 +1,609 @@
+"""Stage 1 — find out what the user pointed at and load its graph, signature and weights.
+
+Kinds: a TF1 checkpoint (directory with a ``checkpoint`` file, a prefix path, or a ``.meta``
+file), a TF1 SavedModel, a TF2 SavedModel (its signature function is inlined and its variables
+frozen so that every op is visible), a frozen GraphDef (``.pb``/``.pbtxt``), and a TF Serving
+version directory (``model/00000123/saved_model.pb``: the newest version is taken). Capture
+directories are recognised here too, so callers can say "that is a capture, open it with
+:class:`tracer.capture.Capture`".
+
+Every path goes through ``tf.io.gfile`` so ``gs://`` and ``ram://`` work like local paths.
+This module imports TensorFlow (lazily, through :mod:`tracer._tf`); compare and render never
+call it.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from ._tf import tf
+from .errors import TftraceError
+from .opgraph import OpGraph
+
+__all__ = [
+    "ArtifactRef",
+    "Artifact",
+    "Signature",
+    "TensorSpec",
+    "detect",
+    "load",
+]
+
+CAPTURE_MANIFEST = "manifest.json"
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One signature input or output: the graph tensor it names, its dtype and static shape."""
+
+    name: str  # "images:0"
+    dtype: str  # "float32", "string", ...
+    shape: tuple[int | None, ...] | None  # None = unknown rank
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "dtype": self.dtype, "shape": None if self.shape is None else list(self.shape)}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> TensorSpec:
+        shape = d.get("shape")
+        return cls(d["name"], d["dtype"], None if shape is None else tuple(shape))
+
+
+@dataclass(frozen=True)
+class Signature:
+    """The inputs and outputs to trace, keyed the way the SignatureDef keys them."""
+
+    key: str
+    inputs: dict[str, TensorSpec]
+    outputs: dict[str, TensorSpec]
+    method_name: str = ""
+    from_user: bool = False  # built from --outputs/--input-names rather than a SignatureDef
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "key": self.key,
+            "method_name": self.method_name,
+            "from_user": self.from_user,
+            "inputs": {k: v.to_json() for k, v in self.inputs.items()},
+            "outputs": {k: v.to_json() for k, v in self.outputs.items()},
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Signature:
+        return cls(
+            key=d["key"],
+            method_name=d.get("method_name", ""),
+            from_user=bool(d.get("from_user", False)),
+            inputs={k: TensorSpec.from_json(v) for k, v in d["inputs"].items()},
+            outputs={k: TensorSpec.from_json(v) for k, v in d["outputs"].items()},
+        )
+
+
+@dataclass(frozen=True)
+class ArtifactRef:
+    """What the user typed: enough to load the same artifact again in a child process."""
+
+    path: str
+    tag: str = "serve"  # comma-separated tag set of a SavedModel
+    signature: str = "serving_default"
+    outputs: tuple[str, ...] = ()  # --outputs, for graphs without a signature
+    input_names: tuple[str, ...] = ()  # --input-names
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "tag": self.tag,
+            "signature": self.signature,
+            "outputs": list(self.outputs),
+            "input_names": list(self.input_names),
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> ArtifactRef:
+        return cls(
+            path=d["path"],
+            tag=d.get("tag", "serve"),
+            signature=d.get("signature", "serving_default"),
+            outputs=tuple(d.get("outputs", ())),
+            input_names=tuple(d.get("input_names", ())),
+        )
+
+
+WeightReader = Callable[[str], "np.ndarray | None"]
+
+
+@dataclass
+class Artifact:
+    """A loaded artifact: the graph to run, what to feed and fetch, and where weights come from.
+
+    ``graph_def`` is the graph as it will be imported for running (for a TF2 SavedModel: the
+    inlined, frozen signature function). ``meta_graph`` is set for checkpoints and TF1
+    SavedModels, whose collections (saver, variables) are needed to restore weights.
+    """
+
+    ref: ArtifactRef
+    kind: str  # "checkpoint" | "saved_model_v1" | "saved_model_v2" | "graphdef"
+    location: str  # the resolved path that was loaded (prefix, version dir, file)
+    graph_def: Any  # tf GraphDef
+    meta_graph: Any | None
+    signature: Signature | None
+    available_signatures: dict[str, list[str]] = field(default_factory=dict)  # tag set -> keys
+    checkpoint_prefix: str | None = None
+    tf_version_written: str = ""
+    frozen_by_loader: bool = False  # TF2: variables became Consts in tftrace, not in the export
+    notes: list[str] = field(default_factory=list)
+    _reader: Any = None
+
+    def variable_value(self, name: str) -> np.ndarray | None:
+        """Value of a variable (by node name or checkpoint key), or None if unknown."""
+        if self.checkpoint_prefix is None:
+            return None
+        if self._reader is None:
+            self._reader = tf().train.load_checkpoint(self.checkpoint_prefix)
+        for key in (name, name.split(":")[0]):
+            if self._reader.has_tensor(key):
+                return np.asarray(self._reader.get_tensor(key))
+        return None
+
+    def describe(self) -> str:
+        sig = f", signature {self.signature.key!r}" if self.signature else ""
+        return f"{self.kind} at {self.location}{sig}"
+
+
+# --------------------------------------------------------------------------------------------
+# detection
+
+
+def _gfile() -> Any:
+    return tf().io.gfile
+
+
+def _listdir(path: str) -> list[str]:
+    return sorted(entry.rstrip("/") for entry in _gfile().listdir(path))
+
+
+def detect(path: str) -> tuple[str, str]:
+    """Return ``(kind, location)`` for a path, or raise a TftraceError that says what was found.
+
+    kind is one of ``capture``, ``incomplete_capture``, ``checkpoint``, ``saved_model``,
+    ``graphdef``. For checkpoints, location is the checkpoint prefix.
+    """
+    gfile = _gfile()
+    if not gfile.exists(path):
+        raise TftraceError(f"{path} does not exist", "check the path (and the scheme, for gs:// or ram://)")
+    if not gfile.isdir(path):
+        return _detect_file(path)
+    entries = _listdir(path)
+    if CAPTURE_MANIFEST in entries:
+        return "capture", path
+    if "tensors" in entries and "saved_model.pb" not in entries:
+        return "incomplete_capture", path
+    if "saved_model.pb" in entries or "saved_model.pbtxt" in entries:
+        return "saved_model", path
+    versions = [e for e in entries if e.isdigit() and _is_saved_model_dir(posixpath.join(path, e))]
+    if versions:  # TF Serving layout: base_path/<version>/saved_model.pb
+        return "saved_model", posixpath.join(path, max(versions, key=int))
+    if "checkpoint" in entries:
+        return "checkpoint", _prefix_from_checkpoint_file(path)
+    metas = [e for e in entries if e.endswith(".meta")]
+    if len(metas) == 1:
+        return "checkpoint", posixpath.join(path, metas[0][: -len(".meta")])
+    if len(metas) > 1:
+        listed = ", ".join(metas[:10])
+        raise TftraceError(
+            f"{path} holds several checkpoints ({listed}) and no `checkpoint` file says which is current",
+            f"pass the checkpoint prefix instead of the directory, e.g. {posixpath.join(path, metas[-1][:-5])}",
+        )
+    shown = ", ".join(entries[:12]) + (" …" if len(entries) > 12 else "") if entries else "nothing"
+    raise TftraceError(
+        f"{path} is neither a checkpoint nor a SavedModel nor a capture (it contains {shown})",
+        "point at a directory with saved_model.pb, a TF1 checkpoint directory (with a `checkpoint` "
+        "file or one .meta), a checkpoint prefix, or a frozen .pb/.pbtxt GraphDef",
+    )
+
+
+def _is_saved_model_dir(path: str) -> bool:
+    gfile = _gfile()
+    return gfile.isdir(path) and (
+        gfile.exists(posixpath.join(path, "saved_model.pb")) or gfile.exists(posixpath.join(path, "saved_model.pbtxt"))
+    )
+
+
+def _detect_file(path: str) -> tuple[str, str]:
+    gfile = _gfile()
+    base = posixpath.basename(path)
+    if base in ("saved_model.pb", "saved_model.pbtxt"):
+        return "saved_model", posixpath.dirname(path)
+    if base == CAPTURE_MANIFEST:
+        return "capture", posixpath.dirname(path)
+    if path.endswith(".meta"):
+        return "checkpoint", path[: -len(".meta")]
+    if path.endswith(".index") or ".data-" in base:
+        return "checkpoint", path.split(".data-")[0].removesuffix(".index")
+    if path.endswith((".pb", ".pbtxt", ".graphdef")):
+        return "graphdef", path
+    if gfile.exists(path + ".index") or gfile.exists(path + ".meta"):
+        return "checkpoint", path
+    raise TftraceError(
+        f"{path} is a file tftrace does not recognise",
+        "give a SavedModel directory, a checkpoint directory or prefix, or a GraphDef ending in .pb or .pbtxt",
+    )
+
+
+def _prefix_from_checkpoint_file(directory: str) -> str:
+    """Read the ``checkpoint`` state file; re-root absolute paths written on another machine."""
+    text = _gfile().GFile(posixpath.join(directory, "checkpoint"), "r").read()
+    prefix = None
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "model_checkpoint_path":
+            prefix = value.strip().strip('"')
+    if not prefix:
+        raise TftraceError(
+            f"{directory}/checkpoint has no model_checkpoint_path line",
+            "pass the checkpoint prefix directly, e.g. DIR/model.ckpt-1000",
+        )
+    if not posixpath.isabs(prefix) and "://" not in prefix:
+        return posixpath.join(directory, prefix)
+    if _gfile().exists(prefix + ".index") or _gfile().exists(prefix + ".meta"):
+        return prefix
+    # Trained elsewhere: the absolute path belongs to another machine. Use the same file name here.
+    return posixpath.join(directory, posixpath.basename(prefix))
+
+
+# --------------------------------------------------------------------------------------------
+# loading
+
+
+def load(ref: ArtifactRef | str) -> Artifact:
+    """Detect and load an artifact statically (no session, no weights restored into a graph)."""
+    if isinstance(ref, str):
+        ref = ArtifactRef(ref)
+    kind, location = detect(ref.path)
+    if kind == "capture":
+        raise TftraceError(
+            f"{ref.path} is a capture directory, not a model",
+            "open it with tracer.capture.Capture.open, or pass the model it was captured from",
+        )
+    if kind == "incomplete_capture":
+        raise TftraceError(
+            f"incomplete capture at {ref.path}: manifest.json is missing",
+            "the capture was interrupted or is still running; re-run the capture with --force",
+        )
+    loader = {"checkpoint": _load_checkpoint, "saved_model": _load_saved_model, "graphdef": _load_graphdef}[kind]
+    artifact = loader(ref, location)
+    _check_ops_known(artifact.graph_def)
+    _note_device_pins(artifact)
+    return artifact
+
+
+def _read_bytes(path: str) -> bytes:
+    try:
+        return _gfile().GFile(path, "rb").read()
+    except Exception as exc:  # gfile raises several error types for unreadable files
+        raise TftraceError(f"cannot read {path}: {exc}", "check that the file exists and is readable") from exc
+
+
+def _parse(proto: Any, data: bytes, path: str, what: str, text: bool = False) -> Any:
+    from google.protobuf import text_format  # noqa: PLC0415 - comes with TF
+
+    try:
+        if text:
+            text_format.Parse(data.decode("utf-8"), proto)
+        else:
+            proto.ParseFromString(data)
+    except Exception as exc:  # protobuf's DecodeError and text_format.ParseError
+        raise TftraceError(
+            f"{path} is not a valid {what} ({type(exc).__name__}: {str(exc)[:200]}); the file is truncated or corrupt",
+            "re-export or re-copy it",
+        ) from exc
+    return proto
+
+
+def _load_checkpoint(ref: ArtifactRef, prefix: str) -> Artifact:
+    from tensorflow.core.protobuf import meta_graph_pb2  # noqa: PLC0415
+
+    gfile = _gfile()
+    meta_path = prefix + ".meta"
+    if not gfile.exists(meta_path):
+        raise TftraceError(
+            f"checkpoint {prefix} has no graph: {meta_path} is missing",
+            "tftrace needs the .meta file written by tf.compat.v1.train.Saver (write_meta_graph=True); "
+            "or give the SavedModel or frozen GraphDef exported from it",
+        )
+    index_ok = gfile.exists(prefix + ".index")
+    data_ok = bool(gfile.glob(prefix + ".data-*"))
+    if not (index_ok and data_ok):
+        missing = [s for s, ok in ((".index", index_ok), (".data-*", data_ok)) if not ok]
+        raise TftraceError(
+            f"checkpoint {prefix}: the .meta is there but {' and '.join(prefix + m for m in missing)} "
+            "is missing, so the weights cannot be read",
+            "copy the complete checkpoint (.meta, .index and every .data-* shard)",
+        )
+    meta = _parse(meta_graph_pb2.MetaGraphDef(), _read_bytes(meta_path), meta_path, "MetaGraphDef")
+    signature = _pick_signature(ref, {"(checkpoint .meta)": meta}, meta, required=False)
+    return Artifact(
+        ref=ref,
+        kind="checkpoint",
+        location=prefix,
+        graph_def=meta.graph_def,
+        meta_graph=meta,
+        signature=signature or _user_signature(ref),
+        available_signatures={"(checkpoint .meta)": sorted(meta.signature_def)},
+        checkpoint_prefix=prefix,
+        tf_version_written=meta.meta_info_def.tensorflow_version,
+    )
+
+
+def _load_saved_model(ref: ArtifactRef, directory: str) -> Artifact:
+    from tensorflow.core.protobuf import saved_model_pb2  # noqa: PLC0415
+
+    pb = posixpath.join(directory, "saved_model.pb")
+    text = not _gfile().exists(pb)
+    if text:
+        pb = posixpath.join(directory, "saved_model.pbtxt")
+    saved = _parse(saved_model_pb2.SavedModel(), _read_bytes(pb), pb, "SavedModel", text=text)
+    by_tags = {",".join(sorted(mg.meta_info_def.tags)): mg for mg in saved.meta_graphs}
+    wanted = ",".join(sorted(t.strip() for t in ref.tag.split(",") if t.strip()))
+    if wanted not in by_tags:
+        raise TftraceError(
+            f"{directory} has no tag set {ref.tag!r}; it has {', '.join(repr(t) for t in by_tags) or 'none'}",
+            "choose one with --tag",
+        )
+    meta = by_tags[wanted]
+    available = {tags: sorted(mg.signature_def) for tags, mg in by_tags.items()}
+    is_v2 = len(meta.object_graph_def.nodes) > 0 and len(meta.graph_def.library.function) > 0
+    variables_prefix = posixpath.join(directory, "variables", "variables")
+    has_variables = _gfile().exists(variables_prefix + ".index")
+    if is_v2:
+        return _load_saved_model_v2(ref, directory, meta, available)
+    signature = _pick_signature(ref, by_tags, meta, required=not (ref.outputs or ref.input_names))
+    return Artifact(
+        ref=ref,
+        kind="saved_model_v1",
+        location=directory,
+        graph_def=meta.graph_def,
+        meta_graph=meta,
+        signature=signature or _user_signature(ref),
+        available_signatures=available,
+        checkpoint_prefix=variables_prefix if has_variables else None,
+        tf_version_written=meta.meta_info_def.tensorflow_version,
+    )
+
+
+def _load_saved_model_v2(ref: ArtifactRef, directory: str, meta: Any, available: dict[str, list[str]]) -> Artifact:
+    """Inline and freeze the signature function so its internal ops are plain graph nodes.
+
+    Freezing changes no arithmetic (a variable read becomes a constant of the same value);
+    it is recorded as ``frozen_by_loader`` so the graph diff does not blame the export for it.
+    """
+    from tensorflow.python.framework.convert_to_constants import (  # noqa: PLC0415
+        convert_variables_to_constants_v2,
+    )
+
+    if ref.signature not in meta.signature_def:
+        raise TftraceError(
+            f"{directory} has no signature {ref.signature!r}; it has {', '.join(sorted(meta.signature_def)) or 'none'}",
+            "choose one with --signature",
+        )
+    tags = [t.strip() for t in ref.tag.split(",") if t.strip()]
+    try:
+        loaded = tf().saved_model.load(directory, tags=tags)
+        function = loaded.signatures[ref.signature]
+        frozen = convert_variables_to_constants_v2(function)
+    except Exception as exc:  # TF raises many types while loading a foreign model
+        raise TftraceError(
+            f"TensorFlow could not load the TF2 SavedModel {directory}: {type(exc).__name__}: {str(exc)[:300]}",
+            "check that it loads with tf.saved_model.load in this TensorFlow version",
+        ) from exc
+    sig_def = meta.signature_def[ref.signature]
+    inputs: dict[str, TensorSpec] = {}
+    placeholders = [t for t in frozen.inputs if t.dtype != tf().resource]
+    arg_names = [spec.name for spec in _flat_input_specs(function)]
+    for key in sorted(sig_def.inputs):
+        match = next((t for t, n in zip(placeholders, arg_names) if n == key), None)
+        if match is None:
+            match = next((t for t in placeholders if t.op.name == key), None)
+        if match is None:
+            raise TftraceError(
+                f"cannot find the placeholder of signature input {key!r} in the frozen function",
+                "report this model to tftrace's maintainers; meanwhile export a TF1 SavedModel or frozen GraphDef",
+            )
+        inputs[key] = _spec_of(match)
+    outputs = {key: _spec_of(t) for key, t in sorted(frozen.structured_outputs.items())}
+    return Artifact(
+        ref=ref,
+        kind="saved_model_v2",
+        location=directory,
+        graph_def=frozen.graph.as_graph_def(),
+        meta_graph=None,
+        signature=Signature(ref.signature, inputs, outputs, sig_def.method_name),
+        available_signatures=available,
+        tf_version_written=meta.meta_info_def.tensorflow_version,
+        frozen_by_loader=True,
+        notes=["TF2 signature function inlined and its variables frozen to constants for tracing"],
+    )
+
+
+def _flat_input_specs(function: Any) -> list[Any]:
+    args, kwargs = function.structured_input_signature
+    specs = list(tf().nest.flatten(args)) + [kwargs[k] for k in sorted(kwargs)]
+    return specs
+
+
+def _spec_of(tensor: Any) -> TensorSpec:
+    shape = None if tensor.shape.rank is None else tuple(tensor.shape.as_list())
+    return TensorSpec(tensor.name, tensor.dtype.name, shape)
+
+
+def _load_graphdef(ref: ArtifactRef, path: str) -> Artifact:
+    from tensorflow.core.framework import graph_pb2  # noqa: PLC0415
+
+    text = path.endswith(".pbtxt")
+    graph_def = _parse(graph_pb2.GraphDef(), _read_bytes(path), path, "GraphDef", text=text)
+    return Artifact(
+        ref=ref,
+        kind="graphdef",
+        location=path,
+        graph_def=graph_def,
+        meta_graph=None,
+        signature=_user_signature(ref),
+    )
+
+
+def _pick_signature(ref: ArtifactRef, by_tags: dict[str, Any], meta: Any, required: bool) -> Signature | None:
+    if ref.outputs or ref.input_names:
+        return None  # the user said what to trace
+    if ref.signature not in meta.signature_def:
+        if not required and not meta.signature_def:
+            return None
+        listing = "; ".join(f"tags {tags!r}: {', '.join(sorted(mg.signature_def)) or 'none'}" for tags, mg in by_tags.items())
+        raise TftraceError(
+            f"no signature {ref.signature!r} (available — {listing})",
+            "choose one with --signature, or name tensors with --outputs/--input-names",
+        )
+    sig_def = meta.signature_def[ref.signature]
+
+    def spec(info: Any) -> TensorSpec:
+        dtype = tf().dtypes.as_dtype(info.dtype).base_dtype.name if info.dtype else "unknown"
+        shape = None if info.tensor_shape.unknown_rank else tuple(
+            (d.size if d.size >= 0 else None) for d in info.tensor_shape.dim
+        )
+        if not info.name:
+            raise TftraceError(
+                f"signature {ref.signature!r} uses a composite (sparse/ragged) tensor, which tftrace cannot feed",
+                "choose a signature with dense tensors via --signature",
+            )
+        return TensorSpec(info.name, dtype, shape)
+
+    return Signature(
+        key=ref.signature,
+        inputs={k: spec(v) for k, v in sorted(sig_def.inputs.items())},
+        outputs={k: spec(v) for k, v in sorted(sig_def.outputs.items())},
+        method_name=sig_def.method_name,
+    )
+
+
+def _tensor_name(name: str) -> str:
+    return name if ":" in name else name + ":0"
+
+
+def _user_signature(ref: ArtifactRef) -> Signature | None:
+    """A signature from --outputs/--input-names; dtypes and shapes are filled in by the op graph."""
+    if not ref.outputs:
+        return None
+    unknown = TensorSpec("", "unknown", None)
+    return Signature(
+        key="(from --outputs)",
+        inputs={n.split(":")[0]: TensorSpec(_tensor_name(n), unknown.dtype, None) for n in ref.input_names},
+        outputs={n.split(":")[0]: TensorSpec(_tensor_name(n), unknown.dtype, None) for n in ref.outputs},
+        from_user=True,
+    )
+
+
+def _check_ops_known(graph_def: Any) -> None:
+    from tensorflow.python.framework import op_def_registry  # noqa: PLC0415
+
+    library = {f.signature.name for f in graph_def.library.function}
+    unknown: dict[str, str] = {}
+    nodes = list(graph_def.node) + [n for f in graph_def.library.function for n in f.node_def]
+    for node in nodes:
+        if node.op not in library and op_def_registry.get(node.op) is None:
+            unknown.setdefault(node.op, node.name)
+    if unknown:
+        listed = ", ".join(f"{op} (node {name!r})" for op, name in sorted(unknown.items()))
+        raise TftraceError(
+            f"the graph uses ops unknown to TensorFlow {tf().__version__}: {listed}",
+            "load their custom-op library first (tf.load_op_library) or use the TensorFlow build the model was made with",
+        )
+
+
+def _note_device_pins(artifact: Artifact) -> None:
+    pinned = sorted({n.device for n in artifact.graph_def.node if "GPU" in n.device.upper()})
+    if pinned:
+        count = sum(1 for n in artifact.graph_def.node if "GPU" in n.device.upper())
+        artifact.notes.append(
+            f"{count} ops are pinned to {', '.join(pinned)}; where that device is missing they run "
+            "elsewhere through soft placement"
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# graph import and the op graph
+
+
+def import_graph(artifact: Artifact) -> Any:
+    """Import the artifact's graph into a fresh ``tf.Graph`` (no session, no weights)."""
+    t = tf()
+    graph = t.Graph()
+    with graph.as_default():
+        try:
+            if artifact.meta_graph is not None:
+                t.compat.v1.train.import_meta_graph(artifact.meta_graph, clear_devices=False)
+            else:
+                t.graph_util.import_graph_def(artifact.graph_def, name="")
+        except (ValueError, TypeError, t.errors.OpError) as exc:
+            raise TftraceError(
+                f"TensorFlow cannot import the graph of {artifact.location}: {str(exc).splitlines()[0][:300]}",
+                "check that the model loads in this TensorFlow version",
+            ) from exc
+    return graph
+
+
+def resolve_signature(artifact: Artifact, graph: Any) -> Signature:
+    """The signature to trace, with dtypes/shapes filled in; an error listing candidates if none."""
+    sig = artifact.signature
+    by_name = {op.name: op for op in graph.get_operations()}
+    if sig is None:
+        placeholders = [op.name for op in by_name.values() if op.type in ("Placeholder", "PlaceholderWithDefault")]
+        consumed = {t.op.name for op in by_name.values() for t in op.inputs} | {
+            c.name for op in by_name.values() for c in op.control_inputs
+        }
+        noise = ("save/", "init", "gradients/", "report_uninitialized", "global_step")
+        sinks = [
+            op.name
+            for op in by_name.values()
+            if op.name not in consumed and op.outputs and not op.name.startswith(noise) and op.type != "NoOp"
+        ]
+        raise TftraceError(
+            f"{artifact.location} has no signature to say what to trace "
+            f"(candidate inputs: {', '.join(placeholders[:10]) or 'none'}; "
+            f"candidate outputs: {', '.join(sinks[:10]) or 'none'})",
+            "name them with --outputs NAME[,NAME...] and --input-names NAME[,NAME...]",
+        )
+
+    def filled(specs: dict[str, TensorSpec], role: str) -> dict[str, TensorSpec]:
+        out = {}
+        for key, spec in specs.items():
+            op_name, _, slot = spec.name.rpartition(":")
+            op = by_name.get(op_name)
+            if op is None or int(slot or 0) >= len(op.outputs):
+                raise TftraceError(
+                    f"signature {role} {key!r} names tensor {spec.name!r}, which is not in the graph of {artifact.location}",
+                    "check --outputs/--input-names (op names, optionally with :slot)",
+                )
+            tensor = op.outputs[int(slot or 0)]
+            out[key] = TensorSpec(
+                spec.name,
+                tensor.dtype.base_dtype.name,
+                spec.shape if spec.shape is not None else (None if tensor.shape.rank is None else tuple(tensor.shape.as_list())),
+            )
+        return out
+
+    return Signature(sig.key, filled(sig.inputs, "input"), filled(sig.outputs, "output"), sig.method_name, sig.from_user)
+
+
+def build_opgraph(artifact: Artifact, graph: Any | None = None) -> tuple[OpGraph, Signature]:
+    """The inference subgraph of an artifact, statically."""
+    graph = graph if graph is not None else import_graph(artifact)
+    signature = resolve_signature(artifact, graph)
+    opgraph = OpGraph.from_tf_graph(
+        graph,
+        {k: v.name for k, v in signature.inputs.items()},
+        {k: v.name for k, v in signature.outputs.items()},
+    )
+    return opgraph, signature

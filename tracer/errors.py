@@ -1,0 +1,27 @@
+"""The one public error type.
+
+A :class:`TftraceError` is the user's to fix: bad path, wrong flag, incomplete capture.
+It carries the problem and the fix separately so the CLI can print both on one line
+and exit 2 without a traceback. Anything else that escapes is a bug in tftrace.
+"""
+
+from __future__ import annotations
+
+__all__ = ["TftraceError", "EXIT_OK", "EXIT_DIVERGED", "EXIT_ERROR"]
+
+EXIT_OK = 0
+EXIT_DIVERGED = 1
+EXIT_ERROR = 2
+
+
+class TftraceError(Exception):
+    """An error in the user's input or environment, with the fix spelled out."""
+
+    def __init__(self, problem: str, fix: str = "") -> None:
+        self.problem = problem.rstrip(". ")
+        self.fix = fix.rstrip(". ")
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        fix = self.fix[:1].upper() + self.fix[1:]
+        return f"{self.problem}. {fix}." if fix else f"{self.problem}."

@@ -1,0 +1,282 @@
+"""Stage 2 — one graph model for everything downstream.
+
+An :class:`OpGraph` wraps a ``networkx.DiGraph`` whose nodes are ops and whose edges are the
+tensors between them, pruned to the *inference subgraph*: the ancestors of the signature
+outputs, stopping at the fed signature inputs. A ``.meta`` also holds save/restore and
+training nodes, which are noise for this job.
+
+It is built from a ``tf.Graph`` (statically, or in the capture child) and serialised to JSON
+inside every capture manifest, so comparison and rendering rebuild it without TensorFlow.
+
+Node data: ``op``, ``device``, ``scope``, ``attrs`` (JSON values; constant tensors reduced to
+dtype, shape and a digest), ``inputs`` (data input tensor names, in order),
+``control_inputs``, ``outputs`` (one ``{"dtype", "shape", "capturable", "reason"}`` per slot).
+Edge data: ``tensors`` (list of ``(src_slot, dst_input_index)``) and ``control`` (bool).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import networkx as nx
+
+__all__ = ["OpGraph", "tensor_op", "tensor_slot", "NOT_FETCHABLE_DTYPES"]
+
+NOT_FETCHABLE_DTYPES = {"resource": "a resource handle holds no values", "variant": "a variant tensor has no array form"}
+FRAME_OPS = {"Enter", "RefEnter"}
+CONTROL_FLOW_V1_OPS = {"Enter", "RefEnter", "Exit", "RefExit", "NextIteration", "RefNextIteration", "Merge", "RefMerge",
+                       "Switch", "RefSwitch", "LoopCond"}
+SMALL_CONST_ELEMENTS = 16
+
+
+def tensor_op(tensor_name: str) -> str:
+    """``"a/b:1"`` -> ``"a/b"``; a control input ``"^a"`` -> ``"a"``."""
+    return tensor_name.lstrip("^").rsplit(":", 1)[0] if ":" in tensor_name else tensor_name.lstrip("^")
+
+
+def tensor_slot(tensor_name: str) -> int:
+    head, sep, tail = tensor_name.rpartition(":")
+    return int(tail) if sep and tail.isdigit() else 0
+
+
+def _canonical(tensor_name: str) -> str:
+    return tensor_name if ":" in tensor_name else f"{tensor_name}:0"
+
+
+class OpGraph:
+    """The inference subgraph of one artifact, with the signature that bounds it."""
+
+    def __init__(self, graph: nx.DiGraph, inputs: dict[str, str], outputs: dict[str, str]) -> None:
+        self.g = graph
+        self.inputs = inputs  # signature key -> tensor name
+        self.outputs = outputs
+        self._order: list[str] | None = None
+
+    # ---- queries ---------------------------------------------------------------------------
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.g
+
+    def __len__(self) -> int:
+        return self.g.number_of_nodes()
+
+    def node(self, name: str) -> dict[str, Any]:
+        return self.g.nodes[name]
+
+    def op_type(self, name: str) -> str:
+        return self.g.nodes[name]["op"]
+
+    def topo_order(self) -> list[str]:
+        """Ops in a deterministic topological order (loop back-edges ignored)."""
+        if self._order is None:
+            dag = nx.DiGraph()
+            dag.add_nodes_from(self.g.nodes)
+            dag.add_edges_from(
+                (u, v) for u, v in self.g.edges if self.g.nodes[u]["op"] not in ("NextIteration", "RefNextIteration")
+            )
+            self._order = list(nx.lexicographical_topological_sort(dag))
+        return self._order
+
+    def tensors(self) -> Iterator[tuple[str, dict[str, Any]]]:
+        """Every output tensor of every op, in topological order: ``(name, output_info)``."""
+        for op in self.topo_order():
+            for slot, info in enumerate(self.g.nodes[op]["outputs"]):
+                yield f"{op}:{slot}", info
+
+    def capturable_tensors(self) -> list[str]:
+        return [name for name, info in self.tensors() if info["capturable"]]
+
+    def data_inputs(self, op: str) -> list[str]:
+        return list(self.g.nodes[op]["inputs"])
+
+    def output_info(self, tensor_name: str) -> dict[str, Any]:
+        return self.g.nodes[tensor_op(tensor_name)]["outputs"][tensor_slot(tensor_name)]
+
+    def fed_ops(self) -> set[str]:
+        return {tensor_op(t) for t in self.inputs.values()}
+
+    # ---- serialisation ---------------------------------------------------------------------
+
+    def to_json(self) -> dict[str, Any]:
+        nodes = []
+        for name in self.topo_order():
+            data = self.g.nodes[name]
+            nodes.append({"name": name, **data})
+        return {"inputs": dict(self.inputs), "outputs": dict(self.outputs), "nodes": nodes}
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> OpGraph:
+        g = nx.DiGraph()
+        for node in doc["nodes"]:
+            data = {k: v for k, v in node.items() if k != "name"}
+            g.add_node(node["name"], **data)
+        _add_edges(g)
+        return cls(g, dict(doc["inputs"]), dict(doc["outputs"]))
+
+    # ---- construction ----------------------------------------------------------------------
+
+    @classmethod
+    def from_tf_graph(cls, graph: Any, inputs: dict[str, str], outputs: dict[str, str]) -> OpGraph:
+        """Build from a ``tf.Graph`` and prune to the ancestors of ``outputs`` stopping at ``inputs``.
+
+        ``inputs``/``outputs`` map signature keys to tensor names. Raises ``KeyError`` naming
+        the first tensor that is not in the graph (callers turn that into a user error).
+        """
+        by_name = {op.name: op for op in graph.get_operations()}
+        for tensor in list(inputs.values()) + list(outputs.values()):
+            if tensor_op(tensor) not in by_name:
+                raise KeyError(tensor)
+        keep = _ancestors(by_name, [tensor_op(t) for t in outputs.values()], {_canonical(t) for t in inputs.values()})
+        g = nx.DiGraph()
+        in_frame = _ops_in_while_frames(by_name, keep)
+        for name in keep:
+            g.add_node(name, **_node_data(by_name[name], in_frame))
+        _add_edges(g)
+        return cls(g, {k: _canonical(v) for k, v in inputs.items()}, {k: _canonical(v) for k, v in outputs.items()})
+
+
+def _ancestors(by_name: dict[str, Any], roots: Iterable[str], fed: set[str]) -> set[str]:
+    """Ops needed to compute ``roots`` when the ``fed`` tensors are supplied by the caller."""
+    keep: set[str] = set()
+    stack = list(roots)
+    while stack:
+        name = stack.pop()
+        if name in keep:
+            continue
+        keep.add(name)
+        op = by_name[name]
+        for tensor in op.inputs:
+            if tensor.name in fed:
+                keep.add(tensor.op.name)  # the fed op stays as the graph's entry, its inputs do not
+                continue
+            stack.append(tensor.op.name)
+        for control in op.control_inputs:
+            stack.append(control.name)
+    # A fed op's own inputs are not needed unless something else reaches them.
+    return keep
+
+
+def _ops_in_while_frames(by_name: dict[str, Any], keep: set[str]) -> set[str]:
+    """Ops that execute inside a TF1 while-loop frame: their tensors cannot be fetched."""
+    inside: set[str] = set()
+    stack = [c.name for op in by_name.values() if op.type in FRAME_OPS for out in op.outputs for c in out.consumers()]
+    while stack:
+        name = stack.pop()
+        if name in inside:
+            continue
+        op = by_name[name]
+        if op.type in ("Exit", "RefExit"):
+            continue
+        inside.add(name)
+        stack.extend(c.name for out in op.outputs for c in out.consumers())
+    return inside & keep | {n for n in keep if by_name[n].type in FRAME_OPS}
+
+
+def _node_data(op: Any, in_frame: set[str]) -> dict[str, Any]:
+    outputs = []
+    for tensor in op.outputs:
+        dtype = tensor.dtype.base_dtype.name
+        shape = None if tensor.shape.rank is None else list(tensor.shape.as_list())
+        reason = ""
+        if dtype in NOT_FETCHABLE_DTYPES:
+            reason = NOT_FETCHABLE_DTYPES[dtype]
+        elif op.name in in_frame:
+            reason = "inside a while-loop frame: a session cannot fetch it"
+        outputs.append({"dtype": dtype, "shape": shape, "capturable": not reason, "reason": reason})
+    node_def = op.node_def
+    attrs = {key: attr_to_json(value) for key, value in sorted(node_def.attr.items()) if not key.startswith("_")}
+    return {
+        "op": op.type,
+        "device": node_def.device,
+        "scope": op.name.rsplit("/", 1)[0] if "/" in op.name else "",
+        "attrs": attrs,
+        "inputs": [t.name for t in op.inputs],
+        "control_inputs": [c.name for c in op.control_inputs],
+        "outputs": outputs,
+    }
+
+
+def _add_edges(g: nx.DiGraph) -> None:
+    for dst, data in list(g.nodes(data=True)):
+        for index, tensor in enumerate(data["inputs"]):
+            src = tensor_op(tensor)
+            if src not in g:
+                continue
+            if g.has_edge(src, dst):
+                g.edges[src, dst]["tensors"].append((tensor_slot(tensor), index))
+            else:
+                g.add_edge(src, dst, tensors=[(tensor_slot(tensor), index)], control=False)
+        for control in data["control_inputs"]:
+            if control in g and not g.has_edge(control, dst):
+                g.add_edge(control, dst, tensors=[], control=True)
+
+
+def attr_to_json(value: Any) -> Any:
+    """An ``AttrValue`` as plain JSON. Tensors keep dtype, shape and a digest, not their bytes."""
+    kind = value.WhichOneof("value")
+    if kind is None:
+        return None
+    if kind == "s":
+        try:
+            return value.s.decode("utf-8")
+        except UnicodeDecodeError:
+            return {"bytes_b64": base64.b64encode(value.s).decode("ascii")}
+    if kind in ("i", "f", "b"):
+        return getattr(value, kind)
+    if kind == "type":
+        return _dtype_name(value.type)
+    if kind == "shape":
+        return _shape_json(value.shape)
+    if kind == "tensor":
+        return _tensor_json(value.tensor)
+    if kind == "func":
+        return {"func": value.func.name}
+    if kind == "placeholder":
+        return {"placeholder": value.placeholder}
+    lst = value.list
+    for field in ("s", "i", "f", "b", "type", "shape", "tensor", "func"):
+        items = getattr(lst, field)
+        if len(items):
+            if field == "s":
+                return [x.decode("utf-8", "replace") for x in items]
+            if field == "type":
+                return [_dtype_name(t) for t in items]
+            if field == "shape":
+                return [_shape_json(s) for s in items]
+            if field == "tensor":
+                return [_tensor_json(t) for t in items]
+            if field == "func":
+                return [{"func": f.name} for f in items]
+            return list(items)
+    return []
+
+
+def _dtype_name(enum: int) -> str:
+    from tensorflow.python.framework import dtypes  # noqa: PLC0415 - only reached with TF loaded
+
+    return dtypes.as_dtype(enum).name
+
+
+def _shape_json(shape: Any) -> list[int | None] | None:
+    if shape.unknown_rank:
+        return None
+    return [d.size if d.size >= 0 else None for d in shape.dim]
+
+
+def _tensor_json(proto: Any) -> dict[str, Any]:
+    """Digest a constant: two constants with equal digests hold byte-identical values."""
+    from tensorflow.python.framework import tensor_util  # noqa: PLC0415
+
+    array = tensor_util.MakeNdarray(proto)
+    info: dict[str, Any] = {"dtype": _dtype_name(proto.dtype), "shape": list(array.shape)}
+    if array.dtype == object:
+        raw = b"\0".join(x if isinstance(x, bytes) else str(x).encode() for x in array.reshape(-1))
+    else:
+        raw = array.tobytes()
+    info["sha1"] = hashlib.sha1(raw).hexdigest()
+    if array.size <= SMALL_CONST_ELEMENTS and array.dtype != object:
+        info["values"] = array.reshape(-1).tolist() if array.dtype.kind in "biuf" else None
+    return info
