@@ -24,6 +24,9 @@ __all__ = [
     "write_savedmodel",
     "write_detector_checkpoint",
     "export_variant_from_checkpoint",
+    "fresh_session",
+    "output_node_names",
+    "signature",
 ]
 
 SIGNATURE_KEY = "serving_default"
@@ -68,7 +71,7 @@ def write_savedmodel(tf: ModuleType, sess: Any, path: Path, sig: Any) -> None:
 
 
 @contextmanager
-def _session(tf: ModuleType) -> Iterator[tuple[Any, Any]]:
+def fresh_session(tf: ModuleType) -> Iterator[tuple[Any, Any]]:
     """A fresh graph as default, and a session on it (closed on exit)."""
     graph = tf.Graph()
     with graph.as_default(), tf.compat.v1.Session(graph=graph) as sess:
@@ -89,7 +92,7 @@ def write_detector_checkpoint(tf: ModuleType, out: Path, values: Mapping[str, np
     ckpt_dir = out / "ckpt"
     ckpt_dir.mkdir(parents=True)
     prefix = (ckpt_dir / CHECKPOINT_BASENAME).resolve()
-    with _session(tf) as (_graph, sess):
+    with fresh_session(tf) as (_graph, sess):
         images, outputs, variables = build_detector(tf, Variant())
         sess.run(
             [var.initializer for var in variables],
@@ -112,7 +115,7 @@ def export_variant_from_checkpoint(tf: ModuleType, ckpt_prefix: Path, path: Path
     A Saver named ``save`` is created before the export, as in the training session, so the
     variant's graph matches the faithful export node for node outside the intended change.
     """
-    with _session(tf) as (_graph, sess):
+    with fresh_session(tf) as (_graph, sess):
         images, outputs, _variables = build_detector(tf, variant)
         tf.compat.v1.train.Saver().restore(sess, str(ckpt_prefix))
         write_savedmodel(tf, sess, path, signature(tf, images, outputs))

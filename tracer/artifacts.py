@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import posixpath
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -607,3 +608,23 @@ def build_opgraph(artifact: Artifact, graph: Any | None = None) -> tuple[OpGraph
         {k: v.name for k, v in signature.outputs.items()},
     )
     return opgraph, signature
+
+
+def value_source(artifact: Artifact) -> Callable[[str], np.ndarray | None]:
+    """Weight values by node name: constants from the graph, variables from the checkpoint."""
+    from tensorflow.python.framework import tensor_util  # noqa: PLC0415
+
+    nodes = {n.name: n for n in artifact.graph_def.node}
+
+    def value(name: str) -> np.ndarray | None:
+        node = nodes.get(name)
+        if node is None:
+            return None
+        if node.op == "Const":
+            return tensor_util.MakeNdarray(node.attr["value"].tensor)
+        if node.op in ("VariableV2", "Variable", "VarHandleOp"):
+            shared = node.attr["shared_name"].s.decode("utf-8", "replace") if "shared_name" in node.attr else ""
+            return artifact.variable_value(shared or name)
+        return None
+
+    return value

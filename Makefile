@@ -1,0 +1,56 @@
+# tftrace — every target is safe to re-run; nothing is redone when nothing changed.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+SETUP_STAMP  := $(VENV)/.setup-done
+MODELS_DIR   := sample_models/generated
+MODELS_STAMP := $(MODELS_DIR)/.complete
+OUT    ?= out/demo
+PYTEST_ARGS ?=
+
+.PHONY: setup system-deps models demo test test-fast bench clean
+
+setup: $(SETUP_STAMP) system-deps
+
+$(SETUP_STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[cpu,dev]'
+	@touch $@
+
+# Graphviz's `dot` renders the report graph; Debian's chromium runs the browser tests.
+system-deps:
+	@missing=""; \
+	command -v dot >/dev/null 2>&1 || missing="$$missing graphviz"; \
+	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "installing$$missing (Debian packages)"; \
+	    (apt-get install -y -q $$missing >/dev/null 2>&1 || (apt-get update -q >/dev/null && apt-get install -y -q $$missing >/dev/null)); \
+	  else \
+	    echo "missing system packages:$$missing — install them with: sudo apt-get install -y$$missing"; exit 1; \
+	  fi; \
+	fi
+
+models: $(MODELS_STAMP)
+
+$(MODELS_STAMP): $(SETUP_STAMP) $(wildcard sample_models/*.py)
+	$(BIN)/python -m sample_models.generate --out $(MODELS_DIR)
+	@touch $@
+
+demo: setup models
+	@$(BIN)/tftrace diff-graph $(MODELS_DIR)/detector/ckpt $(MODELS_DIR)/detector_folded/savedmodel
+	@echo
+	@echo "(tftrace compare is not built yet: this demo shows the static graph diff of the folded export)"
+
+test: setup models
+	$(BIN)/python -m pytest -n 2 $(PYTEST_ARGS)
+
+test-fast: setup
+	$(BIN)/python -m pytest -m "not slow and not browser" $(PYTEST_ARGS)
+
+bench: setup models
+	@echo "make bench: the benchmark harness is not built yet (issue 7)"; exit 1
+
+clean:
+	rm -rf $(MODELS_DIR) out build dist *.egg-info tests/_output .pytest_cache

@@ -1,0 +1,91 @@
+"""Pair the ops of two op graphs: by name first, then by structure for what was renamed.
+
+Two exports of one model often name their nodes differently (another TF version, a TF2
+``tf.function`` inlined under ``StatefulPartitionedCall/...``, another export script). Names are
+tried first because they are cheap and usually right; the signature then anchors the two graphs
+at their inputs and outputs (paired by signature key), and pairs spread from every matched op:
+
+* backwards — the producers of input ``i`` of two matched ops are paired when their op types
+  agree (or both are weight sources: variable, constant, identity of one);
+* forwards — the consumers of a matched tensor are paired when exactly one unmatched consumer
+  on each side reads it at the same input index with the same op type.
+
+The spread repeats until nothing changes. It never overrides a pair, so a wrong guess cannot
+cascade over a name match.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable
+
+from .opgraph import OpGraph, tensor_op, tensor_slot
+
+__all__ = ["match_graphs", "WEIGHT_SOURCES", "VARIABLE_OPS"]
+
+VARIABLE_OPS = {"VariableV2", "Variable", "VarHandleOp"}
+WEIGHT_SOURCES = VARIABLE_OPS | {"Const", "Identity", "ReadVariableOp"}
+
+
+def match_graphs(a: OpGraph, b: OpGraph) -> dict[str, tuple[str, str]]:
+    """Return ``{a_op: (b_op, reason)}``; reason is ``name``, ``signature`` or ``structure``."""
+    pairs: dict[str, tuple[str, str]] = {}
+    taken_b: set[str] = set()
+
+    def pair(x: str, y: str, reason: str) -> bool:
+        if x in pairs or y in taken_b:
+            return False
+        pairs[x] = (y, reason)
+        taken_b.add(y)
+        return True
+
+    for name in a.topo_order():
+        if name in b:
+            pair(name, name, "name")
+    for role in ("inputs", "outputs"):
+        sig_a, sig_b = getattr(a, role), getattr(b, role)
+        for key in sorted(set(sig_a) & set(sig_b)):
+            pair(tensor_op(sig_a[key]), tensor_op(sig_b[key]), "signature")
+    _spread(a, b, pairs, taken_b, pair)
+    return pairs
+
+
+def _compatible(a: OpGraph, b: OpGraph, x: str, y: str) -> bool:
+    op_x, op_y = a.op_type(x), b.op_type(y)
+    return op_x == op_y or (op_x in WEIGHT_SOURCES and op_y in WEIGHT_SOURCES)
+
+
+def _spread(
+    a: OpGraph, b: OpGraph, pairs: dict[str, tuple[str, str]], taken_b: set[str], pair: Callable[[str, str, str], bool]
+) -> None:
+    consumers_a = _consumers(a)
+    consumers_b = _consumers(b)
+    changed = True
+    while changed:
+        changed = False
+        for x, (y, _) in list(pairs.items()):
+            # backwards: producer of input i <-> producer of input i
+            ins_x, ins_y = a.data_inputs(x), b.data_inputs(y)
+            if len(ins_x) == len(ins_y) and a.op_type(x) == b.op_type(y):
+                for tx, ty in zip(ins_x, ins_y):
+                    px, py = tensor_op(tx), tensor_op(ty)
+                    if px in a and py in b and tensor_slot(tx) == tensor_slot(ty) and _compatible(a, b, px, py):
+                        changed |= pair(px, py, "structure")
+            # forwards: the unique unmatched reader of the same slot at the same input index
+            for (slot, index, op_type), readers_x in consumers_a[x].items():
+                readers_y = consumers_b[y].get((slot, index, op_type), [])
+                free_x = [r for r in readers_x if r not in pairs]
+                free_y = [r for r in readers_y if r not in taken_b]
+                if len(free_x) == 1 and len(free_y) == 1:
+                    changed |= pair(free_x[0], free_y[0], "structure")
+
+
+def _consumers(g: OpGraph) -> dict[str, dict[tuple[int, int, str], list[str]]]:
+    """op -> {(output slot, consumer input index, consumer op type): [consumer ops]}."""
+    table: dict[str, dict[tuple[int, int, str], list[str]]] = defaultdict(lambda: defaultdict(list))
+    for dst in g.topo_order():
+        for index, tensor in enumerate(g.data_inputs(dst)):
+            src = tensor_op(tensor)
+            if src in g:
+                table[src][(tensor_slot(tensor), index, g.op_type(dst))].append(dst)
+    return table

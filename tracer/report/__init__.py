@@ -1,0 +1,1 @@
+"""Stage 9 — turning results into things people read: terminal, JSON, HTML, Markdown."""

@@ -1,0 +1,38 @@
+"""The static half of a comparison: load two artifacts and diff their inference subgraphs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .artifacts import Artifact, ArtifactRef, Signature, build_opgraph, load, value_source
+from .graphdiff import GraphDiff, diff_graphs
+from .opgraph import OpGraph
+
+__all__ = ["StaticDiff", "diff_artifacts"]
+
+
+@dataclass
+class StaticDiff:
+    a: Artifact
+    b: Artifact
+    graph_a: OpGraph
+    graph_b: OpGraph
+    signature_a: Signature
+    signature_b: Signature
+    diff: GraphDiff
+
+
+def diff_artifacts(a: ArtifactRef | str, b: ArtifactRef | str) -> StaticDiff:
+    """Load both artifacts and classify every rewrite between them (imports TensorFlow)."""
+    art_a, art_b = load(a), load(b)
+    graph_a, sig_a = build_opgraph(art_a)
+    graph_b, sig_b = build_opgraph(art_b)
+    diff = diff_graphs(
+        graph_a,
+        graph_b,
+        value_source(art_a),
+        value_source(art_b),
+        a_frozen_by_loader=art_a.frozen_by_loader,
+        b_frozen_by_loader=art_b.frozen_by_loader,
+    )
+    return StaticDiff(art_a, art_b, graph_a, graph_b, sig_a, sig_b, diff)
