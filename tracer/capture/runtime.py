@@ -1,0 +1,139 @@
+"""In the child: a TF1 session for one side, configured exactly as the side says.
+
+Runs only inside the capture/isolation child process (it imports TensorFlow). Every artifact
+kind ends as (``tf.Graph``, ``Session``, signature, op graph): checkpoints are imported from
+their ``.meta`` and restored, TF1 SavedModels go through the v1 loader (which also runs their
+init ops), TF2 SavedModels and frozen GraphDefs are imported as graphs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .._tf import tf
+from ..artifacts import Artifact, Signature, build_opgraph, load
+from ..errors import TftraceError
+from ..opgraph import OpGraph
+from ..runspec import Side, parse_device
+
+__all__ = ["Runtime", "open_runtime", "apply_process_knobs", "session_config"]
+
+TOGGLE_ON, TOGGLE_OFF = 1, 2  # RewriterConfig.Toggle
+
+
+@dataclass
+class Runtime:
+    side: Side
+    artifact: Artifact
+    graph: Any
+    session: Any
+    signature: Signature
+    opgraph: OpGraph
+    notes: list[str]
+
+    def close(self) -> None:
+        self.session.close()
+
+
+def apply_process_knobs(side: Side) -> list[str]:
+    """Process-wide switches; must run before any op executes."""
+    t = tf()
+    notes = []
+    if side.knobs.determinism:
+        t.config.experimental.enable_op_determinism()
+        notes.append("op determinism enabled")
+    if side.knobs.tf32 != "default":
+        t.config.experimental.enable_tensor_float_32_execution(side.knobs.tf32 == "on")
+    kind, index = parse_device(side.device)
+    if kind == "gpu":
+        gpus = t.config.list_physical_devices("GPU")
+        if index >= len(gpus):
+            seen = ", ".join(d.name for d in t.config.list_physical_devices()) or "none"
+            raise TftraceError(
+                f"--device {side.device} asked for a GPU but TensorFlow sees {len(gpus)} GPU(s) (devices: {seen})",
+                "run this side on the machine with the GPU (tftrace capture there, then compare the capture "
+                "directories anywhere), or use --device cpu",
+            )
+    return notes
+
+
+def session_config(side: Side) -> Any:
+    """ConfigProto: the user's session config file first, then every knob on top of it."""
+    t = tf()
+    config = t.compat.v1.ConfigProto()
+    if side.knobs.session_config_text:
+        from google.protobuf import text_format  # noqa: PLC0415
+
+        try:
+            text_format.Parse(side.knobs.session_config_text, config)
+        except text_format.ParseError as exc:
+            raise TftraceError(
+                f"session config {side.knobs.session_config_path or ''} is not a valid text ConfigProto: {exc}",
+                "write it in protobuf text format, as for TF Serving's --tensorflow_session_config_file",
+            ) from exc
+    config.allow_soft_placement = True  # models pinned to /device:GPU:0 still load on a CPU machine
+    if side.knobs.threads:
+        config.intra_op_parallelism_threads, config.inter_op_parallelism_threads = side.knobs.threads
+    rewrite = config.graph_options.rewrite_options
+    for key, value in side.knobs.grappler:
+        if key == "disable_meta_optimizer":
+            rewrite.disable_meta_optimizer = value == "on"
+        else:
+            setattr(rewrite, key, TOGGLE_ON if value == "on" else TOGGLE_OFF)
+    if side.knobs.xla == "on":
+        config.graph_options.optimizer_options.global_jit_level = 2  # ON_2
+    elif side.knobs.xla == "off":
+        config.graph_options.optimizer_options.global_jit_level = -1  # OFF
+    kind, index = parse_device(side.device)
+    if kind == "gpu":
+        config.gpu_options.visible_device_list = str(index)
+        config.gpu_options.allow_growth = True
+    return config
+
+
+def open_runtime(side: Side) -> Runtime:
+    """Load the side's artifact into a configured session (weights restored)."""
+    t = tf()
+    notes = apply_process_knobs(side)
+    artifact = load(side.artifact)
+    notes += artifact.notes
+    graph = t.Graph()
+    session = t.compat.v1.Session(graph=graph, config=session_config(side))
+    try:
+        with graph.as_default():
+            _restore(artifact, session, side)
+    except TftraceError:
+        session.close()
+        raise
+    except Exception as exc:  # restoring foreign artifacts fails in many ways
+        session.close()
+        raise TftraceError(
+            f"TensorFlow could not load {artifact.location} into a session: {type(exc).__name__}: "
+            f"{str(exc).splitlines()[0][:300]}",
+            "check that the model runs in this TensorFlow version (and that checkpoint shards are complete)",
+        ) from exc
+    opgraph, signature = build_opgraph(artifact, graph)
+    return Runtime(side, artifact, graph, session, signature, opgraph, notes)
+
+
+def _restore(artifact: Artifact, session: Any, side: Side) -> None:
+    t = tf()
+    clear_devices = parse_device(side.device)[0] == "cpu"
+    if artifact.kind == "saved_model_v1":
+        tags = [x.strip() for x in side.artifact.tag.split(",") if x.strip()]
+        t.compat.v1.saved_model.loader.load(session, tags, artifact.location, clear_devices=clear_devices)
+        return
+    if artifact.kind == "checkpoint":
+        saver = t.compat.v1.train.import_meta_graph(artifact.meta_graph, clear_devices=clear_devices)
+        if saver is None:  # a .meta without a SaverDef: restore every global variable by name
+            saver = t.compat.v1.train.Saver()
+        saver.restore(session, artifact.checkpoint_prefix)
+        return
+    t.graph_util.import_graph_def(artifact.graph_def, name="")
+    variables = [op.name for op in session.graph.get_operations() if op.type in ("VariableV2", "VarHandleOp")]
+    if variables:
+        raise TftraceError(
+            f"the GraphDef {artifact.location} still holds variables ({', '.join(variables[:5])}) but no weights",
+            "freeze it first (convert_variables_to_constants) or give the checkpoint/SavedModel",
+        )

@@ -1,0 +1,369 @@
+"""The capture child: run one side plainly, then instrumented, and stream every tensor to disk.
+
+Started by :mod:`tracer.capture.launcher` as ``python -m tracer.capture.worker JOB.json`` with
+the side's environment already in place (TF reads it at import). It speaks to the parent in
+JSON lines on stdout (``progress``, ``error``) and exits 0, or 3 for a user error.
+
+Order matters for the observer effect: the *plain* run (signature outputs only) comes first,
+warmed up and timed; then the *instrumented* run fetches every capturable tensor. Both runs ask
+for the partition graphs, so the manifest records which op types really executed in each, and
+the difference of the final outputs between them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import statistics
+import sys
+import time
+import traceback
+from collections import Counter
+from typing import Any
+
+import numpy as np
+
+from .._tf import tf
+from ..errors import TftraceError
+from ..inputs import Examples, batches, make_examples
+from ..opgraph import OpGraph, tensor_op
+from ..runspec import Side
+from .fingerprint import environment_fingerprint
+from .runtime import Runtime, open_runtime
+from .store import CaptureWriter
+
+__all__ = ["run_capture", "main", "emit"]
+
+RUNTIME_PLUMBING = ("_Send", "_Recv", "_HostSend", "_HostRecv", "_Arg", "_Retval", "_DeviceArg", "_DeviceRetval")
+CONST_SOURCES = {"Const", "VariableV2", "Variable", "VarHandleOp", "ReadVariableOp", "Identity"}
+
+
+def emit(event: str, **fields: Any) -> None:
+    """One JSON line to the parent."""
+    sys.stdout.write(json.dumps({"event": event, **fields}) + "\n")
+    sys.stdout.flush()
+
+
+def run_capture(side: Side, out_dir: str, force: bool) -> None:
+    t_start = time.perf_counter()
+    emit("stage", text="loading model")
+    with CaptureWriter(out_dir, force=force) as writer:
+        runtime = open_runtime(side)
+        load_s = time.perf_counter() - t_start
+        examples = make_examples(
+            runtime.signature.inputs, side.inputs.examples, side.inputs.seed, side.inputs.inputs_file
+        )
+        notes = list(runtime.notes)
+        batch_size = side.batch_size if examples.batch_major else None
+        if side.batch_size and not examples.batch_major and examples.count:
+            notes.append(f"the signature fixes its input shapes: ran all {examples.count} example(s) in one run")
+        ranges = batches(examples.count, batch_size)
+        emit("stage", text="plain run")
+        plain = _plain_runs(runtime, examples, ranges, side.timing_runs)
+        emit("stage", text="instrumented run")
+        instrumented = _instrumented_runs(runtime, examples, ranges, writer, side.max_memory)
+        observer = _observer_effect(runtime, plain, instrumented)
+        manifest = {
+            "spec": side.to_json(),
+            "artifact": {
+                "kind": runtime.artifact.kind,
+                "location": runtime.artifact.location,
+                "tf_version_written": runtime.artifact.tf_version_written,
+                "frozen_by_loader": runtime.artifact.frozen_by_loader,
+            },
+            "signature": runtime.signature.to_json(),
+            "graph": runtime.opgraph.to_json(),
+            "examples": {"count": examples.count, "source": examples.source, "batch_major": examples.batch_major},
+            "batch_size": batch_size or examples.count,
+            "runs": [list(r) for r in ranges],
+            "tensor_layout": instrumented["layout"],
+            "fetch_chunks": instrumented["chunks"],
+            "observer_effect": observer,
+            "timings": {
+                "load_s": round(load_s, 4),
+                "plain_latency_ms": plain["latency_ms"],
+                "instrumented_s": round(instrumented["seconds"], 4),
+                "total_s": round(time.perf_counter() - t_start, 4),
+            },
+            "environment": environment_fingerprint(),
+            "notes": notes,
+        }
+        manifest["environment"]["onednn"]["ops_executed"] = sorted(
+            op for op in observer["executed_ops"]["plain"] if op.startswith("_Mkl")
+        )
+        writer.finalize(manifest)
+    runtime.close()
+
+
+# ---- plain run -------------------------------------------------------------------------------
+
+
+def _feed(runtime: Runtime, examples: Examples, start: int, stop: int) -> dict[Any, np.ndarray]:
+    feed = {}
+    for key, spec in runtime.signature.inputs.items():
+        array = examples.arrays[key]
+        feed[runtime.graph.get_tensor_by_name(spec.name)] = array[start:stop] if examples.batch_major else array
+    return feed
+
+
+def _traced_run(runtime: Runtime, fetches: list[Any], feed: dict[Any, np.ndarray]) -> tuple[list[Any], Counter, dict]:
+    t = tf()
+    options = t.compat.v1.RunOptions(output_partition_graphs=True)
+    metadata = t.compat.v1.RunMetadata()
+    values = runtime.session.run(fetches, feed_dict=feed, options=options, run_metadata=metadata)
+    ops: Counter = Counter()
+    nodes: dict[str, str] = {}
+    for partition in metadata.partition_graphs:
+        for node in partition.node:
+            if not node.op.startswith(RUNTIME_PLUMBING):
+                ops[node.op] += 1
+                nodes[node.name] = node.op
+    return values, ops, nodes
+
+
+def _plain_runs(runtime: Runtime, examples: Examples, ranges: list[tuple[int, int]], timing_runs: int) -> dict:
+    outputs = [runtime.graph.get_tensor_by_name(s.name) for s in runtime.signature.outputs.values()]
+    keys = list(runtime.signature.outputs)
+    feed0 = _feed(runtime, examples, *ranges[0])
+    _, executed_ops, executed_nodes = _traced_run(runtime, outputs, feed0)  # also the warm-up
+    times = []
+    for _ in range(max(1, timing_runs)):
+        t0 = time.perf_counter()
+        runtime.session.run(outputs, feed_dict=feed0)
+        times.append((time.perf_counter() - t0) * 1000)
+    per_run = [dict(zip(keys, runtime.session.run(outputs, feed_dict=_feed(runtime, examples, *r)))) for r in ranges]
+    return {
+        "outputs": per_run,
+        "executed_ops": executed_ops,
+        "executed_nodes": executed_nodes,
+        "latency_ms": {
+            "median": round(statistics.median(times), 4),
+            "min": round(min(times), 4),
+            "max": round(max(times), 4),
+            "runs": len(times),
+            "batch_rows": ranges[0][1] - ranges[0][0],
+        },
+    }
+
+
+# ---- instrumented run ------------------------------------------------------------------------
+
+
+def _constant_ops(opgraph: OpGraph) -> set[str]:
+    """Ops whose outputs do not depend on what is fed: fetched once, not per batch."""
+    fed = opgraph.fed_ops()
+    constant: set[str] = set()
+    for op in opgraph.topo_order():
+        node = opgraph.node(op)
+        inputs = [tensor_op(t) for t in node["inputs"]]
+        if op in fed or node["op"] in ("Placeholder", "PlaceholderWithDefault"):
+            continue
+        if all(src in constant for src in inputs) and (inputs or node["op"] in CONST_SOURCES):
+            constant.add(op)
+    return constant
+
+
+def _estimate_bytes(info: dict[str, Any], rows: int) -> int:
+    shape = info["shape"]
+    if shape is None:
+        return 4 * max(rows, 1)
+    count = 1
+    for i, dim in enumerate(shape):
+        count *= (rows if i == 0 else 1) if dim is None else dim
+    try:
+        itemsize = np.dtype(info["dtype"]).itemsize
+    except TypeError:
+        itemsize = 8
+    return count * itemsize
+
+
+def _chunks(names: list[str], sizes: dict[str, int], limit: int) -> list[list[str]]:
+    chunks: list[list[str]] = [[]]
+    used = 0
+    for name in names:
+        size = sizes[name]
+        if size > limit:
+            raise TftraceError(
+                f"tensor {name} alone needs about {size:,} bytes per run, more than --max-memory {limit:,}",
+                "raise --max-memory, or lower --batch-size",
+            )
+        if used + size > limit and chunks[-1]:
+            chunks.append([])
+            used = 0
+        chunks[-1].append(name)
+        used += size
+    return chunks
+
+
+def _instrumented_runs(
+    runtime: Runtime, examples: Examples, ranges: list[tuple[int, int]], writer: CaptureWriter, max_memory: int
+) -> dict:
+    opgraph = runtime.opgraph
+    for name, info in opgraph.tensors():
+        if not info["capturable"]:
+            writer.mark_uncaptured(name, info["reason"])
+    names = opgraph.capturable_tensors()
+    constant = _constant_ops(opgraph)
+    rows0 = ranges[0][1] - ranges[0][0]
+    sizes = {n: _estimate_bytes(opgraph.output_info(n), rows0) for n in names}
+    layout: dict[str, str] = {}
+    digests: dict[str, str] = {}
+    output_names = {s.name: k for k, s in runtime.signature.outputs.items()}
+    outputs_per_run: list[dict[str, np.ndarray]] = []
+    executed_ops: Counter = Counter()
+    executed_nodes: dict[str, str] = {}
+    chunk_count = 0
+    t0 = time.perf_counter()
+    written = 0
+    for run_index, (start, stop) in enumerate(ranges):
+        wanted = names if run_index == 0 else [n for n in names if tensor_op(n) not in constant and n in layout]
+        chunks = _chunks(wanted, sizes, max_memory)
+        chunk_count = max(chunk_count, len(chunks))
+        feed = _feed(runtime, examples, start, stop)
+        outputs: dict[str, np.ndarray] = {}
+        for chunk in chunks:
+            fetches = [runtime.graph.get_tensor_by_name(n) for n in chunk]
+            if run_index == 0:
+                values, ops, nodes = _traced_run(runtime, fetches, feed)
+                executed_ops |= ops
+                executed_nodes.update(nodes)
+            else:
+                values = runtime.session.run(fetches, feed_dict=feed)
+            for name, value in zip(chunk, values):
+                value = np.asarray(value)
+                written += value.nbytes
+                if name in output_names:
+                    outputs[output_names[name]] = value
+                _store(writer, name, value, run_index, start, stop, examples, opgraph, constant, layout, digests)
+        outputs_per_run.append(outputs)
+        emit("progress", done=run_index + 1, total=len(ranges), bytes=written)
+    return {
+        "layout": layout,
+        "chunks": chunk_count,
+        "seconds": time.perf_counter() - t0,
+        "outputs": outputs_per_run,
+        "executed_ops": executed_ops,
+        "executed_nodes": executed_nodes,
+    }
+
+
+def _store(
+    writer: CaptureWriter,
+    name: str,
+    value: np.ndarray,
+    run_index: int,
+    start: int,
+    stop: int,
+    examples: Examples,
+    opgraph: OpGraph,
+    constant: set[str],
+    layout: dict[str, str],
+    digests: dict[str, str],
+) -> None:
+    """Rows of batch-major tensors go to their example indices; others are kept once."""
+    static = opgraph.output_info(name)["shape"]
+    rows = stop - start
+    if run_index == 0:
+        batch_major = (
+            examples.batch_major
+            and tensor_op(name) not in constant
+            and static is not None
+            and len(static) > 0
+            and static[0] is None
+            and value.ndim > 0
+            and value.shape[0] == rows
+        )
+        layout[name] = "rows" if batch_major else ("const" if tensor_op(name) in constant else "whole")
+        if not batch_major:
+            writer.write_whole(name, value)
+            digests[name] = _digest(value)
+            return
+    kind = layout.get(name)
+    if kind == "rows":
+        if value.ndim == 0 or value.shape[0] != rows:
+            writer.mark_uncaptured(name, f"its first axis is not the example axis in every run (shape {value.shape})")
+            layout.pop(name)
+            return
+        writer.write_rows(name, value, start, examples.count)
+    elif kind == "whole" and digests.get(name) != _digest(value):
+        layout[name] = "varies"  # e.g. a Shape op: its value depends on the batch, kept from run 0
+
+
+def _digest(value: np.ndarray) -> str:
+    data = value.tobytes() if value.dtype != object else repr(value.tolist()).encode()
+    return hashlib.sha1(data).hexdigest() + str(value.shape)
+
+
+# ---- observer effect -------------------------------------------------------------------------
+
+
+def _observer_effect(runtime: Runtime, plain: dict, instrumented: dict) -> dict:
+    """How much fetching everything moved the outputs, and which executed ops it changed."""
+    diffs: dict[str, float | None] = {}
+    identical = True
+    for key in runtime.signature.outputs:
+        worst = 0.0
+        for run_plain, run_inst in zip(plain["outputs"], instrumented["outputs"]):
+            a, b = np.asarray(run_plain[key]), run_inst.get(key)
+            if b is None:
+                worst = None
+                break
+            if a.dtype.kind in "fc":
+                if not np.array_equal(a, b, equal_nan=True):
+                    identical = False
+                    worst = max(worst, float(np.nanmax(np.abs(a.astype(np.float64) - np.asarray(b, np.float64)), initial=0)))
+            elif not np.array_equal(a, b):
+                identical = False
+                worst = float("nan")
+        diffs[key] = worst
+    ops_plain, ops_inst = plain["executed_ops"], instrumented["executed_ops"]
+    return {
+        "outputs_identical": identical,
+        "outputs_max_abs_diff": diffs,
+        "executed_ops": {"plain": dict(sorted(ops_plain.items())), "instrumented": dict(sorted(ops_inst.items()))},
+        "only_in_plain": sorted(set(ops_plain) - set(ops_inst)),
+        "only_in_instrumented": sorted(set(ops_inst) - set(ops_plain)),
+        "executed_nodes_plain": _renamed_at_runtime(runtime.opgraph, plain["executed_nodes"]),
+        "executed_nodes_instrumented": _renamed_at_runtime(runtime.opgraph, instrumented["executed_nodes"]),
+    }
+
+
+def _renamed_at_runtime(opgraph: OpGraph, executed: dict[str, str]) -> dict[str, str]:
+    """Executed nodes whose op type is not the graph's (fusions, oneDNN, XLA) or that are new."""
+    return {
+        name: op
+        for name, op in sorted(executed.items())
+        if name not in opgraph or opgraph.op_type(name) != op
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    job = json.loads(open(argv[0], encoding="utf-8").read())
+    try:
+        if job["mode"] == "capture":
+            run_capture(Side.from_json(job["side"]), job["out_dir"], bool(job.get("force")))
+        else:
+            from .isolate_worker import run_isolation  # noqa: PLC0415
+
+            run_isolation(job)
+    except TftraceError as exc:
+        emit("error", problem=exc.problem, fix=exc.fix)
+        return 3
+    except MemoryError:
+        emit("error", problem="the capture ran out of memory", fix="lower --max-memory or --batch-size")
+        return 3
+    except OSError as exc:
+        if exc.errno == 28:  # ENOSPC
+            emit("error", problem=f"disk full while writing the capture ({exc})", fix="free space or choose another --out")
+            return 3
+        traceback.print_exc()
+        return 4
+    except Exception:  # noqa: BLE001 - the parent shows this traceback's tail
+        traceback.print_exc()
+        return 4
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,158 @@
+"""The examples fed to a side: read from the user's file or generated from the signature.
+
+Generated inputs follow one documented rule so that two sides — two processes, two machines —
+given the same seed see the same bytes: for each signature input key, a NumPy
+``default_rng([seed, crc32(key)])`` draws
+
+* floating inputs: standard normal N(0, 1), drawn in float64 and rounded to the input dtype;
+* integer inputs: uniform integers in [0, 10);
+* boolean inputs: fair coin flips.
+
+The first dimension of every input is the example axis when the signature leaves it unknown
+(``None``). Strings (serialized ``tf.Example`` protos) cannot be invented and need ``--inputs``.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .artifacts import TensorSpec
+from .errors import TftraceError
+
+__all__ = ["Examples", "make_examples", "batches"]
+
+
+@dataclass
+class Examples:
+    arrays: dict[str, np.ndarray]  # signature input key -> all examples
+    count: int  # number of examples (rows); 0 for signatures without inputs
+    batch_major: bool  # False when the signature fixes the first dimension (no batching possible)
+    source: str  # "generated (seed N)" or the file name
+
+
+def batches(count: int, batch_size: int | None) -> list[tuple[int, int]]:
+    """Row ranges ``[start, stop)`` of each run: ceil(count / batch_size) runs, in order."""
+    if count == 0:
+        return [(0, 0)]
+    size = batch_size or count
+    return [(start, min(count, start + size)) for start in range(0, count, size)]
+
+
+def make_examples(inputs: dict[str, TensorSpec], examples: int, seed: int, inputs_file: str | None) -> Examples:
+    if not inputs:
+        return Examples({}, 0, False, "none (the signature takes no inputs)")
+    fixed = [k for k, s in inputs.items() if s.shape is not None and len(s.shape) > 0 and s.shape[0] is not None]
+    if inputs_file:
+        arrays = _read_file(inputs_file, inputs)
+        source = Path(inputs_file).name
+    else:
+        arrays = {key: _generate(key, spec, examples, seed, inputs) for key, spec in inputs.items()}
+        source = f"generated (seed {seed}, N(0,1) floats)"
+    counts = {k: (a.shape[0] if a.ndim else 1) for k, a in arrays.items()}
+    if len(set(counts.values())) > 1:
+        raise TftraceError(
+            f"the inputs disagree on the number of examples: {counts}",
+            "give every input the same first dimension (one row per example)",
+        )
+    count = next(iter(counts.values()))
+    return Examples(arrays, count, batch_major=not fixed and all(a.ndim > 0 for a in arrays.values()), source=source)
+
+
+def _generate(key: str, spec: TensorSpec, examples: int, seed: int, all_inputs: dict[str, TensorSpec]) -> np.ndarray:
+    dtype = spec.dtype
+    if dtype in ("string", "variant", "resource") or dtype.startswith("qu") or dtype.startswith("qi"):
+        tensor_inputs = [k for k, s in all_inputs.items() if s.dtype not in ("string",)]
+        raise TftraceError(
+            f"input {key!r} is a {dtype} tensor (e.g. serialized tf.Example protos), which tftrace cannot invent",
+            "pass real examples with --inputs FILE.npz, or choose a signature that takes tensors with --signature"
+            + (f" (inputs of this one that are tensors: {', '.join(tensor_inputs)})" if tensor_inputs else ""),
+        )
+    if spec.shape is None:
+        raise TftraceError(
+            f"input {key!r} has an unknown shape (not even its rank is known), so tftrace cannot generate it",
+            "pass real examples with --inputs FILE.npz",
+        )
+    shape = list(spec.shape)
+    if shape and shape[0] is None:
+        shape[0] = examples
+    if any(d is None for d in shape):
+        axes = [i for i, d in enumerate(shape) if d is None]
+        raise TftraceError(
+            f"input {key!r} has unknown dimensions at axes {axes} (shape {list(spec.shape)})",
+            "pass real examples with --inputs FILE.npz",
+        )
+    rng = np.random.default_rng([seed, zlib.crc32(key.encode("utf-8"))])
+    np_dtype = _numpy_dtype(dtype)
+    if np_dtype.kind == "f" or dtype == "bfloat16":
+        return rng.standard_normal(shape).astype(np_dtype)
+    if np_dtype.kind in "iu":
+        return rng.integers(0, 10, size=shape).astype(np_dtype)
+    if np_dtype.kind == "b":
+        return rng.random(shape) < 0.5
+    raise TftraceError(f"input {key!r} has dtype {dtype}, which tftrace cannot generate", "pass --inputs FILE.npz")
+
+
+def _numpy_dtype(name: str) -> np.dtype:
+    if name == "bfloat16":
+        import ml_dtypes  # noqa: PLC0415 - installed with TensorFlow, needed only for bf16 inputs
+
+        return np.dtype(ml_dtypes.bfloat16)
+    try:
+        return np.dtype(name)
+    except TypeError as exc:
+        raise TftraceError(f"dtype {name!r} is not supported as an input", "pass inputs of a numeric dtype") from exc
+
+
+def _read_file(path: str, inputs: dict[str, TensorSpec]) -> dict[str, np.ndarray]:
+    if not Path(path).is_file():
+        raise TftraceError(f"inputs file {path} does not exist", "give an .npz with one array per signature input")
+    try:
+        loaded = np.load(path, allow_pickle=False)
+    except (ValueError, OSError) as exc:
+        raise TftraceError(f"cannot read inputs file {path}: {exc}", "write it with numpy.savez or numpy.save") from exc
+    if isinstance(loaded, np.ndarray):
+        if len(inputs) != 1:
+            raise TftraceError(
+                f"{path} holds one array but the signature has {len(inputs)} inputs ({', '.join(inputs)})",
+                "write an .npz with numpy.savez(path, **{key: array}) using those keys",
+            )
+        arrays = {next(iter(inputs)): loaded}
+    else:
+        with loaded:
+            arrays = {k: loaded[k] for k in loaded.files}
+        missing = sorted(set(inputs) - set(arrays))
+        extra = sorted(set(arrays) - set(inputs))
+        if missing or extra:
+            raise TftraceError(
+                f"{path} has keys {sorted(arrays)} but the signature expects {sorted(inputs)}"
+                + (f" (missing: {', '.join(missing)})" if missing else "")
+                + (f" (unexpected: {', '.join(extra)})" if extra else ""),
+                "name the arrays after the signature input keys",
+            )
+    for key, spec in inputs.items():
+        _check_fits(key, arrays[key], spec)
+    return arrays
+
+
+def _check_fits(key: str, array: np.ndarray, spec: TensorSpec) -> None:
+    expected = _numpy_dtype(spec.dtype) if spec.dtype != "string" else None
+    if expected is None:
+        if array.dtype.kind not in "SUO":
+            raise TftraceError(f"input {key!r} is {array.dtype}, the signature expects strings", "pass bytes/str arrays")
+    elif array.dtype != expected:
+        raise TftraceError(
+            f"input {key!r} is {array.dtype}, the signature expects {spec.dtype}",
+            f"convert it, e.g. array.astype('{spec.dtype}')",
+        )
+    if spec.shape is None:
+        return
+    if array.ndim != len(spec.shape) or any(e is not None and e != g for e, g in zip(spec.shape, array.shape)):
+        shown = ["?" if d is None else d for d in spec.shape]
+        raise TftraceError(
+            f"input {key!r} has shape {list(array.shape)}, the signature expects {shown}",
+            "reshape the array to fit (the first axis is the example axis)",
+        )

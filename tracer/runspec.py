@@ -1,0 +1,189 @@
+"""A *side*: what to run and exactly how — artifact, device, batch size, inputs, knobs.
+
+TensorFlow reads ``TF_ENABLE_ONEDNN_OPTS``, ``TF_CUDNN_USE_AUTOTUNE``, ``TF_XLA_FLAGS`` and
+``CUDA_VISIBLE_DEVICES`` once, when it is imported, so every side runs in a child process whose
+environment is built here. Knobs that are process-wide API calls (op determinism, TF32) and
+session options (threads, Grappler, a TF Serving session config) travel in the JSON spec and
+are applied by the child before it builds its session. Nothing here imports TensorFlow.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from .artifacts import ArtifactRef
+from .errors import TftraceError
+
+__all__ = ["Knobs", "Side", "InputSpec", "GRAPPLER_KEYS", "child_env", "parse_grappler", "parse_device",
+           "XLA_AUTO_JIT_FLAGS"]
+
+GRAPPLER_KEYS = (
+    "remapping",
+    "layout_optimizer",
+    "constant_folding",
+    "arithmetic_optimization",
+    "auto_mixed_precision",
+    "auto_mixed_precision_onednn_bfloat16",
+    "disable_meta_optimizer",
+)
+TRI_STATE = ("on", "off", "default")
+XLA_AUTO_JIT_FLAGS = "--tf_xla_auto_jit=2 --tf_xla_cpu_global_jit"
+
+
+@dataclass(frozen=True)
+class Knobs:
+    """Settings that change numbers. ``default`` leaves TensorFlow's own choice (and any value
+    already in the caller's environment) alone; the fingerprint records what was in effect."""
+
+    onednn: str = "default"  # TF_ENABLE_ONEDNN_OPTS
+    autotune: str = "default"  # TF_CUDNN_USE_AUTOTUNE
+    determinism: bool = False  # tf.config.experimental.enable_op_determinism()
+    tf32: str = "default"  # tf.config.experimental.enable_tensor_float_32_execution
+    xla: str = "default"  # TF_XLA_FLAGS auto-clustering + session global_jit_level
+    threads: tuple[int, int] | None = None  # (intra_op, inter_op); 0 = TF's choice
+    grappler: tuple[tuple[str, str], ...] = ()  # RewriterConfig field -> on|off
+    session_config_text: str | None = None  # a text ConfigProto (TF Serving's session config file)
+    session_config_path: str | None = None
+    env: tuple[tuple[str, str], ...] = ()  # any other variable
+
+    def __post_init__(self) -> None:
+        for name in ("onednn", "autotune", "tf32", "xla"):
+            value = getattr(self, name)
+            if value not in TRI_STATE:
+                raise TftraceError(f"--{name} takes on, off or default, not {value!r}", f"use --{name} on|off")
+        for key, value in self.grappler:
+            if key not in GRAPPLER_KEYS:
+                raise TftraceError(
+                    f"unknown Grappler option {key!r}", f"use one of {', '.join(GRAPPLER_KEYS)}"
+                )
+            if value not in ("on", "off"):
+                raise TftraceError(f"Grappler option {key}={value!r}", f"write {key}=on or {key}=off")
+
+    def describe(self) -> dict[str, Any]:
+        """Only what differs from the defaults, for reports and labels."""
+        out: dict[str, Any] = {}
+        for key, default in asdict(Knobs()).items():
+            value = getattr(self, key)
+            if key == "session_config_text":
+                continue
+            if value != default and value not in ((), None):
+                out[key] = dict(value) if key in ("grappler", "env") else value
+        return out
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """Where the examples come from, and how many. Same spec on both sides = same examples."""
+
+    inputs_file: str | None = None  # .npz (keys = signature input keys) or .npy (one-input model)
+    seed: int = 0
+    examples: int = 8
+
+
+@dataclass(frozen=True)
+class Side:
+    artifact: ArtifactRef
+    device: str = "cpu"  # cpu | gpu | gpu:N
+    batch_size: int | None = None  # None = all examples in one run
+    knobs: Knobs = field(default_factory=Knobs)
+    inputs: InputSpec = field(default_factory=InputSpec)
+    max_memory: int = 2 << 30  # bytes fetched per session.run before chunking the fetch set
+    timing_runs: int = 3  # timed plain runs after one warm-up, per batch
+    timeout_s: float | None = None
+
+    def __post_init__(self) -> None:
+        parse_device(self.device)
+        if self.batch_size is not None and self.batch_size < 1:
+            raise TftraceError(f"batch size {self.batch_size} is not positive", "use --batch-size 1 or more")
+        if self.inputs.examples < 1:
+            raise TftraceError(f"--examples {self.inputs.examples} is not positive", "use --examples 1 or more")
+
+    def label(self) -> str:
+        parts = [self.device, f"batch {self.batch_size or self.inputs.examples}"]
+        parts += [f"{k}={v}" for k, v in self.knobs.describe().items() if k != "session_config_path"]
+        if self.knobs.session_config_path:
+            parts.append(f"session config {os.path.basename(self.knobs.session_config_path)}")
+        return ", ".join(parts)
+
+    def with_(self, **changes: Any) -> Side:
+        return replace(self, **changes)
+
+    def to_json(self) -> dict[str, Any]:
+        knobs = asdict(self.knobs)
+        knobs["grappler"] = dict(self.knobs.grappler)
+        knobs["env"] = dict(self.knobs.env)
+        knobs["threads"] = list(self.knobs.threads) if self.knobs.threads else None
+        return {
+            "artifact": self.artifact.to_json(),
+            "device": self.device,
+            "batch_size": self.batch_size,
+            "knobs": knobs,
+            "inputs": asdict(self.inputs),
+            "max_memory": self.max_memory,
+            "timing_runs": self.timing_runs,
+            "timeout_s": self.timeout_s,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Side:
+        k = dict(d.get("knobs", {}))
+        k["grappler"] = tuple(sorted(dict(k.get("grappler") or {}).items()))
+        k["env"] = tuple(sorted(dict(k.get("env") or {}).items()))
+        k["threads"] = tuple(k["threads"]) if k.get("threads") else None
+        return cls(
+            artifact=ArtifactRef.from_json(d["artifact"]),
+            device=d.get("device", "cpu"),
+            batch_size=d.get("batch_size"),
+            knobs=Knobs(**k),
+            inputs=InputSpec(**d.get("inputs", {})),
+            max_memory=int(d.get("max_memory", 2 << 30)),
+            timing_runs=int(d.get("timing_runs", 3)),
+            timeout_s=d.get("timeout_s"),
+        )
+
+
+def parse_device(device: str) -> tuple[str, int]:
+    """``cpu`` -> ("cpu", 0); ``gpu`` -> ("gpu", 0); ``gpu:1`` -> ("gpu", 1)."""
+    kind, _, index = device.lower().partition(":")
+    if kind not in ("cpu", "gpu") or (index and not index.isdigit()):
+        raise TftraceError(f"unknown device {device!r}", "use cpu, gpu or gpu:N")
+    return kind, int(index or 0)
+
+
+def parse_grappler(text: str | None) -> tuple[tuple[str, str], ...]:
+    """``remapping=off,layout_optimizer=on`` -> sorted pairs (validated by :class:`Knobs`)."""
+    pairs = []
+    for item in (text or "").split(","):
+        if not item.strip():
+            continue
+        key, sep, value = item.strip().partition("=")
+        if not sep:
+            raise TftraceError(f"--grappler item {item!r} has no value", "write KEY=on or KEY=off, comma-separated")
+        pairs.append((key.strip(), value.strip().lower()))
+    return tuple(sorted(pairs))
+
+
+def child_env(side: Side, base: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment the child process imports TensorFlow with."""
+    env = dict(os.environ if base is None else base)
+    knobs = side.knobs
+    if knobs.onednn != "default":
+        env["TF_ENABLE_ONEDNN_OPTS"] = "1" if knobs.onednn == "on" else "0"
+    if knobs.autotune != "default":
+        env["TF_CUDNN_USE_AUTOTUNE"] = "1" if knobs.autotune == "on" else "0"
+    if knobs.determinism:
+        env["TF_DETERMINISTIC_OPS"] = "1"  # the API call is made too; this covers TF < 2.8
+    flags = env.get("TF_XLA_FLAGS", "")
+    if knobs.xla == "on" and "--tf_xla_auto_jit" not in flags:
+        env["TF_XLA_FLAGS"] = f"{flags} {XLA_AUTO_JIT_FLAGS}".strip()
+    elif knobs.xla == "off":
+        env["TF_XLA_FLAGS"] = " ".join(f for f in flags.split() if not f.startswith(("--tf_xla_auto_jit",
+                                                                                    "--tf_xla_cpu_global_jit")))
+    kind, _ = parse_device(side.device)
+    if kind == "cpu":
+        env["CUDA_VISIBLE_DEVICES"] = "-1"  # a CPU side must not have ops placed on a GPU
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    env.update(dict(knobs.env))
+    return env
