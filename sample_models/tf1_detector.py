@@ -34,7 +34,8 @@ SERVE_TAG = "serve"
 CHECKPOINT_BASENAME = "model.ckpt"
 
 
-def build_detector(tf: ModuleType, variant: Variant | None = None) -> tuple[Any, dict[str, Any], list[Any]]:
+def build_detector(tf: ModuleType, variant: Variant | None = None
+                   ) -> tuple[Any, dict[str, Any], list[Any]]:
     """Build the detector into the default graph: (images placeholder, outputs, variables)."""
     shapes = w.detector_shapes()
     created: list[Any] = []
@@ -103,7 +104,7 @@ def write_detector_checkpoint(tf: ModuleType, out: Path, values: Mapping[str, np
         saver.save(sess, str(prefix), write_meta_graph=False)
         meta = saver.export_meta_graph()
         meta.signature_def[SIGNATURE_KEY].CopyFrom(sig)
-        Path(f"{prefix}.meta").write_bytes(meta.SerializeToString())
+        Path(f"{prefix}.meta").write_bytes(meta.SerializeToString(deterministic=True))
         write_savedmodel(tf, sess, out / "savedmodel", sig)
     return prefix
 

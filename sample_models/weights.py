@@ -108,9 +108,9 @@ def anchors() -> np.ndarray:
 def nan_model_weights(seed: int = SEED) -> np.ndarray:
     """A [4, 6] matrix whose last three columns are the negatives of the first three.
 
-    For any input row that is not exactly zero, one column of each +/- pair is negative, so
-    ``log`` of the product is NaN on every row: the NaN does not depend on which random
-    inputs a tool happens to draw.
+    Of each +/- pair of products one is negative (unless both are exactly zero), so ``log`` of
+    the product is NaN on every row: the NaN does not depend on which random inputs a tool
+    happens to draw.
     """
     half = np.random.RandomState(seed + 1).normal(0.0, 1.0, size=(4, 3)).astype(np.float32)
     return np.concatenate([half, -half], axis=1)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -90,8 +91,22 @@ def test_bfloat16_round_trip_widens_exactly_to_float32(tmp_path: Path) -> None:
     got = cap.tensor("bf")
     assert got.dtype == np.float32
     np.testing.assert_array_equal(got, bf16.astype(np.float32))
-    assert record["stats"] == {"min": -65280.0, "max": 3.140625, "mean": (1 - 0.0078125 + 3.140625 - 65280 + 2.5) / 6,
-                               "nan": 1, "inf": 1}
+    mean = (1.0 - 0.0078125 + 3.140625 - 65280.0 + 0.5 + 2.0) / 6
+    assert record["stats"] == {"min": -65280.0, "max": 3.140625, "mean": mean, "nan": 1, "inf": 1}
+
+
+def test_float8_and_complex_round_trip(tmp_path: Path) -> None:
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    f8 = np.array([0.5, -448.0, 3.5], np.float32).astype(ml_dtypes.float8_e4m3fn)
+    z = np.array([3 + 4j, np.nan, -1j, np.inf], np.complex64)
+    with CaptureWriter(tmp_path / "cap") as writer:
+        writer.write_whole("f8", f8)
+        writer.write_rows("z", z, 0, 4)
+        writer.finalize({})
+    cap = Capture.open(tmp_path / "cap")
+    assert cap.record("f8")["stored_dtype"] == "|u1" and cap.tensor("f8").tolist() == [0.5, -448.0, 3.5]
+    np.testing.assert_array_equal(cap.tensor("z"), z)
+    assert cap.record("z")["stats"] == {"min": 1.0, "max": 5.0, "mean": 3.0, "nan": 1, "inf": 1}
 
 
 def test_strings_of_growing_width_across_batches(tmp_path: Path) -> None:
@@ -230,13 +245,33 @@ def test_stale_lock_of_a_dead_process_is_taken_over_only_with_force(tmp_path: Pa
     pid = int(dead.stdout)
     cap = tmp_path / "cap"
     (cap / "tensors").mkdir(parents=True)
-    (cap / ".lock").write_text(json.dumps({"pid": pid, "host": os.uname().nodename, "nonce": "x"}))
+    (cap / ".lock").write_text(json.dumps({"pid": pid, "host": socket.gethostname(), "nonce": "x"}))
     with pytest.raises(TftraceError, match=rf"was interrupted \(pid {pid} is gone\).*--force"):
         CaptureWriter(cap)
     with CaptureWriter(cap, force=True) as writer:
         assert json.loads((cap / ".lock").read_text())["pid"] == os.getpid()
         writer.finalize({})
     assert sorted(os.listdir(cap)) == ["manifest.json", "tensors"]
+
+
+def test_unreadable_lock_counts_as_stale(tmp_path: Path) -> None:
+    cap = tmp_path / "cap"
+    cap.mkdir()
+    (cap / ".lock").write_bytes(b"")  # a writer that died between creating and filling its lock
+    with pytest.raises(TftraceError, match=r"interrupted \(its writer is gone\)"):
+        CaptureWriter(cap)
+    CaptureWriter(cap, force=True).abort()
+    assert sorted(os.listdir(cap)) == ["tensors"]
+
+
+def test_the_store_never_imports_tensorflow() -> None:
+    code = (
+        "import sys, tracer.capture, tracer.capture.store, tracer.capture.reader; "
+        "print(sorted(m for m in ('tensorflow', 'ml_dtypes') if m in sys.modules))"
+    )
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, check=True)
+    assert done.stdout.strip() == "[]"
 
 
 # --------------------------------------------------------------------------- damaged or hostile manifests

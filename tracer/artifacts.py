@@ -415,7 +415,14 @@ def _load_saved_model_v2(ref: ArtifactRef, directory: str, meta: Any, available:
                 "report this model to tftrace's maintainers; meanwhile export a TF1 SavedModel or frozen GraphDef",
             )
         inputs[key] = _spec_of(match)
-    outputs = {key: _spec_of(t) for key, t in sorted(frozen.structured_outputs.items())}
+    structured = function.structured_outputs
+    keys = sorted(structured) if isinstance(structured, dict) else [f"output_{i}" for i in range(len(frozen.outputs))]
+    if len(keys) != len(frozen.outputs):  # nest.flatten orders a dict by key, as zip assumes
+        raise TftraceError(
+            f"signature {ref.signature!r} of {directory} returns nested outputs tftrace cannot map",
+            "export a signature that returns a flat dict of tensors",
+        )
+    outputs = {key: _spec_of(t) for key, t in zip(keys, frozen.outputs)}
     return Artifact(
         ref=ref,
         kind="saved_model_v2",

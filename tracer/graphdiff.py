@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from .graphmatch import VARIABLE_OPS, match_graphs
-from .opgraph import OpGraph, tensor_op
+from .graphmatch import PLUMBING, VARIABLE_OPS, canonical_tensor, match_graphs
+from .opgraph import OpGraph, tensor_op, tensor_slot
 
 __all__ = ["Rewrite", "GraphDiff", "diff_graphs", "ValueSource", "REWRITE_KINDS"]
 
@@ -118,19 +118,22 @@ class _Context:
         self.inverse = {y: x for x, (y, _) in self.pairs.items()}
         self.done_a: set[str] = set()
         self.done_b: set[str] = set()
+        self.cast_nodes: set[str] = set()  # B casts of recognised cast regions
 
     # ---- helpers ---------------------------------------------------------------------------
 
     def partner(self, x: str) -> str | None:
         return self.pairs[x][0] if x in self.pairs else None
 
-    def source_chain(self, g: OpGraph, tensor: str) -> list[str]:
-        """The op producing ``tensor`` and the pass-through ops above it (``w/read`` -> ``w``)."""
+    def source_chain(self, g: OpGraph, tensor: str, through: set[str] | None = None) -> list[str]:
+        """The op producing ``tensor`` and the pass-through ops above it (``w/read`` -> ``w``);
+        ``through`` adds ops to look through (the casts of a recognised cast region)."""
         chain = []
         op = tensor_op(tensor)
         while op in g:
             chain.append(op)
-            if g.op_type(op) not in PASS_THROUGH or not g.data_inputs(op):
+            passes = g.op_type(op) in PASS_THROUGH or op in (through or ())
+            if not passes or not g.data_inputs(op):
                 break
             op = tensor_op(g.data_inputs(op)[0])
         return chain
@@ -207,6 +210,7 @@ class _Context:
             out.append(Rewrite("cast_inserted", [x], casts + [core], detail))
             self.done_a.add(x)
             self.done_b.update(casts + [core])
+            self.cast_nodes.update(casts)
         return out
 
     def fusions(self) -> list[Rewrite]:
@@ -243,8 +247,10 @@ class _Context:
                 continue
             out += self._value_rewrites(x, y)
             na, nb = self.a.node(x), self.b.node(y)
-            if na["op"] != nb["op"] and not (na["op"] in VARIABLE_OPS | {"Const"} and nb["op"] in VARIABLE_OPS | {"Const"}):
-                out.append(Rewrite("op_changed", [x], [y], {"a_op": na["op"], "b_op": nb["op"]}))
+            weights = VARIABLE_OPS | {"Const"}
+            if na["op"] != nb["op"]:
+                if not (na["op"] in weights and nb["op"] in weights):  # variable vs constant: values decide
+                    out.append(Rewrite("op_changed", [x], [y], {"a_op": na["op"], "b_op": nb["op"]}))
                 continue
             changed = _attr_changes(na, nb)
             if changed:
@@ -284,25 +290,31 @@ class _Context:
         return changes
 
     def _same_source(self, ta: str, tb: str) -> bool:
-        """Do two input tensors come from paired ops (looking through removed pass-throughs)?"""
+        """Do two input tensors come from paired ops (looking through pass-throughs and casts)?"""
+        ca, cb = canonical_tensor(self.a, ta), canonical_tensor(self.b, tb)
+        if self.partner(tensor_op(ca)) == tensor_op(cb) and tensor_slot(ca) == tensor_slot(cb):
+            return True
         src_a = self.source_chain(self.a, ta)
-        src_b = self.source_chain(self.b, tb)
-        slot_a, slot_b = ta.rsplit(":", 1)[-1], tb.rsplit(":", 1)[-1]
+        src_b = self.source_chain(self.b, tb, through=self.cast_nodes)
         for na in src_a:
             partner = self.partner(na)
             if partner is not None:
-                return partner in src_b and (na != src_a[0] or slot_a == slot_b)
+                return partner in src_b and (na != src_a[0] or tensor_slot(ta) == tensor_slot(tb))
         return False
 
     def unmatched(self) -> list[Rewrite]:
         out = []
         for x in self.a.topo_order():
-            if x not in self.pairs and x not in self.done_a:
+            if x not in self.pairs and x not in self.done_a and not self._loader_plumbing(self.a, x):
                 out.append(Rewrite("node_removed", [x], [], {"op": self.a.op_type(x)}))
         for y in self.b.topo_order():
-            if y not in self.inverse and y not in self.done_b:
+            if y not in self.inverse and y not in self.done_b and not self._loader_plumbing(self.b, y):
                 out.append(Rewrite("node_added", [], [y], {"op": self.b.op_type(y)}))
         return out
+
+    def _loader_plumbing(self, g: OpGraph, op: str) -> bool:
+        """Identity nodes that tftrace's own inlining of a TF2 function added (not the export)."""
+        return self.frozen_by_loader and g.op_type(op) in PLUMBING | {"NoOp"}
 
 
 def _type_attrs_differ(a: OpGraph, b: OpGraph, x: str, y: str) -> bool:

@@ -6,7 +6,8 @@ tried first because they are cheap and usually right; the signature then anchors
 at their inputs and outputs (paired by signature key), and pairs spread from every matched op:
 
 * backwards — the producers of input ``i`` of two matched ops are paired when their op types
-  agree (or both are weight sources: variable, constant, identity of one);
+  agree (or both are weight sources: variable, constant, identity of one); Identity plumbing
+  (which TF2 inlining adds around every function call) is looked through;
 * forwards — the consumers of a matched tensor are paired when exactly one unmatched consumer
   on each side reads it at the same input index with the same op type.
 
@@ -25,6 +26,23 @@ __all__ = ["match_graphs", "WEIGHT_SOURCES", "VARIABLE_OPS"]
 
 VARIABLE_OPS = {"VariableV2", "Variable", "VarHandleOp"}
 WEIGHT_SOURCES = VARIABLE_OPS | {"Const", "Identity", "ReadVariableOp"}
+PLUMBING = {"Identity", "Snapshot"}  # pass values through unchanged: inlining and export add and drop them
+
+
+def canonical_tensor(g: OpGraph, tensor: str) -> str:
+    """Follow a tensor up through Identity plumbing to the tensor that really computes it."""
+    seen = 0
+    while seen < 10_000:
+        op = tensor_op(tensor)
+        if op not in g or g.op_type(op) not in PLUMBING or not g.data_inputs(op):
+            return tensor
+        tensor = g.data_inputs(op)[0]
+        seen += 1
+    return tensor
+
+
+def canonical_inputs(g: OpGraph, op: str) -> list[str]:
+    return [canonical_tensor(g, t) for t in g.data_inputs(op)]
 
 
 def match_graphs(a: OpGraph, b: OpGraph) -> dict[str, tuple[str, str]]:
@@ -47,7 +65,23 @@ def match_graphs(a: OpGraph, b: OpGraph) -> dict[str, tuple[str, str]]:
         for key in sorted(set(sig_a) & set(sig_b)):
             pair(tensor_op(sig_a[key]), tensor_op(sig_b[key]), "signature")
     _spread(a, b, pairs, taken_b, pair)
+    _pair_plumbing(a, b, pairs, pair)
     return pairs
+
+
+def _pair_plumbing(a: OpGraph, b: OpGraph, pairs: dict[str, tuple[str, str]], pair: Callable[[str, str, str], bool]) -> None:
+    """Pair leftover Identity plumbing hanging off matched ops (``w/read`` <-> ``.../ReadVariableOp``)
+    so the name mapping is complete; done last because plumbing carries no structure."""
+    changed = True
+    while changed:
+        changed = False
+        taken = {v for v, _ in pairs.values()}
+        for x, (y, _) in list(pairs.items()):
+            free_x = [n for n in a.g.successors(x) if a.op_type(n) in PLUMBING and n not in pairs]
+            free_y = [n for n in b.g.successors(y) if b.op_type(n) in PLUMBING and n not in taken]
+            if len(free_x) == 1 and len(free_y) == 1 and pair(free_x[0], free_y[0], "structure"):
+                taken.add(free_y[0])
+                changed = True
 
 
 def _compatible(a: OpGraph, b: OpGraph, x: str, y: str) -> bool:
@@ -65,8 +99,8 @@ def _spread(
         changed = False
         for x, (y, _) in list(pairs.items()):
             # backwards: producer of input i <-> producer of input i
-            ins_x, ins_y = a.data_inputs(x), b.data_inputs(y)
-            if len(ins_x) == len(ins_y) and a.op_type(x) == b.op_type(y):
+            ins_x, ins_y = canonical_inputs(a, x), canonical_inputs(b, y)
+            if len(ins_x) == len(ins_y) and (a.op_type(x) == b.op_type(y) or {a.op_type(x), b.op_type(y)} <= PLUMBING):
                 for tx, ty in zip(ins_x, ins_y):
                     px, py = tensor_op(tx), tensor_op(ty)
                     if px in a and py in b and tensor_slot(tx) == tensor_slot(ty) and _compatible(a, b, px, py):
@@ -81,10 +115,13 @@ def _spread(
 
 
 def _consumers(g: OpGraph) -> dict[str, dict[tuple[int, int, str], list[str]]]:
-    """op -> {(output slot, consumer input index, consumer op type): [consumer ops]}."""
+    """op -> {(output slot, consumer input index, consumer op type): [consumer ops]}, looking
+    through Identity plumbing (which is itself never a consumer here)."""
     table: dict[str, dict[tuple[int, int, str], list[str]]] = defaultdict(lambda: defaultdict(list))
     for dst in g.topo_order():
-        for index, tensor in enumerate(g.data_inputs(dst)):
+        if g.op_type(dst) in PLUMBING:
+            continue
+        for index, tensor in enumerate(canonical_inputs(g, dst)):
             src = tensor_op(tensor)
             if src in g:
                 table[src][(tensor_slot(tensor), index, g.op_type(dst))].append(dst)

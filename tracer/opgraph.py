@@ -224,7 +224,9 @@ def attr_to_json(value: Any) -> Any:
             return value.s.decode("utf-8")
         except UnicodeDecodeError:
             return {"bytes_b64": base64.b64encode(value.s).decode("ascii")}
-    if kind in ("i", "f", "b"):
+    if kind == "f":
+        return float(f"{value.f:.7g}")  # attrs are float32: print 0.001, not 0.0010000000474974513
+    if kind in ("i", "b"):
         return getattr(value, kind)
     if kind == "type":
         return _dtype_name(value.type)
@@ -246,6 +248,8 @@ def attr_to_json(value: Any) -> Any:
                 return [_dtype_name(t) for t in items]
             if field == "shape":
                 return [_shape_json(s) for s in items]
+            if field == "f":
+                return [float(f"{x:.7g}") for x in items]
             if field == "tensor":
                 return [_tensor_json(t) for t in items]
             if field == "func":

@@ -1,14 +1,11 @@
-"""Capture directories: one side's tensors on disk, written crash-safely, read lazily.
+"""Writing capture directories: one side's tensors on disk, crash-safely.
 
 A capture directory holds ``tensors/*.npy`` (one file per captured tensor, all examples' rows
 in it) and ``manifest.json``. The manifest is written *last*, atomically, so its presence is
 the only proof that a capture finished: a directory without it is an interrupted or running
-capture and every reader refuses it. This module never imports TensorFlow, because captures
-are compared and rendered on machines that may not have it.
-
-Capture directories can come from elsewhere (a colleague, a CI artifact), so the reader treats
-the manifest as untrusted: file paths must stay inside ``tensors/``, shapes and dtypes must be
-sane and agree with each ``.npy`` header before anything is allocated or memory-mapped.
+capture and every reader (:class:`~tracer.capture.reader.Capture`, re-exported here) refuses
+it. This module never imports TensorFlow, because captures are compared and rendered on
+machines that may not have it.
 """
 
 from __future__ import annotations
@@ -22,45 +19,36 @@ import socket
 from bisect import bisect_right
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath, PureWindowsPath
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 import numpy as np
 
 from ..errors import TftraceError
+from ._format import (
+    FORMAT,
+    FORMAT_VERSION,
+    MANIFEST,
+    RERUN,
+    STRING,
+    TENSORS,
+    Unstorable,
+    atomic_write,
+    fsync,
+    npy_header,
+    open_npy,
+    to_storage,
+    widen,
+    write_at,
+)
+from .reader import Capture
 
 __all__ = ["Capture", "CaptureWriter", "safe_filename", "FORMAT", "FORMAT_VERSION"]
 
-FORMAT = "tftrace-capture"
-FORMAT_VERSION = 1
-MANIFEST = "manifest.json"
-TENSORS = "tensors"
 LOCK = ".lock"
-MAX_TENSOR_BYTES = 2**40  # a record declaring more is damaged or hostile, not a real tensor
-STRING = "string"
 _STATS_CHUNK = 1 << 20  # elements per chunk: stats never hold more than a few MB at once
 _MAX_NAME = 120
-_RERUN = "re-run the capture with --force"
-
-# Plain numpy dtypes, stored as they are.
-_NATIVE = frozenset(
-    "bool int8 int16 int32 int64 uint8 uint16 uint32 uint64 "
-    "float16 float32 float64 complex64 complex128".split()
-)
-# ml_dtypes types that TensorFlow hands out: stored as the same-width unsigned int, because a
-# reader may not have ml_dtypes; read back widened to a dtype every numpy has, exactly.
-_EXTENDED: dict[str, tuple[str, str]] = {
-    "bfloat16": ("u2", "float32"),
-    "float8_e4m3fn": ("u1", "float32"),
-    "float8_e4m3fnuz": ("u1", "float32"),
-    "float8_e4m3b11fnuz": ("u1", "float32"),
-    "float8_e5m2": ("u1", "float32"),
-    "float8_e5m2fnuz": ("u1", "float32"),
-    "int4": ("u1", "int8"),
-    "uint4": ("u1", "uint8"),
-}
-_STORED_DTYPE = re.compile(r"[<>|=]([biufcS])([0-9]{1,6})")
 
 
 # --------------------------------------------------------------------------- file names
@@ -98,53 +86,7 @@ def safe_filename(tensor_name: str, digest_chars: int = 12) -> str:
     return f"{stem[: _MAX_NAME - len(digest) - 1] or '_'}-{digest}.npy"
 
 
-# --------------------------------------------------------------------------- dtypes and stats
-
-
-class _Unstorable(Exception):
-    """Why an array cannot be stored; the writer records it as uncaptured instead."""
-
-
-def _to_storage(arr: np.ndarray) -> tuple[str, np.ndarray]:
-    """Return the logical dtype name and the array as it is written to disk."""
-    name = arr.dtype.name
-    if name in _NATIVE:
-        return name, arr
-    if name in _EXTENDED:
-        return name, arr.view(_EXTENDED[name][0])
-    if arr.dtype.kind in "SUO":
-        return STRING, _as_fixed_bytes(arr)
-    raise _Unstorable(f"dtype {name} cannot be stored in a capture")
-
-
-def _as_fixed_bytes(arr: np.ndarray) -> np.ndarray:
-    """Strings as fixed-width ``S`` (mmap-able, no pickle); refuse what that would corrupt."""
-    if arr.dtype.kind == "S":
-        return arr
-    if arr.dtype.kind == "U":
-        return np.char.encode(arr, "utf-8")
-    values = arr.ravel().tolist()
-    if not all(isinstance(v, bytes) for v in values):
-        kinds = sorted({type(v).__name__ for v in values if not isinstance(v, bytes)})
-        raise _Unstorable(f"object tensor holding {', '.join(kinds)} values cannot be stored")
-    if any(v.endswith(b"\0") for v in values):
-        raise _Unstorable("a string value ends in a NUL byte, which fixed-width storage drops")
-    return np.array(values, dtype="S").reshape(arr.shape) if values else np.zeros(arr.shape, "S1")
-
-
-def _widen(stored: np.ndarray, dtype_name: str) -> np.ndarray:
-    """Turn stored bits back into numbers; bfloat16 -> float32 is exact (a 16-bit shift)."""
-    if dtype_name == "bfloat16":
-        return (stored.astype(np.uint32) << 16).view(np.float32)
-    if dtype_name in _EXTENDED:
-        try:
-            import ml_dtypes  # noqa: PLC0415 - only needed for rare float8/int4 captures
-        except ImportError as exc:
-            raise TftraceError(
-                f"reading a {dtype_name} tensor needs the ml_dtypes package", "pip install ml_dtypes"
-            ) from exc
-        return stored.view(getattr(ml_dtypes, dtype_name)).astype(_EXTENDED[dtype_name][1])
-    return stored
+# --------------------------------------------------------------------------- stats
 
 
 def _chunked_stats(stored: np.ndarray, dtype_name: str) -> dict[str, Any] | None:
@@ -159,12 +101,12 @@ def _chunked_stats(stored: np.ndarray, dtype_name: str) -> dict[str, Any] | None
     hi: Any = None
     total, count, nan, inf = 0.0, 0, 0, 0
     for start in range(0, flat.size, _STATS_CHUNK):
-        chunk = _widen(np.asarray(flat[start : start + _STATS_CHUNK]), dtype_name)
+        chunk = widen(np.asarray(flat[start : start + _STATS_CHUNK]), dtype_name)
         if chunk.dtype.kind in "fc":
             nan += int(np.isnan(chunk).sum())
             inf += int(np.isinf(chunk).sum())
+            chunk = np.abs(chunk) if chunk.dtype.kind == "c" else chunk  # |z| may overflow: filter after
             chunk = chunk[np.isfinite(chunk)]
-            chunk = np.abs(chunk) if chunk.dtype.kind == "c" else chunk
             cast: type = float
         else:
             chunk = chunk.astype(np.uint8) if chunk.dtype.kind == "b" else chunk
@@ -178,78 +120,6 @@ def _chunked_stats(stored: np.ndarray, dtype_name: str) -> dict[str, Any] | None
     mean = total / count if count else None
     mean = mean if mean is None or np.isfinite(mean) else None
     return {"min": lo, "max": hi, "mean": mean, "nan": nan, "inf": inf}
-
-
-# --------------------------------------------------------------------------- .npy files
-
-
-def _npy_header(dtype: np.dtype, shape: tuple[int, ...]) -> bytes:
-    import io  # noqa: PLC0415 - tiny and local
-
-    buf = io.BytesIO()
-    header = {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False, "shape": shape}
-    np.lib.format.write_array_header_1_0(buf, header)
-    return buf.getvalue()
-
-
-def _write_at(path: Path, offset: int, arr: np.ndarray) -> None:
-    """Write an array's bytes into an existing file at ``offset`` (open, write, close)."""
-    with open(path, "r+b") as f:
-        f.seek(offset)
-        f.write(np.ascontiguousarray(arr).reshape(-1).view(np.uint8).data)
-
-
-def _open_npy(path: Path, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
-    """Memory-map a ``.npy`` read-only after checking its header agrees with what we expect.
-
-    The check comes first so a hostile or truncated file can never make us allocate or map
-    something other than the (already bounded) declared shape.
-    """
-    fmt = np.lib.format
-    with open(path, "rb") as f:
-        try:
-            version = fmt.read_magic(f)
-            if version == (1, 0):
-                hshape, fortran, hdtype = fmt.read_array_header_1_0(f)
-            elif version == (2, 0):
-                hshape, fortran, hdtype = fmt.read_array_header_2_0(f)
-            else:
-                raise ValueError(f"unsupported .npy version {version}")
-        except ValueError as exc:
-            raise _damaged(path.parent.parent, f"{path.name} is not a valid .npy file ({exc})") from exc
-        offset, size = f.tell(), os.fstat(f.fileno()).st_size
-    nbytes = int(np.prod(shape, dtype=object)) * dtype.itemsize
-    if tuple(hshape) != shape or fortran or hdtype != dtype or size - offset != nbytes:
-        raise _damaged(
-            path.parent.parent,
-            f"{path.name} holds {hdtype} {tuple(hshape)} in {size - offset} bytes but the manifest "
-            f"declares {dtype} {shape} in {nbytes} bytes",
-        )
-    if nbytes == 0:
-        return np.zeros(shape, dtype)
-    return np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=shape)
-
-
-def _fsync(path: Path) -> None:
-    """Make a file's (or a directory's entries') bytes durable; directories only where POSIX allows."""
-    if path.is_dir() and not hasattr(os, "O_DIRECTORY"):
-        return
-    fd = os.open(path, os.O_RDONLY | (getattr(os, "O_DIRECTORY", 0) if path.is_dir() else 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    """Write via a temp file + fsync + rename: readers see the old state or the whole new file."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    _fsync(path.parent)
 
 
 # --------------------------------------------------------------------------- writer
@@ -288,10 +158,10 @@ def _is_capture_leftover(entry: os.DirEntry[str]) -> bool:
     if entry.is_symlink():
         return False
     if entry.is_dir():
-        return name == TENSORS and all(
-            f.is_file(follow_symlinks=False) and f.name.endswith((".npy", ".tmp"))
-            for f in os.scandir(entry.path)
-        )
+        if name != TENSORS:
+            return False
+        with os.scandir(entry.path) as files:
+            return all(f.is_file(follow_symlinks=False) and f.name.endswith((".npy", ".tmp")) for f in files)
     return name in (MANIFEST, LOCK) or name.endswith(".tmp")
 
 
@@ -310,7 +180,7 @@ class CaptureWriter:
         self._force = force
         self._entries: dict[str, _Entry] = {}
         self._uncaptured: dict[str, str] = {}
-        self._used: dict[str, str] = {}  # case-folded file name -> tensor name
+        self._used: set[str] = set()  # case-folded file names in use
         self._lock_token: bytes | None = None
         self._state = "open"
         self._prepare()
@@ -334,11 +204,11 @@ class CaptureWriter:
             if self._force:
                 self._refuse_foreign()
                 (root / MANIFEST).unlink(missing_ok=True)  # first: the directory is incomplete from now on
-                for entry in os.scandir(root):
-                    if entry.name == TENSORS:
-                        shutil.rmtree(entry.path)
-                    elif entry.name != LOCK:
-                        os.unlink(entry.path)
+                for name in os.listdir(root):
+                    if name == TENSORS:
+                        shutil.rmtree(root / name)
+                    elif name != LOCK:
+                        os.unlink(root / name)
             (root / TENSORS).mkdir()
         except BaseException:
             self._release()  # the object is never returned, so nobody else could release it
@@ -346,7 +216,8 @@ class CaptureWriter:
 
     def _refuse_foreign(self) -> None:
         """--force replaces a capture, never anything else: a typo must not wipe a home directory."""
-        foreign = sorted(e.name for e in os.scandir(self.path) if not _is_capture_leftover(e))
+        with os.scandir(self.path) as entries:
+            foreign = sorted(e.name for e in entries if not _is_capture_leftover(e))
         if foreign:
             shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
             raise TftraceError(
@@ -356,31 +227,37 @@ class CaptureWriter:
             )
 
     def _acquire_lock(self) -> None:
+        """Create ``.lock`` exclusively (O_EXCL), so two writers never share a directory."""
         lock = self.path / LOCK
-        token = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "nonce": os.urandom(8).hex()})
-        try:
-            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:
-            held = lock.read_bytes()
-            pid, host, dead = _lock_holder(held)
-            who = f"pid {pid}" + ("" if host == socket.gethostname() else f" on host {host}")
-            if not dead:
-                raise TftraceError(
-                    f"another capture is writing to {self.path} ({who})",
-                    f"wait for it to finish or write elsewhere; if no capture is running, delete {lock}",
-                ) from None
-            if not self._force:
-                raise TftraceError(
-                    f"a capture of {self.path} was interrupted ({who} is gone)", f"{_RERUN} to replace it"
-                ) from None
-            self._break_stale_lock(lock, held)
+        host = socket.gethostname()
+        token = json.dumps({"pid": os.getpid(), "host": host, "nonce": os.urandom(8).hex()}).encode()
+        for _attempt in range(3):
             try:
                 fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
             except FileExistsError:
-                raise TftraceError(f"another capture is writing to {self.path}", "write elsewhere") from None
-        with os.fdopen(fd, "wb") as f:
-            f.write(token.encode())
-        self._lock_token = token.encode()
+                try:
+                    held = lock.read_bytes()
+                except FileNotFoundError:
+                    continue  # its writer finished in between: try again
+                pid, holder_host, dead = _lock_holder(held)
+                who = "its writer" if pid is None else f"pid {pid}"
+                who += "" if holder_host == host else f" on host {holder_host}"
+                if not dead:
+                    raise TftraceError(
+                        f"another capture is writing to {self.path} ({who})",
+                        f"wait for it to finish or write elsewhere; if no capture is running, delete {lock}",
+                    ) from None
+                if not self._force:
+                    raise TftraceError(
+                        f"a capture of {self.path} was interrupted ({who} is gone)", f"{RERUN} to replace it"
+                    ) from None
+                self._break_stale_lock(lock, held)
+                continue
+            with os.fdopen(fd, "wb") as f:
+                f.write(token)
+            self._lock_token = token
+            return
+        raise TftraceError(f"another capture is writing to {self.path}", "write elsewhere")
 
     def _break_stale_lock(self, lock: Path, held: bytes) -> None:
         """Move a dead writer's lock aside; put it back if another writer replaced it meanwhile."""
@@ -408,7 +285,7 @@ class CaptureWriter:
         filename = safe_filename(tensor_name)
         if filename.casefold() in self._used:  # a 48-bit hash collision: use the full hash
             filename = safe_filename(tensor_name, digest_chars=64)
-        self._used[filename.casefold()] = tensor_name
+        self._used.add(filename.casefold())
         return filename
 
     def write_rows(self, tensor_name: str, rows: np.ndarray, row_offset: int, total_rows: int) -> None:
@@ -427,8 +304,8 @@ class CaptureWriter:
         if rows.ndim == 0 or row_offset < 0 or row_offset + len(rows) > total_rows:
             raise ValueError(f"rows {row_offset}+{rows.shape} do not fit a {total_rows}-row tensor {tensor_name!r}")
         try:
-            dtype_name, stored = _to_storage(rows)
-        except _Unstorable as exc:
+            dtype_name, stored = to_storage(rows)
+        except Unstorable as exc:
             self.mark_uncaptured(tensor_name, str(exc))
             return
         entry = self._entries.get(tensor_name)
@@ -447,7 +324,7 @@ class CaptureWriter:
         if not _add_interval(entry.rows, row_offset, row_offset + len(rows)):
             raise ValueError(f"rows {row_offset}:{row_offset + len(rows)} of {tensor_name!r} were already written")
         row_bytes = int(np.prod(entry.shape[1:], dtype=object)) * entry.stored.itemsize
-        _write_at(self._file(entry), entry.header_len + row_offset * row_bytes, stored.astype(entry.stored, copy=False))
+        write_at(self._file(entry), entry.header_len + row_offset * row_bytes, stored.astype(entry.stored, copy=False))
 
     def _create_rows(self, name: str, dtype_name: str, stored: np.dtype, shape: tuple[int, ...]) -> _Entry:
         entry = _Entry(self._claim_filename(name), dtype_name, stored, shape, batch_major=True)
@@ -457,19 +334,19 @@ class CaptureWriter:
 
     def _write_empty(self, path: Path, entry: _Entry) -> None:
         """A header plus a sparse, zero-filled body: rows are written into it in place."""
-        header = _npy_header(entry.stored, entry.shape)
+        header = npy_header(entry.stored, entry.shape)
         with open(path, "wb") as f:
             f.write(header)
             f.truncate(len(header) + int(np.prod(entry.shape, dtype=object)) * entry.stored.itemsize)
         entry.header_len = len(header)
 
     def _widen_string_file(self, entry: _Entry, wider: np.dtype) -> None:
-        old = _open_npy(self._file(entry), entry.shape, entry.stored)
+        old = open_npy(self._file(entry), entry.shape, entry.stored)
         tmp = self._file(entry).with_name(entry.filename + ".tmp")
         entry.stored = wider
         self._write_empty(tmp, entry)
         if old.size:
-            _write_at(tmp, entry.header_len, old.astype(wider))
+            write_at(tmp, entry.header_len, old.astype(wider))
         del old
         os.replace(tmp, self._file(entry))
 
@@ -482,8 +359,8 @@ class CaptureWriter:
             raise ValueError(f"tensor {tensor_name!r} was already stored")
         arr = np.asarray(array)
         try:
-            dtype_name, stored = _to_storage(arr)
-        except _Unstorable as exc:
+            dtype_name, stored = to_storage(arr)
+        except Unstorable as exc:
             self.mark_uncaptured(tensor_name, str(exc))
             return
         stored = np.require(stored, requirements="C")  # never Fortran order: the reader insists on C
@@ -506,7 +383,7 @@ class CaptureWriter:
         entry = self._entries.pop(tensor_name, None)
         if entry is not None:
             self._file(entry).unlink(missing_ok=True)
-            del self._used[entry.filename.casefold()]
+            self._used.discard(entry.filename.casefold())
         self._uncaptured.setdefault(tensor_name, reason)
 
     @property
@@ -541,9 +418,9 @@ class CaptureWriter:
         records = {name: self._record(entry) for name, entry in self._entries.items()}
         out = {**manifest, "format": FORMAT, "format_version": FORMAT_VERSION}
         out["tensors"], out["uncaptured"] = records, dict(self._uncaptured)
-        _fsync(self.path / TENSORS)
+        fsync(self.path / TENSORS)
         target = self.path / MANIFEST
-        _atomic_write(target, json.dumps(out, indent=1, allow_nan=False))
+        atomic_write(target, json.dumps(out, indent=1, allow_nan=False))
         self._release()
         self._state = "finalized"
         return target
@@ -551,8 +428,8 @@ class CaptureWriter:
     def _record(self, entry: _Entry) -> dict[str, Any]:
         """Summarise one stored tensor for the manifest; makes its bytes durable first."""
         path = self._file(entry)
-        _fsync(path)  # the manifest must never reach the disk before the data it describes
-        stored = _open_npy(path, entry.shape, entry.stored)
+        fsync(path)  # the manifest must never reach the disk before the data it describes
+        stored = open_npy(path, entry.shape, entry.stored)
         return {
             "file": f"{TENSORS}/{entry.filename}",
             "dtype": entry.dtype_name,
@@ -595,166 +472,3 @@ def _lock_holder(held: bytes) -> tuple[int | None, str, bool]:
     except PermissionError:
         return pid, host, False
     return pid, host, False
-
-
-# --------------------------------------------------------------------------- reader
-
-
-def _damaged(root: Path, detail: str) -> TftraceError:
-    return TftraceError(
-        f"damaged capture at {root}: {detail}", f"{_RERUN}; capture directories are not meant to be edited"
-    )
-
-
-class Capture:
-    """A finished capture directory, validated on open; tensors are memory-mapped on request."""
-
-    def __init__(self, path: Path, manifest: dict[str, Any], files: dict[str, Path]) -> None:
-        self.path = path
-        self.manifest = manifest
-        self._files = files
-
-    @classmethod
-    def open(cls, path: str | Path) -> Capture:
-        """Open and validate a capture directory; refuses incomplete or damaged ones."""
-        root = Path(path)
-        if not root.exists():
-            raise TftraceError(f"no capture at {root}: the path does not exist", "check the path")
-        if not root.is_dir():
-            raise TftraceError(f"{root} is a file, not a capture directory", "pass the capture's directory")
-        manifest_path = root / MANIFEST
-        if not manifest_path.is_file():
-            raise TftraceError(
-                f"incomplete capture at {root}: {MANIFEST} is missing — the capture was interrupted, "
-                "crashed or is still running",
-                _RERUN,
-            )
-        try:
-            manifest = json.loads(manifest_path.read_text(encoding="utf-8"), parse_constant=_reject_constant)
-        except (ValueError, RecursionError) as exc:
-            raise _damaged(root, f"{MANIFEST} is not valid JSON ({exc})") from exc
-        files = _validate_manifest(root, manifest)
-        return cls(root, manifest, files)
-
-    @property
-    def spec(self) -> dict[str, Any]:
-        """The run spec of this side ({} for manifests that predate it)."""
-        return self.manifest.get("spec", {})
-
-    @property
-    def environment(self) -> dict[str, Any]:
-        return self.manifest.get("environment", {})
-
-    @property
-    def tensor_names(self) -> list[str]:
-        """Captured tensor names in write order (the worker writes in topological order)."""
-        return list(self.manifest["tensors"])
-
-    @property
-    def uncaptured(self) -> dict[str, str]:
-        return dict(self.manifest["uncaptured"])
-
-    def has(self, name: str) -> bool:
-        return name in self.manifest["tensors"]
-
-    def record(self, name: str) -> dict[str, Any]:
-        """The manifest record of a captured tensor (file, dtype, shape, stats...)."""
-        self._require(name)
-        return self.manifest["tensors"][name]
-
-    def tensor(self, name: str) -> np.ndarray:
-        """The tensor's values, memory-mapped read-only where possible.
-
-        bfloat16 and the other ml_dtypes types come back widened (bfloat16 -> float32 exactly),
-        so callers only ever see plain numpy dtypes; strings come back as a bytes (``S``) array.
-        """
-        record = self.record(name)
-        stored = _open_npy(self._files[name], tuple(record["shape"]), np.dtype(record["stored_dtype"]))
-        return _widen(stored, record["dtype"])
-
-    def _require(self, name: str) -> None:
-        if name in self.manifest["tensors"]:
-            return
-        reason = self.manifest["uncaptured"].get(name)
-        if reason is not None:
-            raise TftraceError(f"tensor {name!r} was not captured in {self.path}: {reason}", "compare another tensor")
-        raise TftraceError(f"no tensor {name!r} in the capture at {self.path}", "list names with Capture.tensor_names")
-
-    def __repr__(self) -> str:
-        return f"Capture({str(self.path)!r}, {len(self.manifest['tensors'])} tensors)"
-
-
-def _reject_constant(token: str) -> Any:
-    raise ValueError(f"{token} is not JSON")
-
-
-def _validate_manifest(root: Path, manifest: Any) -> dict[str, Path]:
-    """Check everything a reader relies on; returns tensor name -> resolved file path."""
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise _damaged(root, f"{MANIFEST} is not a tftrace capture manifest (no \"format\": \"{FORMAT}\")")
-    version = manifest.get("format_version")
-    if type(version) is not int or version < 1:
-        raise _damaged(root, f"format_version {version!r} is not a positive integer")
-    if version > FORMAT_VERSION:
-        raise TftraceError(
-            f"the capture at {root} was written by a newer tftrace (format version {version}; "
-            f"this one reads up to {FORMAT_VERSION})",
-            "upgrade tftrace: pip install -U tftrace",
-        )
-    for key in ("tensors", "uncaptured", "spec", "environment"):
-        if not isinstance(manifest.get(key, {}), dict):
-            raise _damaged(root, f'"{key}" is not a JSON object')
-    for key in ("tensors", "uncaptured"):
-        manifest.setdefault(key, {})
-    if not all(isinstance(r, str) for r in manifest["uncaptured"].values()):
-        raise _damaged(root, "an uncaptured reason is not a string")
-    tensors_dir = root.resolve() / TENSORS
-    return {name: _validate_record(root, tensors_dir, name, rec) for name, rec in manifest["tensors"].items()}
-
-
-def _validate_record(root: Path, tensors_dir: Path, name: str, rec: Any) -> Path:
-    def bad(detail: str) -> TftraceError:
-        return _damaged(root, f"tensor {name!r}: {detail}")
-
-    if not isinstance(rec, dict):
-        raise bad("its record is not a JSON object")
-    file = rec.get("file")
-    if not isinstance(file, str):
-        raise bad("its record has no file path")
-    posix = PurePosixPath(file)
-    if posix.is_absolute() or PureWindowsPath(file).is_absolute() or PureWindowsPath(file).drive:
-        raise bad(f"file path {file!r} is absolute")
-    if ".." in posix.parts or "\\" in file:
-        raise bad(f"file path {file!r} contains '..' or a backslash")
-    if len(posix.parts) != 2 or posix.parts[0] != TENSORS or not posix.name.endswith(".npy"):
-        raise bad(f"file path {file!r} is not {TENSORS}/<name>.npy")
-    dtype_name, stored = rec.get("dtype"), rec.get("stored_dtype")
-    if dtype_name not in _NATIVE and dtype_name not in _EXTENDED and dtype_name != STRING:
-        raise bad(f"unknown dtype {dtype_name!r}")
-    match = _STORED_DTYPE.fullmatch(stored) if isinstance(stored, str) else None
-    if match is None or not _storage_matches(dtype_name, match[1], int(match[2])):
-        raise bad(f"stored dtype {stored!r} does not hold {dtype_name}")
-    shape = rec.get("shape")
-    if not isinstance(shape, list) or len(shape) > 32 or not all(type(d) is int and d >= 0 for d in shape):
-        raise bad(f"shape {shape!r} is not a list of at most 32 non-negative integers")
-    declared = int(np.prod(shape, dtype=object)) * int(match[2])
-    if declared > MAX_TENSOR_BYTES:
-        raise bad(f"shape {shape} declares {declared} bytes, more than the {MAX_TENSOR_BYTES}-byte limit")
-    if rec.get("size_bytes") != declared:
-        raise bad(f"size_bytes {rec.get('size_bytes')!r} does not match shape {shape} × itemsize = {declared}")
-    try:
-        resolved = (root / file).resolve(strict=True)
-    except OSError as exc:
-        raise bad(f"file {file} is missing ({exc.strerror})") from exc
-    if resolved.parent != tensors_dir or not resolved.is_file():
-        raise bad(f"file {file} resolves to {resolved}, outside {TENSORS}/")
-    if resolved.stat().st_size < declared:
-        raise bad(f"file {file} is smaller than the {declared} bytes its record declares")
-    return resolved
-
-
-def _storage_matches(dtype_name: str, kind: str, itemsize: int) -> bool:
-    if dtype_name == STRING:
-        return kind == "S" and itemsize >= 1
-    want = np.dtype(_EXTENDED[dtype_name][0]) if dtype_name in _EXTENDED else np.dtype(dtype_name)
-    return kind == want.kind and itemsize == want.itemsize

@@ -1,0 +1,175 @@
+"""The on-disk format shared by the capture writer and reader: dtypes, ``.npy`` files, fsync.
+
+Everything here is about bytes on disk, so the writer (``store``) and the reader (``reader``)
+cannot disagree about them. Like the rest of the store it never imports TensorFlow.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import TftraceError
+
+FORMAT = "tftrace-capture"
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+TENSORS = "tensors"
+MAX_TENSOR_BYTES = 2**40  # a record declaring more is damaged or hostile, not a real tensor
+STRING = "string"
+RERUN = "re-run the capture with --force"
+
+# Plain numpy dtypes, stored as they are.
+NATIVE = frozenset(
+    "bool int8 int16 int32 int64 uint8 uint16 uint32 uint64 "
+    "float16 float32 float64 complex64 complex128".split()
+)
+# ml_dtypes types that TensorFlow hands out: stored as the same-width unsigned int, because a
+# reader may not have ml_dtypes; read back widened to a dtype every numpy has, exactly.
+EXTENDED: dict[str, tuple[str, str]] = {
+    "bfloat16": ("u2", "float32"),
+    "float8_e4m3fn": ("u1", "float32"),
+    "float8_e4m3fnuz": ("u1", "float32"),
+    "float8_e4m3b11fnuz": ("u1", "float32"),
+    "float8_e5m2": ("u1", "float32"),
+    "float8_e5m2fnuz": ("u1", "float32"),
+    "int4": ("u1", "int8"),
+    "uint4": ("u1", "uint8"),
+}
+STORED_DTYPE = re.compile(r"[<>|=]([biufcS])([0-9]{1,6})")
+
+
+class Unstorable(Exception):
+    """Why an array cannot be stored; the writer records it as uncaptured instead."""
+
+
+def to_storage(arr: np.ndarray) -> tuple[str, np.ndarray]:
+    """Return the logical dtype name and the array as it is written to disk."""
+    name = arr.dtype.name
+    if name in NATIVE:
+        return name, arr
+    if name in EXTENDED:
+        return name, arr.view(EXTENDED[name][0])
+    if arr.dtype.kind in "SUO":
+        return STRING, _as_fixed_bytes(arr)
+    raise Unstorable(f"dtype {name} cannot be stored in a capture")
+
+
+def _as_fixed_bytes(arr: np.ndarray) -> np.ndarray:
+    """Strings as fixed-width ``S`` (mmap-able, no pickle); refuse what that would corrupt."""
+    if arr.dtype.kind == "S":
+        return arr
+    if arr.dtype.kind == "U":
+        return np.char.encode(arr, "utf-8")
+    values = arr.ravel().tolist()
+    if not all(isinstance(v, bytes) for v in values):
+        kinds = sorted({type(v).__name__ for v in values if not isinstance(v, bytes)})
+        raise Unstorable(f"object tensor holding {', '.join(kinds)} values cannot be stored")
+    if any(v.endswith(b"\0") for v in values):
+        raise Unstorable("a string value ends in a NUL byte, which fixed-width storage drops")
+    return np.array(values, dtype="S").reshape(arr.shape) if values else np.zeros(arr.shape, "S1")
+
+
+def widen(stored: np.ndarray, dtype_name: str) -> np.ndarray:
+    """Turn stored bits back into numbers; bfloat16 -> float32 is exact (a 16-bit shift)."""
+    if dtype_name == "bfloat16":
+        return (stored.astype(np.uint32) << 16).view(np.float32)
+    if dtype_name in EXTENDED:
+        try:
+            import ml_dtypes  # noqa: PLC0415 - only needed for rare float8/int4 captures
+        except ImportError as exc:
+            raise TftraceError(
+                f"reading a {dtype_name} tensor needs the ml_dtypes package", "pip install ml_dtypes"
+            ) from exc
+        return stored.view(getattr(ml_dtypes, dtype_name)).astype(EXTENDED[dtype_name][1])
+    return stored
+
+
+# --------------------------------------------------------------------------- .npy files
+
+
+def npy_header(dtype: np.dtype, shape: tuple[int, ...]) -> bytes:
+    """The ``.npy`` header for a C-order array, so a file can be preallocated and filled later."""
+    buf = io.BytesIO()
+    header = {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False, "shape": shape}
+    np.lib.format.write_array_header_1_0(buf, header)
+    return buf.getvalue()
+
+
+def write_at(path: Path, offset: int, arr: np.ndarray) -> None:
+    """Write an array's bytes into an existing file at ``offset`` (open, write, close)."""
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        f.write(np.ascontiguousarray(arr).reshape(-1).view(np.uint8).data)
+
+
+def open_npy(path: Path, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """Memory-map a ``.npy`` read-only after checking its header agrees with what we expect.
+
+    The check comes first so a hostile or truncated file can never make us allocate or map
+    something other than the (already bounded) declared shape.
+    """
+    fmt = np.lib.format
+    with open(path, "rb") as f:
+        try:
+            version = fmt.read_magic(f)
+            if version == (1, 0):
+                hshape, fortran, hdtype = fmt.read_array_header_1_0(f)
+            elif version == (2, 0):
+                hshape, fortran, hdtype = fmt.read_array_header_2_0(f)
+            else:
+                raise ValueError(f"unsupported .npy version {version}")
+        except ValueError as exc:
+            raise damaged(path.parent.parent, f"{path.name} is not a valid .npy file ({exc})") from exc
+        offset, size = f.tell(), os.fstat(f.fileno()).st_size
+    nbytes = int(np.prod(shape, dtype=object)) * dtype.itemsize
+    if tuple(hshape) != shape or fortran or hdtype != dtype or size - offset != nbytes:
+        raise damaged(
+            path.parent.parent,
+            f"{path.name} holds {hdtype} {tuple(hshape)} in {size - offset} bytes but the manifest "
+            f"declares {dtype} {shape} in {nbytes} bytes",
+        )
+    if nbytes == 0:
+        return np.zeros(shape, dtype)
+    return np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=shape)
+
+
+def fsync(path: Path) -> None:
+    """Make a file's (or a directory's entries') bytes durable; directories only where POSIX allows."""
+    if path.is_dir() and not hasattr(os, "O_DIRECTORY"):
+        return
+    fd = os.open(path, os.O_RDONLY | (getattr(os, "O_DIRECTORY", 0) if path.is_dir() else 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: Path, text: str) -> None:
+    """Write via a temp file + fsync + rename: readers see the old state or the whole new file."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fsync(path.parent)
+
+
+def damaged(root: Path, detail: str) -> TftraceError:
+    """The one error for a capture whose manifest or files cannot be trusted."""
+    return TftraceError(
+        f"damaged capture at {root}: {detail}", f"{RERUN}; capture directories are not meant to be edited"
+    )
+
+
+def storage_matches(dtype_name: str, kind: str, itemsize: int) -> bool:
+    """Whether a stored dtype (kind + itemsize, from the ``.npy`` descr) can hold ``dtype_name``."""
+    if dtype_name == STRING:
+        return kind == "S" and itemsize >= 1
+    want = np.dtype(EXTENDED[dtype_name][0]) if dtype_name in EXTENDED else np.dtype(dtype_name)
+    return kind == want.kind and itemsize == want.itemsize

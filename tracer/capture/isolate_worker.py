@@ -1,0 +1,67 @@
+"""The isolation child: replay single ops of one side with tensors fed from A's capture.
+
+A TF1 session can be fed any intermediate tensor, so "run this op alone on identical inputs"
+is: feed the op's inputs (the nearest captured tensors above it) with A's captured values and
+fetch its output. Rows are fed in this side's own batches, so a batch-size comparison replays
+the same example at the batch size the side really ran with.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+from ..errors import TftraceError
+from ..runspec import Side
+from .reader import Capture
+from .runtime import open_runtime
+from .worker import emit
+
+__all__ = ["run_isolation"]
+
+
+def run_isolation(job: dict[str, Any]) -> None:
+    side = Side.from_json(job["side"])
+    source = Capture.open(job["feeds_from"])
+    layout = source.manifest.get("tensor_layout", {})
+    runs = [tuple(r) for r in job["runs"]]
+    count = int(job["count"])
+    os.makedirs(job["out_dir"], exist_ok=True)
+    emit("stage", text="loading model")
+    runtime = open_runtime(side)
+    try:
+        for index, op in enumerate(job["ops"]):
+            result = _replay(runtime, source, layout, op, runs, count)
+            np.save(os.path.join(job["out_dir"], f"{op['id']}.npy"), result)
+            emit("progress", done=index + 1, total=len(job["ops"]), bytes=int(result.nbytes))
+    finally:
+        runtime.close()
+
+
+def _replay(runtime: Any, source: Capture, layout: dict[str, str], op: dict[str, Any], runs: list, count: int) -> np.ndarray:
+    graph = runtime.graph
+    try:
+        fetch = graph.get_tensor_by_name(op["fetch"])
+        feeds = {graph.get_tensor_by_name(name): a_tensor for name, a_tensor in op["feeds"].items()}
+    except (KeyError, ValueError) as exc:
+        raise TftraceError(
+            f"isolation: tensor missing in {runtime.artifact.location}: {exc}",
+            "isolate against the same model the report was made from",
+        ) from exc
+    pieces = []
+    for start, stop in runs:
+        feed = {}
+        for tensor, a_name in feeds.items():
+            value = source.tensor(a_name)
+            value = value[start:stop] if layout.get(a_name) == "rows" else np.asarray(value)
+            feed[tensor] = np.asarray(value).astype(tensor.dtype.as_numpy_dtype, copy=False)
+        out = np.asarray(runtime.session.run(fetch, feed_dict=feed))
+        if layout.get(op["a_tensor"]) != "rows":
+            return out.astype(np.float32) if out.dtype.name == "bfloat16" else out
+        pieces.append(out.astype(np.float32) if out.dtype.name == "bfloat16" else out)
+    result = np.concatenate(pieces, axis=0)
+    if result.shape[0] != count:
+        raise TftraceError(f"isolation of {op['fetch']} produced {result.shape[0]} rows, expected {count}", "")
+    return result

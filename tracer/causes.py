@@ -1,0 +1,121 @@
+"""The cause catalogue (shared/CAUSES.md) as data, and the "why" a comparison can give.
+
+Each :class:`Cause` carries its remedy and what the remedy costs, in the catalogue's words;
+:func:`explain_comparison` picks the causes whose signature the report shows — which rewrites
+the origins sit in, which knobs or batch sizes differ between the sides, which executed op
+types differ, whether the environments differ — and says so in sentences specific to the
+model. ``tftrace diagnose`` measures the same causes one factor at a time and replaces the
+catalogue's costs by measured ones.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["Cause", "CAUSES", "explain_comparison"]
+
+
+@dataclass(frozen=True)
+class Cause:
+    key: str
+    title: str
+    remedy: str
+    cost: str
+
+
+CAUSES: dict[str, Cause] = {c.key: c for c in (
+    Cause("batch", "shape-dependent kernel choice (GEMM blocking on CPU, cuDNN/cuBLAS algorithm per shape on GPU)",
+          "serve and test with one fixed batch shape (TF Serving `allowed_batch_sizes: [N]`), or compare with a tolerance",
+          "the throughput/latency of a fixed batch shape"),
+    Cause("autotune", "cuDNN autotuning picks algorithms by timing, per process and shape",
+          "`tf.config.experimental.enable_op_determinism()` (TF ≥ 2.8); `TF_CUDNN_USE_AUTOTUNE=0` alone only narrows the gap",
+          "autotune off: reported ~30% slower on one model; determinism: 6% on one model, several times on others"),
+    Cause("atomics", "GPU kernels that accumulate with atomics are nondeterministic run to run",
+          "`tf.config.experimental.enable_op_determinism()` (ops without a deterministic kernel then raise)",
+          "as for determinism"),
+    Cause("tf32", "TensorFloat-32 rounds float32 matmul/conv inputs to 10 mantissa bits on Ampere+ GPUs",
+          "`tf.config.experimental.enable_tensor_float_32_execution(False)`", "loses the TF32 speed-up on matmul/conv"),
+    Cause("onednn", "oneDNN CPU kernels (default on for CPUs with AVX512_VNNI/BF16, AVX_VNNI or AMX)",
+          "set `TF_ENABLE_ONEDNN_OPTS` explicitly and the same everywhere", "oneDNN's CPU speed-up"),
+    Cause("grappler", "Grappler rewrites at run time (remapper fusions, layout, constant folding, arithmetic)",
+          "use the same fetches and the same `ConfigProto.graph_options.rewrite_options` on both sides "
+          "(TF Serving: `--tensorflow_session_config_file`)",
+          "fusions are worth up to ~1.8× on CPU"),
+    Cause("observation", "fetching a tensor prevents fusions that involve it (the observer effect)",
+          "capture both sides the same way; read the plain-vs-instrumented shift", "debugging only"),
+    Cause("xla", "XLA compilation changes fusion and arithmetic order", "the same jit setting everywhere",
+          "the XLA speed-up"),
+    Cause("mixed_precision", "mixed precision computes parts of the model in float16/bfloat16",
+          "turn the rewrite off (`auto_mixed_precision*` off; no `--mixed_precision=bfloat16` in TF Serving), "
+          "or accept it and test with a tolerance",
+          "the mixed-precision speed-up"),
+    Cause("export", "export-time rewrites (batch-norm folding, optimize_for_inference, TF-TRT, fp16 conversion)",
+          "test the exported artifact itself; fold in both or in neither (freezing alone is exact)",
+          "folding is a speed-up (~1.8× on one CPU model)"),
+    Cause("serving_batching", "TF Serving batching pads requests up to the next allowed batch size",
+          "`allowed_batch_sizes: [N]` or batching off", "latency/throughput"),
+    Cause("build", "different TF/CUDA/cuDNN builds", "the same build for tests and serving", "none"),
+)}
+
+EXPORT_REWRITES = {"batchnorm_folded", "const_changed", "cast_inserted", "fused", "attr_changed", "op_changed"}
+KNOB_CAUSES = {"onednn": "onednn", "autotune": "autotune", "determinism": "autotune", "tf32": "tf32", "xla": "xla",
+               "grappler": "grappler", "session_config_path": "grappler", "threads": "build"}
+
+
+def explain_comparison(report: dict[str, Any]) -> dict[str, Any]:
+    """The why / prevent / cost a single comparison can support, from the report dict alone."""
+    found: dict[str, str] = {}  # cause key -> the evidence sentence
+    sides = report.get("sides", {})
+    a, b = sides.get("a", {}), sides.get("b", {})
+    origins = report.get("origins") or []
+    first = report.get("first_divergence_beyond_tolerance") or report.get("first_divergence")
+    where = f" The first divergence is `{first['node']}` ({first['op']})." if first else ""
+    own = first and (first.get("isolation") or {}).get("verdict") == "own_error"
+    rewritten = [o for o in origins if o.get("rewrite") in EXPORT_REWRITES]
+    if rewritten:
+        kinds = sorted({o["rewrite"] for o in rewritten})
+        mixed = "cast_inserted" in kinds
+        found["mixed_precision" if mixed else "export"] = (
+            f"{len(rewritten)} origin(s) sit in export rewrites ({', '.join(kinds)}), e.g. `{rewritten[0]['node']}`."
+        )
+    if a.get("batch_size") != b.get("batch_size"):
+        found["batch"] = (
+            f"the sides run batch {a.get('batch_size')} vs {b.get('batch_size')};"
+            + (" the origin op's own kernel differs given identical inputs." if own else "")
+        )
+    knobs_a, knobs_b = a.get("knobs", {}), b.get("knobs", {})
+    for knob in sorted(set(knobs_a) | set(knobs_b)):
+        if knobs_a.get(knob) != knobs_b.get(knob) and knob in KNOB_CAUSES:
+            cause = KNOB_CAUSES[knob]
+            grappler = dict(knobs_a.get("grappler") or {}) | dict(knobs_b.get("grappler") or {})
+            if knob == "grappler" and any(k.startswith("auto_mixed_precision") for k in grappler):
+                cause = "mixed_precision"
+            found.setdefault(cause, f"`{knob}` differs: {knobs_a.get(knob, 'default')} vs {knobs_b.get(knob, 'default')}.")
+    if a.get("device") != b.get("device"):
+        found.setdefault("tf32", f"the sides run on {a.get('device')} vs {b.get('device')}.")
+    env_a, env_b = a.get("environment", {}), b.get("environment", {})
+    if env_a.get("tensorflow") != env_b.get("tensorflow") or env_a.get("build") != env_b.get("build"):
+        found["build"] = f"TensorFlow {env_a.get('tensorflow')} vs {env_b.get('tensorflow')}."
+    elif (env_a.get("cpu") or {}).get("model") != (env_b.get("cpu") or {}).get("model"):
+        found.setdefault("onednn", "the sides ran on different CPUs, where oneDNN and kernel choices differ.")
+    for side_key, side in (("a", report.get("observer_effect", {}).get("a")), ("b", report.get("observer_effect", {}).get("b"))):
+        if side and not side.get("outputs_identical", True):
+            found.setdefault("observation", f"on side {side_key.upper()}, fetching every tensor moved the outputs.")
+    if not found and report.get("verdict") == "identical":
+        return {"why": ["The two sides compute bit-identical results for these examples."], "prevent": [], "cost": [],
+                "source": "compare"}
+    if not found and origins:
+        op_types = sorted({o["op"] for o in origins})
+        found["grappler"] = f"origins in {', '.join(op_types)} with no setting that differs between the sides."
+    why = [f"{CAUSES[k].title[0].upper()}{CAUSES[k].title[1:]}: {evidence}" for k, evidence in found.items()]
+    if why and where:
+        why.append(where.strip())
+    return {
+        "why": why,
+        "prevent": [f"{CAUSES[k].title.split(' (')[0]}: {CAUSES[k].remedy}." for k in found],
+        "cost": [f"{CAUSES[k].title.split(' (')[0]}: {CAUSES[k].cost} (catalogue figure; `tftrace diagnose` measures it "
+                 "on this model)." for k in found],
+        "source": "compare",
+        "causes": list(found),
+    }

@@ -1,0 +1,228 @@
+"""``tftrace compare``: two sides in, the first divergence and a report out.
+
+Each side is an artifact (captured here, in a child process, with its own options) or a capture
+directory made earlier, possibly on another machine. From there on everything works on the two
+capture directories, without TensorFlow: graph diff from the manifests' op graphs (weights
+compared through the captured values), alignment, metrics, divergence; then isolation replays
+the top origins in children again, and the report is written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from rich.console import Console
+
+from .align import Alignment, CaptureView, align
+from .capture.launcher import capture as capture_side
+from .capture.reader import Capture
+from .divergence import Divergence, Tolerance, classify
+from .errors import TftraceError
+from .graphdiff import GraphDiff, diff_graphs
+from .isolate import IsolationResult, isolate_origins
+from .metrics import TensorMetrics, compare_arrays
+from .opgraph import tensor_op
+from .runspec import InputSpec, Side
+
+__all__ = ["Comparison", "compare", "open_or_capture"]
+
+
+@dataclass
+class Comparison:
+    """Everything a comparison found; ``bool(comparison)`` is True when nothing diverged."""
+
+    view_a: CaptureView
+    view_b: CaptureView
+    diff: GraphDiff
+    alignment: Alignment
+    metrics: dict[str, TensorMetrics]
+    divergence: Divergence
+    tolerance: Tolerance
+    isolation: dict[str, IsolationResult] = field(default_factory=dict)
+    out_dir: Path | None = None
+    command: str = ""
+    report: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def verdict(self) -> str:
+        return self.divergence.verdict
+
+    def __bool__(self) -> bool:
+        return self.verdict != "diverged"
+
+    def output_metrics(self) -> dict[str, tuple[str, str, TensorMetrics | None]]:
+        out = {}
+        for key, ta in self.view_a.graph.outputs.items():
+            tb = self.view_b.graph.outputs.get(key, "")
+            out[key] = (ta, tb, self.metrics.get(ta))
+        return out
+
+
+def open_or_capture(
+    target: str | Side, out_dir: Path, name: str, *, console: Console | None, shared_inputs: InputSpec | None = None
+) -> Capture:
+    """A capture directory is opened; an artifact (or a Side) is captured into ``out_dir/captures/name``."""
+    if isinstance(target, str):
+        if os.path.isdir(target) and os.path.exists(os.path.join(target, "manifest.json")):
+            return Capture.open(target)
+        if os.path.isdir(os.path.join(target, "tensors")) and not os.path.exists(os.path.join(target, "saved_model.pb")):
+            Capture.open(target)  # raises the "incomplete capture" error
+        from .artifacts import ArtifactRef  # noqa: PLC0415
+
+        target = Side(ArtifactRef(target))
+    if shared_inputs is not None:
+        target = replace(target, inputs=shared_inputs)
+    return capture_side(target, out_dir / "captures" / name, force=True, console=console)
+
+
+def compare(
+    a: str | Side,
+    b: str | Side,
+    out_dir: str | os.PathLike[str],
+    *,
+    tolerance: Tolerance | None = None,
+    isolate: int = 5,
+    force: bool = False,
+    console: Console | None = None,
+    command: str = "",
+    signature_map: dict[str, str] | None = None,
+) -> Comparison:
+    out = Path(out_dir).absolute()
+    _prepare_out_dir(out, force)
+    console = console or Console(stderr=True)
+    cap_a = open_or_capture(a, out, "a", console=console)
+    shared = _inputs_from(cap_a, out) if not _is_capture(b) else None
+    cap_b = open_or_capture(b, out, "b", console=console, shared_inputs=shared)
+    view_a, view_b = CaptureView(cap_a), CaptureView(cap_b)
+    _apply_signature_map(view_a, view_b, signature_map or {})
+    _require_pairable(view_a, view_b)
+    _require_same_examples(view_a, view_b)
+    diff = diff_graphs(
+        view_a.graph, view_b.graph, _values(cap_a, view_a), _values(cap_b, view_b),
+        a_frozen_by_loader=cap_a.manifest.get("artifact", {}).get("frozen_by_loader", False),
+        b_frozen_by_loader=cap_b.manifest.get("artifact", {}).get("frozen_by_loader", False),
+    )
+    alignment = align(view_a, view_b, diff)
+    metrics = _metrics(cap_a, cap_b, alignment)
+    tolerance = tolerance or Tolerance()
+    divergence = classify(view_a.graph, alignment, metrics, tolerance)
+    top = [r for r in divergence.origins if r.metrics is not None][: max(0, isolate)]
+    isolation = isolate_origins(top, alignment, view_a, view_b, str(out / "work"), console) if top else {}
+    comparison = Comparison(view_a, view_b, diff, alignment, metrics, divergence, tolerance, isolation, out, command)
+    from .report.build import build_report, write_reports  # noqa: PLC0415
+
+    comparison.report = build_report(comparison)
+    write_reports(comparison.report, out)
+    return comparison
+
+
+def _is_capture(target: str | Side) -> bool:
+    return isinstance(target, str) and os.path.exists(os.path.join(target, "manifest.json"))
+
+
+def _prepare_out_dir(out: Path, force: bool) -> None:
+    if out.exists() and any(out.iterdir()):
+        if not force:
+            raise TftraceError(f"output directory {out} is not empty", "choose another --out, or pass --force to replace it")
+        if not (out / "report.json").exists() and not (out / "captures").exists():
+            raise TftraceError(
+                f"--force would replace {out}, which does not look like a tftrace report directory",
+                "choose an empty or new --out directory",
+            )
+        shutil.rmtree(out)
+    out.mkdir(parents=True, exist_ok=True)
+
+
+def _inputs_from(cap: Capture, out: Path) -> InputSpec:
+    """Feed B the very examples A saw (needed when A is a capture made elsewhere)."""
+    arrays = {key: np.asarray(cap.tensor(t)) for key, t in cap.manifest["graph"]["inputs"].items() if cap.has(t)}
+    path = out / "inputs_from_a.npz"
+    np.savez(path, **arrays)
+    examples = int(cap.manifest["examples"]["count"]) or 1
+    return InputSpec(inputs_file=str(path), seed=0, examples=examples)
+
+
+def _values(cap: Capture, view: CaptureView):  # noqa: ANN202 - a ValueSource
+    """Weights by op name from the captured tensors (a resource variable's value is its read)."""
+    readers = {}
+    for op in view.graph.topo_order():
+        if view.graph.op_type(op) == "ReadVariableOp":
+            readers.setdefault(tensor_op(view.graph.data_inputs(op)[0]), f"{op}:0")
+
+    def value(op: str) -> np.ndarray | None:
+        name = readers.get(op, f"{op}:0")
+        return np.asarray(cap.tensor(name)) if cap.has(name) else None
+
+    return value
+
+
+def _apply_signature_map(view_a: CaptureView, view_b: CaptureView, mapping: dict[str, str]) -> None:
+    for key_a, key_b in mapping.items():
+        for role in ("inputs", "outputs"):
+            sig_b = getattr(view_b.graph, role)
+            if key_b in sig_b and key_a in getattr(view_a.graph, role):
+                sig_b[key_a] = sig_b.pop(key_b)
+
+
+def _require_pairable(view_a: CaptureView, view_b: CaptureView) -> None:
+    ga, gb = view_a.graph, view_b.graph
+    problems = []
+    for role in ("inputs", "outputs"):
+        ka, kb = set(getattr(ga, role)), set(getattr(gb, role))
+        if ka != kb:
+            problems.append(f"{role}: A has {sorted(ka)}, B has {sorted(kb)}")
+    common_outputs = set(ga.outputs) & set(gb.outputs)
+    if not common_outputs or (set(ga.inputs) != set(gb.inputs)):
+        raise TftraceError(
+            "the two signatures cannot be paired (" + "; ".join(problems) + ")",
+            "map keys with --map A_KEY=B_KEY[,...], or choose matching signatures with --a-signature/--b-signature",
+        )
+
+
+def _require_same_examples(view_a: CaptureView, view_b: CaptureView) -> None:
+    na = view_a.capture.manifest["examples"]["count"]
+    nb = view_b.capture.manifest["examples"]["count"]
+    if na != nb:
+        raise TftraceError(
+            f"the two sides ran different numbers of examples ({na} vs {nb})",
+            "capture both with the same --examples/--inputs",
+        )
+    for key, ta in view_a.graph.inputs.items():
+        tb = view_b.graph.inputs.get(key)
+        if tb is None or not (view_a.capture.has(ta) and view_b.capture.has(tb)):
+            continue
+        xa, xb = view_a.capture.tensor(ta), view_b.capture.tensor(tb)
+        if xa.shape != xb.shape or not np.array_equal(xa, xb):
+            raise TftraceError(
+                f"the two sides were fed different examples for input {key!r} "
+                f"(shapes {list(xa.shape)} and {list(xb.shape)})",
+                "capture both with the same --inputs file, or the same --seed and --examples",
+            )
+
+
+def _metrics(cap_a: Capture, cap_b: Capture, alignment: Alignment) -> dict[str, TensorMetrics]:
+    out: dict[str, TensorMetrics] = {}
+    for node in alignment.nodes.values():
+        for pair in node.tensors:
+            if pair.comparable and pair.b is not None:
+                out[pair.a] = compare_arrays(cap_a.tensor(pair.a), cap_b.tensor(pair.b))
+    return out
+
+
+def load_report(path: str | os.PathLike[str]) -> dict[str, Any]:
+    report_path = Path(path) / "report.json" if Path(path).is_dir() else Path(path)
+    if not report_path.exists():
+        raise TftraceError(f"{report_path} does not exist", "point at a directory written by tftrace compare --out")
+    try:
+        report = json.loads(report_path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise TftraceError(f"{report_path} is not valid JSON ({exc})", "re-run tftrace compare to rewrite it") from exc
+    if not isinstance(report, dict) or "schema_version" not in report:
+        raise TftraceError(f"{report_path} is not a tftrace report", "re-run tftrace compare to rewrite it")
+    return report

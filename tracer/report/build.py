@@ -1,0 +1,231 @@
+"""``report.json``: the machine contract of a comparison (DESIGN.md), built from a Comparison.
+
+Field names are a contract: add freely, never rename. JSON has no infinities, so non-finite
+floats are written as the strings ``"inf"``, ``"-inf"`` and ``"nan"``. Files are written to a
+temporary name and renamed, so a report directory never holds a half-written report.json.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .. import __version__
+from ..causes import explain_comparison
+
+if TYPE_CHECKING:
+    from ..compare import Comparison
+    from ..divergence import NodeResult
+
+__all__ = ["build_report", "write_reports", "SCHEMA_VERSION", "jsonable", "atomic_write_text"]
+
+SCHEMA_VERSION = 1
+HISTOGRAM_DECADES = (-12, 3)  # |a-b| from 1e-12 to 1e3
+
+
+def jsonable(value: Any) -> Any:
+    """Recursively replace non-finite floats by strings and numpy scalars by Python ones."""
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, (np.floating, float)):
+        value = float(value)
+        if math.isnan(value):
+            return "nan"
+        if math.isinf(value):
+            return "inf" if value > 0 else "-inf"
+        return value
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, np.bool_):
+        return bool(value)
+    return value
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _side(view: Any) -> dict[str, Any]:
+    manifest = view.capture.manifest
+    spec = manifest.get("spec", {})
+    knobs = {k: v for k, v in (spec.get("knobs") or {}).items() if v not in (None, "default", False, {}, [])}
+    knobs.pop("session_config_text", None)
+    batch = manifest.get("batch_size")
+    label = ", ".join([spec.get("device", "cpu"), f"batch {batch}"] + [f"{k}={v}" for k, v in knobs.items()])
+    return {
+        "label": label,
+        "artifact": {"path": spec.get("artifact", {}).get("path"), **manifest.get("artifact", {})},
+        "device": spec.get("device", "cpu"),
+        "batch_size": batch,
+        "knobs": knobs,
+        "capture_dir": str(view.capture.path),
+        "environment": manifest.get("environment", {}),
+        "timings": manifest.get("timings", {}),
+        "examples": manifest.get("examples", {}),
+        "notes": manifest.get("notes", []),
+    }
+
+
+def _histogram(a: np.ndarray, b: np.ndarray) -> dict[str, Any] | None:
+    if a.dtype.kind != "f" or a.size == 0:
+        return None
+    diff = np.abs(np.asarray(a, np.float64).reshape(-1) - np.asarray(b, np.float64).reshape(-1))
+    finite = diff[np.isfinite(diff)]
+    zero = int(np.count_nonzero(finite == 0))
+    lo, hi = HISTOGRAM_DECADES
+    logs = np.log10(finite[finite > 0])
+    counts, edges = np.histogram(np.clip(logs, lo, hi - 1e-9), bins=hi - lo, range=(lo, hi))
+    return {"log10_edges": [int(e) for e in edges], "counts": counts.tolist(), "zero": zero}
+
+
+def _origin(result: NodeResult, comparison: Comparison, rank: int | None = None) -> dict[str, Any]:
+    m = result.metrics
+    node = comparison.alignment.nodes.get(result.name)
+    iso = comparison.isolation.get(result.name)
+    out = {
+        "node": result.name,
+        "op": comparison.view_a.graph.op_type(result.name),
+        "tensor": result.tensor,
+        "b_node": node.b_node if node else None,
+        "max_abs": m.max_abs if m else None,
+        "max_rel": m.max_rel if m else None,
+        "rel_l2": m.rel_l2 if m else None,
+        "level": "tolerance" if result.status == "origin" else "bitwise",
+        "status": result.status,
+        "rewrite": node.rewrite if node else None,
+        "isolation": iso.to_json() if iso else None,
+    }
+    if rank is not None:
+        out["rank"] = rank
+    return out
+
+
+def _node(result: NodeResult, comparison: Comparison, index: int) -> dict[str, Any]:
+    ga, gb = comparison.view_a.graph, comparison.view_b.graph
+    data = ga.node(result.name)
+    node = comparison.alignment.nodes.get(result.name)
+    b_node = node.b_node if node else None
+    pair = next((p for p in node.tensors if p.a == result.tensor), None) if node else None
+    m = result.metrics
+    out: dict[str, Any] = {
+        "status": result.status,
+        "op": data["op"],
+        "scope": data["scope"],
+        "device": data["device"],
+        "topo_index": index,
+        "b_node": b_node,
+        "b_op": gb.op_type(b_node) if b_node and b_node in gb else None,
+        "alignment": node.reason if node else None,
+        "tensor": result.tensor,
+        "b_tensor": pair.b if pair else None,
+        "inputs": [t for t in dict.fromkeys(i.rsplit(":", 1)[0] for i in data["inputs"])],
+        "frontier": result.frontier,
+        "reason": result.reason or (node.note if node else "") or None,
+        "rewrite": node.rewrite if node else None,
+        "isolation": comparison.isolation[result.name].to_json() if result.name in comparison.isolation else None,
+        "attrs_a": data["attrs"],
+        "attrs_b": gb.node(b_node)["attrs"] if b_node and b_node in gb else None,
+        "amplification": result.amplification,
+        "bitwise_origin": result.bitwise_origin,
+    }
+    if result.tensor:
+        info = ga.output_info(result.tensor)
+        out["shape"], out["dtype"] = info["shape"], info["dtype"]
+        if comparison.view_a.capture.has(result.tensor):
+            out["shape"] = comparison.view_a.capture.record(result.tensor)["shape"]
+        if pair and pair.b and pair.b.rsplit(":", 1)[0] in gb:
+            out["dtype_b"] = gb.output_info(pair.b)["dtype"]
+    if m is not None:
+        out.update({
+            "max_abs": m.max_abs, "max_rel": m.max_rel, "mean_abs": m.mean_abs, "ulp_max": m.ulp_max,
+            "cosine": m.cosine, "sqnr_db": m.sqnr_db, "rel_l2": m.rel_l2, "mismatch_count": m.mismatch_count,
+            "nan_mismatch": m.nan_mismatch, "inf_mismatch": m.inf_mismatch,
+            "worst": [[list(i), a, b] for i, a, b in m.worst],
+        })
+        if not m.identical and pair and pair.b:
+            out["diff_histogram"] = _histogram(
+                comparison.view_a.capture.tensor(result.tensor), comparison.view_b.capture.tensor(pair.b)
+            )
+    return out
+
+
+def _first_nonfinite(view: Any) -> dict[str, Any] | None:
+    """The first op (topological order) whose output holds NaN or Inf, from the capture's stats."""
+    for op in view.graph.topo_order():
+        for slot in range(len(view.graph.node(op)["outputs"])):
+            name = f"{op}:{slot}"
+            if not view.capture.has(name):
+                continue
+            stats = view.capture.record(name).get("stats") or {}
+            nan, inf = int(stats.get("nan") or 0), int(stats.get("inf") or 0)
+            if nan or inf:
+                return {"node": op, "op": view.graph.op_type(op), "tensor": name, "nan": nan, "inf": inf}
+    return None
+
+
+def build_report(comparison: Comparison) -> dict[str, Any]:
+    div = comparison.divergence
+    view_a, view_b = comparison.view_a, comparison.view_b
+    outputs = {}
+    for key, (ta, tb, m) in comparison.output_metrics().items():
+        atol, rtol = comparison.tolerance.for_tensor(ta)
+        outputs[key] = {
+            "a_tensor": ta, "b_tensor": tb,
+            "identical": m.identical if m else None,
+            "within_tolerance": m.within(atol, rtol) if m else None,
+            "max_abs": m.max_abs if m else None, "max_rel": m.max_rel if m else None,
+            "cosine": m.cosine if m else None,
+        }
+    report = {
+        "schema_version": SCHEMA_VERSION,
+        "tool": {"name": "tftrace", "version": __version__},
+        "command": comparison.command,
+        "created_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "verdict": div.verdict,
+        "tolerance": comparison.tolerance.to_json(),
+        "sides": {"a": _side(view_a), "b": _side(view_b)},
+        "first_divergence": _origin(div.first_bitwise, comparison) if div.first_bitwise else None,
+        "first_divergence_beyond_tolerance": (
+            _origin(div.first_beyond_tolerance, comparison) if div.first_beyond_tolerance else None
+        ),
+        "origins": [_origin(r, comparison, rank) for rank, r in enumerate(div.origins, 1)],
+        "nodes": {name: _node(r, comparison, i) for i, (name, r) in enumerate(div.nodes.items())},
+        "edges": [[u, v] for u, v, d in view_a.graph.g.edges(data=True) if not d.get("control")],
+        "outputs": outputs,
+        "rewrites": [r.to_json() for r in comparison.diff.rewrites],
+        "graph_diff": {k: v for k, v in comparison.diff.to_json().items() if k != "rewrites"},
+        "unpaired_b": comparison.alignment.unpaired_b,
+        "observer_effect": {
+            "a": view_a.capture.manifest.get("observer_effect", {}),
+            "b": view_b.capture.manifest.get("observer_effect", {}),
+        },
+        "first_nonfinite": {"a": _first_nonfinite(view_a), "b": _first_nonfinite(view_b)},
+        "diagnosis": None,
+    }
+    report["answers"] = explain_comparison(report)
+    return jsonable(report)
+
+
+def write_reports(report: dict[str, Any], out_dir: Path) -> dict[str, Path]:
+    """report.json, then the human-readable renderings (HTML, Markdown, SVG)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = {"json": out_dir / "report.json"}
+    try:
+        from .render import render_report  # noqa: PLC0415
+    except ImportError:
+        render_report = None
+    if render_report is not None:
+        written.update({k: v for k, v in render_report(report, out_dir).items() if isinstance(v, Path)})
+    # report.json last: its presence marks a complete report directory.
+    atomic_write_text(written["json"], json.dumps(report, indent=1, allow_nan=False))
+    return written
