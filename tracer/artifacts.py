@@ -15,6 +15,7 @@ call it.
 from __future__ import annotations
 
 import posixpath
+import re
 from dataclasses import dataclass, field
 from collections.abc import Callable
 from typing import Any
@@ -135,12 +136,15 @@ class Artifact:
     available_signatures: dict[str, list[str]] = field(default_factory=dict)  # tag set -> keys
     checkpoint_prefix: str | None = None
     tf_version_written: str = ""
-    frozen_by_loader: bool = False  # TF2: variables became Consts in tftrace, not in the export
+    inlined_by_loader: bool = False  # TF2: tftrace inlined the signature function (adds Identity plumbing)
+    variable_values: dict[str, np.ndarray] = field(default_factory=dict)  # TF2: values of the inlined variables
     notes: list[str] = field(default_factory=list)
     _reader: Any = None
 
     def variable_value(self, name: str) -> np.ndarray | None:
         """Value of a variable (by node name or checkpoint key), or None if unknown."""
+        if name in self.variable_values:
+            return self.variable_values[name]
         if self.checkpoint_prefix is None:
             return None
         if self._reader is None:
@@ -377,10 +381,13 @@ def _load_saved_model(ref: ArtifactRef, directory: str) -> Artifact:
 
 
 def _load_saved_model_v2(ref: ArtifactRef, directory: str, meta: Any, available: dict[str, list[str]]) -> Artifact:
-    """Inline and freeze the signature function so its internal ops are plain graph nodes.
+    """Inline the signature function so its internal ops are plain graph nodes.
 
-    Freezing changes no arithmetic (a variable read becomes a constant of the same value);
-    it is recorded as ``frozen_by_loader`` so the graph diff does not blame the export for it.
+    TensorFlow's own inliner (``convert_variables_to_constants_v2``) also freezes the variables,
+    and constants change what Grappler does at run time (a batch norm with constant parameters
+    is folded into Mul/Add), which would make tftrace report a difference the real model never
+    has. So the variables are thawed again (:func:`_thaw_variables`): every weight stays a
+    resource variable read by ReadVariableOp, initialised from its value when a session opens.
     """
     from tensorflow.python.framework.convert_to_constants import (  # noqa: PLC0415
         convert_variables_to_constants_v2,
@@ -401,6 +408,7 @@ def _load_saved_model_v2(ref: ArtifactRef, directory: str, meta: Any, available:
             f"TensorFlow could not load the TF2 SavedModel {directory}: {type(exc).__name__}: {str(exc)[:300]}",
             "check that it loads with tf.saved_model.load in this TensorFlow version",
         ) from exc
+    graph_def, values = _thaw_variables(frozen.graph.as_graph_def())
     sig_def = meta.signature_def[ref.signature]
     inputs: dict[str, TensorSpec] = {}
     placeholders = [t for t in frozen.inputs if t.dtype != tf().resource]
@@ -427,14 +435,53 @@ def _load_saved_model_v2(ref: ArtifactRef, directory: str, meta: Any, available:
         ref=ref,
         kind="saved_model_v2",
         location=directory,
-        graph_def=frozen.graph.as_graph_def(),
+        graph_def=graph_def,
         meta_graph=None,
         signature=Signature(ref.signature, inputs, outputs, sig_def.method_name),
         available_signatures=available,
         tf_version_written=meta.meta_info_def.tensorflow_version,
-        frozen_by_loader=True,
-        notes=["TF2 signature function inlined and its variables frozen to constants for tracing"],
+        inlined_by_loader=True,
+        variable_values=values,
+        notes=["TF2 signature function inlined for tracing (its variables kept as variables)"],
     )
+
+
+def _thaw_variables(graph_def: Any) -> tuple[Any, dict[str, np.ndarray]]:
+    """Turn the constants an inliner made of variables back into resource variables.
+
+    A frozen variable shows as ``Const -> Identity* -> Identity named '.../ReadVariableOp'``;
+    it becomes ``VarHandleOp -> Identity* -> ReadVariableOp`` and its value is returned for the
+    session to assign. Constants that were constants stay constants.
+    """
+    from tensorflow.core.framework import types_pb2  # noqa: PLC0415
+    from tensorflow.python.framework import tensor_util  # noqa: PLC0415
+
+    nodes = {n.name: n for n in graph_def.node}
+    values: dict[str, np.ndarray] = {}
+    for node in graph_def.node:
+        if node.op != "Identity" or not re.search(r"ReadVariableOp(_\d+)?$", node.name) or not node.input:
+            continue
+        chain, src = [], nodes.get(node.input[0].split(":")[0])
+        while src is not None and src.op == "Identity" and src.input:
+            chain.append(src)
+            src = nodes.get(src.input[0].split(":")[0])
+        if src is None or src.op not in ("Const", "VarHandleOp"):
+            continue
+        dtype = src.attr["dtype"].type
+        if src.op == "Const":
+            value = tensor_util.MakeNdarray(src.attr["value"].tensor)
+            values[src.name] = value
+            src.op = "VarHandleOp"
+            del src.attr["value"]
+            src.attr["shape"].shape.CopyFrom(tensor_util.make_tensor_proto(value).tensor_shape)
+            src.attr["shared_name"].s = src.name.encode("utf-8")
+            src.attr["container"].s = b""
+        for identity in chain:
+            identity.attr["T"].type = types_pb2.DT_RESOURCE
+        node.op = "ReadVariableOp"
+        del node.attr["T"]
+        node.attr["dtype"].type = dtype
+    return graph_def, values
 
 
 def _flat_input_specs(function: Any) -> list[Any]:

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from rich.console import Console
 
-from .errors import EXIT_ERROR, EXIT_OK, TftraceError
+from .errors import EXIT_DIVERGED, EXIT_ERROR, EXIT_OK, TftraceError
 
 __all__ = ["main", "build_parser"]
 
@@ -67,6 +67,179 @@ def _cmd_diff_graph(args: argparse.Namespace, console: Console) -> int:
     return EXIT_OK
 
 
+def _add_side_options(parser: argparse.ArgumentParser, prefix: str = "", who: str = "") -> None:
+    """Every capture knob, once per side (``--a-onednn``) or unprefixed for ``capture``."""
+    d = prefix.replace("-", "_")
+    add = parser.add_argument
+    add(f"--{prefix}device", dest=f"{d}device", default=None, help=f"cpu, gpu or gpu:N{who} (default cpu)")
+    add(f"--{prefix}batch-size", dest=f"{d}batch_size", type=int, default=None,
+        help=f"examples per run{who} (default: all examples in one run)")
+    add(f"--{prefix}onednn", dest=f"{d}onednn", choices=("on", "off", "default"), default=None,
+        help=f"TF_ENABLE_ONEDNN_OPTS{who} (default: inherit; TF's default depends on the CPU)")
+    add(f"--{prefix}autotune", dest=f"{d}autotune", choices=("on", "off", "default"), default=None,
+        help=f"TF_CUDNN_USE_AUTOTUNE{who}")
+    add(f"--{prefix}determinism", dest=f"{d}determinism", action="store_true", default=None,
+        help=f"tf.config.experimental.enable_op_determinism(){who}")
+    add(f"--{prefix}tf32", dest=f"{d}tf32", choices=("on", "off", "default"), default=None,
+        help=f"TensorFloat-32 on Ampere+ GPUs{who}")
+    add(f"--{prefix}xla", dest=f"{d}xla", choices=("on", "off", "default"), default=None,
+        help=f"XLA auto-clustering{who}")
+    add(f"--{prefix}threads", dest=f"{d}threads", default=None, help=f"INTRA[,INTER] op threads{who}")
+    add(f"--{prefix}grappler", dest=f"{d}grappler", default=None,
+        help=f"Grappler options KEY=on|off,...{who} (remapping, layout_optimizer, constant_folding, "
+             "arithmetic_optimization, auto_mixed_precision, auto_mixed_precision_onednn_bfloat16, disable_meta_optimizer)")
+    add(f"--{prefix}session-config", dest=f"{d}session_config", default=None,
+        help=f"a text ConfigProto{who}, as TF Serving's --tensorflow_session_config_file")
+    add(f"--{prefix}env", dest=f"{d}env", action="append", default=None, metavar="KEY=VALUE",
+        help=f"any other environment variable{who} (repeatable)")
+    add(f"--{prefix}timeout", dest=f"{d}timeout", type=float, default=None, help=f"seconds before the child is stopped{who}")
+
+
+def _add_input_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--inputs", default=None, help="an .npz (keys = signature input keys) or .npy (one-input model)")
+    parser.add_argument("--examples", type=int, default=8, help="how many examples to generate (default 8)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of generated inputs (default 0)")
+    parser.add_argument("--max-memory", type=int, default=2 << 30,
+                        help="bytes fetched per session.run before the fetch set is split (default 2 GiB)")
+    parser.add_argument("--force", action="store_true", help="replace an existing output directory")
+
+
+def side_from_args(args: argparse.Namespace, path: str, side: str = ""):  # noqa: ANN201
+    """Build a Side from the shared options and the per-side overrides."""
+    from .runspec import InputSpec, Knobs, Side, parse_grappler  # noqa: PLC0415
+
+    def pick(name: str, default=None):  # noqa: ANN001, ANN202
+        specific = getattr(args, f"{side}_{name}", None) if side else None
+        value = specific if specific is not None else getattr(args, name, None)
+        return default if value is None else value
+
+    threads = None
+    if pick("threads"):
+        parts = [p for p in str(pick("threads")).split(",") if p]
+        try:
+            numbers = [int(p) for p in parts]
+        except ValueError:
+            raise TftraceError(f"--threads {pick('threads')!r} is not INTRA[,INTER]", "e.g. --threads 1 or --threads 4,2") from None
+        threads = (numbers[0], numbers[1] if len(numbers) > 1 else 0)
+    config_path = pick("session_config")
+    config_text = None
+    if config_path:
+        try:
+            with open(config_path, encoding="utf-8") as fh:
+                config_text = fh.read()
+        except OSError as exc:
+            raise TftraceError(f"cannot read session config {config_path}: {exc.strerror}", "check the path") from exc
+    env = []
+    for item in pick("env", []) or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise TftraceError(f"--env {item!r} is not KEY=VALUE", "e.g. --env TF_GPU_ALLOCATOR=cuda_malloc_async")
+        env.append((key, value))
+    knobs = Knobs(
+        onednn=pick("onednn", "default"), autotune=pick("autotune", "default"),
+        determinism=bool(pick("determinism", False)), tf32=pick("tf32", "default"), xla=pick("xla", "default"),
+        threads=threads, grappler=parse_grappler(pick("grappler")), session_config_text=config_text,
+        session_config_path=config_path, env=tuple(sorted(env)),
+    )
+    return Side(
+        artifact=artifact_ref(args, path, side),
+        device=pick("device", "cpu"),
+        batch_size=pick("batch_size"),
+        knobs=knobs,
+        inputs=InputSpec(inputs_file=args.inputs, seed=args.seed, examples=args.examples),
+        max_memory=args.max_memory,
+        timeout_s=pick("timeout"),
+    )
+
+
+def _cmd_capture(args: argparse.Namespace, console: Console) -> int:
+    from .capture.launcher import capture  # noqa: PLC0415
+
+    result = capture(side_from_args(args, args.model), args.out, force=args.force, console=Console(stderr=True))
+    manifest = result.manifest
+    observer = manifest["observer_effect"]
+    console.print(
+        f"captured {len(result.tensor_names)} tensors ({len(result.uncaptured)} not capturable) of "
+        f"{manifest['artifact']['location']} over {manifest['examples']['count']} example(s) "
+        f"in {len(manifest['runs'])} run(s) -> {result.path}",
+        highlight=False,
+    )
+    if not observer["outputs_identical"]:
+        console.print(f"observer effect: fetching every tensor moved the outputs by {observer['outputs_max_abs_diff']}")
+    return EXIT_OK
+
+
+def _tolerance(args: argparse.Namespace):  # noqa: ANN202
+    from .divergence import Tolerance  # noqa: PLC0415
+
+    overrides = []
+    for item in args.tol or []:
+        name, sep, values = item.rpartition("=")
+        parts = values.split(",")
+        try:
+            if not sep or len(parts) != 2:
+                raise ValueError
+            overrides.append((name, float(parts[0]), float(parts[1])))
+        except ValueError:
+            raise TftraceError(f"--tol {item!r} is not NAME=ATOL,RTOL", "e.g. --tol dense/MatMul=1e-4,1e-3") from None
+    return Tolerance(args.atol, args.rtol, tuple(overrides))
+
+
+def _signature_map(text: str | None) -> dict[str, str]:
+    mapping = {}
+    for item in _split(text):
+        a, sep, b = item.partition("=")
+        if not sep:
+            raise TftraceError(f"--map item {item!r} is not A_KEY=B_KEY", "e.g. --map y=output")
+        mapping[a] = b
+    return mapping
+
+
+def _cmd_compare(args: argparse.Namespace, console: Console) -> int:
+    from .compare import compare  # noqa: PLC0415
+    from .report.terminal import print_comparison  # noqa: PLC0415
+
+    result = compare(
+        side_from_args(args, args.a, "a") if not _is_capture_dir(args.a) else args.a,
+        side_from_args(args, args.b, "b") if not _is_capture_dir(args.b) else args.b,
+        args.out,
+        tolerance=_tolerance(args),
+        isolate=args.isolate,
+        force=args.force,
+        console=Console(stderr=True),
+        command=_command_line(),
+        signature_map=_signature_map(args.map),
+    )
+    print_comparison(console, result.report, result.out_dir)
+    return EXIT_OK if result else EXIT_DIVERGED
+
+
+def _cmd_report(args: argparse.Namespace, console: Console) -> int:
+    from pathlib import Path  # noqa: PLC0415
+
+    from .compare import load_report  # noqa: PLC0415
+    from .report.build import write_reports  # noqa: PLC0415
+    from .report.terminal import print_comparison  # noqa: PLC0415
+
+    report = load_report(args.dir)
+    out = Path(args.dir) if Path(args.dir).is_dir() else Path(args.dir).parent
+    write_reports(report, out)
+    print_comparison(console, report, out)
+    return EXIT_OK if report.get("verdict") != "diverged" else EXIT_DIVERGED
+
+
+def _is_capture_dir(path: str) -> bool:
+    import os  # noqa: PLC0415
+
+    return os.path.isfile(os.path.join(path, "manifest.json"))
+
+
+def _command_line() -> str:
+    import shlex  # noqa: PLC0415
+
+    return " ".join(["tftrace"] + [shlex.quote(a) for a in sys.argv[1:]])
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tftrace",
@@ -83,6 +256,36 @@ def build_parser() -> argparse.ArgumentParser:
     _add_artifact_options(diff, "a-", " of A")
     _add_artifact_options(diff, "b-", " of B")
     diff.set_defaults(func=_cmd_diff_graph)
+
+    cap = sub.add_parser("capture", help="run one side and record every intermediate tensor into a directory")
+    cap.add_argument("model", help="the artifact to run")
+    cap.add_argument("--out", required=True, help="the capture directory to write")
+    _add_artifact_options(cap)
+    _add_side_options(cap)
+    _add_input_options(cap)
+    cap.set_defaults(func=_cmd_capture)
+
+    cmp_ = sub.add_parser("compare", help="find the op where two sides first diverge; write report.json/.html/.md")
+    cmp_.add_argument("a", help="side A: an artifact or a capture directory")
+    cmp_.add_argument("b", help="side B: an artifact or a capture directory")
+    cmp_.add_argument("--out", default="tftrace-report", help="report directory (default ./tftrace-report)")
+    cmp_.add_argument("--atol", type=float, default=1e-6, help="absolute tolerance (default 1e-6)")
+    cmp_.add_argument("--rtol", type=float, default=1e-5,
+                      help="relative tolerance (default 1e-5, ~80 float32 ulps: above summation-order noise)")
+    cmp_.add_argument("--tol", action="append", metavar="NAME=ATOL,RTOL", help="per-op/tensor tolerance (repeatable)")
+    cmp_.add_argument("--isolate", type=int, default=5, help="replay the top N origins alone (default 5; 0 = off)")
+    cmp_.add_argument("--map", default=None, help="pair signature keys that differ: A_KEY=B_KEY[,...]")
+    _add_artifact_options(cmp_)
+    for prefix, who in (("a-", " of A"), ("b-", " of B")):
+        _add_artifact_options(cmp_, prefix, who)
+        _add_side_options(cmp_, prefix, who)
+    _add_side_options(cmp_)
+    _add_input_options(cmp_)
+    cmp_.set_defaults(func=_cmd_compare)
+
+    rep = sub.add_parser("report", help="re-render report.html/.md from a report directory's report.json")
+    rep.add_argument("dir", help="a directory written by tftrace compare (or its report.json)")
+    rep.set_defaults(func=_cmd_report)
     return parser
 
 

@@ -105,12 +105,12 @@ def compare(
     _require_same_examples(view_a, view_b)
     diff = diff_graphs(
         view_a.graph, view_b.graph, _values(cap_a, view_a), _values(cap_b, view_b),
-        a_frozen_by_loader=cap_a.manifest.get("artifact", {}).get("frozen_by_loader", False),
-        b_frozen_by_loader=cap_b.manifest.get("artifact", {}).get("frozen_by_loader", False),
+        a_inlined_by_loader=cap_a.manifest.get("artifact", {}).get("inlined_by_loader", False),
+        b_inlined_by_loader=cap_b.manifest.get("artifact", {}).get("inlined_by_loader", False),
     )
     alignment = align(view_a, view_b, diff)
-    metrics = _metrics(cap_a, cap_b, alignment)
     tolerance = tolerance or Tolerance()
+    metrics = _metrics(cap_a, cap_b, alignment, tolerance)
     divergence = classify(view_a.graph, alignment, metrics, tolerance)
     top = [r for r in divergence.origins if r.metrics is not None][: max(0, isolate)]
     isolation = isolate_origins(top, alignment, view_a, view_b, str(out / "work"), console) if top else {}
@@ -206,12 +206,13 @@ def _require_same_examples(view_a: CaptureView, view_b: CaptureView) -> None:
             )
 
 
-def _metrics(cap_a: Capture, cap_b: Capture, alignment: Alignment) -> dict[str, TensorMetrics]:
+def _metrics(cap_a: Capture, cap_b: Capture, alignment: Alignment, tolerance: Tolerance) -> dict[str, TensorMetrics]:
     out: dict[str, TensorMetrics] = {}
     for node in alignment.nodes.values():
         for pair in node.tensors:
             if pair.comparable and pair.b is not None:
-                out[pair.a] = compare_arrays(cap_a.tensor(pair.a), cap_b.tensor(pair.b))
+                _, rtol = tolerance.for_tensor(pair.a)
+                out[pair.a] = compare_arrays(cap_a.tensor(pair.a), cap_b.tensor(pair.b), rtols=(rtol,))
     return out
 
 

@@ -87,15 +87,15 @@ def diff_graphs(
     values_a: ValueSource | None = None,
     values_b: ValueSource | None = None,
     *,
-    b_frozen_by_loader: bool = False,
-    a_frozen_by_loader: bool = False,
+    b_inlined_by_loader: bool = False,
+    a_inlined_by_loader: bool = False,
 ) -> GraphDiff:
     """Match two op graphs and explain every difference.
 
-    ``*_frozen_by_loader``: that side's variables were turned into constants by tftrace itself
-    (TF2 SavedModels are traced frozen), so variable-vs-constant is not a rewrite of the export.
+    ``*_inlined_by_loader``: tftrace itself inlined that side's TF2 signature function, which
+    adds Identity/NoOp plumbing around the call: not a rewrite of the export.
     """
-    ctx = _Context(a, b, values_a or _none, values_b or _none, a_frozen_by_loader or b_frozen_by_loader)
+    ctx = _Context(a, b, values_a or _none, values_b or _none, a_inlined_by_loader or b_inlined_by_loader)
     rewrites = ctx.batchnorm_folds() + ctx.cast_regions() + ctx.fusions() + ctx.per_pair() + ctx.unmatched()
     order = {name: i for i, name in enumerate(a.topo_order())}
     rewrites.sort(key=lambda r: (min((order.get(n, 1 << 30) for n in r.a_nodes), default=1 << 30), r.kind))
@@ -111,9 +111,9 @@ def _none(_: str) -> None:
 class _Context:
     """The matching plus the bookkeeping of which nodes a reported rewrite already explains."""
 
-    def __init__(self, a: OpGraph, b: OpGraph, va: ValueSource, vb: ValueSource, frozen_by_loader: bool) -> None:
+    def __init__(self, a: OpGraph, b: OpGraph, va: ValueSource, vb: ValueSource, inlined_by_loader: bool) -> None:
         self.a, self.b, self.va, self.vb = a, b, va, vb
-        self.frozen_by_loader = frozen_by_loader
+        self.inlined_by_loader = inlined_by_loader
         self.pairs = match_graphs(a, b)
         self.inverse = {y: x for x, (y, _) in self.pairs.items()}
         self.done_a: set[str] = set()
@@ -249,10 +249,11 @@ class _Context:
             na, nb = self.a.node(x), self.b.node(y)
             weights = VARIABLE_OPS | {"Const"}
             if na["op"] != nb["op"]:
-                if not (na["op"] in weights and nb["op"] in weights):  # variable vs constant: values decide
+                if not ({na["op"], nb["op"]} <= weights or {na["op"], nb["op"]} <= PLUMBING):  # variable vs constant: values decide
                     out.append(Rewrite("op_changed", [x], [y], {"a_op": na["op"], "b_op": nb["op"]}))
                 continue
-            changed = _attr_changes(na, nb)
+            plumbing = {na["op"], nb["op"]} <= PLUMBING  # pass-throughs: only where they lead matters
+            changed = {} if plumbing else _attr_changes(na, nb)
             if changed:
                 out.append(Rewrite("attr_changed", [x], [y], {"attrs": changed}))
             rewired = self._rewired_inputs(x, y)
@@ -268,7 +269,7 @@ class _Context:
         da, db = self.digest(self.a, x, self.va), self.digest(self.b, y, self.vb)
         if da is not None and db is not None and da != db:
             return [Rewrite("const_changed", [x], [y], {"max_abs_change": self.max_change(x, y)})]
-        if op_a in VARIABLE_OPS and op_b == "Const" and not self.frozen_by_loader:
+        if op_a in VARIABLE_OPS and op_b == "Const":
             a_nodes = [x] + [n for n in self.a.g.successors(x) if self.a.op_type(n) in PASS_THROUGH and n not in self.pairs]
             self.done_a.update(a_nodes)
             exact = da is not None and da == db
@@ -314,7 +315,7 @@ class _Context:
 
     def _loader_plumbing(self, g: OpGraph, op: str) -> bool:
         """Identity nodes that tftrace's own inlining of a TF2 function added (not the export)."""
-        return self.frozen_by_loader and g.op_type(op) in PLUMBING | {"NoOp"}
+        return self.inlined_by_loader and g.op_type(op) in PLUMBING | {"NoOp"}
 
 
 def _type_attrs_differ(a: OpGraph, b: OpGraph, x: str, y: str) -> bool:

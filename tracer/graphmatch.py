@@ -26,7 +26,9 @@ __all__ = ["match_graphs", "WEIGHT_SOURCES", "VARIABLE_OPS"]
 
 VARIABLE_OPS = {"VariableV2", "Variable", "VarHandleOp"}
 WEIGHT_SOURCES = VARIABLE_OPS | {"Const", "Identity", "ReadVariableOp"}
-PLUMBING = {"Identity", "Snapshot"}  # pass values through unchanged: inlining and export add and drop them
+# Ops that pass a value through unchanged (a variable read included): inlining and export add,
+# drop and swap them (TF1 ``w/read`` Identity vs TF2 ReadVariableOp).
+PLUMBING = {"Identity", "Snapshot", "ReadVariableOp"}
 
 
 def canonical_tensor(g: OpGraph, tensor: str) -> str:

@@ -60,7 +60,13 @@ __all__ = [
 # (blocks stay in L2/L3 across the ~20 passes), and short enough for float32 BLAS dots.
 DEFAULT_CHUNK_ELEMS = 1 << 18
 _DOT_SLICE = 1 << 18  # longer float32 dots drift (2e-5 relative at 4 Mi elements)
-_BITS = {"float16": np.int16, "bfloat16": np.int16, "float32": np.int32, "float64": np.int64}
+# dtype -> (its bits as a signed int, the bits of its largest finite value)
+_BITS = {
+    "float16": (np.int16, 0x7BFF),
+    "bfloat16": (np.int16, 0x7F7F),
+    "float32": (np.int32, 0x7F7FFFFF),
+    "float64": (np.int64, 0x7FEFFFFFFFFFFFFF),
+}
 _F32_SLACK = 2.0**-20  # float32 rounding margin before re-checking candidates in float64
 _FLOAT_FIELDS = ("max_abs", "max_rel", "mean_abs", "rel_l2", "cosine", "sqnr_db")
 _SPECIAL = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
@@ -250,6 +256,13 @@ def _dot(x: np.ndarray, y: np.ndarray) -> float:
     return math.fsum(float(np.dot(x[i : i + _DOT_SLICE], y[i : i + _DOT_SLICE])) for i in range(0, x.size, _DOT_SLICE))
 
 
+def _sum(v: np.ndarray) -> float:
+    """Sum as 1024 column sums (vectorised adds; each column ~n/1024 long) added in float64."""
+    cut = v.size - v.size % 1024
+    cols = np.add.reduce(v[:cut].reshape(-1, 1024), axis=0) if cut else v[:0]
+    return float(np.add.reduce(cols, dtype=np.float64)) + float(np.add.reduce(v[cut:], dtype=np.float64))
+
+
 def _topk(vals: np.ndarray, k: int) -> np.ndarray:
     """Local indices of the k largest values, ties to the lower index, largest first."""
     if vals.size > 4 * k:
@@ -308,8 +321,10 @@ class _FloatScan(_Scan):
 
     def __init__(self, da: np.dtype, db: np.dtype, k: int, rtols: tuple[float, ...], block: int) -> None:
         self.da, self.db, self.k = da, db, k
-        bits = _BITS.get(da.name) if da == db else None
+        bits, top = _BITS.get(da.name, (None, 0)) if da == db else (None, 0)
         self.ulp_bits = None if bits is None else np.dtype(bits)
+        # two finite values of opposite signs are at least this far apart as raw integers
+        self.straddle = 0 if bits is None else (1 << (8 * self.ulp_bits.itemsize - 1)) - top
         self.pipe = np.dtype(np.float32 if bits is not None and da.itemsize <= 4 else np.float64)
         self.cmp_bits = self.ulp_bits or np.dtype(f"i{self.pipe.itemsize}")
         self.buf = _Buffers(block, self.pipe, self.cmp_bits, da != self.pipe or db != self.pipe)
@@ -390,33 +405,42 @@ class _FloatScan(_Scan):
         self.nfin += n
         ad = np.abs(d, out=d)
         if exact_sums:
-            self.sabs += float(np.add.reduce(ad))
+            self.sabs += _sum(ad)
         bmax = float(ad.max())
         f32 = self.pipe == np.float32
         if not f32 or bmax >= self.max_abs * (1 - _F32_SLACK):
             c = np.flatnonzero(ad == bmax) if f32 else slice(0, 0)  # rounding is monotonic
             self.max_abs = max(self.max_abs, _exact(x, y, c, lambda xa, ya: np.abs(xa - ya)) if f32 else bmax)
-        p = np.abs(x, out=b.p[:n])
         for r in self.excess:
-            self._probe(r, ad, p, x, y, bmax)
-        rr = np.divide(ad, np.maximum(p, np.abs(y, out=b.q[:n]), out=p), out=p)  # 0/0 -> NaN
-        rmax = float(np.fmax.reduce(rr))
-        if rmax > 0 and rmax >= self.max_rel * (1 - _F32_SLACK):
-            if f32:
-                thr = rmax * (1 - _F32_SLACK)
-                c = np.flatnonzero(rr >= thr) if math.isfinite(thr) else slice(None)
-                rmax = _exact(x, y, c, lambda xa, ya: np.abs(xa - ya) / np.maximum(np.abs(xa), np.abs(ya)))
-            self.max_rel = max(self.max_rel, rmax)
+            self._probe(r, ad, x, y, bmax)
+        self._ratio(ad, x, y)
         if self.ulp_bits is not None:
             self.ulp = max(self.ulp, self._ulp(ia, ib, t))
         if self.k:
             self._take_worst(ad, x, y, off, pos, bmax)
         return True
 
-    def _probe(self, r: float, ad: np.ndarray, p: np.ndarray, x: np.ndarray, y: np.ndarray, bmax: float) -> None:
+    def _ratio(self, ad: np.ndarray, x: np.ndarray, y: np.ndarray) -> None:
+        """Raise ``max_rel`` to this block's max of ``|a-b| / max(|a|,|b|)`` (float64-exact).
+
+        One division by ``a`` instead of five passes: ``r' = |a-b|/|a|`` bounds the wanted
+        ``r`` from both sides (``r'/(1+r') <= r <= r'``), so only the few elements whose ``r'``
+        reaches the block's lower bound are evaluated exactly, and most blocks not at all.
+        """
+        rr = np.divide(ad, x, out=self.buf.p[: ad.size])  # sign of a; 0/0 -> NaN, skipped below
+        top = max(float(np.fmax.reduce(rr)), -float(np.fmin.reduce(rr)))
+        if not top > 0 or top * (1 + _F32_SLACK) < self.max_rel:
+            return
+        low = 1.0 if math.isinf(top) else top / (1 + top)  # a = 0 < |b| gives r = 1 exactly
+        c = np.flatnonzero(np.abs(rr, out=rr) >= low * (1 - _F32_SLACK))
+        rel = _exact(x, y, c, lambda xa, ya: np.abs(xa - ya) / np.maximum(np.abs(xa), np.abs(ya)))
+        self.max_rel = max(self.max_rel, rel)
+
+    def _probe(self, r: float, ad: np.ndarray, x: np.ndarray, y: np.ndarray, bmax: float) -> None:
         """Raise ``excess[r]`` to this block's max of ``|a-b| - r*|a|`` (float64-exact)."""
         if bmax * (1 + 2.0**-22) <= self.excess[r]:
             return  # |a-b| - r*|a| <= |a-b| <= bmax: this block cannot raise it
+        p = np.abs(x, out=self.buf.p[: ad.size])
         q = np.subtract(ad, np.multiply(p, r, out=self.buf.q[: ad.size]), out=self.buf.q[: ad.size])
         e = float(q.max())
         if self.pipe == np.float32:
@@ -426,16 +450,17 @@ class _FloatScan(_Scan):
         self.excess[r] = max(self.excess[r], e)
 
     def _ulp(self, ia: np.ndarray, ib: np.ndarray, t: np.ndarray) -> int:
-        """Max ULP distance; ``t = ia - ib`` (wrapped) is already it for same-sign pairs."""
+        """Max ULP distance. ``t = ia - ib`` (wrapped) is exactly it for same-sign pairs, and
+        opposite-sign pairs show as ``|t| >= straddle``; only then are they found and redone."""
+        big = max(int(t.max()), -int(t.min()))
+        if big < self.straddle:
+            return big
         xr = np.bitwise_xor(ia, ib, out=self.buf.xr[: t.size])
-        across = 0
-        if int(xr.min()) < 0:  # some pairs straddle zero: magnitudes add, plus the -0/+0 step
-            ds = np.flatnonzero(np.less(xr, 0, out=self.buf.mask[: t.size]))
-            mag = t.dtype.type(np.iinfo(t.dtype).max)
-            ma, mb = (np.bitwise_and(v[ds], mag).astype(np.uint64) for v in (ia, ib))
-            across = int((ma + mb).max()) + 1
-            t[ds] = 0
-        return max(int(t.max()), -int(t.min()), across)
+        ds = np.flatnonzero(np.less(xr, 0, out=self.buf.mask[: t.size]))
+        mag = t.dtype.type(np.iinfo(t.dtype).max)
+        ma, mb = (np.bitwise_and(v[ds], mag).astype(np.uint64) for v in (ia, ib))
+        t[ds] = 0  # the rest are same-sign pairs again
+        return max(int(t.max()), -int(t.min()), int((ma + mb).max()) + 1 if ds.size else 0)
 
     def _take_worst(self, ad: np.ndarray, x: np.ndarray, y: np.ndarray, off: int, pos: np.ndarray | None, bmax: float) -> None:
         """Offer this block's largest differences to the running top k."""

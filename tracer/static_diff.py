@@ -32,7 +32,7 @@ def diff_artifacts(a: ArtifactRef | str, b: ArtifactRef | str) -> StaticDiff:
         graph_b,
         value_source(art_a),
         value_source(art_b),
-        a_frozen_by_loader=art_a.frozen_by_loader,
-        b_frozen_by_loader=art_b.frozen_by_loader,
+        a_inlined_by_loader=art_a.inlined_by_loader,
+        b_inlined_by_loader=art_b.inlined_by_loader,
     )
     return StaticDiff(art_a, art_b, graph_a, graph_b, sig_a, sig_b, diff)

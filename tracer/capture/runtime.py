@@ -131,6 +131,15 @@ def _restore(artifact: Artifact, session: Any, side: Side) -> None:
         saver.restore(session, artifact.checkpoint_prefix)
         return
     t.graph_util.import_graph_def(artifact.graph_def, name="")
+    if artifact.variable_values:  # a TF2 function's variables, kept as variables by the loader
+        feeds, assigns = {}, []
+        for name, value in artifact.variable_values.items():
+            placeholder = t.compat.v1.placeholder(t.as_dtype(value.dtype), value.shape, name=f"tftrace_init/{name}")
+            handle = session.graph.get_tensor_by_name(f"{name}:0")
+            assigns.append(t.raw_ops.AssignVariableOp(resource=handle, value=placeholder))
+            feeds[placeholder] = value
+        session.run(assigns, feed_dict=feeds)
+        return
     variables = [op.name for op in session.graph.get_operations() if op.type in ("VariableV2", "VarHandleOp")]
     if variables:
         raise TftraceError(

@@ -26,7 +26,8 @@ import numpy as np
 from .._tf import tf
 from ..errors import TftraceError
 from ..inputs import Examples, batches, make_examples
-from ..opgraph import OpGraph, tensor_op
+from ..align import relevant_slots
+from ..opgraph import OpGraph, tensor_op, tensor_slot
 from ..runspec import Side
 from .fingerprint import environment_fingerprint
 from .runtime import Runtime, open_runtime
@@ -69,7 +70,7 @@ def run_capture(side: Side, out_dir: str, force: bool) -> None:
                 "kind": runtime.artifact.kind,
                 "location": runtime.artifact.location,
                 "tf_version_written": runtime.artifact.tf_version_written,
-                "frozen_by_loader": runtime.artifact.frozen_by_loader,
+                "inlined_by_loader": runtime.artifact.inlined_by_loader,
             },
             "signature": runtime.signature.to_json(),
             "graph": runtime.opgraph.to_json(),
@@ -199,10 +200,16 @@ def _instrumented_runs(
     runtime: Runtime, examples: Examples, ranges: list[tuple[int, int]], writer: CaptureWriter, max_memory: int
 ) -> dict:
     opgraph = runtime.opgraph
+    names = []
     for name, info in opgraph.tensors():
         if not info["capturable"]:
             writer.mark_uncaptured(name, info["reason"])
-    names = opgraph.capturable_tensors()
+        elif tensor_slot(name) not in relevant_slots(opgraph, tensor_op(name)):
+            # e.g. FusedBatchNorm's reserve-space outputs in inference: undefined, and Grappler
+            # may rewrite the op so they no longer exist.
+            writer.mark_uncaptured(name, "an output nothing in the model reads")
+        else:
+            names.append(name)
     constant = _constant_ops(opgraph)
     rows0 = ranges[0][1] - ranges[0][0]
     sizes = {n: _estimate_bytes(opgraph.output_info(n), rows0) for n in names}
@@ -222,13 +229,13 @@ def _instrumented_runs(
         feed = _feed(runtime, examples, start, stop)
         outputs: dict[str, np.ndarray] = {}
         for chunk in chunks:
-            fetches = [runtime.graph.get_tensor_by_name(n) for n in chunk]
-            if run_index == 0:
-                values, ops, nodes = _traced_run(runtime, fetches, feed)
+            chunk, values, failed = _run_chunk(runtime, chunk, feed, traced=run_index == 0)
+            for name, reason in failed.items():
+                writer.mark_uncaptured(name, reason)
+            if run_index == 0 and values is not None:
+                values, ops, nodes = values
                 executed_ops |= ops
                 executed_nodes.update(nodes)
-            else:
-                values = runtime.session.run(fetches, feed_dict=feed)
             for name, value in zip(chunk, values):
                 value = np.asarray(value)
                 written += value.nbytes
@@ -245,6 +252,32 @@ def _instrumented_runs(
         "executed_ops": executed_ops,
         "executed_nodes": executed_nodes,
     }
+
+
+def _run_chunk(runtime: Runtime, chunk: list[str], feed: dict, traced: bool) -> tuple[list[str], Any, dict[str, str]]:
+    """Fetch a chunk; if TF refuses some fetch (an output a Grappler rewrite removed), find the
+    tensors it refuses one by one, record why, and fetch the rest."""
+    t = tf()
+    fetches = [runtime.graph.get_tensor_by_name(n) for n in chunk]
+    try:
+        if traced:
+            values, ops, nodes = _traced_run(runtime, fetches, feed)
+            return chunk, (values, ops, nodes), {}
+        return chunk, runtime.session.run(fetches, feed_dict=feed), {}
+    except (t.errors.OutOfRangeError, t.errors.InvalidArgumentError, t.errors.NotFoundError):
+        if len(chunk) == 1:
+            raise
+    failed: dict[str, str] = {}
+    for name in chunk:
+        try:
+            runtime.session.run(runtime.graph.get_tensor_by_name(name), feed_dict=feed)
+        except (t.errors.OutOfRangeError, t.errors.InvalidArgumentError, t.errors.NotFoundError) as exc:
+            failed[name] = f"TensorFlow cannot fetch it: {exc.message.splitlines()[0][:200]}"
+    rest = [n for n in chunk if n not in failed]
+    if not rest:
+        return [], ([], Counter(), {}) if traced else [], failed
+    rest, values, more = _run_chunk(runtime, rest, feed, traced)
+    return rest, values, {**failed, **more}
 
 
 def _store(

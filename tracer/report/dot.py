@@ -218,17 +218,20 @@ def _group_key(scope: str, depth: int) -> str:
     return "/".join(scope.split("/")[:depth]) if scope else ""
 
 
-def scope_groups(index: OpIndex, max_groups: int = 120) -> tuple[list[ScopeGroup], int]:
-    """Collapse ops into name-scope boxes at the deepest scope depth that keeps at most
-    ``max_groups`` boxes (depth 1 if even that is over). Returns (groups, depth)."""
+def scope_groups(index: OpIndex, min_groups: int = 10, max_groups: int = 120) -> tuple[list[ScopeGroup], int]:
+    """Collapse ops into name-scope boxes at one scope depth: the shallowest that gives at least
+    ``min_groups`` boxes, without going over ``max_groups`` (one depth for all, so the boxes read
+    like a table of contents). Returns (groups, depth)."""
     scopes = [index.scope(i) for i in range(len(index.names))]
     deepest = max((s.count("/") + 1 for s in scopes if s), default=0)
     unscoped = sum(1 for s in scopes if not s)
     depth = 1
     for d in range(1, deepest + 1):
-        if len({_group_key(s, d) for s in scopes if s}) + unscoped <= max_groups:
-            depth = d
-        else:
+        count = len({_group_key(s, d) for s in scopes if s}) + unscoped
+        if count > max_groups:
+            break
+        depth = d
+        if count >= min_groups:
             break
     groups: dict[str, ScopeGroup] = {}
     for i, scope in enumerate(scopes):

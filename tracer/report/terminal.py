@@ -9,7 +9,7 @@ from rich.table import Table
 
 from ..graphdiff import GraphDiff
 
-__all__ = ["print_graph_diff"]
+__all__ = ["print_graph_diff", "print_comparison"]
 
 # Kinds that change numbers go first; exact ones last.
 KIND_ORDER = ["const_changed", "batchnorm_folded", "cast_inserted", "fused", "op_changed", "attr_changed",
@@ -59,3 +59,70 @@ def _detail(detail: dict) -> str:
             value = f"{value:.3g}"
         parts.append(f"{key}={value}")
     return ", ".join(parts)
+
+
+VERDICT_STYLE = {"identical": "bold green", "within_tolerance": "bold yellow", "diverged": "bold red"}
+
+
+def _num(value: object) -> str:
+    if isinstance(value, (int, float)):
+        return f"{value:.3g}"
+    return str(value) if value is not None else "—"
+
+
+def print_comparison(console: Console, report: dict, out_dir: object = None) -> None:
+    """The terminal summary of a report dict: verdict, first divergence, origins, outputs."""
+    sides = report["sides"]
+    verdict = report["verdict"]
+    console.print(f"[{VERDICT_STYLE.get(verdict, 'bold')}]{verdict.replace('_', ' ').upper()}[/]")
+    for key in ("a", "b"):
+        side = sides[key]
+        console.print(f"  {key.upper()}: {side['artifact'].get('location') or side['artifact'].get('path')} "
+                      f"[{side['label']}]", highlight=False, markup=False)
+    for title, origin in (("First divergence (bitwise)", report.get("first_divergence")),
+                          ("First divergence beyond tolerance", report.get("first_divergence_beyond_tolerance"))):
+        if origin:
+            iso = origin.get("isolation") or {}
+            verdict_iso = {"own_error": "its own kernel differs given identical inputs",
+                           "inherited": "inherited (identical given identical inputs)"}.get(iso.get("verdict"), "not isolated")
+            console.print(f"{title}: {origin['node']} ({origin['op']}), max abs {_num(origin['max_abs'])}, "
+                          f"max rel {_num(origin['max_rel'])} — {verdict_iso}", highlight=False, markup=False)
+    origins = report.get("origins") or []
+    if origins:
+        table = Table(title="Top origins", title_justify="left")
+        for col in ("#", "op", "type", "max abs", "max rel", "isolation", "rewrite"):
+            table.add_column(col)
+        for origin in origins[:8]:
+            table.add_row(str(origin.get("rank")), origin["node"], origin["op"], _num(origin["max_abs"]),
+                          _num(origin["max_rel"]), (origin.get("isolation") or {}).get("verdict", "—"),
+                          origin.get("rewrite") or "")
+        console.print(table)
+    outputs = Table(title="Outputs", title_justify="left")
+    for col in ("output", "identical", "within tol.", "max abs", "max rel"):
+        outputs.add_column(col)
+    for key, out in report.get("outputs", {}).items():
+        outputs.add_row(key, str(out["identical"]), str(out["within_tolerance"]), _num(out["max_abs"]), _num(out["max_rel"]))
+    console.print(outputs)
+    kinds = Counter(r["kind"] for r in report.get("rewrites", []))
+    if kinds:
+        console.print("Rewrites: " + ", ".join(f"{n} {k}" for k, n in kinds.most_common()), highlight=False)
+    for key in ("a", "b"):
+        obs = report.get("observer_effect", {}).get(key) or {}
+        if obs and not obs.get("outputs_identical", True):
+            console.print(f"Observer effect on {key.upper()}: outputs moved by {obs.get('outputs_max_abs_diff')}",
+                          highlight=False, markup=False)
+    for key, nf in (report.get("first_nonfinite") or {}).items():
+        if nf:
+            console.print(f"First NaN/Inf on {key.upper()}: {nf['node']} ({nf['op']}): {nf['nan']} NaN, {nf['inf']} Inf",
+                          highlight=False, markup=False)
+    for origin in origins[:1]:
+        command = (origin.get("isolation") or {}).get("command")
+        if command:
+            console.print(f"Isolate on the other machine: {command}", highlight=False, markup=False)
+    answers = report.get("answers") or {}
+    for line in answers.get("why", [])[:4]:
+        console.print(f"why: {line}", highlight=False, markup=False)
+    if out_dir is not None:
+        html = f"{out_dir}/report.html"
+        console.print(f"Report: {html}" if __import__("os").path.exists(html) else f"Report: {out_dir}/report.json",
+                      highlight=False, markup=False)

@@ -1,0 +1,221 @@
+"""The self-contained ``report.html``: jinja2 templates from ``templates/`` with CSS, JS and SVG inline.
+
+Two paths carry model strings into the page, and both escape them: the server-rendered parts
+(header, environment, rewrites…) go through jinja2 with autoescape on; everything interactive
+is drawn by the page's script from the report itself, embedded as JSON in a
+``<script type="application/json">`` block with ``<``, ``>``, ``&`` and U+2028/U+2029 written
+as ``\\uXXXX`` (so no string can close the script element) and put on screen with
+``textContent`` only. The page loads nothing: a Content-Security-Policy of ``default-src
+'none'`` backs up the rule that it holds no URL.
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+import json
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import jinja2
+from markupsafe import Markup, escape
+
+from .dot import PROPAGATED_SHADES, STYLES, OpIndex, legend
+from .plots import error_growth_svg, histogram_svg
+from .summary import (
+    STATUS_LABELS,
+    STATUSES,
+    answers,
+    environment_rows,
+    flatten,
+    fmt,
+    isolation_text,
+    side_facts,
+)
+
+__all__ = ["PageView", "build_html", "script_json", "templates_dir"]
+
+TABLE_CAP = 300  # server-rendered lists; everything is still in the embedded JSON
+
+
+@dataclass
+class PageView:
+    """One graph tab: which ops it draws (positions) and which to centre on first."""
+
+    id: str
+    title: str
+    kind: str  # "ops" or "scopes"
+    members: list[int] = field(default_factory=list)
+    focus: list[int] = field(default_factory=list)
+
+
+def templates_dir() -> Path:
+    """The installed ``tracer.templates`` package, or ``<repo>/templates`` in a plain checkout."""
+    try:
+        found = importlib.resources.files("tracer.templates")
+        if found.joinpath("report.html.j2").is_file():
+            return Path(str(found))
+    except ModuleNotFoundError:
+        pass  # not installed: running from a source checkout
+    return Path(__file__).resolve().parents[2] / "templates"
+
+
+@lru_cache(maxsize=1)
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates_dir())), autoescape=True,
+                             undefined=jinja2.ChainableUndefined, trim_blocks=True, lstrip_blocks=True)
+    # Lenient on purpose: a field missing from an older report shows as "—", not a failed render.
+    env.filters["fmt"] = lambda value, digits=3: fmt(None if isinstance(value, jinja2.Undefined) else value, digits)
+    env.filters["inline_code"] = inline_code
+    return env
+
+
+def _asset(name: str) -> Markup:
+    """A CSS/JS file inlined verbatim; it must not be able to end its own element early."""
+    text = (templates_dir() / name).read_text(encoding="utf-8")
+    if "</" in text.lower().replace("<\\/", ""):
+        raise RuntimeError(f"templates/{name} contains '</', which would end its inline element")
+    return Markup(text)
+
+
+def script_json(value: Any) -> Markup:
+    """JSON safe inside ``<script type="application/json">``: nothing in it can close the element."""
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    for raw, esc in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"), ("\u2028", "\\u2028"),
+                     ("\u2029", "\\u2029")):
+        text = text.replace(raw, esc)
+    return Markup(text)
+
+
+def inline_code(sentence: Any) -> Markup:
+    """A sentence whose `backticked` parts are code, escaped part by part (never trusted HTML)."""
+    parts = str(sentence).split("`")
+    if len(parts) % 2 == 0:  # unbalanced backticks: show the text as it is
+        return Markup(escape(str(sentence)))
+    return Markup("").join(Markup("<code>{}</code>").format(p) if k % 2 else escape(p) for k, p in enumerate(parts))
+
+
+def _status_css() -> str:
+    """Chip and swatch colours from the same table as the graph, so the two never disagree."""
+    rules = []
+    for status, s in STYLES.items():
+        rules.append(f".st-{status}{{--fill:{s.fill};--border:{s.border};--ink:{s.font}}}")
+    for k, (_bound, fill, ink) in enumerate(PROPAGATED_SHADES):
+        rules.append(f".shade-{k}{{--fill:{fill};--ink:{ink}}}")
+    return "\n".join(rules)
+
+
+def _origin_card(title: str, origin: Any, index: OpIndex) -> dict[str, Any] | None:
+    if not isinstance(origin, dict) or not origin.get("node"):
+        return None
+    name = str(origin["node"])
+    idx = index.position.get(name)
+    node = index.nodes[idx] if idx is not None else {}
+    isolation = origin.get("isolation") or node.get("isolation")
+    return {
+        "title": title, "name": name, "idx": idx, "op": origin.get("op") or node.get("op"),
+        "level": origin.get("level"), "rewrite": origin.get("rewrite") or node.get("rewrite"),
+        "metrics": [("max abs", fmt(origin.get("max_abs"))), ("max rel", fmt(origin.get("max_rel"))),
+                    ("rel L2", fmt(origin.get("rel_l2") if origin.get("rel_l2") is not None else node.get("rel_l2")))],
+        "own": (isolation or {}).get("verdict"), "isolation": isolation_text(isolation),
+        "command": (isolation or {}).get("command"),
+        "histogram": Markup(histogram_svg(node.get("diff_histogram"))),
+    }
+
+
+def _observer(effect: Any) -> list[dict[str, Any]]:
+    sides = []
+    for key in ("a", "b"):
+        side = (effect or {}).get(key) if isinstance(effect, dict) else None
+        if not isinstance(side, dict) or not side:
+            sides.append({"key": key.upper(), "recorded": False})
+            continue
+        diffs = side.get("outputs_max_abs_diff") or {}
+        sides.append({"key": key.upper(), "recorded": True, "identical": side.get("outputs_identical"),
+                      "diffs": list(diffs.items())[:TABLE_CAP],
+                      "only_plain": [str(x) for x in side.get("only_in_plain") or []],
+                      "only_instrumented": [str(x) for x in side.get("only_in_instrumented") or []]})
+    return sides
+
+
+def _rewrites(report: dict[str, Any]) -> tuple[list[dict[str, Any]], Counter[str]]:
+    rewrites = [r for r in report.get("rewrites") or [] if isinstance(r, dict)]
+    rows = [{"kind": str(r.get("kind")), "a": [str(x) for x in r.get("a_nodes") or []],
+             "b": [str(x) for x in r.get("b_nodes") or []],
+             "detail": "; ".join(f"{k}: {v}" for k, v in flatten(r.get("detail") or {}).items())}
+            for r in rewrites[:TABLE_CAP]]
+    return rows, Counter(str(r.get("kind")) for r in rewrites)
+
+
+def build_html(report: dict[str, Any], index: OpIndex, views: list[PageView], svgs: dict[str, str],
+               scopes: list[dict[str, Any]], depth: int, notices: list[str]) -> str:
+    """The whole page as one string (CSS, JS, SVG and data inline)."""
+    sides = report.get("sides") or {}
+    tolerance = report.get("tolerance") or {}
+    first = report.get("first_divergence")
+    beyond = report.get("first_divergence_beyond_tolerance")
+    cards = [_origin_card("First difference (bitwise)", first, index)]
+    same = isinstance(first, dict) and isinstance(beyond, dict) and first.get("node") == beyond.get("node")
+    cards.append(None if same else _origin_card("First difference beyond tolerance", beyond, index))
+    env_rows = environment_rows((sides.get("a") or {}).get("environment"), (sides.get("b") or {}).get("environment"))
+    rewrite_rows, rewrite_kinds = _rewrites(report)
+    graph_diff = report.get("graph_diff") or {}
+    outputs = report.get("outputs") or {}
+    status_counts = Counter(index.status(i) for i in range(len(index.names)))
+    nonfinite = [(k.upper(), v) for k, v in (report.get("first_nonfinite") or {}).items() if isinstance(v, dict)]
+    page_data = {
+        "views": [asdict(v) for v in views], "scopes": scopes, "depth": depth,
+        "labels": STATUS_LABELS, "order": list(STATUSES),
+        "shades": [b if b != float("inf") else None for b, _f, _i in PROPAGATED_SHADES],
+    }
+    context = {
+        "report": report,
+        "verdict": str(report.get("verdict") or "unknown"),
+        "tool": report.get("tool") or {},
+        "tolerance": tolerance,
+        "overrides": list((tolerance.get("overrides") or {}).items())[:20],
+        "sides": [{"key": k.upper(), "label": (sides.get(k) or {}).get("label") or k.upper(),
+                   "facts": side_facts(sides.get(k) or {})} for k in ("a", "b")],
+        "cards": [c for c in cards if c],
+        "same_origin": same,
+        "nonfinite": nonfinite,
+        "answers": answers(report),
+        "outputs": list(outputs.items()),
+        "origins": [(o, index.position.get(str(o.get("node")))) for o in (report.get("origins") or [])[:TABLE_CAP]
+                    if isinstance(o, dict)],
+        "origin_count": len(report.get("origins") or []),
+        "rewrites": rewrite_rows, "rewrite_count": sum(rewrite_kinds.values()),
+        "rewrite_kinds": rewrite_kinds.most_common(),
+        "env_rows": env_rows, "env_diff_count": sum(1 for r in env_rows if r.differs),
+        "observer": _observer(report.get("observer_effect")),
+        "graph_diff": graph_diff,
+        "only_in_a": [str(x) for x in (graph_diff.get("only_in_a") or [])[:TABLE_CAP]],
+        "only_in_b": [str(x) for x in (graph_diff.get("only_in_b") or [])[:TABLE_CAP]],
+        "renamed": list((graph_diff.get("renamed") or {}).items())[:TABLE_CAP],
+        "command": str(report.get("command") or ""),
+        "notices": notices,
+        "views": [{"id": v.id, "title": v.title, "svg": Markup(svgs[v.id])} for v in views],
+        "tabs": [v for v in views if not v.id.startswith("scope")],
+        "legend": legend(),
+        "shade_labels": _shade_labels(),
+        "status_counts": [(s, STATUS_LABELS[s], status_counts[s]) for s in STATUSES if status_counts[s]],
+        "op_count": len(index.names),
+        "growth_svg": Markup(error_growth_svg(report, index)) if index.names else Markup(""),
+        "css": _asset("report.css"), "status_css": Markup(_status_css()), "js": _asset("report.js"),
+        "report_json": script_json(report), "page_json": script_json(page_data),
+        "first_name": (beyond or first or {}).get("node") if isinstance(beyond or first, dict) else None,
+    }
+    return _environment().get_template("report.html.j2").render(context)
+
+
+def _shade_labels() -> list[dict[str, str]]:
+    """The propagated shades with the error band each stands for, for the legend."""
+    out, lower = [], None
+    for bound, fill, ink in PROPAGATED_SHADES:
+        label = (f"< 1e{bound:g}" if lower is None else
+                 f"≥ 1e{lower:g}" if bound == float("inf") else f"1e{lower:g}–1e{bound:g}")
+        out.append({"fill": fill, "ink": ink, "label": label})
+        lower = bound
+    return out

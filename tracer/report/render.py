@@ -1,0 +1,247 @@
+"""``report.json`` -> ``report.html``, ``report.md``, ``divergence.svg`` (+ ``.png``): the entry point.
+
+Everything comes from the report dict, so a report re-renders anywhere (``tftrace report DIR``)
+without TensorFlow or the captures. Graphviz is the one outside program, and a missing or slow
+``dot`` must never cost the user their report: each run gets what is left of one time budget,
+and whatever could not be drawn is replaced by a visible notice that says how to get it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypedDict
+
+from .dot import OpIndex, neighbourhood, ops_dot, overview_dot, scope_groups, label_text
+from .html import PageView, build_html
+from .markdown import render_markdown
+from .summary import fmt, json_safe, severity
+
+__all__ = ["render_report", "RenderResult", "INSTALL_GRAPHVIZ"]
+
+INSTALL_GRAPHVIZ = "install Graphviz (`apt-get install graphviz` / `brew install graphviz`) and re-render with `tftrace report DIR`"
+SCOPE_VIEW_MAX_OPS = 250        # a scope bigger than this opens as a list only
+SCOPE_VIEWS_TOTAL_OPS = 2500    # all per-scope graphs together (bounds HTML size and dot time)
+SCOPE_BATCH_OPS = 600           # per dot process, so one timeout loses only one batch
+NEIGHBOURHOOD_CAP = 60
+
+
+class RenderResult(TypedDict, total=False):
+    html: Path
+    md: Path
+    svg: Path
+    png: Path
+    notices: list[str]
+    seconds: float
+
+
+@dataclass
+class _Plan:
+    """A view to draw: its DOT source, and for the page which ops it shows."""
+
+    view: PageView
+    dot: str
+    raw: str | None = None  # dot's own SVG (a standalone file)
+    svg: str | None = None  # the same, fit to sit inside the page
+
+
+class _DotFailed(Exception):
+    pass
+
+
+@dataclass
+class _Dot:
+    """Runs ``dot`` with what is left of the budget. ``graphviz``'s own ``pipe`` has no timeout."""
+
+    command: str
+    budget_s: float
+    started: float
+    binary: str | None = None
+    failures: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)  # not drawn for lack of time
+
+    def __post_init__(self) -> None:
+        self.binary = shutil.which(self.command)
+
+    def run(self, source: str, fmt_: str, what: str) -> bytes:
+        if self.binary is None:
+            raise _DotFailed("no dot")
+        left = self.started + self.budget_s - time.monotonic()
+        if left <= 0.2 or self.skipped:
+            self.skipped.append(what)
+            raise _DotFailed(what)
+        try:
+            done = subprocess.run([self.binary, f"-T{fmt_}"], input=source.encode("utf-8"), capture_output=True,
+                                  timeout=left, check=False)
+        except subprocess.TimeoutExpired as exc:
+            self.skipped.append(what)
+            raise _DotFailed(what) from exc
+        if done.returncode != 0 or not done.stdout:
+            err = done.stderr.decode("utf-8", "replace").strip().splitlines()
+            self.failures.append(f"Graphviz could not draw the {what} "
+                                 f"({err[-1][:200] if err else f'exit status {done.returncode}'}).")
+            raise _DotFailed(what)
+        return done.stdout
+
+    @property
+    def notices(self) -> list[str]:
+        """What is missing from the page and how to get it, in one sentence per cause."""
+        out = []
+        if self.binary is None:
+            out.append(f"Graphviz `{self.command}` was not found on PATH, so the graph pictures are missing "
+                       f"(the table, details and text are complete). To get them, {INSTALL_GRAPHVIZ}.")
+        if self.skipped:
+            out.append(f"Graphviz ran out of the {self.budget_s:g} s render time budget before drawing: "
+                       f"{', '.join(dict.fromkeys(self.skipped))}. The rest of the report is complete; re-render "
+                       "with a larger `--render-timeout` to get them.")
+        return out + self.failures
+
+
+_PROLOG = re.compile(r"\A.*?(?=<svg)", re.S)
+_COMMENT = re.compile(r"<!--.*?-->", re.S)
+_TITLE = re.compile(r"<title>[^<]*</title>\n?")
+_NAMESPACES = re.compile(r'\s(?:xmlns|xmlns:xlink)="[^"]*"')
+_SIZE = re.compile(r'<svg width="([\d.]+)pt" height="([\d.]+)pt"')
+
+
+def inline_svg(svg: str) -> str:
+    """dot's SVG made fit to sit inside the page: no prolog, DOCTYPE, comments, titles (node titles
+    are only ``n12``; the page shows names itself) or namespace URLs (the HTML parser supplies
+    the SVG namespace), and sized by CSS instead of points."""
+    svg = _PROLOG.sub("", svg, count=1)
+    svg = _COMMENT.sub("", svg)
+    svg = _TITLE.sub("", svg)
+    svg = _NAMESPACES.sub("", svg)
+    return _SIZE.sub(r'<svg data-width="\1" data-height="\2"', svg, count=1)
+
+
+def _split_svgs(text: str) -> list[str]:
+    return [chunk + "</svg>" for chunk in text.split("</svg>") if "<svg" in chunk]
+
+
+def _caption(report: dict[str, Any], index: OpIndex) -> str:
+    first = report.get("first_divergence_beyond_tolerance") or report.get("first_divergence")
+    verdict = str(report.get("verdict") or "unknown").replace("_", " ")
+    if isinstance(first, dict) and first.get("node"):
+        return (f"<B>{label_text(verdict.upper(), 30)}</B>: first divergence at "
+                f"<B>{label_text(str(first['node']), 80)}</B> ({label_text(str(first.get('op')), 40)}), "
+                f"max abs {label_text(fmt(first.get('max_abs')))}, max rel {label_text(fmt(first.get('max_rel')))}")
+    return f"<B>{label_text(verdict.upper(), 30)}</B>: {len(index.names)} ops compared, no divergence"
+
+
+def _plan(report: dict[str, Any], index: OpIndex, full_graph_limit: int) -> tuple[list[_Plan], list[dict[str, Any]], int]:
+    """The views worth drawing, the most useful first (the budget may run out part way)."""
+    plans: list[_Plan] = []
+    seeds = index.seeds(report)
+    caption = _caption(report, index)
+    n = len(index.names)
+    if seeds and n > full_graph_limit:
+        members = neighbourhood(index, seeds, hops=2, cap=NEIGHBOURHOOD_CAP)
+        plans.append(_Plan(PageView("near", "Around the first divergence", "ops", members, seeds),
+                           ops_dot(index, members, "near", focus=seeds, caption=caption)))
+    if 0 < n <= full_graph_limit:
+        plans.append(_Plan(PageView("full", f"All {n} ops", "ops", list(range(n)), seeds),
+                           ops_dot(index, range(n), "full", focus=seeds, caption=caption)))
+    groups, depth = scope_groups(index)
+    scopes: list[dict[str, Any]] = []
+    if 1 < len(groups) <= 300 and any(not g.is_op for g in groups):
+        scoped = [g for g in groups if not g.is_op]
+        plans.append(_Plan(PageView("overview", f"Scopes (depth {depth})", "scopes", [], seeds),
+                           overview_dot(index, groups, "overview")))
+        for k, g in enumerate(groups):
+            if not g.is_op:
+                scopes.append({"key": g.key, "box": f"overview_s{k}", "members": g.members, "worst": g.worst,
+                               "counts": dict(g.counts), "max_rel": g.max_rel, "view": None})
+        if n > full_graph_limit:
+            budget = SCOPE_VIEWS_TOTAL_OPS
+            order = sorted(range(len(scoped)), key=lambda k: (-severity(scoped[k].worst), k))
+            for k in order:
+                size = len(scoped[k].members)
+                if 2 <= size <= SCOPE_VIEW_MAX_OPS and size <= budget:
+                    budget -= size
+                    view_id = f"scope{k}"
+                    scopes[k]["view"] = view_id
+                    plans.append(_Plan(PageView(view_id, scoped[k].key, "ops", scoped[k].members, []),
+                                       ops_dot(index, scoped[k].members, view_id)))
+    return plans, scopes, depth
+
+
+def _draw(plans: list[_Plan], runner: _Dot) -> None:
+    """Main views one by one; the per-scope views batched (several graphs per dot process)."""
+    if runner.binary is None:
+        return
+    for plan in (p for p in plans if not p.view.id.startswith("scope")):
+        try:
+            plan.raw = runner.run(plan.dot, "svg", f"{plan.view.title.lower()} graph").decode("utf-8")
+            plan.svg = inline_svg(plan.raw)
+        except _DotFailed:
+            continue
+    batch: list[_Plan] = []
+    for plan in [*(p for p in plans if p.view.id.startswith("scope")), None]:
+        if plan is not None:
+            batch.append(plan)
+        if batch and (plan is None or sum(len(p.view.members) for p in batch) >= SCOPE_BATCH_OPS):
+            try:
+                text = runner.run("\n".join(p.dot for p in batch), "svg", "per-scope graphs").decode("utf-8")
+            except _DotFailed:
+                batch = []
+                continue
+            for p, svg in zip(batch, _split_svgs(text), strict=False):
+                p.raw, p.svg = svg, inline_svg(svg)
+            batch = []
+
+
+def _write(path: Path, data: str | bytes) -> Path:
+    """Write beside the target and rename, so a reader never sees half a file."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    if isinstance(data, bytes):
+        tmp.write_bytes(data)
+    else:
+        tmp.write_text(data, encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+def render_report(report: dict[str, Any], out_dir: str | Path, *, render_timeout_s: float = 60.0,
+                  full_graph_limit: int = 400, dot_command: str = "dot") -> RenderResult:
+    """Write ``report.html``, ``report.md`` and ``divergence.svg``/``.png`` into ``out_dir``.
+
+    Never fails because Graphviz is missing or slow: the pictures are then left out and
+    ``result["notices"]`` (also shown at the top of the page) says what is missing and why.
+    ``render_timeout_s`` bounds all ``dot`` runs together.
+    """
+    started = time.monotonic()
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    report = json_safe(report)
+    index = OpIndex.from_report(report)
+    runner = _Dot(dot_command, render_timeout_s, started)
+    plans, scopes, depth = _plan(report, index, full_graph_limit)
+    _draw(plans, runner)
+    result: RenderResult = {}
+    primary = next((p for p in plans if p.view.id in ("near", "full") and p.svg), None)
+    primary = primary or next((p for p in plans if p.view.id == "overview" and p.svg), None)
+    stale = [out / "divergence.svg", out / "divergence.png"]
+    if primary is not None and primary.raw is not None:
+        result["svg"] = _write(out / "divergence.svg", primary.raw)
+        stale.remove(out / "divergence.svg")
+        try:
+            result["png"] = _write(out / "divergence.png", runner.run(primary.dot, "png", "divergence.png"))
+            stale.remove(out / "divergence.png")
+        except _DotFailed:
+            pass  # the notice is recorded; the SVG is the attachment that matters
+    for path in stale:  # a picture from an earlier render would contradict this report
+        path.unlink(missing_ok=True)
+    views = [p.view for p in plans if p.svg is not None]
+    svgs = {p.view.id: p.svg for p in plans if p.svg is not None}
+    notices = list(runner.notices)
+    result["html"] = _write(out / "report.html", build_html(report, index, views, svgs, scopes, depth, notices))
+    result["md"] = _write(out / "report.md", render_markdown(report, has_svg="svg" in result))
+    result["notices"] = notices
+    result["seconds"] = round(time.monotonic() - started, 3)
+    return result
