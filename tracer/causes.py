@@ -58,7 +58,8 @@ CAUSES: dict[str, Cause] = {c.key: c for c in (
     Cause("build", "different TF/CUDA/cuDNN builds", "the same build for tests and serving", "none"),
 )}
 
-EXPORT_REWRITES = {"batchnorm_folded", "const_changed", "cast_inserted", "fused", "attr_changed", "op_changed"}
+EXPORT_REWRITES = {"batchnorm_folded", "const_changed", "cast_inserted", "fused", "attr_changed", "op_changed",
+                   "rewired", "node_added", "node_removed"}
 KNOB_CAUSES = {"onednn": "onednn", "autotune": "autotune", "determinism": "autotune", "tf32": "tf32", "xla": "xla",
                "grappler": "grappler", "session_config_path": "grappler", "threads": "build"}
 
@@ -107,7 +108,11 @@ def explain_comparison(report: dict[str, Any]) -> dict[str, Any]:
                 "source": "compare"}
     if not found and origins:
         op_types = sorted({o["op"] for o in origins})
-        found["grappler"] = f"origins in {', '.join(op_types)} with no setting that differs between the sides."
+        return {
+            "why": [f"No setting, batch size, graph rewrite or environment difference explains it: the origins are "
+                    f"{', '.join(op_types)} ops.{where} Run `tftrace diagnose` to test each factor on its own."],
+            "prevent": [], "cost": [], "source": "compare", "causes": [],
+        }
     why = [f"{CAUSES[k].title[0].upper()}{CAUSES[k].title[1:]}: {evidence}" for k, evidence in found.items()]
     if why and where:
         why.append(where.strip())

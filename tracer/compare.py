@@ -114,6 +114,9 @@ def compare(
     divergence = classify(view_a.graph, alignment, metrics, tolerance)
     top = [r for r in divergence.origins if r.metrics is not None][: max(0, isolate)]
     isolation = isolate_origins(top, alignment, view_a, view_b, str(out / "work"), console) if top else {}
+    # An origin whose own kernel differs given identical inputs outranks one that only inherited.
+    own = {name for name, iso in isolation.items() if iso.verdict == "own_error"}
+    divergence.origins.sort(key=lambda r: r.name not in own)
     comparison = Comparison(view_a, view_b, diff, alignment, metrics, divergence, tolerance, isolation, out, command)
     from .report.build import build_report, write_reports  # noqa: PLC0415
 

@@ -185,6 +185,9 @@ def build_report(comparison: Comparison) -> dict[str, Any]:
             "within_tolerance": m.within(atol, rtol) if m else None,
             "max_abs": m.max_abs if m else None, "max_rel": m.max_rel if m else None,
             "cosine": m.cosine if m else None,
+            "nan_mismatch": m.nan_mismatch if m else None,
+            "inf_mismatch": m.inf_mismatch if m else None,
+            "mismatch_count": m.mismatch_count if m else None,
         }
     report = {
         "schema_version": SCHEMA_VERSION,

@@ -32,6 +32,7 @@ from .summary import (
     flatten,
     fmt,
     isolation_text,
+    json_safe,
     side_facts,
 )
 
@@ -204,7 +205,7 @@ def build_html(report: dict[str, Any], index: OpIndex, views: list[PageView], sv
         "op_count": len(index.names),
         "growth_svg": Markup(error_growth_svg(report, index)) if index.names else Markup(""),
         "css": _asset("report.css"), "status_css": Markup(_status_css()), "js": _asset("report.js"),
-        "report_json": script_json(report), "page_json": script_json(page_data),
+        "report_json": script_json(report), "page_json": script_json(json_safe(page_data)),
         "first_name": (beyond or first or {}).get("node") if isinstance(beyond or first, dict) else None,
     }
     return _environment().get_template("report.html.j2").render(context)

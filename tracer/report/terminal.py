@@ -98,10 +98,12 @@ def print_comparison(console: Console, report: dict, out_dir: object = None) -> 
                           origin.get("rewrite") or "")
         console.print(table)
     outputs = Table(title="Outputs", title_justify="left")
-    for col in ("output", "identical", "within tol.", "max abs", "max rel"):
+    for col in ("output", "identical", "within tol.", "max abs", "max rel", "NaN/Inf differ"):
         outputs.add_column(col)
     for key, out in report.get("outputs", {}).items():
-        outputs.add_row(key, str(out["identical"]), str(out["within_tolerance"]), _num(out["max_abs"]), _num(out["max_rel"]))
+        nonfinite = (out.get("nan_mismatch") or 0) + (out.get("inf_mismatch") or 0)
+        outputs.add_row(key, str(out["identical"]), str(out["within_tolerance"]), _num(out["max_abs"]),
+                        _num(out["max_rel"]), str(nonfinite) if nonfinite else "")
     console.print(outputs)
     kinds = Counter(r["kind"] for r in report.get("rewrites", []))
     if kinds:

@@ -1,0 +1,68 @@
+"""Shared fixtures: the sample models (generated once), a CLI runner, TF-free helpers."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+GENERATED = REPO / "sample_models" / "generated"
+
+# Numbers in these tests depend on oneDNN; its default depends on the CPU. Pin it for every
+# child process the tests start (tests that compare settings pass --onednn explicitly).
+os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+def _fresh(models_dir: Path) -> bool:
+    return (models_dir / ".complete").exists() and (models_dir / "models.json").exists()
+
+
+@pytest.fixture(scope="session")
+def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """name -> path of every sample model (see sample_models/README.md).
+
+    Uses ``sample_models/generated`` when ``make models`` made it; otherwise generates into a
+    temporary directory (in a child process, so the test process does not import TF for it).
+    """
+    root = GENERATED
+    if not _fresh(root):
+        root = tmp_path_factory.mktemp("models") / "generated"
+        subprocess.run([sys.executable, "-m", "sample_models.generate", "--out", str(root)], cwd=REPO, check=True)
+    table = json.loads((root / "models.json").read_text())
+    return {name: root / rel for name, rel in table.items()}
+
+
+@pytest.fixture(scope="session")
+def real_models() -> dict[str, Path]:
+    """The two SavedModels written by old TF releases (shared/real_models, see its README)."""
+    base = REPO / "tests" / "real_models"  # a copy of shared/real_models, so CI's fresh clone has them
+    return {
+        "half_plus_two": base / "saved_model_half_plus_two_mkl",
+        "counter": base / "saved_model_counter",
+    }
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
+    """Run ``tftrace`` as a user would, in a fresh process; returns the CompletedProcess."""
+    full_env = {**os.environ, **(env or {}), "COLUMNS": "200"}
+    return subprocess.run(
+        [sys.executable, "-m", "tracer.cli", *args], cwd=REPO, env=full_env, capture_output=True, text=True,
+        timeout=timeout,
+    )
+
+
+def assert_user_error(proc: subprocess.CompletedProcess, *fragments: str) -> None:
+    """Exit 2, one line on stderr naming the problem (and fix), no traceback."""
+    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
+    err = proc.stderr.strip()
+    assert "Traceback" not in err, err
+    lines = [line for line in err.splitlines() if line.startswith("tftrace: error:")]
+    assert len(lines) == 1, err
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])

@@ -1,0 +1,220 @@
+"""``report.md``: the summary a user pastes into an issue tracker.
+
+It must fit an issue body whatever the model size (GitHub refuses bodies over 65,536
+characters), so every table is cut with "… N more", and if the whole still comes out too long
+the limits are halved until it fits. Model strings are escaped for Markdown *and* HTML (issue
+trackers render both): table pipes, emphasis characters, backticks and angle brackets never
+reach the renderer raw. Names that are harmless are shown as code.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from .summary import answers, environment_rows, fmt, isolation_text, side_facts
+
+__all__ = ["render_markdown", "md_text", "md_code", "MD_LIMIT"]
+
+MD_LIMIT = 60_000  # GitHub's issue-body limit is 65,536; leave room for the user's own words
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]|~])")  # the rest only matter at a line start, where model text never is
+_CODE_SAFE = re.compile(r"^[^`|<>&\r\n\\]*$")
+
+
+def md_text(value: Any, limit: int = 160) -> str:
+    """Model text as inert Markdown: one line, bounded, HTML and Markdown syntax escaped."""
+    text = " ⏎ ".join(str(value).splitlines()) if value is not None else "—"
+    if len(text) > limit:
+        text = text[: limit - 1] + "…"
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return _MD_SPECIAL.sub(r"\\\1", text)
+
+
+def md_code(value: Any, limit: int = 120) -> str:
+    """A name as inline code when nothing in it can break out of the code span, else as text."""
+    text = str(value) if value is not None else "—"
+    if text and len(text) <= limit and _CODE_SAFE.match(text):
+        return f"`{text}`"
+    return md_text(text, limit)
+
+
+def _sentence(sentence: str, limit: int) -> str:
+    """An answer sentence: its `backticked` parts as code, the rest as escaped text."""
+    parts = str(sentence).split("`")
+    if len(parts) % 2 == 0:
+        return md_text(sentence, limit)
+    return "".join(md_code(p) if k % 2 else md_text(p, limit) for k, p in enumerate(parts))
+
+
+def _table(header: list[str], rows: list[list[str]], total: int, what: str) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    if total > len(rows):
+        lines.append(f"\n… {total - len(rows)} more {what} in report.json / report.html")
+    return lines
+
+
+@dataclass(frozen=True)
+class _Limits:
+    rows: int
+    env_rows: int
+    cell: int
+
+
+def _header(report: dict[str, Any], lim: _Limits) -> list[str]:
+    verdict = str(report.get("verdict") or "unknown")
+    tol = report.get("tolerance") or {}
+    first = report.get("first_divergence_beyond_tolerance") or report.get("first_divergence")
+    title = f"## tftrace: {md_text(verdict.replace('_', ' ').upper(), 40)}"
+    if isinstance(first, dict) and first.get("node"):
+        title += f" — first divergence at {md_code(first['node'], lim.cell)} ({md_text(first.get('op'), 60)})"
+    tool = report.get("tool") or {}
+    out = [title, "",
+           f"**Verdict:** {md_text(verdict.replace('_', ' '), 40)} · tolerance atol {fmt(tol.get('atol'))}, "
+           f"rtol {fmt(tol.get('rtol'))} · {len(report.get('nodes') or {})} ops · "
+           f"{md_text(tool.get('name') or 'tftrace', 40)} {md_text(tool.get('version') or '', 40)} · "
+           f"{md_text(report.get('created_utc') or '', 40)}", ""]
+    sides = report.get("sides") or {}
+    facts = [side_facts(sides.get(k) or {}) for k in ("a", "b")]
+    rows = [["label", md_text((sides.get("a") or {}).get("label"), lim.cell), md_text((sides.get("b") or {}).get("label"), lim.cell)]]
+    for (key, a), (_k, b) in zip(facts[0], facts[1], strict=False):
+        mark = " **≠**" if a != b else ""
+        rows.append([md_text(key, 40) + mark, md_text(a, lim.cell), md_text(b, lim.cell)])
+    return out + _table(["", "A", "B"], rows, len(rows), "") + [""]
+
+
+def _origins(report: dict[str, Any], lim: _Limits) -> list[str]:
+    out = []
+    for title, key in (("First difference (bitwise)", "first_divergence"),
+                       ("First difference beyond tolerance", "first_divergence_beyond_tolerance")):
+        o = report.get(key)
+        if isinstance(o, dict) and o.get("node"):
+            rewrite = f", rewritten at export ({md_text(o['rewrite'], 60)})" if o.get("rewrite") else ""
+            out.append(f"- **{title}:** {md_code(o['node'], lim.cell)} ({md_text(o.get('op'), 60)}), max abs "
+                       f"{fmt(o.get('max_abs'))}, max rel {fmt(o.get('max_rel'))}{rewrite}; "
+                       f"{md_text(isolation_text(o.get('isolation')), 300)}")
+    for side, nf in (report.get("first_nonfinite") or {}).items():
+        if isinstance(nf, dict):
+            out.append(f"- **First NaN/Inf on side {md_text(str(side).upper(), 4)}:** {md_code(nf.get('node'), lim.cell)} "
+                       f"({md_text(nf.get('op'), 60)}): {fmt(nf.get('nan'))} NaN, {fmt(nf.get('inf'))} Inf")
+    if not out:
+        out.append("- No divergence: every compared op agrees.")
+    origins = [o for o in report.get("origins") or [] if isinstance(o, dict)]
+    out.append("")
+    if origins:
+        out.append(f"### Origins ({len(origins)})")
+        rows = [[fmt(o.get("rank", k + 1)), md_code(o.get("node"), lim.cell), md_text(o.get("op"), 60),
+                 fmt(o.get("max_abs")), fmt(o.get("max_rel")),
+                 md_text(((o.get("isolation") or {}).get("verdict") or "—").replace("_", " "), 30),
+                 md_text(o.get("rewrite") or "—", 40)] for k, o in enumerate(origins[: lim.rows])]
+        out += _table(["#", "op", "type", "max abs", "max rel", "own vs inherited", "rewrite"], rows,
+                      len(origins), "origins") + [""]
+    return out
+
+
+def _outputs(report: dict[str, Any], lim: _Limits) -> list[str]:
+    outputs = [(k, v) for k, v in (report.get("outputs") or {}).items() if isinstance(v, dict)]
+    if not outputs:
+        return []
+    rows = []
+    for key, o in outputs[: lim.rows]:
+        result = ("identical" if o.get("identical") else "within tolerance" if o.get("within_tolerance")
+                  else "not compared" if o.get("identical") is None else "**differs**")
+        rows.append([md_code(key, lim.cell), result, fmt(o.get("max_abs")), fmt(o.get("max_rel")), fmt(o.get("cosine"), 7)])
+    return ["### Outputs"] + _table(["output", "result", "max abs", "max rel", "cosine"], rows, len(outputs), "outputs") + [""]
+
+
+def _answers(report: dict[str, Any], lim: _Limits) -> list[str]:
+    given = answers(report)
+    out = []
+    for key, title in (("why", "Why it happens"), ("prevent", "How to prevent it"), ("cost", "What preventing it costs")):
+        out.append(f"### {title}")
+        items = given.get(key) or []
+        out += [f"- {_sentence(s, 600)}" for s in items[: lim.rows]] or [
+            "- Run `tftrace diagnose` to measure it on this model." if key != "why" else "- Nothing to explain."]
+        out.append("")
+    return out
+
+
+def _rewrites(report: dict[str, Any], lim: _Limits) -> list[str]:
+    rewrites = [r for r in report.get("rewrites") or [] if isinstance(r, dict)]
+    if not rewrites:
+        return ["### Rewrites", "- None: the graph diff found no rewrite between A and B.", ""]
+    kinds = Counter(str(r.get("kind")) for r in rewrites)
+    out = [f"### Rewrites ({len(rewrites)})", ", ".join(f"{n} × {md_text(k, 40)}" for k, n in kinds.most_common()), ""]
+    rows = []
+    for r in rewrites[: lim.rows]:
+        a, b = [str(x) for x in r.get("a_nodes") or []], [str(x) for x in r.get("b_nodes") or []]
+        detail = "; ".join(f"{k}: {v}" for k, v in (r.get("detail") or {}).items())
+        rows.append([md_text(r.get("kind"), 40),
+                     (md_code(a[0], lim.cell) + (f" +{len(a) - 1}" if len(a) > 1 else "")) if a else "—",
+                     (md_code(b[0], lim.cell) + (f" +{len(b) - 1}" if len(b) > 1 else "")) if b else "—",
+                     md_text(detail, lim.cell)])
+    return out + _table(["kind", "A", "B", "detail"], rows, len(rewrites), "rewrites") + [""]
+
+
+def _environment(report: dict[str, Any], lim: _Limits) -> list[str]:
+    sides = report.get("sides") or {}
+    rows = environment_rows((sides.get("a") or {}).get("environment"), (sides.get("b") or {}).get("environment"))
+    differing = [r for r in rows if r.differs]
+    same = [r for r in rows if not r.differs and not r.volatile]
+    out = [f"### Environment ({len(differing)} of {len(rows)} rows differ)"]
+    if differing:
+        out += _table(["key", "A", "B"], [[f"**{md_text(r.key, 80)}** ≠", md_text(r.a, lim.cell), md_text(r.b, lim.cell)]
+                                          for r in differing[: lim.env_rows]], len(differing), "differing rows")
+    else:
+        out.append("The two environment fingerprints agree.")
+    if same:
+        out += ["", "<details><summary>Identical rows</summary>", ""]
+        out += _table(["key", "A and B"], [[md_text(r.key, 80), md_text(r.a, lim.cell)] for r in same[: lim.env_rows]],
+                      len(same), "identical rows")
+        out += ["", "</details>"]
+    return out + [""]
+
+
+def _observer(report: dict[str, Any]) -> list[str]:
+    effect = report.get("observer_effect") or {}
+    out = ["### Observer effect (plain vs instrumented run)"]
+    for key in ("a", "b"):
+        side = effect.get(key) if isinstance(effect, dict) else None
+        if not isinstance(side, dict) or not side:
+            out.append(f"- **{key.upper()}:** not recorded")
+            continue
+        diffs = [fmt(v) for v in (side.get("outputs_max_abs_diff") or {}).values()]
+        worst = max((v for v in (side.get("outputs_max_abs_diff") or {}).values() if isinstance(v, (int, float))),
+                    default=None)
+        moved = "outputs unchanged" if side.get("outputs_identical") else f"outputs moved by up to {fmt(worst)}"
+        plain = ", ".join(md_text(x, 60) for x in (side.get("only_in_plain") or [])[:12]) or "none"
+        inst = ", ".join(md_text(x, 60) for x in (side.get("only_in_instrumented") or [])[:12]) or "none"
+        out.append(f"- **{key.upper()}:** {moved if diffs or side.get('outputs_identical') is not None else 'recorded'}; "
+                   f"ran only in the plain graph: {plain}; only when instrumented: {inst}")
+    return out + [""]
+
+
+def _reproduce(report: dict[str, Any], has_svg: bool) -> list[str]:
+    command = str(report.get("command") or "")
+    fence = "`" * max(3, max((len(m) for m in re.findall(r"`+", command)), default=0) + 1)
+    out = ["### Reproduce", f"{fence}sh", command.replace("\r", ""), fence]
+    if has_svg:
+        out.append("Attach `divergence.svg` (or `divergence.png`) from the report directory for the picture of "
+                   "the first divergence; open `report.html` to explore every op.")
+    return out
+
+
+def _render(report: dict[str, Any], lim: _Limits, has_svg: bool) -> str:
+    lines = (_header(report, lim) + _origins(report, lim) + _outputs(report, lim) + _answers(report, lim)
+             + _rewrites(report, lim) + _environment(report, lim) + _observer(report) + _reproduce(report, has_svg))
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def render_markdown(report: dict[str, Any], *, has_svg: bool = False) -> str:
+    """The Markdown summary, always under :data:`MD_LIMIT` characters."""
+    text = ""
+    for lim in (_Limits(25, 40, 160), _Limits(12, 20, 100), _Limits(6, 10, 60), _Limits(3, 5, 40)):
+        text = _render(report, lim, has_svg)
+        if len(text) <= MD_LIMIT:
+            return text
+    # Only a pathological report (a command or answers of many kilobytes) gets here.
+    return text[: MD_LIMIT - 80].rsplit("\n", 1)[0] + "\n\n… (cut to fit an issue body; see report.html)\n"
