@@ -118,8 +118,15 @@
     return { x: m.a * b.x + m.c * b.y + m.e, y: m.b * b.x + m.d * b.y + m.f, w: b.width * m.a, h: b.height * m.d };
   };
   PanZoom.prototype.focusOn = function (g) {
-    var b = this.bbox(g);
-    this.setView(b.x + b.w / 2, b.y + b.h / 2, Math.min(Math.max(this.scale(), 1), 2));
+    var b = this.bbox(g), k = Math.min(Math.max(this.scale(), 1), 2);
+    // Centre in the part of the canvas the details drawer does not cover.
+    var drawerBox = document.getElementById("details");
+    var hidden = 0;
+    if (drawerBox && !drawerBox.hidden) {
+      hidden = Math.max(0, this.box.getBoundingClientRect().right - drawerBox.getBoundingClientRect().left);
+      hidden = Math.min(hidden, this.size().w * 0.6);
+    }
+    this.setView(b.x + b.w / 2 + hidden / 2 / k, b.y + b.h / 2, k);
   };
 
   /* ---------------------------------------------------------------- graph views */
@@ -468,7 +475,7 @@
   }
   function select(i, opts) {
     selected = i;
-    openDetails(i);
+    openDetails(i);  // first: centring leaves room for the drawer
     if (opts && opts.locate) locate(i, false);
     else if (current && nodeEl(i)) mark(nodeEl(i));
     highlightRow(i);

@@ -1,20 +1,25 @@
 """tftrace: find where two runs of a TensorFlow model start to give different numbers, and why.
 
 Nothing here imports TensorFlow at import time: comparisons and reports work on machines
-without it.
+without it; loading and running a model (in child processes) need it.
 """
 
 from __future__ import annotations
 
+import os
+import tempfile
 from typing import TYPE_CHECKING, Any
 
 from .errors import TftraceError
 
-__all__ = ["TftraceError", "load", "diff_graphs", "__version__"]
+__all__ = ["TftraceError", "load", "diff_graphs", "capture", "compare", "assert_equivalent", "__version__"]
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
     from .artifacts import Artifact, ArtifactRef
+    from .capture.reader import Capture
+    from .compare import Comparison
+    from .runspec import Side
     from .static_diff import StaticDiff
 
 
@@ -31,3 +36,69 @@ def diff_graphs(a: str | ArtifactRef, b: str | ArtifactRef) -> StaticDiff:
 
     return diff_artifacts(a, b)
 
+
+def _side(target: str | Side, **options: Any) -> Side:
+    from .artifacts import ArtifactRef  # noqa: PLC0415
+    from .runspec import InputSpec, Knobs, Side  # noqa: PLC0415
+
+    if not isinstance(target, str):
+        return target
+    knob_names = {"onednn", "autotune", "determinism", "tf32", "xla", "threads", "grappler", "env"}
+    knobs = {k: options.pop(k) for k in list(options) if k in knob_names}
+    for key in ("grappler", "env"):
+        if isinstance(knobs.get(key), dict):
+            knobs[key] = tuple(sorted(knobs[key].items()))
+    inputs = {k: options.pop(k) for k in ("inputs_file", "seed", "examples") if k in options}
+    ref = {k: options.pop(k) for k in ("tag", "signature") if k in options}
+    return Side(ArtifactRef(target, **ref), knobs=Knobs(**knobs), inputs=InputSpec(**inputs), **options)
+
+
+def capture(artifact: str | Side, out_dir: str, *, force: bool = False, **side: Any) -> Capture:
+    """Run one side in a child process and record every intermediate tensor into ``out_dir``.
+
+    ``side`` options: device, batch_size, onednn, autotune, determinism, tf32, xla, threads,
+    grappler (dict), env (dict), inputs_file, seed, examples, tag, signature, max_memory.
+    """
+    from .capture.launcher import capture as _capture  # noqa: PLC0415
+
+    return _capture(_side(artifact, **side), out_dir, force=force)
+
+
+def compare(
+    a: str | Side, b: str | Side, out_dir: str | None = None, *, a_options: dict | None = None,
+    b_options: dict | None = None, force: bool = True, **options: Any,
+) -> Comparison:
+    """Compare two sides (artifacts or capture directories); ``bool(result)`` is True when no
+    divergence beyond tolerance was found. ``options``: atol, rtol, isolate, plus side options
+    applied to both sides; ``a_options``/``b_options`` override per side."""
+    from .compare import compare as _compare  # noqa: PLC0415
+    from .divergence import Tolerance  # noqa: PLC0415
+
+    tol = Tolerance(atol=options.pop("atol", 1e-6), rtol=options.pop("rtol", 1e-5))
+    isolate = options.pop("isolate", 5)
+    side_a = a if _is_capture(a) else _side(a, **{**options, **(a_options or {})})
+    side_b = b if _is_capture(b) else _side(b, **{**options, **(b_options or {})})
+    out = out_dir or tempfile.mkdtemp(prefix="tftrace-")
+    return _compare(side_a, side_b, out, tolerance=tol, isolate=isolate, force=force)
+
+
+def _is_capture(target: Any) -> bool:
+    return isinstance(target, str) and os.path.isfile(os.path.join(target, "manifest.json"))
+
+
+def assert_equivalent(a: str | Side, b: str | Side, *, rtol: float = 1e-5, atol: float = 1e-6, **options: Any) -> Comparison:
+    """For unit tests: raise AssertionError naming the first divergent op, its type, the max
+    output difference and the report path when A and B differ beyond tolerance."""
+    result = compare(a, b, atol=atol, rtol=rtol, **options)
+    if result:
+        return result
+    report = result.report
+    first = report.get("first_divergence_beyond_tolerance") or report.get("first_divergence") or {}
+    worst = max(((k, o.get("max_abs")) for k, o in report["outputs"].items() if isinstance(o.get("max_abs"), float)),
+                key=lambda kv: kv[1], default=("?", None))
+    isolation = (first.get("isolation") or {}).get("verdict", "not isolated")
+    raise AssertionError(
+        f"{a} and {b} diverge beyond atol={atol:g}, rtol={rtol:g}: first at op {first.get('node')!r} "
+        f"({first.get('op')}; {isolation}), max abs difference at the outputs {worst[1]!r} on {worst[0]!r}; "
+        f"report: {result.out_dir}/report.html"
+    )

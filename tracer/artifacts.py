@@ -24,7 +24,7 @@ import numpy as np
 
 from ._tf import tf
 from .errors import TftraceError
-from .opgraph import OpGraph
+from .opgraph import OpGraph, tensor_op
 
 __all__ = [
     "ArtifactRef",
@@ -179,6 +179,8 @@ def detect(path: str) -> tuple[str, str]:
     """
     gfile = _gfile()
     if not gfile.exists(path):
+        if gfile.exists(path + ".index") or gfile.exists(path + ".meta"):
+            return "checkpoint", path  # a checkpoint prefix names files, not itself a file
         raise TftraceError(f"{path} does not exist", "check the path (and the scheme, for gs:// or ram://)")
     if not gfile.isdir(path):
         return _detect_file(path)
@@ -194,14 +196,15 @@ def detect(path: str) -> tuple[str, str]:
         return "saved_model", posixpath.join(path, max(versions, key=int))
     if "checkpoint" in entries:
         return "checkpoint", _prefix_from_checkpoint_file(path)
-    metas = [e for e in entries if e.endswith(".meta")]
+    metas = sorted((e for e in entries if e.endswith(".meta")), key=_step_order)
     if len(metas) == 1:
         return "checkpoint", posixpath.join(path, metas[0][: -len(".meta")])
     if len(metas) > 1:
-        listed = ", ".join(metas[:10])
+        listed = ", ".join(metas[:10]) + (f" and {len(metas) - 10} more" if len(metas) > 10 else "")
+        newest = posixpath.join(path, metas[-1][: -len(".meta")])
         raise TftraceError(
             f"{path} holds several checkpoints ({listed}) and no `checkpoint` file says which is current",
-            f"pass the checkpoint prefix instead of the directory, e.g. {posixpath.join(path, metas[-1][:-5])}",
+            f"pass one checkpoint prefix (or its .meta file) instead of the directory, e.g. {newest}",
         )
     shown = ", ".join(entries[:12]) + (" …" if len(entries) > 12 else "") if entries else "nothing"
     raise TftraceError(
@@ -209,6 +212,12 @@ def detect(path: str) -> tuple[str, str]:
         "point at a directory with saved_model.pb, a TF1 checkpoint directory (with a `checkpoint` "
         "file or one .meta), a checkpoint prefix, or a frozen .pb/.pbtxt GraphDef",
     )
+
+
+def _step_order(file_name: str) -> tuple[str, int]:
+    """Sort ``model.ckpt-200`` before ``model.ckpt-1000`` (training steps, not characters)."""
+    match = re.search(r"^(.*?)(\d+)\.meta$", file_name)
+    return (match.group(1), int(match.group(2))) if match else (file_name, -1)
 
 
 def _is_saved_model_dir(path: str) -> bool:
@@ -326,7 +335,7 @@ def _load_checkpoint(ref: ArtifactRef, prefix: str) -> Artifact:
         missing = [s for s, ok in ((".index", index_ok), (".data-*", data_ok)) if not ok]
         raise TftraceError(
             f"checkpoint {prefix}: the .meta is there but {' and '.join(prefix + m for m in missing)} "
-            "is missing, so the weights cannot be read",
+            f"{'are' if len(missing) > 1 else 'is'} missing, so the weights cannot be read",
             "copy the complete checkpoint (.meta, .index and every .data-* shard)",
         )
     meta = _parse(meta_graph_pb2.MetaGraphDef(), _read_bytes(meta_path), meta_path, "MetaGraphDef")
@@ -338,7 +347,7 @@ def _load_checkpoint(ref: ArtifactRef, prefix: str) -> Artifact:
         graph_def=meta.graph_def,
         meta_graph=meta,
         signature=signature or _user_signature(ref),
-        available_signatures={"(checkpoint .meta)": sorted(meta.signature_def)},
+        available_signatures={"(checkpoint .meta)": _signature_keys(meta)},
         checkpoint_prefix=prefix,
         tf_version_written=meta.meta_info_def.tensorflow_version,
     )
@@ -360,7 +369,7 @@ def _load_saved_model(ref: ArtifactRef, directory: str) -> Artifact:
             "choose one with --tag",
         )
     meta = by_tags[wanted]
-    available = {tags: sorted(mg.signature_def) for tags, mg in by_tags.items()}
+    available = {tags: _signature_keys(mg) for tags, mg in by_tags.items()}
     is_v2 = len(meta.object_graph_def.nodes) > 0 and len(meta.graph_def.library.function) > 0
     variables_prefix = posixpath.join(directory, "variables", "variables")
     has_variables = _gfile().exists(variables_prefix + ".index")
@@ -395,7 +404,7 @@ def _load_saved_model_v2(ref: ArtifactRef, directory: str, meta: Any, available:
 
     if ref.signature not in meta.signature_def:
         raise TftraceError(
-            f"{directory} has no signature {ref.signature!r}; it has {', '.join(sorted(meta.signature_def)) or 'none'}",
+            f"{directory} has no signature {ref.signature!r}; it has {', '.join(_signature_keys(meta)) or 'none'}",
             "choose one with --signature",
         )
     tags = [t.strip() for t in ref.tag.split(",") if t.strip()]
@@ -516,7 +525,7 @@ def _pick_signature(ref: ArtifactRef, by_tags: dict[str, Any], meta: Any, requir
     if ref.signature not in meta.signature_def:
         if not required and not meta.signature_def:
             return None
-        listing = "; ".join(f"tags {tags!r}: {', '.join(sorted(mg.signature_def)) or 'none'}" for tags, mg in by_tags.items())
+        listing = "; ".join(f"tags {tags!r}: {', '.join(_signature_keys(mg)) or 'none'}" for tags, mg in by_tags.items())
         raise TftraceError(
             f"no signature {ref.signature!r} (available — {listing})",
             "choose one with --signature, or name tensors with --outputs/--input-names",
@@ -541,6 +550,11 @@ def _pick_signature(ref: ArtifactRef, by_tags: dict[str, Any], meta: Any, requir
         outputs={k: spec(v) for k, v in sorted(sig_def.outputs.items())},
         method_name=sig_def.method_name,
     )
+
+
+def _signature_keys(meta: Any) -> list[str]:
+    """The signatures a user can choose; TF2's ``__saved_model_init_op`` only initialises tables."""
+    return sorted(k for k in meta.signature_def if k != "__saved_model_init_op")
 
 
 def _tensor_name(name: str) -> str:
@@ -649,7 +663,27 @@ def resolve_signature(artifact: Artifact, graph: Any) -> Signature:
             )
         return out
 
-    return Signature(sig.key, filled(sig.inputs, "input"), filled(sig.outputs, "output"), sig.method_name, sig.from_user)
+    outputs = filled(sig.outputs, "output")
+    inputs = sig.inputs
+    if sig.from_user and not inputs:  # --outputs alone: what must be fed are the placeholders they need
+        needed = _placeholders_needed(by_name, [tensor_op(t.name) for t in outputs.values()])
+        inputs = {name: TensorSpec(f"{name}:0", "unknown", None) for name in needed}
+    return Signature(sig.key, filled(inputs, "input"), outputs, sig.method_name, sig.from_user)
+
+
+def _placeholders_needed(by_name: dict[str, Any], roots: list[str]) -> list[str]:
+    """The Placeholder ops the given ops depend on (a Placeholder has no value unless fed)."""
+    seen: set[str] = set()
+    stack = list(roots)
+    while stack:
+        name = stack.pop()
+        if name in seen or name not in by_name:
+            continue
+        seen.add(name)
+        op = by_name[name]
+        stack.extend(t.op.name for t in op.inputs)
+        stack.extend(c.name for c in op.control_inputs)
+    return sorted(n for n in seen if by_name[n].type == "Placeholder")
 
 
 def build_opgraph(artifact: Artifact, graph: Any | None = None) -> tuple[OpGraph, Signature]:

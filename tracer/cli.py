@@ -209,6 +209,7 @@ def _cmd_compare(args: argparse.Namespace, console: Console) -> int:
         console=Console(stderr=True),
         command=_command_line(),
         signature_map=_signature_map(args.map),
+        repeat=args.repeat,
     )
     print_comparison(console, result.report, result.out_dir)
     return EXIT_OK if result else EXIT_DIVERGED
@@ -275,6 +276,8 @@ def build_parser() -> argparse.ArgumentParser:
     cmp_.add_argument("--tol", action="append", metavar="NAME=ATOL,RTOL", help="per-op/tensor tolerance (repeatable)")
     cmp_.add_argument("--isolate", type=int, default=5, help="replay the top N origins alone (default 5; 0 = off)")
     cmp_.add_argument("--map", default=None, help="pair signature keys that differ: A_KEY=B_KEY[,...]")
+    cmp_.add_argument("--repeat", type=int, default=1,
+                      help="run each side K times (fresh processes) to measure its own noise; noise is never an origin")
     _add_artifact_options(cmp_)
     for prefix, who in (("a-", " of A"), ("b-", " of B")):
         _add_artifact_options(cmp_, prefix, who)

@@ -47,6 +47,7 @@ class Comparison:
     isolation: dict[str, IsolationResult] = field(default_factory=dict)
     out_dir: Path | None = None
     command: str = ""
+    noise: dict[str, Any] | None = None
     report: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -92,6 +93,7 @@ def compare(
     console: Console | None = None,
     command: str = "",
     signature_map: dict[str, str] | None = None,
+    repeat: int = 1,
 ) -> Comparison:
     out = Path(out_dir).absolute()
     _prepare_out_dir(out, force)
@@ -111,18 +113,58 @@ def compare(
     alignment = align(view_a, view_b, diff)
     tolerance = tolerance or Tolerance()
     metrics = _metrics(cap_a, cap_b, alignment, tolerance)
-    divergence = classify(view_a.graph, alignment, metrics, tolerance)
+    noise = _noise(a, b, cap_a, cap_b, alignment, out, repeat, console)
+    divergence = classify(view_a.graph, alignment, metrics, tolerance, noise.per_tensor)
     top = [r for r in divergence.origins if r.metrics is not None][: max(0, isolate)]
     isolation = isolate_origins(top, alignment, view_a, view_b, str(out / "work"), console) if top else {}
     # An origin whose own kernel differs given identical inputs outranks one that only inherited.
     own = {name for name, iso in isolation.items() if iso.verdict == "own_error"}
     divergence.origins.sort(key=lambda r: r.name not in own)
-    comparison = Comparison(view_a, view_b, diff, alignment, metrics, divergence, tolerance, isolation, out, command)
+    comparison = Comparison(view_a, view_b, diff, alignment, metrics, divergence, tolerance, isolation, out, command,
+                            noise=noise.summary)
     from .report.build import build_report, write_reports  # noqa: PLC0415
 
     comparison.report = build_report(comparison)
     write_reports(comparison.report, out)
     return comparison
+
+
+@dataclass
+class _Noise:
+    per_tensor: dict[str, float]  # A tensor -> the larger run-to-run max |diff| of the two sides
+    summary: dict[str, Any] | None
+
+
+def _noise(
+    a: str | Side, b: str | Side, cap_a: Capture, cap_b: Capture, alignment: Alignment, out: Path, repeat: int,
+    console: Console,
+) -> _Noise:
+    """``--repeat K``: capture each side K-1 more times, in fresh processes, and measure how much
+    every tensor moves by itself. Sides given as capture directories cannot be repeated here."""
+    if repeat <= 1:
+        return _Noise({}, None)
+    per_tensor: dict[str, float] = {}
+    summary: dict[str, Any] = {"repeats": repeat}
+    for name, target, base in (("a", a, cap_a), ("b", b, cap_b)):
+        if _is_capture(target):
+            summary[name] = {"skipped": "given as a capture directory: re-run it to measure its noise"}
+            continue
+        side = Side.from_json(base.manifest["spec"])  # exactly what ran, the examples included
+        worst, noisy = 0.0, 0
+        for i in range(1, repeat):
+            again = capture_side(side, out / "captures" / f"{name}_repeat{i}", force=True, console=console)
+            for node in alignment.nodes.values():
+                for pair in node.tensors:
+                    own = pair.a if name == "a" else pair.b
+                    if not pair.comparable or own is None or not again.has(own):
+                        continue
+                    m = compare_arrays(base.tensor(own), again.tensor(own))
+                    if not m.identical:
+                        noisy += 1
+                        per_tensor[pair.a] = max(per_tensor.get(pair.a, 0.0), m.max_abs)
+                        worst = max(worst, m.max_abs)
+        summary[name] = {"max_abs": worst, "tensors_that_moved": noisy}
+    return _Noise(per_tensor, summary)
 
 
 def _is_capture(target: str | Side) -> bool:

@@ -67,6 +67,7 @@ class NodeResult:
     amplification: float | None = None
     frontier: list[str] = field(default_factory=list)  # A ops whose tensors are this op's effective inputs
     reason: str = ""
+    within_noise: bool = False  # differs, but no more than the sides' own run-to-run noise
 
 
 @dataclass
@@ -108,7 +109,7 @@ def classify(
         inputs = [results[f] for f in result.frontier]
         inputs_identical = all(r.status == "identical" for r in inputs)
         inputs_ok = all(r.status in ("identical", "within_tolerance") for r in inputs)
-        if result.status != "identical" and inputs_identical:
+        if result.status != "identical" and inputs_identical and not result.within_noise:
             result.bitwise_origin = True
         if result.status == "beyond":
             result.status = "origin" if inputs_ok else "propagated"
@@ -141,14 +142,16 @@ def _judge_outputs(
     for pair in judged:
         m = metrics[pair.a]
         atol, rtol = tolerance.for_tensor(pair.a)
-        atol = max(atol, noise.get(pair.a, 0.0))
+        own_noise = noise.get(pair.a, 0.0)
+        noisy = not m.identical and own_noise > 0 and m.max_abs <= own_noise and not (m.nan_mismatch or m.inf_mismatch)
         if m.identical:
             status = "identical"
-        elif m.within(atol, rtol):
+        elif noisy or m.within(atol, rtol):
             status = "within_tolerance"
         else:
             status = "beyond"
-        candidate = NodeResult(op, status, pair.a, m)
+        candidate = NodeResult(op, status, pair.a, m, within_noise=noisy,
+                               reason="within the run-to-run noise of the sides" if noisy else "")
         if worst is None or _severity(candidate) > _severity(worst):
             worst = candidate
     assert worst is not None

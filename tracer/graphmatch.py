@@ -64,16 +64,36 @@ def match_graphs(a: OpGraph, b: OpGraph) -> dict[str, tuple[str, str]]:
             pair(name, name, "name")
     for role in ("inputs", "outputs"):
         sig_a, sig_b = getattr(a, role), getattr(b, role)
-        for key in sorted(set(sig_a) & set(sig_b)):
+        common = set(sig_a) & set(sig_b)
+        for key in sorted(common):
             pair(tensor_op(sig_a[key]), tensor_op(sig_b[key]), "signature")
+        rest_a, rest_b = sorted(set(sig_a) - common), sorted(set(sig_b) - common)
+        if len(rest_a) == 1 and len(rest_b) == 1:  # one input (output) each, keyed differently
+            pair(tensor_op(sig_a[rest_a[0]]), tensor_op(sig_b[rest_b[0]]), "signature")
     _spread(a, b, pairs, taken_b, pair)
     _pair_plumbing(a, b, pairs, pair)
     return pairs
 
 
 def _pair_plumbing(a: OpGraph, b: OpGraph, pairs: dict[str, tuple[str, str]], pair: Callable[[str, str, str], bool]) -> None:
-    """Pair leftover Identity plumbing hanging off matched ops (``w/read`` <-> ``.../ReadVariableOp``)
-    so the name mapping is complete; done last because plumbing carries no structure."""
+    """Pair leftover Identity plumbing around matched ops so the name mapping is complete; done
+    last because plumbing carries no structure.
+
+    First from the reader's side: the pass-throughs that two matched ops read at the same input
+    index are paired upwards in step (``w/read`` <-> ``.../ReadVariableOp``), because those are
+    the tensors that hold the same values (an inliner's extra Identity above a ReadVariableOp
+    carries a resource handle, not the weight). Then from the producer's side, for what is left.
+    """
+    for x, (y, _) in list(pairs.items()):
+        ins_x, ins_y = a.data_inputs(x), b.data_inputs(y)
+        if len(ins_x) != len(ins_y):
+            continue
+        for tx, ty in zip(ins_x, ins_y):
+            px, py = tensor_op(tx), tensor_op(ty)
+            while px in a and py in b and a.op_type(px) in PLUMBING and b.op_type(py) in PLUMBING:
+                if not pair(px, py, "structure") or not a.data_inputs(px) or not b.data_inputs(py):
+                    break
+                px, py = tensor_op(a.data_inputs(px)[0]), tensor_op(b.data_inputs(py)[0])
     changed = True
     while changed:
         changed = False

@@ -2,36 +2,35 @@
 
 Every pair of captured tensors goes through :func:`compare_arrays`, and a tensor can be hundreds
 of MB (a memory-mapped ``.npy``). So the flattened arrays are walked in blocks of
-``chunk_elems`` and only per-block buffers exist: peak extra memory is a small multiple of one
-block per worker, never of the tensor. Speed comes from four habits:
+``chunk_elems`` and only block-sized scratch buffers exist: peak extra memory is a small
+multiple of one block, never of the tensor. Speed comes from doing few passes per block:
 
-- a bitwise test per block first (an integer subtraction of the raw bits): most pairs in a trace
-  are identical, and identical blocks skip all other arithmetic;
-- arithmetic in the tensor's own precision (float32 stays float32: half the bytes per pass) with
-  float64 only where it matters: sums are accumulated across blocks in float64 (each block's
-  BLAS dot is kept short enough to be accurate to ~1e-7), and the few elements that decide a
-  maximum are re-evaluated in float64, so ``max_abs``/``max_rel`` are float64-exact;
-- reused buffers (``out=``) inside the loop;
-- two worker threads (numpy and BLAS release the GIL), each walking every other block with its
-  own buffers and totals, merged in a fixed order so the result does not depend on timing.
+- a bitwise test first (an integer subtraction of the raw bits, which the ULP metric reuses):
+  most pairs in a trace are identical, and identical blocks skip all other arithmetic;
+- arithmetic in the tensor's own precision (float32 stays float32: half the bytes per pass).
+  Float64 is used where it matters: sums are accumulated across blocks in float64 (each
+  block's float32 dot is short enough to be accurate to ~1e-7), and the few elements that
+  decide a maximum are re-evaluated in float64, so ``max_abs``/``max_rel`` are float64-exact;
+- cheap bounds that decide most blocks without extra passes (``|a-b|/|a|`` bounds the relative
+  error from both sides; raw-bit distances below a dtype constant rule out sign changes).
 
 Conventions, decided once:
 
 - ``identical``: same dtype and the same bits everywhere. ``-0.0`` vs ``0.0`` and two NaNs with
   different payloads are *not* identical.
-- ``mismatch_count``: positions whose bits differ, except that NaN vs NaN (any payload) counts as
-  equal. So ``-0.0`` vs ``0.0`` is one mismatch, with ``|a-b| = 0`` and 1 ULP apart.
+- ``mismatch_count``: positions whose bits differ, except that NaN vs NaN (any payload) counts
+  as equal. So ``-0.0`` vs ``0.0`` is one mismatch with ``|a-b| = 0``, and 1 ULP apart.
 - ULPs: bit patterns are mapped to one monotonic integer line on which ``-0.0`` sits one step
-  below ``+0.0``; the distance is the number of steps. It needs both sides in the same float
-  dtype (float16, bfloat16, float32, float64); otherwise both are compared in float64 and
+  below ``+0.0``; the distance is the number of steps. Needs both sides in the same float dtype
+  (float16, bfloat16, float32, float64); otherwise both sides are compared in float64 and
   ``ulp_max`` is -1.
-- The finite-value metrics (``max_abs`` ... ``sqnr_db``, ``worst`` by size) use the positions
-  where both sides are finite; the rest is counted in ``nan_*`` / ``inf_*`` and the NaN/Inf
-  mismatches head ``worst``.
+- The finite-value metrics (``max_abs`` ... ``sqnr_db``, the size ranking of ``worst``) use the
+  positions where both sides are finite; NaN/Inf are counted in ``nan_*``/``inf_*``, and
+  NaN/Inf mismatches head ``worst`` (in position order).
 - Exact kinds (integers, bool, strings, complex, anything else): only ``identical``,
-  ``mismatch_count`` and ``worst`` are measured (integers ranked by ``|a-b|``, the others by
+  ``mismatch_count`` and ``worst`` are measured (integers ranked by ``|a-b|``, the rest by
   position); ``max_abs``, ``max_rel``, ``mean_abs``, ``rel_l2`` are 0.0, ``cosine`` 1.0,
-  ``sqnr_db`` +inf and ``ulp_max`` -1 (not applicable). Use ``mismatch_count``, not those.
+  ``sqnr_db`` +inf and ``ulp_max`` -1 (not applicable): read ``mismatch_count`` instead.
 - JSON has no literal for non-finite floats: :meth:`TensorMetrics.to_json` writes them as the
   strings ``"inf"``, ``"-inf"``, ``"nan"`` and :meth:`TensorMetrics.from_json` reads them back.
 """
@@ -39,10 +38,8 @@ Conventions, decided once:
 from __future__ import annotations
 
 import math
-import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -56,8 +53,9 @@ __all__ = [
     "DEFAULT_CHUNK_ELEMS",
 ]
 
-# 256 Ki elements (1 MiB of float32) per block: measured fastest on this class of machine
-# (blocks stay in L2/L3 across the ~20 passes), and short enough for float32 BLAS dots.
+# 256 Ki elements (1 MiB of float32) per block: measured fastest on a 2-core, 1 MiB-L2 machine
+# (4 Mi blocks spill the ~15 passes out of cache and run ~2x slower; smaller blocks pay
+# Python's per-call overhead), and short enough for accurate float32 dots.
 DEFAULT_CHUNK_ELEMS = 1 << 18
 _DOT_SLICE = 1 << 18  # longer float32 dots drift (2e-5 relative at 4 Mi elements)
 # dtype -> (its bits as a signed int, the bits of its largest finite value)
@@ -67,11 +65,12 @@ _BITS = {
     "float32": (np.int32, 0x7F7FFFFF),
     "float64": (np.int64, 0x7FEFFFFFFFFFFFFF),
 }
-_F32_SLACK = 2.0**-20  # float32 rounding margin before re-checking candidates in float64
+_SLACK = 2.0**-20  # float32 rounding margin before candidates are re-checked in float64
 _FLOAT_FIELDS = ("max_abs", "max_rel", "mean_abs", "rel_l2", "cosine", "sqnr_db")
 _SPECIAL = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
 
 Worst = tuple[tuple[int, ...], Any, Any]
+_Entry = tuple[int, float, int, Any, Any]  # (class, -size, flat position, a, b)
 
 
 @dataclass(frozen=True)
@@ -106,12 +105,11 @@ class TensorMetrics:
     def within(self, atol: float, rtol: float) -> bool:
         """Whether every finite element has ``|a-b| <= atol + rtol*|a|`` and no NaN/Inf differs.
 
-        ``numpy.allclose(b, a, rtol, atol, equal_nan=True)`` semantics with A as the reference,
-        decided in float64. Exact kinds: ``mismatch_count == 0``. The summary answers most
-        questions on its own (``max_abs``, ``max_rel`` and the worst elements bound the answer);
-        the exact answer for any ``atol`` at a given ``rtol`` needs that ``rtol`` passed to
-        :func:`compare_arrays` (``rtols=``). Without it an undecidable case raises ValueError
-        rather than guess.
+        ``numpy.allclose(b, a, rtol, atol, equal_nan=True)`` with A as the reference, decided
+        in float64; exact kinds: ``mismatch_count == 0``. A summary cannot hold every element,
+        so this is exact when ``rtol`` was passed to :func:`compare_arrays` (``rtols=``), or
+        when ``max_abs``, ``max_rel`` and the worst elements settle it (the usual case);
+        otherwise it raises ValueError rather than guess.
         """
         if self.kind != "float":
             return self.mismatch_count == 0
@@ -126,12 +124,12 @@ class TensorMetrics:
         if rtol == 0 or any(abs(a - b) > atol + rtol * abs(a) for _, a, b in self.worst):
             return False
         if len(self.worst) == self.mismatch_count or min(diffs) * (1 + 2.0**-22) <= atol:
-            return True  # every element above atol is among the listed worst, all of which pass
+            return True  # every element above atol is among the listed worst, and they pass
         if self.max_rel < 1 and self.max_rel / (1 - self.max_rel) * (1 + 1e-12) <= rtol:
             return True  # |a-b| <= max_rel*max(|a|,|b|) implies |a-b| <= rtol*|a|
         raise ValueError(
             f"within(atol={atol!r}, rtol={rtol!r}) cannot be decided from this summary: more "
-            f"than {len(self.worst)} elements exceed atol; pass rtols=({rtol!r},) to "
+            f"than {len(self.worst)} elements exceed atol. Pass rtols=[{rtol!r}] to "
             "compare_arrays to record the exact answer"
         )
 
@@ -147,7 +145,7 @@ class TensorMetrics:
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> TensorMetrics:
-        """Inverse of :meth:`to_json`."""
+        """Inverse of :meth:`to_json` (worst values are decoded only for the float kind)."""
         kw = dict(d)
         for name in _FLOAT_FIELDS:
             kw[name] = _dec(kw[name])
@@ -170,7 +168,7 @@ def _enc(v: Any) -> Any:
 
 
 def _dec(v: Any) -> Any:
-    return _SPECIAL[v] if isinstance(v, str) else float(v) if isinstance(v, int | float) else v
+    return _SPECIAL[v] if isinstance(v, str) else float(v)
 
 
 # --------------------------------------------------------------------------- driver
@@ -186,48 +184,25 @@ def compare_arrays(
 ) -> TensorMetrics:
     """Compare A (the reference) with B element by element; see the module docstring.
 
-    Shapes must be equal (callers align rows first). ``rtols`` records, for each value, the
-    exact answer to ``within(atol, rtol)`` for every ``atol`` (costs a few passes per block).
+    Shapes must be equal (callers align rows first). Each value in ``rtols`` records the exact
+    answer to ``within(atol, rtol)`` for every ``atol``, for a few extra passes per block.
     """
-    a, b = np.asarray(a), np.asarray(b)
+    a, b = np.asarray(a), np.asarray(b)  # a memmap stays mapped; only its subclass is dropped
     if a.shape != b.shape:
         raise ValueError(f"cannot compare different shapes: A {a.shape} vs B {b.shape}")
     if chunk_elems < 1 or k_worst < 0:
-        raise ValueError(f"chunk_elems must be >= 1 and k_worst >= 0, got {chunk_elems}, {k_worst}")
+        raise ValueError(f"need chunk_elems >= 1 and k_worst >= 0, got {chunk_elems}, {k_worst}")
     block = min(chunk_elems, max(a.size, 1))
-    floats = _pair_is_float(a.dtype, b.dtype)
-
-    def new_scan() -> _Scan:
-        if floats:
-            return _FloatScan(a.dtype, b.dtype, k_worst, tuple(rtols), block)
-        return _ExactScan(a.dtype, b.dtype, k_worst)
-
-    starts = list(range(0, a.size, block))
-    workers = max(1, min(_workers(), len(starts)))
-    scans = [new_scan() for _ in range(workers)]
-    fa, fb = _flat(a), _flat(b)
-
-    def run(j: int) -> None:
-        with np.errstate(all="ignore"):  # overflow/0-by-0 are expected and handled explicitly
-            for s in starts[j::workers]:
-                scans[j].feed(s, _block(a, fa, s, s + block), _block(b, fb, s, s + block))
-
-    if workers == 1:
-        run(0)
+    scan: _Scan
+    if _pair_is_float(a.dtype, b.dtype):
+        scan = _FloatScan(a.dtype, b.dtype, k_worst, tuple(dict.fromkeys(rtols)), block)
     else:
-        with ThreadPoolExecutor(workers) as pool:
-            list(pool.map(run, range(workers)))
-    total = scans[0]
-    for other in scans[1:]:
-        total.merge(other)
-    return total.result(a.shape, a.dtype == b.dtype)
-
-
-def _workers() -> int:
-    try:
-        return min(2, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not on Linux
-        return min(2, os.cpu_count() or 1)
+        scan = _ExactScan(a.dtype, b.dtype, k_worst)
+    fa, fb = _flat(a), _flat(b)
+    with np.errstate(all="ignore"):  # overflow and 0/0 are expected, and handled explicitly
+        for s in range(0, a.size, block):
+            scan.feed(s, _block(a, fa, s, s + block), _block(b, fb, s, s + block))
+    return scan.result(a.shape, a.dtype == b.dtype)
 
 
 def _flat(arr: np.ndarray) -> np.ndarray | None:
@@ -240,31 +215,31 @@ def _block(arr: np.ndarray, flat: np.ndarray | None, i: int, j: int) -> np.ndarr
 
 
 def _is_float(dt: np.dtype) -> bool:
-    return dt.kind == "f" or dt.name.startswith(("float", "bfloat"))  # ml_dtypes report kind V
+    return dt.kind == "f" or dt.name.startswith(("float", "bfloat"))  # ml_dtypes: kind "V"
 
 
 def _pair_is_float(da: np.dtype, db: np.dtype) -> bool:
-    return (_is_float(da) or da.kind in "biu") and (_is_float(db) or db.kind in "biu") and (
-        _is_float(da) or _is_float(db)
-    )
+    numeric = all(_is_float(dt) or dt.kind in "biu" for dt in (da, db))
+    return numeric and (_is_float(da) or _is_float(db))
 
 
 def _dot(x: np.ndarray, y: np.ndarray) -> float:
-    """Dot product, in slices short enough that float32 BLAS stays accurate; summed in float64."""
+    """A dot product in slices short enough for float32 BLAS to stay accurate, summed in float64."""
     if x.size <= _DOT_SLICE:
         return float(np.dot(x, y))
-    return math.fsum(float(np.dot(x[i : i + _DOT_SLICE], y[i : i + _DOT_SLICE])) for i in range(0, x.size, _DOT_SLICE))
+    s = _DOT_SLICE
+    return math.fsum(float(np.dot(x[i : i + s], y[i : i + s])) for i in range(0, x.size, s))
 
 
 def _sum(v: np.ndarray) -> float:
-    """Sum as 1024 column sums (vectorised adds; each column ~n/1024 long) added in float64."""
+    """A sum as 1024 column sums (vectorised adds, each column ~n/1024 long) added in float64."""
     cut = v.size - v.size % 1024
     cols = np.add.reduce(v[:cut].reshape(-1, 1024), axis=0) if cut else v[:0]
-    return float(np.add.reduce(cols, dtype=np.float64)) + float(np.add.reduce(v[cut:], dtype=np.float64))
+    return float(np.add.reduce(cols, dtype=np.float64) + np.add.reduce(v[cut:], dtype=np.float64))
 
 
 def _topk(vals: np.ndarray, k: int) -> np.ndarray:
-    """Local indices of the k largest values, ties to the lower index, largest first."""
+    """Indices of the k largest values, largest first, ties to the lower index."""
     if vals.size > 4 * k:
         kth = np.partition(vals, vals.size - k)[vals.size - k]
         keep = np.flatnonzero(vals >= kth)
@@ -272,91 +247,91 @@ def _topk(vals: np.ndarray, k: int) -> np.ndarray:
     return np.lexsort((np.arange(vals.size), -vals))[:k]
 
 
-class _Scan(ABC):
-    """One worker's running totals over the blocks it is given, in increasing order.
+def _count(mask: np.ndarray) -> int:
+    return int(np.count_nonzero(mask))
 
-    ``worst`` holds ``(class, -size, position, a, b)``: class 0 for NaN/Inf mismatches, which
-    rank first, then by size and position. Blocks arrive in increasing position, so an element
-    that only ties the current k-th entry can never displace it.
+
+def _dtname(dt: np.dtype) -> str:
+    return dt.str.lstrip("<>|=") if dt.kind in "SUV" and not _is_float(dt) else dt.name
+
+
+class _Scan(ABC):
+    """Running totals over the blocks of one comparison, fed in increasing position.
+
+    ``worst`` holds :data:`_Entry` tuples: class 0 (NaN/Inf mismatches) ranks first, then by
+    size, then position. Because blocks arrive in order, an element that only *ties* the
+    current k-th entry can never displace it, so a block is searched for strictly larger ones.
     """
 
     k: int
-    worst: list[tuple[int, float, int, Any, Any]]
+    worst: list[_Entry]
 
     @abstractmethod
     def feed(self, off: int, ra: np.ndarray, rb: np.ndarray) -> None:
         """Take elements ``[off, off + ra.size)`` of both sides."""
 
     @abstractmethod
-    def merge(self, other: Any) -> None:
-        """Add another worker's totals (same kind of scan) to these."""
-
-    @abstractmethod
     def result(self, shape: tuple[int, ...], same_dtype: bool) -> TensorMetrics:
-        """The metrics over everything fed to this scan."""
+        """The metrics over everything fed."""
 
-    def _add_worst(self, entries: list[tuple[int, float, int, Any, Any]]) -> None:
+    def _add_worst(self, entries: list[_Entry]) -> None:
         if entries:
             self.worst = sorted(self.worst + entries, key=lambda e: e[:3])[: self.k]
 
     def _worst_out(self, shape: tuple[int, ...]) -> tuple[Worst, ...]:
-        return tuple((tuple(int(i) for i in np.unravel_index(p, shape)), a, b) for _, _, p, a, b in self.worst)
+        return tuple(
+            (tuple(int(i) for i in np.unravel_index(p, shape)), a, b) for _, _, p, a, b in self.worst
+        )
 
 
 # --------------------------------------------------------------------------- floats
 
 
-class _Buffers:
-    """Per-worker scratch arrays, one block long, reused for every block."""
-
-    def __init__(self, n: int, pipe: np.dtype, bits: np.dtype, convert: bool) -> None:
-        self.t, self.xr = np.empty(n, bits), np.empty(n, bits)
-        self.d, self.p, self.q = np.empty(n, pipe), np.empty(n, pipe), np.empty(n, pipe)
-        self.mask = np.empty(n, np.bool_)
-        self.xa, self.xb = (np.empty(n if convert else 0, pipe) for _ in range(2))
-
-
 class _FloatScan(_Scan):
     """Floats: float32 arithmetic for float16/bfloat16/float32 pairs, float64 otherwise."""
 
-    def __init__(self, da: np.dtype, db: np.dtype, k: int, rtols: tuple[float, ...], block: int) -> None:
+    def __init__(self, da: np.dtype, db: np.dtype, k: int, rtols: tuple[float, ...], n: int):
         self.da, self.db, self.k = da, db, k
         bits, top = _BITS.get(da.name, (None, 0)) if da == db else (None, 0)
         self.ulp_bits = None if bits is None else np.dtype(bits)
-        # two finite values of opposite signs are at least this far apart as raw integers
-        self.straddle = 0 if bits is None else (1 << (8 * self.ulp_bits.itemsize - 1)) - top
         self.pipe = np.dtype(np.float32 if bits is not None and da.itemsize <= 4 else np.float64)
-        self.cmp_bits = self.ulp_bits or np.dtype(f"i{self.pipe.itemsize}")
-        self.buf = _Buffers(block, self.pipe, self.cmp_bits, da != self.pipe or db != self.pipe)
+        self.f32 = self.pipe == np.float32
+        ibits = self.ulp_bits or np.dtype(f"i{self.pipe.itemsize}")
+        # finite values of opposite signs are at least this far apart as raw signed integers
+        self.straddle = (1 << (8 * ibits.itemsize - 1)) - top
+        self.t, self.u = np.empty(n, ibits), np.empty(n, ibits)
+        self.d, self.p, self.q = (np.empty(n, self.pipe) for _ in range(3))
+        self.mask = np.empty(n, np.bool_)
+        convert = da != self.pipe or db != self.pipe
+        self.xa, self.xb = (np.empty(n if convert else 0, self.pipe) for _ in range(2))
         self.identical = True
         self.mismatch = self.nan_mis = self.inf_mis = self.nfin = self.ulp = 0
         self.nan_a = self.nan_b = self.inf_a = self.inf_b = 0
         self.max_abs = self.max_rel = self.sabs = self.saa = self.sdd = self.sda = 0.0
-        self.excess = {r: -math.inf for r in dict.fromkeys(rtols)}
+        self.excess = {r: -math.inf for r in rtols}
         self.worst = []
 
     def feed(self, off: int, ra: np.ndarray, rb: np.ndarray) -> None:
-        n, b = ra.size, self.buf
-        x = ra if ra.dtype == self.pipe else _convert(ra, b.xa[:n])
-        y = rb if rb.dtype == self.pipe else _convert(rb, b.xb[:n])
-        bits_a, bits_b = (ra, rb) if self.ulp_bits is not None else (x, y)
-        ia, ib = bits_a.view(self.cmp_bits), bits_b.view(self.cmp_bits)
-        t = np.subtract(ia, ib, out=b.t[:n])  # zero exactly where the bits agree
-        differ = int(np.count_nonzero(t))
+        n = ra.size
+        x = ra if ra.dtype == self.pipe else _convert(ra, self.xa[:n])
+        y = rb if rb.dtype == self.pipe else _convert(rb, self.xb[:n])
+        bits = self.t.dtype
+        ia, ib = (ra.view(bits), rb.view(bits)) if self.ulp_bits else (x.view(bits), y.view(bits))
+        t = np.subtract(ia, ib, out=self.t[:n])  # zero exactly where the bits agree
+        differ = _count(t)
         if differ == 0:
             self._same(x)
-            return
-        self.identical = False
-        if self._finite(x, y, ia, ib, t, off, None, must=False):
-            self.mismatch += differ
+        elif self._finite(x, y, ia, ib, t, off, None, finite=False):
+            self.identical, self.mismatch = False, self.mismatch + differ
         else:
+            self.identical = False
             self._special(x, y, ia, ib, t, off)
 
     def _same(self, x: np.ndarray) -> None:
-        """A bitwise-identical block: only the reference's norm and its NaN/Inf counts matter."""
+        """A bitwise-identical block: only the reference's norm and NaN/Inf counts matter."""
         s = _dot(x, x)
-        if not math.isfinite(s):
-            nan, inf = int(np.count_nonzero(np.isnan(x))), int(np.count_nonzero(np.isinf(x)))
+        if not math.isfinite(s):  # NaN/Inf present, or float32 squares overflowed
+            nan, inf = _count(np.isnan(x)), _count(np.isinf(x))
             self.nan_a, self.nan_b = self.nan_a + nan, self.nan_b + nan
             self.inf_a, self.inf_b = self.inf_a + inf, self.inf_b + inf
             x = x[np.isfinite(x)].astype(np.float64)
@@ -364,8 +339,9 @@ class _FloatScan(_Scan):
         self.saa += s
         self.nfin += x.size
 
-    def _special(self, x: np.ndarray, y: np.ndarray, ia: np.ndarray, ib: np.ndarray, t: np.ndarray, off: int) -> None:
-        """A block with NaN or Inf on a side (or with sums that overflowed float32)."""
+    def _special(self, x: np.ndarray, y: np.ndarray, ia: np.ndarray, ib: np.ndarray,
+                 t: np.ndarray, off: int) -> None:  # fmt: skip
+        """A block with NaN or Inf on a side (or whose float32 sums overflowed)."""
         nx, ny, jx, jy = np.isnan(x), np.isnan(y), np.isinf(x), np.isinf(y)
         nan_mis, inf_mis = nx ^ ny, (jx | jy) & (x != y)
         self.nan_a, self.nan_b = self.nan_a + _count(nx), self.nan_b + _count(ny)
@@ -375,42 +351,36 @@ class _FloatScan(_Scan):
         if self.k:
             sp = np.flatnonzero(nan_mis | inf_mis)[: self.k]
             self._add_worst([(0, 0.0, off + int(i), float(x[i]), float(y[i])) for i in sp])
-        idx = np.flatnonzero(~(nx | ny | jx | jy))
-        sa, sb = ia[idx], ib[idx]
-        self._finite(x[idx], y[idx], sa, sb, sa - sb, off, idx, must=True)
+        keep = np.flatnonzero(~(nx | ny | jx | jy))
+        sa, sb = ia[keep], ib[keep]
+        self._finite(x[keep], y[keep], sa, sb, sa - sb, off, keep, finite=True)
 
-    def _finite(
-        self, x: np.ndarray, y: np.ndarray, ia: np.ndarray, ib: np.ndarray, t: np.ndarray,
-        off: int, pos: np.ndarray | None, *, must: bool,
-    ) -> bool:
-        """Fold in elements that differ somewhere; False (nothing changed) if sums are non-finite.
+    def _finite(self, x: np.ndarray, y: np.ndarray, ia: np.ndarray, ib: np.ndarray,
+                t: np.ndarray, off: int, pos: np.ndarray | None, *, finite: bool) -> bool:  # fmt: skip
+        """Fold in elements that differ somewhere; False, changing nothing, on non-finite sums.
 
-        ``must`` says the inputs are known finite, so non-finite float32 sums are overflow and
-        are redone in float64. ``pos`` maps local to block positions (None: the identity).
+        ``finite`` says the inputs are known finite, so non-finite float32 sums are overflow,
+        redone in float64. ``pos`` maps these elements to block positions (None: the same).
         """
-        n, b = x.size, self.buf
+        n = x.size
         if n == 0:
             return True
-        d = np.subtract(x, y, out=b.d[:n])
+        d = np.subtract(x, y, out=self.d[:n])
         sums = (_dot(x, x), _dot(d, d), _dot(d, x))
-        exact_sums = all(map(math.isfinite, sums))
-        if not exact_sums:
-            if not must:
+        if not all(map(math.isfinite, sums)):
+            if not finite:
                 return False
             x64, y64 = x.astype(np.float64), y.astype(np.float64)
             d64 = x64 - y64
-            sums = (_dot(x64, x64), _dot(d64, d64), _dot(d64, x64))
-            self.sabs += float(np.add.reduce(np.abs(d64)))
-        self.saa, self.sdd, self.sda = self.saa + sums[0], self.sdd + sums[1], self.sda + sums[2]
-        self.nfin += n
+            sums = (_dot(x64, x64), _dot(d64, d64), _dot(d64, x64), _sum(np.abs(d64)))
         ad = np.abs(d, out=d)
-        if exact_sums:
-            self.sabs += _sum(ad)
-        bmax = float(ad.max())
-        f32 = self.pipe == np.float32
-        if not f32 or bmax >= self.max_abs * (1 - _F32_SLACK):
-            c = np.flatnonzero(ad == bmax) if f32 else slice(0, 0)  # rounding is monotonic
-            self.max_abs = max(self.max_abs, _exact(x, y, c, lambda xa, ya: np.abs(xa - ya)) if f32 else bmax)
+        self.saa, self.sdd, self.sda = self.saa + sums[0], self.sdd + sums[1], self.sda + sums[2]
+        self.sabs += sums[3] if len(sums) > 3 else _sum(ad)
+        self.nfin += n
+        bmax = float(np.maximum.reduce(ad))
+        if bmax >= self.max_abs * (1 - _SLACK):  # rounding is monotonic: ties hold the max
+            c = np.flatnonzero(ad == bmax) if self.f32 else slice(0, 0)
+            self.max_abs = max(self.max_abs, _exact(x, y, c, _absdiff) if self.f32 else bmax)
         for r in self.excess:
             self._probe(r, ad, x, y, bmax)
         self._ratio(ad, x, y)
@@ -421,50 +391,57 @@ class _FloatScan(_Scan):
         return True
 
     def _ratio(self, ad: np.ndarray, x: np.ndarray, y: np.ndarray) -> None:
-        """Raise ``max_rel`` to this block's max of ``|a-b| / max(|a|,|b|)`` (float64-exact).
+        """Raise ``max_rel`` to this block's max of ``|a-b| / max(|a|,|b|)``, float64-exact.
 
         One division by ``a`` instead of five passes: ``r' = |a-b|/|a|`` bounds the wanted
-        ``r`` from both sides (``r'/(1+r') <= r <= r'``), so only the few elements whose ``r'``
-        reaches the block's lower bound are evaluated exactly, and most blocks not at all.
+        ``r`` from both sides (``r'/(1+r') <= r <= min(r', 2)``), so only the few elements whose
+        ``r'`` reaches the bar are evaluated exactly, and most blocks none at all.
         """
-        rr = np.divide(ad, x, out=self.buf.p[: ad.size])  # sign of a; 0/0 -> NaN, skipped below
+        rr = np.divide(ad, x, out=self.p[: ad.size])  # carries a's sign; 0/0 -> NaN, ignored
         top = max(float(np.fmax.reduce(rr)), -float(np.fmin.reduce(rr)))
-        if not top > 0 or top * (1 + _F32_SLACK) < self.max_rel:
+        if not top > 0 or min(top, 2.0) * (1 + _SLACK) < self.max_rel:
             return
-        low = 1.0 if math.isinf(top) else top / (1 + top)  # a = 0 < |b| gives r = 1 exactly
-        c = np.flatnonzero(np.abs(rr, out=rr) >= low * (1 - _F32_SLACK))
-        rel = _exact(x, y, c, lambda xa, ya: np.abs(xa - ya) / np.maximum(np.abs(xa), np.abs(ya)))
-        self.max_rel = max(self.max_rel, rel)
+        low = max(1.0 if math.isinf(top) else top / (1 + top), self.max_rel)  # 0 = a != b: r = 1
+        c = np.flatnonzero(np.abs(rr, out=rr) >= low * (1 - _SLACK))
+        self.max_rel = max(self.max_rel, _exact(x, y, c, _reldiff))
 
     def _probe(self, r: float, ad: np.ndarray, x: np.ndarray, y: np.ndarray, bmax: float) -> None:
-        """Raise ``excess[r]`` to this block's max of ``|a-b| - r*|a|`` (float64-exact)."""
+        """Raise ``excess[r]`` to this block's max of ``|a-b| - r*|a|``, float64-exact."""
         if bmax * (1 + 2.0**-22) <= self.excess[r]:
             return  # |a-b| - r*|a| <= |a-b| <= bmax: this block cannot raise it
-        p = np.abs(x, out=self.buf.p[: ad.size])
-        q = np.subtract(ad, np.multiply(p, r, out=self.buf.q[: ad.size]), out=self.buf.q[: ad.size])
-        e = float(q.max())
-        if self.pipe == np.float32:
-            thr = e - 2.0**-21 * (bmax + abs(r) * float(p.max()))
-            c = np.flatnonzero(q >= thr) if math.isfinite(thr) else slice(None)
+        n = ad.size
+        p = np.abs(x, out=self.p[:n])
+        q = np.subtract(ad, np.multiply(p, r, out=self.q[:n]), out=self.q[:n])
+        e = float(np.maximum.reduce(q))
+        if self.f32:
+            bar = e - 2.0**-21 * (bmax + abs(r) * float(np.maximum.reduce(p)))
+            c = np.flatnonzero(q >= bar) if math.isfinite(bar) else slice(None)
             e = _exact(x, y, c, lambda xa, ya: np.abs(xa - ya) - r * np.abs(xa))
         self.excess[r] = max(self.excess[r], e)
 
     def _ulp(self, ia: np.ndarray, ib: np.ndarray, t: np.ndarray) -> int:
         """Max ULP distance. ``t = ia - ib`` (wrapped) is exactly it for same-sign pairs, and
-        opposite-sign pairs show as ``|t| >= straddle``; only then are they found and redone."""
-        big = max(int(t.max()), -int(t.min()))
-        if big < self.straddle:
-            return big
-        xr = np.bitwise_xor(ia, ib, out=self.buf.xr[: t.size])
-        ds = np.flatnonzero(np.less(xr, 0, out=self.buf.mask[: t.size]))
-        mag = t.dtype.type(np.iinfo(t.dtype).max)
-        ma, mb = (np.bitwise_and(v[ds], mag).astype(np.uint64) for v in (ia, ib))
-        t[ds] = 0  # the rest are same-sign pairs again
-        return max(int(t.max()), -int(t.min()), int((ma + mb).max()) + 1 if ds.size else 0)
+        opposite-sign pairs show as ``|t| >= straddle``: those few are redone one by one."""
+        s, mag = self.straddle, np.iinfo(t.dtype).max
+        hi, lo, across = int(np.argmax(t)), int(np.argmin(t)), 0
+        for _ in range(8):
+            if t[hi] < s and -int(t[lo]) < s:
+                return max(int(t[hi]), -int(t[lo]), across)
+            i = hi if t[hi] >= s else lo
+            across = max(across, abs(_key(int(ia[i]), mag) - _key(int(ib[i]), mag)))
+            t[i] = 0
+            hi, lo = int(np.argmax(t)) if i == hi else hi, int(np.argmin(t)) if i == lo else lo
+        u = np.abs(t, out=self.u[: t.size]).view(f"u{t.itemsize}")  # |min int| stays 2^(w-1)
+        c = np.flatnonzero(np.greater_equal(u, s, out=self.mask[: t.size]))
+        ka, kb = (np.where(v < 0, -(v & mag) - 1, v) for v in (ia[c].astype(np.int64), ib[c].astype(np.int64)))
+        dist = np.maximum(ka, kb).view(np.uint64) - np.minimum(ka, kb).view(np.uint64)
+        u[c] = 0
+        return max(int(np.maximum.reduce(u)), int(dist.max()), across)
 
-    def _take_worst(self, ad: np.ndarray, x: np.ndarray, y: np.ndarray, off: int, pos: np.ndarray | None, bmax: float) -> None:
+    def _take_worst(self, ad: np.ndarray, x: np.ndarray, y: np.ndarray, off: int,
+                    pos: np.ndarray | None, bmax: float) -> None:  # fmt: skip
         """Offer this block's largest differences to the running top k."""
-        k, n, mask = self.k, ad.size, self.buf.mask[: ad.size]
+        k, n, mask = self.k, ad.size, self.mask[: ad.size]
         if len(self.worst) >= k:
             cls, neg = self.worst[-1][:2]
             if cls == 0 or bmax <= -neg:
@@ -480,19 +457,10 @@ class _FloatScan(_Scan):
             c = c[_topk(ad[c], k)]
         room = k - len(self.worst) - c.size
         if room > 0:  # +0.0 vs -0.0 differ by 0 but are mismatches: listed last, if room is left
-            z = np.flatnonzero((ad == 0) & (np.signbit(x) != np.signbit(y)))[:room]
-            c = np.concatenate([c, z])
+            zero = np.flatnonzero((ad == 0) & (np.signbit(x) != np.signbit(y)))[:room]
+            c = np.concatenate([c, zero])
         at = c if pos is None else pos[c]
         self._add_worst([(1, -float(ad[i]), off + int(g), float(x[i]), float(y[i])) for i, g in zip(c, at)])
-
-    def merge(self, o: _FloatScan) -> None:
-        for name in ("mismatch", "nan_mis", "inf_mis", "nfin", "nan_a", "nan_b", "inf_a", "inf_b"):
-            setattr(self, name, getattr(self, name) + getattr(o, name))
-        self.sabs, self.saa, self.sdd, self.sda = self.sabs + o.sabs, self.saa + o.saa, self.sdd + o.sdd, self.sda + o.sda
-        self.max_abs, self.max_rel, self.ulp = max(self.max_abs, o.max_abs), max(self.max_rel, o.max_rel), max(self.ulp, o.ulp)
-        self.identical = self.identical and o.identical
-        self.excess = {r: max(e, o.excess[r]) for r, e in self.excess.items()}
-        self._add_worst(o.worst)
 
     def result(self, shape: tuple[int, ...], same_dtype: bool) -> TensorMetrics:
         saa, sdd, sda = self.saa, self.sdd, self.sda
@@ -505,13 +473,14 @@ class _FloatScan(_Scan):
             cosine = min(1.0, max(-1.0, 1 - (sdd - a_minus_b * a_minus_b) / (2 * na * nb)))
         return TensorMetrics(
             kind="float", dtype_a=_dtname(self.da), dtype_b=_dtname(self.db), shape=tuple(shape),
-            size=math.prod(shape), identical=self.identical and same_dtype, mismatch_count=self.mismatch,
-            max_abs=self.max_abs, max_rel=self.max_rel, mean_abs=self.sabs / self.nfin if self.nfin else 0.0,
+            size=math.prod(shape), identical=self.identical and same_dtype,
+            mismatch_count=self.mismatch, max_abs=self.max_abs, max_rel=self.max_rel,
+            mean_abs=self.sabs / self.nfin if self.nfin else 0.0,
             rel_l2=math.sqrt(sdd / saa) if saa > 0 else (0.0 if sdd == 0 else math.inf),
             ulp_max=self.ulp if self.ulp_bits is not None else -1, cosine=cosine,
             sqnr_db=(10 * math.log10(saa / sdd) if saa > 0 else -math.inf) if sdd > 0 else math.inf,
-            nan_mismatch=self.nan_mis, inf_mismatch=self.inf_mis, nan_a=self.nan_a, nan_b=self.nan_b,
-            inf_a=self.inf_a, inf_b=self.inf_b, worst=self._worst_out(shape),
+            nan_mismatch=self.nan_mis, inf_mismatch=self.inf_mis, nan_a=self.nan_a,
+            nan_b=self.nan_b, inf_a=self.inf_a, inf_b=self.inf_b, worst=self._worst_out(shape),
             excess_at_rtol=tuple(self.excess.items()),
         )
 
@@ -521,8 +490,17 @@ def _convert(r: np.ndarray, out: np.ndarray) -> np.ndarray:
     return out
 
 
-def _count(mask: np.ndarray) -> int:
-    return int(np.count_nonzero(mask))
+def _key(bits: int, mag: int) -> int:
+    """A float's place on the monotonic integer line (-0.0 -> -1, +0.0 -> 0)."""
+    return bits if bits >= 0 else -(bits & mag) - 1
+
+
+def _absdiff(xa: np.ndarray, ya: np.ndarray) -> np.ndarray:
+    return np.abs(xa - ya)
+
+
+def _reldiff(xa: np.ndarray, ya: np.ndarray) -> np.ndarray:
+    return np.abs(xa - ya) / np.maximum(np.abs(xa), np.abs(ya))  # 0/0 -> NaN, dropped
 
 
 def _exact(x: np.ndarray, y: np.ndarray, c: Any, f: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> float:
@@ -530,10 +508,6 @@ def _exact(x: np.ndarray, y: np.ndarray, c: Any, f: Callable[[np.ndarray, np.nda
     v = f(x[c].astype(np.float64), y[c].astype(np.float64))
     v = v[~np.isnan(v)]
     return float(v.max()) if v.size else -math.inf
-
-
-def _dtname(dt: np.dtype) -> str:
-    return dt.str.lstrip("<>|=") if dt.kind in "SUV" and not _is_float(dt) else dt.name
 
 
 # --------------------------------------------------------------------------- exact kinds
@@ -545,36 +519,33 @@ class _ExactScan(_Scan):
     def __init__(self, da: np.dtype, db: np.dtype, k: int) -> None:
         self.da, self.db, self.k = da, db, k
         self.by_size = da.kind in "iu" and db.kind in "iu"
+        self.bitwise = da == db and da.kind != "O"
         self.identical, self.mismatch = True, 0
         self.worst = []
 
     def feed(self, off: int, ra: np.ndarray, rb: np.ndarray) -> None:
-        neq = _bits_differ(ra, rb) if self.da == self.db and self.da.kind != "O" else _not_equal(ra, rb)
+        neq = _bits_differ(ra, rb) if self.bitwise else _not_equal(ra, rb)
         count = _count(neq)
         if count == 0:
             return
         self.identical, self.mismatch = False, self.mismatch + count
         if not self.k or (len(self.worst) >= self.k and not self.by_size):
-            return
+            return  # ranked by position: later blocks cannot displace a full list
         pos = np.flatnonzero(neq)
         if self.by_size:
             size = np.abs(ra[pos].astype(np.float64) - rb[pos].astype(np.float64))
-            pick = _topk(size, self.k)
-            entries = [(1, -float(size[i]), off + int(pos[i]), _py(ra[pos[i]]), _py(rb[pos[i]])) for i in pick]
+            pick = [(-float(size[i]), int(pos[i])) for i in _topk(size, self.k)]
         else:
-            entries = [(1, 0.0, off + int(p), _py(ra[p]), _py(rb[p])) for p in pos[: self.k]]
-        self._add_worst(entries)
-
-    def merge(self, o: _ExactScan) -> None:
-        self.identical, self.mismatch = self.identical and o.identical, self.mismatch + o.mismatch
-        self._add_worst(o.worst)
+            pick = [(0.0, int(p)) for p in pos[: self.k]]
+        self._add_worst([(1, s, off + p, _py(ra[p]), _py(rb[p])) for s, p in pick])
 
     def result(self, shape: tuple[int, ...], same_dtype: bool) -> TensorMetrics:
         return TensorMetrics(
             kind="exact", dtype_a=_dtname(self.da), dtype_b=_dtname(self.db), shape=tuple(shape),
-            size=math.prod(shape), identical=self.identical and same_dtype, mismatch_count=self.mismatch,
-            max_abs=0.0, max_rel=0.0, mean_abs=0.0, rel_l2=0.0, ulp_max=-1, cosine=1.0, sqnr_db=math.inf,
-            nan_mismatch=0, inf_mismatch=0, nan_a=0, nan_b=0, inf_a=0, inf_b=0, worst=self._worst_out(shape),
+            size=math.prod(shape), identical=self.identical and same_dtype,
+            mismatch_count=self.mismatch, max_abs=0.0, max_rel=0.0, mean_abs=0.0, rel_l2=0.0,
+            ulp_max=-1, cosine=1.0, sqnr_db=math.inf, nan_mismatch=0, inf_mismatch=0, nan_a=0,
+            nan_b=0, inf_a=0, inf_b=0, worst=self._worst_out(shape),
         )
 
 
@@ -588,15 +559,15 @@ def _bits_differ(ra: np.ndarray, rb: np.ndarray) -> np.ndarray:
 
 
 def _not_equal(ra: np.ndarray, rb: np.ndarray) -> np.ndarray:
-    """Value comparison across dtypes; text against numbers compares as Python objects."""
+    """Value comparison across dtypes; text against anything else compares as Python objects."""
     try:
         return np.asarray(np.not_equal(ra, rb), dtype=np.bool_)
-    except TypeError:  # no ufunc loop, e.g. str vs bytes or str vs int
+    except TypeError:  # numpy has no loop, e.g. str vs bytes or str vs int
         return np.asarray(np.not_equal(ra.astype(object), rb.astype(object)), dtype=np.bool_)
 
 
 def _py(v: Any) -> Any:
-    """A JSON-friendly Python value: bytes decode (backslash-escaped where not UTF-8)."""
+    """A JSON-friendly Python value: bytes are decoded (backslash-escaped where not UTF-8)."""
     v = v.item() if isinstance(v, np.generic) else v
     if isinstance(v, bytes):
         return v.decode("utf-8", "backslashreplace")
@@ -638,4 +609,5 @@ def summary_stats(a: np.ndarray, chunk_elems: int = DEFAULT_CHUNK_ELEMS) -> dict
             total += float(np.add.reduce(c, dtype=np.float64))
             count += int(c.size)
     mean = total / count if count else None
-    return {"min": lo, "max": hi, "mean": mean if mean is None or math.isfinite(mean) else None, "nan": nan, "inf": inf}
+    mean = mean if mean is None or math.isfinite(mean) else None
+    return {"min": lo, "max": hi, "mean": mean, "nan": nan, "inf": inf}

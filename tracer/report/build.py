@@ -213,6 +213,7 @@ def build_report(comparison: Comparison) -> dict[str, Any]:
             "b": view_b.capture.manifest.get("observer_effect", {}),
         },
         "first_nonfinite": {"a": _first_nonfinite(view_a), "b": _first_nonfinite(view_b)},
+        "noise": comparison.noise,
         "diagnosis": None,
     }
     report["answers"] = explain_comparison(report)

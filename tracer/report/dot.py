@@ -260,8 +260,10 @@ def _new_graph(view_id: str, caption: str | None, rankdir: str = "TB") -> graphv
 
 def _op_label(index: OpIndex, i: int, font: str) -> str:
     node = index.nodes[i]
-    lines = [f"<B>{label_text(short_name(index.names[i]))}</B>",
-             f'<FONT POINT-SIZE="8" COLOR="{font}">{label_text(str(node.get("op") or "?"), 24)}</FONT>']
+    short, op = short_name(index.names[i]), str(node.get("op") or "?")
+    lines = [f"<B>{label_text(short)}</B>"]
+    if op != short:  # "FusedBatchNormV3" twice says nothing more
+        lines.append(f'<FONT POINT-SIZE="8" COLOR="{font}">{label_text(op, 24)}</FONT>')
     if index.status(i) in ("origin", "propagated", "within_tolerance") and node.get("max_rel") is not None:
         lines.append(f'<FONT POINT-SIZE="8" COLOR="{font}">rel {label_text(fmt(node.get("max_rel"), 2))}</FONT>')
     return "<" + "<BR/>".join(lines) + ">"

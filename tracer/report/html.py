@@ -157,8 +157,9 @@ def build_html(report: dict[str, Any], index: OpIndex, views: list[PageView], sv
     tolerance = report.get("tolerance") or {}
     first = report.get("first_divergence")
     beyond = report.get("first_divergence_beyond_tolerance")
-    cards = [_origin_card("First difference (bitwise)", first, index)]
     same = isinstance(first, dict) and isinstance(beyond, dict) and first.get("node") == beyond.get("node")
+    cards = [_origin_card("First difference — bitwise and beyond tolerance" if same else "First difference (bitwise)",
+                          first, index)]
     cards.append(None if same else _origin_card("First difference beyond tolerance", beyond, index))
     env_rows = environment_rows((sides.get("a") or {}).get("environment"), (sides.get("b") or {}).get("environment"))
     rewrite_rows, rewrite_kinds = _rewrites(report)
@@ -180,7 +181,7 @@ def build_html(report: dict[str, Any], index: OpIndex, views: list[PageView], sv
         "sides": [{"key": k.upper(), "label": (sides.get(k) or {}).get("label") or k.upper(),
                    "facts": side_facts(sides.get(k) or {})} for k in ("a", "b")],
         "cards": [c for c in cards if c],
-        "same_origin": same,
+        "headline": _headline(report, len(index.names)),
         "nonfinite": nonfinite,
         "answers": answers(report),
         "outputs": list(outputs.items()),
@@ -209,6 +210,29 @@ def build_html(report: dict[str, Any], index: OpIndex, views: list[PageView], sv
         "first_name": (beyond or first or {}).get("node") if isinstance(beyond or first, dict) else None,
     }
     return _environment().get_template("report.html.j2").render(context)
+
+
+def _headline(report: dict[str, Any], op_count: int) -> str:
+    """One sentence that answers the page's question before any scrolling."""
+    verdict = report.get("verdict")
+    outputs = [o for o in (report.get("outputs") or {}).values() if isinstance(o, dict)]
+    differ = sum(1 for o in outputs if o.get("identical") is False)
+    beyond = report.get("first_divergence_beyond_tolerance")
+    first = report.get("first_divergence")
+    where = beyond if isinstance(beyond, dict) and beyond.get("node") else first
+    if verdict == "identical":
+        return f"A and B compute bit-identical results for all {op_count} compared ops."
+    if verdict == "within_tolerance":
+        head = f"{differ} of {len(outputs)} outputs differ, but only within tolerance."
+    elif verdict == "diverged":
+        head = f"{differ} of {len(outputs)} outputs differ beyond tolerance." if outputs else "The results diverge."
+    else:
+        head = f"Verdict: {verdict}."
+    if isinstance(where, dict) and where.get("node"):
+        verdicts = {"own_error": "its own error", "inherited": "inherited from upstream"}
+        own = verdicts.get(str((where.get("isolation") or {}).get("verdict")))
+        head += f" The difference starts at `{where['node']}` ({where.get('op')})" + (f", {own}." if own else ".")
+    return head
 
 
 def _shade_labels() -> list[dict[str, str]]:

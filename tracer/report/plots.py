@@ -49,8 +49,8 @@ def error_growth_svg(report: dict[str, Any], index: OpIndex, width: int = 1080, 
     lo, hi = max(lo, -20), min(max(hi, lo + 1), 20)
     left, right, top, bottom = 64, 16, 22, 34
     pw, ph = width - left - right, height - top - bottom
-    lane = 12.0  # height of the zero lane and of the non-finite lane
-    y_axis_top, y_axis_bottom = top + lane, top + ph - lane
+    lane, gap = 12.0, 12.0  # the zero lane and the non-finite lane, apart from the log axis
+    y_axis_top, y_axis_bottom = top + lane + gap, top + ph - lane - gap
 
     def x_of(i: int) -> float:
         return left + (pw * i / (n - 1) if n > 1 else pw / 2)
@@ -72,8 +72,9 @@ def error_growth_svg(report: dict[str, Any], index: OpIndex, width: int = 1080, 
         y = y_of(10.0 ** decade)
         parts.append(f'<line class="grid" x1="{left}" x2="{left + pw}" y1="{y:.1f}" y2="{y:.1f}"/>'
                      f'<text class="tick" x="{left - 6}" y="{y + 3.5:.1f}" text-anchor="end">1e{decade}</text>')
-    parts.append(f'<text class="tick" x="{left - 6}" y="{top + ph - lane / 2 + 3.5:.1f}" text-anchor="end">0</text>'
-                 f'<text class="tick" x="{left - 6}" y="{top + lane / 2 + 3.5:.1f}" text-anchor="end">NaN/∞</text>')
+    parts.append(f'<text class="tick" x="{left - 6}" y="{top + ph - lane / 2 + 3.5:.1f}" text-anchor="end">0</text>')
+    if any(e is not None and not math.isfinite(e) for e in errors):
+        parts.append(f'<text class="tick" x="{left - 6}" y="{top + lane / 2 + 3.5:.1f}" text-anchor="end">NaN/∞</text>')
     if rtol and rtol > 0:
         y = y_of(rtol)
         parts.append(f'<line class="rtol" x1="{left}" x2="{left + pw}" y1="{y:.1f}" y2="{y:.1f}"/>'

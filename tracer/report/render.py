@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ SCOPE_VIEW_MAX_OPS = 250        # a scope bigger than this opens as a list only
 SCOPE_VIEWS_TOTAL_OPS = 2500    # all per-scope graphs together (bounds HTML size and dot time)
 SCOPE_BATCH_OPS = 600           # per dot process, so one timeout loses only one batch
 NEIGHBOURHOOD_CAP = 60
+VIEW_NAMES = {"near": "graph around the first divergence", "full": "full op graph", "overview": "scope overview"}
 
 
 class RenderResult(TypedDict, total=False):
@@ -75,18 +77,25 @@ class _Dot:
         if left <= 0.2 or self.skipped:
             self.skipped.append(what)
             raise _DotFailed(what)
+        # Own process group: on timeout the whole group dies, so no child keeps the pipes open.
+        proc = subprocess.Popen([self.binary, f"-T{fmt_}"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, start_new_session=True)
         try:
-            done = subprocess.run([self.binary, f"-T{fmt_}"], input=source.encode("utf-8"), capture_output=True,
-                                  timeout=left, check=False)
+            out, err = proc.communicate(source.encode("utf-8"), timeout=left)
         except subprocess.TimeoutExpired as exc:
+            if hasattr(os, "killpg"):
+                os.killpg(proc.pid, signal.SIGKILL)
+            else:  # pragma: no cover - Windows has no process groups to kill
+                proc.kill()
+            proc.communicate()
             self.skipped.append(what)
             raise _DotFailed(what) from exc
-        if done.returncode != 0 or not done.stdout:
-            err = done.stderr.decode("utf-8", "replace").strip().splitlines()
+        if proc.returncode != 0 or not out:
+            lines = err.decode("utf-8", "replace").strip().splitlines()
             self.failures.append(f"Graphviz could not draw the {what} "
-                                 f"({err[-1][:200] if err else f'exit status {done.returncode}'}).")
+                                 f"({lines[-1][:200] if lines else f'exit status {proc.returncode}'}).")
             raise _DotFailed(what)
-        return done.stdout
+        return out
 
     @property
     def notices(self) -> list[str]:
@@ -177,7 +186,7 @@ def _draw(plans: list[_Plan], runner: _Dot) -> None:
         return
     for plan in (p for p in plans if not p.view.id.startswith("scope")):
         try:
-            plan.raw = runner.run(plan.dot, "svg", f"{plan.view.title.lower()} graph").decode("utf-8")
+            plan.raw = runner.run(plan.dot, "svg", VIEW_NAMES.get(plan.view.id, plan.view.id)).decode("utf-8")
             plan.svg = inline_svg(plan.raw)
         except _DotFailed:
             continue
@@ -235,6 +244,8 @@ def render_report(report: dict[str, Any], out_dir: str | Path, *, render_timeout
             stale.remove(out / "divergence.png")
         except _DotFailed:
             pass  # the notice is recorded; the SVG is the attachment that matters
+    if primary is None and runner.skipped:
+        runner.skipped.append("divergence.svg/.png")
     for path in stale:  # a picture from an earlier render would contradict this report
         path.unlink(missing_ok=True)
     views = [p.view for p in plans if p.svg is not None]

@@ -1,0 +1,208 @@
+"""`tftrace compare` on the sample pairs: the exact op where the numbers start to differ.
+
+Every comparison runs two captures and the isolation replays in child processes, as a user's
+would. oneDNN is pinned (conftest sets TF_ENABLE_ONEDNN_OPTS=0; tests of the setting pass it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import networkx as nx
+import pytest
+
+from conftest import assert_user_error, run_cli
+
+pytestmark = pytest.mark.slow
+EXAMPLES = ("--examples", "4")
+
+
+def _compare(tmp: Path, a: Path | str, b: Path | str, *extra: str) -> tuple[int, dict, str]:
+    out = tmp / "report"
+    proc = run_cli("compare", str(a), str(b), "--out", str(out), *EXAMPLES, *extra)
+    assert proc.returncode in (0, 1), proc.stderr
+    return proc.returncode, json.loads((out / "report.json").read_text()), proc.stdout
+
+
+def _ancestors(report: dict, node: str) -> set[str]:
+    g = nx.DiGraph(report["edges"])
+    return nx.ancestors(g, node) if node in g else set()
+
+
+@pytest.fixture(scope="module")
+def planted(models, tmp_path_factory):
+    return _compare(tmp_path_factory.mktemp("planted"), models["detector_ckpt"], models["detector_planted"])
+
+
+def test_faithful_export_is_identical(models, tmp_path):
+    code, report, stdout = _compare(tmp_path, models["detector_ckpt"], models["detector"])
+    assert code == 0
+    assert report["verdict"] == "identical"
+    assert report["first_divergence"] is None and report["origins"] == []
+    assert all(o["identical"] for o in report["outputs"].values())
+    assert report["rewrites"] == []
+    assert "IDENTICAL" in stdout
+
+
+def test_planted_op_is_the_first_divergence_and_nothing_upstream_differs(planted):
+    code, report, stdout = planted
+    assert code == 1 and report["verdict"] == "diverged"
+    first = report["first_divergence"]
+    assert first["node"] == "block2/bn/FusedBatchNormV3" and first["op"] == "FusedBatchNormV3"
+    assert report["first_divergence_beyond_tolerance"]["node"] == "block2/bn/FusedBatchNormV3"
+    assert first["isolation"]["verdict"] == "own_error"
+    assert first["rewrite"] == "attr_changed"
+    upstream = _ancestors(report, "block2/bn/FusedBatchNormV3")
+    assert "block2/conv/Conv2D" in upstream and "block1/relu" in upstream
+    statuses = {report["nodes"][n]["status"] for n in upstream}
+    assert statuses == {"identical"}, statuses
+    assert [o["node"] for o in report["origins"]] == ["block2/bn/FusedBatchNormV3"]
+    assert report["nodes"]["dense/MatMul"]["status"] == "propagated"
+    assert report["outputs"]["scores"]["max_abs"] > 1e-4  # the size the users reported
+    assert "block2/bn/FusedBatchNormV3" in stdout
+
+
+def test_report_contract_fields(planted):
+    _, report, _ = planted
+    for key in ("schema_version", "verdict", "sides", "first_divergence", "first_divergence_beyond_tolerance",
+                "origins", "nodes", "outputs", "rewrites", "observer_effect"):
+        assert key in report
+    node = report["nodes"]["block2/bn/FusedBatchNormV3"]
+    for key in ("status", "op", "max_abs", "max_rel", "ulp_max", "cosine", "amplification", "isolation"):
+        assert key in node
+    assert node["status"] == "origin" and node["alignment"] == "name"
+    assert report["nodes"]["block3/conv/Conv2D"]["amplification"] is not None
+    assert set(report["sides"]) == {"a", "b"}
+    assert report["sides"]["a"]["environment"]["tf_env"]["TF_ENABLE_ONEDNN_OPTS"] == "0"
+
+
+def test_folded_export_origins_are_the_folded_batch_norms(models, tmp_path):
+    code, report, _ = _compare(tmp_path, models["detector_ckpt"], models["detector_folded"])
+    folds = {r["detail"]["batch_norm"]: r["detail"]["conv"] for r in report["rewrites"] if r["kind"] == "batchnorm_folded"}
+    assert set(folds) == {f"block{i}/bn/FusedBatchNormV3" for i in range(1, 5)}
+    assert report["origins"], "folding changes the arithmetic: somewhere it must show"
+    for origin in report["origins"]:
+        assert origin["node"] in folds and origin["rewrite"] == "batchnorm_folded", origin
+    for bn, conv in folds.items():
+        assert report["nodes"][conv]["status"] == "rewritten"  # rescaled weights: never an origin on their own
+        assert report["nodes"][bn]["alignment"] == "fold group"
+    assert all(o["within_tolerance"] for o in report["outputs"].values()), report["outputs"]
+    assert code == (1 if report["verdict"] == "diverged" else 0)
+
+
+def test_bf16_export_first_origin_is_the_converted_matmul(models, tmp_path):
+    code, report, _ = _compare(tmp_path, models["detector_ckpt"], models["detector_bf16"])
+    assert code == 1
+    first = report["first_divergence"]
+    assert first["node"] == "dense/MatMul" and first["rewrite"] == "cast_inserted"
+    assert first["isolation"]["verdict"] == "own_error"
+    assert report["nodes"]["dense/MatMul"]["alignment"] == "cast region"
+    assert report["nodes"]["dense/MatMul"]["b_node"] == "dense/to_fp32"
+    assert report["nodes"]["flatten/Reshape"]["status"] == "identical"
+    assert "Mixed precision" in " ".join(report["answers"]["why"])
+
+
+def test_tf2_export_is_identical_despite_other_names(models, tmp_path):
+    code, report, _ = _compare(tmp_path, models["detector_ckpt"], models["detector_tf2"])
+    assert code == 0 and report["verdict"] == "identical"
+    assert report["nodes"]["block1/conv/Conv2D"]["b_node"] == "StatefulPartitionedCall/detector/block1/conv/Conv2D"
+    assert report["nodes"]["block1/conv/Conv2D"]["alignment"] == "structure"
+
+
+@pytest.mark.parametrize(
+    ("onednn", "first_op"),
+    [
+        ("off", "dense/MatMul"),  # Eigen: convolutions are batch-invariant at batch 4, the GEMM is not
+        ("on", "block1/conv/Conv2D"),  # oneDNN picks conv kernels per shape on this CPU (AVX2, no AVX512)
+    ],
+)
+def test_batch_1_vs_4_first_divergence_is_the_ops_own_kernel(models, tmp_path, onednn, first_op):
+    code, report, _ = _compare(
+        tmp_path, models["detector"], models["detector"], "--a-batch-size", "1", "--b-batch-size", "4",
+        "--onednn", onednn,
+    )
+    first = report["first_divergence"]
+    assert first["node"] == first_op, first
+    assert first["isolation"]["verdict"] == "own_error"
+    assert report["sides"]["a"]["batch_size"] == 1 and report["sides"]["b"]["batch_size"] == 4
+    upstream = _ancestors(report, first_op)
+    assert {report["nodes"][n]["status"] for n in upstream} <= {"identical"}
+    if onednn == "off":
+        convs = [n for n, v in report["nodes"].items() if v["op"] == "Conv2D"]
+        assert len(convs) == 4 and all(report["nodes"][c]["status"] == "identical" for c in convs)
+    assert "batch 1 vs 4" in " ".join(report["answers"]["why"])
+
+
+def test_artifact_vs_capture_and_capture_vs_capture_agree_with_artifacts(models, tmp_path, planted):
+    _, expected, _ = planted
+    cap_a, cap_b = tmp_path / "cap_a", tmp_path / "cap_b"
+    for model, out in ((models["detector_ckpt"], cap_a), (models["detector_planted"], cap_b)):
+        proc = run_cli("capture", str(model), "--out", str(out), *EXAMPLES)
+        assert proc.returncode == 0, proc.stderr
+    for a, b, name in ((cap_a, cap_b, "caps"), (models["detector_ckpt"], cap_b, "mixed"), (cap_a, models["detector_planted"], "mixed2")):
+        _, report, _ = _compare(tmp_path / name, a, b)
+        assert report["first_divergence"]["node"] == expected["first_divergence"]["node"]
+        assert [o["node"] for o in report["origins"]] == [o["node"] for o in expected["origins"]]
+        for key, out in expected["outputs"].items():
+            assert report["outputs"][key]["max_abs"] == out["max_abs"]
+
+
+def test_first_nan_op_is_named(models, tmp_path):
+    code, report, stdout = _compare(tmp_path, models["nan_model_safe"], models["nan_model"])
+    assert code == 1
+    assert report["first_nonfinite"]["a"] is None
+    assert report["first_nonfinite"]["b"]["node"] == "layer/Log"
+    assert report["first_nonfinite"]["b"]["nan"] > 0
+    assert report["outputs"]["y"]["nan_mismatch"] > 0
+    assert "First NaN/Inf on B: layer/Log" in stdout
+
+
+def test_signatures_that_cannot_be_paired(models, real_models, tmp_path):
+    proc = run_cli("compare", str(models["detector"]), str(real_models["half_plus_two"]), "--out", str(tmp_path / "r"),
+                   *EXAMPLES)
+    assert_user_error(proc, "cannot be paired", "--map")
+
+
+def test_incomplete_capture_is_refused(models, tmp_path):
+    broken = tmp_path / "broken"
+    (broken / "tensors").mkdir(parents=True)
+    proc = run_cli("compare", str(broken), str(models["detector"]), "--out", str(tmp_path / "r"))
+    assert_user_error(proc, "incomplete capture")
+
+
+def test_existing_report_dir_needs_force(models, tmp_path):
+    out = tmp_path / "r"
+    out.mkdir()
+    (out / "something").write_text("x")
+    proc = run_cli("compare", str(models["detector"]), str(models["detector"]), "--out", str(out))
+    assert_user_error(proc, "not empty", "--force")
+
+
+def test_assert_equivalent_explains_itself(models, tmp_path):
+    import tracer
+
+    with pytest.raises(AssertionError) as info:
+        tracer.assert_equivalent(str(models["detector_ckpt"]), str(models["detector_planted"]), examples=2,
+                                 out_dir=str(tmp_path / "r"))
+    message = str(info.value)
+    assert "block2/bn/FusedBatchNormV3" in message and "FusedBatchNormV3" in message
+    assert "report.html" in message or "report" in message
+    result = tracer.assert_equivalent(str(models["detector_ckpt"]), str(models["detector"]), examples=2,
+                                      out_dir=str(tmp_path / "ok"))
+    assert result.verdict == "identical"
+
+
+def test_report_rerender_from_json(planted, tmp_path):
+    _, report, _ = planted
+    out = tmp_path / "copy"
+    out.mkdir()
+    (out / "report.json").write_text(json.dumps(report))
+    proc = run_cli("report", str(out))
+    assert proc.returncode == 1, proc.stderr
+    assert "block2/bn/FusedBatchNormV3" in proc.stdout
+    assert json.loads((out / "report.json").read_text())["first_divergence"]["node"] == "block2/bn/FusedBatchNormV3"
+    shutil.rmtree(out)
+    assert not os.path.exists(out)

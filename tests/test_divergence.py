@@ -1,0 +1,107 @@
+"""Divergence classification on hand-built graphs (fast, no TensorFlow)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tracer.align import ROLE_COMPARED, ROLE_REWRITTEN, Alignment, NodeAlignment, TensorPair
+from tracer.divergence import Tolerance, classify
+from tracer.metrics import compare_arrays
+from tracer.opgraph import OpGraph
+
+
+def _graph(chain: list[tuple[str, str, list[str]]]) -> OpGraph:
+    nodes = [
+        {"name": name, "op": op, "device": "", "scope": "", "attrs": {}, "inputs": [f"{i}:0" for i in inputs],
+         "control_inputs": [], "outputs": [{"dtype": "float32", "shape": [4], "capturable": True, "reason": ""}]}
+        for name, op, inputs in chain
+    ]
+    return OpGraph.from_json({"inputs": {"x": "x:0"}, "outputs": {"y": f"{chain[-1][0]}:0"}, "nodes": nodes})
+
+
+GRAPH = _graph([
+    ("x", "Placeholder", []),
+    ("w", "Const", []),
+    ("conv", "Conv2D", ["x", "w"]),
+    ("bn", "FusedBatchNormV3", ["conv"]),
+    ("relu", "Relu", ["bn"]),
+    ("out", "Identity", ["relu"]),
+])
+BASE = np.array([1.0, 2.0, 3.0, 4.0], np.float32)
+
+
+def _run(deltas: dict[str, float], roles: dict[str, str] | None = None, noise: dict[str, float] | None = None):
+    roles = roles or {}
+    nodes, metrics = {}, {}
+    for op in GRAPH.topo_order():
+        pair = TensorPair(f"{op}:0", f"{op}:0", "name", True)
+        nodes[op] = NodeAlignment(op, op, "name", roles.get(op, ROLE_COMPARED), [pair])
+        b = BASE.copy()
+        b[0] += deltas.get(op, 0.0)
+        metrics[f"{op}:0"] = compare_arrays(BASE, b, rtols=(1e-5,))
+    return classify(GRAPH, Alignment(nodes, []), metrics, Tolerance(), noise)
+
+
+def test_identical_everywhere():
+    result = _run({})
+    assert result.verdict == "identical"
+    assert result.first_bitwise is None and result.first_beyond_tolerance is None and result.origins == []
+
+
+def test_origin_then_propagated_with_amplification():
+    result = _run({"bn": 1e-3, "relu": 1e-2, "out": 1e-2})
+    assert result.nodes["conv"].status == "identical"
+    assert result.nodes["bn"].status == "origin" and result.nodes["bn"].bitwise_origin
+    assert result.nodes["relu"].status == "propagated"
+    assert result.first_bitwise.name == "bn" and result.first_beyond_tolerance.name == "bn"
+    assert [r.name for r in result.origins] == ["bn"]
+    assert result.nodes["relu"].amplification is not None and result.nodes["relu"].amplification > 5
+    assert result.nodes["bn"].amplification is None  # nothing upstream to amplify
+    assert result.verdict == "diverged"
+
+
+def test_bitwise_origin_within_tolerance_is_reported_but_not_beyond():
+    result = _run({"conv": 1e-7, "bn": 1e-7, "relu": 1e-7, "out": 1e-7})
+    assert result.nodes["conv"].status == "within_tolerance"
+    assert result.first_bitwise.name == "conv"
+    assert result.first_beyond_tolerance is None
+    assert result.verdict == "within_tolerance"
+
+
+def test_tolerance_origin_whose_inputs_differ_a_little():
+    result = _run({"conv": 1e-7, "bn": 1e-2, "relu": 1e-2, "out": 1e-2})
+    assert result.first_bitwise.name == "conv"
+    assert result.first_beyond_tolerance.name == "bn"
+    assert result.nodes["bn"].status == "origin" and not result.nodes["bn"].bitwise_origin
+
+
+def test_rewritten_members_are_looked_through():
+    # conv rescaled by a fold: it differs wildly, yet bn (judged against x) is the origin.
+    result = _run({"conv": 5.0, "bn": 1e-3, "relu": 1e-3, "out": 1e-3}, roles={"conv": ROLE_REWRITTEN})
+    assert result.nodes["conv"].status == "rewritten"
+    assert result.nodes["bn"].status == "origin"
+    assert result.nodes["bn"].frontier == ["w", "x"]
+    assert result.first_bitwise.name == "bn"
+
+
+def test_noise_is_never_an_origin():
+    deltas = {"bn": 1e-3, "relu": 1e-3, "out": 1e-3}
+    noisy = _run(deltas, noise={"bn:0": 2e-3, "relu:0": 2e-3, "out:0": 2e-3})
+    assert noisy.nodes["bn"].status == "within_tolerance" and noisy.nodes["bn"].within_noise
+    assert noisy.first_bitwise is None and noisy.origins == []
+    quiet = _run(deltas, noise={"bn:0": 1e-5})
+    assert quiet.nodes["bn"].status == "origin"
+
+
+def test_per_tensor_tolerance_override():
+    loose = classify.__globals__["Tolerance"](overrides=(("bn", 1e-2, 1e-2), ("relu", 1e-2, 1e-2), ("out", 1e-2, 1e-2)))
+    nodes, metrics = {}, {}
+    for op in GRAPH.topo_order():
+        pair = TensorPair(f"{op}:0", f"{op}:0", "name", True)
+        nodes[op] = NodeAlignment(op, op, "name", ROLE_COMPARED, [pair])
+        b = BASE.copy()
+        b[0] += 1e-3 if op in ("bn", "relu", "out") else 0.0
+        metrics[f"{op}:0"] = compare_arrays(BASE, b, rtols=(1e-5, 1e-2))
+    result = classify(GRAPH, Alignment(nodes, []), metrics, loose)
+    assert result.nodes["bn"].status == "within_tolerance"
+    assert result.verdict == "within_tolerance"
