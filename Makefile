@@ -38,10 +38,13 @@ $(MODELS_STAMP): $(SETUP_STAMP) $(wildcard sample_models/*.py)
 	$(BIN)/python -m sample_models.generate --out $(MODELS_DIR)
 	@touch $@
 
+# The users' symptom: the TF1 checkpoint and its exported SavedModel disagree by ~1e-3.
 demo: setup models
-	@$(BIN)/tftrace diff-graph $(MODELS_DIR)/detector/ckpt $(MODELS_DIR)/detector_folded/savedmodel
-	@echo
-	@echo "(tftrace compare is not built yet: this demo shows the static graph diff of the folded export)"
+	@$(BIN)/tftrace compare $(MODELS_DIR)/detector/ckpt $(MODELS_DIR)/detector_bf16/savedmodel \
+	  --onednn off --out $(OUT) --force; status=$$?; \
+	  if [ $$status -gt 1 ]; then exit $$status; fi; \
+	  echo; echo "verdict: $$($(BIN)/python -c "import json;r=json.load(open('$(OUT)/report.json'));f=r['first_divergence'];print(r['verdict'], '- first divergence:', f['node'] if f else 'none')")"; \
+	  echo "open $(abspath $(OUT))/report.html"
 
 test: setup models
 	$(BIN)/python -m pytest -n 2 $(PYTEST_ARGS)

@@ -206,3 +206,27 @@ def test_report_rerender_from_json(planted, tmp_path):
     assert json.loads((out / "report.json").read_text())["first_divergence"]["node"] == "block2/bn/FusedBatchNormV3"
     shutil.rmtree(out)
     assert not os.path.exists(out)
+
+
+def test_isolation_of_a_side_captured_elsewhere_runs_there(models, tmp_path):
+    """B captured from a model this machine no longer has (the GPU server's copy): compare
+    prints the `tftrace isolate` command; running it against a local copy completes the report."""
+    remote_model = tmp_path / "gpu_server" / "savedmodel"
+    shutil.copytree(models["detector_planted"], remote_model)
+    cap_b = tmp_path / "cap_b"
+    assert run_cli("capture", str(remote_model), "--out", str(cap_b), *EXAMPLES).returncode == 0
+    shutil.rmtree(remote_model.parent)
+    out = tmp_path / "report"
+    proc = run_cli("compare", str(models["detector_ckpt"]), str(cap_b), "--out", str(out), *EXAMPLES)
+    assert proc.returncode == 1, proc.stderr
+    report = json.loads((out / "report.json").read_text())
+    isolation = report["first_divergence"]["isolation"]
+    assert isolation["verdict"] == "not_run"
+    assert isolation["command"].startswith("tftrace isolate MODEL --from ")
+    assert "tftrace isolate MODEL --from" in proc.stdout
+    proc = run_cli("isolate", str(models["detector_planted"]), "--from", str(out))
+    assert proc.returncode == 1, proc.stderr
+    report = json.loads((out / "report.json").read_text())
+    assert report["first_divergence"]["node"] == "block2/bn/FusedBatchNormV3"
+    assert report["first_divergence"]["isolation"]["verdict"] == "own_error"
+    assert report["nodes"]["block2/bn/FusedBatchNormV3"]["isolation"]["verdict"] == "own_error"

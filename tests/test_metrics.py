@@ -308,13 +308,15 @@ def test_within_agrees_with_allclose(seed: int) -> None:
 
 def test_within_raises_when_the_summary_cannot_decide() -> None:
     a = np.linspace(1, 100, 50)
-    b = a + 1e-3
-    b[0] = 1.0 + 2e-3  # the largest relative error, but not among the largest absolute ones
+    b = a * (1 + 1e-5)
+    a[0], b[0] = 1e-3, 1e-3 + 1e-6  # the only offender: large relative, small absolute error
     m = compare_arrays(a, b, k_worst=3)
-    with pytest.raises(ValueError, match="rtols="):
-        m.within(1e-4, 1e-4)
-    assert compare_arrays(a, b, rtols=[1e-4]).within(1e-4, 1e-4) is False
-    assert compare_arrays(a, b, rtols=[1e-4]).within(2e-3, 1e-4) is True
+    with pytest.raises(ValueError, match=r"rtols=\[2e-05\]"):
+        m.within(1e-7, 2e-5)
+    assert m.within(1e-7, 0.0) is False and m.within(2e-3, 0.0) is True  # rtol 0: max_abs decides
+    probed = compare_arrays(a, b, k_worst=3, rtols=[2e-5])
+    assert probed.within(1e-7, 2e-5) is False and probed.within(2e-6, 2e-5) is True
+    assert probed.excess_at_rtol[0][1] == pytest.approx(1e-6 - 2e-5 * 1e-3, rel=1e-9)
 
 
 # --------------------------------------------------------------------------- properties

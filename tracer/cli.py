@@ -229,6 +229,22 @@ def _cmd_report(args: argparse.Namespace, console: Console) -> int:
     return EXIT_OK if report.get("verdict") != "diverged" else EXIT_DIVERGED
 
 
+def _cmd_isolate(args: argparse.Namespace, console: Console) -> int:
+    from pathlib import Path  # noqa: PLC0415
+
+    from .compare import load_report  # noqa: PLC0415
+    from .isolate import isolate_remote  # noqa: PLC0415
+    from .report.build import merge_isolation, write_reports  # noqa: PLC0415
+    from .report.terminal import print_comparison  # noqa: PLC0415
+
+    report = load_report(args.from_dir)
+    results = isolate_remote(args.model, args.from_dir, args.side, console=Console(stderr=True))
+    report = merge_isolation(report, results)
+    write_reports(report, Path(args.from_dir))
+    print_comparison(console, report, args.from_dir)
+    return EXIT_OK if report.get("verdict") != "diverged" else EXIT_DIVERGED
+
+
 def _is_capture_dir(path: str) -> bool:
     import os  # noqa: PLC0415
 
@@ -285,6 +301,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_side_options(cmp_)
     _add_input_options(cmp_)
     cmp_.set_defaults(func=_cmd_compare)
+
+    iso = sub.add_parser("isolate", help="replay a report's origin ops on this machine (the side whose model is here)")
+    iso.add_argument("model", help="this machine's copy of the side's model")
+    iso.add_argument("--from", dest="from_dir", required=True, help="the report directory (copied here whole)")
+    iso.add_argument("--side", choices=("a", "b"), default=None, help="which side to replay (default: the pending one)")
+    iso.set_defaults(func=_cmd_isolate)
 
     rep = sub.add_parser("report", help="re-render report.html/.md from a report directory's report.json")
     rep.add_argument("dir", help="a directory written by tftrace compare (or its report.json)")

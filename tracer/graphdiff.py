@@ -119,6 +119,7 @@ class _Context:
         self.done_a: set[str] = set()
         self.done_b: set[str] = set()
         self.cast_nodes: set[str] = set()  # B casts of recognised cast regions
+        self.fed_a, self.fed_b = a.fed_ops(), b.fed_ops()
 
     # ---- helpers ---------------------------------------------------------------------------
 
@@ -247,6 +248,9 @@ class _Context:
                 continue
             out += self._value_rewrites(x, y)
             na, nb = self.a.node(x), self.b.node(y)
+            if x in self.fed_a and y in self.fed_b:
+                out += _fed_changes(x, y, na, nb)  # fed: only what may be fed matters, not how it was made
+                continue
             weights = VARIABLE_OPS | {"Const"}
             if na["op"] != nb["op"]:
                 if not ({na["op"], nb["op"]} <= weights or {na["op"], nb["op"]} <= PLUMBING):  # variable vs constant: values decide
@@ -316,6 +320,17 @@ class _Context:
     def _loader_plumbing(self, g: OpGraph, op: str) -> bool:
         """Identity nodes that tftrace's own inlining of a TF2 function added (not the export)."""
         return self.inlined_by_loader and g.op_type(op) in PLUMBING | {"NoOp"}
+
+
+def _fed_changes(x: str, y: str, na: dict[str, Any], nb: dict[str, Any]) -> list[Rewrite]:
+    """A signature input on both sides (a Placeholder in one export, an Identity in another):
+    its value is fed, so only the dtypes and shapes it accepts can differ in a way that matters."""
+    ta = [(o["dtype"], o["shape"]) for o in na["outputs"]]
+    tb = [(o["dtype"], o["shape"]) for o in nb["outputs"]]
+    if ta == tb:
+        return []
+    changed = {"outputs": {"a": [list(t) for t in ta], "b": [list(t) for t in tb]}}
+    return [Rewrite("attr_changed", [x], [y], {"attrs": changed})]
 
 
 def _type_attrs_differ(a: OpGraph, b: OpGraph, x: str, y: str) -> bool:

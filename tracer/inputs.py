@@ -15,6 +15,7 @@ The first dimension of every input is the example axis when the signature leaves
 from __future__ import annotations
 
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,7 +43,18 @@ def batches(count: int, batch_size: int | None) -> list[tuple[int, int]]:
     return [(start, min(count, start + size)) for start in range(0, count, size)]
 
 
-def make_examples(inputs: dict[str, TensorSpec], examples: int, seed: int, inputs_file: str | None) -> Examples:
+def make_examples(
+    inputs: dict[str, TensorSpec],
+    examples: int,
+    seed: int,
+    inputs_file: str | None,
+    alternatives: Sequence[str] = (),
+) -> Examples:
+    """The examples for a signature's ``inputs``: read from ``inputs_file`` or generated.
+
+    ``alternatives`` are the model's signatures that take only generable tensors, named in the
+    error when this one takes strings, so the user learns the way out in one message.
+    """
     if not inputs:
         return Examples({}, 0, False, "none (the signature takes no inputs)")
     fixed = [k for k, s in inputs.items() if s.shape is not None and len(s.shape) > 0 and s.shape[0] is not None]
@@ -50,7 +62,7 @@ def make_examples(inputs: dict[str, TensorSpec], examples: int, seed: int, input
         arrays = _read_file(inputs_file, inputs)
         source = Path(inputs_file).name
     else:
-        arrays = {key: _generate(key, spec, examples, seed, inputs) for key, spec in inputs.items()}
+        arrays = {key: _generate(key, spec, examples, seed, alternatives) for key, spec in inputs.items()}
         source = f"generated (seed {seed}, N(0,1) floats)"
     counts = {k: (a.shape[0] if a.ndim else 1) for k, a in arrays.items()}
     if len(set(counts.values())) > 1:
@@ -62,14 +74,17 @@ def make_examples(inputs: dict[str, TensorSpec], examples: int, seed: int, input
     return Examples(arrays, count, batch_major=not fixed and all(a.ndim > 0 for a in arrays.values()), source=source)
 
 
-def _generate(key: str, spec: TensorSpec, examples: int, seed: int, all_inputs: dict[str, TensorSpec]) -> np.ndarray:
+def _generate(key: str, spec: TensorSpec, examples: int, seed: int, alternatives: Sequence[str]) -> np.ndarray:
     dtype = spec.dtype
     if dtype in ("string", "variant", "resource") or dtype.startswith("qu") or dtype.startswith("qi"):
-        tensor_inputs = [k for k, s in all_inputs.items() if s.dtype not in ("string",)]
+        way_out = (
+            f"or capture a signature that takes tensors: --signature {' or --signature '.join(alternatives)}"
+            if alternatives
+            else "(no signature of this model takes only tensors tftrace could generate)"
+        )
         raise TftraceError(
             f"input {key!r} is a {dtype} tensor (e.g. serialized tf.Example protos), which tftrace cannot invent",
-            "pass real examples with --inputs FILE.npz, or choose a signature that takes tensors with --signature"
-            + (f" (inputs of this one that are tensors: {', '.join(tensor_inputs)})" if tensor_inputs else ""),
+            f"pass real examples with --inputs FILE.npz (one array per input key), {way_out}",
         )
     if spec.shape is None:
         raise TftraceError(
@@ -151,7 +166,7 @@ def _check_fits(key: str, array: np.ndarray, spec: TensorSpec) -> None:
     if spec.shape is None:
         return
     if array.ndim != len(spec.shape) or any(e is not None and e != g for e, g in zip(spec.shape, array.shape)):
-        shown = ["?" if d is None else d for d in spec.shape]
+        shown = "[" + ", ".join("?" if d is None else str(d) for d in spec.shape) + "]"
         raise TftraceError(
             f"input {key!r} has shape {list(array.shape)}, the signature expects {shown}",
             "reshape the array to fit (the first axis is the example axis)",

@@ -14,21 +14,25 @@ here; the report carries the ``tftrace isolate`` command that runs it there.
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from .align import Alignment, CaptureView
 from .capture.launcher import run_child
+from .capture.reader import Capture
 from .divergence import NodeResult
+from .errors import TftraceError
 from .metrics import compare_arrays
 from .opgraph import OpGraph, tensor_op
 from .runspec import Side
 
-__all__ = ["IsolationResult", "isolate_origins", "replay_plan"]
+__all__ = ["IsolationResult", "isolate_origins", "replay_plan", "run_job", "evaluate", "isolate_remote"]
 
 
 @dataclass
@@ -72,55 +76,90 @@ def isolate_origins(
     workdir: str,
     console: Any = None,
 ) -> dict[str, IsolationResult]:
+    """Plan the replays of both sides, run those whose model is on this machine, evaluate.
+
+    Every job is also written to ``workdir/isolation_<side>.job.json``: a side whose model is
+    elsewhere is replayed there by ``tftrace isolate MODEL --from REPORT_DIR``.
+    """
     if not origins:
         return {}
-    sides = {"a": _local_side(view_a), "b": _local_side(view_b)}
-    to_a_b = alignment.b_to_a()
-    to_a_a = {p.a: p.a for n in alignment.nodes.values() for p in n.tensors if p.comparable}
-    jobs: dict[str, list[dict[str, Any]]] = {"a": [], "b": []}
-    fetch_b: dict[str, str] = {}
-    for index, result in enumerate(origins):
+    os.makedirs(workdir, exist_ok=True)
+    to_a = {"a": {p.a: p.a for n in alignment.nodes.values() for p in n.tensors if p.comparable},
+            "b": alignment.b_to_a()}
+    index, ops = [], {"a": [], "b": []}
+    for i, result in enumerate(origins):
         pair = next(p for p in alignment.nodes[result.name].tensors if p.a == result.tensor)
         assert pair.b is not None
-        fetch_b[result.name] = pair.b
-        common = {"id": index, "a_tensor": result.tensor}
-        jobs["a"].append({**common, "fetch": result.tensor, "feeds": replay_plan(view_a.graph, result.tensor, to_a_a)})
-        jobs["b"].append({**common, "fetch": pair.b, "feeds": replay_plan(view_b.graph, pair.b, to_a_b)})
-    missing = [k for k, s in sides.items() if s is None]
-    if missing:
-        command = _remote_command(view_a if "a" in missing else view_b, workdir)
-        note = (f"side {', '.join(m.upper() for m in missing)} was captured from a model that is not on this machine; "
-                "run the command on the machine that has it, then `tftrace report` to merge")
-        return {r.name: IsolationResult("not_run", detail=note, command=command) for r in origins}
-    replays: dict[str, dict[int, np.ndarray]] = {}
+        index.append({"id": i, "node": result.name, "a_tensor": result.tensor, "b_tensor": pair.b,
+                      "b_op": view_b.graph.op_type(tensor_op(pair.b))})
+        for key, view, fetch in (("a", view_a, result.tensor), ("b", view_b, pair.b)):
+            ops[key].append({"id": i, "a_tensor": result.tensor, "fetch": fetch,
+                             "feeds": replay_plan(view.graph, fetch, to_a[key])})
+    _write_json(os.path.join(workdir, "isolation_index.json"), {"capture_a": str(view_a.capture.path), "ops": index})
     for key, view in (("a", view_a), ("b", view_b)):
-        side = sides[key]
-        assert side is not None
-        out_dir = os.path.join(workdir, f"isolation_{key}")
-        job = {"mode": "isolate", "side": side.to_json(), "feeds_from": str(view_a.capture.path), "ops": jobs[key],
-               "runs": view.capture.manifest["runs"], "count": view.capture.manifest["examples"]["count"],
-               "out_dir": out_dir}
-        run_child(job, side, label=f"isolate {len(origins)} op(s) on side {key.upper()}", console=console)
-        replays[key] = {op["id"]: np.load(os.path.join(out_dir, f"{op['id']}.npy")) for op in jobs[key]}
+        job = {"mode": "isolate", "side": view.capture.manifest["spec"], "feeds_from": str(view_a.capture.path),
+               "ops": ops[key], "runs": view.capture.manifest["runs"],
+               "count": view.capture.manifest["examples"]["count"], "out_dir": os.path.join(workdir, f"isolation_{key}")}
+        _write_json(os.path.join(workdir, f"isolation_{key}.job.json"), job)
+        if _local_side(view) is not None:
+            run_job(job, console=console)
+    return evaluate(workdir)
+
+
+def run_job(job: dict[str, Any], *, console: Any = None, artifact_path: str | None = None) -> None:
+    """Replay one side's ops in a child process (optionally against a local copy of the model)."""
+    side = Side.from_json(job["side"])
+    if artifact_path is not None:
+        side = side.with_(artifact=replace(side.artifact, path=artifact_path))
+        job = {**job, "side": side.to_json()}
+    run_child(job, side, label=f"isolate {len(job['ops'])} op(s) [{side.label()}]", console=console)
+
+
+def evaluate(workdir: str) -> dict[str, IsolationResult]:
+    """Judge every planned origin from the replays present in ``workdir``."""
+    index = json.loads(Path(workdir, "isolation_index.json").read_text(encoding="utf-8"))
+    capture_a = Capture.open(_capture_a_path(workdir, index["capture_a"]))
     results = {}
-    for index, origin in enumerate(origins):
-        ra, rb = replays["a"][index], replays["b"][index]
-        if ra.shape != rb.shape:
-            results[origin.name] = IsolationResult("own_error", detail=f"replayed shapes differ: {ra.shape} vs {rb.shape}")
+    for op in index["ops"]:
+        replays = {k: Path(workdir, f"isolation_{k}", f"{op['id']}.npy") for k in ("a", "b")}
+        missing = [k for k, path in replays.items() if not path.exists()]
+        if missing:
+            report_dir = os.path.dirname(os.path.abspath(workdir.rstrip("/")))
+            results[op["node"]] = IsolationResult(
+                "not_run",
+                detail=(f"side {', '.join(m.upper() for m in missing)} was captured from a model that is not on this "
+                        "machine; run the command where it is, then `tftrace report` shows the result"),
+                command=" ".join(["tftrace", "isolate", "MODEL", "--from", shlex.quote(report_dir),
+                                  "--side", missing[0]]),
+            )
             continue
-        m = compare_arrays(ra, rb)
-        reproduced = compare_arrays(np.asarray(view_a.capture.tensor(origin.tensor)), ra).identical
-        if m.identical:
-            detail = "given A's inputs, B's kernel computes A's result bit for bit: the difference is inherited"
-            verdict = "inherited"
-        else:
-            detail = (f"given identical inputs, B's {view_b.graph.op_type(tensor_op(fetch_b[origin.name]))} "
-                      f"differs from A's by up to {m.max_abs:.3g} (rel {m.max_rel:.3g}): the kernel itself differs")
-            verdict = "own_error"
-        if not reproduced:
-            detail += "; note: replaying A did not reproduce A's captured value bit for bit (A is not deterministic)"
-        results[origin.name] = IsolationResult(verdict, m.max_abs, m.max_rel, detail)
+        ra, rb = np.load(replays["a"]), np.load(replays["b"])
+        results[op["node"]] = _judge(ra, rb, op, capture_a)
     return results
+
+
+def _judge(ra: np.ndarray, rb: np.ndarray, op: dict[str, Any], capture_a: Capture | None) -> IsolationResult:
+    if ra.shape != rb.shape:
+        return IsolationResult("own_error", detail=f"replayed shapes differ: {ra.shape} vs {rb.shape}")
+    m = compare_arrays(ra, rb)
+    if m.identical:
+        verdict = "inherited"
+        detail = "given A's inputs, B's kernel computes A's result bit for bit: the difference is inherited"
+    else:
+        verdict = "own_error"
+        detail = (f"given identical inputs, B's {op['b_op']} differs from A's by up to {m.max_abs:.3g} "
+                  f"(rel {m.max_rel:.3g}): the kernel itself differs")
+    if capture_a is not None and capture_a.has(op["a_tensor"]):
+        if not compare_arrays(np.asarray(capture_a.tensor(op["a_tensor"])), ra).identical:
+            detail += "; replaying A did not reproduce A's captured value bit for bit (A is not deterministic)"
+    return IsolationResult(verdict, m.max_abs, m.max_rel, detail)
+
+
+def _write_json(path: str, doc: dict[str, Any]) -> None:
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(doc, fh)
+    os.replace(tmp, path)
 
 
 def _local_side(view: CaptureView) -> Side | None:
@@ -131,8 +170,26 @@ def _local_side(view: CaptureView) -> Side | None:
     return None
 
 
-def _remote_command(view: CaptureView, workdir: str) -> str:
-    spec = view.capture.manifest["spec"]
-    report_dir = os.path.dirname(os.path.abspath(workdir.rstrip("/")))
-    return " ".join(["tftrace", "isolate", shlex.quote(spec["artifact"]["path"]), "--from", shlex.quote(report_dir)])
+def _capture_a_path(workdir: str, recorded: str) -> str:
+    """A's capture: where it was recorded, or inside the report directory after a copy."""
+    moved = os.path.join(os.path.dirname(os.path.abspath(workdir.rstrip("/"))), "captures", "a")
+    return recorded if os.path.isdir(recorded) else moved
 
+
+def isolate_remote(model: str, report_dir: str, side_key: str | None = None, console: Any = None) -> dict[str, IsolationResult]:
+    """``tftrace isolate``: replay the pending side of a report on this machine, against MODEL."""
+    workdir = os.path.join(report_dir, "work")
+    jobs = {k: Path(workdir, f"isolation_{k}.job.json") for k in ("a", "b")}
+    if not any(p.exists() for p in jobs.values()):
+        raise TftraceError(f"{report_dir} has no isolation jobs", "run tftrace compare with --isolate N > 0 first")
+    if side_key is None:
+        pending = [k for k, p in jobs.items() if p.exists() and not Path(workdir, f"isolation_{k}").is_dir()]
+        side_key = pending[0] if pending else "b"
+    if not jobs[side_key].exists():
+        raise TftraceError(f"{report_dir} has no isolation job for side {side_key.upper()}", "choose --side a or b")
+    job = json.loads(jobs[side_key].read_text(encoding="utf-8"))
+    index = json.loads(Path(workdir, "isolation_index.json").read_text(encoding="utf-8"))
+    job["feeds_from"] = _capture_a_path(workdir, index["capture_a"])
+    job["out_dir"] = os.path.join(workdir, f"isolation_{side_key}")
+    run_job(job, console=console, artifact_path=model)
+    return evaluate(workdir)

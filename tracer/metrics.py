@@ -224,11 +224,16 @@ def _pair_is_float(da: np.dtype, db: np.dtype) -> bool:
 
 
 def _dot(x: np.ndarray, y: np.ndarray) -> float:
-    """A dot product in slices short enough for float32 BLAS to stay accurate, summed in float64."""
-    if x.size <= _DOT_SLICE:
-        return float(np.dot(x, y))
+    """A dot product in slices short enough for float32 BLAS to stay accurate, summed in float64.
+
+    Tiny float32 results are redone in float64: products below 2**-126 lose bits (a 1e-40
+    difference would square to 0 and look like no difference at all).
+    """
     s = _DOT_SLICE
-    return math.fsum(float(np.dot(x[i : i + s], y[i : i + s])) for i in range(0, x.size, s))
+    r = math.fsum(float(np.dot(x[i : i + s], y[i : i + s])) for i in range(0, x.size, s))
+    if x.dtype == np.float32 and abs(r) < 2.0**-100:
+        return float(np.dot(x.astype(np.float64), y.astype(np.float64)))
+    return r
 
 
 def _sum(v: np.ndarray) -> float:

@@ -31,6 +31,7 @@ class Runtime:
     signature: Signature
     opgraph: OpGraph
     notes: list[str]
+    config_text: str = ""  # the ConfigProto the session really got, as text (for the manifest)
 
     def close(self) -> None:
         self.session.close()
@@ -74,7 +75,10 @@ def session_config(side: Side) -> Any:
             ) from exc
     config.allow_soft_placement = True  # models pinned to /device:GPU:0 still load on a CPU machine
     if side.knobs.threads:
-        config.intra_op_parallelism_threads, config.inter_op_parallelism_threads = side.knobs.threads
+        intra, inter = side.knobs.threads
+        config.intra_op_parallelism_threads = intra
+        if inter:  # --threads 4 keeps the session config's inter-op count
+            config.inter_op_parallelism_threads = inter
     rewrite = config.graph_options.rewrite_options
     for key, value in side.knobs.grappler:
         if key == "disable_meta_optimizer":
@@ -96,10 +100,11 @@ def open_runtime(side: Side) -> Runtime:
     """Load the side's artifact into a configured session (weights restored)."""
     t = tf()
     notes = apply_process_knobs(side)
+    config = session_config(side)  # before loading: a bad config file should not cost a model load
     artifact = load(side.artifact)
     notes += artifact.notes
     graph = t.Graph()
-    session = t.compat.v1.Session(graph=graph, config=session_config(side))
+    session = t.compat.v1.Session(graph=graph, config=config)
     try:
         with graph.as_default():
             _restore(artifact, session, side)
@@ -114,7 +119,9 @@ def open_runtime(side: Side) -> Runtime:
             "check that the model runs in this TensorFlow version (and that checkpoint shards are complete)",
         ) from exc
     opgraph, signature = build_opgraph(artifact, graph)
-    return Runtime(side, artifact, graph, session, signature, opgraph, notes)
+    from google.protobuf import text_format  # noqa: PLC0415 - comes with TF
+
+    return Runtime(side, artifact, graph, session, signature, opgraph, notes, text_format.MessageToString(config))
 
 
 def _restore(artifact: Artifact, session: Any, side: Side) -> None:

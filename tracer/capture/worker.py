@@ -19,6 +19,8 @@ import sys
 import time
 import traceback
 from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -33,10 +35,11 @@ from .fingerprint import environment_fingerprint
 from .runtime import Runtime, open_runtime
 from .store import CaptureWriter
 
-__all__ = ["run_capture", "main", "emit"]
+__all__ = ["run_capture", "main", "emit", "FetchPlan"]
 
 RUNTIME_PLUMBING = ("_Send", "_Recv", "_HostSend", "_HostRecv", "_Arg", "_Retval", "_DeviceArg", "_DeviceRetval")
 CONST_SOURCES = {"Const", "VariableV2", "Variable", "VarHandleOp", "ReadVariableOp", "Identity"}
+WHILE_FRAME_REASON = "inside a while-loop frame: a session cannot fetch it"
 
 
 def emit(event: str, **fields: Any) -> None:
@@ -46,23 +49,40 @@ def emit(event: str, **fields: Any) -> None:
 
 
 def run_capture(side: Side, out_dir: str, force: bool) -> None:
+    """Validate everything that can be wrong with the request, then run and write.
+
+    Every user error that does not need the tensors (the output directory, the device, the
+    session config, the inputs, a tensor larger than --max-memory) is raised *before* the
+    capture directory is touched, so fixing a flag and re-running needs no --force.
+    """
     t_start = time.perf_counter()
     emit("stage", text="loading model")
+    _refuse_out_dir_early(out_dir, force)
+    runtime = open_runtime(side)
+    load_s = time.perf_counter() - t_start
+    examples = make_examples(
+        runtime.signature.inputs, side.inputs.examples, side.inputs.seed, side.inputs.inputs_file,
+        alternatives=_tensor_signatures(runtime.artifact),
+    )
+    notes = list(runtime.notes)
+    batch_size = side.batch_size if examples.batch_major else None
+    if side.batch_size and not examples.batch_major and examples.count:
+        notes.append(f"the signature fixes its input shapes: ran all {examples.count} example(s) in one run")
+    ranges = batches(examples.count, batch_size)
+    plan = _fetch_plan(runtime.opgraph, ranges, side.max_memory)
+    emit("stage", text="plain run")
+    plain = _plain_runs(runtime, examples, ranges, side.timing_runs)
+    emit("stage", text="instrumented run")
     with CaptureWriter(out_dir, force=force) as writer:
-        runtime = open_runtime(side)
-        load_s = time.perf_counter() - t_start
-        examples = make_examples(
-            runtime.signature.inputs, side.inputs.examples, side.inputs.seed, side.inputs.inputs_file
-        )
-        notes = list(runtime.notes)
-        batch_size = side.batch_size if examples.batch_major else None
-        if side.batch_size and not examples.batch_major and examples.count:
-            notes.append(f"the signature fixes its input shapes: ran all {examples.count} example(s) in one run")
-        ranges = batches(examples.count, batch_size)
-        emit("stage", text="plain run")
-        plain = _plain_runs(runtime, examples, ranges, side.timing_runs)
-        emit("stage", text="instrumented run")
-        instrumented = _instrumented_runs(runtime, examples, ranges, writer, side.max_memory)
+        for name, reason in plan.uncaptured.items():
+            writer.mark_uncaptured(name, reason)
+        instrumented = _instrumented_runs(runtime, examples, ranges, writer, plan)
+        if instrumented["chunks"] > 1:
+            notes.append(
+                f"fetched in {instrumented['chunks']} chunks to stay under --max-memory {side.max_memory:,}: each "
+                "chunk is its own session.run over the same inputs with a different fetch set, which Grappler "
+                "may optimise differently"
+            )
         observer = _observer_effect(runtime, plain, instrumented)
         manifest = {
             "spec": side.to_json(),
@@ -79,6 +99,7 @@ def run_capture(side: Side, out_dir: str, force: bool) -> None:
             "runs": [list(r) for r in ranges],
             "tensor_layout": instrumented["layout"],
             "fetch_chunks": instrumented["chunks"],
+            "session_config": runtime.config_text,
             "observer_effect": observer,
             "timings": {
                 "load_s": round(load_s, 4),
@@ -94,6 +115,34 @@ def run_capture(side: Side, out_dir: str, force: bool) -> None:
         )
         writer.finalize(manifest)
     runtime.close()
+
+
+def _refuse_out_dir_early(out_dir: str, force: bool) -> None:
+    """Refuse a non-empty --out before spending seconds on loading the model.
+
+    Opening a :class:`CaptureWriter` on a non-empty directory without ``force`` raises its own
+    precise message (not empty / interrupted / another capture running) without changing
+    anything; the writer opened later repeats the check under its lock.
+    """
+    path = Path(out_dir)
+    if force or not path.is_dir() or not any(path.iterdir()):
+        return
+    CaptureWriter(path, force=False).abort()  # only reached if the directory emptied meanwhile
+
+
+def _tensor_signatures(artifact: Any) -> list[str]:
+    """Signature keys whose inputs are all tensors tftrace can generate (no strings)."""
+    meta = artifact.meta_graph
+    if meta is None and artifact.kind == "saved_model_v2":
+        from tensorflow.python.saved_model import loader_impl  # noqa: PLC0415
+
+        tags = {t.strip() for t in artifact.ref.tag.split(",") if t.strip()}
+        saved = loader_impl.parse_saved_model(artifact.location)
+        meta = next((m for m in saved.meta_graphs if set(m.meta_info_def.tags) == tags), None)
+    if meta is None:
+        return []
+    string = tf().string.as_datatype_enum
+    return sorted(key for key, sig in meta.signature_def.items() if all(i.dtype != string for i in sig.inputs.values()))
 
 
 # ---- plain run -------------------------------------------------------------------------------
@@ -123,16 +172,27 @@ def _traced_run(runtime: Runtime, fetches: list[Any], feed: dict[Any, np.ndarray
 
 
 def _plain_runs(runtime: Runtime, examples: Examples, ranges: list[tuple[int, int]], timing_runs: int) -> dict:
+    """The side as it runs in production: signature outputs only, warmed up, then timed.
+
+    A failure here is the model failing on these inputs (not tftrace's fetching), so it is
+    reported as the user's problem with TensorFlow's own message.
+    """
     outputs = [runtime.graph.get_tensor_by_name(s.name) for s in runtime.signature.outputs.values()]
     keys = list(runtime.signature.outputs)
     feed0 = _feed(runtime, examples, *ranges[0])
-    _, executed_ops, executed_nodes = _traced_run(runtime, outputs, feed0)  # also the warm-up
-    times = []
-    for _ in range(max(1, timing_runs)):
-        t0 = time.perf_counter()
-        runtime.session.run(outputs, feed_dict=feed0)
-        times.append((time.perf_counter() - t0) * 1000)
-    per_run = [dict(zip(keys, runtime.session.run(outputs, feed_dict=_feed(runtime, examples, *r)))) for r in ranges]
+    try:
+        _, executed_ops, executed_nodes = _traced_run(runtime, outputs, feed0)  # also the warm-up
+        times = []
+        for _ in range(max(1, timing_runs)):
+            t0 = time.perf_counter()
+            runtime.session.run(outputs, feed_dict=feed0)
+            times.append((time.perf_counter() - t0) * 1000)
+        per_run = [dict(zip(keys, runtime.session.run(outputs, feed_dict=_feed(runtime, examples, *r)))) for r in ranges]
+    except tf().errors.OpError as exc:
+        raise TftraceError(
+            f"the model fails on these inputs ({type(exc).__name__}): {exc.message.splitlines()[0][:300]}",
+            "check the inputs against the signature (tftrace fed them as given), or capture another signature",
+        ) from exc
     return {
         "outputs": per_run,
         "executed_ops": executed_ops,
@@ -148,6 +208,55 @@ def _plain_runs(runtime: Runtime, examples: Examples, ranges: list[tuple[int, in
 
 
 # ---- instrumented run ------------------------------------------------------------------------
+
+
+@dataclass
+class FetchPlan:
+    """What the instrumented runs fetch, decided before the capture directory is opened."""
+
+    names: list[str]  # capturable tensors, topological order
+    sizes: dict[str, int]  # estimated bytes per run of the first batch
+    constant: set[str]  # ops whose value does not depend on the feed: fetched in run 0 only
+    uncaptured: dict[str, str] = field(default_factory=dict)  # name -> reason
+    max_memory: int = 0
+
+
+def _fetch_plan(opgraph: OpGraph, ranges: list[tuple[int, int]], max_memory: int) -> FetchPlan:
+    in_loops = _while_frame_ops(opgraph)
+    names: list[str] = []
+    uncaptured: dict[str, str] = {}
+    for name, info in opgraph.tensors():
+        if tensor_op(name) in in_loops and info["capturable"]:
+            info["capturable"], info["reason"] = False, WHILE_FRAME_REASON  # the manifest's graph says so too
+        if not info["capturable"]:
+            uncaptured[name] = info["reason"]
+        elif tensor_slot(name) not in relevant_slots(opgraph, tensor_op(name)):
+            # e.g. FusedBatchNorm's reserve-space outputs in inference: undefined, and Grappler
+            # may rewrite the op so they no longer exist.
+            uncaptured[name] = "an output nothing in the model reads"
+        else:
+            names.append(name)
+    rows0 = ranges[0][1] - ranges[0][0]
+    sizes = {n: _estimate_bytes(opgraph.output_info(n), rows0) for n in names}
+    _chunks(names, sizes, max_memory)  # a tensor alone above the limit is refused now, before any writing
+    return FetchPlan(names, sizes, _constant_ops(opgraph), uncaptured, max_memory)
+
+
+def _while_frame_ops(opgraph: OpGraph) -> set[str]:
+    """Ops executing inside a TF1 while-loop frame, reached through data *and* control edges.
+
+    Constants in a loop body hang off the loop's pivot by a control edge only; fetching one
+    fails at run time ("Retval has already been set"), so they are listed, not fetched.
+    """
+    inside: set[str] = set()
+    stack = [op for op in opgraph.g if opgraph.op_type(op) in ("Enter", "RefEnter")]
+    while stack:
+        op = stack.pop()
+        if op in inside or opgraph.op_type(op) in ("Exit", "RefExit"):
+            continue
+        inside.add(op)
+        stack.extend(opgraph.g.successors(op))
+    return inside
 
 
 def _constant_ops(opgraph: OpGraph) -> set[str]:
@@ -197,25 +306,15 @@ def _chunks(names: list[str], sizes: dict[str, int], limit: int) -> list[list[st
 
 
 def _instrumented_runs(
-    runtime: Runtime, examples: Examples, ranges: list[tuple[int, int]], writer: CaptureWriter, max_memory: int
+    runtime: Runtime, examples: Examples, ranges: list[tuple[int, int]], writer: CaptureWriter, plan: FetchPlan
 ) -> dict:
+    """Fetch every planned tensor, batch by batch, chunk by chunk, streaming each to disk."""
     opgraph = runtime.opgraph
-    names = []
-    for name, info in opgraph.tensors():
-        if not info["capturable"]:
-            writer.mark_uncaptured(name, info["reason"])
-        elif tensor_slot(name) not in relevant_slots(opgraph, tensor_op(name)):
-            # e.g. FusedBatchNorm's reserve-space outputs in inference: undefined, and Grappler
-            # may rewrite the op so they no longer exist.
-            writer.mark_uncaptured(name, "an output nothing in the model reads")
-        else:
-            names.append(name)
-    constant = _constant_ops(opgraph)
-    rows0 = ranges[0][1] - ranges[0][0]
-    sizes = {n: _estimate_bytes(opgraph.output_info(n), rows0) for n in names}
     layout: dict[str, str] = {}
     digests: dict[str, str] = {}
-    output_names = {s.name: k for k, s in runtime.signature.outputs.items()}
+    output_keys: dict[str, list[str]] = {}
+    for key, spec in runtime.signature.outputs.items():
+        output_keys.setdefault(spec.name, []).append(key)
     outputs_per_run: list[dict[str, np.ndarray]] = []
     executed_ops: Counter = Counter()
     executed_nodes: dict[str, str] = {}
@@ -223,25 +322,25 @@ def _instrumented_runs(
     t0 = time.perf_counter()
     written = 0
     for run_index, (start, stop) in enumerate(ranges):
-        wanted = names if run_index == 0 else [n for n in names if tensor_op(n) not in constant and n in layout]
-        chunks = _chunks(wanted, sizes, max_memory)
+        wanted = plan.names if run_index == 0 else [n for n in plan.names if tensor_op(n) not in plan.constant and n in layout]
+        chunks = _chunks(wanted, plan.sizes, plan.max_memory)
         chunk_count = max(chunk_count, len(chunks))
         feed = _feed(runtime, examples, start, stop)
         outputs: dict[str, np.ndarray] = {}
         for chunk in chunks:
-            chunk, values, failed = _run_chunk(runtime, chunk, feed, traced=run_index == 0)
+            fetched, values, failed, ops, nodes = _run_chunk(runtime, chunk, feed, traced=run_index == 0)
             for name, reason in failed.items():
                 writer.mark_uncaptured(name, reason)
-            if run_index == 0 and values is not None:
-                values, ops, nodes = values
-                executed_ops |= ops
-                executed_nodes.update(nodes)
-            for name, value in zip(chunk, values):
+                layout.pop(name, None)
+            executed_ops |= ops
+            executed_nodes.update(nodes)
+            for name, value in zip(fetched, values):
                 value = np.asarray(value)
                 written += value.nbytes
-                if name in output_names:
-                    outputs[output_names[name]] = value
-                _store(writer, name, value, run_index, start, stop, examples, opgraph, constant, layout, digests)
+                for key in output_keys.get(name, ()):
+                    outputs[key] = value
+                _store(writer, name, value, run_index, start, stop, examples, opgraph, plan.constant, layout, digests)
+            del values  # peak memory: one chunk's tensors at a time
         outputs_per_run.append(outputs)
         emit("progress", done=run_index + 1, total=len(ranges), bytes=written)
     return {
@@ -254,30 +353,47 @@ def _instrumented_runs(
     }
 
 
-def _run_chunk(runtime: Runtime, chunk: list[str], feed: dict, traced: bool) -> tuple[list[str], Any, dict[str, str]]:
-    """Fetch a chunk; if TF refuses some fetch (an output a Grappler rewrite removed), find the
-    tensors it refuses one by one, record why, and fetch the rest."""
-    t = tf()
+def _fetch_errors() -> tuple[type[Exception], ...]:
+    """The errors TF raises for a fetch it cannot serve (as opposed to running out of memory)."""
+    e = tf().errors
+    return (e.OutOfRangeError, e.InvalidArgumentError, e.NotFoundError, e.InternalError, e.FailedPreconditionError)
+
+
+def _run_chunk(
+    runtime: Runtime, chunk: list[str], feed: dict, traced: bool
+) -> tuple[list[str], list[Any], dict[str, str], Counter, dict[str, str]]:
+    """Fetch a chunk; returns (fetched names, values, refused name -> reason, executed ops, nodes).
+
+    The plain run already succeeded on this feed, so when TF refuses the chunk it is refusing a
+    fetch (an output a Grappler rewrite removed, a tensor inside a loop frame): every tensor is
+    then tried alone, the refused ones are recorded with TF's reason, the rest fetched together.
+    """
+    errors = _fetch_errors()
     fetches = [runtime.graph.get_tensor_by_name(n) for n in chunk]
     try:
         if traced:
             values, ops, nodes = _traced_run(runtime, fetches, feed)
-            return chunk, (values, ops, nodes), {}
-        return chunk, runtime.session.run(fetches, feed_dict=feed), {}
-    except (t.errors.OutOfRangeError, t.errors.InvalidArgumentError, t.errors.NotFoundError):
+            return chunk, values, {}, ops, nodes
+        return chunk, runtime.session.run(fetches, feed_dict=feed), {}, Counter(), {}
+    except errors as exc:
         if len(chunk) == 1:
-            raise
+            return [], [], {chunk[0]: _refusal(exc)}, Counter(), {}
     failed: dict[str, str] = {}
-    for name in chunk:
+    for name, tensor in zip(chunk, fetches):
         try:
-            runtime.session.run(runtime.graph.get_tensor_by_name(name), feed_dict=feed)
-        except (t.errors.OutOfRangeError, t.errors.InvalidArgumentError, t.errors.NotFoundError) as exc:
-            failed[name] = f"TensorFlow cannot fetch it: {exc.message.splitlines()[0][:200]}"
+            runtime.session.run(tensor, feed_dict=feed)
+        except errors as exc:
+            failed[name] = _refusal(exc)
     rest = [n for n in chunk if n not in failed]
-    if not rest:
-        return [], ([], Counter(), {}) if traced else [], failed
-    rest, values, more = _run_chunk(runtime, rest, feed, traced)
-    return rest, values, {**failed, **more}
+    if not rest or not failed:  # nothing left, or no single tensor to blame: give up on the chunk
+        return [], [], failed or {n: "TensorFlow refused the fetch set it was part of" for n in chunk}, Counter(), {}
+    fetched, values, more, ops, nodes = _run_chunk(runtime, rest, feed, traced)
+    return fetched, values, {**failed, **more}, ops, nodes
+
+
+def _refusal(exc: Exception) -> str:
+    message = getattr(exc, "message", str(exc)).strip().splitlines()
+    return f"TensorFlow cannot fetch it: {(message[0] if message else type(exc).__name__)[:200]}"
 
 
 def _store(
@@ -330,24 +446,34 @@ def _digest(value: np.ndarray) -> str:
 # ---- observer effect -------------------------------------------------------------------------
 
 
+def _max_abs_diff(a: np.ndarray, b: np.ndarray | None) -> tuple[bool, float | None]:
+    """(identical, max |a - b| where both are finite); the difference is None when it cannot be
+    a number: missing or reshaped output, strings, or NaN/inf in different places."""
+    if b is None or a.shape != b.shape:
+        return False, None
+    if a.dtype.kind not in "biufc" or b.dtype.kind not in "biufc":
+        return bool(np.array_equal(a, b)), None
+    wide_a, wide_b = a.astype(np.complex128), b.astype(np.complex128)  # exact for every numeric dtype TF returns
+    if np.array_equal(wide_a, wide_b, equal_nan=True):
+        return True, 0.0
+    finite = np.isfinite(wide_a)
+    if not np.array_equal(finite, np.isfinite(wide_b)) or not np.array_equal(wide_a[~finite], wide_b[~finite], equal_nan=True):
+        return False, None
+    return False, float(np.max(np.abs(wide_a[finite] - wide_b[finite]), initial=0.0))
+
+
 def _observer_effect(runtime: Runtime, plain: dict, instrumented: dict) -> dict:
     """How much fetching everything moved the outputs, and which executed ops it changed."""
     diffs: dict[str, float | None] = {}
     identical = True
     for key in runtime.signature.outputs:
-        worst = 0.0
+        worst: float | None = 0.0
         for run_plain, run_inst in zip(plain["outputs"], instrumented["outputs"]):
-            a, b = np.asarray(run_plain[key]), run_inst.get(key)
-            if b is None:
-                worst = None
+            same, diff = _max_abs_diff(np.asarray(run_plain[key]), run_inst.get(key))
+            identical = identical and same
+            worst = None if diff is None or worst is None else max(worst, diff)
+            if not same and diff is None:
                 break
-            if a.dtype.kind in "fc":
-                if not np.array_equal(a, b, equal_nan=True):
-                    identical = False
-                    worst = max(worst, float(np.nanmax(np.abs(a.astype(np.float64) - np.asarray(b, np.float64)), initial=0)))
-            elif not np.array_equal(a, b):
-                identical = False
-                worst = float("nan")
         diffs[key] = worst
     ops_plain, ops_inst = plain["executed_ops"], instrumented["executed_ops"]
     return {

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from ..compare import Comparison
     from ..divergence import NodeResult
 
-__all__ = ["build_report", "write_reports", "SCHEMA_VERSION", "jsonable", "atomic_write_text"]
+__all__ = ["build_report", "write_reports", "merge_isolation", "SCHEMA_VERSION", "jsonable", "atomic_write_text"]
 
 SCHEMA_VERSION = 1
 HISTOGRAM_DECADES = (-12, 3)  # |a-b| from 1e-12 to 1e3
@@ -233,3 +233,23 @@ def write_reports(report: dict[str, Any], out_dir: Path) -> dict[str, Path]:
     # report.json last: its presence marks a complete report directory.
     atomic_write_text(written["json"], json.dumps(report, indent=1, allow_nan=False))
     return written
+
+
+def merge_isolation(report: dict[str, Any], results: dict[str, Any]) -> dict[str, Any]:
+    """Fold isolation results (``tftrace isolate`` on another machine) into a report dict."""
+    for name, result in results.items():
+        doc = jsonable(result.to_json())
+        if name in report["nodes"]:
+            report["nodes"][name]["isolation"] = doc
+        for origin in report["origins"]:
+            if origin["node"] == name:
+                origin["isolation"] = doc
+        for key in ("first_divergence", "first_divergence_beyond_tolerance"):
+            if report.get(key) and report[key]["node"] == name:
+                report[key]["isolation"] = doc
+    report["origins"].sort(key=lambda o: ((o.get("isolation") or {}).get("verdict") != "own_error", o.get("rank", 0)))
+    for rank, origin in enumerate(report["origins"], 1):
+        origin["rank"] = rank
+    report["answers"] = explain_comparison(report) if (report.get("answers") or {}).get("source") != "diagnosis" \
+        else report["answers"]
+    return report
