@@ -100,6 +100,10 @@
     var b = this.base;
     this.setView(b.x + b.w / 2, b.y + b.h / 2, Math.min(this.fitScale(), 1.5));
   };
+  PanZoom.prototype.top = function (k) {
+    var b = this.base, s = this.size();
+    this.setView(b.x + b.w / 2, b.y + s.h / k / 2, k);
+  };
   PanZoom.prototype.zoom = function (factor, cx, cy) {
     var v = this.v, k0 = this.scale();
     var k = Math.max(Math.min(0.02, this.fitScale() / 2), Math.min(k0 * factor, 6));
@@ -160,6 +164,7 @@
     canvas.replaceChildren(tpl.content.cloneNode(true));
     var svg = canvas.querySelector("svg");
     current = { id: id, svg: svg, pz: new PanZoom(svg, canvas) };
+    canvas.dataset.view = id;
     marked = null;
     document.querySelectorAll(".tabs > .tab").forEach(function (t) { t.classList.toggle("active", t.dataset.view === id); });
     setScopeTab(id);
@@ -167,6 +172,7 @@
     var focus = focusIdx !== undefined ? focusIdx : (views.get(id).focus || [])[0];
     var g = focus !== undefined ? nodeEl(focus) : null;
     if (g && current.pz.fitScale() < 0.6) current.pz.focusOn(g);
+    else if (current.pz.fitScale() < 0.4) current.pz.top(0.8);  // too small to read whole: start at the inputs
     if (selected !== null && nodeEl(selected)) mark(nodeEl(selected));
     return true;
   }
@@ -326,7 +332,7 @@
       var t = document.createElementNS(SVGNS, "title");
       t.textContent = (k === 0 ? "exactly 0" : b[0] + " ≤ |a−b| < 1e" + h.log10_edges[k]) + ": " + b[1];
       r.append(t); svg.append(r);
-      if (k === 0 || (k - 1) % 3 === 0) {
+      if (k === 0 || (k > 1 && +h.log10_edges[k - 1] % 3 === 0)) {
         var tx = document.createElementNS(SVGNS, "text");
         tx.setAttribute("x", (x + bw / 2).toFixed(1)); tx.setAttribute("y", String(H - 5));
         tx.setAttribute("text-anchor", "middle"); tx.setAttribute("class", "tick");
@@ -428,8 +434,18 @@
     section("Feeds (" + succ[i].length + ")");
     body.append(succ[i].length ? opList(succ[i], 40) : el("div", "muted", "no compared consumer"));
     attrTable(n.attrs_a, n.attrs_b);
+    var extra = Object.keys(n).filter(function (k) { return SHOWN.indexOf(k) < 0; });
+    if (extra.length) {
+      section("Other fields");
+      kv(extra.map(function (k) { return [k, clip(valueText(n[k]), 600)]; }));
+    }
     openDrawer();
   }
+  // Every NODE field drawn above; anything newer in the report still shows under "Other fields".
+  var SHOWN = ["status", "op", "scope", "device", "topo_index", "b_node", "b_op", "alignment", "tensor", "b_tensor",
+    "shape", "dtype", "dtype_b", "max_abs", "max_rel", "mean_abs", "ulp_max", "cosine", "sqnr_db", "rel_l2",
+    "amplification", "mismatch_count", "nan_mismatch", "inf_mismatch", "worst", "diff_histogram", "inputs",
+    "reason", "rewrite", "isolation", "attrs_a", "attrs_b"];
   function attrTable(a, b) {
     if (!a && !b) return;
     a = a || {};

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 import shutil
 import stat
@@ -33,7 +32,7 @@ from tracer.report.dot import (
 from tracer.report.html import script_json
 from tracer.report.markdown import MD_LIMIT, md_code, md_text, render_markdown
 from tracer.report.render import inline_svg, render_report
-from tracer.report.summary import environment_rows, flatten, fmt, json_safe, num
+from tracer.report.summary import environment_rows, flatten, fmt, json_safe, num, rewrite_detail
 
 FIXTURES = Path(__file__).parent / "fixtures"
 OUTPUT = Path(__file__).parent / "_output"
@@ -230,6 +229,13 @@ def test_scope_depth_for_a_large_model_and_neighbourhood() -> None:
     assert len(neighbourhood(index, index.seeds(detector), hops=5, cap=10)) == 10
 
 
+def test_rewrite_detail_reads_like_the_terminal() -> None:
+    assert rewrite_detail({"attrs": {"epsilon": {"a": 0.001, "b": 0.01}, "T": {"a": "float", "b": "half"}}}) == (
+        "epsilon: 0.001 → 0.01; T: float → half")
+    assert rewrite_detail({"folded_into": "conv/Conv2D", "max_abs": 2e-8, "empty": []}) == (
+        "folded_into: conv/Conv2D; max_abs: 2e-08")
+
+
 def test_environment_rows_flatten_and_mark_differences() -> None:
     flat = flatten({"cpu": {"model": "x", "vector_flags": ["avx2", "fma"]}, "gpus": [], "ok": True, "n": None})
     assert flat == {"cpu.model": "x", "cpu.vector_flags": "avx2, fma", "gpus": "(none)", "ok": "yes", "n": "—"}
@@ -258,6 +264,9 @@ def test_hostile_strings_never_reach_html_svg_or_markdown_raw(tmp_path: Path) ->
     assert html.count("<script") == 3  # the two JSON blocks and the page's own script
     assert "onerror" not in svg and "&lt;script&gt;" in html
     assert embedded(html, "report-data") == json_safe(report)  # all the data, intact after escaping
+    # The only URL is a node's name, and only inside the data: the page itself links nowhere.
+    page_only = re.sub(r'<script type="application/json" id="report-data">.*?</script>', "", html, flags=re.S)
+    assert "http://evil.example/x" in html and "http://" not in page_only and "https://" not in page_only
     md = result["md"].read_text(encoding="utf-8")
     outside_fences = re.sub(r"```sh\n.*?\n```", "", md, flags=re.S)
     assert "<" not in outside_fences.replace("<details>", "").replace("<summary>", "").replace("</summary>", "") \
@@ -270,6 +279,23 @@ def test_markdown_escaping_helpers() -> None:
     assert md_code("block2/bn/FusedBatchNormV3") == "`block2/bn/FusedBatchNormV3`"
     assert md_code("a|b") == "a\\|b" and md_code("x`y") == "x\\`y"
     assert md_text("x" * 500, 20) == "x" * 19 + "…"
+
+
+def test_inline_svg_rewrites_dot_output_for_the_page() -> None:
+    raw = ('<?xml version="1.0"?>\n<!DOCTYPE svg PUBLIC "-//W3C//DTD SVG 1.1//EN"\n "http://www.w3.org/Graphics/SVG/1.1/DTD/'
+           'svg11.dtd">\n<!-- n1 -->\n<svg width="62pt" height="44pt"\n viewBox="0.00 0.00 62.00 44.00" '
+           'xmlns="http://www.w3.org/2000/svg" xmlns:xlink="http://www.w3.org/1999/xlink">\n'
+           '<g id="page0,1_scope3" class="graph" transform="translate(4 40)">\n<title>scope3</title>\n'
+           '<g id="scope3_n1" class="node st&#45;origin">\n<title>n1</title>\n'
+           '<path fill="#c8102e" stroke="#3b0008" stroke-width="4" d="M46,-36C46,-36 12,-36 12,-36 6,-36 0,-30 0,-24 '
+           '0,-24 0,-12 0,-12 0,-6 6,0 12,0 12,0 46,0 46,0 52,0 58,-6 58,-12 58,-12 58,-24 58,-24 58,-30 52,-36 46,-36"/>\n'
+           '<text x="29" y="-14" font-family="Helvetica,Arial,sans-serif" font-size="10.00">&lt;b&gt;</text>\n</g>\n</g>\n</svg>')
+    assert inline_svg(raw) == (
+        '<svg data-width="62" data-height="44"\n viewBox="0.00 0.00 62.00 44.00">\n'
+        '<g id="scope3" class="graph" transform="translate(4 40)">\n'
+        '<g id="scope3_n1" class="node st&#45;origin">\n'
+        '<rect fill="#c8102e" stroke="#3b0008" stroke-width="4" x="0" y="-36" width="58" height="36" rx="4"/>\n'
+        '<text x="29" y="-14" font-size="10.00">&lt;b&gt;</text>\n</g>\n</g>\n</svg>')
 
 
 @needs_dot
@@ -293,9 +319,9 @@ def test_detector_report_files_and_page_content(tmp_path: Path) -> None:
     page = embedded(html, "page-data")
     assert [v["id"] for v in page["views"]] == ["full", "overview"]
     assert page["views"][0]["focus"] == [25]
-    # dot writes "-" in attributes as "&#45;"; rounded boxes are paths.
-    origin_node = re.search(r'<g id="full_n25" class="node st&#45;origin[^"]*">\s*<path fill="#c8102e" stroke="#3b0008" '
-                            r'stroke-width="4"', html)
+    # dot writes "-" in attributes as "&#45;"; its rounded-box paths are inlined as rects.
+    origin_node = re.search(r'<g id="full_n25" class="node st&#45;origin[^"]*">\s*<rect fill="#c8102e" stroke="#3b0008" '
+                            r'stroke-width="4" x="[\d.-]+" y="[\d.-]+" width="108" height="24" rx="4"/>', html)
     assert origin_node, "the planted origin is drawn in the origin colour with a thick border"
     assert "The difference starts at <code>block2/bn/FusedBatchNormV3</code> (FusedBatchNormV3), its own error." in html
     assert "4 of 6 outputs differ beyond tolerance." in html
@@ -305,6 +331,7 @@ def test_detector_report_files_and_page_content(tmp_path: Path) -> None:
     md = result["md"].read_text(encoding="utf-8")
     assert md.startswith("## tftrace: DIVERGED — first divergence at `block2/bn/FusedBatchNormV3` (FusedBatchNormV3)")
     assert "| 1 | `block2/bn/FusedBatchNormV3` | FusedBatchNormV3 | 0.0123 | 0.0093 | own error | attr\\_changed |" in md
+    assert "| attr\\_changed | `block2/bn/FusedBatchNormV3` | `block2/bn/FusedBatchNormV3` | epsilon: 0.001 → 0.01 |" in md
     assert report["command"] in md
 
 
@@ -313,6 +340,8 @@ def test_markdown_answers_fall_back_to_the_origins() -> None:
     md = render_markdown(report)
     assert "- The difference starts at 1 op(s): 1 FusedBatchNormV3." in md
     assert "- The first is `block2/bn/FusedBatchNormV3` (FusedBatchNormV3), max rel 0.0093." in md
+    assert ("- Own error: fed identical inputs, the op alone still differs (max abs 0.0123, max rel 0.0093). Replayed "
+            "block2/bn/FusedBatchNormV3 with A's captured inputs on both sides: outputs still differ.") in md
 
 
 # --------------------------------------------------------------------------- without Graphviz

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import posixpath
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from collections.abc import Callable
 from typing import Any
@@ -24,6 +25,7 @@ import numpy as np
 
 from ._tf import tf
 from .errors import TftraceError
+from .graphmatch import VARIABLE_OPS
 from .opgraph import OpGraph, tensor_op
 
 __all__ = [
@@ -148,7 +150,13 @@ class Artifact:
         if self.checkpoint_prefix is None:
             return None
         if self._reader is None:
-            self._reader = tf().train.load_checkpoint(self.checkpoint_prefix)
+            try:  # not tf.train.load_checkpoint: on ram:// it takes the prefix for a directory
+                self._reader = tf().compat.v1.train.NewCheckpointReader(self.checkpoint_prefix)
+            except Exception as exc:  # TF raises DataLossError, NotFoundError, ... for damaged files
+                raise TftraceError(
+                    f"cannot read the weights of {self.checkpoint_prefix}: {str(exc).splitlines()[0][:300]}",
+                    "re-copy the checkpoint's .index and .data-* files",
+                ) from exc
         for key in (name, name.split(":")[0]):
             if self._reader.has_tensor(key):
                 return np.asarray(self._reader.get_tensor(key))
@@ -418,6 +426,7 @@ def _load_saved_model_v2(ref: ArtifactRef, directory: str, meta: Any, available:
             "check that it loads with tf.saved_model.load in this TensorFlow version",
         ) from exc
     graph_def, values = _thaw_variables(frozen.graph.as_graph_def())
+    graph_def, values = _name_variables(graph_def, values, _variable_names(function))
     sig_def = meta.signature_def[ref.signature]
     inputs: dict[str, TensorSpec] = {}
     placeholders = [t for t in frozen.inputs if t.dtype != tf().resource]
@@ -491,6 +500,44 @@ def _thaw_variables(graph_def: Any) -> tuple[Any, dict[str, np.ndarray]]:
         del node.attr["T"]
         node.attr["dtype"].type = dtype
     return graph_def, values
+
+
+def _variable_names(function: Any) -> dict[str, str]:
+    """Inlining names a captured variable after the function's placeholder (``unknown_7``);
+    map those back to the variable's own name (``block2/conv/weights``) so users recognise it."""
+    by_handle = {id(v.handle): v.name.split(":")[0] for v in function.variables}
+    names = {}
+    for external, internal in function.graph.captures:
+        if id(external) in by_handle:
+            names[internal.op.name] = by_handle[id(external)]
+    return names
+
+
+def _name_variables(graph_def: Any, values: dict[str, np.ndarray], names: dict[str, str]) -> tuple[Any, dict[str, np.ndarray]]:
+    """Rename the thawed variables (node, readers' inputs, colocation attrs); a name that is
+    already taken, or given to two variables, is left as TensorFlow made it."""
+    taken = {node.name for node in graph_def.node}
+    wanted = Counter(new for old, new in names.items() if old in values)
+    rename = {old: new for old, new in names.items() if old in values and new not in taken and wanted[new] == 1}
+    if not rename:
+        return graph_def, values
+
+    def renamed_input(text: str) -> str:
+        control = text.startswith("^")
+        op, sep, slot = text.lstrip("^").partition(":")
+        return ("^" if control else "") + rename.get(op, op) + sep + slot
+
+    for node in graph_def.node:
+        node.name = rename.get(node.name, node.name)
+        node.input[:] = [renamed_input(i) for i in node.input]
+        if node.op == "VarHandleOp":
+            node.attr["shared_name"].s = node.name.encode("utf-8")
+        if "_class" in node.attr:
+            locs = [x.decode("utf-8") for x in node.attr["_class"].list.s]
+            node.attr["_class"].list.s[:] = [
+                ("loc:@" + rename.get(x[5:], x[5:]) if x.startswith("loc:@") else x).encode("utf-8") for x in locs
+            ]
+    return graph_def, {rename.get(k, k): v for k, v in values.items()}
 
 
 def _flat_input_specs(function: Any) -> list[Any]:
@@ -628,16 +675,7 @@ def resolve_signature(artifact: Artifact, graph: Any) -> Signature:
     sig = artifact.signature
     by_name = {op.name: op for op in graph.get_operations()}
     if sig is None:
-        placeholders = [op.name for op in by_name.values() if op.type in ("Placeholder", "PlaceholderWithDefault")]
-        consumed = {t.op.name for op in by_name.values() for t in op.inputs} | {
-            c.name for op in by_name.values() for c in op.control_inputs
-        }
-        noise = ("save/", "init", "gradients/", "report_uninitialized", "global_step")
-        sinks = [
-            op.name
-            for op in by_name.values()
-            if op.name not in consumed and op.outputs and not op.name.startswith(noise) and op.type != "NoOp"
-        ]
+        placeholders, sinks = _candidates(by_name)
         raise TftraceError(
             f"{artifact.location} has no signature to say what to trace "
             f"(candidate inputs: {', '.join(placeholders[:10]) or 'none'}; "
@@ -669,6 +707,37 @@ def resolve_signature(artifact: Artifact, graph: Any) -> Signature:
         needed = _placeholders_needed(by_name, [tensor_op(t.name) for t in outputs.values()])
         inputs = {name: TensorSpec(f"{name}:0", "unknown", None) for name in needed}
     return Signature(sig.key, filled(inputs, "input"), outputs, sig.method_name, sig.from_user)
+
+
+# Ops a .meta holds for saving, restoring, initialising and training: never what to trace.
+BOOKKEEPING_OPS = {
+    "Assign", "AssignAdd", "AssignSub", "AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp",
+    "VarIsInitializedOp", "IsVariableInitialized", "SaveV2", "RestoreV2", "MergeV2Checkpoints", "ShardedFilename",
+    "NoOp", "ScalarSummary", "HistogramSummary", "ImageSummary", "MergeSummary", "TensorSummaryV2", "Assert",
+    "Print", "PrintV2",
+}
+BOOKKEEPING_SCOPE = re.compile(r"^(save|init|init_all_tables|gradients|report_uninitialized_variables|global_step)(_\d+)?(/|$)")
+
+
+def _bookkeeping(op: Any) -> bool:
+    name = op.name
+    return (
+        op.type in BOOKKEEPING_OPS
+        or bool(BOOKKEEPING_SCOPE.match(name))
+        or "/Initializer/" in f"{name}/"
+        or name.endswith(("/Read/ReadVariableOp", "/IsInitialized/VarIsInitializedOp"))
+    )
+
+
+def _candidates(by_name: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """What a graph without a signature probably takes and returns: its placeholders and the
+    ops nothing reads, leaving out save/restore/initialisation/training bookkeeping."""
+    consumed = {t.op.name for op in by_name.values() for t in op.inputs}
+    consumed |= {c.name for op in by_name.values() for c in op.control_inputs}
+    useful = [op for op in by_name.values() if not _bookkeeping(op)]
+    inputs = [op.name for op in useful if op.type in ("Placeholder", "PlaceholderWithDefault")]
+    outputs = [op.name for op in useful if op.name not in consumed and op.outputs and op.type not in VARIABLE_OPS]
+    return inputs, outputs
 
 
 def _placeholders_needed(by_name: dict[str, Any], roots: list[str]) -> list[str]:

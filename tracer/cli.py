@@ -212,6 +212,7 @@ def _cmd_compare(args: argparse.Namespace, console: Console) -> int:
         repeat=args.repeat,
     )
     print_comparison(console, result.report, result.out_dir)
+    _print_notices(result.notices)
     return EXIT_OK if result else EXIT_DIVERGED
 
 
@@ -224,8 +225,9 @@ def _cmd_report(args: argparse.Namespace, console: Console) -> int:
 
     report = load_report(args.dir)
     out = Path(args.dir) if Path(args.dir).is_dir() else Path(args.dir).parent
-    write_reports(report, out)
+    written = write_reports(report, out)
     print_comparison(console, report, out)
+    _print_notices(written.get("notices", []))
     return EXIT_OK if report.get("verdict") != "diverged" else EXIT_DIVERGED
 
 
@@ -240,9 +242,15 @@ def _cmd_isolate(args: argparse.Namespace, console: Console) -> int:
     report = load_report(args.from_dir)
     results = isolate_remote(args.model, args.from_dir, args.side, console=Console(stderr=True))
     report = merge_isolation(report, results)
-    write_reports(report, Path(args.from_dir))
+    written = write_reports(report, Path(args.from_dir))
     print_comparison(console, report, args.from_dir)
+    _print_notices(written.get("notices", []))
     return EXIT_OK if report.get("verdict") != "diverged" else EXIT_DIVERGED
+
+
+def _print_notices(notices: list[str]) -> None:
+    for notice in notices:
+        print(f"tftrace: note: {notice}", file=sys.stderr)
 
 
 def _is_capture_dir(path: str) -> bool:

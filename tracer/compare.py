@@ -49,6 +49,7 @@ class Comparison:
     command: str = ""
     noise: dict[str, Any] | None = None
     report: dict[str, Any] = field(default_factory=dict)
+    notices: list[str] = field(default_factory=list)  # e.g. "Graphviz is missing: no graph drawn"
 
     @property
     def verdict(self) -> str:
@@ -125,7 +126,7 @@ def compare(
     from .report.build import build_report, write_reports  # noqa: PLC0415
 
     comparison.report = build_report(comparison)
-    write_reports(comparison.report, out)
+    comparison.notices = list(write_reports(comparison.report, out).get("notices", []))
     return comparison
 
 

@@ -37,6 +37,7 @@ LINEAR_OPS = {"Conv2D", "Conv3D", "DepthwiseConv2dNative", "MatMul", "BatchMatMu
 PASS_THROUGH = {"Identity", "ReadVariableOp", "Snapshot"}
 TYPE_ATTRS = {"T", "dtype", "SrcT", "DstT", "Tidx", "U"}
 IGNORED_ATTRS = {"value", "shared_name", "container", "_class"}
+WEIGHT_OPS = VARIABLE_OPS | PASS_THROUGH | {"Const", "Placeholder"}
 
 
 @dataclass
@@ -223,17 +224,32 @@ class _Context:
             x = self.inverse.get(y)
             if x is None:
                 continue
-            chain = [x]
-            while True:
-                readers = [n for n in self.a.g.successors(chain[-1]) if not self.a.g.edges[chain[-1], n]["control"]]
-                if len(readers) != 1 or readers[0] in self.pairs:
-                    break
-                chain.append(readers[0])
+            chain = self._fused_chain(x)
             detail = {"fused_op": op, "fused_ops": self.b.node(y)["attrs"].get("fused_ops"), "chain": chain}
             out.append(Rewrite("fused", chain, [y], detail))
             self.done_a.update(chain)
             self.done_b.add(y)
         return out
+
+    def _fused_chain(self, x: str) -> list[str]:
+        """The A ops one fused B op replaced, in order. Grappler's remapper names the fused op
+        after the *last* op of the chain (so readers keep their inputs), other tools after the
+        first: walk from the matched op up the main data input and down its single reader, over
+        ops left unmatched (weights and plumbing stay outside the chain)."""
+        chain = [x]
+        while self.a.data_inputs(chain[0]):
+            producer = tensor_op(self.a.data_inputs(chain[0])[0])
+            if producer not in self.a or producer in self.pairs or self.a.op_type(producer) in WEIGHT_OPS:
+                break
+            if [n for n in self.a.g.successors(producer) if not self.a.g.edges[producer, n]["control"]] != [chain[0]]:
+                break
+            chain.insert(0, producer)
+        while True:
+            readers = [n for n in self.a.g.successors(chain[-1]) if not self.a.g.edges[chain[-1], n]["control"]]
+            if len(readers) != 1 or readers[0] in self.pairs:
+                break
+            chain.append(readers[0])
+        return chain
 
     # ---- what no pattern explains ----------------------------------------------------------
 

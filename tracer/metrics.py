@@ -38,8 +38,10 @@ Conventions, decided once:
 from __future__ import annotations
 
 import math
+import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -181,11 +183,14 @@ def compare_arrays(
     k_worst: int = 5,
     chunk_elems: int = DEFAULT_CHUNK_ELEMS,
     rtols: Sequence[float] = (),
+    workers: int | None = None,
 ) -> TensorMetrics:
     """Compare A (the reference) with B element by element; see the module docstring.
 
     Shapes must be equal (callers align rows first). Each value in ``rtols`` records the exact
     answer to ``within(atol, rtol)`` for every ``atol``, for a few extra passes per block.
+    ``workers`` threads (default: up to 2, by the CPUs available) each take every other block
+    with their own buffers; the result does not depend on their number or timing.
     """
     a, b = np.asarray(a), np.asarray(b)  # a memmap stays mapped; only its subclass is dropped
     if a.shape != b.shape:
@@ -193,16 +198,52 @@ def compare_arrays(
     if chunk_elems < 1 or k_worst < 0:
         raise ValueError(f"need chunk_elems >= 1 and k_worst >= 0, got {chunk_elems}, {k_worst}")
     block = min(chunk_elems, max(a.size, 1))
-    scan: _Scan
-    if _pair_is_float(a.dtype, b.dtype):
-        scan = _FloatScan(a.dtype, b.dtype, k_worst, tuple(dict.fromkeys(rtols)), block)
-    else:
-        scan = _ExactScan(a.dtype, b.dtype, k_worst)
+    starts = range(0, a.size, block)
+    workers = max(1, min(_cores() if workers is None else workers, len(starts)))
+    floats, rtols = _pair_is_float(a.dtype, b.dtype), tuple(dict.fromkeys(rtols))
+
+    def scan() -> _Scan:
+        if floats:
+            return _FloatScan(a.dtype, b.dtype, k_worst, rtols, block, lambda: _cross(a, b, block))
+        return _ExactScan(a.dtype, b.dtype, k_worst)
+
+    scans = [scan() for _ in range(workers)]
     fa, fb = _flat(a), _flat(b)
-    with np.errstate(all="ignore"):  # overflow and 0/0 are expected, and handled explicitly
-        for s in range(0, a.size, block):
-            scan.feed(s, _block(a, fa, s, s + block), _block(b, fb, s, s + block))
-    return scan.result(a.shape, a.dtype == b.dtype)
+
+    def run(j: int) -> None:  # worker j takes every workers-th block, in increasing order
+        with np.errstate(all="ignore"):  # overflow and 0/0 are expected, and handled explicitly
+            for s in starts[j::workers]:
+                scans[j].feed(s, _block(a, fa, s, s + block), _block(b, fb, s, s + block))
+
+    if workers == 1:
+        run(0)
+    else:
+        with ThreadPoolExecutor(workers, thread_name_prefix="tftrace-metrics") as pool:
+            list(pool.map(run, range(workers)))
+    for other in scans[1:]:
+        scans[0].merge(other)
+    with np.errstate(all="ignore"):
+        return scans[0].result(a.shape, a.dtype == b.dtype)
+
+
+def _cores() -> int:
+    """Worker threads: numpy and BLAS release the GIL, so two cores nearly halve the time."""
+    try:
+        return min(2, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return min(2, os.cpu_count() or 1)
+
+
+def _cross(a: np.ndarray, b: np.ndarray, block: int) -> tuple[float, float]:
+    """``(b.b, a.b)`` over the positions where both are finite, in float64: a second pass."""
+    fa, fb = _flat(a), _flat(b)
+    bb = ab = 0.0
+    for s in range(0, a.size, block):
+        x, y = (_block(v, f, s, s + block).astype(np.float64) for v, f in ((a, fa), (b, fb)))
+        keep = np.isfinite(x) & np.isfinite(y)
+        x, y = (x, y) if keep.all() else (x[keep], y[keep])
+        bb, ab = bb + float(np.dot(y, y)), ab + float(np.dot(x, y))
+    return bb, ab
 
 
 def _flat(arr: np.ndarray) -> np.ndarray | None:
@@ -261,7 +302,7 @@ def _dtname(dt: np.dtype) -> str:
 
 
 class _Scan(ABC):
-    """Running totals over the blocks of one comparison, fed in increasing position.
+    """One worker's running totals over the blocks it is given, in increasing position.
 
     ``worst`` holds :data:`_Entry` tuples: class 0 (NaN/Inf mismatches) ranks first, then by
     size, then position. Because blocks arrive in order, an element that only *ties* the
@@ -274,6 +315,10 @@ class _Scan(ABC):
     @abstractmethod
     def feed(self, off: int, ra: np.ndarray, rb: np.ndarray) -> None:
         """Take elements ``[off, off + ra.size)`` of both sides."""
+
+    @abstractmethod
+    def merge(self, other: Any) -> None:
+        """Add another worker's totals (a scan of the same kind) to these."""
 
     @abstractmethod
     def result(self, shape: tuple[int, ...], same_dtype: bool) -> TensorMetrics:
@@ -295,13 +340,14 @@ class _Scan(ABC):
 class _FloatScan(_Scan):
     """Floats: float32 arithmetic for float16/bfloat16/float32 pairs, float64 otherwise."""
 
-    def __init__(self, da: np.dtype, db: np.dtype, k: int, rtols: tuple[float, ...], n: int):
-        self.da, self.db, self.k = da, db, k
+    def __init__(self, da: np.dtype, db: np.dtype, k: int, rtols: tuple[float, ...], n: int,
+                 rescan: Callable[[], tuple[float, float]]) -> None:  # fmt: skip
+        self.da, self.db, self.k, self.rescan = da, db, k, rescan
         bits, top = _BITS.get(da.name, (None, 0)) if da == db else (None, 0)
         self.ulp_bits = None if bits is None else np.dtype(bits)
         self.pipe = np.dtype(np.float32 if bits is not None and da.itemsize <= 4 else np.float64)
         self.f32 = self.pipe == np.float32
-        ibits = self.ulp_bits or np.dtype(f"i{self.pipe.itemsize}")
+        ibits = np.dtype(f"i{self.pipe.itemsize}") if bits is None else self.ulp_bits
         # finite values of opposite signs are at least this far apart as raw signed integers
         self.straddle = (1 << (8 * ibits.itemsize - 1)) - top
         self.t, self.u = np.empty(n, ibits), np.empty(n, ibits)
@@ -312,7 +358,8 @@ class _FloatScan(_Scan):
         self.identical = True
         self.mismatch = self.nan_mis = self.inf_mis = self.nfin = self.ulp = 0
         self.nan_a = self.nan_b = self.inf_a = self.inf_b = 0
-        self.max_abs = self.max_rel = self.sabs = self.saa = self.sdd = self.sda = 0.0
+        self.max_abs = self.max_rel = 0.0
+        self.sums: list[tuple[float, ...]] = []  # per block: sum a^2, d^2, d*a, |d| (d = a - b)
         self.excess = {r: -math.inf for r in rtols}
         self.worst = []
 
@@ -321,7 +368,7 @@ class _FloatScan(_Scan):
         x = ra if ra.dtype == self.pipe else _convert(ra, self.xa[:n])
         y = rb if rb.dtype == self.pipe else _convert(rb, self.xb[:n])
         bits = self.t.dtype
-        ia, ib = (ra.view(bits), rb.view(bits)) if self.ulp_bits else (x.view(bits), y.view(bits))
+        ia, ib = (x.view(bits), y.view(bits)) if self.ulp_bits is None else (ra.view(bits), rb.view(bits))
         t = np.subtract(ia, ib, out=self.t[:n])  # zero exactly where the bits agree
         differ = _count(t)
         if differ == 0:
@@ -341,7 +388,7 @@ class _FloatScan(_Scan):
             self.inf_a, self.inf_b = self.inf_a + inf, self.inf_b + inf
             x = x[np.isfinite(x)].astype(np.float64)
             s = _dot(x, x)
-        self.saa += s
+        self.sums.append((s, 0.0, 0.0, 0.0))
         self.nfin += x.size
 
     def _special(self, x: np.ndarray, y: np.ndarray, ia: np.ndarray, ib: np.ndarray,
@@ -379,8 +426,7 @@ class _FloatScan(_Scan):
             d64 = x64 - y64
             sums = (_dot(x64, x64), _dot(d64, d64), _dot(d64, x64), _sum(np.abs(d64)))
         ad = np.abs(d, out=d)
-        self.saa, self.sdd, self.sda = self.saa + sums[0], self.sdd + sums[1], self.sda + sums[2]
-        self.sabs += sums[3] if len(sums) > 3 else _sum(ad)
+        self.sums.append(sums if len(sums) > 3 else (*sums, _sum(ad)))
         self.nfin += n
         bmax = float(np.maximum.reduce(ad))
         if bmax >= self.max_abs * (1 - _SLACK):  # rounding is monotonic: ties hold the max
@@ -441,7 +487,7 @@ class _FloatScan(_Scan):
         ka, kb = (np.where(v < 0, -(v & mag) - 1, v) for v in (ia[c].astype(np.int64), ib[c].astype(np.int64)))
         dist = np.maximum(ka, kb).view(np.uint64) - np.minimum(ka, kb).view(np.uint64)
         u[c] = 0
-        return max(int(np.maximum.reduce(u)), int(dist.max()), across)
+        return max(int(np.maximum.reduce(u)), int(dist.max()) if dist.size else 0, across)
 
     def _take_worst(self, ad: np.ndarray, x: np.ndarray, y: np.ndarray, off: int,
                     pos: np.ndarray | None, bmax: float) -> None:  # fmt: skip
@@ -467,27 +513,61 @@ class _FloatScan(_Scan):
         at = c if pos is None else pos[c]
         self._add_worst([(1, -float(ad[i]), off + int(g), float(x[i]), float(y[i])) for i, g in zip(c, at)])
 
+    def merge(self, o: _FloatScan) -> None:
+        for name in ("mismatch", "nan_mis", "inf_mis", "nfin", "nan_a", "nan_b", "inf_a", "inf_b"):
+            setattr(self, name, getattr(self, name) + getattr(o, name))
+        self.max_abs, self.max_rel = max(self.max_abs, o.max_abs), max(self.max_rel, o.max_rel)
+        self.ulp, self.identical = max(self.ulp, o.ulp), self.identical and o.identical
+        self.excess = {r: max(e, o.excess[r]) for r, e in self.excess.items()}
+        self.sums += o.sums
+        self._add_worst(o.worst)
+
+    def cosine(self, saa: float, sdd: float, sda: float) -> float:
+        """Cosine similarity from the three sums, or from an exact second pass when needed.
+
+        With ``d = a - b``: ``|b|^2 = |a|^2 - 2 a.d + |d|^2`` and ``a.b = |a|^2 - a.d``; near
+        ``a ~ b`` the form ``1 - cos = (|d|^2 - (|a|-|b|)^2) / (2|a||b|)`` keeps full precision.
+        The float32 sums carry ~1e-7 relative error, so when neither form is good to 1e-6
+        (``|b|`` tiny next to ``|a|`` or ``|d|``) a second pass sums ``b.b`` and ``a.b`` in float64.
+        """
+        if saa == 0:
+            return 1.0 if sdd == 0 else 0.0  # b = -d exactly
+        eps = 2.0**-22 if self.f32 else 2.0**-50
+        sbb = saa - 2 * sda + sdd
+        if sbb > 100 * eps * (saa + 2 * abs(sda) + sdd):
+            na, nb, nd = math.sqrt(saa), math.sqrt(sbb), math.sqrt(sdd)
+            near = eps * sdd * (5 + 2 * nd / (na + nb)) / (2 * na * nb)
+            direct = eps * (saa + abs(sda)) / (na * nb)
+            if near <= min(direct, 1e-6):
+                a_minus_b = (2 * sda - sdd) / (na + nb)
+                return min(1.0, max(-1.0, 1 - (sdd - a_minus_b * a_minus_b) / (2 * na * nb)))
+            if direct <= 1e-6:
+                return min(1.0, max(-1.0, (saa - sda) / (na * nb)))
+        sbb, sab = self.rescan()
+        return 0.0 if sbb == 0 else min(1.0, max(-1.0, sab / math.sqrt(saa * sbb)))
+
     def result(self, shape: tuple[int, ...], same_dtype: bool) -> TensorMetrics:
-        saa, sdd, sda = self.saa, self.sdd, self.sda
-        sbb = max(saa - 2 * sda + sdd, 0.0)  # sum b^2 = sum (a - d)^2
-        if saa == 0 or sbb == 0:
-            cosine = 1.0 if saa == sbb else 0.0
-        else:  # 1 - cos = (|d|^2 - (|a| - |b|)^2) / (2|a||b|): no cancellation when a ~ b
-            na, nb = math.sqrt(saa), math.sqrt(sbb)
-            a_minus_b = (2 * sda - sdd) / (na + nb)
-            cosine = min(1.0, max(-1.0, 1 - (sdd - a_minus_b * a_minus_b) / (2 * na * nb)))
+        saa, sdd, sda, sabs = (_exact_sum(col) for col in zip(*self.sums)) if self.sums else (0.0,) * 4
         return TensorMetrics(
             kind="float", dtype_a=_dtname(self.da), dtype_b=_dtname(self.db), shape=tuple(shape),
             size=math.prod(shape), identical=self.identical and same_dtype,
             mismatch_count=self.mismatch, max_abs=self.max_abs, max_rel=self.max_rel,
-            mean_abs=self.sabs / self.nfin if self.nfin else 0.0,
+            mean_abs=sabs / self.nfin if self.nfin else 0.0,
             rel_l2=math.sqrt(sdd / saa) if saa > 0 else (0.0 if sdd == 0 else math.inf),
-            ulp_max=self.ulp if self.ulp_bits is not None else -1, cosine=cosine,
+            ulp_max=self.ulp if self.ulp_bits is not None else -1, cosine=self.cosine(saa, sdd, sda),
             sqnr_db=(10 * math.log10(saa / sdd) if saa > 0 else -math.inf) if sdd > 0 else math.inf,
             nan_mismatch=self.nan_mis, inf_mismatch=self.inf_mis, nan_a=self.nan_a,
             nan_b=self.nan_b, inf_a=self.inf_a, inf_b=self.inf_b, worst=self._worst_out(shape),
             excess_at_rtol=tuple(self.excess.items()),
         )
+
+
+def _exact_sum(parts: tuple[float, ...]) -> float:
+    """The correctly rounded sum, so the total does not depend on the order blocks finished."""
+    try:
+        return math.fsum(parts)
+    except (OverflowError, ValueError):  # float64 overflow: inf, or inf - inf; plain sum says which
+        return sum(parts)
 
 
 def _convert(r: np.ndarray, out: np.ndarray) -> np.ndarray:
@@ -543,6 +623,10 @@ class _ExactScan(_Scan):
         else:
             pick = [(0.0, int(p)) for p in pos[: self.k]]
         self._add_worst([(1, s, off + p, _py(ra[p]), _py(rb[p])) for s, p in pick])
+
+    def merge(self, o: _ExactScan) -> None:
+        self.identical, self.mismatch = self.identical and o.identical, self.mismatch + o.mismatch
+        self._add_worst(o.worst)
 
     def result(self, shape: tuple[int, ...], same_dtype: bool) -> TensorMetrics:
         return TensorMetrics(

@@ -30,6 +30,7 @@ GRAPPLER_KEYS = (
 )
 TRI_STATE = ("on", "off", "default")
 XLA_AUTO_JIT_FLAGS = "--tf_xla_auto_jit=2 --tf_xla_cpu_global_jit"
+ENV_KNOBS = {"TF_ENABLE_ONEDNN_OPTS": "onednn", "TF_CUDNN_USE_AUTOTUNE": "autotune"}  # variable -> its knob
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,12 @@ class Knobs:
                 )
             if value not in ("on", "off"):
                 raise TftraceError(f"Grappler option {key}={value!r}", f"write {key}=on or {key}=off")
+        for key, value in self.env:
+            knob = ENV_KNOBS.get(key)
+            if knob and getattr(self, knob) != "default" and value != ("1" if getattr(self, knob) == "on" else "0"):
+                raise TftraceError(
+                    f"--env {key}={value} contradicts --{knob} {getattr(self, knob)}", f"give only --{knob}"
+                )
 
     def describe(self) -> dict[str, Any]:
         """Only what differs from the defaults, for reports and labels."""

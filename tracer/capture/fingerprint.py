@@ -26,20 +26,22 @@ VECTOR_FLAGS = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "
 
 
 def cpu_info() -> dict[str, Any]:
-    model, flags = platform.processor() or platform.machine(), set()
+    """CPU model and the vector flags that decide kernels (and oneDNN's default), from /proc/cpuinfo."""
+    model, flags = "", set()
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
             for line in fh:
                 key, _, value = line.partition(":")
                 key = key.strip()
-                if key == "model name":
+                if key == "model name" and not model:
                     model = value.strip()
-                elif key in ("flags", "Features"):
+                elif key in ("flags", "Features") and not flags:
                     flags = set(value.split())
-                if model and flags:
-                    break
+                elif not line.strip() and flags:
+                    break  # the end of the first processor's block: the others repeat it
     except OSError:
-        pass  # not Linux: platform.processor() is what we have, and that is recorded
+        flags = set()  # not Linux: the flags are unknown, and recorded as none
+    model = model or platform.processor() or platform.machine()
     return {
         "model": model,
         "machine": platform.machine(),
@@ -48,24 +50,37 @@ def cpu_info() -> dict[str, Any]:
     }
 
 
-def _onednn_state() -> dict[str, Any]:
+ONEDNN_DEFAULT_FLAGS = ("avx512_vnni", "avx512_bf16", "avx_vnni", "amx_tile", "amx_int8", "amx_bf16")
+
+
+def _onednn_state(cpu: dict[str, Any]) -> dict[str, Any]:
+    """Whether oneDNN's custom ops are on in *this* process, and why.
+
+    ``_pywrap_util_port.IsMklEnabled()`` is TF's own runtime decision (tensorflow/core/util/
+    port.cc): ``TF_ENABLE_ONEDNN_OPTS`` if set, else on for Linux x86 CPUs with AVX512_VNNI,
+    AVX512_BF16, AVX_VNNI or AMX (``default_on_this_cpu``), and always false in a build
+    without oneDNN. Whether oneDNN ops really ran is read off the executed graph
+    (``_Mkl*`` op types) by the worker.
+    """
     setting = os.environ.get("TF_ENABLE_ONEDNN_OPTS")
-    state: dict[str, Any] = {"TF_ENABLE_ONEDNN_OPTS": setting}
+    state: dict[str, Any] = {
+        "TF_ENABLE_ONEDNN_OPTS": setting,
+        "default_on_this_cpu": any(f in cpu["vector_flags"] for f in ONEDNN_DEFAULT_FLAGS),
+    }
     try:
         from tensorflow.python.util import _pywrap_util_port  # noqa: PLC0415
 
-        state["built_with_onednn"] = bool(_pywrap_util_port.IsMklEnabled())
+        state["enabled"] = bool(_pywrap_util_port.IsMklEnabled())
     except (ImportError, AttributeError):
-        state["built_with_onednn"] = None
-    # Whether oneDNN ops really ran is read off the executed graph (`_Mkl*` op types) by the worker.
+        state["enabled"] = None  # a TF without the binding: the executed op types still tell
     return state
 
 
 def _gpu_devices() -> list[dict[str, Any]]:
+    """Each physical GPU: name and compute capability (TF32 needs >= 8.0)."""
     t = tf()
     out = []
     for device in t.config.list_physical_devices("GPU"):
-        details = {}
         try:
             details = t.config.experimental.get_device_details(device)
         except (ValueError, RuntimeError):
@@ -76,17 +91,32 @@ def _gpu_devices() -> list[dict[str, Any]]:
     return out
 
 
-def environment_fingerprint() -> dict[str, Any]:
+def _session_devices(session: Any) -> list[dict[str, Any]]:
+    """The devices the capture's session really ran on, with the memory TF may use on each.
+
+    Asked of the session itself: opening another device list with other GPU options would
+    clash with the session's GPU mapping in the same process.
+    """
+    return [{"name": d.name, "type": d.device_type, "memory_limit_bytes": int(d.memory_limit_bytes)}
+            for d in session.list_devices()]
+
+
+def environment_fingerprint(session: Any | None = None) -> dict[str, Any]:
+    """Everything about this process that can change a kernel's result (``session``: the
+    capture's session, whose devices and their memory are recorded too)."""
     t = tf()
     build = dict(t.sysconfig.get_build_info())
     gpus = _gpu_devices()
+    cpu = cpu_info()
     try:
         tf32 = bool(t.config.experimental.tensor_float_32_execution_enabled())
     except AttributeError:
         tf32 = None
     try:
-        determinism = bool(t.config.experimental.is_op_determinism_enabled())  # TF ≥ 2.9
-    except AttributeError:
+        from tensorflow.python.framework import config as tf_config  # noqa: PLC0415 - not public API
+
+        determinism = bool(tf_config.is_op_determinism_enabled())  # TF >= 2.8
+    except (ImportError, AttributeError):
         determinism = None
     return {
         "tensorflow": t.__version__,
@@ -95,8 +125,9 @@ def environment_fingerprint() -> dict[str, Any]:
                                             "cuda_compute_capabilities") if k in build},
         "devices": [d.name for d in t.config.list_physical_devices()],
         "gpus": gpus,
-        "cpu": cpu_info(),
-        "onednn": _onednn_state(),
+        "session_devices": _session_devices(session) if session is not None else [],
+        "cpu": cpu,
+        "onednn": _onednn_state(cpu),
         "tf32_enabled": tf32 if gpus else None,
         "op_determinism": determinism,
         "tf_env": {k: v for k, v in sorted(os.environ.items()) if k.startswith("TF_")},

@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import json
 import os
+import selectors
 import signal
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -25,10 +26,14 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from ..errors import TftraceError
 from ..runspec import Side, child_env
 
+if TYPE_CHECKING:
+    from .reader import Capture
+
 __all__ = ["run_child", "capture"]
 
 PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 STDERR_TAIL_LINES = 15
+PROGRESS_AFTER_S = 1.0  # no progress bar for captures quicker than this
 
 
 def run_child(
@@ -53,10 +58,13 @@ def run_child(
                 stdout=subprocess.PIPE,
                 stderr=stderr_file,
                 env=env,
-                text=True,
                 start_new_session=True,  # so a timeout or Ctrl-C can stop the whole child group
             )
-            error = _follow(proc, side.timeout_s, label, console, on_event)
+            try:
+                error = _follow(proc, side.timeout_s, label, console, on_event)
+            finally:
+                assert proc.stdout is not None
+                proc.stdout.close()
             stderr_file.seek(0)
             tail = stderr_file.read().strip().splitlines()[-STDERR_TAIL_LINES:]
     if error is not None:
@@ -77,9 +85,14 @@ def _follow(
     console: Console,
     on_event: Callable[[dict[str, Any]], None] | None,
 ) -> dict[str, Any] | None:
-    """Read the child's JSON lines until it exits; returns its reported error, if any."""
+    """Read the child's JSON lines until it exits; returns its reported error, if any.
+
+    The progress bar (runs done, bytes written) appears only once the child has run for
+    PROGRESS_AFTER_S, so quick captures do not flicker, and only on a terminal.
+    """
     error = None
-    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    started = time.monotonic()
+    deadline = None if timeout_s is None else started + timeout_s
     progress = Progress(
         TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} runs"),
         TextColumn("{task.fields[mb]:.1f} MB"), TimeElapsedColumn(),
@@ -87,22 +100,23 @@ def _follow(
     )
     task = progress.add_task(label, total=None, mb=0.0)
     try:
-        with progress:
-            assert proc.stdout is not None
-            for line in _lines(proc, deadline):
-                try:
-                    event = json.loads(line)
-                except json.JSONDecodeError:
-                    continue  # stray prints from TF or user code in the child
-                if on_event:
-                    on_event(event)
-                if event.get("event") == "error":
-                    error = event
-                elif event.get("event") == "stage":
-                    progress.update(task, description=f"{label}: {event['text']}")
-                elif event.get("event") == "progress":
-                    progress.update(task, completed=event["done"], total=event["total"], mb=event["bytes"] / 1e6)
-            proc.wait()
+        for line in _lines(proc, deadline):
+            if not progress.live.is_started and time.monotonic() - started > PROGRESS_AFTER_S:
+                progress.start()
+            try:
+                event = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # stray prints from TF or user code in the child
+            if not isinstance(event, dict):
+                continue
+            if on_event:
+                on_event(event)
+            if event.get("event") == "error":
+                error = event
+            elif event.get("event") == "stage":
+                progress.update(task, description=f"{label}: {event.get('text', '')}")
+            elif event.get("event") == "progress":
+                progress.update(task, completed=event["done"], total=event["total"], mb=event["bytes"] / 1e6)
     except KeyboardInterrupt:
         _kill(proc)
         raise
@@ -112,29 +126,43 @@ def _follow(
             f"{label} did not finish within --timeout {timeout_s:g} s and was stopped",
             "raise --timeout, or lower --examples/--batch-size",
         ) from None
+    finally:
+        progress.stop()
     return error
 
 
-def _lines(proc: subprocess.Popen, deadline: float | None):  # noqa: ANN202 - a generator of str
-    import selectors  # noqa: PLC0415
+def _lines(proc: subprocess.Popen, deadline: float | None) -> Iterator[str]:
+    """The child's stdout, line by line, until it exits; raises TimeoutError at the deadline.
 
+    Reads the raw pipe (``os.read`` after ``select``), so no line can sit in a Python buffer
+    while ``select`` says there is nothing to read.
+    """
     assert proc.stdout is not None
+    fd = proc.stdout.fileno()
     selector = selectors.DefaultSelector()
-    selector.register(proc.stdout, selectors.EVENT_READ)
-    while True:
-        wait = None if deadline is None else max(0.0, deadline - time.monotonic())
-        if deadline is not None and wait == 0.0:
-            raise TimeoutError
-        if not selector.select(timeout=wait if wait is not None else 1.0):
-            if proc.poll() is not None:
-                rest = proc.stdout.read()
-                yield from rest.splitlines()
-                return
-            continue
-        line = proc.stdout.readline()
-        if not line:
-            return
-        yield line
+    selector.register(fd, selectors.EVENT_READ)
+    pending = b""
+    try:
+        while True:
+            wait = 1.0 if deadline is None else min(1.0, deadline - time.monotonic())
+            if wait <= 0:
+                raise TimeoutError
+            if selector.select(timeout=wait):
+                chunk = os.read(fd, 1 << 16)
+                if not chunk:  # EOF: the child closed stdout, so it is exiting
+                    break
+                *lines, pending = (pending + chunk).split(b"\n")
+                yield from (line.decode("utf-8", "replace") for line in lines)
+            elif proc.poll() is not None:
+                break
+        if pending:
+            yield pending.decode("utf-8", "replace")
+        while proc.poll() is None:  # stdout is closed; wait for the exit status within the deadline
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError
+            time.sleep(0.05)
+    finally:
+        selector.close()
 
 
 def _kill(proc: subprocess.Popen) -> None:
@@ -149,12 +177,22 @@ def _kill(proc: subprocess.Popen) -> None:
         proc.wait()
 
 
-def capture(side: Side, out_dir: str | os.PathLike[str], *, force: bool = False, console: Console | None = None):  # noqa: ANN201
-    """Capture one side into ``out_dir`` in a child process; returns the opened Capture."""
-    from .store import Capture  # noqa: PLC0415
+def capture(
+    side: Side,
+    out_dir: str | os.PathLike[str],
+    *,
+    force: bool = False,
+    console: Console | None = None,
+    on_event: Callable[[dict[str, Any]], None] | None = None,
+) -> Capture:
+    """Capture one side into ``out_dir`` in a child process; returns the opened Capture.
+
+    ``on_event`` receives every event the child reports (``stage``, ``progress``, ``error``).
+    """
+    from .reader import Capture  # noqa: PLC0415 - TF-free, but only needed here
 
     out = os.path.abspath(os.fspath(out_dir))
     job = {"mode": "capture", "side": side.to_json(), "out_dir": out, "force": force}
     run_child(job, side, label=f"capture {os.path.basename(side.artifact.path.rstrip('/'))} [{side.label()}]",
-              console=console)
+              console=console, on_event=on_event)
     return Capture.open(out)

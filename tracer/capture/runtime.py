@@ -17,7 +17,7 @@ from ..errors import TftraceError
 from ..opgraph import OpGraph
 from ..runspec import Side, parse_device
 
-__all__ = ["Runtime", "open_runtime", "apply_process_knobs", "session_config"]
+__all__ = ["Runtime", "open_runtime", "apply_process_knobs", "session_config", "tf_error_text", "determinism_fix"]
 
 TOGGLE_ON, TOGGLE_OFF = 1, 2  # RewriterConfig.Toggle
 
@@ -114,14 +114,38 @@ def open_runtime(side: Side) -> Runtime:
     except Exception as exc:  # restoring foreign artifacts fails in many ways
         session.close()
         raise TftraceError(
-            f"TensorFlow could not load {artifact.location} into a session: {type(exc).__name__}: "
-            f"{str(exc).splitlines()[0][:300]}",
-            "check that the model runs in this TensorFlow version (and that checkpoint shards are complete)",
+            f"TensorFlow could not load {artifact.location} into a session: {type(exc).__name__}: {tf_error_text(exc)}",
+            determinism_fix(side, exc)
+            or "check that the model runs in this TensorFlow version (and that checkpoint shards are complete)",
         ) from exc
     opgraph, signature = build_opgraph(artifact, graph)
     from google.protobuf import text_format  # noqa: PLC0415 - comes with TF
 
     return Runtime(side, artifact, graph, session, signature, opgraph, notes, text_format.MessageToString(config))
+
+
+def tf_error_text(exc: BaseException, limit: int = 300) -> str:
+    """What a TensorFlow error says failed, without its stack traces and framing lines.
+
+    TF's messages start with "Graph execution error:" and end with the Python stack that
+    built the op; the lines in between (the node and the reason) are the useful part.
+    """
+    text = str(getattr(exc, "message", "") or exc).split("Original stack trace", 1)[0]
+    lines = [
+        line.strip()
+        for line in text.splitlines()
+        if line.strip() and not line.strip().startswith(("Graph execution error", "Detected at node", "[["))
+    ]
+    return "; ".join(lines)[:limit] or type(exc).__name__
+
+
+def determinism_fix(side: Side, exc: BaseException) -> str | None:
+    """The fix when --determinism is what TF refused (random ops without seeds, ops without a
+    deterministic kernel), else None."""
+    if side.knobs.determinism and "determinis" in str(exc).lower():
+        return ("this model cannot run with op determinism in this TensorFlow (see the reason above); "
+                "capture it without --determinism")
+    return None
 
 
 def _restore(artifact: Artifact, session: Any, side: Side) -> None:

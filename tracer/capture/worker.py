@@ -32,7 +32,7 @@ from ..align import relevant_slots
 from ..opgraph import OpGraph, tensor_op, tensor_slot
 from ..runspec import Side
 from .fingerprint import environment_fingerprint
-from .runtime import Runtime, open_runtime
+from .runtime import Runtime, determinism_fix, open_runtime, tf_error_text
 from .store import CaptureWriter
 
 __all__ = ["run_capture", "main", "emit", "FetchPlan"]
@@ -60,9 +60,10 @@ def run_capture(side: Side, out_dir: str, force: bool) -> None:
     _refuse_out_dir_early(out_dir, force)
     runtime = open_runtime(side)
     load_s = time.perf_counter() - t_start
+    takes_strings = any(spec.dtype == "string" for spec in runtime.signature.inputs.values())
     examples = make_examples(
         runtime.signature.inputs, side.inputs.examples, side.inputs.seed, side.inputs.inputs_file,
-        alternatives=_tensor_signatures(runtime.artifact),
+        alternatives=_tensor_signatures(runtime.artifact) if takes_strings and not side.inputs.inputs_file else (),
     )
     notes = list(runtime.notes)
     batch_size = side.batch_size if examples.batch_major else None
@@ -107,7 +108,7 @@ def run_capture(side: Side, out_dir: str, force: bool) -> None:
                 "instrumented_s": round(instrumented["seconds"], 4),
                 "total_s": round(time.perf_counter() - t_start, 4),
             },
-            "environment": environment_fingerprint(),
+            "environment": environment_fingerprint(runtime.session),
             "notes": notes,
         }
         manifest["environment"]["onednn"]["ops_executed"] = sorted(
@@ -127,7 +128,9 @@ def _refuse_out_dir_early(out_dir: str, force: bool) -> None:
     path = Path(out_dir)
     if force or not path.is_dir() or not any(path.iterdir()):
         return
-    CaptureWriter(path, force=False).abort()  # only reached if the directory emptied meanwhile
+    writer = CaptureWriter(path, force=False)  # returns only if the directory emptied meanwhile
+    writer.abort()
+    (path / "tensors").rmdir()  # leave it as empty as it was
 
 
 def _tensor_signatures(artifact: Any) -> list[str]:
@@ -190,8 +193,9 @@ def _plain_runs(runtime: Runtime, examples: Examples, ranges: list[tuple[int, in
         per_run = [dict(zip(keys, runtime.session.run(outputs, feed_dict=_feed(runtime, examples, *r)))) for r in ranges]
     except tf().errors.OpError as exc:
         raise TftraceError(
-            f"the model fails on these inputs ({type(exc).__name__}): {exc.message.splitlines()[0][:300]}",
-            "check the inputs against the signature (tftrace fed them as given), or capture another signature",
+            f"the model fails on these inputs ({type(exc).__name__}): {tf_error_text(exc)}",
+            determinism_fix(runtime.side, exc)
+            or "check the inputs against the signature (tftrace fed them as given), or capture another signature",
         ) from exc
     return {
         "outputs": per_run,
@@ -392,8 +396,7 @@ def _run_chunk(
 
 
 def _refusal(exc: Exception) -> str:
-    message = getattr(exc, "message", str(exc)).strip().splitlines()
-    return f"TensorFlow cannot fetch it: {(message[0] if message else type(exc).__name__)[:200]}"
+    return f"TensorFlow cannot fetch it: {tf_error_text(exc, limit=200)}"
 
 
 def _store(

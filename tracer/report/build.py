@@ -220,16 +220,14 @@ def build_report(comparison: Comparison) -> dict[str, Any]:
     return jsonable(report)
 
 
-def write_reports(report: dict[str, Any], out_dir: Path) -> dict[str, Path]:
-    """report.json, then the human-readable renderings (HTML, Markdown, SVG)."""
+def write_reports(report: dict[str, Any], out_dir: Path) -> dict[str, Any]:
+    """report.html/.md/divergence.svg, then report.json; returns the paths and any notices
+    (e.g. Graphviz missing: the HTML is still written, without the graph)."""
+    from .render import render_report  # noqa: PLC0415
+
     out_dir.mkdir(parents=True, exist_ok=True)
-    written = {"json": out_dir / "report.json"}
-    try:
-        from .render import render_report  # noqa: PLC0415
-    except ImportError:
-        render_report = None
-    if render_report is not None:
-        written.update({k: v for k, v in render_report(report, out_dir).items() if isinstance(v, Path)})
+    written: dict[str, Any] = dict(render_report(report, out_dir))
+    written["json"] = out_dir / "report.json"
     # report.json last: its presence marks a complete report directory.
     atomic_write_text(written["json"], json.dumps(report, indent=1, allow_nan=False))
     return written

@@ -29,10 +29,10 @@ from .summary import (
     STATUSES,
     answers,
     environment_rows,
-    flatten,
     fmt,
     isolation_text,
     json_safe,
+    rewrite_detail,
     side_facts,
 )
 
@@ -145,7 +145,7 @@ def _rewrites(report: dict[str, Any]) -> tuple[list[dict[str, Any]], Counter[str
     rewrites = [r for r in report.get("rewrites") or [] if isinstance(r, dict)]
     rows = [{"kind": str(r.get("kind")), "a": [str(x) for x in r.get("a_nodes") or []],
              "b": [str(x) for x in r.get("b_nodes") or []],
-             "detail": "; ".join(f"{k}: {v}" for k, v in flatten(r.get("detail") or {}).items())}
+             "detail": rewrite_detail(r.get("detail") or {})}
             for r in rewrites[:TABLE_CAP]]
     return rows, Counter(str(r.get("kind")) for r in rewrites)
 
@@ -167,11 +167,8 @@ def build_html(report: dict[str, Any], index: OpIndex, views: list[PageView], sv
     outputs = report.get("outputs") or {}
     status_counts = Counter(index.status(i) for i in range(len(index.names)))
     nonfinite = [(k.upper(), v) for k, v in (report.get("first_nonfinite") or {}).items() if isinstance(v, dict)]
-    page_data = {
-        "views": [asdict(v) for v in views], "scopes": scopes, "depth": depth,
-        "labels": STATUS_LABELS, "order": list(STATUSES),
-        "shades": [b if b != float("inf") else None for b, _f, _i in PROPAGATED_SHADES],
-    }
+    page_data = {"views": [asdict(v) for v in views], "scopes": scopes, "depth": depth,
+                 "labels": STATUS_LABELS, "order": list(STATUSES)}
     context = {
         "report": report,
         "verdict": str(report.get("verdict") or "unknown"),
@@ -196,10 +193,14 @@ def build_html(report: dict[str, Any], index: OpIndex, views: list[PageView], sv
         "only_in_a": [str(x) for x in (graph_diff.get("only_in_a") or [])[:TABLE_CAP]],
         "only_in_b": [str(x) for x in (graph_diff.get("only_in_b") or [])[:TABLE_CAP]],
         "renamed": list((graph_diff.get("renamed") or {}).items())[:TABLE_CAP],
+        "unpaired_b": [str(x) for x in (report.get("unpaired_b") or [])[:TABLE_CAP]]
+        if isinstance(report.get("unpaired_b"), list) else [],
         "command": str(report.get("command") or ""),
         "notices": notices,
         "views": [{"id": v.id, "title": v.title, "svg": Markup(svgs[v.id])} for v in views],
         "tabs": [v for v in views if not v.id.startswith("scope")],
+        "overview_note": "no scope overview: too few name scopes to group these ops"
+        if views and not scopes and "full" not in {v.id for v in views} else "",
         "legend": legend(),
         "shade_labels": _shade_labels(),
         "status_counts": [(s, STATUS_LABELS[s], status_counts[s]) for s in STATUSES if status_counts[s]],
@@ -225,9 +226,12 @@ def _headline(report: dict[str, Any], op_count: int) -> str:
     if verdict == "within_tolerance":
         head = f"{differ} of {len(outputs)} outputs differ, but only within tolerance."
     elif verdict == "diverged":
-        head = f"{differ} of {len(outputs)} outputs differ beyond tolerance." if outputs else "The results diverge."
-    else:
+        beyond_count = sum(1 for o in outputs if o.get("within_tolerance") is False)
+        head = f"{beyond_count} of {len(outputs)} outputs differ beyond tolerance." if outputs else "The results diverge."
+    elif verdict:
         head = f"Verdict: {verdict}."
+    else:
+        head = "This report holds no verdict (an incomplete report.json?)."
     if isinstance(where, dict) and where.get("node"):
         verdicts = {"own_error": "its own error", "inherited": "inherited from upstream"}
         own = verdicts.get(str((where.get("isolation") or {}).get("verdict")))

@@ -14,7 +14,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from .summary import answers, environment_rows, fmt, isolation_text, side_facts
+from .summary import answers, environment_rows, fmt, isolation_text, num, rewrite_detail, side_facts
 
 __all__ = ["render_markdown", "md_text", "md_code", "MD_LIMIT"]
 
@@ -147,7 +147,7 @@ def _rewrites(report: dict[str, Any], lim: _Limits) -> list[str]:
     rows = []
     for r in rewrites[: lim.rows]:
         a, b = [str(x) for x in r.get("a_nodes") or []], [str(x) for x in r.get("b_nodes") or []]
-        detail = "; ".join(f"{k}: {v}" for k, v in (r.get("detail") or {}).items())
+        detail = rewrite_detail(r.get("detail") or {})
         rows.append([md_text(r.get("kind"), 40),
                      (md_code(a[0], lim.cell) + (f" +{len(a) - 1}" if len(a) > 1 else "")) if a else "—",
                      (md_code(b[0], lim.cell) + (f" +{len(b) - 1}" if len(b) > 1 else "")) if b else "—",
@@ -182,14 +182,14 @@ def _observer(report: dict[str, Any]) -> list[str]:
         if not isinstance(side, dict) or not side:
             out.append(f"- **{key.upper()}:** not recorded")
             continue
-        diffs = [fmt(v) for v in (side.get("outputs_max_abs_diff") or {}).values()]
-        worst = max((v for v in (side.get("outputs_max_abs_diff") or {}).values() if isinstance(v, (int, float))),
-                    default=None)
-        moved = "outputs unchanged" if side.get("outputs_identical") else f"outputs moved by up to {fmt(worst)}"
+        shifts = [v for v in (num(x) for x in (side.get("outputs_max_abs_diff") or {}).values()) if v is not None]
+        if side.get("outputs_identical"):
+            moved = "outputs unchanged"
+        else:
+            moved = f"outputs moved by up to {fmt(max(shifts))}" if shifts else "outputs moved"
         plain = ", ".join(md_text(x, 60) for x in (side.get("only_in_plain") or [])[:12]) or "none"
         inst = ", ".join(md_text(x, 60) for x in (side.get("only_in_instrumented") or [])[:12]) or "none"
-        out.append(f"- **{key.upper()}:** {moved if diffs or side.get('outputs_identical') is not None else 'recorded'}; "
-                   f"ran only in the plain graph: {plain}; only when instrumented: {inst}")
+        out.append(f"- **{key.upper()}:** {moved}; ran only in the plain graph: {plain}; only when instrumented: {inst}")
     return out + [""]
 
 

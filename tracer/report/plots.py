@@ -172,7 +172,7 @@ def histogram_svg(histogram: dict[str, Any] | None, width: int = 300, height: in
         cls = "bar zero" if k == 0 else "bar"
         out.append(f'<rect class="{cls}" x="{x + 1:.1f}" y="{height - bottom - h:.1f}" width="{bw - 2:.1f}" '
                    f'height="{h:.1f}"><title>{escape(label)}: {count}</title></rect>')
-        if k == 0 or (k - 1) % 3 == 0:
+        if k == 0 or (k > 1 and int(num(edges[k - 1]) or 0) % 3 == 0):
             out.append(f'<text class="tick" x="{x + bw / 2:.1f}" y="{height - 5}" text-anchor="middle">'
                        f'{escape(label)}</text>')
     out.append("</svg>")

@@ -18,14 +18,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypedDict
 
-from .dot import OpIndex, neighbourhood, ops_dot, overview_dot, scope_groups, label_text
+from .dot import OpIndex, label_text, neighbourhood, ops_dot, overview_dot, scope_groups
 from .html import PageView, build_html
 from .markdown import render_markdown
 from .summary import fmt, json_safe, severity
 
 __all__ = ["render_report", "RenderResult", "INSTALL_GRAPHVIZ"]
 
-INSTALL_GRAPHVIZ = "install Graphviz (`apt-get install graphviz` / `brew install graphviz`) and re-render with `tftrace report DIR`"
+INSTALL_GRAPHVIZ = ("install Graphviz (`apt-get install graphviz` / `brew install graphviz`) "
+                    "and re-render with `tftrace report DIR`")
 SCOPE_VIEW_MAX_OPS = 250        # a scope bigger than this opens as a list only
 SCOPE_VIEWS_TOTAL_OPS = 2500    # all per-scope graphs together (bounds HTML size and dot time)
 SCOPE_BATCH_OPS = 600           # per dot process, so one timeout loses only one batch
@@ -116,16 +117,36 @@ _COMMENT = re.compile(r"<!--.*?-->", re.S)
 _TITLE = re.compile(r"<title>[^<]*</title>\n?")
 _NAMESPACES = re.compile(r'\s(?:xmlns|xmlns:xlink)="[^"]*"')
 _SIZE = re.compile(r'<svg width="([\d.]+)pt" height="([\d.]+)pt"')
+_FONT = re.compile(r' font-family="[^"]*"')
+_PAGE_ID = re.compile(r'<g id="page\d+,\d+_([^"]+)" class="graph"')
+_BOX_PATH = re.compile(r'(<g id="[^"]+" class="(?:node|cluster)[^"]*">\n)<path ([^>]*?) d="([^"]+)"/>')
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+
+
+def _rounded_box_as_rect(match: re.Match[str]) -> str:
+    """dot draws a rounded box as a 16-point Bézier path (~300 bytes); a ``<rect rx>`` says the
+    same in ~90, which keeps a page with thousands of drawn ops well under its size budget."""
+    values = [float(v) for v in _NUMBER.findall(match.group(3))]
+    xs, ys = values[0::2], values[1::2]
+    if not xs or len(xs) != len(ys):
+        return match.group(0)
+    x, y = min(xs), min(ys)
+    return (f'{match.group(1)}<rect {match.group(2)} x="{x:g}" y="{y:g}" width="{max(xs) - x:g}" '
+            f'height="{max(ys) - y:g}" rx="4"/>')
 
 
 def inline_svg(svg: str) -> str:
     """dot's SVG made fit to sit inside the page: no prolog, DOCTYPE, comments, titles (node titles
-    are only ``n12``; the page shows names itself) or namespace URLs (the HTML parser supplies
-    the SVG namespace), and sized by CSS instead of points."""
+    are only ``n12``; the page shows names itself), namespace URLs (the HTML parser supplies the
+    SVG namespace) or per-text font lists (the page's CSS sets the font), rounded boxes as
+    ``<rect>``, and sized by CSS instead of points."""
     svg = _PROLOG.sub("", svg, count=1)
     svg = _COMMENT.sub("", svg)
     svg = _TITLE.sub("", svg)
     svg = _NAMESPACES.sub("", svg)
+    svg = _FONT.sub("", svg)
+    svg = _PAGE_ID.sub(r'<g id="\1" class="graph"', svg, count=1)  # dot names later graphs of a batch "page0,1_<id>"
+    svg = _BOX_PATH.sub(_rounded_box_as_rect, svg)
     return _SIZE.sub(r'<svg data-width="\1" data-height="\2"', svg, count=1)
 
 
@@ -175,7 +196,8 @@ def _plan(report: dict[str, Any], index: OpIndex, full_graph_limit: int) -> tupl
                     budget -= size
                     view_id = f"scope{k}"
                     scopes[k]["view"] = view_id
-                    plans.append(_Plan(PageView(view_id, scoped[k].key, "ops", scoped[k].members, []),
+                    worst = min(scoped[k].members, key=lambda i: (-severity(index.status(i)), i))
+                    plans.append(_Plan(PageView(view_id, scoped[k].key, "ops", scoped[k].members, [worst]),
                                        ops_dot(index, scoped[k].members, view_id)))
     return plans, scopes, depth
 

@@ -26,6 +26,7 @@ __all__ = [
     "environment_rows",
     "side_facts",
     "isolation_text",
+    "rewrite_detail",
     "answers",
     "json_safe",
 ]
@@ -170,6 +171,9 @@ def side_facts(side: dict[str, Any]) -> list[tuple[str, str]]:
         rows.append(("examples", f"{_scalar_text(examples.get('count'))} from {_scalar_text(examples.get('source'))}"))
     if latency is not None:
         rows.append(("plain latency", f"{fmt(latency)} ms median"))
+    notes = side.get("notes")
+    if notes:
+        rows.append(("notes", "; ".join(str(n) for n in notes) if isinstance(notes, list) else str(notes)))
     return rows
 
 
@@ -187,8 +191,24 @@ def isolation_text(isolation: dict[str, Any] | None) -> str:
         head = "isolation not run"
     else:
         head = f"isolation: {verdict}"
-    detail = isolation.get("detail")
-    return f"{head}. {detail}" if detail else head
+    detail = str(isolation.get("detail") or "").strip()
+    head = head[:1].upper() + head[1:]
+    return f"{head}. {detail[:1].upper()}{detail[1:]}" if detail else head
+
+
+def rewrite_detail(detail: Any) -> str:
+    """A rewrite's detail on one line; changed attributes as ``name: a → b`` like the terminal's."""
+    if not isinstance(detail, dict):
+        return _scalar_text(detail)
+    parts = []
+    for key, value in detail.items():
+        if value is None or value == [] or value == {}:
+            continue
+        if key == "attrs" and isinstance(value, dict) and all(isinstance(v, dict) for v in value.values()):
+            parts += [f"{name}: {_scalar_text(v.get('a'))} → {_scalar_text(v.get('b'))}" for name, v in value.items()]
+        else:
+            parts += [f"{k}: {v}" for k, v in flatten(value, str(key)).items()]
+    return "; ".join(parts)
 
 
 def answers(report: dict[str, Any]) -> dict[str, Any]:
@@ -210,7 +230,7 @@ def answers(report: dict[str, Any]) -> dict[str, Any]:
     if first.get("rewrite"):
         why.append(f"It sits in an export rewrite ({first['rewrite']}).")
     if first.get("isolation"):
-        why.append(isolation_text(first["isolation"]).capitalize() + ".")
+        why.append(isolation_text(first["isolation"]).rstrip(".") + ".")
     return {"why": why, "prevent": [], "cost": [], "source": "report"}
 
 

@@ -1,0 +1,113 @@
+"""The examples a side is fed: the documented generation rule, user files, and their refusals.
+
+Pure numpy (no TensorFlow): the specs are written by hand, as the worker gets them from a
+signature.
+"""
+
+from __future__ import annotations
+
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tracer.artifacts import TensorSpec
+from tracer.errors import TftraceError
+from tracer.inputs import batches, make_examples
+
+IMAGES = {"images": TensorSpec("images:0", "float32", (None, 4, 4, 3))}
+
+
+def test_batches_cover_every_example_once_in_order() -> None:
+    assert batches(5, 2) == [(0, 2), (2, 4), (4, 5)]
+    assert batches(8, None) == [(0, 8)] and batches(8, 8) == [(0, 8)] and batches(3, 10) == [(0, 3)]
+    assert batches(0, 4) == [(0, 0)]  # a signature without inputs still runs once
+
+
+def test_generated_examples_follow_the_documented_rule() -> None:
+    specs = {
+        "images": TensorSpec("images:0", "float32", (None, 4, 4, 3)),
+        "ids": TensorSpec("ids:0", "int64", (None, 2)),
+        "mask": TensorSpec("mask:0", "bool", (None,)),
+    }
+    ex = make_examples(specs, 5, 7, None)
+    assert ex.count == 5 and ex.batch_major and ex.source == "generated (seed 7, N(0,1) floats)"
+    expected = np.random.default_rng([7, zlib.crc32(b"images")]).standard_normal((5, 4, 4, 3)).astype(np.float32)
+    np.testing.assert_array_equal(ex.arrays["images"], expected)
+    np.testing.assert_array_equal(ex.arrays["ids"], np.random.default_rng([7, zlib.crc32(b"ids")]).integers(0, 10, (5, 2)))
+    assert ex.arrays["ids"].dtype == np.int64 and ex.arrays["mask"].dtype == np.bool_
+    # The first N examples do not depend on how many are asked for: batch 1 vs 8 sees the same rows.
+    np.testing.assert_array_equal(make_examples(specs, 8, 7, None).arrays["images"][:5], expected)
+
+
+def test_a_fixed_first_dimension_is_not_an_example_axis() -> None:
+    ex = make_examples({"x": TensorSpec("x:0", "float32", (2, 3))}, 8, 0, None)
+    assert ex.arrays["x"].shape == (2, 3) and not ex.batch_major
+
+
+def test_a_signature_without_inputs() -> None:
+    ex = make_examples({}, 8, 0, None)
+    assert ex.count == 0 and ex.arrays == {} and not ex.batch_major
+
+
+def test_strings_cannot_be_invented_and_the_error_names_the_way_out() -> None:
+    specs = {"inputs": TensorSpec("tf_example:0", "string", (None,))}
+    with pytest.raises(TftraceError) as info:
+        make_examples(specs, 8, 0, None, alternatives=("predict", "serving_default"))
+    assert str(info.value) == (
+        "input 'inputs' is a string tensor (e.g. serialized tf.Example protos), which tftrace cannot invent. "
+        "Pass real examples with --inputs FILE.npz (one array per input key), or capture a signature that takes "
+        "tensors: --signature predict or --signature serving_default."
+    )
+    with pytest.raises(TftraceError, match="no signature of this model takes only tensors"):
+        make_examples(specs, 8, 0, None)
+
+
+def test_unknown_dimensions_other_than_the_first_need_a_file() -> None:
+    with pytest.raises(TftraceError, match=r"input 'x' has unknown dimensions at axes \[1\]"):
+        make_examples({"x": TensorSpec("x:0", "float32", (None, None))}, 2, 0, None)
+    with pytest.raises(TftraceError, match="not even its rank is known"):
+        make_examples({"x": TensorSpec("x:0", "float32", None)}, 2, 0, None)
+
+
+def test_inputs_from_npz_and_npy(tmp_path: Path) -> None:
+    images = np.arange(2 * 4 * 4 * 3, dtype=np.float32).reshape(2, 4, 4, 3)
+    np.savez(tmp_path / "in.npz", images=images)
+    np.save(tmp_path / "in.npy", images)
+    for name in ("in.npz", "in.npy"):
+        ex = make_examples(IMAGES, 8, 0, str(tmp_path / name))
+        assert ex.count == 2 and ex.batch_major and ex.source == name
+        np.testing.assert_array_equal(ex.arrays["images"], images)
+
+
+@pytest.mark.parametrize(
+    "arrays, message",
+    [
+        ({"image": np.zeros((1, 4, 4, 3), np.float32)},
+         "has keys ['image'] but the signature expects ['images'] (missing: images) (unexpected: image)"),
+        ({"images": np.zeros((1, 4, 4, 3), np.float64)}, "input 'images' is float64, the signature expects float32"),
+        ({"images": np.zeros((1, 4, 3), np.float32)}, "input 'images' has shape [1, 4, 3], the signature expects [?, 4, 4, 3]"),
+        ({"images": np.zeros((1, 4, 5, 3), np.float32)}, "input 'images' has shape [1, 4, 5, 3], the signature expects [?, 4, 4, 3]"),
+    ],
+)
+def test_inputs_that_do_not_fit_name_expected_and_given(tmp_path: Path, arrays: dict, message: str) -> None:
+    np.savez(tmp_path / "in.npz", **arrays)
+    with pytest.raises(TftraceError) as info:
+        make_examples(IMAGES, 8, 0, str(tmp_path / "in.npz"))
+    assert message in str(info.value)
+
+
+def test_one_array_for_several_inputs_and_disagreeing_counts(tmp_path: Path) -> None:
+    specs = {"a": TensorSpec("a:0", "float32", (None,)), "b": TensorSpec("b:0", "float32", (None,))}
+    np.save(tmp_path / "one.npy", np.zeros(3, np.float32))
+    with pytest.raises(TftraceError, match=r"holds one array but the signature has 2 inputs \(a, b\)"):
+        make_examples(specs, 8, 0, str(tmp_path / "one.npy"))
+    np.savez(tmp_path / "two.npz", a=np.zeros(3, np.float32), b=np.zeros(4, np.float32))
+    with pytest.raises(TftraceError, match=r"disagree on the number of examples: \{'a': 3, 'b': 4\}"):
+        make_examples(specs, 8, 0, str(tmp_path / "two.npz"))
+    with pytest.raises(TftraceError, match="does not exist"):
+        make_examples(specs, 8, 0, str(tmp_path / "nope.npz"))
+    (tmp_path / "junk.npz").write_bytes(b"not numpy")
+    with pytest.raises(TftraceError, match="cannot read inputs file"):
+        make_examples(specs, 8, 0, str(tmp_path / "junk.npz"))

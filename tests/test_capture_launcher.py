@@ -1,0 +1,175 @@
+"""The parent side of a capture, without TensorFlow: the child's environment and the event stream.
+
+The children here are small Python scripts that speak the worker's JSON-line protocol, so the
+launcher's reading, progress display, timeout and error handling are tested in milliseconds.
+"""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from tracer.artifacts import ArtifactRef
+from tracer.capture.launcher import _follow
+from tracer.errors import TftraceError
+from tracer.runspec import Knobs, Side, child_env, parse_grappler
+
+
+def _child(script: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(script)], stdout=subprocess.PIPE,
+                            start_new_session=True)
+
+
+def _terminal() -> tuple[Console, io.StringIO]:
+    out = io.StringIO()
+    return Console(file=out, force_terminal=True, width=120), out
+
+
+def test_events_are_read_whole_even_when_split_across_writes() -> None:
+    proc = _child(
+        """
+        import sys, time
+        w = sys.stdout.write
+        w("TF says hello, not JSON\\n"); sys.stdout.flush()
+        w('{"event": "stage", "te'); sys.stdout.flush(); time.sleep(0.2)
+        w('xt": "plain run"}\\n{"event": "progress", "done": 1, "total": 2, "bytes": 10}\\n'); sys.stdout.flush()
+        w('[1, 2]\\n{"event": "error", "problem": "p", "fix": "f"}')
+        """
+    )
+    events: list[dict[str, Any]] = []
+    console, out = _terminal()
+    error = _follow(proc, None, "cap", console, events.append)
+    assert proc.returncode == 0
+    assert events == [{"event": "stage", "text": "plain run"}, {"event": "progress", "done": 1, "total": 2, "bytes": 10},
+                      {"event": "error", "problem": "p", "fix": "f"}]
+    assert error == {"event": "error", "problem": "p", "fix": "f"}
+    assert out.getvalue() == ""  # under a second: no progress bar
+
+
+def test_progress_bar_appears_after_a_second_on_a_terminal() -> None:
+    proc = _child(
+        """
+        import json, sys, time
+        for done in range(1, 4):
+            time.sleep(0.5)
+            print(json.dumps({"event": "progress", "done": done, "total": 3, "bytes": done * 2_500_000}), flush=True)
+        """
+    )
+    console, out = _terminal()
+    assert _follow(proc, None, "capture detector", console, None) is None
+    shown = out.getvalue()
+    assert "capture detector" in shown and "3/3 runs" in shown and "7.5 MB" in shown
+
+
+def test_no_progress_bar_when_not_a_terminal() -> None:
+    proc = _child(
+        """
+        import json, time
+        time.sleep(1.2)
+        print(json.dumps({"event": "progress", "done": 1, "total": 1, "bytes": 1}), flush=True)
+        """
+    )
+    out = io.StringIO()
+    assert _follow(proc, None, "cap", Console(file=out, force_terminal=False), None) is None
+    assert out.getvalue() == ""
+
+
+def test_timeout_kills_the_whole_child_group() -> None:
+    proc = _child(
+        """
+        import json, subprocess, sys, time
+        grandchild = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        print(json.dumps({"event": "stage", "text": str(grandchild.pid)}), flush=True)
+        time.sleep(60)
+        """
+    )
+    events: list[dict[str, Any]] = []
+    started = time.monotonic()
+    with pytest.raises(TftraceError, match=r"cap did not finish within --timeout 0.5 s and was stopped"):
+        _follow(proc, 0.5, "cap", _terminal()[0], events.append)
+    assert time.monotonic() - started < 10
+    assert proc.poll() is not None and proc.returncode < 0
+    grandchild = int(events[0]["text"])
+    for _ in range(100):  # the orphan is reaped by init shortly after the signal
+        if not _running(grandchild):
+            break
+        time.sleep(0.05)
+    assert not _running(grandchild)
+
+
+def _running(pid: int) -> bool:
+    """True while ``pid`` exists and is not a zombie waiting to be reaped."""
+    try:
+        return "State:\tZ" not in Path("/proc", str(pid), "status").read_text()
+    except FileNotFoundError:
+        return False
+
+
+def test_a_child_that_closes_stdout_but_keeps_running_still_meets_the_deadline() -> None:
+    proc = _child(
+        """
+        import os, time
+        os.close(1)
+        time.sleep(60)
+        """
+    )
+    with pytest.raises(TftraceError, match="did not finish within --timeout 0.5 s"):
+        _follow(proc, 0.5, "cap", _terminal()[0], None)
+    assert proc.poll() is not None
+
+
+# --------------------------------------------------------------------------- the child's environment
+
+
+def _side(**knobs: Any) -> Side:
+    return Side(ArtifactRef("m"), knobs=Knobs(**knobs))
+
+
+def test_child_env_sets_what_tf_reads_at_import() -> None:
+    base = {"PATH": "/bin", "TF_XLA_FLAGS": "--tf_xla_auto_jit=2 --tf_xla_enable_lazy_compilation=false"}
+    env = child_env(_side(onednn="on", autotune="off", determinism=True, xla="off", env=(("TF_X", "1"),)), base)
+    assert env == {
+        "PATH": "/bin", "TF_ENABLE_ONEDNN_OPTS": "1", "TF_CUDNN_USE_AUTOTUNE": "0", "TF_DETERMINISTIC_OPS": "1",
+        "TF_XLA_FLAGS": "--tf_xla_enable_lazy_compilation=false", "CUDA_VISIBLE_DEVICES": "-1",
+        "TF_CPP_MIN_LOG_LEVEL": "2", "TF_X": "1",
+    }
+    assert child_env(_side(onednn="off", xla="on"), {})["TF_ENABLE_ONEDNN_OPTS"] == "0"
+    assert child_env(_side(xla="on"), {})["TF_XLA_FLAGS"] == "--tf_xla_auto_jit=2 --tf_xla_cpu_global_jit"
+
+
+def test_default_knobs_inherit_the_callers_environment() -> None:
+    base = {"TF_ENABLE_ONEDNN_OPTS": "1", "CUDA_VISIBLE_DEVICES": "1", "TF_CPP_MIN_LOG_LEVEL": "0"}
+    assert child_env(_side(), base) == {**base, "CUDA_VISIBLE_DEVICES": "-1"}  # a CPU side never sees a GPU
+    gpu = Side(ArtifactRef("m"), device="gpu:1")
+    assert child_env(gpu, base) == base
+
+
+def test_knob_validation() -> None:
+    assert parse_grappler("remapping=OFF, constant_folding=on") == (("constant_folding", "on"), ("remapping", "off"))
+    with pytest.raises(TftraceError, match="has no value"):
+        parse_grappler("remapping")
+    with pytest.raises(TftraceError, match="takes on, off or default"):
+        Knobs(onednn="yes")
+    with pytest.raises(TftraceError, match="--env TF_ENABLE_ONEDNN_OPTS=1 contradicts --onednn off"):
+        Knobs(onednn="off", env=(("TF_ENABLE_ONEDNN_OPTS", "1"),))
+    assert Knobs(onednn="on", env=(("TF_ENABLE_ONEDNN_OPTS", "1"),)).onednn == "on"
+    with pytest.raises(TftraceError, match="unknown device 'tpu'"):
+        Side(ArtifactRef("m"), device="tpu")
+
+
+def test_side_survives_its_json_round_trip() -> None:
+    side = Side(ArtifactRef("m", signature="s"), device="gpu:1", batch_size=4,
+                knobs=Knobs(onednn="off", threads=(2, 1), grappler=(("remapping", "off"),), env=(("A", "b"),),
+                            session_config_text="x: 1", session_config_path="/c.pbtxt"),
+                max_memory=123, timeout_s=9.5)
+    assert Side.from_json(side.to_json()) == side
+    assert side.label() == "gpu:1, batch 4, onednn=off, threads=(2, 1), grappler={'remapping': 'off'}, env={'A': 'b'}, " \
+                           "session config c.pbtxt"

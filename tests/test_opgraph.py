@@ -1,0 +1,203 @@
+"""The op graph: edges, order and JSON form (no TF), then built from real graphs (TF, in-process).
+
+TensorFlow is imported once per test process, through the module-scoped ``tf`` fixture, and
+only by the tests marked slow; the first half of this file runs without it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tracer.opgraph import OpGraph, tensor_op, tensor_slot
+
+
+def node(name: str, op_type: str, inputs: list[str] | None = None, control: list[str] | None = None,
+         outputs: int = 1) -> dict[str, Any]:
+    info = {"dtype": "float32", "shape": [None, 2], "capturable": True, "reason": ""}
+    return {"name": name, "op": op_type, "device": "", "scope": name.rpartition("/")[0], "attrs": {},
+            "inputs": inputs or [], "control_inputs": control or [], "outputs": [dict(info) for _ in range(outputs)]}
+
+
+# --------------------------------------------------------------------------- without TensorFlow
+
+
+def test_tensor_names() -> None:
+    assert (tensor_op("a/b:1"), tensor_slot("a/b:1")) == ("a/b", 1)
+    assert (tensor_op("a/b"), tensor_slot("a/b")) == ("a/b", 0)
+    assert tensor_op("^init/c") == "init/c"
+
+
+def test_edges_carry_slot_index_and_control_flag() -> None:
+    g = OpGraph.from_json({"inputs": {}, "outputs": {"out": "b:0"}, "nodes": [
+        node("b", "AddV2", ["a:1", "a:0"], control=["c"]),
+        node("a", "Split", outputs=2),
+        node("c", "NoOp", outputs=0),
+    ]})
+    assert g.g.edges["a", "b"] == {"tensors": [(1, 0), (0, 1)], "control": False}
+    assert g.g.edges["c", "b"] == {"tensors": [], "control": True}
+    assert g.topo_order() == ["a", "c", "b"]
+    assert [name for name, _ in g.tensors()] == ["a:0", "a:1", "b:0"]
+    assert g.data_inputs("b") == ["a:1", "a:0"]
+    assert g.output_info("a:1") == {"dtype": "float32", "shape": [None, 2], "capturable": True, "reason": ""}
+
+
+def test_topological_order_is_deterministic_and_ignores_loop_back_edges() -> None:
+    g = OpGraph.from_json({"inputs": {"x": "x:0"}, "outputs": {}, "nodes": [
+        node("loop/merge", "Merge", ["loop/enter:0", "loop/next:0"]),
+        node("loop/next", "NextIteration", ["loop/body:0"]),
+        node("loop/body", "Neg", ["loop/merge:0"]),
+        node("loop/enter", "Enter", ["x:0"]),
+        node("x", "Placeholder"),
+    ]})
+    assert g.topo_order() == ["x", "loop/enter", "loop/merge", "loop/body", "loop/next"]
+    assert g.fed_ops() == {"x"}
+
+
+def test_json_round_trip_keeps_everything() -> None:
+    doc = {"inputs": {"x": "x:0"}, "outputs": {"y": "y:0"}, "nodes": [
+        node("x", "Placeholder"), node("s/neg", "Neg", ["x:0"]), node("y", "Identity", ["s/neg:0"], control=["x"]),
+    ]}
+    g = OpGraph.from_json(doc)
+    assert g.to_json() == doc
+    assert OpGraph.from_json(json.loads(json.dumps(g.to_json()))).to_json() == doc
+
+
+# --------------------------------------------------------------------------- from real graphs
+
+
+@pytest.fixture(scope="module")
+def tf() -> Any:
+    from tracer._tf import tf as import_tf  # noqa: PLC0415 - TensorFlow only for the slow tests
+
+    return import_tf()
+
+
+def _opgraph(path: Path | str, **ref: Any) -> tuple[OpGraph, Any]:
+    from tracer.artifacts import ArtifactRef, build_opgraph, load  # noqa: PLC0415
+
+    return build_opgraph(load(ArtifactRef(str(path), **ref)))
+
+
+DETECTOR_OPS = ["AddV2", "BiasAdd", "CombinedNonMaxSuppression", "Const", "Conv2D", "Exp", "FusedBatchNormV3",
+                "Identity", "MatMul", "Mul", "Pack", "Placeholder", "RealDiv", "Relu", "Reshape", "Softmax",
+                "StridedSlice", "Sub", "Unpack", "VariableV2"]
+
+
+@pytest.mark.slow
+def test_checkpoint_graph_is_pruned_to_inference(tf: Any, models: dict[str, Path]) -> None:
+    from tracer.artifacts import import_graph, load  # noqa: PLC0415
+
+    g, sig = _opgraph(models["detector_ckpt"])
+    everything = {op.name for op in import_graph(load(str(models["detector_ckpt"]))).get_operations()}
+    assert (len(g), len(everything)) == (130, 231)
+    assert sorted({g.op_type(n) for n in g.topo_order()}) == DETECTOR_OPS
+    assert not [n for n in g.topo_order() if n.startswith(("save/", "init")) or "/Assign" in n or "Initializer" in n]
+    assert {"save/restore_all", "save/SaveV2", "block1/conv/weights/Assign"} <= everything
+    assert g.inputs == {"images": "images:0"}
+    assert g.outputs == {key: f"outputs/{key}:0" for key in
+                         ("boxes", "detection_boxes", "detection_classes", "detection_scores", "num_detections",
+                          "scores")}
+    assert sig.outputs["scores"].shape == (None, 64, 4)
+
+
+@pytest.mark.slow
+def test_topological_order_respects_every_edge(tf: Any, models: dict[str, Path]) -> None:
+    g, _ = _opgraph(models["detector_ckpt"])
+    position = {name: i for i, name in enumerate(g.topo_order())}
+    assert len(position) == 130
+    assert all(position[u] < position[v] for u, v in g.g.edges)
+    assert g.topo_order()[:3] == ["anchors/anchors", "block1/bn/beta", "block1/bn/beta/read"]
+    assert position["block1/conv/Conv2D"] < position["block1/bn/FusedBatchNormV3"] < position["block2/conv/Conv2D"]
+
+
+@pytest.mark.slow
+def test_node_data_shapes_dtypes_scopes_and_edges(tf: Any, models: dict[str, Path]) -> None:
+    g, _ = _opgraph(models["detector_ckpt"])
+    assert g.node("block1/conv/Conv2D") == {
+        "op": "Conv2D",
+        "device": "",
+        "scope": "block1/conv",
+        "attrs": {"T": "float32", "data_format": "NHWC", "dilations": [1, 1, 1, 1], "explicit_paddings": [],
+                  "padding": "SAME", "strides": [1, 2, 2, 1], "use_cudnn_on_gpu": True},
+        "inputs": ["images:0", "block1/conv/weights/read:0"],
+        "control_inputs": [],
+        "outputs": [{"dtype": "float32", "shape": [None, 32, 32, 16], "capturable": True, "reason": ""}],
+    }
+    bn = g.node("block4/bn/FusedBatchNormV3")
+    assert (bn["attrs"]["epsilon"], bn["attrs"]["is_training"], bn["scope"]) == (0.001, False, "block4/bn")
+    assert [o["shape"] for o in bn["outputs"]][:3] == [[None, 8, 8, 128], [128], [128]]
+    assert len(bn["outputs"]) == 6
+    assert g.node("block1/conv/weights")["outputs"][0]["shape"] == [3, 3, 3, 16]
+    assert g.node("images")["scope"] == ""
+    anchors = g.node("anchors/anchors")["attrs"]["value"]
+    assert (anchors["dtype"], anchors["shape"], len(anchors["sha1"])) == ("float32", [64, 4], 40)
+    nms = "nms/combined_non_max_suppression/CombinedNonMaxSuppression"
+    assert [(o["dtype"], o["shape"]) for o in g.node(nms)["outputs"]] == [
+        ("float32", [None, 10, 4]), ("float32", [None, 10]), ("float32", [None, 10]), ("int32", [None]),
+    ]
+    assert g.g.edges["block1/conv/Conv2D", "block1/bn/FusedBatchNormV3"] == {"tensors": [(0, 0)], "control": False}
+    assert g.g.edges["block1/bn/moving_variance/read", "block1/bn/FusedBatchNormV3"]["tensors"] == [(0, 4)]
+    readers = {v: g.g.edges[nms, v]["tensors"] for v in g.g.successors(nms)}
+    assert readers == {"outputs/detection_boxes": [(0, 0)], "outputs/detection_scores": [(1, 0)],
+                       "outputs/detection_classes": [(2, 0)], "outputs/num_detections": [(3, 0)]}
+
+
+@pytest.mark.slow
+def test_pruning_stops_at_the_fed_tensors(tf: Any, real_models: dict[str, Path]) -> None:
+    """half_plus_two feeds ``x:0``, an Identity whose own input is a ParseExample."""
+    g, _ = _opgraph(real_models["half_plus_two"])
+    assert sorted(g.g) == [
+        "Add", "Mul", "a", "a/read", "add_1", "b", "b/read", "conv2d/BiasAdd", "conv2d/BiasAdd/ReadVariableOp",
+        "conv2d/Conv2D", "conv2d/Conv2D/ReadVariableOp", "conv2d/bias", "conv2d/kernel", "strided_slice",
+        "strided_slice/stack", "strided_slice/stack_1", "strided_slice/stack_2", "x", "y", "zeros",
+    ]
+    assert g.node("x")["op"] == "Identity"
+    assert g.node("x")["inputs"] == ["ParseExample/ParseExample:0"]  # recorded, but its producer is pruned
+    assert list(g.g.predecessors("x")) == []
+    assert g.node("conv2d/kernel")["outputs"] == [
+        {"dtype": "resource", "shape": [], "capturable": False, "reason": "a resource handle holds no values"},
+    ]
+    # the regress signature feeds the serialized tf.Example instead, so ParseExample is in
+    regress, sig = _opgraph(real_models["half_plus_two"], signature="regress_x_to_y")
+    assert {"tf_example", "ParseExample/ParseExample", "x"} <= set(regress.g)
+    assert (len(g), len(regress), sig.inputs["inputs"].dtype) == (20, 29, "string")
+
+
+@pytest.mark.slow
+def test_control_edges_and_multi_output_slots_from_a_tf_graph(tf: Any) -> None:
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [None, 4], name="x")
+        left, right = tf.split(x, 2, axis=1, name="halves")
+        check = tf.debugging.check_numerics(x, "finite", name="check")
+        with tf.control_dependencies([check]), tf.name_scope("head"):
+            out = tf.subtract(right, left, name="diff")
+        tf.identity(out * 3.0, name="unused")
+    g = OpGraph.from_tf_graph(graph, {"x": "x"}, {"y": "head/diff"})
+    assert g.inputs == {"x": "x:0"} and g.outputs == {"y": "head/diff:0"}
+    assert g.g.edges["halves", "head/diff"] == {"tensors": [(1, 0), (0, 1)], "control": False}
+    assert g.g.edges["check", "head/diff"] == {"tensors": [], "control": True}
+    assert g.node("head/diff")["control_inputs"] == ["check"]
+    assert g.node("head/diff")["scope"] == "head"
+    assert "unused" not in g and "mul" not in g
+    assert g.topo_order()[-1] == "head/diff"
+    with pytest.raises(KeyError, match="nope"):
+        OpGraph.from_tf_graph(graph, {}, {"y": "nope:0"})
+
+
+@pytest.mark.slow
+def test_real_graph_survives_json(tf: Any, models: dict[str, Path]) -> None:
+    g, _ = _opgraph(models["detector_tf2"])
+    doc = json.loads(json.dumps(g.to_json()))
+    again = OpGraph.from_json(doc)
+    assert again.to_json() == doc
+    assert again.topo_order() == g.topo_order()
+    assert sorted(again.g.edges(data=True)) == sorted(
+        (u, v, {"tensors": [tuple(t) for t in d["tensors"]], "control": d["control"]}) for u, v, d in g.g.edges(data=True)
+    )
+    assert "StatefulPartitionedCall/detector/block1/conv/Conv2D" in again
+    assert "StatefulPartitionedCall" not in {again.op_type(n) for n in again.topo_order()}
