@@ -14,7 +14,7 @@ from pathlib import Path
 from types import ModuleType
 
 from . import weights as w
-from .tf1_detector import SIGNATURE_KEY, fresh_session, write_savedmodel
+from .tf1_detector import fresh_session, write_savedmodel
 
 __all__ = ["export_nan_model"]
 

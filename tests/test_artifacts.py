@@ -23,7 +23,9 @@ pytestmark = pytest.mark.slow
 
 OUTPUT_KEYS = ("boxes", "detection_boxes", "detection_classes", "detection_scores", "num_detections", "scores")
 OUTPUT_OPS = tuple(f"outputs/{key}" for key in OUTPUT_KEYS)
-HALF_PLUS_TWO_SIGNATURES = ["classify_x_to_y", "regress_x2_to_y3", "regress_x_to_y", "regress_x_to_y2", "serving_default"]
+HALF_PLUS_TWO_SIGNATURES = [
+    "classify_x_to_y", "regress_x2_to_y3", "regress_x_to_y", "regress_x_to_y2", "serving_default",
+]
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +43,7 @@ def load(path: Path | str, **ref: Any) -> Any:
 
 
 def opgraph(artifact: Any) -> tuple[Any, Any]:
-    from tracer.artifacts import build_opgraph  # noqa: PLC0415
+    from tracer.graphload import build_opgraph  # noqa: PLC0415
 
     return build_opgraph(artifact)
 
@@ -69,8 +71,9 @@ def frozen(tf: Any, models: dict[str, Path], tmp_path_factory: pytest.TempPathFa
     out = tmp_path_factory.mktemp("frozen")
     with tf.Graph().as_default() as graph, tf.compat.v1.Session(graph=graph) as session:
         tf.compat.v1.saved_model.loader.load(session, ["serve"], str(models["detector"]))
-        graph_def = tf.compat.v1.graph_util.convert_variables_to_constants(session, graph.as_graph_def(), list(OUTPUT_OPS))
-        backbone = tf.compat.v1.graph_util.convert_variables_to_constants(session, graph.as_graph_def(), ["block4/relu"])
+        freeze = tf.compat.v1.graph_util.convert_variables_to_constants
+        graph_def = freeze(session, graph.as_graph_def(), list(OUTPUT_OPS))
+        backbone = freeze(session, graph.as_graph_def(), ["block4/relu"])
     (out / "detector.pb").write_bytes(graph_def.SerializeToString())
     # Text protos parse slowly in Python (the 16 MB dense kernel alone takes ~25 s), so the text
     # form is tested on the conv backbone, which has the same structure.
@@ -105,7 +108,7 @@ def test_checkpoint_prefix_and_its_files(tf: Any, models: dict[str, Path], suffi
 
 
 def test_checkpoint_weights_are_read_by_value(tf: Any, models: dict[str, Path]) -> None:
-    from tracer.artifacts import value_source  # noqa: PLC0415
+    from tracer.graphload import value_source  # noqa: PLC0415
 
     art = load(models["detector_ckpt"])
     reader = tf.train.load_checkpoint(f"{models['detector_ckpt']}/model.ckpt")
@@ -195,11 +198,12 @@ def test_tf1_saved_model(tf: Any, models: dict[str, Path]) -> None:
 
 
 def test_tf2_saved_model_is_inlined_with_its_variables_kept(tf: Any, models: dict[str, Path]) -> None:
-    from tracer.artifacts import value_source  # noqa: PLC0415
+    from tracer.graphload import value_source  # noqa: PLC0415
     from tracer.graphmatch import canonical_tensor  # noqa: PLC0415
 
     art = load(models["detector_tf2"])
-    assert (art.kind, art.inlined_by_loader, art.meta_graph, art.checkpoint_prefix) == ("saved_model_v2", True, None, None)
+    assert (art.kind, art.inlined_by_loader, art.meta_graph, art.checkpoint_prefix) == (
+        "saved_model_v2", True, None, None)
     assert art.available_signatures == {"serve": ["serving_default"]}  # not TF2's __saved_model_init_op
     assert art.notes == ["TF2 signature function inlined for tracing (its variables kept as variables)"]
     op_types = {node.op for node in art.graph_def.node}
@@ -270,7 +274,8 @@ def test_several_tag_sets(tf: Any, models: dict[str, Path], tmp_path: Path) -> N
     assert (art.signature.key, len(opgraph(art)[0])) == ("gpu_default", 130)
     assert load(tmp_path, tag="gpu, serve", signature="gpu_default").signature.key == "gpu_default"
     assert load(tmp_path).signature.key == "serving_default"
-    assert error_of(tmp_path, tag="tpu") == f"{tmp_path} has no tag set 'tpu'; it has 'serve', 'gpu,serve'. Choose one with --tag."
+    assert error_of(tmp_path, tag="tpu") == (
+        f"{tmp_path} has no tag set 'tpu'; it has 'serve', 'gpu,serve'. Choose one with --tag.")
     assert error_of(tmp_path, tag="gpu,serve") == (
         "no signature 'serving_default' (available — tags 'serve': serving_default; tags 'gpu,serve': gpu_default). "
         "Choose one with --signature, or name tensors with --outputs/--input-names."
@@ -360,12 +365,13 @@ def test_frozen_export_against_its_checkpoint(tf: Any, models: dict[str, Path], 
 
 
 def test_ram_file_system(tf: Any, models: dict[str, Path]) -> None:
-    from tracer.artifacts import value_source  # noqa: PLC0415
+    from tracer.graphload import value_source  # noqa: PLC0415
 
     copy_to_gfile(tf, models["detector"], "ram://tftrace-test/savedmodel")
     copy_to_gfile(tf, models["detector_ckpt"], "ram://tftrace-test/ckpt")
     saved = load("ram://tftrace-test/savedmodel")
-    assert (saved.kind, saved.checkpoint_prefix) == ("saved_model_v1", "ram://tftrace-test/savedmodel/variables/variables")
+    assert (saved.kind, saved.checkpoint_prefix) == (
+        "saved_model_v1", "ram://tftrace-test/savedmodel/variables/variables")
     ckpt = load("ram://tftrace-test/ckpt")  # its `checkpoint` file names a local path that does not exist
     assert (ckpt.kind, ckpt.location) == ("checkpoint", "ram://tftrace-test/ckpt/model.ckpt")
     assert len(opgraph(ckpt)[0]) == len(opgraph(saved)[0]) == 130

@@ -69,6 +69,19 @@ def test_progress_bar_appears_after_a_second_on_a_terminal() -> None:
     assert "capture detector" in shown and "3/3 runs" in shown and "7.5 MB" in shown
 
 
+def test_progress_bar_appears_while_the_child_is_quiet() -> None:
+    proc = _child(
+        """
+        import json, time
+        print(json.dumps({"event": "stage", "text": "loading model"}), flush=True)
+        time.sleep(1.6)
+        """
+    )
+    console, out = _terminal()
+    assert _follow(proc, None, "capture detector", console, None) is None
+    assert "capture detector: loading model" in out.getvalue()
+
+
 def test_no_progress_bar_when_not_a_terminal() -> None:
     proc = _child(
         """

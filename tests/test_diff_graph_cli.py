@@ -126,7 +126,8 @@ def test_tf2_export_maps_every_op_with_no_false_rewrites(diffs: dict[str, Any]) 
     assert len(compute) == 71
     # the variables keep their own names once inlined, so they pair by name and by value
     assert all(diff.pairs[f"{b}/conv/weights"] == (f"{b}/conv/weights", "name") for b in BLOCKS)
-    assert {diff.pairs[n][0] for n in ("images", "anchors/anchors")} == {"images", "StatefulPartitionedCall/detector/anchors/anchors"}
+    assert (diff.pairs["images"], diff.pairs["anchors/anchors"]) == (
+        ("images", "name"), ("StatefulPartitionedCall/detector/anchors/anchors", "structure"))
     # what is left in B is the plumbing tftrace's own inlining added
     assert {n.split("/")[0] for n in diff.only_in_b} == {"Func", "StatefulPartitionedCall", "NoOp"}
 
@@ -168,7 +169,8 @@ def _renamed_half_plus_two(tf: Any, real_models: dict[str, Path], out: Path) -> 
         "x": "input_x", "a": "slope", "a/read": "slope/value", "b": "offset", "b/read": "offset/value",
         "Mul": "scale", "Add": "y_pre", "add_1": "y_sum", "y": "output_y", "zeros": "blank",
         "conv2d/kernel": "bias_conv/k", "conv2d/Conv2D/ReadVariableOp": "bias_conv/k_value",
-        "conv2d/Conv2D": "bias_conv/conv", "conv2d/bias": "bias_conv/b", "conv2d/BiasAdd/ReadVariableOp": "bias_conv/b_value",
+        "conv2d/Conv2D": "bias_conv/conv", "conv2d/bias": "bias_conv/b",
+        "conv2d/BiasAdd/ReadVariableOp": "bias_conv/b_value",
         "conv2d/BiasAdd": "bias_conv/add", "strided_slice/stack": "take/begin", "strided_slice/stack_1": "take/end",
         "strided_slice/stack_2": "take/step", "strided_slice": "take",
     }
@@ -278,7 +280,8 @@ def test_several_checkpoints_and_no_checkpoint_file(models: dict[str, Path], tmp
             shutil.copy(models["detector_ckpt"] / f"model.ckpt.{ext}", tmp_path / f"model.ckpt-{step}.{ext}")
     proc = run_cli("diff-graph", str(tmp_path), str(models["detector"]))
     assert_user_error(proc, "holds several checkpoints (model.ckpt-100.meta, model.ckpt-2000.meta)",
-                      f"Pass one checkpoint prefix (or its .meta file) instead of the directory, e.g. {tmp_path}/model.ckpt-2000")
+                      "Pass one checkpoint prefix (or its .meta file) instead of the directory, "
+                      f"e.g. {tmp_path}/model.ckpt-2000")
 
 
 def test_unknown_tag_set(models: dict[str, Path]) -> None:

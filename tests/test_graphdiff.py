@@ -347,7 +347,8 @@ def test_cast_inserted_around_a_narrowed_op() -> None:
            dtype="bfloat16"),
         op("dense/to_bf16_weights", "Cast", ["w/read:0"],
            attrs={"SrcT": "float32", "DstT": "bfloat16", "Truncate": False}, dtype="bfloat16", shape=[4, 4]),
-        op("dense/to_fp32", "Cast", ["dense/MatMul:0"], attrs={"SrcT": "bfloat16", "DstT": "float32", "Truncate": False}),
+        op("dense/to_fp32", "Cast", ["dense/MatMul:0"],
+           attrs={"SrcT": "bfloat16", "DstT": "float32", "Truncate": False}),
     ]
     diff = diff_graphs(a, OpGraph.from_json(doc))
     assert [r.to_json() for r in diff.rewrites] == [

@@ -77,7 +77,8 @@ def tf() -> Any:
 
 
 def _opgraph(path: Path | str, **ref: Any) -> tuple[OpGraph, Any]:
-    from tracer.artifacts import ArtifactRef, build_opgraph, load  # noqa: PLC0415
+    from tracer.artifacts import ArtifactRef, load  # noqa: PLC0415
+    from tracer.graphload import build_opgraph  # noqa: PLC0415
 
     return build_opgraph(load(ArtifactRef(str(path), **ref)))
 
@@ -89,7 +90,8 @@ DETECTOR_OPS = ["AddV2", "BiasAdd", "CombinedNonMaxSuppression", "Const", "Conv2
 
 @pytest.mark.slow
 def test_checkpoint_graph_is_pruned_to_inference(tf: Any, models: dict[str, Path]) -> None:
-    from tracer.artifacts import import_graph, load  # noqa: PLC0415
+    from tracer.artifacts import load  # noqa: PLC0415
+    from tracer.graphload import import_graph  # noqa: PLC0415
 
     g, sig = _opgraph(models["detector_ckpt"])
     everything = {op.name for op in import_graph(load(str(models["detector_ckpt"]))).get_operations()}
@@ -197,7 +199,8 @@ def test_real_graph_survives_json(tf: Any, models: dict[str, Path]) -> None:
     assert again.to_json() == doc
     assert again.topo_order() == g.topo_order()
     assert sorted(again.g.edges(data=True)) == sorted(
-        (u, v, {"tensors": [tuple(t) for t in d["tensors"]], "control": d["control"]}) for u, v, d in g.g.edges(data=True)
+        (u, v, {"tensors": [tuple(t) for t in d["tensors"]], "control": d["control"]})
+        for u, v, d in g.g.edges(data=True)
     )
     assert "StatefulPartitionedCall/detector/block1/conv/Conv2D" in again
     assert "StatefulPartitionedCall" not in {again.op_type(n) for n in again.topo_order()}

@@ -10,7 +10,14 @@ import os
 import tempfile
 from typing import TYPE_CHECKING, Any
 
+from . import capture as _capture_package  # noqa: F401 - see the note below
+from . import compare as _compare_module  # noqa: F401
 from .errors import TftraceError
+
+# The subpackage ``tracer.capture`` and module ``tracer.compare`` are imported first, on purpose:
+# importing a submodule sets it as an attribute of the package, which would otherwise replace
+# the functions ``capture`` and ``compare`` defined below the first time either is called.
+# Neither import loads TensorFlow.
 
 __all__ = ["TftraceError", "load", "diff_graphs", "capture", "compare", "assert_equivalent", "__version__"]
 __version__ = "0.1.0"

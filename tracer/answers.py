@@ -139,9 +139,13 @@ def _prevent(factor: str, exps: list[dict[str, Any]], diverged: dict[str, list[d
 
 
 def _latency_text(lat: dict[str, Any], basis: str) -> str:
-    key = "per_row_median" if basis == "per example" else "median"
-    return f"{lat[key]:.3g} ms ({lat['min']:.3g}–{lat['max']:.3g} ms over {lat['runs']} runs)" if "min" in lat \
-        else f"{lat[key]:.3g} ms"
+    """``3.9 ms (3.6–6.7 ms over 5 runs)``; per example: the run, then its share per example."""
+    spread = f" ({lat['min']:.3g}–{lat['max']:.3g} ms over {lat['runs']} runs)" if "min" in lat else ""
+    text = f"{lat['median']:.3g} ms{spread}"
+    rows = int(lat.get("batch_rows") or 1)
+    if basis == "per example" and rows > 1:
+        text += f" per run of {rows} = {lat['per_row_median']:.3g} ms per example"
+    return text
 
 
 def _overlap(a: dict[str, Any], b: dict[str, Any]) -> bool:
@@ -150,27 +154,30 @@ def _overlap(a: dict[str, Any], b: dict[str, Any]) -> bool:
     return a["min"] <= b["max"] and b["min"] <= a["max"]
 
 
+def _pct(pct: float) -> str:
+    return f"costs {pct:+.1f}%" if pct >= 0 else f"is {-pct:.1f}% faster"
+
+
 def _cost(factor: str, exps: list[dict[str, Any]]) -> str | None:
-    measured = [e for e in exps if e.get("cost_pct") is not None and e.get("latency_ms")]
-    if not measured:
+    measured = [e for e in exps if e.get("cost_pct") is not None and e.get("latency_ms") and not e.get("attribution")]
+    if not measured or factor in ("repeat", "observation"):  # nothing to set, so nothing to pay
         return None
     worst = max(measured, key=_effect)
     lat, basis, pct = worst["latency_ms"], worst.get("latency_basis", "per run"), worst["cost_pct"]
     a, b = worst["a"]["describe"], worst["b"]["describe"]
-    noise = " — within the timing noise (the two ranges overlap)" if _overlap(lat["a"], lat["b"]) and basis == "per run" \
+    both = f"{a}: {_latency_text(lat['a'], basis)}; {b}: {_latency_text(lat['b'], basis)}"
+    noise = " — within the timing noise (the two ranges overlap)" if basis == "per run" and _overlap(lat["a"], lat["b"]) \
         else ""
-    if factor in SETTING_REMEDIES or factor == "serving_session_config" or worst.get("remedy") and factor not in SHAPE_REMEDIES:
-        return (f"{FACTOR_TITLES[factor]}: {a} {_latency_text(lat['a'], basis)} → {b} {_latency_text(lat['b'], basis)} "
-                f"{basis}: the remedy costs {pct:+.1f}% on this machine{noise}.")
+    title = FACTOR_TITLES[factor]
     if factor == "batch":
-        return (f"{FACTOR_TITLES[factor]}: {a} {_latency_text(lat['a'], basis)} vs {b} {_latency_text(lat['b'], basis)} "
-                f"{basis} ({pct:+.1f}%): that is the throughput at stake when every request runs at one fixed shape.")
+        return (f"{title}: {both}. Per example, batch {lat['b'].get('batch_rows')} {_pct(pct)} compared with batch "
+                f"{lat['a'].get('batch_rows')}: the throughput at stake when every request must run at one fixed shape.")
     if factor == "serving_batching":
-        return (f"{FACTOR_TITLES[factor]}: a request alone {_latency_text(lat['a'], basis)} vs padded "
-                f"{_latency_text(lat['b'], basis)} ({pct:+.1f}% per request); batching off costs the server the "
-                "throughput of merged requests instead.")
-    return (f"{FACTOR_TITLES[factor]}: no setting to pay for; {a} {_latency_text(lat['a'], basis)} vs "
-            f"{b} {_latency_text(lat['b'], basis)} ({pct:+.1f}%){noise}.")
+        return (f"{title}: {both}. Padding a request {_pct(pct)} in latency; turning batching off instead costs the "
+                "server the throughput of merged requests.")
+    if worst.get("remedy"):
+        return f"{title}: {both}. The remedy ({b}) {_pct(pct)} on this machine{noise}."
+    return f"{title}: no setting to pay for; {both} ({pct:+.1f}%){noise}."
 
 
 def build_answers(experiments: list[dict[str, Any]], tolerance: dict[str, Any]) -> dict[str, Any]:

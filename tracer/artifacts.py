@@ -16,17 +16,14 @@ from __future__ import annotations
 
 import posixpath
 import re
-from collections import Counter
-from dataclasses import dataclass, field
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from ._tf import tf
 from .errors import TftraceError
-from .graphmatch import VARIABLE_OPS
-from .opgraph import OpGraph, tensor_op
 
 __all__ = [
     "ArtifactRef",
@@ -355,7 +352,7 @@ def _load_checkpoint(ref: ArtifactRef, prefix: str) -> Artifact:
         graph_def=meta.graph_def,
         meta_graph=meta,
         signature=signature or _user_signature(ref),
-        available_signatures={"(checkpoint .meta)": _signature_keys(meta)},
+        available_signatures={"(checkpoint .meta)": signature_keys(meta)},
         checkpoint_prefix=prefix,
         tf_version_written=meta.meta_info_def.tensorflow_version,
     )
@@ -377,12 +374,14 @@ def _load_saved_model(ref: ArtifactRef, directory: str) -> Artifact:
             "choose one with --tag",
         )
     meta = by_tags[wanted]
-    available = {tags: _signature_keys(mg) for tags, mg in by_tags.items()}
+    available = {tags: signature_keys(mg) for tags, mg in by_tags.items()}
     is_v2 = len(meta.object_graph_def.nodes) > 0 and len(meta.graph_def.library.function) > 0
     variables_prefix = posixpath.join(directory, "variables", "variables")
     has_variables = _gfile().exists(variables_prefix + ".index")
     if is_v2:
-        return _load_saved_model_v2(ref, directory, meta, available)
+        from .tf2_inline import load_saved_model_v2  # noqa: PLC0415 - circular: it builds an Artifact
+
+        return load_saved_model_v2(ref, directory, meta, available)
     signature = _pick_signature(ref, by_tags, meta, required=not (ref.outputs or ref.input_names))
     return Artifact(
         ref=ref,
@@ -395,160 +394,6 @@ def _load_saved_model(ref: ArtifactRef, directory: str) -> Artifact:
         checkpoint_prefix=variables_prefix if has_variables else None,
         tf_version_written=meta.meta_info_def.tensorflow_version,
     )
-
-
-def _load_saved_model_v2(ref: ArtifactRef, directory: str, meta: Any, available: dict[str, list[str]]) -> Artifact:
-    """Inline the signature function so its internal ops are plain graph nodes.
-
-    TensorFlow's own inliner (``convert_variables_to_constants_v2``) also freezes the variables,
-    and constants change what Grappler does at run time (a batch norm with constant parameters
-    is folded into Mul/Add), which would make tftrace report a difference the real model never
-    has. So the variables are thawed again (:func:`_thaw_variables`): every weight stays a
-    resource variable read by ReadVariableOp, initialised from its value when a session opens.
-    """
-    from tensorflow.python.framework.convert_to_constants import (  # noqa: PLC0415
-        convert_variables_to_constants_v2,
-    )
-
-    if ref.signature not in meta.signature_def:
-        raise TftraceError(
-            f"{directory} has no signature {ref.signature!r}; it has {', '.join(_signature_keys(meta)) or 'none'}",
-            "choose one with --signature",
-        )
-    tags = [t.strip() for t in ref.tag.split(",") if t.strip()]
-    try:
-        loaded = tf().saved_model.load(directory, tags=tags)
-        function = loaded.signatures[ref.signature]
-        frozen = convert_variables_to_constants_v2(function)
-    except Exception as exc:  # TF raises many types while loading a foreign model
-        raise TftraceError(
-            f"TensorFlow could not load the TF2 SavedModel {directory}: {type(exc).__name__}: {str(exc)[:300]}",
-            "check that it loads with tf.saved_model.load in this TensorFlow version",
-        ) from exc
-    graph_def, values = _thaw_variables(frozen.graph.as_graph_def())
-    graph_def, values = _name_variables(graph_def, values, _variable_names(function))
-    sig_def = meta.signature_def[ref.signature]
-    inputs: dict[str, TensorSpec] = {}
-    placeholders = [t for t in frozen.inputs if t.dtype != tf().resource]
-    arg_names = [spec.name for spec in _flat_input_specs(function)]
-    for key in sorted(sig_def.inputs):
-        match = next((t for t, n in zip(placeholders, arg_names) if n == key), None)
-        if match is None:
-            match = next((t for t in placeholders if t.op.name == key), None)
-        if match is None:
-            raise TftraceError(
-                f"cannot find the placeholder of signature input {key!r} in the frozen function",
-                "report this model to tftrace's maintainers; meanwhile export a TF1 SavedModel or frozen GraphDef",
-            )
-        inputs[key] = _spec_of(match)
-    structured = function.structured_outputs
-    keys = sorted(structured) if isinstance(structured, dict) else [f"output_{i}" for i in range(len(frozen.outputs))]
-    if len(keys) != len(frozen.outputs):  # nest.flatten orders a dict by key, as zip assumes
-        raise TftraceError(
-            f"signature {ref.signature!r} of {directory} returns nested outputs tftrace cannot map",
-            "export a signature that returns a flat dict of tensors",
-        )
-    outputs = {key: _spec_of(t) for key, t in zip(keys, frozen.outputs)}
-    return Artifact(
-        ref=ref,
-        kind="saved_model_v2",
-        location=directory,
-        graph_def=graph_def,
-        meta_graph=None,
-        signature=Signature(ref.signature, inputs, outputs, sig_def.method_name),
-        available_signatures=available,
-        tf_version_written=meta.meta_info_def.tensorflow_version,
-        inlined_by_loader=True,
-        variable_values=values,
-        notes=["TF2 signature function inlined for tracing (its variables kept as variables)"],
-    )
-
-
-def _thaw_variables(graph_def: Any) -> tuple[Any, dict[str, np.ndarray]]:
-    """Turn the constants an inliner made of variables back into resource variables.
-
-    A frozen variable shows as ``Const -> Identity* -> Identity named '.../ReadVariableOp'``;
-    it becomes ``VarHandleOp -> Identity* -> ReadVariableOp`` and its value is returned for the
-    session to assign. Constants that were constants stay constants.
-    """
-    from tensorflow.core.framework import types_pb2  # noqa: PLC0415
-    from tensorflow.python.framework import tensor_util  # noqa: PLC0415
-
-    nodes = {n.name: n for n in graph_def.node}
-    values: dict[str, np.ndarray] = {}
-    for node in graph_def.node:
-        if node.op != "Identity" or not re.search(r"ReadVariableOp(_\d+)?$", node.name) or not node.input:
-            continue
-        chain, src = [], nodes.get(node.input[0].split(":")[0])
-        while src is not None and src.op == "Identity" and src.input:
-            chain.append(src)
-            src = nodes.get(src.input[0].split(":")[0])
-        if src is None or src.op not in ("Const", "VarHandleOp"):
-            continue
-        dtype = src.attr["dtype"].type
-        if src.op == "Const":
-            value = tensor_util.MakeNdarray(src.attr["value"].tensor)
-            values[src.name] = value
-            src.op = "VarHandleOp"
-            del src.attr["value"]
-            src.attr["shape"].shape.CopyFrom(tensor_util.make_tensor_proto(value).tensor_shape)
-            src.attr["shared_name"].s = src.name.encode("utf-8")
-            src.attr["container"].s = b""
-        for identity in chain:
-            identity.attr["T"].type = types_pb2.DT_RESOURCE
-        node.op = "ReadVariableOp"
-        del node.attr["T"]
-        node.attr["dtype"].type = dtype
-    return graph_def, values
-
-
-def _variable_names(function: Any) -> dict[str, str]:
-    """Inlining names a captured variable after the function's placeholder (``unknown_7``);
-    map those back to the variable's own name (``block2/conv/weights``) so users recognise it."""
-    by_handle = {id(v.handle): v.name.split(":")[0] for v in function.variables}
-    names = {}
-    for external, internal in function.graph.captures:
-        if id(external) in by_handle:
-            names[internal.op.name] = by_handle[id(external)]
-    return names
-
-
-def _name_variables(graph_def: Any, values: dict[str, np.ndarray], names: dict[str, str]) -> tuple[Any, dict[str, np.ndarray]]:
-    """Rename the thawed variables (node, readers' inputs, colocation attrs); a name that is
-    already taken, or given to two variables, is left as TensorFlow made it."""
-    taken = {node.name for node in graph_def.node}
-    wanted = Counter(new for old, new in names.items() if old in values)
-    rename = {old: new for old, new in names.items() if old in values and new not in taken and wanted[new] == 1}
-    if not rename:
-        return graph_def, values
-
-    def renamed_input(text: str) -> str:
-        control = text.startswith("^")
-        op, sep, slot = text.lstrip("^").partition(":")
-        return ("^" if control else "") + rename.get(op, op) + sep + slot
-
-    for node in graph_def.node:
-        node.name = rename.get(node.name, node.name)
-        node.input[:] = [renamed_input(i) for i in node.input]
-        if node.op == "VarHandleOp":
-            node.attr["shared_name"].s = node.name.encode("utf-8")
-        if "_class" in node.attr:
-            locs = [x.decode("utf-8") for x in node.attr["_class"].list.s]
-            node.attr["_class"].list.s[:] = [
-                ("loc:@" + rename.get(x[5:], x[5:]) if x.startswith("loc:@") else x).encode("utf-8") for x in locs
-            ]
-    return graph_def, {rename.get(k, k): v for k, v in values.items()}
-
-
-def _flat_input_specs(function: Any) -> list[Any]:
-    args, kwargs = function.structured_input_signature
-    specs = list(tf().nest.flatten(args)) + [kwargs[k] for k in sorted(kwargs)]
-    return specs
-
-
-def _spec_of(tensor: Any) -> TensorSpec:
-    shape = None if tensor.shape.rank is None else tuple(tensor.shape.as_list())
-    return TensorSpec(tensor.name, tensor.dtype.name, shape)
 
 
 def _load_graphdef(ref: ArtifactRef, path: str) -> Artifact:
@@ -572,7 +417,7 @@ def _pick_signature(ref: ArtifactRef, by_tags: dict[str, Any], meta: Any, requir
     if ref.signature not in meta.signature_def:
         if not required and not meta.signature_def:
             return None
-        listing = "; ".join(f"tags {tags!r}: {', '.join(_signature_keys(mg)) or 'none'}" for tags, mg in by_tags.items())
+        listing = "; ".join(f"tags {tags!r}: {', '.join(signature_keys(mg)) or 'none'}" for tags, mg in by_tags.items())
         raise TftraceError(
             f"no signature {ref.signature!r} (available — {listing})",
             "choose one with --signature, or name tensors with --outputs/--input-names",
@@ -599,7 +444,7 @@ def _pick_signature(ref: ArtifactRef, by_tags: dict[str, Any], meta: Any, requir
     )
 
 
-def _signature_keys(meta: Any) -> list[str]:
+def signature_keys(meta: Any) -> list[str]:
     """The signatures a user can choose; TF2's ``__saved_model_init_op`` only initialises tables."""
     return sorted(k for k in meta.signature_def if k != "__saved_model_init_op")
 
@@ -646,142 +491,3 @@ def _note_device_pins(artifact: Artifact) -> None:
             f"{count} ops are pinned to {', '.join(pinned)}; where that device is missing they run "
             "elsewhere through soft placement"
         )
-
-
-# --------------------------------------------------------------------------------------------
-# graph import and the op graph
-
-
-def import_graph(artifact: Artifact) -> Any:
-    """Import the artifact's graph into a fresh ``tf.Graph`` (no session, no weights)."""
-    t = tf()
-    graph = t.Graph()
-    with graph.as_default():
-        try:
-            if artifact.meta_graph is not None:
-                t.compat.v1.train.import_meta_graph(artifact.meta_graph, clear_devices=False)
-            else:
-                t.graph_util.import_graph_def(artifact.graph_def, name="")
-        except (ValueError, TypeError, t.errors.OpError) as exc:
-            raise TftraceError(
-                f"TensorFlow cannot import the graph of {artifact.location}: {str(exc).splitlines()[0][:300]}",
-                "check that the model loads in this TensorFlow version",
-            ) from exc
-    return graph
-
-
-def resolve_signature(artifact: Artifact, graph: Any) -> Signature:
-    """The signature to trace, with dtypes/shapes filled in; an error listing candidates if none."""
-    sig = artifact.signature
-    by_name = {op.name: op for op in graph.get_operations()}
-    if sig is None:
-        placeholders, sinks = _candidates(by_name)
-        raise TftraceError(
-            f"{artifact.location} has no signature to say what to trace "
-            f"(candidate inputs: {', '.join(placeholders[:10]) or 'none'}; "
-            f"candidate outputs: {', '.join(sinks[:10]) or 'none'})",
-            "name them with --outputs NAME[,NAME...] and --input-names NAME[,NAME...]",
-        )
-
-    def filled(specs: dict[str, TensorSpec], role: str) -> dict[str, TensorSpec]:
-        out = {}
-        for key, spec in specs.items():
-            op_name, _, slot = spec.name.rpartition(":")
-            op = by_name.get(op_name)
-            if op is None or int(slot or 0) >= len(op.outputs):
-                raise TftraceError(
-                    f"signature {role} {key!r} names tensor {spec.name!r}, which is not in the graph of {artifact.location}",
-                    "check --outputs/--input-names (op names, optionally with :slot)",
-                )
-            tensor = op.outputs[int(slot or 0)]
-            out[key] = TensorSpec(
-                spec.name,
-                tensor.dtype.base_dtype.name,
-                spec.shape if spec.shape is not None else (None if tensor.shape.rank is None else tuple(tensor.shape.as_list())),
-            )
-        return out
-
-    outputs = filled(sig.outputs, "output")
-    inputs = sig.inputs
-    if sig.from_user and not inputs:  # --outputs alone: what must be fed are the placeholders they need
-        needed = _placeholders_needed(by_name, [tensor_op(t.name) for t in outputs.values()])
-        inputs = {name: TensorSpec(f"{name}:0", "unknown", None) for name in needed}
-    return Signature(sig.key, filled(inputs, "input"), outputs, sig.method_name, sig.from_user)
-
-
-# Ops a .meta holds for saving, restoring, initialising and training: never what to trace.
-BOOKKEEPING_OPS = {
-    "Assign", "AssignAdd", "AssignSub", "AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp",
-    "VarIsInitializedOp", "IsVariableInitialized", "SaveV2", "RestoreV2", "MergeV2Checkpoints", "ShardedFilename",
-    "NoOp", "ScalarSummary", "HistogramSummary", "ImageSummary", "MergeSummary", "TensorSummaryV2", "Assert",
-    "Print", "PrintV2",
-}
-BOOKKEEPING_SCOPE = re.compile(r"^(save|init|init_all_tables|gradients|report_uninitialized_variables|global_step)(_\d+)?(/|$)")
-
-
-def _bookkeeping(op: Any) -> bool:
-    name = op.name
-    return (
-        op.type in BOOKKEEPING_OPS
-        or bool(BOOKKEEPING_SCOPE.match(name))
-        or "/Initializer/" in f"{name}/"
-        or name.endswith(("/Read/ReadVariableOp", "/IsInitialized/VarIsInitializedOp"))
-    )
-
-
-def _candidates(by_name: dict[str, Any]) -> tuple[list[str], list[str]]:
-    """What a graph without a signature probably takes and returns: its placeholders and the
-    ops nothing reads, leaving out save/restore/initialisation/training bookkeeping."""
-    consumed = {t.op.name for op in by_name.values() for t in op.inputs}
-    consumed |= {c.name for op in by_name.values() for c in op.control_inputs}
-    useful = [op for op in by_name.values() if not _bookkeeping(op)]
-    inputs = [op.name for op in useful if op.type in ("Placeholder", "PlaceholderWithDefault")]
-    outputs = [op.name for op in useful if op.name not in consumed and op.outputs and op.type not in VARIABLE_OPS]
-    return inputs, outputs
-
-
-def _placeholders_needed(by_name: dict[str, Any], roots: list[str]) -> list[str]:
-    """The Placeholder ops the given ops depend on (a Placeholder has no value unless fed)."""
-    seen: set[str] = set()
-    stack = list(roots)
-    while stack:
-        name = stack.pop()
-        if name in seen or name not in by_name:
-            continue
-        seen.add(name)
-        op = by_name[name]
-        stack.extend(t.op.name for t in op.inputs)
-        stack.extend(c.name for c in op.control_inputs)
-    return sorted(n for n in seen if by_name[n].type == "Placeholder")
-
-
-def build_opgraph(artifact: Artifact, graph: Any | None = None) -> tuple[OpGraph, Signature]:
-    """The inference subgraph of an artifact, statically."""
-    graph = graph if graph is not None else import_graph(artifact)
-    signature = resolve_signature(artifact, graph)
-    opgraph = OpGraph.from_tf_graph(
-        graph,
-        {k: v.name for k, v in signature.inputs.items()},
-        {k: v.name for k, v in signature.outputs.items()},
-    )
-    return opgraph, signature
-
-
-def value_source(artifact: Artifact) -> Callable[[str], np.ndarray | None]:
-    """Weight values by node name: constants from the graph, variables from the checkpoint."""
-    from tensorflow.python.framework import tensor_util  # noqa: PLC0415
-
-    nodes = {n.name: n for n in artifact.graph_def.node}
-
-    def value(name: str) -> np.ndarray | None:
-        node = nodes.get(name)
-        if node is None:
-            return None
-        if node.op == "Const":
-            return tensor_util.MakeNdarray(node.attr["value"].tensor)
-        if node.op in ("VariableV2", "Variable", "VarHandleOp"):
-            shared = node.attr["shared_name"].s.decode("utf-8", "replace") if "shared_name" in node.attr else ""
-            return artifact.variable_value(shared or name)
-        return None
-
-    return value

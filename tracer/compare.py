@@ -100,8 +100,16 @@ def compare(
     _prepare_out_dir(out, force)
     console = console or Console(stderr=True)
     cap_a = open_or_capture(a, out, "a", console=console)
-    shared = _inputs_from(cap_a, out) if not _is_capture(b) else None
-    cap_b = open_or_capture(b, out, "b", console=console, shared_inputs=shared)
+    shared = _inputs_from(cap_a, out, signature_map or {}) if not _is_capture(b) else None
+    try:
+        cap_b = open_or_capture(b, out, "b", console=console, shared_inputs=shared)
+    except TftraceError as exc:
+        if shared is None or "the signature expects" not in exc.problem:
+            raise
+        raise TftraceError(
+            f"the two signatures cannot be paired: B cannot take A's examples ({exc.problem})",
+            "map keys with --map A_KEY=B_KEY[,...], or choose matching signatures with --a-signature/--b-signature",
+        ) from exc
     view_a, view_b = CaptureView(cap_a), CaptureView(cap_b)
     _apply_signature_map(view_a, view_b, signature_map or {})
     _require_pairable(view_a, view_b)
@@ -185,9 +193,13 @@ def _prepare_out_dir(out: Path, force: bool) -> None:
     out.mkdir(parents=True, exist_ok=True)
 
 
-def _inputs_from(cap: Capture, out: Path) -> InputSpec:
-    """Feed B the very examples A saw (needed when A is a capture made elsewhere)."""
-    arrays = {key: np.asarray(cap.tensor(t)) for key, t in cap.manifest["graph"]["inputs"].items() if cap.has(t)}
+def _inputs_from(cap: Capture, out: Path, signature_map: dict[str, str]) -> InputSpec:
+    """Feed B the very examples A saw (under B's key names when ``--map`` renames them)."""
+    arrays = {
+        signature_map.get(key, key): np.asarray(cap.tensor(t))
+        for key, t in cap.manifest["graph"]["inputs"].items()
+        if cap.has(t)
+    }
     path = out / "inputs_from_a.npz"
     np.savez(path, **arrays)
     examples = int(cap.manifest["examples"]["count"]) or 1

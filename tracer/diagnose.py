@@ -54,6 +54,7 @@ __all__ = ["DiagnoseOptions", "Diagnosis", "diagnose", "run_diagnosis", "parse_f
 SCHEMA_VERSION = 1
 PARALLEL = 2  # comparisons and replays at once; captures always run alone
 SERVING_REQUESTS = 2  # request rows emulated per allowed batch size
+CHEAP_FACTORS = ("repeat", "export", "observation")  # usually identical: no isolation children
 
 
 @dataclass(frozen=True)
@@ -149,11 +150,8 @@ class _Progress:
 
     def step(self, text: str) -> None:
         self.done += 1
-        self.console.print(f"[{self.done}/{self.total}] {text}  ({time.monotonic() - self.started:.0f} s)",
-                           highlight=False, markup=False)
-
-    def note(self, text: str) -> None:
-        self.console.print(f"      {text}", highlight=False, markup=False)
+        count = f"{self.done}/{self.total}" if self.total else str(self.done)
+        self.console.print(f"[{count}] {text}  ({time.monotonic() - self.started:.0f} s)", highlight=False, markup=False)
 
 
 class _Captures:
@@ -186,13 +184,13 @@ def run_diagnosis(options: DiagnoseOptions, console: Console | None = None) -> D
     _prepare_out_dir(out, options.force)
     captures = _Captures(out / "captures", quiet)
     base_side = _base_side(options)
-    progress = _Progress(console, 1)
+    progress = _Progress(console, 0)  # the total is known once the plan is
     progress.step(f"capturing the base side: {base_side.artifact.path} [{base_side.label()}]")
     base = captures.get(Run(base_side, f"{base_side.device}, batch {base_side.batch_size}"))
     _check_example_count(base, options)
     ctx = _plan_context(options, base, base_side, factors, batching, session_config, out)
     planned = plan_experiments(ctx)
-    planned += _not_selected(factors, ctx.gpu)
+    planned += _not_selected(factors, ctx.gpu, "not selected by --only" if options.only else "not part of --quick")
     runs = _runs_to_capture(planned, captures)
     progress.total = 1 + len(runs) + sum(p.kind != "skipped" for p in planned)
     t_captures = time.monotonic()
@@ -306,13 +304,13 @@ def _serving_inputs(base: Capture, params: BatchingParameters, out: Path) -> dic
     return files
 
 
-def _not_selected(factors: tuple[str, ...], gpu_reason: str | None) -> list[Planned]:
+def _not_selected(factors: tuple[str, ...], gpu_reason: str | None, why: str) -> list[Planned]:
     """The rest of the matrix, listed as skipped so the table shows what was not tested."""
     out = []
     for factor in FACTORS:
         if factor in factors:
             continue
-        reason = gpu_reason if factor in GPU_FACTORS and gpu_reason else "not selected (see --only, --quick)"
+        reason = gpu_reason if factor in GPU_FACTORS and gpu_reason and gpu_reason.startswith("no GPU") else why
         out.append(Planned(factor, factor, "skipped", skipped=reason))
     return out
 
@@ -337,11 +335,13 @@ def _evaluate_all(planned: list[Planned], captures: _Captures, options: Diagnose
     def one(p: Planned) -> dict[str, Any]:
         cap_a = captures.get(p.a) if p.a else None
         cap_b = captures.get(p.b) if p.b else None
-        result = evaluate(p, cap_a, cap_b, out / "experiments" / p.name, options.tolerance, quiet, options.command)
+        result = evaluate(p, cap_a, cap_b, out / "experiments" / p.name, options.tolerance, quiet, options.command,
+                          quick=options.quick)
         progress.step(_summary_line(result))
         return result
 
-    runnable = [p for p in planned if p.kind != "skipped"]
+    # Longest first: comparisons that will isolate origins, then the cheap ones.
+    runnable = sorted((p for p in planned if p.kind != "skipped"), key=lambda p: p.factor in CHEAP_FACTORS)
     with ThreadPoolExecutor(max_workers=PARALLEL) as pool:
         done = dict(zip((p.name for p in runnable), pool.map(one, runnable)))
     return [done[p.name] if p.name in done else evaluate(p, None, None, out, options.tolerance, quiet, "")

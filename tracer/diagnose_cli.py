@@ -109,40 +109,41 @@ def _num(value: Any, digits: int = 3) -> str:
 def _latency(lat: dict[str, Any] | None, basis: str) -> str:
     if not lat:
         return "—"
-    key = "per_row_median" if basis == "per example" else "median"
-    spread = f" ({_num(lat['min'])}–{_num(lat['max'])})" if "min" in lat else ""
-    return f"{_num(lat.get(key))}{spread}"
+    return _num(lat.get("per_row_median" if basis == "per example" else "median"))
 
 
 def print_diagnosis(console: Console, doc: dict[str, Any], out_dir: Any) -> None:
-    """The experiment table, then why / how to prevent it / what it costs."""
-    table = Table(title="tftrace diagnose", title_justify="left", show_lines=False)
-    for column in ("experiment", "verdict", "max |Δ| out", "first divergence", "latency A ms", "latency B ms", "cost"):
+    """The experiment table, the skipped ones by reason, then why / prevent / cost."""
+    table = Table(title="tftrace diagnose", title_justify="left")
+    for column in ("experiment", "verdict", "max |Δ| out", "first divergence", "A ms", "B ms", "B vs A"):
         table.add_column(column, overflow="fold")
     colours = {"identical": "green", "within_tolerance": "yellow", "diverged": "red"}
+    skipped: dict[str, list[str]] = {}
     for exp in doc["experiments"]:
         if exp["skipped"]:
-            table.add_row(exp["name"], "[dim]skipped[/dim]", "", f"[dim]{exp['skipped']}[/dim]", "", "", "")
+            skipped.setdefault(exp["skipped"], []).append(exp["name"])
             continue
         first = exp.get("first_divergence")
-        where = f"{first['node']} ({first['op']})" if first else ("state: " + ", ".join(exp.get("state_ops", [])[:2])
-                                                                  if exp.get("attribution") else "")
+        where = f"{first['node']} ({first['op']})" if first else ""
         if first and first.get("isolation"):
-            where += f" [{first['isolation'].replace('_', ' ')}]"
-        lat = exp.get("latency_ms") or {}
+            where += f", {first['isolation'].replace('_', ' ')}"
+        if exp.get("attribution"):
+            where = f"{exp['attribution']}: " + ", ".join(exp.get("state_ops", [])[:2])
         basis = exp.get("latency_basis", "per run")
+        lat = exp.get("latency_ms") or {}
         verdict = str(exp["verdict"])
-        cost = f"{exp['cost_pct']:+.1f}%" + (" /ex" if basis == "per example" else "") if exp.get("cost_pct") is not None else "—"
+        cost = "—" if exp.get("cost_pct") is None else f"{exp['cost_pct']:+.1f}%" + (" /ex" if basis == "per example" else "")
         table.add_row(exp["name"], f"[{colours.get(verdict, 'white')}]{verdict.replace('_', ' ')}[/]",
                       _num(exp.get("max_abs_output_diff")), where, _latency(lat.get("a"), basis),
                       _latency(lat.get("b"), basis), cost)
     console.print(table)
+    for reason, names in skipped.items():
+        console.print(f"skipped ({reason}): {', '.join(names)}", highlight=False, markup=False)
     answers = doc["answers"]
     for title, key in (("Why", "why"), ("How to prevent it", "prevent"), ("What it costs", "cost")):
         if answers.get(key):
             console.print(f"\n[bold]{title}[/bold]")
             for line in answers[key]:
                 console.print(f" • {line.replace('**', '')}", highlight=False, markup=False)
-    console.print(f"\ndiagnosis.json, report.html and report.md in {out_dir}"
-                  + (f" (the report shows {doc['report_experiment']})" if doc.get("report_experiment") else ""),
-                  highlight=False)
+    shown = f" (the report shows {doc['report_experiment']})" if doc.get("report_experiment") else ""
+    console.print(f"\ndiagnosis.json, report.html and report.md in {out_dir}{shown}", highlight=False, markup=False)

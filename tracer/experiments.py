@@ -209,8 +209,8 @@ def _mixed_precision(ctx: PlanContext) -> list[Planned]:
     if ctx.onednn_on is not True:
         notes = ("TensorFlow runs the auto_mixed_precision_onednn_bfloat16 rewrite only when oneDNN is on (with "
                  "TF_ENABLE_ONEDNN_OPTS=0 it leaves the graph alone), so both sides run with oneDNN on",)
-    amp = Run(with_grappler(on.side, auto_mixed_precision_onednn_bfloat16="on"), "bfloat16 auto-mixed-precision on")
-    return [Planned("mixed_precision", "mixed_precision", "compare", amp, replace(on, describe=on.describe + ", no AMP"),
+    amp = Run(with_grappler(on.side, auto_mixed_precision_onednn_bfloat16="on"), "bfloat16 auto-mixed-precision on, oneDNN on")
+    return [Planned("mixed_precision", "mixed_precision", "compare", amp, replace(on, describe="no mixed precision, oneDNN on"),
                     notes=notes, remedy="no `--mixed_precision=bfloat16` in TF Serving and "
                                         "`auto_mixed_precision_onednn_bfloat16: OFF` in every session config")]
 

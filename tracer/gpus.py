@@ -40,7 +40,7 @@ def gpu_unavailable_reason(environment: dict[str, Any], *, ask_tensorflow: bool)
     if not build.get("is_cuda_build") and not build.get("is_rocm_build"):
         return f"no GPU: TensorFlow {version} here is a CPU-only build (is_cuda_build false)"
     if not ask_tensorflow:
-        return "not selected (see --only, --quick)"
+        return "not asked: no GPU experiment was selected"
     try:
         gpus = list_gpus()
     except (RuntimeError, subprocess.TimeoutExpired, json.JSONDecodeError, IndexError) as exc:

@@ -2,17 +2,17 @@
 
 Every pair of captured tensors goes through :func:`compare_arrays`, and a tensor can be hundreds
 of MB (a memory-mapped ``.npy``). So the flattened arrays are walked in blocks of
-``chunk_elems`` and only block-sized scratch buffers exist: peak extra memory is a small
-multiple of one block, never of the tensor. Speed comes from doing few passes per block:
+``chunk_elems`` with block-sized scratch buffers: peak extra memory is a small multiple of one
+block per worker thread, never of the tensor. Speed comes from few passes per block:
 
-- a bitwise test first (an integer subtraction of the raw bits, which the ULP metric reuses):
-  most pairs in a trace are identical, and identical blocks skip all other arithmetic;
-- arithmetic in the tensor's own precision (float32 stays float32: half the bytes per pass).
-  Float64 is used where it matters: sums are accumulated across blocks in float64 (each
-  block's float32 dot is short enough to be accurate to ~1e-7), and the few elements that
-  decide a maximum are re-evaluated in float64, so ``max_abs``/``max_rel`` are float64-exact;
-- cheap bounds that decide most blocks without extra passes (``|a-b|/|a|`` bounds the relative
-  error from both sides; raw-bit distances below a dtype constant rule out sign changes).
+- a bitwise test first (an integer subtraction of the raw bits, which the ULPs reuse): most
+  pairs in a trace are identical, and identical blocks skip all other arithmetic;
+- arithmetic in the tensor's own precision (float32 stays float32: half the bytes per pass),
+  float64 only where it matters: block sums (float32 dots short enough to be good to ~1e-7)
+  are added exactly in float64, and the few elements that decide a maximum are re-evaluated in
+  float64, so ``max_abs``/``max_rel`` are float64-exact;
+- cheap bounds that settle most blocks with no extra pass (a raw-bit distance below a dtype
+  constant rules out a sign change; same-sign pairs have a relative error of at most 1).
 
 Conventions, decided once:
 
@@ -293,6 +293,10 @@ def _topk(vals: np.ndarray, k: int) -> np.ndarray:
     return np.lexsort((np.arange(vals.size), -vals))[:k]
 
 
+def _index(flat: int, shape: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(int(i) for i in np.unravel_index(flat, shape))
+
+
 def _count(mask: np.ndarray) -> int:
     return int(np.count_nonzero(mask))
 
@@ -329,9 +333,7 @@ class _Scan(ABC):
             self.worst = sorted(self.worst + entries, key=lambda e: e[:3])[: self.k]
 
     def _worst_out(self, shape: tuple[int, ...]) -> tuple[Worst, ...]:
-        return tuple(
-            (tuple(int(i) for i in np.unravel_index(p, shape)), a, b) for _, _, p, a, b in self.worst
-        )
+        return tuple((_index(p, shape), a, b) for _, _, p, a, b in self.worst)
 
 
 # --------------------------------------------------------------------------- floats
@@ -347,9 +349,12 @@ class _FloatScan(_Scan):
         self.ulp_bits = None if bits is None else np.dtype(bits)
         self.pipe = np.dtype(np.float32 if bits is not None and da.itemsize <= 4 else np.float64)
         self.f32 = self.pipe == np.float32
-        ibits = np.dtype(f"i{self.pipe.itemsize}") if bits is None else self.ulp_bits
+        if self.ulp_bits is None:  # raw bits of the float64 copies: for the identity test only
+            bits, top = _BITS["float64"]
+        ibits = np.dtype(bits)
         # finite values of opposite signs are at least this far apart as raw signed integers
-        self.straddle = (1 << (8 * ibits.itemsize - 1)) - top
+        self.straddle, self.mag = (1 << (8 * ibits.itemsize - 1)) - top, np.iinfo(ibits).max
+        self.one_by_one = 4  # straddling pairs looked for one at a time, before a vector search
         self.t, self.u = np.empty(n, ibits), np.empty(n, ibits)
         self.d, self.p, self.q = (np.empty(n, self.pipe) for _ in range(3))
         self.mask = np.empty(n, np.bool_)
@@ -368,7 +373,8 @@ class _FloatScan(_Scan):
         x = ra if ra.dtype == self.pipe else _convert(ra, self.xa[:n])
         y = rb if rb.dtype == self.pipe else _convert(rb, self.xb[:n])
         bits = self.t.dtype
-        ia, ib = (x.view(bits), y.view(bits)) if self.ulp_bits is None else (ra.view(bits), rb.view(bits))
+        ia, ib = (x, y) if self.ulp_bits is None else (ra, rb)
+        ia, ib = ia.view(bits), ib.view(bits)
         t = np.subtract(ia, ib, out=self.t[:n])  # zero exactly where the bits agree
         differ = _count(t)
         if differ == 0:
@@ -377,7 +383,7 @@ class _FloatScan(_Scan):
             self.identical, self.mismatch = False, self.mismatch + differ
         else:
             self.identical = False
-            self._special(x, y, ia, ib, t, off)
+            self._special(x, y, ia, ib, off)
 
     def _same(self, x: np.ndarray) -> None:
         """A bitwise-identical block: only the reference's norm and NaN/Inf counts matter."""
@@ -391,15 +397,16 @@ class _FloatScan(_Scan):
         self.sums.append((s, 0.0, 0.0, 0.0))
         self.nfin += x.size
 
-    def _special(self, x: np.ndarray, y: np.ndarray, ia: np.ndarray, ib: np.ndarray,
-                 t: np.ndarray, off: int) -> None:  # fmt: skip
+    def _special(
+        self, x: np.ndarray, y: np.ndarray, ia: np.ndarray, ib: np.ndarray, off: int
+    ) -> None:
         """A block with NaN or Inf on a side (or whose float32 sums overflowed)."""
         nx, ny, jx, jy = np.isnan(x), np.isnan(y), np.isinf(x), np.isinf(y)
         nan_mis, inf_mis = nx ^ ny, (jx | jy) & (x != y)
         self.nan_a, self.nan_b = self.nan_a + _count(nx), self.nan_b + _count(ny)
         self.inf_a, self.inf_b = self.inf_a + _count(jx), self.inf_b + _count(jy)
         self.nan_mis, self.inf_mis = self.nan_mis + _count(nan_mis), self.inf_mis + _count(inf_mis)
-        self.mismatch += _count((t != 0) & ~(nx & ny))  # NaN vs NaN counts as equal
+        self.mismatch += _count((ia != ib) & ~(nx & ny))  # NaN vs NaN counts as equal
         if self.k:
             sp = np.flatnonzero(nan_mis | inf_mis)[: self.k]
             self._add_worst([(0, 0.0, off + int(i), float(x[i]), float(y[i])) for i in sp])
@@ -407,8 +414,10 @@ class _FloatScan(_Scan):
         sa, sb = ia[keep], ib[keep]
         self._finite(x[keep], y[keep], sa, sb, sa - sb, off, keep, finite=True)
 
-    def _finite(self, x: np.ndarray, y: np.ndarray, ia: np.ndarray, ib: np.ndarray,
-                t: np.ndarray, off: int, pos: np.ndarray | None, *, finite: bool) -> bool:  # fmt: skip
+    def _finite(
+        self, x: np.ndarray, y: np.ndarray, ia: np.ndarray, ib: np.ndarray, t: np.ndarray,
+        off: int, pos: np.ndarray | None, *, finite: bool,
+    ) -> bool:
         """Fold in elements that differ somewhere; False, changing nothing, on non-finite sums.
 
         ``finite`` says the inputs are known finite, so non-finite float32 sums are overflow,
@@ -425,6 +434,7 @@ class _FloatScan(_Scan):
             x64, y64 = x.astype(np.float64), y.astype(np.float64)
             d64 = x64 - y64
             sums = (_dot(x64, x64), _dot(d64, d64), _dot(d64, x64), _sum(np.abs(d64)))
+        across, rest = self._straddlers(t)
         ad = np.abs(d, out=d)
         self.sums.append(sums if len(sums) > 3 else (*sums, _sum(ad)))
         self.nfin += n
@@ -434,9 +444,12 @@ class _FloatScan(_Scan):
             self.max_abs = max(self.max_abs, _exact(x, y, c, _absdiff) if self.f32 else bmax)
         for r in self.excess:
             self._probe(r, ad, x, y, bmax)
-        self._ratio(ad, x, y)
         if self.ulp_bits is not None:
-            self.ulp = max(self.ulp, self._ulp(ia, ib, t))
+            self.ulp = max(self.ulp, rest, _ulps_apart(ia[across], ib[across], self.mag))
+        if self.max_rel < 1:
+            self._ratio(ad, x, y)
+        elif across.size:  # same-sign pairs have r <= 1: only pairs across zero can beat it
+            self.max_rel = max(self.max_rel, _exact(x, y, across, _reldiff))
         if self.k:
             self._take_worst(ad, x, y, off, pos, bmax)
         return True
@@ -470,27 +483,37 @@ class _FloatScan(_Scan):
             e = _exact(x, y, c, lambda xa, ya: np.abs(xa - ya) - r * np.abs(xa))
         self.excess[r] = max(self.excess[r], e)
 
-    def _ulp(self, ia: np.ndarray, ib: np.ndarray, t: np.ndarray) -> int:
-        """Max ULP distance. ``t = ia - ib`` (wrapped) is exactly it for same-sign pairs, and
-        opposite-sign pairs show as ``|t| >= straddle``: those few are redone one by one."""
-        s, mag = self.straddle, np.iinfo(t.dtype).max
-        hi, lo, across = int(np.argmax(t)), int(np.argmin(t)), 0
-        for _ in range(8):
+    def _straddlers(self, t: np.ndarray) -> tuple[np.ndarray, int]:
+        """Positions with ``|t| >= straddle``, and the largest ``|t|`` elsewhere.
+
+        ``t = ia - ib`` (wrapped) is exactly the ULP distance of a same-sign pair, and every
+        pair of opposite signs has ``|t| >= straddle``. Such pairs are rare (values crossing
+        zero), so they are first looked for one at a time; ``t`` is zeroed at them.
+        """
+        s, found = self.straddle, []
+        top, bottom = int(np.maximum.reduce(t)), int(np.minimum.reduce(t))  # faster than argmax
+        if top < s and -bottom < s:
+            return np.empty(0, np.intp), max(top, -bottom)
+        hi, lo = int(np.argmax(t)), int(np.argmin(t))
+        for _ in range(self.one_by_one):
             if t[hi] < s and -int(t[lo]) < s:
-                return max(int(t[hi]), -int(t[lo]), across)
+                return np.array(found, np.intp), max(int(t[hi]), -int(t[lo]))
             i = hi if t[hi] >= s else lo
-            across = max(across, abs(_key(int(ia[i]), mag) - _key(int(ib[i]), mag)))
+            found.append(i)
             t[i] = 0
             hi, lo = int(np.argmax(t)) if i == hi else hi, int(np.argmin(t)) if i == lo else lo
+        if t[hi] < s and -int(t[lo]) < s:
+            return np.array(found, np.intp), max(int(t[hi]), -int(t[lo]))
         u = np.abs(t, out=self.u[: t.size]).view(f"u{t.itemsize}")  # |min int| stays 2^(w-1)
         c = np.flatnonzero(np.greater_equal(u, s, out=self.mask[: t.size]))
-        ka, kb = (np.where(v < 0, -(v & mag) - 1, v) for v in (ia[c].astype(np.int64), ib[c].astype(np.int64)))
-        dist = np.maximum(ka, kb).view(np.uint64) - np.minimum(ka, kb).view(np.uint64)
         u[c] = 0
-        return max(int(np.maximum.reduce(u)), int(dist.max()) if dist.size else 0, across)
+        self.one_by_one = 4 if c.size < 4 else 0  # many here: likely many in the next block too
+        return np.concatenate([np.array(found, np.intp), c]), int(np.maximum.reduce(u))
 
-    def _take_worst(self, ad: np.ndarray, x: np.ndarray, y: np.ndarray, off: int,
-                    pos: np.ndarray | None, bmax: float) -> None:  # fmt: skip
+    def _take_worst(
+        self, ad: np.ndarray, x: np.ndarray, y: np.ndarray, off: int, pos: np.ndarray | None,
+        bmax: float,
+    ) -> None:
         """Offer this block's largest differences to the running top k."""
         k, n, mask = self.k, ad.size, self.mask[: ad.size]
         if len(self.worst) >= k:
@@ -500,8 +523,8 @@ class _FloatScan(_Scan):
             c = np.flatnonzero(np.greater(ad, -neg, out=mask))
         elif bmax > 0:  # a strided sample's k-th largest is a cheap lower bound of the block's
             sample = ad[:: max(1, n // 4096)]
-            v = float(np.partition(sample, sample.size - k)[sample.size - k]) if sample.size > k else 0.0
-            c = np.flatnonzero(np.greater_equal(ad, v, out=mask) if v > 0 else np.greater(ad, 0, out=mask))
+            v = float(np.partition(sample, -k)[-k]) if sample.size > k else 0.0
+            c = np.flatnonzero(np.greater_equal(ad, v, out=mask) if v > 0 else ad > 0)
         else:
             c = np.empty(0, np.intp)
         if c.size > k:
@@ -511,7 +534,9 @@ class _FloatScan(_Scan):
             zero = np.flatnonzero((ad == 0) & (np.signbit(x) != np.signbit(y)))[:room]
             c = np.concatenate([c, zero])
         at = c if pos is None else pos[c]
-        self._add_worst([(1, -float(ad[i]), off + int(g), float(x[i]), float(y[i])) for i, g in zip(c, at)])
+        self._add_worst(
+            [(1, -float(ad[i]), off + int(g), float(x[i]), float(y[i])) for i, g in zip(c, at)]
+        )
 
     def merge(self, o: _FloatScan) -> None:
         for name in ("mismatch", "nan_mis", "inf_mis", "nfin", "nan_a", "nan_b", "inf_a", "inf_b"):
@@ -547,14 +572,14 @@ class _FloatScan(_Scan):
         return 0.0 if sbb == 0 else min(1.0, max(-1.0, sab / math.sqrt(saa * sbb)))
 
     def result(self, shape: tuple[int, ...], same_dtype: bool) -> TensorMetrics:
-        saa, sdd, sda, sabs = (_exact_sum(col) for col in zip(*self.sums)) if self.sums else (0.0,) * 4
+        saa, sdd, sda, sabs = (_exact_sum(c) for c in zip(*self.sums)) if self.sums else [0.0] * 4
         return TensorMetrics(
             kind="float", dtype_a=_dtname(self.da), dtype_b=_dtname(self.db), shape=tuple(shape),
             size=math.prod(shape), identical=self.identical and same_dtype,
             mismatch_count=self.mismatch, max_abs=self.max_abs, max_rel=self.max_rel,
             mean_abs=sabs / self.nfin if self.nfin else 0.0,
             rel_l2=math.sqrt(sdd / saa) if saa > 0 else (0.0 if sdd == 0 else math.inf),
-            ulp_max=self.ulp if self.ulp_bits is not None else -1, cosine=self.cosine(saa, sdd, sda),
+            ulp_max=-1 if self.ulp_bits is None else self.ulp, cosine=self.cosine(saa, sdd, sda),
             sqnr_db=(10 * math.log10(saa / sdd) if saa > 0 else -math.inf) if sdd > 0 else math.inf,
             nan_mismatch=self.nan_mis, inf_mismatch=self.inf_mis, nan_a=self.nan_a,
             nan_b=self.nan_b, inf_a=self.inf_a, inf_b=self.inf_b, worst=self._worst_out(shape),
@@ -575,9 +600,13 @@ def _convert(r: np.ndarray, out: np.ndarray) -> np.ndarray:
     return out
 
 
-def _key(bits: int, mag: int) -> int:
-    """A float's place on the monotonic integer line (-0.0 -> -1, +0.0 -> 0)."""
-    return bits if bits >= 0 else -(bits & mag) - 1
+def _ulps_apart(ia: np.ndarray, ib: np.ndarray, mag: int) -> int:
+    """Max ULP distance of raw-bit pairs: on the monotonic line (-0.0 at -1, +0.0 at 0)."""
+    if ia.size == 0:
+        return 0
+    wide = (ia.astype(np.int64), ib.astype(np.int64))
+    ka, kb = (np.where(v < 0, -(v & mag) - 1, v) for v in wide)
+    return int((np.maximum(ka, kb).view(np.uint64) - np.minimum(ka, kb).view(np.uint64)).max())
 
 
 def _absdiff(xa: np.ndarray, ya: np.ndarray) -> np.ndarray:
@@ -588,7 +617,7 @@ def _reldiff(xa: np.ndarray, ya: np.ndarray) -> np.ndarray:
     return np.abs(xa - ya) / np.maximum(np.abs(xa), np.abs(ya))  # 0/0 -> NaN, dropped
 
 
-def _exact(x: np.ndarray, y: np.ndarray, c: Any, f: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> float:
+def _exact(x: np.ndarray, y: np.ndarray, c: Any, f: Callable[..., np.ndarray]) -> float:
     """``max f(a, b)`` in float64 over the candidate elements ``c`` (-inf if there are none)."""
     v = f(x[c].astype(np.float64), y[c].astype(np.float64))
     v = v[~np.isnan(v)]
@@ -644,7 +673,8 @@ def _bits_differ(ra: np.ndarray, rb: np.ndarray) -> np.ndarray:
         return np.not_equal(ra.view(f"u{size}"), rb.view(f"u{size}"))
     if size == 0:
         return np.zeros(ra.size, np.bool_)
-    return np.any(ra.view(np.uint8).reshape(-1, size) != rb.view(np.uint8).reshape(-1, size), axis=1)
+    rows_a, rows_b = (v.view(np.uint8).reshape(-1, size) for v in (ra, rb))
+    return np.any(rows_a != rows_b, axis=1)
 
 
 def _not_equal(ra: np.ndarray, rb: np.ndarray) -> np.ndarray:

@@ -37,12 +37,14 @@ _AMP_CAST = re.compile(r"^(?P<src>.+)-(?P<slot>\d+)-CastTo(?P<to>Bf16|Fp16|Fp32)
 
 
 def evaluate(p: Planned, cap_a: Capture | None, cap_b: Capture | None, out: Path, tolerance: Tolerance,
-             quiet: Console, command: str) -> dict[str, Any]:
+             quiet: Console, command: str, *, quick: bool = False) -> dict[str, Any]:
+    """Measure one planned experiment (``quick``: no plain-output replays once the captures
+    already show a divergence)."""
     result = _skeleton(p, cap_a, cap_b)
     if p.kind == "skipped" or cap_a is None or cap_b is None:
         return result
     if p.kind == "compare":
-        _compare(result, p, cap_a, cap_b, out, tolerance, quiet, command)
+        _compare(result, p, cap_a, cap_b, out, tolerance, quiet, command, quick)
     elif p.kind == "repeat_process":
         _repeat(result, p, cap_a, out, tolerance, quiet)
     else:
@@ -126,7 +128,7 @@ def _worse(*verdicts: str) -> str:
 
 
 def _compare(result: dict[str, Any], p: Planned, cap_a: Capture, cap_b: Capture, out: Path, tolerance: Tolerance,
-             quiet: Console, command: str) -> None:
+             quiet: Console, command: str, quick: bool) -> None:
     comparison = compare(str(cap_a.path), str(cap_b.path), out, tolerance=tolerance, force=True, console=quiet,
                          command=command)
     report = comparison.report
@@ -140,6 +142,10 @@ def _compare(result: dict[str, Any], p: Planned, cap_a: Capture, cap_b: Capture,
     result["first_divergence"] = _first(report)
     if all(c.manifest["observer_effect"]["outputs_identical"] for c in (cap_a, cap_b)):
         return  # plain == instrumented on both sides: the captured outputs are the plain outputs
+    if quick and report["verdict"] == "diverged":
+        result["notes"].append("--quick: the outputs are compared as captured (instrumented); a side's plain run "
+                               "differs from its instrumented run, so the plain outputs may differ by another amount")
+        return
     plain = _plain_outputs(cap_a, cap_b, out / "plain", quiet, tolerance)
     plain_verdict = _verdict(plain, tolerance)
     result["plain_outputs"] = {"verdict": plain_verdict, "max_abs": {k: m.max_abs for k, m in plain.items()}}
@@ -165,13 +171,23 @@ def _max_of(values: Any) -> float | None:
 
 
 def _first(report: dict[str, Any]) -> dict[str, Any] | None:
-    first = report.get("first_divergence_beyond_tolerance") or report.get("first_divergence")
+    """The report's first divergence (the first bitwise origin, as in report.json), with the
+    first origin beyond tolerance beside it when that is another op."""
+    first = report.get("first_divergence") or report.get("first_divergence_beyond_tolerance")
     if not first:
         return None
-    iso = first.get("isolation") or {}
-    return {"node": first["node"], "op": first["op"], "max_abs": first.get("max_abs"), "max_rel": first.get("max_rel"),
-            "level": first.get("level"), "rewrite": first.get("rewrite"), "isolation": iso.get("verdict"),
-            "isolation_detail": iso.get("detail"), "observed": "captures"}
+    out = _origin_summary(first)
+    beyond = report.get("first_divergence_beyond_tolerance")
+    if beyond and beyond["node"] != first["node"]:
+        out["beyond_tolerance"] = _origin_summary(beyond)
+    return out
+
+
+def _origin_summary(origin: dict[str, Any]) -> dict[str, Any]:
+    iso = origin.get("isolation") or {}
+    return {"node": origin["node"], "op": origin["op"], "max_abs": origin.get("max_abs"),
+            "max_rel": origin.get("max_rel"), "level": origin.get("level"), "rewrite": origin.get("rewrite"),
+            "isolation": iso.get("verdict"), "isolation_detail": iso.get("detail"), "observed": "captures"}
 
 
 def _plain_outputs(cap_a: Capture, cap_b: Capture, work: Path, quiet: Console,
@@ -206,7 +222,7 @@ def _unobserved(comparison: Comparison, cap_a: Capture, cap_b: Capture, work: Pa
             if va.shape == vb.shape:
                 metrics[a] = compare_arrays(va, vb, rtols=(tolerance.rtol,))
     divergence = classify(comparison.view_a.graph, comparison.alignment, metrics, tolerance)
-    origin = divergence.first_beyond_tolerance or divergence.first_bitwise
+    origin = divergence.first_bitwise or divergence.first_beyond_tolerance
     converted = _converted_ops(comparison.view_a.graph, cap_a, cap_b)
     if origin is None or origin.metrics is None:
         return None, converted

@@ -114,14 +114,15 @@ class _Reader:
             raise self.error(f"expected {' or '.join(repr(t) for t in texts)}, found "
                              f"{repr(token[1]) if token else 'the end of the file'}")
 
-    def message(self, closing: str | None) -> list[tuple[str, Any, int]]:
+    def message(self, closing: str | None, opened_at: int = 0) -> list[tuple[str, Any, int]]:
         """``name: scalar``, ``name: [a, b]`` and ``name { ... }`` entries up to ``closing``."""
         entries: list[tuple[str, Any, int]] = []
         while True:
             token = self.peek()
             if token is None:
                 if closing is not None:
-                    raise self.error(f"missing {closing!r}")
+                    opening = self.text[opened_at]
+                    raise self.error(f"unclosed {opening!r} (no matching {closing!r})", opened_at)
                 return entries
             if token[0] == "punct" and token[1] == closing:
                 self.i += 1
@@ -130,15 +131,14 @@ class _Reader:
                 raise self.error(f"expected a field name, found {token[1]!r}")
             self.i += 1
             name, offset = token[1], token[2]
-            if self.take(":"):
-                if self.take("{", "<"):
-                    entries.append((name, self.message("}" if self.tokens[self.i - 1][1] == "{" else ">"), offset))
-                elif self.take("["):
-                    entries.extend((name, value, offset) for value in self.list_values())
-                else:
-                    entries.append((name, self.scalar(), offset))
-            elif self.take("{", "<"):
-                entries.append((name, self.message("}" if self.tokens[self.i - 1][1] == "{" else ">"), offset))
+            colon = self.take(":")
+            if self.take("{", "<"):
+                brace = self.tokens[self.i - 1]
+                entries.append((name, self.message("}" if brace[1] == "{" else ">", brace[2]), offset))
+            elif colon and self.take("["):
+                entries.extend((name, value, offset) for value in self.list_values())
+            elif colon:
+                entries.append((name, self.scalar(), offset))
             else:
                 raise self.error(f"expected ':' or '{{' after {name!r}")
             self.take(",", ";")

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .artifacts import Artifact, ArtifactRef, Signature, build_opgraph, load, value_source
+from .artifacts import Artifact, ArtifactRef, Signature, load
+from .graphload import build_opgraph, value_source
 from .graphdiff import GraphDiff, diff_graphs
 from .opgraph import OpGraph
 

@@ -34,6 +34,7 @@ __all__ = ["run_child", "capture"]
 PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 STDERR_TAIL_LINES = 15
 PROGRESS_AFTER_S = 1.0  # no progress bar for captures quicker than this
+HEARTBEAT_S = 0.25  # how often a quiet child is checked on (deadline, progress bar)
 
 
 def run_child(
@@ -103,6 +104,8 @@ def _follow(
         for line in _lines(proc, deadline):
             if not progress.live.is_started and time.monotonic() - started > PROGRESS_AFTER_S:
                 progress.start()
+            if not line.strip():
+                continue  # a heartbeat or an empty line
             try:
                 event = json.loads(line)
             except json.JSONDecodeError:
@@ -135,7 +138,8 @@ def _lines(proc: subprocess.Popen, deadline: float | None) -> Iterator[str]:
     """The child's stdout, line by line, until it exits; raises TimeoutError at the deadline.
 
     Reads the raw pipe (``os.read`` after ``select``), so no line can sit in a Python buffer
-    while ``select`` says there is nothing to read.
+    while ``select`` says there is nothing to read. Yields ``""`` after every quiet
+    HEARTBEAT_S, so the caller can bring up the progress bar while the child is busy.
     """
     assert proc.stdout is not None
     fd = proc.stdout.fileno()
@@ -144,7 +148,7 @@ def _lines(proc: subprocess.Popen, deadline: float | None) -> Iterator[str]:
     pending = b""
     try:
         while True:
-            wait = 1.0 if deadline is None else min(1.0, deadline - time.monotonic())
+            wait = HEARTBEAT_S if deadline is None else min(HEARTBEAT_S, deadline - time.monotonic())
             if wait <= 0:
                 raise TimeoutError
             if selector.select(timeout=wait):
@@ -155,6 +159,8 @@ def _lines(proc: subprocess.Popen, deadline: float | None) -> Iterator[str]:
                 yield from (line.decode("utf-8", "replace") for line in lines)
             elif proc.poll() is not None:
                 break
+            else:
+                yield ""
         if pending:
             yield pending.decode("utf-8", "replace")
         while proc.poll() is None:  # stdout is closed; wait for the exit status within the deadline

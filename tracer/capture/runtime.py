@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._tf import tf
-from ..artifacts import Artifact, Signature, build_opgraph, load
+from ..artifacts import Artifact, Signature, load
+from ..graphload import build_opgraph
 from ..errors import TftraceError
 from ..opgraph import OpGraph
 from ..runspec import Side, parse_device

@@ -1,0 +1,282 @@
+"""`tftrace diagnose` on the sample detector: each factor's verdict, where it starts, what it costs.
+
+The slow tests run the real matrix (captures, replays and isolations in child processes), once
+per module. Expectations measured on tensorflow-cpu 2.21 on this 2-core AVX2 machine (no
+AVX512: oneDNN is off by default here, and conftest pins TF_ENABLE_ONEDNN_OPTS=0 anyway).
+The parsing of TF Serving's batching file and the answers' wording rules are fast tests.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import assert_user_error, run_cli
+from tracer.answers import FACTOR_TITLES, build_answers
+from tracer.errors import TftraceError
+from tracer.experiments import GPU_FACTORS, QUICK_FACTORS
+from tracer.serving import pad_requests, padding_groups, parse_batching_parameters, round_up_to_allowed
+
+REPEATED_STYLE = """# TF Serving --batching_parameters_file
+max_batch_size { value: 8 }
+batch_timeout_micros { value: 0 }
+num_batch_threads { value: 4 }
+allowed_batch_sizes: 2
+allowed_batch_sizes: 8
+pad_variable_length_inputs: true
+"""
+LIST_STYLE = "max_batch_size: 8; allowed_batch_sizes: [2, 8], num_batch_threads { value: 4 }"
+FULL_ONLY = ("repeat,batch,export,onednn,mixed_precision,serving_batching,"
+             "device,autotune,determinism,tf32,layout_optimizer,atomics")
+
+
+# ---- fast: TF Serving's batching file and padding ---------------------------------------------
+
+
+def test_batching_file_in_both_repeated_field_styles():
+    repeated = parse_batching_parameters(REPEATED_STYLE, "batching.txt")
+    listed = parse_batching_parameters(LIST_STYLE, "batching.txt")
+    assert repeated.allowed_batch_sizes == listed.allowed_batch_sizes == (2, 8)
+    assert repeated.max_batch_size == listed.max_batch_size == 8
+    assert repeated.num_batch_threads == listed.num_batch_threads == 4
+    assert repeated.batch_timeout_micros == 0 and repeated.pad_variable_length_inputs is True
+    assert repeated.emulated_sizes() == (2, 8)
+    assert parse_batching_parameters("max_batch_size { value: 16 }").emulated_sizes() == (16,)
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("max_batch_size { value: 8 ", "unclosed '{' (no matching '}') at line 1, column 16"),
+        ("allowed_batch_sizes: [2, 8", "expected ',', found the end of the file"),
+        ("max_batch_size 8", "expected ':' or '{' after 'max_batch_size'"),
+        ("allowed_batch_sizes: 8, 2\nmax_batch_size: 8", "expected a field name, found '2' at line 1"),
+        ("max_batch_size: 8\nallowed_batch_sizes: [2, 4]", "last allowed_batch_sizes entry (4) must equal max_batch_size (8)"),
+        ("max_batch_size: 8\nallowed_batch_sizes: [8, 2]", "must increase strictly"),
+        ("max_batch_size { value: 8 value: 9 }", "must hold exactly one `value: ...`"),
+    ],
+)
+def test_batching_files_the_server_would_refuse_are_refused(text, fragment):
+    with pytest.raises(TftraceError) as info:
+        parse_batching_parameters(text, "b.txt")
+    assert fragment in str(info.value), str(info.value)
+    assert "b.txt" in str(info.value)
+
+
+def test_padding_repeats_each_request_row_as_the_server_pads():
+    rows = np.arange(6, dtype=np.float32).reshape(2, 3)
+    padded = pad_requests({"x": rows}, 4)["x"]
+    assert padded.shape == (8, 3)
+    assert np.array_equal(padded[:4], np.repeat(rows[:1], 4, axis=0))
+    assert np.array_equal(padded[4:], np.repeat(rows[1:], 4, axis=0))
+    assert padding_groups((2, 8)) == [(8, (2, 8))]  # batches of 2 over rows repeated 8 times: still self-padded
+    assert padding_groups((3, 50)) == [(3, (3,)), (50, (50,))]
+    assert [round_up_to_allowed(n, (2, 8)) for n in (1, 2, 3, 8)] == [2, 2, 8, 8]
+
+
+def test_answers_name_only_the_factors_that_diverged():
+    lat = {"median": 2.0, "min": 1.9, "max": 2.2, "runs": 5, "batch_rows": 1, "per_row_median": 2.0}
+    slow = dict(lat, median=3.0, min=2.9, max=3.1, per_row_median=3.0)
+
+    def exp(name, factor, verdict, diff, remedy=None):
+        return {"name": name, "factor": factor, "verdict": verdict, "max_abs_output_diff": diff,
+                "first_divergence": None, "a": {"describe": "A side"}, "b": {"describe": "B side"},
+                "latency_ms": {"a": lat, "b": slow}, "latency_basis": "per run", "cost_pct": 50.0, "remedy": remedy,
+                "skipped": None, "settings": None}
+
+    answers = build_answers([
+        exp("onednn", "onednn", "diverged", 1e-6, remedy="pin it"),
+        exp("xla", "xla", "within_tolerance", 1e-7, remedy="no jit"),
+        exp("threads", "threads", "identical", 0.0, remedy="one thread"),
+        exp("batch_1_vs_8", "batch", "diverged", 4e-7),
+    ], {"atol": 1e-6, "rtol": 1e-5})
+    assert answers["factors"] == ["onednn", "batch"]  # ranked by effect
+    text = " ".join(answers["why"] + answers["prevent"] + answers["cost"])
+    assert "**oneDNN**" in answers["why"][0] and "**Batch size**" in answers["why"][1]
+    for other in ("xla", "threads"):
+        assert FACTOR_TITLES[other] not in text
+    assert answers["cost"][0].endswith("The remedy (B side) costs +50.0% on this machine.")
+
+
+def test_unparsable_batching_file_is_refused_before_anything_runs(tmp_path):
+    bad = tmp_path / "batching.txt"
+    bad.write_text("max_batch_size { value: 8\nallowed_batch_sizes: 2\n")
+    proc = run_cli("diagnose", "any_model", "--serving-batching", str(bad), "--out", str(tmp_path / "d"))
+    assert_user_error(proc, "does not parse: unclosed '{'", "line 1, column 16", "protobuf text format")
+    assert not (tmp_path / "d").exists()
+
+
+def test_unknown_factor_lists_the_known_ones(tmp_path):
+    proc = run_cli("diagnose", "any_model", "--only", "batch,fp8", "--out", str(tmp_path / "d"))
+    assert_user_error(proc, "unknown factor(s) fp8", "repeat, batch, export, observation, onednn")
+
+
+# ---- slow: the matrix on the detector ---------------------------------------------------------
+
+
+def _by_name(doc: dict) -> dict[str, dict]:
+    return {e["name"]: e for e in doc["experiments"]}
+
+
+@pytest.fixture(scope="module")
+def full(models, tmp_path_factory):
+    """detector checkpoint + its SavedModel, batch sizes 1 and 4, a TF Serving batching file.
+
+    Batch 4, not 8: with oneDNN off on this CPU, batch 4 vs 1 leaves every convolution identical
+    and first differs at dense/MatMul (the GEMM's blocking depends on the row count), while at
+    batch 8 Eigen's convolution already differs on the last row, so the MatMul is not first.
+    """
+    tmp = tmp_path_factory.mktemp("diagnose")
+    batching = tmp / "batching.txt"
+    batching.write_text(REPEATED_STYLE)
+    out = tmp / "out"
+    proc = run_cli("diagnose", str(models["detector_ckpt"]), "--savedmodel", str(models["detector"]),
+                   "--batch-sizes", "1,4", "--only", FULL_ONLY, "--serving-batching", str(batching), "--out", str(out))
+    assert proc.returncode == 1, proc.stderr
+    return json.loads((out / "diagnosis.json").read_text()), out, proc
+
+
+@pytest.mark.slow
+def test_repeats_and_the_faithful_export_are_identical(full):
+    doc, _, _ = full
+    exps = _by_name(doc)
+    for name in ("repeat_same_process", "repeat_fresh_process", "ckpt_vs_savedmodel_batch_1",
+                 "ckpt_vs_savedmodel_batch_4"):
+        assert exps[name]["verdict"] == "identical", exps[name]
+        assert exps[name]["max_abs_output_diff"] == 0.0
+        assert exps[name]["first_divergence"] is None
+
+
+@pytest.mark.slow
+def test_onednn_and_batch_diverge_batch_at_the_matmuls_own_kernel(full):
+    exps = _by_name(full[0])
+    assert exps["onednn"]["verdict"] == "diverged"
+    assert exps["onednn"]["settings"]["a"]["onednn"] == "on" and exps["onednn"]["settings"]["b"]["onednn"] == "off"
+    batch = exps["batch_1_vs_4"]
+    assert batch["verdict"] == "diverged"
+    assert batch["settings"]["a"]["onednn"] == batch["settings"]["b"]["onednn"] == "off"
+    first = batch["first_divergence"]
+    assert (first["node"], first["op"], first["isolation"]) == ("dense/MatMul", "MatMul", "own_error")
+
+
+@pytest.mark.slow
+def test_bf16_amp_diverges_from_a_converted_op(full):
+    """With oneDNN off TF does not run the bfloat16 rewrite at all, so the experiment turns
+    oneDNN on for both sides; observed op by op, the first difference is the batch norm fed by
+    the first converted convolution."""
+    amp = _by_name(full[0])["mixed_precision"]
+    assert amp["verdict"] == "diverged"
+    assert amp["settings"]["a"]["onednn"] == amp["settings"]["b"]["onednn"] == "on"
+    assert amp["settings"]["a"]["mixed_precision"] == "on" and amp["settings"]["b"]["mixed_precision"] == "off"
+    assert max(amp["outputs"].values()) == 0.0  # observing every tensor keeps them all in float32
+    assert amp["plain_outputs"]["verdict"] == "diverged"
+    assert amp["converted_ops"][0] == "block1/conv/Conv2D"
+    first = amp["first_divergence"]
+    assert first["observed"] == "fetch-alone replays"
+    assert first["node"] == "block1/bn/FusedBatchNormV3" and first["node"] in amp["converted_ops"]
+
+
+@pytest.mark.slow
+def test_gpu_experiments_are_listed_as_skipped_with_the_reason(full):
+    exps = _by_name(full[0])
+    for factor in GPU_FACTORS:
+        matching = [e for e in exps.values() if e["factor"] == factor]
+        assert len(matching) == 1, factor
+        assert matching[0]["skipped"] == "no GPU: TensorFlow 2.21.0 here is a CPU-only build (is_cuda_build false)"
+        assert matching[0]["verdict"] is None and matching[0]["latency_ms"] is None
+    assert "no GPU: TensorFlow 2.21.0 here is a CPU-only build" in full[2].stdout
+
+
+@pytest.mark.slow
+def test_serving_batching_file_is_honoured(full):
+    doc, out, _ = full
+    exps = _by_name(doc)
+    serving = sorted(n for n in exps if n.startswith("serving_batching"))
+    assert serving == ["serving_batching_2", "serving_batching_8"]
+    for size in (2, 8):
+        exp = exps[f"serving_batching_{size}"]
+        assert exp["settings"]["a"]["batch"] == 1 and exp["settings"]["b"]["batch"] == size
+        assert exp["verdict"] == "diverged" and exp["first_divergence"]["node"] == "dense/MatMul"
+    padded = np.load(out / "serving_inputs_x8.npz")["images"]
+    assert padded.shape == (16, 64, 64, 3)  # 2 requests, each followed by 7 copies of itself
+    assert all(np.array_equal(padded[i], padded[8 * (i // 8)]) for i in range(16))
+
+
+@pytest.mark.slow
+def test_answers_name_the_diverged_factors_and_only_those(full):
+    doc, _, proc = full
+    diverged = {e["factor"] for e in doc["experiments"] if e["verdict"] == "diverged"}
+    assert diverged == {"batch", "onednn", "mixed_precision", "serving_batching"}
+    answers = doc["answers"]
+    assert set(answers["factors"]) == diverged and answers["source"] == "diagnosis"
+    why = " ".join(answers["why"])
+    for factor, title in FACTOR_TITLES.items():
+        assert (f"**{title}**" in why) == (factor in diverged), factor
+    assert "`dense/MatMul` (MatMul), whose own kernel differs given identical inputs" in why
+    assert len(answers["prevent"]) == len(answers["cost"]) == 4
+    assert "Why" in proc.stdout and "How to prevent it" in proc.stdout and "What it costs" in proc.stdout
+
+
+@pytest.mark.slow
+def test_every_latency_is_positive_and_the_cost_comes_from_them(full):
+    for exp in full[0]["experiments"]:
+        if exp["skipped"]:
+            continue
+        lat = exp["latency_ms"]
+        key = "per_row_median" if exp["latency_basis"] == "per example" else "median"
+        assert lat["a"][key] > 0 and lat["b"][key] > 0, exp["name"]
+        assert lat["a"]["runs"] >= 5 and lat["a"]["min"] <= lat["a"]["median"] <= lat["a"]["max"]
+        assert exp["cost_pct"] == round((lat["b"][key] - lat["a"][key]) / lat["a"][key] * 100, 2), exp["name"]
+    assert _by_name(full[0])["batch_1_vs_4"]["latency_basis"] == "per example"
+
+
+@pytest.mark.slow
+def test_diagnosis_contract_and_report_on_top(full):
+    doc, out, _ = full
+    for exp in doc["experiments"]:
+        for key in ("name", "factor", "a", "b", "verdict", "max_abs_output_diff", "first_divergence", "latency_ms",
+                    "cost_pct", "skipped"):
+            assert key in exp, (exp["name"], key)
+    assert set(doc["answers"]) >= {"why", "prevent", "cost"}
+    report = json.loads((out / "report.json").read_text())
+    assert report["answers"] == doc["answers"]
+    assert report["diagnosis"]["experiments"] == doc["experiments"]
+    assert report["verdict"] == "diverged" and doc["report_experiment"] in _by_name(doc)
+    assert (out / "report.html").exists() and (out / "report.md").exists()
+    shared = {e["a"]["capture"] for e in doc["experiments"] if e["name"] in ("repeat_fresh_process", "batch_1_vs_4",
+                                                                              "ckpt_vs_savedmodel_batch_1")}
+    assert len(shared) == 1  # the base side is captured once and shared
+    assert (out / "experiments" / "batch_1_vs_4" / "report.json").exists()
+
+
+@pytest.mark.slow
+def test_quick_runs_its_subset_and_shows_progress(models, tmp_path):
+    out = tmp_path / "quick"
+    proc = run_cli("diagnose", str(models["detector_ckpt"]), "--savedmodel", str(models["detector"]), "--quick",
+                   "--out", str(out))
+    assert proc.returncode == 1, proc.stderr
+    doc = json.loads((out / "diagnosis.json").read_text())
+    ran = {e["factor"] for e in doc["experiments"] if not e["skipped"]}
+    assert ran == set(QUICK_FACTORS)
+    assert {e["name"] for e in doc["experiments"] if e["factor"] == "export" and not e["skipped"]} == \
+        {"ckpt_vs_savedmodel_batch_1"}
+    assert "capturing the base side" in proc.stderr and "batch_1_vs_8: diverged" in proc.stderr
+    print(f"--quick wall time: {doc['timings']['total_s']} s")  # measured: see the report of issue 6
+
+
+@pytest.mark.slow
+def test_a_stateful_graph_repeats_differently_because_of_its_state(real_models, tmp_path):
+    out = tmp_path / "counter"
+    proc = run_cli("diagnose", str(real_models["counter"]), "--signature", "incr_counter", "--only", "repeat",
+                   "--out", str(out))
+    assert proc.returncode == 1, proc.stderr
+    exps = _by_name(json.loads((out / "diagnosis.json").read_text()))
+    same = exps["repeat_same_process"]
+    assert same["verdict"] == "diverged" and same["max_abs_output_diff"] == 1.0
+    assert same["attribution"] == "state" and same["state_ops"] == ["incr_counter_op/AssignAdd"]
+    assert exps["repeat_fresh_process"]["verdict"] == "identical"  # each process restores the same state
+    why = json.loads((out / "diagnosis.json").read_text())["answers"]["why"]
+    assert len(why) == 1 and why[0].startswith("**State**") and "not kernel nondeterminism" in why[0]
