@@ -107,14 +107,13 @@ def _settings_agree(exp: dict[str, Any], factor: str, value: Any | None) -> bool
 def _still_leaves(factor: str, exp: dict[str, Any], diverged: dict[str, list[dict[str, Any]]]) -> list[str]:
     """Other diverged factors measured with this factor's remedy in effect on both sides."""
     if factor in SETTING_REMEDIES:
-        value = ((exp.get("settings") or {}).get("b") or {}).get(factor)
+        setting, value, same_cause = factor, ((exp.get("settings") or {}).get("b") or {}).get(factor), {factor}
     elif factor in SHAPE_REMEDIES:
-        factor, value = "batch", None
+        setting, value, same_cause = "batch", None, SHAPE_REMEDIES  # any one fixed shape will do
     else:
         return []
     return [FACTOR_TITLES[other] for other, exps in diverged.items()
-            if other != exp["factor"] and other not in SHAPE_REMEDIES | {exp["factor"]}
-            and any(_settings_agree(e, factor, value) for e in exps)]
+            if other not in same_cause and any(_settings_agree(e, setting, value) for e in exps)]
 
 
 def _prevent(factor: str, exps: list[dict[str, Any]], diverged: dict[str, list[dict[str, Any]]]) -> str:
@@ -158,7 +157,7 @@ def _pct(pct: float) -> str:
     return f"costs {pct:+.1f}%" if pct >= 0 else f"is {-pct:.1f}% faster"
 
 
-def _cost(factor: str, exps: list[dict[str, Any]]) -> str | None:
+def _cost(factor: str, exps: list[dict[str, Any]], noise_pct: float | None) -> str | None:
     measured = [e for e in exps if e.get("cost_pct") is not None and e.get("latency_ms") and not e.get("attribution")]
     if not measured or factor in ("repeat", "observation"):  # nothing to set, so nothing to pay
         return None
@@ -166,18 +165,37 @@ def _cost(factor: str, exps: list[dict[str, Any]]) -> str | None:
     lat, basis, pct = worst["latency_ms"], worst.get("latency_basis", "per run"), worst["cost_pct"]
     a, b = worst["a"]["describe"], worst["b"]["describe"]
     both = f"{a}: {_latency_text(lat['a'], basis)}; {b}: {_latency_text(lat['b'], basis)}"
-    noise = " — within the timing noise (the two ranges overlap)" if basis == "per run" and _overlap(lat["a"], lat["b"]) \
-        else ""
+    if noise_pct is not None:
+        quiet = abs(pct) <= noise_pct
+        noise = f" — within the timing noise (±{noise_pct:.1f}% between two identical runs)" if quiet else ""
+    else:
+        noise = " — within the timing noise (the two ranges overlap)" if basis == "per run" and \
+            _overlap(lat["a"], lat["b"]) else ""
     title = FACTOR_TITLES[factor]
     if factor == "batch":
         return (f"{title}: {both}. Per example, batch {lat['b'].get('batch_rows')} {_pct(pct)} compared with batch "
-                f"{lat['a'].get('batch_rows')}: the throughput at stake when every request must run at one fixed shape.")
+                f"{lat['a'].get('batch_rows')}: the throughput at stake when every request must run at one fixed "
+                "shape.")
     if factor == "serving_batching":
         return (f"{title}: {both}. Padding a request {_pct(pct)} in latency; turning batching off instead costs the "
                 "server the throughput of merged requests.")
     if worst.get("remedy"):
-        return f"{title}: {both}. The remedy ({b}) {_pct(pct)} on this machine{noise}."
+        return f"{title}: {both}. Choosing {b} {_pct(pct)} on this machine{noise}."
     return f"{title}: no setting to pay for; {both} ({pct:+.1f}%){noise}."
+
+
+def _noise_pct(ran: list[dict[str, Any]]) -> float | None:
+    """How much two captures of one side differ in median latency: the floor below which a
+    measured cost means nothing (the fresh-process repeat measures exactly that)."""
+    repeats = [abs(e["cost_pct"]) for e in ran if e["name"] == "repeat_fresh_process" and e.get("cost_pct") is not None]
+    return repeats[0] if repeats else None
+
+
+def _noise_line(noise_pct: float | None) -> list[str]:
+    if noise_pct is None:
+        return []
+    return [f"Timing noise: two captures of the same side differ by {noise_pct:.1f}% in median latency on this "
+            "machine now (repeat in a fresh process); smaller costs are not significant."]
 
 
 def build_answers(experiments: list[dict[str, Any]], tolerance: dict[str, Any]) -> dict[str, Any]:
@@ -188,6 +206,7 @@ def build_answers(experiments: list[dict[str, Any]], tolerance: dict[str, Any]) 
             diverged.setdefault(exp["factor"], []).append(exp)
     order = sorted(diverged, key=lambda f: -max(_effect(e) for e in diverged[f]))
     ran = [e for e in experiments if not e.get("skipped")]
+    noise_pct = _noise_pct(ran)
     if not order:
         return {
             "why": [f"None of the {len(ran)} experiments that ran changes the outputs beyond the tolerance "
@@ -198,8 +217,9 @@ def build_answers(experiments: list[dict[str, Any]], tolerance: dict[str, Any]) 
     return {
         "why": [_why(f, diverged[f]) for f in order],
         "prevent": [_prevent(f, diverged[f], diverged) for f in order],
-        "cost": [c for c in (_cost(f, diverged[f]) for f in order) if c],
+        "cost": [c for c in (_cost(f, diverged[f], noise_pct) for f in order) if c] + _noise_line(noise_pct),
         "source": "diagnosis",
+        "timing_noise_pct": noise_pct,
         "factors": order,
         "factor_descriptions": {f: FACTORS[f] for f in order},
     }

@@ -120,24 +120,31 @@ def diagnose(
     device: str = "cpu",
     inputs_file: str | None = None,
     examples: int | None = None,
+    seed: int = 0,
     quick: bool = False,
     only: tuple[str, ...] | str = (),
     serving_batching: str | None = None,
     serving_session_config: str | None = None,
     atol: float = 1e-6,
     rtol: float = 1e-5,
+    timing_runs: int | None = None,
     force: bool = False,
     console: Console | None = None,
 ) -> Diagnosis:
-    """Run the experiment matrix on ``model`` (and ``savedmodel``); see the module docstring."""
+    """Run the experiment matrix on ``model`` (and ``savedmodel``); see the module docstring.
+
+    ``model``/``savedmodel`` are paths or :class:`ArtifactRef` (for another tag or signature);
+    ``only`` names factors of :data:`tracer.experiments.FACTORS`. Progress goes to ``console``
+    (stderr by default); the result is also in ``out_dir/diagnosis.json``.
+    """
     ref = model if isinstance(model, ArtifactRef) else ArtifactRef(str(model))
     sm = savedmodel if isinstance(savedmodel, ArtifactRef) or savedmodel is None else ArtifactRef(str(savedmodel))
     options = DiagnoseOptions(
         model=ref, out_dir=Path(out_dir), savedmodel=sm, batch_sizes=tuple(batch_sizes), device=device,
-        inputs_file=inputs_file, examples=examples, quick=quick,
+        inputs_file=inputs_file, examples=examples, seed=seed, quick=quick,
         only=parse_factors(only) if isinstance(only, str) else parse_factors(",".join(only)),
         serving_batching=serving_batching, serving_session_config=serving_session_config,
-        tolerance=Tolerance(atol, rtol), force=force,
+        tolerance=Tolerance(atol, rtol), timing_runs=timing_runs, force=force,
     )
     return run_diagnosis(options, console)
 
@@ -151,7 +158,12 @@ class _Progress:
     def step(self, text: str) -> None:
         self.done += 1
         count = f"{self.done}/{self.total}" if self.total else str(self.done)
-        self.console.print(f"[{count}] {text}  ({time.monotonic() - self.started:.0f} s)", highlight=False, markup=False)
+        elapsed = time.monotonic() - self.started
+        self.console.print(f"[{count}] {text}  ({elapsed:.0f} s)", highlight=False, markup=False)
+
+    def start(self, text: str) -> None:
+        """An experiment starts (two run at once, so their results come back in any order)."""
+        self.console.print(f"  -> {text}", highlight=False, markup=False)
 
 
 class _Captures:
@@ -174,6 +186,7 @@ class _Captures:
 
 
 def run_diagnosis(options: DiagnoseOptions, console: Console | None = None) -> Diagnosis:
+    """The five steps of the module docstring; raises TftraceError for the user's mistakes."""
     started = time.monotonic()
     console = console or Console(stderr=True)
     quiet = Console(file=io.StringIO())  # the children's own progress bars would fight ours
@@ -217,7 +230,8 @@ def run_diagnosis(options: DiagnoseOptions, console: Console | None = None) -> D
 def _check_inputs(options: DiagnoseOptions) -> BatchingParameters | None:
     sizes = options.batch_sizes
     if not sizes or any(n < 1 for n in sizes):
-        raise TftraceError(f"--batch-sizes {','.join(map(str, sizes))} must be positive integers", "e.g. --batch-sizes 1,8")
+        raise TftraceError(f"--batch-sizes {','.join(map(str, sizes))} must be positive integers",
+                           "e.g. --batch-sizes 1,8")
     if options.examples is not None and options.examples < max(sizes) and not options.inputs_file:
         raise TftraceError(
             f"--examples {options.examples} is smaller than batch size {max(sizes)}: that batch would run "
@@ -248,7 +262,8 @@ def _prepare_out_dir(out: Path, force: bool) -> None:
         raise TftraceError(f"--out {out} is a file", "choose a directory")
     if out.exists() and any(out.iterdir()):
         if not force:
-            raise TftraceError(f"output directory {out} is not empty", "choose another --out, or pass --force to replace it")
+            raise TftraceError(f"output directory {out} is not empty",
+                               "choose another --out, or pass --force to replace it")
         if not (out / "diagnosis.json").exists() and not (out / "captures").exists():
             raise TftraceError(f"--force would replace {out}, which does not look like a tftrace diagnosis directory",
                                "choose an empty or new --out directory")
@@ -269,12 +284,13 @@ def _base_side(options: DiagnoseOptions) -> Side:
 def _check_example_count(base: Capture, options: DiagnoseOptions) -> None:
     count = int(base.manifest["examples"]["count"])
     if options.inputs_file and base.manifest["examples"]["batch_major"] and count < max(options.batch_sizes):
-        raise TftraceError(f"{options.inputs_file} holds {count} example(s), fewer than batch size {max(options.batch_sizes)}",
-                           "give more examples, or smaller --batch-sizes")
+        raise TftraceError(f"{options.inputs_file} holds {count} example(s), fewer than batch size "
+                           f"{max(options.batch_sizes)}", "give more examples, or smaller --batch-sizes")
 
 
 def _plan_context(options: DiagnoseOptions, base: Capture, base_side: Side, factors: tuple[str, ...],
-                  batching: BatchingParameters | None, session_config: tuple[str, str] | None, out: Path) -> PlanContext:
+                  batching: BatchingParameters | None, session_config: tuple[str, str] | None,
+                  out: Path) -> PlanContext:
     env = base.manifest["environment"]
     gpu_needed = any(f in GPU_FACTORS for f in factors)
     ctx = PlanContext(
@@ -333,6 +349,7 @@ def _runs_to_capture(planned: list[Planned], captures: _Captures) -> list[tuple[
 def _evaluate_all(planned: list[Planned], captures: _Captures, options: DiagnoseOptions, out: Path,
                   quiet: Console, progress: _Progress) -> list[dict[str, Any]]:
     def one(p: Planned) -> dict[str, Any]:
+        progress.start(f"{p.name}: {p.a.describe if p.a else ''} vs {p.b.describe if p.b else ''}")
         cap_a = captures.get(p.a) if p.a else None
         cap_b = captures.get(p.b) if p.b else None
         result = evaluate(p, cap_a, cap_b, out / "experiments" / p.name, options.tolerance, quiet, options.command,
@@ -340,8 +357,10 @@ def _evaluate_all(planned: list[Planned], captures: _Captures, options: Diagnose
         progress.step(_summary_line(result))
         return result
 
-    # Longest first: comparisons that will isolate origins, then the cheap ones.
-    runnable = sorted((p for p in planned if p.kind != "skipped"), key=lambda p: p.factor in CHEAP_FACTORS)
+    # Longest first (comparisons likely to isolate origins, then replays in a child), so the two
+    # workers finish together.
+    runnable = sorted((p for p in planned if p.kind != "skipped"),
+                      key=lambda p: (p.factor in CHEAP_FACTORS, p.kind == "compare"))
     with ThreadPoolExecutor(max_workers=PARALLEL) as pool:
         done = dict(zip((p.name for p in runnable), pool.map(one, runnable)))
     return [done[p.name] if p.name in done else evaluate(p, None, None, out, options.tolerance, quiet, "")

@@ -30,15 +30,18 @@ def add_diagnose_parser(subparsers: Any) -> argparse.ArgumentParser:
                     "prevent it, and what preventing it costs on this machine.",
     )
     parser.add_argument("model", help="the model: a checkpoint or a SavedModel")
-    parser.add_argument("--savedmodel", default=None, help="the SavedModel exported from MODEL (adds checkpoint vs SavedModel)")
+    parser.add_argument("--savedmodel", default=None,
+                        help="the SavedModel exported from MODEL (adds checkpoint vs SavedModel)")
     parser.add_argument("--batch-sizes", default="1,8", help="batch sizes; the smallest is the reference (default 1,8)")
     parser.add_argument("--device", default="cpu", help="cpu, gpu or gpu:N for the base side (default cpu)")
-    parser.add_argument("--inputs", default=None, help="an .npz (keys = signature input keys) or .npy (one-input model)")
+    parser.add_argument("--inputs", default=None,
+                        help="an .npz (keys = signature input keys) or .npy (one-input model)")
     parser.add_argument("--examples", type=int, default=None,
                         help="examples to generate (default: the largest batch size, at least 2)")
     parser.add_argument("--seed", type=int, default=0, help="seed of generated inputs (default 0)")
     parser.add_argument("--out", default="tftrace-diagnosis", help="output directory (default ./tftrace-diagnosis)")
-    parser.add_argument("--quick", action="store_true", help=f"only {', '.join(QUICK_FACTORS)}; five timed runs per side")
+    parser.add_argument("--quick", action="store_true",
+                        help=f"only {', '.join(QUICK_FACTORS)}; five timed runs per side")
     parser.add_argument("--only", default=None, metavar="F1,F2", help=f"only these factors: {', '.join(FACTORS)}")
     parser.add_argument("--serving-batching", default=None, metavar="FILE",
                         help="TF Serving's --batching_parameters_file, emulated with the server's padding")
@@ -132,7 +135,8 @@ def print_diagnosis(console: Console, doc: dict[str, Any], out_dir: Any) -> None
         basis = exp.get("latency_basis", "per run")
         lat = exp.get("latency_ms") or {}
         verdict = str(exp["verdict"])
-        cost = "—" if exp.get("cost_pct") is None else f"{exp['cost_pct']:+.1f}%" + (" /ex" if basis == "per example" else "")
+        cost = "—" if exp.get("cost_pct") is None else f"{exp['cost_pct']:+.1f}%"
+        cost += " /ex" if basis == "per example" and exp.get("cost_pct") is not None else ""
         table.add_row(exp["name"], f"[{colours.get(verdict, 'white')}]{verdict.replace('_', ' ')}[/]",
                       _num(exp.get("max_abs_output_diff")), where, _latency(lat.get("a"), basis),
                       _latency(lat.get("b"), basis), cost)

@@ -143,7 +143,8 @@ def _batch(ctx: PlanContext) -> list[Planned]:
     base = _base(ctx)
     return [Planned(f"batch_{ref}_vs_{n}", "batch", "compare", base,
                     Run(ctx.base.with_(batch_size=n), f"{ctx.base.device}, batch {n}"), per_row=True,
-                    remedy=f"one fixed batch shape everywhere (TF Serving `allowed_batch_sizes: [{n}]`, tests at batch {n})")
+                    remedy=f"one fixed batch shape everywhere (TF Serving `allowed_batch_sizes: [{n}]`, "
+                           f"tests at batch {n})")
             for n in others]
 
 
@@ -191,8 +192,9 @@ def _onednn(ctx: PlanContext) -> list[Planned]:
 
 def _remapping(ctx: PlanContext) -> list[Planned]:
     off = Run(with_grappler(ctx.base, remapping="off"), "Grappler remapping off")
-    return [Planned("remapping", "remapping", "compare", replace(_base(ctx), describe="Grappler remapping on (default)"),
-                    off, remedy="`rewrite_options { remapping: OFF }` in the session config of every side")]
+    on = replace(_base(ctx), describe="Grappler remapping on (default)")
+    return [Planned("remapping", "remapping", "compare", on, off,
+                    remedy="`rewrite_options { remapping: OFF }` in the session config of every side")]
 
 
 def _xla(ctx: PlanContext) -> list[Planned]:
@@ -209,8 +211,10 @@ def _mixed_precision(ctx: PlanContext) -> list[Planned]:
     if ctx.onednn_on is not True:
         notes = ("TensorFlow runs the auto_mixed_precision_onednn_bfloat16 rewrite only when oneDNN is on (with "
                  "TF_ENABLE_ONEDNN_OPTS=0 it leaves the graph alone), so both sides run with oneDNN on",)
-    amp = Run(with_grappler(on.side, auto_mixed_precision_onednn_bfloat16="on"), "bfloat16 auto-mixed-precision on, oneDNN on")
-    return [Planned("mixed_precision", "mixed_precision", "compare", amp, replace(on, describe="no mixed precision, oneDNN on"),
+    amp = Run(with_grappler(on.side, auto_mixed_precision_onednn_bfloat16="on"),
+              "bfloat16 auto-mixed-precision on, oneDNN on")
+    plain = replace(on, describe="no mixed precision, oneDNN on")
+    return [Planned("mixed_precision", "mixed_precision", "compare", amp, plain,
                     notes=notes, remedy="no `--mixed_precision=bfloat16` in TF Serving and "
                                         "`auto_mixed_precision_onednn_bfloat16: OFF` in every session config")]
 
@@ -237,11 +241,13 @@ def _serving_batching(ctx: PlanContext) -> list[Planned]:
     for size, (path, rows) in sorted(ctx.serving_inputs.items()):
         inputs = InputSpec(inputs_file=path, seed=0, examples=rows)
         alone = Run(side.with_(batch_size=1, inputs=inputs), "each request alone (batch 1)")
-        padded = Run(side.with_(batch_size=size, inputs=inputs), f"each request padded to batch {size} with copies of its row")
+        padded = Run(side.with_(batch_size=size, inputs=inputs),
+                     f"each request padded to batch {size} with copies of its row")
         out.append(Planned(f"serving_batching_{size}", "serving_batching", "compare", alone, padded,
                            notes=(f"every request row is repeated as TF Serving pads it; batch {size} runs the "
                                   "request and its padding together",),
-                           remedy=f"TF Serving `allowed_batch_sizes: [{size}]` and tests run at batch {size}, or batching off"))
+                           remedy=f"TF Serving `allowed_batch_sizes: [{size}]` and tests run at batch {size}, "
+                                  "or batching off"))
     return out
 
 
@@ -268,8 +274,10 @@ def _gpu(ctx: PlanContext, factor: str) -> list[Planned]:
         return [Planned("gpu_repeat", factor, "repeat_process", on_gpu, on_gpu, repeats=GPU_REPEATS,
                         notes=(f"each output fetched alone {GPU_REPEATS} times in one process at a fixed shape",))]
     pairs = {
-        "autotune": (Run(_knobs(gpu, autotune="on"), "cuDNN autotune on"), Run(_knobs(gpu, autotune="off"), "cuDNN autotune off"),
-                     "`tf.config.experimental.enable_op_determinism()`; `TF_CUDNN_USE_AUTOTUNE=0` alone only narrows the gap"),
+        "autotune": (Run(_knobs(gpu, autotune="on"), "cuDNN autotune on"),
+                     Run(_knobs(gpu, autotune="off"), "cuDNN autotune off"),
+                     "`tf.config.experimental.enable_op_determinism()`; `TF_CUDNN_USE_AUTOTUNE=0` alone only "
+                     "narrows the gap"),
         "determinism": (on_gpu, Run(_knobs(gpu, determinism=True), "op determinism on"),
                         "`tf.config.experimental.enable_op_determinism()` before the model runs"),
         "tf32": (Run(_knobs(gpu, tf32="on"), "TF32 on"), Run(_knobs(gpu, tf32="off"), "TF32 off"),

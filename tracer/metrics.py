@@ -113,6 +113,8 @@ class TensorMetrics:
         when ``max_abs``, ``max_rel`` and the worst elements settle it (the usual case);
         otherwise it raises ValueError rather than guess.
         """
+        if not (atol >= 0 and rtol >= 0):
+            raise ValueError(f"atol and rtol must be >= 0, got {atol!r} and {rtol!r}")
         if self.kind != "float":
             return self.mismatch_count == 0
         if self.nan_mismatch or self.inf_mismatch:
@@ -342,8 +344,10 @@ class _Scan(ABC):
 class _FloatScan(_Scan):
     """Floats: float32 arithmetic for float16/bfloat16/float32 pairs, float64 otherwise."""
 
-    def __init__(self, da: np.dtype, db: np.dtype, k: int, rtols: tuple[float, ...], n: int,
-                 rescan: Callable[[], tuple[float, float]]) -> None:  # fmt: skip
+    def __init__(
+        self, da: np.dtype, db: np.dtype, k: int, rtols: tuple[float, ...], n: int,
+        rescan: Callable[[], tuple[float, float]],
+    ) -> None:
         self.da, self.db, self.k, self.rescan = da, db, k, rescan
         bits, top = _BITS.get(da.name, (None, 0)) if da == db else (None, 0)
         self.ulp_bits = None if bits is None else np.dtype(bits)

@@ -163,6 +163,7 @@ def _ops_in_while_frames(by_name: dict[str, Any], keep: set[str]) -> set[str]:
     """Ops that execute inside a TF1 while-loop frame: their tensors cannot be fetched."""
     inside: set[str] = set()
     stack = [c.name for op in by_name.values() if op.type in FRAME_OPS for out in op.outputs for c in out.consumers()]
+    stack += [c.name for op in by_name.values() if op.type in FRAME_OPS for c in getattr(op, "_control_outputs", ())]
     while stack:
         name = stack.pop()
         if name in inside:
@@ -172,6 +173,7 @@ def _ops_in_while_frames(by_name: dict[str, Any], keep: set[str]) -> set[str]:
             continue
         inside.add(name)
         stack.extend(c.name for out in op.outputs for c in out.consumers())
+        stack.extend(c.name for c in getattr(op, "_control_outputs", ()))  # loop-body constants hang on control edges
     return inside & keep | {n for n in keep if by_name[n].type in FRAME_OPS}
 
 

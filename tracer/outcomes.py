@@ -88,7 +88,8 @@ def side_settings(cap: Capture) -> dict[str, Any]:
         "batch": manifest.get("batch_size"),
         "export": manifest["artifact"]["kind"],
         "device": spec.get("device", "cpu"),
-        "autotune": knobs.get("autotune") if knobs.get("autotune") != "default" else tf_env.get("TF_CUDNN_USE_AUTOTUNE", "on"),
+        "autotune": knobs["autotune"] if knobs.get("autotune", "default") != "default"
+        else tf_env.get("TF_CUDNN_USE_AUTOTUNE", "on"),
         "determinism": bool(knobs.get("determinism")),
         "tf32": knobs.get("tf32", "default"),
     }
@@ -315,8 +316,10 @@ def _observation(result: dict[str, Any], cap: Capture, out: Path, tolerance: Tol
         result["verdict"], result["max_abs_output_diff"] = _verdict(metrics, tolerance), _max_abs(metrics)
     changed = sorted(set(observer.get("only_in_plain", [])) | set(observer.get("only_in_instrumented", [])))
     if changed:
-        result["notes"].append(f"executed op types only in the plain run: {', '.join(observer['only_in_plain']) or 'none'}; "
-                               f"only in the instrumented run: {', '.join(observer['only_in_instrumented']) or 'none'}")
+        plain_only = ", ".join(observer.get("only_in_plain", [])) or "none"
+        instrumented_only = ", ".join(observer.get("only_in_instrumented", [])) or "none"
+        result["notes"].append(f"executed op types only in the plain run: {plain_only}; "
+                               f"only in the instrumented run: {instrumented_only}")
     timings = cap.manifest["timings"]
     plain = latency(cap)
     runs = len(cap.manifest["runs"])

@@ -227,7 +227,8 @@ def read_batching_parameters(path: str) -> BatchingParameters:
         with open(path, encoding="utf-8") as fh:
             text = fh.read()
     except OSError as exc:
-        raise TftraceError(f"cannot read the batching parameters file {path}: {exc.strerror}", "check the path") from exc
+        raise TftraceError(f"cannot read the batching parameters file {path}: {exc.strerror}",
+                           "check the path") from exc
     except UnicodeDecodeError as exc:
         raise TftraceError(f"the batching parameters file {path} is not text ({exc.reason})",
                            "pass the text-format file given to TF Serving's --batching_parameters_file") from exc

@@ -32,6 +32,7 @@ from ..align import relevant_slots
 from ..opgraph import OpGraph, tensor_op, tensor_slot
 from ..runspec import Side
 from .fingerprint import environment_fingerprint
+from .observer import observer_effect
 from .runtime import Runtime, determinism_fix, open_runtime, tf_error_text
 from .store import CaptureWriter
 
@@ -84,7 +85,7 @@ def run_capture(side: Side, out_dir: str, force: bool) -> None:
                 "chunk is its own session.run over the same inputs with a different fetch set, which Grappler "
                 "may optimise differently"
             )
-        observer = _observer_effect(runtime, plain, instrumented)
+        observer = observer_effect(runtime.signature.outputs, runtime.opgraph, plain, instrumented)
         manifest = {
             "spec": side.to_json(),
             "artifact": {
@@ -444,59 +445,6 @@ def _store(
 def _digest(value: np.ndarray) -> str:
     data = value.tobytes() if value.dtype != object else repr(value.tolist()).encode()
     return hashlib.sha1(data).hexdigest() + str(value.shape)
-
-
-# ---- observer effect -------------------------------------------------------------------------
-
-
-def _max_abs_diff(a: np.ndarray, b: np.ndarray | None) -> tuple[bool, float | None]:
-    """(identical, max |a - b| where both are finite); the difference is None when it cannot be
-    a number: missing or reshaped output, strings, or NaN/inf in different places."""
-    if b is None or a.shape != b.shape:
-        return False, None
-    if a.dtype.kind not in "biufc" or b.dtype.kind not in "biufc":
-        return bool(np.array_equal(a, b)), None
-    wide_a, wide_b = a.astype(np.complex128), b.astype(np.complex128)  # exact for every numeric dtype TF returns
-    if np.array_equal(wide_a, wide_b, equal_nan=True):
-        return True, 0.0
-    finite = np.isfinite(wide_a)
-    if not np.array_equal(finite, np.isfinite(wide_b)) or not np.array_equal(wide_a[~finite], wide_b[~finite], equal_nan=True):
-        return False, None
-    return False, float(np.max(np.abs(wide_a[finite] - wide_b[finite]), initial=0.0))
-
-
-def _observer_effect(runtime: Runtime, plain: dict, instrumented: dict) -> dict:
-    """How much fetching everything moved the outputs, and which executed ops it changed."""
-    diffs: dict[str, float | None] = {}
-    identical = True
-    for key in runtime.signature.outputs:
-        worst: float | None = 0.0
-        for run_plain, run_inst in zip(plain["outputs"], instrumented["outputs"]):
-            same, diff = _max_abs_diff(np.asarray(run_plain[key]), run_inst.get(key))
-            identical = identical and same
-            worst = None if diff is None or worst is None else max(worst, diff)
-            if not same and diff is None:
-                break
-        diffs[key] = worst
-    ops_plain, ops_inst = plain["executed_ops"], instrumented["executed_ops"]
-    return {
-        "outputs_identical": identical,
-        "outputs_max_abs_diff": diffs,
-        "executed_ops": {"plain": dict(sorted(ops_plain.items())), "instrumented": dict(sorted(ops_inst.items()))},
-        "only_in_plain": sorted(set(ops_plain) - set(ops_inst)),
-        "only_in_instrumented": sorted(set(ops_inst) - set(ops_plain)),
-        "executed_nodes_plain": _renamed_at_runtime(runtime.opgraph, plain["executed_nodes"]),
-        "executed_nodes_instrumented": _renamed_at_runtime(runtime.opgraph, instrumented["executed_nodes"]),
-    }
-
-
-def _renamed_at_runtime(opgraph: OpGraph, executed: dict[str, str]) -> dict[str, str]:
-    """Executed nodes whose op type is not the graph's (fusions, oneDNN, XLA) or that are new."""
-    return {
-        name: op
-        for name, op in sorted(executed.items())
-        if name not in opgraph or opgraph.op_type(name) != op
-    }
 
 
 def main(argv: list[str] | None = None) -> int:
