@@ -56,6 +56,8 @@ CAUSES: dict[str, Cause] = {c.key: c for c in (
     Cause("serving_batching", "TF Serving batching pads requests up to the next allowed batch size",
           "`allowed_batch_sizes: [N]` or batching off", "latency/throughput"),
     Cause("build", "different TF/CUDA/cuDNN builds", "the same build for tests and serving", "none"),
+    Cause("state", "the model updates its own variables when it runs (a stateful signature)",
+          "compare fresh loads, or reset the state before each run; this is not numerical nondeterminism", "none"),
 )}
 
 EXPORT_REWRITES = {"batchnorm_folded", "const_changed", "cast_inserted", "fused", "attr_changed", "op_changed",
@@ -101,7 +103,10 @@ def explain_comparison(report: dict[str, Any]) -> dict[str, Any]:
     elif (env_a.get("cpu") or {}).get("model") != (env_b.get("cpu") or {}).get("model"):
         found.setdefault("onednn", "the sides ran on different CPUs, where oneDNN and kernel choices differ.")
     for side_key, side in (("a", report.get("observer_effect", {}).get("a")), ("b", report.get("observer_effect", {}).get("b"))):
-        if side and not side.get("outputs_identical", True):
+        if side and side.get("explained_by_state"):
+            found.setdefault("state", f"on side {side_key.upper()}, the model changes its own variables on every run "
+                                      f"({', '.join(side.get('stateful_ops', [])[:3])}).")
+        elif side and not side.get("outputs_identical", True):
             found.setdefault("observation", f"on side {side_key.upper()}, fetching every tensor moved the outputs.")
     if not found and report.get("verdict") == "identical":
         return {"why": ["The two sides compute bit-identical results for these examples."], "prevent": [], "cost": [],

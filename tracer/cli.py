@@ -102,6 +102,8 @@ def _add_input_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-memory", type=int, default=2 << 30,
                         help="bytes fetched per session.run before the fetch set is split (default 2 GiB)")
     parser.add_argument("--force", action="store_true", help="replace an existing output directory")
+    parser.add_argument("--allow-unsafe-ops", action="store_true",
+                        help="run graphs that read/write files or call Python (refused by default: models come from others)")
 
 
 def side_from_args(args: argparse.Namespace, path: str, side: str = ""):  # noqa: ANN201
@@ -149,6 +151,7 @@ def side_from_args(args: argparse.Namespace, path: str, side: str = ""):  # noqa
         inputs=InputSpec(inputs_file=args.inputs, seed=args.seed, examples=args.examples),
         max_memory=args.max_memory,
         timeout_s=pick("timeout"),
+        allow_unsafe_ops=bool(getattr(args, "allow_unsafe_ops", False)),
     )
 
 
@@ -164,7 +167,10 @@ def _cmd_capture(args: argparse.Namespace, console: Console) -> int:
         f"in {len(manifest['runs'])} run(s) -> {result.path}",
         highlight=False,
     )
-    if not observer["outputs_identical"]:
+    if observer.get("explained_by_state"):
+        console.print(f"the model changes its own state on every run ({', '.join(observer['stateful_ops'][:3])}): "
+                      "its outputs differ from run to run because of that state, not because of observation", highlight=False)
+    elif not observer["outputs_identical"]:
         console.print(f"observer effect: fetching every tensor moved the outputs by {observer['outputs_max_abs_diff']}")
     return EXIT_OK
 

@@ -99,6 +99,7 @@ class Side:
     max_memory: int = 2 << 30  # bytes fetched per session.run before chunking the fetch set
     timing_runs: int = 3  # timed plain runs after one warm-up, per batch
     timeout_s: float | None = None
+    allow_unsafe_ops: bool = False  # run graphs that write/read files or call Python (see tracer.safety)
 
     def __post_init__(self) -> None:
         parse_device(self.device)
@@ -131,6 +132,7 @@ class Side:
             "max_memory": self.max_memory,
             "timing_runs": self.timing_runs,
             "timeout_s": self.timeout_s,
+            "allow_unsafe_ops": self.allow_unsafe_ops,
         }
 
     @classmethod
@@ -148,6 +150,7 @@ class Side:
             max_memory=int(d.get("max_memory", 2 << 30)),
             timing_runs=int(d.get("timing_runs", 3)),
             timeout_s=d.get("timeout_s"),
+            allow_unsafe_ops=bool(d.get("allow_unsafe_ops", False)),
         )
 
 

@@ -13,7 +13,21 @@ import numpy as np
 
 from ..opgraph import OpGraph
 
-__all__ = ["observer_effect"]
+__all__ = ["observer_effect", "stateful_ops", "STATE_MUTATING_OPS"]
+
+# Ops that change a variable: a model built on them (a counter, a running statistic) answers
+# differently on every run because of its state, not because of observation or nondeterminism.
+STATE_MUTATING_OPS = {
+    "Assign", "AssignAdd", "AssignSub", "AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp",
+    "ScatterUpdate", "ScatterAdd", "ScatterSub", "ScatterMul", "ScatterDiv", "ScatterNdUpdate", "ScatterNdAdd",
+    "ResourceScatterUpdate", "ResourceScatterAdd", "ResourceScatterSub", "ResourceScatterNdUpdate",
+    "ResourceScatterNdAdd", "ResourceApplyGradientDescent", "ApplyGradientDescent",
+}
+
+
+def stateful_ops(opgraph: OpGraph) -> list[str]:
+    """Ops of the inference subgraph that modify variables, in topological order."""
+    return [op for op in opgraph.topo_order() if opgraph.op_type(op) in STATE_MUTATING_OPS]
 
 
 def _max_abs_diff(a: np.ndarray, b: np.ndarray | None) -> tuple[bool, float | None]:
@@ -46,7 +60,10 @@ def observer_effect(outputs: dict[str, Any], opgraph: OpGraph, plain: dict, inst
                 break
         diffs[key] = worst
     ops_plain, ops_inst = plain["executed_ops"], instrumented["executed_ops"]
+    state = stateful_ops(opgraph)
     return {
+        "stateful_ops": state,
+        "explained_by_state": bool(state) and not identical,
         "outputs_identical": identical,
         "outputs_max_abs_diff": diffs,
         "executed_ops": {"plain": dict(sorted(ops_plain.items())), "instrumented": dict(sorted(ops_inst.items()))},

@@ -15,6 +15,7 @@ from .._tf import tf
 from ..artifacts import Artifact, Signature, load
 from ..graphload import build_opgraph
 from ..errors import TftraceError
+from ..safety import describe_unsafe, find_unsafe_ops
 from ..opgraph import OpGraph
 from ..runspec import Side, parse_device
 
@@ -104,6 +105,7 @@ def open_runtime(side: Side) -> Runtime:
     config = session_config(side)  # before loading: a bad config file should not cost a model load
     artifact = load(side.artifact)
     notes += artifact.notes
+    _refuse_unsafe(artifact, side)
     graph = t.Graph()
     session = t.compat.v1.Session(graph=graph, config=config)
     try:
@@ -123,6 +125,27 @@ def open_runtime(side: Side) -> Runtime:
     from google.protobuf import text_format  # noqa: PLC0415 - comes with TF
 
     return Runtime(side, artifact, graph, session, signature, opgraph, notes, text_format.MessageToString(config))
+
+
+def _refuse_unsafe(artifact: Artifact, side: Side) -> None:
+    """Nothing runs before this check: the signature's outputs and a SavedModel's init ops."""
+    roots = []
+    if artifact.signature is not None:
+        roots += [spec.name for spec in artifact.signature.outputs.values()]
+    roots += list(side.artifact.outputs)
+    fed = [spec.name for spec in artifact.signature.inputs.values()] if artifact.signature else []
+    fed += list(side.artifact.input_names)
+    if artifact.meta_graph is not None and artifact.kind == "saved_model_v1":
+        for key in ("saved_model_main_op", "legacy_init_op", "table_initializer"):
+            if key in artifact.meta_graph.collection_def:
+                roots += list(artifact.meta_graph.collection_def[key].node_list.value)
+    found = find_unsafe_ops(artifact.graph_def, roots, fed)
+    if found and not side.allow_unsafe_ops:
+        raise TftraceError(
+            f"refusing to run {artifact.location}: running it would execute ops with effects outside the "
+            f"computation: {describe_unsafe(found)}",
+            "inspect the model (tftrace diff-graph works without running it); if you trust it, pass --allow-unsafe-ops",
+        )
 
 
 def tf_error_text(exc: BaseException, limit: int = 300) -> str:
