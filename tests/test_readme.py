@@ -1,0 +1,50 @@
+"""README's console examples are run as written, so the documentation cannot rot.
+
+Every ```console block line starting with ``$ tftrace`` is executed from the repository root;
+the lines shown after it (up to a ``...`` line) must appear in its output.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, run_cli
+
+pytestmark = pytest.mark.slow
+
+
+def _examples() -> list[tuple[str, list[str]]]:
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    examples = []
+    for block in re.findall(r"```console\n(.*?)```", text, flags=re.S):
+        lines = block.splitlines()
+        for i, line in enumerate(lines):
+            if line.startswith("$ tftrace "):
+                shown = []
+                for out in lines[i + 1:]:
+                    if out.startswith("$ ") or out.strip() == "...":
+                        break
+                    shown.append(out.strip())
+                examples.append((line[2:], shown))
+    return examples
+
+
+def test_readme_has_examples():
+    assert _examples(), "README.md lost its console examples"
+
+
+@pytest.mark.parametrize(("command", "shown"), _examples(), ids=lambda v: v if isinstance(v, str) else "")
+def test_readme_example_runs_as_documented(models, tmp_path: Path, command: str, shown: list[str]):
+    assert (REPO / "sample_models" / "generated" / ".complete").exists() or pytest.skip("needs `make models`")
+    args = shlex.split(command)[1:]
+    args = [str(tmp_path / a) if a.startswith("out/") else a for a in args]
+    proc = run_cli(*args, "--force")
+    assert proc.returncode in (0, 1), proc.stderr
+    output = " ".join((proc.stdout + proc.stderr).split())
+    for line in shown:
+        expected = " ".join(line.replace("out/", str(tmp_path) + "/").split())
+        assert expected in output, (expected, output[:3000])
