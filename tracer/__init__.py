@@ -12,14 +12,17 @@ from typing import TYPE_CHECKING, Any
 
 from . import capture as _capture_package  # noqa: F401 - see the note below
 from . import compare as _compare_module  # noqa: F401
+from . import diagnose as _diagnose_module  # noqa: F401
 from .errors import TftraceError
 
-# The subpackage ``tracer.capture`` and module ``tracer.compare`` are imported first, on purpose:
+# The subpackage ``tracer.capture`` and modules ``tracer.compare``/``tracer.diagnose`` are imported first, on purpose:
 # importing a submodule sets it as an attribute of the package, which would otherwise replace
-# the functions ``capture`` and ``compare`` defined below the first time either is called.
+# the functions ``capture``, ``compare`` and ``diagnose`` defined below the first time either is called.
 # Neither import loads TensorFlow.
 
-__all__ = ["TftraceError", "load", "diff_graphs", "capture", "compare", "assert_equivalent", "__version__"]
+__all__ = [
+    "TftraceError", "load", "diff_graphs", "capture", "compare", "assert_equivalent", "diagnose", "__version__",
+]
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
@@ -109,3 +112,13 @@ def assert_equivalent(a: str | Side, b: str | Side, *, rtol: float = 1e-5, atol:
         f"({first.get('op')}; {isolation}), max abs difference at the outputs {worst[1]!r} on {worst[0]!r}; "
         f"report: {result.out_dir}/report.html"
     )
+
+
+def diagnose(model: str, out_dir: str, **options: Any) -> Any:
+    """Run the experiment matrix on ``model`` and answer why / how to prevent / what it costs.
+
+    See :func:`tracer.diagnose.diagnose` for the options (savedmodel, batch_sizes, quick, only, ...).
+    """
+    from .diagnose import diagnose as _diagnose  # noqa: PLC0415
+
+    return _diagnose(model, out_dir, **options)

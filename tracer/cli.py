@@ -322,6 +322,10 @@ def build_parser() -> argparse.ArgumentParser:
     iso.add_argument("--side", choices=("a", "b"), default=None, help="which side to replay (default: the pending one)")
     iso.set_defaults(func=_cmd_isolate)
 
+    from .diagnose_cli import add_diagnose_parser  # noqa: PLC0415 - parsers only, no TensorFlow
+
+    add_diagnose_parser(sub)
+
     rep = sub.add_parser("report", help="re-render report.html/.md from a report directory's report.json")
     rep.add_argument("dir", help="a directory written by tftrace compare (or its report.json)")
     rep.set_defaults(func=_cmd_report)
