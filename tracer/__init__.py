@@ -10,6 +10,8 @@ import os
 import tempfile
 from typing import TYPE_CHECKING, Any
 
+__version__ = "0.1.0"  # before the submodule imports below, which read it
+
 from . import capture as _capture_package  # noqa: F401 - see the note below
 from . import compare as _compare_module  # noqa: F401
 from . import diagnose as _diagnose_module  # noqa: F401
@@ -23,7 +25,6 @@ from .errors import TftraceError
 __all__ = [
     "TftraceError", "load", "diff_graphs", "capture", "compare", "assert_equivalent", "diagnose", "__version__",
 ]
-__version__ = "0.1.0"
 
 if TYPE_CHECKING:
     from .artifacts import Artifact, ArtifactRef
