@@ -9,15 +9,16 @@ The parsing of TF Serving's batching file and the answers' wording rules are fas
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from conftest import assert_user_error, run_cli
 from tracer.answers import FACTOR_TITLES, build_answers
+from tracer.artifacts import ArtifactRef
 from tracer.errors import TftraceError
-from tracer.experiments import GPU_FACTORS, QUICK_FACTORS
+from tracer.experiments import FACTORS, GPU_FACTORS, QUICK_FACTORS, PlanContext, plan_experiments
+from tracer.runspec import InputSpec, Side
 from tracer.serving import pad_requests, padding_groups, parse_batching_parameters, round_up_to_allowed
 
 REPEATED_STYLE = """# TF Serving --batching_parameters_file
@@ -54,7 +55,8 @@ def test_batching_file_in_both_repeated_field_styles():
         ("allowed_batch_sizes: [2, 8", "expected ',', found the end of the file"),
         ("max_batch_size 8", "expected ':' or '{' after 'max_batch_size'"),
         ("allowed_batch_sizes: 8, 2\nmax_batch_size: 8", "expected a field name, found '2' at line 1"),
-        ("max_batch_size: 8\nallowed_batch_sizes: [2, 4]", "last allowed_batch_sizes entry (4) must equal max_batch_size (8)"),
+        ("max_batch_size: 8\nallowed_batch_sizes: [2, 4]",
+         "last allowed_batch_sizes entry (4) must equal max_batch_size (8)"),
         ("max_batch_size: 8\nallowed_batch_sizes: [8, 2]", "must increase strictly"),
         ("max_batch_size { value: 8 value: 9 }", "must hold exactly one `value: ...`"),
     ],
@@ -95,10 +97,46 @@ def test_answers_name_only_the_factors_that_diverged():
     ], {"atol": 1e-6, "rtol": 1e-5})
     assert answers["factors"] == ["onednn", "batch"]  # ranked by effect
     text = " ".join(answers["why"] + answers["prevent"] + answers["cost"])
-    assert "**oneDNN**" in answers["why"][0] and "**Batch size**" in answers["why"][1]
+    assert answers["why"][0].startswith("oneDNN: A side vs B side changes the outputs by up to 1e-06.")
+    assert answers["why"][1].startswith("Batch size: A side vs B side changes the outputs by up to 4e-07.")
     for other in ("xla", "threads"):
         assert FACTOR_TITLES[other] not in text
     assert answers["cost"][0].endswith("Choosing B side costs +50.0% on this machine.")
+
+
+def _context(**changes):
+    base = Side(ArtifactRef("model/ckpt"), batch_size=1, inputs=InputSpec(examples=8), timing_runs=5)
+    ctx = PlanContext(base=base, model_kind="checkpoint", savedmodel=ArtifactRef("model/sm"), batch_sizes=(1, 8),
+                      factors=tuple(FACTORS), quick=False, batch_major=True, onednn_on=False, xla_on=False, gpu=None)
+    for key, value in changes.items():
+        setattr(ctx, key, value)
+    return ctx
+
+
+def test_the_plan_shares_runs_and_puts_the_remedy_on_side_b():
+    planned = {p.name: p for p in plan_experiments(_context())}
+    base_key = planned["batch_1_vs_8"].a.key()
+    assert planned["repeat_fresh_process"].a.key() == base_key != planned["repeat_fresh_process"].b.key()
+    assert planned["onednn"].b.key() == base_key  # oneDNN is off here: the base side is the "off" side
+    assert planned["onednn"].a.key() == planned["mixed_precision"].b.key()  # oneDNN on, captured once
+    assert dict(planned["mixed_precision"].a.side.knobs.grappler) == {"auto_mixed_precision_onednn_bfloat16": "on"}
+    assert planned["remapping"].a.key() == base_key and dict(planned["remapping"].b.side.knobs.grappler) == {
+        "remapping": "off"}
+    assert planned["xla"].b.key() == base_key and planned["xla"].a.side.knobs.xla == "on"
+    assert planned["threads"].b.side.knobs.threads == (1, 0)
+    assert planned["ckpt_vs_savedmodel_batch_8"].a.key() == planned["batch_1_vs_8"].b.key()
+    assert {p.kind for n, p in planned.items() if n.startswith("serving")} == {"skipped"}
+    # on a GPU machine: each GPU factor gets its pair of GPU sides
+    gpu = {n: p for n, p in planned.items() if p.factor in GPU_FACTORS}
+    assert sorted(gpu) == ["autotune", "cpu_vs_gpu", "determinism", "gpu_repeat", "layout_optimizer", "tf32"]
+    assert gpu["cpu_vs_gpu"].a.key() == base_key and gpu["cpu_vs_gpu"].b.side.device == "gpu"
+    assert (gpu["autotune"].a.side.knobs.autotune, gpu["autotune"].b.side.knobs.autotune) == ("on", "off")
+    assert gpu["determinism"].b.side.knobs.determinism is True
+    assert gpu["gpu_repeat"].kind == "repeat_process" and gpu["gpu_repeat"].repeats == 5
+    onednn_on = {p.name: p for p in plan_experiments(_context(onednn_on=True, gpu="no GPU: a CPU-only build"))}
+    assert onednn_on["onednn"].a.key() == base_key and onednn_on["onednn"].b.side.knobs.onednn == "off"
+    assert onednn_on["mixed_precision"].b.key() == base_key and not onednn_on["mixed_precision"].notes
+    assert onednn_on["tf32"].skipped == "no GPU: a CPU-only build"
 
 
 def test_unparsable_batching_file_is_refused_before_anything_runs(tmp_path):
@@ -216,9 +254,10 @@ def test_answers_name_the_diverged_factors_and_only_those(full):
     assert diverged == {"batch", "onednn", "mixed_precision", "serving_batching"}
     answers = doc["answers"]
     assert set(answers["factors"]) == diverged and answers["source"] == "diagnosis"
+    named = {factor for factor, title in FACTOR_TITLES.items()
+             for line in answers["why"] if line.startswith(f"{title}: ")}
+    assert named == diverged
     why = " ".join(answers["why"])
-    for factor, title in FACTOR_TITLES.items():
-        assert (f"**{title}**" in why) == (factor in diverged), factor
     assert "`dense/MatMul` (MatMul), whose own kernel differs given identical inputs" in why
     assert len(answers["prevent"]) == 4 and len(answers["cost"]) == 5
     assert answers["cost"][-1].startswith("Timing noise: two captures of the same side differ by")
@@ -284,4 +323,6 @@ def test_a_stateful_graph_repeats_differently_because_of_its_state(real_models, 
     assert same["attribution"] == "state" and same["state_ops"] == ["incr_counter_op/AssignAdd"]
     assert exps["repeat_fresh_process"]["verdict"] == "identical"  # each process restores the same state
     why = json.loads((out / "diagnosis.json").read_text())["answers"]["why"]
-    assert len(why) == 1 and why[0].startswith("**State**") and "not kernel nondeterminism" in why[0]
+    assert len(why) == 1 and why[0].startswith("State: the graph changes its variables when it runs "
+                                               "(`incr_counter_op/AssignAdd`)")
+    assert "not kernel nondeterminism" in why[0]

@@ -84,17 +84,17 @@ def _why(factor: str, exps: list[dict[str, Any]]) -> str:
     a, b = (worst.get("a") or {}).get("describe", "A"), (worst.get("b") or {}).get("describe", "B")
     if worst.get("attribution") == "state":
         ops = ", ".join(f"`{n}`" for n in worst.get("state_ops", [])[:3])
-        return (f"**State**: the graph changes its variables when it runs ({ops}), so the second run starts from "
+        return (f"State: the graph changes its variables when it runs ({ops}), so the second run starts from "
                 f"another state and answers differently (by up to {_fmt(worst['max_abs_output_diff'])}). This is the "
                 "model's state, not kernel nondeterminism.")
     if worst.get("attribution") == "random":
         ops = ", ".join(f"`{n}`" for n in worst.get("state_ops", [])[:3])
-        return (f"**Random ops**: the graph draws random numbers ({ops}), so repeated runs differ by design "
+        return (f"Random ops: the graph draws random numbers ({ops}), so repeated runs differ by design "
                 f"(by up to {_fmt(worst['max_abs_output_diff'])}).")
     cause = CAUSES.get(FACTOR_CAUSE.get(factor, ""))
     because = f" Cause: {cause.title}." if cause else ""
     others = f" ({len(exps)} experiments of this factor diverged; the largest is shown)" if len(exps) > 1 else ""
-    return (f"**{FACTOR_TITLES[factor]}**: {a} vs {b} changes the outputs by up to "
+    return (f"{FACTOR_TITLES[factor]}: {a} vs {b} changes the outputs by up to "
             f"{_fmt(worst['max_abs_output_diff'])}{_where(worst)}.{because}{others}")
 
 

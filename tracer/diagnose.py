@@ -73,6 +73,7 @@ class DiagnoseOptions:
     serving_session_config: str | None = None
     tolerance: Tolerance = field(default_factory=Tolerance)
     timing_runs: int | None = None  # default 5 with --quick, 10 without
+    allow_unsafe_ops: bool = False  # see tracer.safety: refused by default, on every side
     force: bool = False
     command: str = ""
 
@@ -128,6 +129,7 @@ def diagnose(
     atol: float = 1e-6,
     rtol: float = 1e-5,
     timing_runs: int | None = None,
+    allow_unsafe_ops: bool = False,
     force: bool = False,
     console: Console | None = None,
 ) -> Diagnosis:
@@ -144,7 +146,7 @@ def diagnose(
         inputs_file=inputs_file, examples=examples, seed=seed, quick=quick,
         only=parse_factors(only) if isinstance(only, str) else parse_factors(",".join(only)),
         serving_batching=serving_batching, serving_session_config=serving_session_config,
-        tolerance=Tolerance(atol, rtol), timing_runs=timing_runs, force=force,
+        tolerance=Tolerance(atol, rtol), timing_runs=timing_runs, allow_unsafe_ops=allow_unsafe_ops, force=force,
     )
     return run_diagnosis(options, console)
 
@@ -278,6 +280,7 @@ def _base_side(options: DiagnoseOptions) -> Side:
         artifact=options.model, device=options.device, batch_size=sizes[0],
         inputs=InputSpec(inputs_file=options.inputs_file, seed=options.seed, examples=examples),
         timing_runs=options.timing_runs or (5 if options.quick else 10),
+        allow_unsafe_ops=options.allow_unsafe_ops,
     )
 
 
@@ -361,8 +364,11 @@ def _evaluate_all(planned: list[Planned], captures: _Captures, options: Diagnose
     # workers finish together.
     runnable = sorted((p for p in planned if p.kind != "skipped"),
                       key=lambda p: (p.factor in CHEAP_FACTORS, p.kind == "compare"))
-    with ThreadPoolExecutor(max_workers=PARALLEL) as pool:
+    pool = ThreadPoolExecutor(max_workers=PARALLEL)
+    try:
         done = dict(zip((p.name for p in runnable), pool.map(one, runnable)))
+    finally:  # on an error or Ctrl-C, start nothing more (running children finish their job)
+        pool.shutdown(wait=True, cancel_futures=True)
     return [done[p.name] if p.name in done else evaluate(p, None, None, out, options.tolerance, quiet, "")
             for p in planned]
 

@@ -54,6 +54,8 @@ def add_diagnose_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--tag", default=None, help="SavedModel tag set, comma-separated (default: serve)")
     parser.add_argument("--signature", default=None, help="signature key (default: serving_default)")
     parser.add_argument("--force", action="store_true", help="replace an existing output directory")
+    parser.add_argument("--allow-unsafe-ops", action="store_true",
+                        help="run graphs that read/write files or call Python (refused by default)")
     parser.set_defaults(func=run_diagnose_command)
     return parser
 
@@ -93,6 +95,7 @@ def run_diagnose_command(args: argparse.Namespace, console: Console) -> int:
         serving_session_config=args.serving_session_config,
         tolerance=Tolerance(args.atol, args.rtol),
         timing_runs=args.timing_runs,
+        allow_unsafe_ops=args.allow_unsafe_ops,
         force=args.force,
         command=" ".join(["tftrace"] + [shlex.quote(a) for a in sys.argv[1:]]),
     )
@@ -148,6 +151,9 @@ def print_diagnosis(console: Console, doc: dict[str, Any], out_dir: Any) -> None
         if answers.get(key):
             console.print(f"\n[bold]{title}[/bold]")
             for line in answers[key]:
-                console.print(f" • {line.replace('**', '')}", highlight=False, markup=False)
-    shown = f" (the report shows {doc['report_experiment']})" if doc.get("report_experiment") else ""
-    console.print(f"\ndiagnosis.json, report.html and report.md in {out_dir}{shown}", highlight=False, markup=False)
+                console.print(f" • {line}", highlight=False, markup=False)
+    if doc.get("report_experiment"):
+        where = f"diagnosis.json, report.html and report.md in {out_dir} (the report shows {doc['report_experiment']})"
+    else:
+        where = f"diagnosis.json in {out_dir} (no comparison ran, so there is no report.html)"
+    console.print(f"\n{where}", highlight=False, markup=False)
