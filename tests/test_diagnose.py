@@ -289,7 +289,12 @@ def test_diagnosis_contract_and_report_on_top(full):
     assert report["answers"] == doc["answers"]
     assert report["diagnosis"]["experiments"] == doc["experiments"]
     assert report["verdict"] == "diverged" and doc["report_experiment"] in _by_name(doc)
-    assert (out / "report.html").exists() and (out / "report.md").exists()
+    markdown = (out / "report.md").read_text()
+    assert markdown.startswith(f"## tftrace diagnose: {len(doc['experiments'])} experiments")
+    assert markdown.index("### Why it happens") < markdown.index("### Experiments") < markdown.index("## tftrace: DIVERGED")
+    assert "batch\\_1\\_vs\\_4" in markdown
+    html = (out / "report.html").read_text()
+    assert html.index('id="diagnosis"') < html.index('id="summary"')
     shared = {e["a"]["capture"] for e in doc["experiments"] if e["name"] in ("repeat_fresh_process", "batch_1_vs_4",
                                                                               "ckpt_vs_savedmodel_batch_1")}
     assert len(shared) == 1  # the base side is captured once and shared

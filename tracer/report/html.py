@@ -25,6 +25,7 @@ from markupsafe import Markup, escape
 from .dot import PROPAGATED_SHADES, STYLES, OpIndex, legend
 from .plots import error_growth_svg, histogram_svg
 from .summary import (
+    diagnosis_rows,
     STATUS_LABELS,
     STATUSES,
     answers,
@@ -181,6 +182,7 @@ def build_html(report: dict[str, Any], index: OpIndex, views: list[PageView], sv
         "headline": _headline(report, len(index.names)),
         "nonfinite": nonfinite,
         "answers": answers(report),
+        "diagnosis_rows": diagnosis_rows(report),
         "outputs": list(outputs.items()),
         "origins": [(o, index.position.get(str(o.get("node")))) for o in (report.get("origins") or [])[:TABLE_CAP]
                     if isinstance(o, dict)],

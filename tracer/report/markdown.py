@@ -14,7 +14,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from .summary import answers, environment_rows, fmt, isolation_text, num, rewrite_detail, side_facts
+from .summary import diagnosis_rows, answers, environment_rows, fmt, isolation_text, num, rewrite_detail, side_facts
 
 __all__ = ["render_markdown", "md_text", "md_code", "MD_LIMIT"]
 
@@ -203,8 +203,25 @@ def _reproduce(report: dict[str, Any], has_svg: bool) -> list[str]:
     return out
 
 
+def _diagnosis(report: dict[str, Any], lim: _Limits) -> list[str]:
+    """A diagnosis puts its answers and its experiment table first."""
+    rows = diagnosis_rows(report)
+    if not rows:
+        return []
+    table = [[md_text(r["name"], 60) + (" *(shown below)*" if r["shown"] else ""), md_text(r["factor"], 60),
+              md_text(r["verdict"], 30), r["diff"], md_text(r["first"], lim.cell), md_text(r["latency"], 60),
+              md_text(r["cost"], 30), md_text(r["skipped"], lim.cell)] for r in rows[: lim.rows * 2]]
+    out = [f"## tftrace diagnose: {len(rows)} experiments, one factor changed in each", ""]
+    out += _answers(report, lim)
+    out += ["### Experiments"] + _table(
+        ["experiment", "factor", "verdict", "max output diff", "first divergence", "latency A → B (ms)", "cost", "note"],
+        table, len(rows), "experiments") + ["", "---", ""]
+    return out
+
+
 def _render(report: dict[str, Any], lim: _Limits, has_svg: bool) -> str:
-    lines = (_header(report, lim) + _origins(report, lim) + _outputs(report, lim) + _answers(report, lim)
+    lines = (_diagnosis(report, lim) + _header(report, lim) + _origins(report, lim) + _outputs(report, lim)
+             + ([] if diagnosis_rows(report) else _answers(report, lim))
              + _rewrites(report, lim) + _environment(report, lim) + _observer(report) + _reproduce(report, has_svg))
     return "\n".join(lines).rstrip() + "\n"
 

@@ -243,3 +243,35 @@ def json_safe(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
     return value
+
+
+def diagnosis_rows(report: dict[str, Any]) -> list[dict[str, str]]:
+    """One row per experiment of a diagnosis (empty for a plain comparison report)."""
+    diagnosis = report.get("diagnosis")
+    if not isinstance(diagnosis, dict):
+        return []
+    rows = []
+    for exp in diagnosis.get("experiments") or []:
+        if not isinstance(exp, dict):
+            continue
+        first = exp.get("first_divergence") if isinstance(exp.get("first_divergence"), dict) else {}
+        latency = exp.get("latency_ms") if isinstance(exp.get("latency_ms"), dict) else {}
+        iso = first.get("isolation") if isinstance(first.get("isolation"), dict) else {}
+        own = {"own_error": "own error", "inherited": "inherited"}.get(str(iso.get("verdict")), "")
+        where = f"{first.get('node')} ({first.get('op')})" if first.get("node") else ""
+        rows.append({
+            "name": str(exp.get("name") or ""),
+            "factor": str(exp.get("factor") or ""),
+            "verdict": "skipped" if exp.get("skipped") else str(exp.get("verdict") or ""),
+            "diff": fmt(exp.get("max_abs_output_diff")),
+            "first": f"{where}{', ' + own if own and where else ''}",
+            "latency": f"{fmt(_latency(latency.get('a')))} → {fmt(_latency(latency.get('b')))}" if latency else "",
+            "cost": "" if exp.get("cost_pct") is None else f"{fmt(exp.get('cost_pct'))} %",
+            "skipped": str(exp.get("skipped") or ""),
+            "shown": "yes" if exp.get("name") == diagnosis.get("shown") else "",
+        })
+    return rows
+
+
+def _latency(value: Any) -> Any:
+    return value.get("median") if isinstance(value, dict) else value
