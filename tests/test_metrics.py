@@ -31,6 +31,7 @@ needs_bf16 = pytest.mark.skipif(BF16 is None, reason="ml_dtypes is not installed
 FLOATS = [dt for dt in (np.dtype(np.float16), BF16, np.dtype("f4"), np.dtype("f8")) if dt is not None]
 INT_OF = {2: np.int16, 4: np.int32, 8: np.int64}
 # fields that must come out exactly equal whatever the chunking (the float sums may not)
+RTOLS = (0.0, 1e-5, 0.25)
 EXACT_FIELDS = (
     "identical", "mismatch_count", "max_abs", "max_rel", "ulp_max",
     "nan_a", "nan_b", "inf_a", "inf_b", "nan_mismatch", "inf_mismatch",
@@ -90,6 +91,7 @@ def _reference(a: np.ndarray, b: np.ndarray, k: int) -> dict[str, Any]:
         "nan_mismatch": int((na ^ nb).sum()),
         "inf_mismatch": int(((ia | ib) & (a64 != b64)).sum()),
         "worst_positions": order[:k],
+        "excess": {r: max(0.0, float((d - r * np.abs(a64[fin])).max(initial=0.0))) for r in RTOLS},
     }
 
 
@@ -112,6 +114,7 @@ def check_against_reference(m: TensorMetrics, a: np.ndarray, b: np.ndarray) -> N
     assert same_float(m.cosine, ref["cosine"], 0, 1e-5), (m.cosine, ref["cosine"])
     flat = [int(np.ravel_multi_index(i, a.shape)) if a.ndim else 0 for i, _, _ in m.worst]
     assert flat == ref["worst_positions"]
+    assert dict(m.excess_at_rtol) == {r: ref["excess"][r] for r, _ in m.excess_at_rtol}
 
 
 # --------------------------------------------------------------------------- hand-made values
@@ -396,13 +399,13 @@ def test_chunking_never_changes_the_answer(
     pair: tuple[np.ndarray, np.ndarray], chunk: int, k: int
 ) -> None:
     a, b = pair
-    whole = compare_arrays(a, b, k_worst=k)
-    check_against_reference(compare_arrays(a, b), a, b)
-    part = compare_arrays(a, b, k_worst=k, chunk_elems=chunk)
-    for name in EXACT_FIELDS:
+    whole = compare_arrays(a, b, k_worst=k, rtols=RTOLS)
+    check_against_reference(compare_arrays(a, b, rtols=RTOLS), a, b)
+    part = compare_arrays(a, b, k_worst=k, chunk_elems=chunk, rtols=RTOLS)
+    for name in EXACT_FIELDS + ("excess_at_rtol",):
         assert getattr(part, name) == getattr(whole, name), name
     assert json.dumps(part.to_json()["worst"]) == json.dumps(whole.to_json()["worst"])
-    alone = compare_arrays(a, b, k_worst=k, chunk_elems=chunk, workers=1)
+    alone = compare_arrays(a, b, k_worst=k, chunk_elems=chunk, rtols=RTOLS, workers=1)
     assert json.dumps(alone.to_json()) == json.dumps(part.to_json())  # threads change nothing
     rel = 1e-12 if a.dtype == np.float64 else 1e-5
     for name in ("mean_abs", "rel_l2", "sqnr_db", "cosine"):

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -56,16 +57,17 @@ __all__ = [
 ]
 
 # 256 Ki elements (1 MiB of float32) per block: measured fastest on a 2-core, 1 MiB-L2 machine
-# (4 Mi blocks spill the ~15 passes out of cache and run ~2x slower; smaller blocks pay
+# (4 Mi blocks push the ~11 passes per block out of cache and run 2.5x slower; 64 Ki blocks pay
 # Python's per-call overhead), and short enough for accurate float32 dots.
 DEFAULT_CHUNK_ELEMS = 1 << 18
 _DOT_SLICE = 1 << 18  # longer float32 dots drift (2e-5 relative at 4 Mi elements)
-# dtype -> (its bits as a signed int, the bits of its largest finite value)
+# dtype -> (its bits as a signed int, the bits of its largest finite value, mantissa bits,
+# exponent of its smallest normal number)
 _BITS = {
-    "float16": (np.int16, 0x7BFF),
-    "bfloat16": (np.int16, 0x7F7F),
-    "float32": (np.int32, 0x7F7FFFFF),
-    "float64": (np.int64, 0x7FEFFFFFFFFFFFFF),
+    "float16": (np.int16, 0x7BFF, 10, -14),
+    "bfloat16": (np.int16, 0x7F7F, 7, -126),
+    "float32": (np.int32, 0x7F7FFFFF, 23, -126),
+    "float64": (np.int64, 0x7FEFFFFFFFFFFFFF, 52, -1022),
 }
 _SLACK = 2.0**-20  # float32 rounding margin before candidates are re-checked in float64
 _FLOAT_FIELDS = ("max_abs", "max_rel", "mean_abs", "rel_l2", "cosine", "sqnr_db")
@@ -100,8 +102,8 @@ class TensorMetrics:
     inf_a: int
     inf_b: int
     worst: tuple[Worst, ...]
-    # (rtol, max |a-b| - rtol*|a| over finite elements) for each rtol asked of compare_arrays:
-    # the one number that decides within(atol, rtol) exactly for every atol.
+    # (rtol, max(0, max |a-b| - rtol*|a| over finite elements)) for each rtol asked of
+    # compare_arrays: the one number that decides within(atol, rtol) exactly for every atol.
     excess_at_rtol: tuple[tuple[float, float], ...] = ()
 
     def within(self, atol: float, rtol: float) -> bool:
@@ -217,11 +219,10 @@ def compare_arrays(
             for s in starts[j::workers]:
                 scans[j].feed(s, _block(a, fa, s, s + block), _block(b, fb, s, s + block))
 
-    if workers == 1:
-        run(0)
-    else:
-        with ThreadPoolExecutor(workers, thread_name_prefix="tftrace-metrics") as pool:
-            list(pool.map(run, range(workers)))
+    helpers = [_pool().submit(run, j) for j in range(1, workers)]
+    run(0)  # the calling thread is worker 0
+    for done in helpers:
+        done.result()  # re-raises a worker's exception here
     for other in scans[1:]:
         scans[0].merge(other)
     with np.errstate(all="ignore"):
@@ -229,11 +230,22 @@ def compare_arrays(
 
 
 def _cores() -> int:
-    """Worker threads: numpy and BLAS release the GIL, so two cores nearly halve the time."""
+    """Worker threads: numpy and BLAS release the GIL, so a second core takes half the blocks."""
     try:
         return min(2, len(os.sched_getaffinity(0)))
     except AttributeError:  # not Linux
         return min(2, os.cpu_count() or 1)
+
+
+_POOL: list[ThreadPoolExecutor] = []  # made on first use, not at import; kept for the process
+_POOL_LOCK = threading.Lock()
+
+
+def _pool() -> ThreadPoolExecutor:
+    with _POOL_LOCK:
+        if not _POOL:
+            _POOL.append(ThreadPoolExecutor(3, thread_name_prefix="tftrace-metrics"))
+        return _POOL[0]
 
 
 def _cross(a: np.ndarray, b: np.ndarray, block: int) -> tuple[float, float]:
@@ -349,15 +361,16 @@ class _FloatScan(_Scan):
         rescan: Callable[[], tuple[float, float]],
     ) -> None:
         self.da, self.db, self.k, self.rescan = da, db, k, rescan
-        bits, top = _BITS.get(da.name, (None, 0)) if da == db else (None, 0)
-        self.ulp_bits = None if bits is None else np.dtype(bits)
-        self.pipe = np.dtype(np.float32 if bits is not None and da.itemsize <= 4 else np.float64)
+        own = _BITS.get(da.name) if da == db else None
+        self.ulp_bits = None if own is None else np.dtype(own[0])
+        self.pipe = np.dtype(np.float32 if own is not None and da.itemsize <= 4 else np.float64)
         self.f32 = self.pipe == np.float32
-        if self.ulp_bits is None:  # raw bits of the float64 copies: for the identity test only
-            bits, top = _BITS["float64"]
+        bits, top, mantissa, low = own or _BITS["float64"]  # else: the bits of float64 copies
         ibits = np.dtype(bits)
         # finite values of opposite signs are at least this far apart as raw signed integers
         self.straddle, self.mag = (1 << (8 * ibits.itemsize - 1)) - top, np.iinfo(ibits).max
+        # one ULP relative to a normal number is at most eps; |a-b| of subnormals is below tiny
+        self.eps, self.tiny = 2.0**-mantissa, 2.0 ** (low + 1)
         self.one_by_one = 4  # straddling pairs looked for one at a time, before a vector search
         self.t, self.u = np.empty(n, ibits), np.empty(n, ibits)
         self.d, self.p, self.q = (np.empty(n, self.pipe) for _ in range(3))
@@ -369,7 +382,7 @@ class _FloatScan(_Scan):
         self.nan_a = self.nan_b = self.inf_a = self.inf_b = 0
         self.max_abs = self.max_rel = 0.0
         self.sums: list[tuple[float, ...]] = []  # per block: sum a^2, d^2, d*a, |d| (d = a - b)
-        self.excess = {r: -math.inf for r in rtols}
+        self.excess = {r: 0.0 for r in rtols}  # only a positive excess can fail an atol >= 0
         self.worst = []
 
     def feed(self, off: int, ra: np.ndarray, rb: np.ndarray) -> None:
@@ -447,13 +460,13 @@ class _FloatScan(_Scan):
             c = np.flatnonzero(ad == bmax) if self.f32 else slice(0, 0)
             self.max_abs = max(self.max_abs, _exact(x, y, c, _absdiff) if self.f32 else bmax)
         for r in self.excess:
-            self._probe(r, ad, x, y, bmax)
+            self._probe(r, ad, x, y, bmax, t, across, rest)
         if self.ulp_bits is not None:
             self.ulp = max(self.ulp, rest, _ulps_apart(ia[across], ib[across], self.mag))
-        if self.max_rel < 1:
-            self._ratio(ad, x, y)
-        elif across.size:  # same-sign pairs have r <= 1: only pairs across zero can beat it
+        if across.size:  # pairs across zero (and 0 vs b): the only ones with |a-b|/max > 1
             self.max_rel = max(self.max_rel, _exact(x, y, across, _reldiff))
+        if self.max_rel < 1:  # else no same-sign pair (at most 1) can raise it
+            self._ratio(ad, x, y)
         if self.k:
             self._take_worst(ad, x, y, off, pos, bmax)
         return True
@@ -473,19 +486,40 @@ class _FloatScan(_Scan):
         c = np.flatnonzero(np.abs(rr, out=rr) >= low * (1 - _SLACK))
         self.max_rel = max(self.max_rel, _exact(x, y, c, _reldiff))
 
-    def _probe(self, r: float, ad: np.ndarray, x: np.ndarray, y: np.ndarray, bmax: float) -> None:
-        """Raise ``excess[r]`` to this block's max of ``|a-b| - r*|a|``, float64-exact."""
-        if bmax * (1 + 2.0**-22) <= self.excess[r]:
-            return  # |a-b| - r*|a| <= |a-b| <= bmax: this block cannot raise it
-        n = ad.size
-        p = np.abs(x, out=self.p[:n])
-        q = np.subtract(ad, np.multiply(p, r, out=self.q[:n]), out=self.q[:n])
-        e = float(np.maximum.reduce(q))
-        if self.f32:
-            bar = e - 2.0**-21 * (bmax + abs(r) * float(np.maximum.reduce(p)))
+    def _probe(
+        self, r: float, ad: np.ndarray, x: np.ndarray, y: np.ndarray, bmax: float,
+        t: np.ndarray, across: np.ndarray, rest: int,
+    ) -> None:
+        """Raise ``excess[r]`` to this block's max of ``|a-b| - r*|a|``, float64-exact.
+
+        Most elements cannot raise it, and the ULP distances say which: a same-sign pair of
+        normal numbers ``u`` ULPs apart has ``|a-b| <= u*eps*max(|a|,|b|)``, so below
+        ``u = r / (eps (1 + r))`` it is within ``r*|a|``; subnormal pairs differ by less than
+        ``tiny``; and the pairs across zero are listed in ``across``.
+        """
+        now, n = self.excess[r], ad.size
+        if bmax * (1 + 2.0**-22) <= now:  # |a-b| - r*|a| <= |a-b| <= max |a-b|
+            return
+        limit = r / (self.eps * (1 + r)) * (1 - 2.0**-40)  # margin for float64 rounding
+        if rest <= limit:
+            c: Any = across
+        else:
+            u = np.abs(t, out=self.u[:n]).view(f"u{t.itemsize}")  # t is 0 at across
+            bound = min(int(limit), np.iinfo(u.dtype).max)  # an int: no float64 copy of u
+            far = np.flatnonzero(np.greater(u, bound, out=self.mask[:n]))
+            c = np.concatenate([across, far]) if far.size <= n // 16 else None
+        if c is not None:
+            e = _exact(x, y, c, lambda xa, ya: np.abs(xa - ya) - r * np.abs(xa))
+            if max(now, e) >= self.tiny:  # what remains is at most 0, or below tiny
+                self.excess[r] = max(now, e)
+                return
+        q = np.multiply(np.abs(x, out=self.q[:n]), -r, out=self.q[:n])
+        e = float(np.maximum.reduce(np.add(q, ad, out=q)))
+        if self.f32:  # float32 error of q_i is below 2^-23 (|a-b| + r|a|) <= 2^-23 (2 bmax - q_i)
+            bar = e - 2.0**-21 * (2 * bmax + abs(e))
             c = np.flatnonzero(q >= bar) if math.isfinite(bar) else slice(None)
             e = _exact(x, y, c, lambda xa, ya: np.abs(xa - ya) - r * np.abs(xa))
-        self.excess[r] = max(self.excess[r], e)
+        self.excess[r] = max(now, e)
 
     def _straddlers(self, t: np.ndarray) -> tuple[np.ndarray, int]:
         """Positions with ``|t| >= straddle``, and the largest ``|t|`` elsewhere.
@@ -510,7 +544,7 @@ class _FloatScan(_Scan):
             return np.array(found, np.intp), max(int(t[hi]), -int(t[lo]))
         u = np.abs(t, out=self.u[: t.size]).view(f"u{t.itemsize}")  # |min int| stays 2^(w-1)
         c = np.flatnonzero(np.greater_equal(u, s, out=self.mask[: t.size]))
-        u[c] = 0
+        u[c], t[c] = 0, 0
         self.one_by_one = 4 if c.size < 4 else 0  # many here: likely many in the next block too
         return np.concatenate([np.array(found, np.intp), c]), int(np.maximum.reduce(u))
 
