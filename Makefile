@@ -52,8 +52,15 @@ test: setup models
 test-fast: setup
 	$(BIN)/python -m pytest -m "not slow and not browser" $(PYTEST_ARGS)
 
+# Issue 7: every figure against its peer, in one run (~15-20 min on 2 cores); writes
+# bench/results.json and BENCHMARKS.md. Models are generated once into out/bench/models.
 bench: setup models
-	@echo "make bench: the benchmark harness is not built yet (issue 7)"; exit 1
+	$(BIN)/python -m bench
+
+# The same harness on the sample detector, one round each: checks it runs, not the numbers.
+.PHONY: bench-quick
+bench-quick: setup models
+	$(BIN)/python -m bench --quick
 
 clean:
 	rm -rf $(MODELS_DIR) out build dist *.egg-info tests/_output .pytest_cache

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
+import threading
 import traceback
 from collections.abc import Sequence
 
@@ -337,9 +339,18 @@ def _error(line: str) -> None:
     print(line.replace("\n", " "), file=sys.stderr)
 
 
+def _stop_like_ctrl_c(signum: int, frame: object) -> None:
+    """SIGTERM (``kill``, a CI job cancelled, systemd) ends tftrace the way Ctrl-C does: the
+    child process group is stopped, nothing incomplete is marked complete, exit 2. Python's
+    default would end the parent at once and leave the child running on as an orphan."""
+    raise KeyboardInterrupt
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if threading.current_thread() is threading.main_thread():  # signal handlers live in the main thread
+        signal.signal(signal.SIGTERM, _stop_like_ctrl_c)
     console = Console(stderr=False, highlight=False)
     try:
         return int(args.func(args, console))

@@ -275,13 +275,34 @@ def _metrics(cap_a: Capture, cap_b: Capture, alignment: Alignment, tolerance: To
 
 
 def load_report(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read a report.json someone else may have made: strict JSON, contract fields type-checked."""
     report_path = Path(path) / "report.json" if Path(path).is_dir() else Path(path)
     if not report_path.exists():
         raise TftraceError(f"{report_path} does not exist", "point at a directory written by tftrace compare --out")
+
+    def refuse_constant(token: str) -> Any:
+        raise ValueError(f"{token} is not JSON")
+
     try:
-        report = json.loads(report_path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise TftraceError(f"{report_path} is not valid JSON ({exc})", "re-run tftrace compare to rewrite it") from exc
+        report = json.loads(report_path.read_text(encoding="utf-8"), parse_constant=refuse_constant)
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise TftraceError(f"{report_path} is not valid JSON ({str(exc)[:200]})", "re-run tftrace compare to rewrite it") from exc
     if not isinstance(report, dict) or "schema_version" not in report:
         raise TftraceError(f"{report_path} is not a tftrace report", "re-run tftrace compare to rewrite it")
+    expected = {"verdict": str, "sides": dict, "nodes": dict, "origins": list, "outputs": dict}
+    for key, kind in expected.items():
+        if not isinstance(report.get(key), kind):
+            raise TftraceError(
+                f"{report_path} is not a valid tftrace report: \"{key}\" must be a {kind.__name__}",
+                "re-run tftrace compare to rewrite it",
+            )
+    for key in ("first_divergence", "first_divergence_beyond_tolerance"):
+        if report.get(key) is not None and not isinstance(report[key], dict):
+            raise TftraceError(
+                f"{report_path} is not a valid tftrace report: \"{key}\" must be an object or null",
+                "re-run tftrace compare to rewrite it",
+            )
+    if report["verdict"] not in ("identical", "within_tolerance", "diverged"):
+        raise TftraceError(f"{report_path} is not a valid tftrace report: unknown \"verdict\"",
+                           "re-run tftrace compare to rewrite it")
     return report

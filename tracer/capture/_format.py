@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import os
 import re
+import tokenize
 from pathlib import Path
 
 import numpy as np
@@ -123,8 +124,10 @@ def open_npy(path: Path, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
                 hshape, fortran, hdtype = fmt.read_array_header_2_0(f)
             else:
                 raise ValueError(f"unsupported .npy version {version}")
-        except ValueError as exc:
-            raise damaged(path.parent.parent, f"{path.name} is not a valid .npy file ({exc})") from exc
+        except (ValueError, SyntaxError, TypeError, tokenize.TokenError, RecursionError) as exc:
+            # numpy parses the header dict with tokenize and ast.literal_eval: a damaged header
+            # raises any of these, never a single documented type
+            raise damaged(path.parent.parent, f"{path.name} is not a valid .npy file ({str(exc)[:200]})") from exc
         offset, size = f.tell(), os.fstat(f.fileno()).st_size
     nbytes = int(np.prod(shape, dtype=object)) * dtype.itemsize
     if tuple(hshape) != shape or fortran or hdtype != dtype or size - offset != nbytes:

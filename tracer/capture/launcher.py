@@ -35,6 +35,9 @@ PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 STDERR_TAIL_LINES = 15
 PROGRESS_AFTER_S = 1.0  # no progress bar for captures quicker than this
 HEARTBEAT_S = 0.25  # how often a quiet child is checked on (deadline, progress bar)
+# --env families a replayed side may set: TensorFlow's and its math and GPU libraries' knobs.
+REPLAY_ENV_PREFIXES = ("TF_", "XLA_", "CUDA_", "CUDNN_", "NCCL_", "NVIDIA_", "OMP_", "KMP_", "MKL_", "ONEDNN_", "DNNL_",
+                       "OPENBLAS_")
 
 
 def run_child(
@@ -46,6 +49,8 @@ def run_child(
     on_event: Callable[[dict[str, Any]], None] | None = None,
 ) -> None:
     """Run ``python -m tracer.capture.worker`` for ``job``; raise TftraceError if it fails."""
+    if job.get("mode") == "isolate":
+        _refuse_code_loading_env(side)
     env = child_env(side)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (PACKAGE_ROOT, env.get("PYTHONPATH", "")) if p)
     console = console or Console(stderr=True)
@@ -76,6 +81,24 @@ def run_child(
         raise TftraceError(
             f"the child process running {label} {how}; the tail of its stderr:\n{shown}\n",
             "fix what it reports (re-run with --debug for the full picture); any partial output is left incomplete",
+        )
+
+
+def _refuse_code_loading_env(side: Side) -> None:
+    """An isolation job replays a side read from a file (a capture's manifest, a report's job),
+    which may come from anyone; its ``--env`` values would reach the child's environment, and
+    some variables make the child run code (``LD_PRELOAD``, ``PYTHONPATH`` with a
+    ``sitecustomize.py``...). Only TensorFlow's own knob families are replayed from a file;
+    anything else must already be set, to the same value, in the user's own environment.
+    """
+    foreign = sorted(key for key, value in side.knobs.env
+                     if not key.startswith(REPLAY_ENV_PREFIXES) and os.environ.get(key) != value)
+    if foreign:
+        raise TftraceError(
+            f"the side to replay asks for {', '.join(foreign)} in the child's environment, as recorded in a "
+            "capture or report file; tftrace replays only TF_*/CUDA_*/OMP_*-style variables from files, because "
+            "others can make the child run code",
+            f"if you trust the file, set them in your own shell first (e.g. export {foreign[0]}=...) and re-run",
         )
 
 

@@ -3,7 +3,10 @@
 Captures come from elsewhere (a colleague, a CI artifact), so the manifest is checked before
 anything is trusted: file paths must stay inside ``tensors/``, shapes and dtypes must be sane
 and agree with each ``.npy`` header before anything is allocated or memory-mapped, and a
-directory without ``manifest.json`` (an interrupted capture) is refused outright.
+directory without ``manifest.json`` (an interrupted capture) is refused outright. The other
+parts compare reads (the op graph, the examples, the runs) are type-checked too, and a key
+that is missing where a reader needs it raises the same "damaged capture" error, so a
+hand-made manifest never surfaces as a crash deep inside the comparison.
 """
 
 from __future__ import annotations
@@ -32,7 +35,28 @@ from ._format import (
     widen,
 )
 
-__all__ = ["Capture"]
+__all__ = ["Capture", "MissingKey"]
+
+MAX_MANIFEST_BYTES = 1 << 30  # a real manifest of a 10,000-op model is a few MB
+LAYOUTS = frozenset({"rows", "const", "whole", "varies"})
+
+
+class MissingKey(TftraceError, KeyError):
+    """A key a reader needs is missing from a manifest: a TftraceError for the CLI, and still a
+    KeyError for code that probes with ``try: d[k] except KeyError``."""
+
+    __str__ = TftraceError.__str__
+
+
+class _Record(dict):
+    """A JSON object of a manifest whose missing keys raise :class:`MissingKey`."""
+
+    __slots__ = ("_root",)
+
+    def __missing__(self, key: Any) -> Any:
+        root = getattr(self, "_root", "?")
+        problem = damaged(Path(str(root)), f"{MANIFEST} has no {key!r} where tftrace needs it")
+        raise MissingKey(problem.problem, problem.fix)
 
 
 class Capture:
@@ -61,10 +85,20 @@ class Capture:
                 "crashed or is still running",
                 RERUN,
             )
+        size = manifest_path.stat().st_size
+        if size > MAX_MANIFEST_BYTES:
+            raise damaged(root, f"{MANIFEST} is {size:,} bytes, more than the {MAX_MANIFEST_BYTES:,}-byte limit")
+
+        def record(obj: dict[str, Any]) -> _Record:
+            wrapped = _Record(obj)
+            wrapped._root = root
+            return wrapped
+
         try:
-            manifest = json.loads(manifest_path.read_text(encoding="utf-8"), parse_constant=_reject_constant)
-        except (ValueError, RecursionError) as exc:
-            raise damaged(root, f"{MANIFEST} is not valid JSON ({exc})") from exc
+            text = manifest_path.read_text(encoding="utf-8")
+            manifest = json.loads(text, parse_constant=_reject_constant, object_hook=record)
+        except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+            raise damaged(root, f"{MANIFEST} is not valid JSON ({str(exc)[:200]})") from exc
         files = _validate_manifest(root, manifest)
         return cls(root, manifest, files)
 
@@ -141,6 +175,7 @@ def _validate_manifest(root: Path, manifest: Any) -> dict[str, Path]:
         manifest.setdefault(key, {})
     if not all(isinstance(r, str) for r in manifest["uncaptured"].values()):
         raise damaged(root, "an uncaptured reason is not a string")
+    _validate_parts(root, manifest)
     tensors_dir = root.resolve() / TENSORS
     return {name: _validate_record(root, tensors_dir, name, rec) for name, rec in manifest["tensors"].items()}
 
@@ -162,7 +197,7 @@ def _validate_record(root: Path, tensors_dir: Path, name: str, rec: Any) -> Path
     if len(posix.parts) != 2 or posix.parts[0] != TENSORS or not posix.name.endswith(".npy"):
         raise bad(f"file path {file!r} is not {TENSORS}/<name>.npy")
     dtype_name, stored = rec.get("dtype"), rec.get("stored_dtype")
-    if dtype_name not in NATIVE and dtype_name not in EXTENDED and dtype_name != STRING:
+    if not isinstance(dtype_name, str) or (dtype_name not in NATIVE and dtype_name not in EXTENDED and dtype_name != STRING):
         raise bad(f"unknown dtype {dtype_name!r}")
     match = STORED_DTYPE.fullmatch(stored) if isinstance(stored, str) else None
     if match is None or not storage_matches(dtype_name, match[1], int(match[2])):
@@ -175,6 +210,9 @@ def _validate_record(root: Path, tensors_dir: Path, name: str, rec: Any) -> Path
         raise bad(f"shape {shape} declares {declared} bytes, more than the {MAX_TENSOR_BYTES}-byte limit")
     if rec.get("size_bytes") != declared:
         raise bad(f"size_bytes {rec.get('size_bytes')!r} does not match shape {shape} × itemsize = {declared}")
+    stats = rec.get("stats")
+    if stats is not None and not (isinstance(stats, dict) and all(_is_number(v) for v in stats.values())):
+        raise bad("its stats are not an object of numbers")
     try:
         resolved = (root / file).resolve(strict=True)
     except OSError as exc:
@@ -184,3 +222,166 @@ def _validate_record(root: Path, tensors_dir: Path, name: str, rec: Any) -> Path
     if resolved.stat().st_size < declared:
         raise bad(f"file {file} is smaller than the {declared} bytes its record declares")
     return resolved
+
+
+# --------------------------------------------------------------------------- the other parts
+
+
+# The JSON types of the manifest's other parts, where present: a dict describes an object's keys
+# (recursively), a type or tuple of types is checked with isinstance. Keys not listed are free.
+PARTS: dict[str, Any] = {
+    "spec": {"artifact": {"path": str, "tag": str, "signature": str, "outputs": list, "input_names": list},
+             "device": str, "knobs": {"env": (dict, list), "grappler": (dict, list), "threads": (list, type(None))},
+             "inputs": dict, "allow_unsafe_ops": bool},
+    "artifact": {"kind": str, "location": str, "inlined_by_loader": bool},
+    "signature": {"inputs": dict, "outputs": dict},
+    "graph": {"inputs": dict, "outputs": dict, "nodes": list},
+    "examples": {"count": int, "batch_major": bool, "source": str},
+    "tensor_layout": dict,
+    "observer_effect": {"outputs_identical": bool, "outputs_max_abs_diff": dict, "executed_ops": dict,
+                        "only_in_plain": list, "only_in_instrumented": list, "stateful_ops": list,
+                        "executed_nodes_plain": dict, "executed_nodes_instrumented": dict},
+    "timings": {"plain_latency_ms": dict},
+    "environment": {"onednn": dict},
+    "notes": list,
+    "runs": list,
+}
+
+
+JSON_NAMES = {dict: "a JSON object", list: "a list", str: "a string", int: "an integer", float: "a number",
+              bool: "true or false", type(None): "null"}
+
+
+def _shape_error(value: Any, spec: Any, where: str) -> str | None:
+    """Where ``value`` first disagrees with ``spec`` (see PARTS), as a sentence; or None."""
+    if isinstance(spec, dict):
+        if not isinstance(value, dict):
+            return f'"{where}" is not a JSON object'
+        for key, inner in spec.items():
+            if key in value:
+                found = _shape_error(value[key], inner, f"{where}.{key}")
+                if found:
+                    return found
+        return None
+    wanted = spec if isinstance(spec, tuple) else (spec,)
+    fits = isinstance(value, wanted) and not (isinstance(value, bool) and bool not in wanted)  # true is no integer
+    return None if fits else f'"{where}" is not {" or ".join(JSON_NAMES[t] for t in wanted)}'
+
+
+def _validate_parts(root: Path, manifest: dict[str, Any]) -> None:
+    """Type-check what compare and the report read besides the tensors, where present.
+
+    Present-but-wrong is refused here; absent is refused where it is needed (``_Record``), so
+    minimal manifests (tests, tools that only store tensors) still open.
+    """
+    for key, spec in PARTS.items():
+        found = _shape_error(manifest[key], spec, key) if key in manifest else None
+        if found:
+            raise damaged(root, found)
+    if not _is_list_of(manifest.get("notes", []), str):
+        raise damaged(root, '"notes" is not a list of strings')
+    for key in ("batch_size", "fetch_chunks"):
+        if manifest.get(key) is not None and not _is_count(manifest[key]):
+            raise damaged(root, f'"{key}" {manifest[key]!r} is not a non-negative integer')
+    layout = manifest.get("tensor_layout", {})
+    if not all(isinstance(k, str) and isinstance(v, str) and v in LAYOUTS for k, v in layout.items()):
+        raise damaged(root, f'"tensor_layout" maps a tensor to something other than {sorted(LAYOUTS)}')
+    count = None
+    if "examples" in manifest:
+        examples = manifest["examples"]
+        count = examples.get("count")
+        if not _is_count(count) or not isinstance(examples.get("batch_major"), bool):
+            raise damaged(root, '"examples" needs an integer "count" >= 0 and a boolean "batch_major"')
+    if "runs" in manifest:
+        ok = all(
+            isinstance(r, list) and len(r) == 2 and _is_count(r[0]) and _is_count(r[1]) and r[0] <= r[1]
+            and (count is None or r[1] <= count)
+            for r in manifest["runs"]
+        )
+        if not ok:
+            raise damaged(root, '"runs" is not a list of [start, stop] example ranges within "examples.count"')
+    if "graph" in manifest:
+        _validate_graph(root, manifest["graph"])
+
+
+def _validate_graph(root: Path, graph: dict[str, Any]) -> None:
+    """The op graph: well-typed nodes with unique names, signature tensors that exist, no cycle."""
+
+    def bad(detail: str) -> TftraceError:
+        return damaged(root, f"the op graph: {detail}")
+
+    nodes = graph.get("nodes")
+    if not isinstance(nodes, list) or not all(isinstance(n, dict) for n in nodes):
+        raise bad('"nodes" is not a list of JSON objects')
+    outputs_of: dict[str, int] = {}
+    for node in nodes:
+        name = node.get("name")
+        if not isinstance(name, str) or name in outputs_of:
+            raise bad(f"node name {name!r} is not a string or not unique")
+        if not isinstance(node.get("op"), str):
+            raise bad(f"node {name!r} has no op type")
+        if not (_is_list_of(node.get("inputs"), str) and _is_list_of(node.get("control_inputs"), str)):
+            raise bad(f"node {name!r}: inputs/control_inputs are not lists of strings")
+        if not (isinstance(node.get("device"), str) and isinstance(node.get("scope"), str)
+                and isinstance(node.get("attrs"), dict)):
+            raise bad(f"node {name!r}: device, scope or attrs is missing or of the wrong type")
+        outs = node.get("outputs")
+        if not isinstance(outs, list) or not all(_is_output(o) for o in outs):
+            raise bad(f"node {name!r}: outputs are not [{{dtype, shape, capturable, reason}}]")
+        outputs_of[name] = len(outs)
+    for role in ("inputs", "outputs"):
+        mapping = graph.get(role)
+        if not isinstance(mapping, dict):
+            raise bad(f'"{role}" is not a JSON object')
+        for key, tensor in mapping.items():
+            op, _, slot = tensor.rpartition(":") if isinstance(tensor, str) else ("", "", "")
+            if op not in outputs_of or not slot.isdigit() or int(slot) >= outputs_of[op]:
+                raise bad(f"signature {role[:-1]} {key!r} names {tensor!r}, which is not a tensor of the graph")
+    _refuse_cycles(nodes, bad)
+
+
+def _refuse_cycles(nodes: list[dict[str, Any]], bad: Any) -> None:
+    """Kahn's algorithm over data and control edges between the listed nodes."""
+    names = {n["name"] for n in nodes}
+    preds = {n["name"]: {_op(t) for t in [*n["inputs"], *n["control_inputs"]]} & names for n in nodes}
+    succs: dict[str, list[str]] = {name: [] for name in names}
+    for name, sources in preds.items():
+        for src in sources:
+            succs[src].append(name)
+    waiting = {name: len(sources) for name, sources in preds.items()}
+    ready = [name for name, n in waiting.items() if n == 0]
+    done = 0
+    while ready:
+        name = ready.pop()
+        done += 1
+        for nxt in succs[name]:
+            waiting[nxt] -= 1
+            if waiting[nxt] == 0:
+                ready.append(nxt)
+    if done != len(names):
+        stuck = sorted(name for name, n in waiting.items() if n > 0)[:3]
+        raise bad(f"it has a cycle (through {', '.join(map(repr, stuck))})")
+
+
+def _op(tensor: str) -> str:
+    return tensor.lstrip("^").rsplit(":", 1)[0] if ":" in tensor else tensor.lstrip("^")
+
+
+def _is_output(out: Any) -> bool:
+    if not isinstance(out, dict) or not isinstance(out.get("dtype"), str):
+        return False
+    shape = out.get("shape")
+    shape_ok = shape is None or (isinstance(shape, list) and all(d is None or type(d) is int for d in shape))
+    return shape_ok and isinstance(out.get("capturable"), bool) and isinstance(out.get("reason", ""), str)
+
+
+def _is_number(value: Any) -> bool:
+    return value is None or (type(value) in (int, float))
+
+
+def _is_count(value: Any) -> bool:
+    return type(value) is int and value >= 0
+
+
+def _is_list_of(value: Any, kind: type) -> bool:
+    return isinstance(value, list) and all(isinstance(v, kind) for v in value)

@@ -12,14 +12,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._tf import tf
-from ..artifacts import Artifact, Signature, load
+from ..artifacts import Artifact, Signature, detect, load
 from ..graphload import build_opgraph
 from ..errors import TftraceError
-from ..safety import describe_unsafe, find_unsafe_ops
+from ..safety import describe_unsafe, find_unsafe_ops, unsafe_at_load_v2
 from ..opgraph import OpGraph
 from ..runspec import Side, parse_device
 
-__all__ = ["Runtime", "open_runtime", "apply_process_knobs", "session_config", "tf_error_text", "determinism_fix"]
+__all__ = ["Runtime", "open_runtime", "load_checked", "apply_process_knobs", "session_config", "tf_error_text", "determinism_fix"]
 
 TOGGLE_ON, TOGGLE_OFF = 1, 2  # RewriterConfig.Toggle
 
@@ -103,9 +103,8 @@ def open_runtime(side: Side) -> Runtime:
     t = tf()
     notes = apply_process_knobs(side)
     config = session_config(side)  # before loading: a bad config file should not cost a model load
-    artifact = load(side.artifact)
+    artifact = load_checked(side)
     notes += artifact.notes
-    _refuse_unsafe(artifact, side)
     graph = t.Graph()
     session = t.compat.v1.Session(graph=graph, config=config)
     try:
@@ -127,25 +126,103 @@ def open_runtime(side: Side) -> Runtime:
     return Runtime(side, artifact, graph, session, signature, opgraph, notes, text_format.MessageToString(config))
 
 
+INIT_OP_SIGNATURE = "__saved_model_init_op"  # TF >= 2's v1 loader runs it before the collections
+INIT_OP_COLLECTIONS = ("saved_model_main_op", "legacy_init_op", "table_initializer")
+UNSAFE_FIX = "inspect the model (tftrace diff-graph works without running it); if you trust it, pass --allow-unsafe-ops"
+
+
+def load_checked(side: Side) -> Artifact:
+    """Load the side's artifact statically, refusing it *before* any of it runs when running it
+    would reach outside the computation (see :mod:`tracer.safety`), unless ``allow_unsafe_ops``."""
+    _refuse_unsafe_at_load(side)  # loading a TF2 SavedModel already runs some of its functions
+    artifact = load(side.artifact)
+    _refuse_unsafe(artifact, side)
+    return artifact
+
+
 def _refuse_unsafe(artifact: Artifact, side: Side) -> None:
-    """Nothing runs before this check: the signature's outputs and a SavedModel's init ops."""
+    """Nothing runs before this check: what a session will run for this side, checked statically.
+
+    Three things run: the signature's outputs (with its inputs fed); a TF1 SavedModel's init op
+    (the ``__saved_model_init_op`` signature, else the main/legacy init op collections; the
+    loader feeds the asset tensors, so reading an asset is fine); and the saver's restore op
+    (fed the artifact's own checkpoint prefix, so its RestoreV2 is fine, anything else is not).
+    """
     roots = []
     if artifact.signature is not None:
         roots += [spec.name for spec in artifact.signature.outputs.values()]
     roots += list(side.artifact.outputs)
     fed = [spec.name for spec in artifact.signature.inputs.values()] if artifact.signature else []
     fed += list(side.artifact.input_names)
-    if artifact.meta_graph is not None and artifact.kind == "saved_model_v1":
-        for key in ("saved_model_main_op", "legacy_init_op", "table_initializer"):
-            if key in artifact.meta_graph.collection_def:
-                roots += list(artifact.meta_graph.collection_def[key].node_list.value)
     found = find_unsafe_ops(artifact.graph_def, roots, fed)
+    meta = artifact.meta_graph
+    if meta is not None and artifact.kind == "saved_model_v1":
+        init_roots = [t.name for t in meta.signature_def[INIT_OP_SIGNATURE].outputs.values()] if (
+            INIT_OP_SIGNATURE in meta.signature_def) else []
+        for key in INIT_OP_COLLECTIONS:
+            if key in meta.collection_def:
+                init_roots += list(meta.collection_def[key].node_list.value)
+        assets = _asset_tensors(meta)
+        found += find_unsafe_ops(artifact.graph_def, init_roots, assets, trusted_files=assets)
+    if meta is not None and artifact.kind in ("saved_model_v1", "checkpoint") and meta.saver_def.restore_op_name:
+        prefix = [meta.saver_def.filename_tensor_name]
+        found += find_unsafe_ops(artifact.graph_def, [meta.saver_def.restore_op_name], prefix, trusted_files=prefix)
+    found = sorted(set(found))
     if found and not side.allow_unsafe_ops:
         raise TftraceError(
             f"refusing to run {artifact.location}: running it would execute ops with effects outside the "
             f"computation: {describe_unsafe(found)}",
-            "inspect the model (tftrace diff-graph works without running it); if you trust it, pass --allow-unsafe-ops",
+            UNSAFE_FIX,
         )
+
+
+def _asset_tensors(meta: Any) -> list[str]:
+    """Tensors the SavedModel loader feeds with paths into the model's own ``assets/``."""
+    from tensorflow.core.protobuf import meta_graph_pb2  # noqa: PLC0415 - comes with TF
+
+    names = [a.tensor_info.name for a in meta.asset_file_def]
+    collection = meta.collection_def.get("saved_model_assets")  # the layout of TF < 1.13
+    for packed in collection.any_list.value if collection is not None else ():
+        asset = meta_graph_pb2.AssetFileDef()
+        if packed.Unpack(asset):
+            names.append(asset.tensor_info.name)
+    return names
+
+
+def _refuse_unsafe_at_load(side: Side) -> None:
+    """A TF2 SavedModel runs resource initialisers and restore functions *while loading*
+    (``tf.saved_model.load``), so those are checked before the load; TF1 loading is static."""
+    kind, location = detect(side.artifact.path)
+    if kind != "saved_model" or side.allow_unsafe_ops:
+        return
+    meta = _saved_model_meta(location, side.artifact.tag)
+    if meta is None or not (meta.object_graph_def.nodes and meta.graph_def.library.function):
+        return  # TF1 (or a tag set that load() will refuse with its own message)
+    found = unsafe_at_load_v2(meta)
+    if found:
+        raise TftraceError(
+            f"refusing to load {location}: loading this TF2 SavedModel runs its resource initialisers and "
+            f"restore functions, which would execute ops with effects outside the computation: {describe_unsafe(found)}",
+            UNSAFE_FIX,
+        )
+
+
+def _saved_model_meta(location: str, tag: str) -> Any | None:
+    """The MetaGraphDef of ``tag``, or None when it cannot be read (load() then says why)."""
+    from google.protobuf import message, text_format  # noqa: PLC0415
+    from tensorflow.core.protobuf import saved_model_pb2  # noqa: PLC0415
+
+    gfile = tf().io.gfile
+    saved = saved_model_pb2.SavedModel()
+    try:
+        if gfile.exists(f"{location}/saved_model.pb"):
+            saved.ParseFromString(gfile.GFile(f"{location}/saved_model.pb", "rb").read())
+        else:
+            text_format.Parse(gfile.GFile(f"{location}/saved_model.pbtxt", "r").read(), saved)
+    except (message.DecodeError, text_format.ParseError, UnicodeDecodeError, tf().errors.OpError):
+        return None
+    wanted = sorted(t.strip() for t in tag.split(",") if t.strip())
+    return next((mg for mg in saved.meta_graphs if sorted(mg.meta_info_def.tags) == wanted), None)
 
 
 def tf_error_text(exc: BaseException, limit: int = 300) -> str:

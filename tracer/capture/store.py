@@ -10,6 +10,8 @@ machines that may not have it.
 
 from __future__ import annotations
 
+import errno
+import functools
 import hashlib
 import json
 import os
@@ -17,11 +19,11 @@ import re
 import shutil
 import socket
 from bisect import bisect_right
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import numpy as np
 
@@ -122,6 +124,38 @@ def _chunked_stats(stored: np.ndarray, dtype_name: str) -> dict[str, Any] | None
     return {"min": lo, "max": hi, "mean": mean, "nan": nan, "inf": inf}
 
 
+# --------------------------------------------------------------------------- a full disk
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+_DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+def _reports_full_disk(
+    method: Callable[Concatenate[CaptureWriter, _P], _R],
+) -> Callable[Concatenate[CaptureWriter, _P], _R]:
+    """Turn "no space left" into the user's error, with how far the capture got.
+
+    A full disk is the environment, not a bug: the capture stops with a TftraceError (exit 2);
+    no manifest is written, so the partial directory stays incomplete and is refused later.
+    """
+
+    @functools.wraps(method)
+    def wrapper(self: CaptureWriter, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        try:
+            return method(self, *args, **kwargs)
+        except OSError as exc:
+            if exc.errno not in _DISK_FULL:
+                raise
+            raise TftraceError(
+                f"disk full at {self.bytes_written:,} bytes written to {self.path} ({exc.strerror})",
+                f"free space on that file system or choose another --out; the partial capture in {self.path} has "
+                "no manifest.json and is refused as incomplete (delete it, or re-run with --force)",
+            ) from exc
+
+    return wrapper
+
+
 # --------------------------------------------------------------------------- writer
 
 
@@ -183,10 +217,12 @@ class CaptureWriter:
         self._used: set[str] = set()  # case-folded file names in use
         self._lock_token: bytes | None = None
         self._state = "open"
+        self.bytes_written = 0  # data and headers so far (what a full disk message reports)
         self._prepare()
 
     # ---- directory and lock
 
+    @_reports_full_disk
     def _prepare(self) -> None:
         root = self.path
         if root.exists() and not root.is_dir():
@@ -288,6 +324,7 @@ class CaptureWriter:
         self._used.add(filename.casefold())
         return filename
 
+    @_reports_full_disk
     def write_rows(self, tensor_name: str, rows: np.ndarray, row_offset: int, total_rows: int) -> None:
         """Store rows ``[row_offset, row_offset + len(rows))`` of a batch-major tensor.
 
@@ -325,6 +362,7 @@ class CaptureWriter:
             raise ValueError(f"rows {row_offset}:{row_offset + len(rows)} of {tensor_name!r} were already written")
         row_bytes = int(np.prod(entry.shape[1:], dtype=object)) * entry.stored.itemsize
         write_at(self._file(entry), entry.header_len + row_offset * row_bytes, stored.astype(entry.stored, copy=False))
+        self.bytes_written += len(rows) * row_bytes
 
     def _create_rows(self, name: str, dtype_name: str, stored: np.dtype, shape: tuple[int, ...]) -> _Entry:
         entry = _Entry(self._claim_filename(name), dtype_name, stored, shape, batch_major=True)
@@ -337,6 +375,7 @@ class CaptureWriter:
         header = npy_header(entry.stored, entry.shape)
         with open(path, "wb") as f:
             f.write(header)
+            self.bytes_written += len(header)
             f.truncate(len(header) + int(np.prod(entry.shape, dtype=object)) * entry.stored.itemsize)
         entry.header_len = len(header)
 
@@ -350,6 +389,7 @@ class CaptureWriter:
         del old
         os.replace(tmp, self._file(entry))
 
+    @_reports_full_disk
     def write_whole(self, tensor_name: str, array: np.ndarray) -> None:
         """Store a non-batch tensor (constant, weight) once, via a temp file and a rename."""
         self._check_open()
@@ -367,8 +407,10 @@ class CaptureWriter:
         entry = _Entry(self._claim_filename(tensor_name), dtype_name, stored.dtype, stored.shape, batch_major=False)
         path = self._file(entry)
         tmp = path.with_name(entry.filename + ".tmp")
-        with open(tmp, "wb") as f:
-            np.save(f, stored, allow_pickle=False)
+        with open(tmp, "wb") as f:  # not np.save: its short writes on a full disk carry no errno
+            f.write(npy_header(stored.dtype, stored.shape))
+            f.write(np.ascontiguousarray(stored).reshape(-1).view(np.uint8).data)
+            self.bytes_written += f.tell()
         os.replace(tmp, path)
         self._entries[tensor_name] = entry
 
@@ -396,6 +438,7 @@ class CaptureWriter:
 
     # ---- finishing
 
+    @_reports_full_disk
     def finalize(self, manifest: Mapping[str, Any]) -> Path:
         """Write ``manifest.json`` (last, atomically) and release the lock; returns its path.
 
@@ -420,7 +463,9 @@ class CaptureWriter:
         out["tensors"], out["uncaptured"] = records, dict(self._uncaptured)
         fsync(self.path / TENSORS)
         target = self.path / MANIFEST
-        atomic_write(target, json.dumps(out, indent=1, allow_nan=False))
+        text = json.dumps(out, indent=1, allow_nan=False)
+        atomic_write(target, text)
+        self.bytes_written += len(text.encode("utf-8"))
         self._release()
         self._state = "finalized"
         return target

@@ -134,18 +134,22 @@ def _observer(effect: Any) -> list[dict[str, Any]]:
         if not isinstance(side, dict) or not side:
             sides.append({"key": key.upper(), "recorded": False})
             continue
-        diffs = side.get("outputs_max_abs_diff") or {}
+        diffs = side.get("outputs_max_abs_diff")
         sides.append({"key": key.upper(), "recorded": True, "identical": side.get("outputs_identical"),
-                      "diffs": list(diffs.items())[:TABLE_CAP],
-                      "only_plain": [str(x) for x in side.get("only_in_plain") or []],
-                      "only_instrumented": [str(x) for x in side.get("only_in_instrumented") or []]})
+                      "diffs": list(diffs.items())[:TABLE_CAP] if isinstance(diffs, dict) else [],
+                      "only_plain": _strings(side.get("only_in_plain")),
+                      "only_instrumented": _strings(side.get("only_in_instrumented"))})
     return sides
+
+
+def _strings(value: Any) -> list[str]:
+    """A report's list of names as text; anything else in its place (a hand-edited report) as none."""
+    return [str(x) for x in value] if isinstance(value, list) else []
 
 
 def _rewrites(report: dict[str, Any]) -> tuple[list[dict[str, Any]], Counter[str]]:
     rewrites = [r for r in report.get("rewrites") or [] if isinstance(r, dict)]
-    rows = [{"kind": str(r.get("kind")), "a": [str(x) for x in r.get("a_nodes") or []],
-             "b": [str(x) for x in r.get("b_nodes") or []],
+    rows = [{"kind": str(r.get("kind")), "a": _strings(r.get("a_nodes")), "b": _strings(r.get("b_nodes")),
              "detail": rewrite_detail(r.get("detail") or {})}
             for r in rewrites[:TABLE_CAP]]
     return rows, Counter(str(r.get("kind")) for r in rewrites)

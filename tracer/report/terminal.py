@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from ..graphdiff import GraphDiff
@@ -18,7 +19,7 @@ KIND_ORDER = ["const_changed", "batchnorm_folded", "cast_inserted", "fused", "op
 
 def print_graph_diff(console: Console, diff: GraphDiff, label_a: str, label_b: str) -> None:
     counts = Counter(r.kind for r in diff.rewrites)
-    console.print(f"[bold]A[/] {label_a}\n[bold]B[/] {label_b}", markup=True, highlight=False)
+    console.print(f"[bold]A[/] {escape(label_a)}\n[bold]B[/] {escape(label_b)}", markup=True, highlight=False)
     renamed = diff.renamed()
     console.print(
         f"{diff.matched} ops matched ({len(renamed)} under another name), "
@@ -39,9 +40,9 @@ def print_graph_diff(console: Console, diff: GraphDiff, label_a: str, label_b: s
     for rewrite in ranked[:60]:
         table.add_row(
             rewrite.kind,
-            "\n".join(rewrite.a_nodes[:4]) + (" …" if len(rewrite.a_nodes) > 4 else ""),
-            "\n".join(rewrite.b_nodes[:4]) + (" …" if len(rewrite.b_nodes) > 4 else ""),
-            _detail(rewrite.detail),
+            escape("\n".join(rewrite.a_nodes[:4]) + (" …" if len(rewrite.a_nodes) > 4 else "")),
+            escape("\n".join(rewrite.b_nodes[:4]) + (" …" if len(rewrite.b_nodes) > 4 else "")),
+            escape(_detail(rewrite.detail)),
         )
     console.print(table)
     if len(ranked) > 60:
@@ -74,7 +75,7 @@ def print_comparison(console: Console, report: dict, out_dir: object = None) -> 
     """The terminal summary of a report dict: verdict, first divergence, origins, outputs."""
     sides = report["sides"]
     verdict = report["verdict"]
-    console.print(f"[{VERDICT_STYLE.get(verdict, 'bold')}]{verdict.replace('_', ' ').upper()}[/]")
+    console.print(f"[{VERDICT_STYLE.get(verdict, 'bold')}]{escape(verdict.replace('_', ' ').upper())}[/]")
     for key in ("a", "b"):
         side = sides[key]
         console.print(f"  {key.upper()}: {side['artifact'].get('location') or side['artifact'].get('path')} "
@@ -93,21 +94,22 @@ def print_comparison(console: Console, report: dict, out_dir: object = None) -> 
         for col in ("#", "op", "type", "max abs", "max rel", "isolation", "rewrite"):
             table.add_column(col)
         for origin in origins[:8]:
-            table.add_row(str(origin.get("rank")), origin["node"], origin["op"], _num(origin["max_abs"]),
-                          _num(origin["max_rel"]), (origin.get("isolation") or {}).get("verdict", "—"),
-                          origin.get("rewrite") or "")
+            table.add_row(str(origin.get("rank")), escape(str(origin["node"])), escape(str(origin["op"])),
+                          _num(origin["max_abs"]), _num(origin["max_rel"]),
+                          escape(str((origin.get("isolation") or {}).get("verdict", "—"))),
+                          escape(str(origin.get("rewrite") or "")))
         console.print(table)
     outputs = Table(title="Outputs", title_justify="left")
     for col in ("output", "identical", "within tol.", "max abs", "max rel", "NaN/Inf differ"):
         outputs.add_column(col)
     for key, out in report.get("outputs", {}).items():
         nonfinite = (out.get("nan_mismatch") or 0) + (out.get("inf_mismatch") or 0)
-        outputs.add_row(key, str(out["identical"]), str(out["within_tolerance"]), _num(out["max_abs"]),
+        outputs.add_row(escape(str(key)), str(out["identical"]), str(out["within_tolerance"]), _num(out["max_abs"]),
                         _num(out["max_rel"]), str(nonfinite) if nonfinite else "")
     console.print(outputs)
     kinds = Counter(r["kind"] for r in report.get("rewrites", []))
     if kinds:
-        console.print("Rewrites: " + ", ".join(f"{n} {k}" for k, n in kinds.most_common()), highlight=False)
+        console.print("Rewrites: " + ", ".join(f"{n} {k}" for k, n in kinds.most_common()), highlight=False, markup=False)
     for key in ("a", "b"):
         obs = report.get("observer_effect", {}).get(key) or {}
         if obs and not obs.get("outputs_identical", True):

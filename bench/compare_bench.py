@@ -1,0 +1,138 @@
+"""Comparing two captures: tftrace's metrics against what a user would write, and memory.
+
+Throughput: every pair of same-named float tensors of two real captures, memory-mapped from
+their ``.npy`` files exactly as ``tftrace compare`` reads them, is put through
+:func:`tracer.metrics.compare_arrays` (every metric, the tolerance excess at the default
+rtol), through the naive ``np.abs(a - b).max()``, and through numpy's bare ``a - b`` (the
+memory-bandwidth floor: read both, write one). The same arrays, page cache warm (one untimed
+pass first), rounds interleaved, medians. GB/s counts the bytes of both sides.
+
+- tensors that differ: A = the checkpoint with oneDNN off, B = the SavedModel with oneDNN on
+  (every convolution after the first differs), only the pairs that really differ;
+- identical tensors: A against the SavedModel with oneDNN off (bitwise the same on this CPU),
+  only the pairs that really are identical.
+
+Peak memory: ``tftrace compare A B`` (isolation off, report included) in its own process,
+which reads its own high-water mark (``VmHWM``) before and after; against the captured bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tracer.capture.reader import Capture
+from tracer.metrics import compare_arrays
+
+from .procs import median, run_child
+from .workspace import Model, Workspace
+
+__all__ = ["make_captures", "measure_throughput", "measure_peak_rss"]
+
+FLOATS = ("float16", "float32", "float64")
+Pair = tuple[str, np.ndarray, np.ndarray]
+
+
+def make_captures(ws: Workspace, model: Model, batch: int, log: Callable[[str], None],
+                  reuse: dict[str, Path] | None = None) -> dict[str, Path]:
+    """Capture A (checkpoint, oneDNN off), B (SavedModel, oneDNN on), C (SavedModel, oneDNN off).
+
+    ``reuse`` maps keys to captures made already with the same inputs (the end-to-end run's two
+    sides are exactly A and C at batch 1), which are then not captured again.
+    """
+    inputs = ws.inputs(model, batch)
+    out: dict[str, Path] = dict(reuse or {})
+    for key, artifact, onednn in (("a", model.ckpt, "off"), ("b", model.savedmodel, "on"), ("c", model.savedmodel, "off")):
+        if key in out:
+            continue
+        path = ws.fresh("compare", f"{model.name}_b{batch}", key)
+        run = run_child([sys.executable, "-m", "tracer.cli", "capture", str(artifact), "--inputs", str(inputs),
+                         "--out", str(path), "--onednn", onednn, "--force"])
+        log(f"  capture {key} ({artifact.name}, oneDNN {onednn}): {run.wall_s:.1f} s")
+        out[key] = path
+    return out
+
+
+def _pairs(a: Capture, b: Capture) -> list[Pair]:
+    pairs = []
+    for name in a.tensor_names:
+        if not b.has(name):
+            continue
+        ra, rb = a.record(name), b.record(name)
+        if ra["dtype"] in FLOATS and ra["dtype"] == rb["dtype"] and ra["shape"] == rb["shape"] and ra["size_bytes"] > 0:
+            pairs.append((name, a.tensor(name), b.tensor(name)))
+    return pairs
+
+
+def _metrics(pairs: Sequence[Pair]) -> None:
+    for _name, x, y in pairs:
+        compare_arrays(x, y, rtols=(1e-5,))
+
+
+def _naive(pairs: Sequence[Pair]) -> None:
+    for _name, x, y in pairs:
+        float(np.abs(x - y).max())
+
+
+def _floor(pairs: Sequence[Pair]) -> None:
+    for _name, x, y in pairs:
+        np.subtract(x, y)
+
+
+def _race(contenders: dict[str, Callable[[Sequence[Pair]], None]], pairs: Sequence[Pair], rounds: int) -> dict[str, list[float]]:
+    times: dict[str, list[float]] = {name: [] for name in contenders}
+    names = list(contenders)
+    for name in names:  # warm the page cache and numpy's allocator
+        contenders[name](pairs)
+    for r in range(rounds):
+        for name in names[r % 2:] + names[: r % 2]:
+            t0 = time.perf_counter()
+            contenders[name](pairs)
+            times[name].append(time.perf_counter() - t0)
+    return times
+
+
+def measure_throughput(captures: dict[str, Path], rounds: int) -> dict[str, Any]:
+    a, b, c = (Capture.open(captures[k]) for k in "abc")
+    ab, ac = _pairs(a, b), _pairs(a, c)
+    differing = [p for p in ab if not compare_arrays(p[1], p[2]).identical]
+    identical = [p for p in ac if compare_arrays(p[1], p[2]).identical]
+    out: dict[str, Any] = {}
+    for label, pairs, peer_name, peer in (("differing", differing, "naive_abs_max", _naive),
+                                          ("identical", identical, "numpy_subtract", _floor)):
+        nbytes = sum(x.nbytes + y.nbytes for _n, x, y in pairs)
+        times = _race({"tftrace": _metrics, peer_name: peer}, pairs, rounds)
+        med = {k: median(v) for k, v in times.items()}
+        out[label] = {
+            "pairs": len(pairs), "bytes": nbytes, "largest_pair_bytes": max((x.nbytes + y.nbytes for _n, x, y in pairs), default=0),
+            "seconds": med, "gb_per_s": {k: nbytes / v / 1e9 for k, v in med.items()},
+            "ratio": med[peer_name] / med["tftrace"], "peer": peer_name, "raw_seconds": times,
+        }
+    out["pairs_total"] = {"a_vs_b": len(ab), "a_vs_c": len(ac)}
+    return out
+
+
+def measure_peak_rss(a: Path, b: Path, out: Path) -> dict[str, Any]:
+    """Run the compare in its own process (bench.rss_probe) and relate its peak to the data."""
+    run = run_child([sys.executable, "-m", "bench.rss_probe", str(a), str(b), str(out)])
+    res = run.result
+    sizes = []
+    for path in (a, b):
+        manifest = json.loads((path / "manifest.json").read_text())
+        sizes += [rec["size_bytes"] for rec in manifest["tensors"].values()]
+    return {
+        "peak_rss_mb": res["peak_mb"],
+        "baseline_rss_mb": res["baseline_mb"],
+        "above_baseline_mb": res["peak_mb"] - res["baseline_mb"],
+        "compare_s": res["compare_s"],
+        "verdict": res["verdict"],
+        "captured_total_mb": sum(sizes) / 1e6,
+        "largest_tensor_mb": max(sizes) / 1e6,
+        "tensors": len(sizes),
+    }

@@ -1,0 +1,165 @@
+"""Running and measuring child processes, and the small statistics the harness needs.
+
+Every contender runs as its own process, started the same way, so each pays the same
+interpreter and TensorFlow start-up and nothing leaks between them (TF reads its environment
+once, at import). Wall time is measured from just before ``Popen`` in this process; peak
+memory is not taken from the kernel's child accounting: on Linux a child's ``ru_maxrss``
+includes the parent's resident set at ``fork`` (the harness holds gigabytes of memory-mapped
+captures at times), so a process that needs its peak reads its own ``VmHWM`` instead
+(:mod:`bench.rss_probe`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["REPO", "ChildRun", "run_child", "settle", "dir_bytes", "median", "machine", "child_env", "BenchError"]
+
+REPO = Path(__file__).resolve().parents[1]
+SETTLE = True  # bench.run turns it off for --quick, where timings do not matter
+
+
+class BenchError(RuntimeError):
+    """A contender failed: the benchmark cannot report a number for it."""
+
+
+@dataclass
+class ChildRun:
+    """One finished child process."""
+
+    argv: list[str]
+    wall_s: float
+    started_epoch: float  # time.time() just before Popen, to place the child's own milestones
+    returncode: int
+    stdout: str
+    stderr: str
+    result: dict[str, Any] = field(default_factory=dict)  # the last JSON object line of stdout, if any
+
+    def since_start(self, epoch: float) -> float:
+        """Seconds from the start of this process to a milestone the child stamped with time.time()."""
+        return epoch - self.started_epoch
+
+
+def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment every contender gets: CPU only, oneDNN pinned off, TF quiet.
+
+    oneDNN is pinned so that every contender runs the same kernels (its default depends on
+    the CPU); the repository is on PYTHONPATH so ``bench`` and ``tracer`` import alike.
+    """
+    env = dict(os.environ)
+    env.update({"TF_ENABLE_ONEDNN_OPTS": "0", "CUDA_VISIBLE_DEVICES": "-1", "TF_CPP_MIN_LOG_LEVEL": "2",
+                "COLUMNS": "200", "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)})
+    env.update(extra or {})
+    return env
+
+
+def settle() -> None:
+    """Let the previous contender's writes and deletions reach the disk before timing the next.
+
+    Without this, the next contender's writes queue behind the last one's writeback (and, on
+    a file system mounted with ``discard``, behind its deleted files), and pays for them.
+    """
+    if SETTLE:
+        os.sync()
+        time.sleep(0.5)
+
+
+def run_child(argv: Sequence[str], *, env: dict[str, str] | None = None, timeout_s: float = 1800,
+              ok_codes: Sequence[int] = (0,)) -> ChildRun:
+    """Run ``argv`` to completion; raise BenchError (with its stderr tail) on a bad exit code."""
+    settle()
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        started_epoch = time.time()
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(list(argv), stdout=out, stderr=err, env=env or child_env(), cwd=REPO,
+                                start_new_session=True)
+        timer = threading.Timer(timeout_s, lambda: os.killpg(proc.pid, signal.SIGKILL))
+        timer.start()
+        try:
+            proc.wait()
+        finally:
+            timer.cancel()
+        wall = time.perf_counter() - t0
+        out.seek(0)
+        err.seek(0)
+        run = ChildRun(list(argv), wall, started_epoch, proc.returncode, out.read(), err.read())
+    if run.returncode not in ok_codes:
+        tail = "\n".join(run.stderr.strip().splitlines()[-12:])
+        raise BenchError(f"{' '.join(argv[:6])} ... exited with {run.returncode}:\n{tail}")
+    run.result = _last_json(run.stdout)
+    return run
+
+
+def _last_json(text: str) -> dict[str, Any]:
+    for line in reversed(text.strip().splitlines()):
+        if line.startswith("{"):
+            try:
+                value = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(value, dict):
+                return value
+    return {}
+
+
+def dir_bytes(path: Path) -> dict[str, int]:
+    """Apparent size (sum of file lengths) and space really allocated on disk, in bytes."""
+    apparent = allocated = files = 0
+    for f in Path(path).rglob("*"):
+        if f.is_file():
+            st = f.stat()
+            apparent += st.st_size
+            allocated += st.st_blocks * 512
+            files += 1
+    return {"apparent": apparent, "allocated": allocated, "files": files}
+
+
+def median(values: Sequence[float]) -> float:
+    if not values:
+        raise BenchError("no measurement to take a median of")
+    return float(statistics.median(values))
+
+
+def machine() -> dict[str, Any]:
+    """What the numbers were measured on (the load average says how busy it was)."""
+    cpu = platform.processor() or platform.machine()
+    flags: list[str] = []
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name") and cpu in ("", platform.machine()):
+                cpu = line.split(":", 1)[1].strip()
+            if line.startswith("flags"):
+                flags = line.split(":", 1)[1].split()
+                break
+    except OSError:
+        pass
+    try:
+        mem_kb = int(next(x for x in Path("/proc/meminfo").read_text().splitlines() if x.startswith("MemTotal")).split()[1])
+    except (OSError, StopIteration, ValueError):
+        mem_kb = 0
+    import numpy  # noqa: PLC0415 - only for its version
+
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "avx512": any(f.startswith("avx512") for f in flags),
+        "avx2": "avx2" in flags,
+        "memory_gb": round(mem_kb / 1024 / 1024, 1),
+        "os": f"{platform.system()} {platform.release()}",
+        "python": sys.version.split()[0],
+        "numpy": numpy.__version__,
+        "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
+    }

@@ -1,0 +1,148 @@
+"""From measurements to the table: rows, ``results.json`` and ``BENCHMARKS.md``.
+
+A row is one figure of issue 7: what tftrace measured, what its peer measured in the same
+run, their ratio, the target and whether it is met. Ratios are oriented as the targets are
+written (time and disk: tftrace / peer, lower is better; throughput: tftrace / peer, higher is
+better), so every row reads the same way against its target.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = ["Row", "build_rows", "headline", "format_table", "write_results", "write_markdown", "RSS_MULTIPLE"]
+
+RSS_MULTIPLE = 4.0  # "a small multiple of the largest tensor": both sides of the largest pair, twice over
+MB = 1e6
+
+
+@dataclass
+class Row:
+    figure: str
+    measured: str
+    peer: str
+    ratio: float | None
+    target: str
+    passed: bool | None  # None: no target (context only) or not measured
+
+    def cells(self) -> list[str]:
+        ratio = "—" if self.ratio is None else f"{self.ratio:.2f}×"
+        verdict = {True: "pass", False: "FAIL", None: "—"}[self.passed]
+        return [self.figure, self.measured, self.peer, ratio, self.target, verdict]
+
+
+def _capture_rows(c: dict[str, Any], label: str) -> list[Row]:
+    s = c["seconds"]
+    return [
+        Row(f"capture all intermediates, time ({label})", f"{s['capture']:.2f} s",
+            f"tfdbg2 FULL_TENSOR {s['tfdbg']:.2f} s", s["capture"] / s["tfdbg"], "≤ 0.5×",
+            s["capture"] / s["tfdbg"] <= 0.5),
+        Row(f"capture all intermediates, disk ({label})", f"{c['capture_disk_bytes'] / MB:.0f} MB",
+            f"tfdbg2 dump {c['tfdbg_disk_bytes'] / MB:.0f} MB", c["capture_disk_bytes"] / c["tfdbg_disk_bytes"], "≤ 0.5×",
+            c["capture_disk_bytes"] / c["tfdbg_disk_bytes"] <= 0.5),
+        Row(f"capture overhead ({label})", f"{s['capture']:.2f} s", f"naive fetch-all script {s['naive']:.2f} s",
+            s["capture"] / s["naive"], "≤ 1.5×", s["capture"] / s["naive"] <= 1.5),
+    ] + ([Row(f"capture vs plain run ({label})", f"{s['capture']:.2f} s", f"plain run {s['plain']:.2f} s",
+              s["capture"] / s["plain"], "— (context)", None)] if "plain" in s else [])
+
+
+def build_rows(figs: dict[str, Any]) -> list[Row]:
+    rows: list[Row] = []
+    primary = figs["capture"][0]
+    rows += _capture_rows(primary, f"{primary['model']}, batch {primary['batch']}")
+    t = figs["throughput"]
+    d, i = t["differing"], t["identical"]
+    rows.append(Row("compare two captures, all metrics, differing tensors",
+                    f"{d['gb_per_s']['tftrace']:.2f} GB/s", f"np.abs(a - b).max() {d['gb_per_s']['naive_abs_max']:.2f} GB/s",
+                    d["ratio"], "≥ 1.0×", d["ratio"] >= 1.0))
+    rows.append(Row("compare two captures, identical tensors",
+                    f"{i['gb_per_s']['tftrace']:.2f} GB/s", f"numpy a - b {i['gb_per_s']['numpy_subtract']:.2f} GB/s",
+                    i["ratio"], "≥ 0.5×", i["ratio"] >= 0.5))
+    e = figs["end_to_end"]
+    rows.append(Row(f"end-to-end tftrace compare ckpt/ savedmodel/ ({e['model']}, batch 1, HTML)", f"{e['seconds']:.1f} s",
+                    "—", None, "≤ 60 s", e["seconds"] <= 60 and e["html"]))
+    m = figs["peak_rss"]
+    multiple = m["above_baseline_mb"] / m["largest_tensor_mb"]
+    rows.append(Row("peak memory of compare (above its import baseline)",
+                    f"{m['above_baseline_mb']:.0f} MB (peak {m['peak_rss_mb']:.0f} MB)",
+                    f"largest tensor {m['largest_tensor_mb']:.1f} MB; all tensors {m['captured_total_mb']:.0f} MB",
+                    multiple, f"≤ {RSS_MULTIPLE:g}× largest", multiple <= RSS_MULTIPLE))
+    r = figs["render"]
+    rows.append(Row(f"render the {r['ops']:,}-op report", f"{r['seconds']:.1f} s", "—", None, "≤ 30 s", r["seconds"] <= 30))
+    rows.append(Row(f"{r['ops']:,}-op report size", f"{r['html_bytes'] / MB:.2f} MB", "—", None, "≤ 10 MB",
+                    r["html_bytes"] <= 10 * MB))
+    b = r["browser"]
+    if "skipped" in b:
+        rows.append(Row(f"{r['ops']:,}-op page interactive", "not checked", b["skipped"], None, "interactive", None))
+    else:
+        rows.append(Row(f"{r['ops']:,}-op page interactive", f"ready in {b['ready_s']:.1f} s, search works"
+                        if b["interactive"] else f"not interactive: {b['console_errors'][:1]}", "—", None, "interactive",
+                        bool(b["interactive"])))
+    for extra in figs["capture"][1:]:
+        rows += [row for row in _capture_rows(extra, f"{extra['model']}, batch {extra['batch']}")]
+    return rows
+
+
+def headline(figs: dict[str, Any]) -> dict[str, Any]:
+    """The keys issue 7 names, from the primary workload of each figure."""
+    c = figs["capture"][0]
+    s = c["seconds"]
+    t = figs["throughput"]
+    return {
+        "capture_vs_tfdbg_ratio": s["capture"] / s["tfdbg"],
+        "capture_disk_vs_tfdbg_ratio": c["capture_disk_bytes"] / c["tfdbg_disk_bytes"],
+        "capture_vs_naive_ratio": s["capture"] / s["naive"],
+        "compare_vs_naive_ratio": t["differing"]["ratio"],
+        "identical_check_vs_bandwidth_ratio": t["identical"]["ratio"],
+        "end_to_end_s": figs["end_to_end"]["seconds"],
+        "render_5k_s": figs["render"]["seconds"],
+        "render_5k_html_mb": figs["render"]["html_bytes"] / MB,
+        "peak_rss_compare_mb": figs["peak_rss"]["peak_rss_mb"],
+    }
+
+
+def format_table(rows: list[Row]) -> str:
+    header = ["figure", "measured", "peer", "ratio", "target", "result"]
+    cells = [header] + [row.cells() for row in rows]
+    widths = [max(len(line[k]) for line in cells) for k in range(len(header))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def write_results(path: Path, figs: dict[str, Any], rows: list[Row], meta: dict[str, Any]) -> None:
+    data = {**headline(figs), "passed": {r.figure: r.passed for r in rows}, "table": [asdict(r) for r in rows],
+            **meta, "raw": figs}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=1, default=str) + "\n")
+
+
+def markdown_table(rows: list[Row]) -> str:
+    out = ["| figure | measured | peer | ratio | target | result |", "|---|---|---|---|---|---|"]
+    out += ["| " + " | ".join(c.replace("|", "\\|") for c in row.cells()) + " |" for row in rows]
+    return "\n".join(out)
+
+
+def write_markdown(path: Path, rows: list[Row], meta: dict[str, Any], notes: str) -> None:
+    m = meta["machine"]
+    text = f"""# Benchmarks
+
+Measured by `make bench` (`python -m bench`) on {meta['finished']} in {meta['duration_s'] / 60:.1f} min;
+the raw timings, every round and the machine are in [`bench/results.json`](bench/results.json).
+Every figure is a ratio against a peer measured in the same run, side by side, in rotating
+order, as the median of several rounds: the machine is shared and noisy, so only ratios count.
+
+**Machine:** {m['cpu']}, {m['cores']} cores, {m['memory_gb']} GB RAM, {m['os']}, AVX2 {'yes' if m['avx2'] else 'no'},
+AVX-512 {'yes' if m['avx512'] else 'no'}; Python {m['python']}, numpy {m['numpy']}, TensorFlow {meta.get('tensorflow', '?')}
+(CPU, oneDNN off for every contender). Load average (1, 5, 15 min) {m['load_average_at_start']} at the start and
+{meta.get('load_average_at_end')} at the end: other jobs shared the machine, which is why every figure is a
+ratio of contenders run side by side.
+
+{markdown_table(rows)}
+
+{notes}
+"""
+    path.write_text(text)

@@ -1,0 +1,136 @@
+"""``python -m bench``: every figure of issue 7 in one run; ``--quick`` for the smoke test.
+
+The full run generates (once) ResNet-50, the SSD300 detector and the 5,000-op graph, then
+measures, in this order: capture against tfdbg / the naive script / the plain run (ResNet-50
+batch 1, then SSD300 batch 1 and ResNet-50 batch 8), the throughput of comparing captures
+(ResNet-50 batch 8), the peak memory of a compare, ``tftrace compare ckpt/ savedmodel/`` end to
+end, and the 5,000-op report. It prints the table, writes ``bench/results.json`` and
+``BENCHMARKS.md``. ``--quick`` runs the same code on the sample detector, one round each, and
+renders the detector's report instead of the 5,000-op one: it checks the harness, not the
+numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .capture_bench import measure_capture
+from .compare_bench import make_captures, measure_peak_rss, measure_throughput
+from .e2e_bench import measure_end_to_end
+from .notes import notes
+from . import procs
+from .procs import REPO, machine
+from .render_bench import make_wide_report, measure_render
+from .results import build_rows, format_table, write_markdown, write_results
+from .workspace import Workspace
+
+__all__ = ["Plan", "FULL", "QUICK", "run", "main"]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Which workloads, how many rounds."""
+
+    name: str
+    capture: tuple[tuple[str, int, int], ...]  # (model, batch, rounds); the first is the headline
+    compare_model: str
+    compare_batch: int
+    throughput_rounds: int
+    e2e_model: str
+    e2e_rounds: int
+    render_rounds: int
+    wide: bool  # render the 5,000-op graph's report (else the end-to-end report)
+    warmup: bool  # one untimed capture before the rounds (warms the page cache for the model files)
+    settle: bool  # sync and wait before each contender (timings matter)
+    reuse_e2e: bool  # the end-to-end run's two captures serve as A and C of the compare figures
+    contenders: tuple[str, ...] = ("capture", "tfdbg", "naive", "plain")
+
+
+FULL = Plan("full", (("resnet50", 1, 3), ("ssd300", 1, 2), ("resnet50", 8, 1)), "resnet50", 8, 5, "resnet50", 2, 3, True, True, True, False)
+QUICK = Plan("quick", (("detector", 1, 1),), "detector", 1, 1, "detector", 1, 1, False, False, False, True,
+             ("capture", "tfdbg", "naive"))
+
+
+def run(plan: Plan, work: Path, log: Callable[[str], None] = print) -> dict[str, Any]:
+    procs.SETTLE = plan.settle
+    ws = Workspace(work)
+    figs: dict[str, Any] = {"capture": []}
+    for model_name, batch, rounds in plan.capture:
+        model = ws.model(model_name, log)
+        log(f"capture vs tfdbg / naive / plain: {model_name}, batch {batch}, {rounds} round(s)")
+        figs["capture"].append(measure_capture(ws, model, batch, rounds, log, warmup=plan.warmup,
+                                              contenders=plan.contenders))
+    log(f"end to end: tftrace compare {plan.e2e_model} ckpt/ savedmodel/")
+    figs["end_to_end"] = measure_end_to_end(ws, ws.model(plan.e2e_model, log), plan.e2e_rounds, log)
+    model = ws.model(plan.compare_model, log)
+    log(f"compare throughput: {model.name}, batch {plan.compare_batch}")
+    reuse = None
+    if plan.reuse_e2e:
+        sides = Path(figs["end_to_end"]["report_dir"]) / "captures"
+        reuse = {"a": sides / "a", "c": sides / "b"}
+    captures = make_captures(ws, model, plan.compare_batch, log, reuse)
+    figs["throughput"] = measure_throughput(captures, plan.throughput_rounds)
+    log("peak memory of compare")
+    figs["peak_rss"] = measure_peak_rss(captures["a"], captures["b"], ws.fresh("compare", "rss_report"))
+    if plan.wide:
+        log("report of the 5,000-op graph")
+        report_dir = make_wide_report(ws, ws.model("wide", log), ws.model("wide_planted", log), log)
+    else:
+        report_dir = Path(figs["end_to_end"]["report_dir"])
+    figs["render"] = measure_render(ws, report_dir, plan.render_rounds)
+    return figs
+
+
+def _tf_version(work: Path) -> str:
+    """TensorFlow's version as the capture children recorded it (this process never imports TF)."""
+    for manifest in sorted((work / "runs").rglob("manifest.json")):
+        version = json.loads(manifest.read_text()).get("environment", {}).get("tensorflow")
+        if version:
+            return str(version)
+    return "?"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description="tftrace benchmarks (issue 7)")
+    parser.add_argument("--quick", action="store_true", help="tiny workloads, one round: checks the harness, not the numbers")
+    parser.add_argument("--work", type=Path, default=None, help="models, inputs and outputs (default out/bench[/quick])")
+    parser.add_argument("--results", type=Path, default=None,
+                        help="where to write results.json (default bench/results.json; --quick: under --work)")
+    parser.add_argument("--markdown", type=Path, default=None,
+                        help="where to write the BENCHMARKS.md page (default ./BENCHMARKS.md; --quick: none)")
+    args = parser.parse_args(argv)
+    plan = QUICK if args.quick else FULL
+    work = args.work or REPO / "out" / ("bench/quick" if args.quick else "bench")
+    results = args.results or (work / "results.json" if args.quick else REPO / "bench" / "results.json")
+    markdown = args.markdown or (None if args.quick else REPO / "BENCHMARKS.md")
+    started = time.time()
+    meta: dict[str, Any] = {"mode": plan.name, "machine": machine(),
+                            "started": time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(started))}
+
+    def log(message: str) -> None:
+        print(f"[{time.time() - started:6.0f} s] {message}", flush=True)
+
+    figs = run(plan, work, log)
+    meta.update({"finished": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "duration_s": round(time.time() - started, 1),
+                 "tensorflow": _tf_version(work), "load_average_at_end": [round(x, 2) for x in os.getloadavg()]})
+    rows = build_rows(figs)
+    print()
+    print(format_table(rows))
+    write_results(results, figs, rows, meta)
+    print(f"\nwrote {results}")
+    if markdown is not None:
+        write_markdown(markdown, rows, meta, notes(figs))
+        print(f"wrote {markdown}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
