@@ -340,10 +340,15 @@ def _validate_graph(root: Path, graph: dict[str, Any]) -> None:
     _refuse_cycles(nodes, bad)
 
 
+LOOP_BACK_EDGE_OPS = frozenset({"NextIteration", "RefNextIteration"})  # a TF1 while loop's only cycle
+
+
 def _refuse_cycles(nodes: list[dict[str, Any]], bad: Any) -> None:
-    """Kahn's algorithm over data and control edges between the listed nodes."""
+    """Kahn's algorithm over data and control edges between the listed nodes, without the loop
+    back edges (as :meth:`tracer.opgraph.OpGraph.topo_order`, which a cycle would break)."""
     names = {n["name"] for n in nodes}
-    preds = {n["name"]: {_op(t) for t in [*n["inputs"], *n["control_inputs"]]} & names for n in nodes}
+    forward = {n["name"] for n in nodes if n["op"] not in LOOP_BACK_EDGE_OPS}  # sources of forward edges
+    preds = {n["name"]: {_op(t) for t in [*n["inputs"], *n["control_inputs"]]} & forward for n in nodes}
     succs: dict[str, list[str]] = {name: [] for name in names}
     for name, sources in preds.items():
         for src in sources:
