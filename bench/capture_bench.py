@@ -103,6 +103,10 @@ def measure_capture(ws: Workspace, model: Model, batch: int, rounds: int, log: C
         "batch": batch,
         "rounds": rounds,
         "seconds": {name: median([x["seconds"] for x in raw[name]]) for name in contenders},
+        # each round's contenders ran minutes apart at most; the median of per-round ratios
+        # follows the machine's load better than the ratio of medians
+        "ratios": {peer: median([c["seconds"] / p["seconds"] for c, p in zip(raw["capture"], raw[peer])])
+                   for peer in contenders if peer != "capture"},
         "capture_disk_bytes": median([x["disk"]["apparent"] for x in raw["capture"]]),
         "tfdbg_disk_bytes": median([x["disk_one_run"] for x in raw["tfdbg"]]),
         "tfdbg_first_run_s": median([x["first_run_s"] for x in raw["tfdbg"]]),

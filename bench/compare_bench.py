@@ -33,7 +33,7 @@ from tracer.metrics import compare_arrays
 from .procs import median, run_child
 from .workspace import Model, Workspace
 
-__all__ = ["make_captures", "measure_throughput", "measure_peak_rss"]
+__all__ = ["make_captures", "measure_peak_rss", "measure_throughput"]
 
 FLOATS = ("float16", "float32", "float64")
 Pair = tuple[str, np.ndarray, np.ndarray]

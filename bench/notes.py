@@ -44,18 +44,43 @@ def _capture_notes(c: dict[str, Any]) -> str:
 """ if "plain" in s else "")
 
 
+def _capture_limits(c: dict[str, Any]) -> str:
+    """What keeps the capture figures from their targets, in this run's own numbers."""
+    raw, s = c["raw"], c["seconds"]
+    fixed = _med(raw["tfdbg"], "import_s") + _med(raw["tfdbg"], "build_s") + _med(raw["tfdbg"], "load_s")
+    own_fixed = c["capture_child_s"]["load_s"]
+    extra = (c["capture_disk_bytes"] - c["activation_bytes"]) / MB
+    return f"""### What limits the capture figures ({c['model']}, batch {c['batch']})
+
+- **Time against tfdbg.** {fixed:.1f} s of tfdbg's {s['tfdbg']:.1f} s are TensorFlow's import, building the
+  instrumented graph and loading the weights; tftrace pays its own import and load ({own_fixed:.1f} s into its
+  child). The work both do per run (run the graph, write every tensor) is a small part of either, so
+  0.5x would mean finishing before tfdbg has finished importing TensorFlow and building its graph.
+- **Disk against tfdbg.** Both write raw tensor bytes (tfdbg as `TensorProto`s in one file, tftrace as
+  `.npy`s): the activations cost the same {c['activation_bytes'] / MB:.0f} MB in both. tftrace also stores the
+  weights, {extra:.0f} MB here ({c['ref_variable_bytes'] / MB:.0f} MB of it a second copy, the `VariableV2`
+  outputs next to their `/read`), which tfdbg does not dump in a TF1 graph at all. Half of tfdbg's bytes is
+  out of reach without compressing or dropping activations.
+- **Time against the naive script.** The naive script keeps everything in memory and writes nothing; tftrace
+  writes {c['capture_disk_bytes'] / MB:.0f} MB, `fsync`s every file before the manifest, computes each tensor's
+  statistics, and runs the plain graph first (warm-up + timed runs + one run per batch) to measure the
+  observer effect. New-file writes on this machine's disk run at a few hundred MB/s, so at batch 8 the
+  write alone is several seconds.
+"""
+
+
 def notes(figs: dict[str, Any]) -> str:
     primary = figs["capture"][0]
     t, m, e, r = figs["throughput"], figs["peak_rss"], figs["end_to_end"], figs["render"]
     parts = [
         "## How each figure is measured",
         "",
-        "Every contender is its own process, started the same way (`TF_ENABLE_ONEDNN_OPTS=0`, CPU only), fed "
+        ("Every contender is its own process, started the same way (`TF_ENABLE_ONEDNN_OPTS=0`, CPU only), fed "
         "the same `.npy` examples and the same checkpoint, and timed from `Popen` to the moment its result "
         "exists. Before each one the harness runs `sync` and waits, so nobody pays for the previous "
-        "contender's writeback. Rounds rotate the order of the contenders.",
+        "contender's writeback. Rounds rotate the order of the contenders."),
         "",
-        "**tfdbg, precisely.** `tf.debugging.experimental.enable_dump_debug_info(dir, "
+        ("**tfdbg, precisely.** `tf.debugging.experimental.enable_dump_debug_info(dir, "
         "tensor_debug_mode=\"FULL_TENSOR\", circular_buffer_size=-1)` instruments ops through op callbacks, "
         "which TensorFlow calls when *Python* constructs an op (`op_def_library`); a graph imported from a "
         "`.meta` or GraphDef is built by the C++ importer and is not instrumented at all: `Session.run` of an "
@@ -63,52 +88,55 @@ def notes(figs: dict[str, Any]) -> str:
         "own builder *after* enabling the dump, in TF1 graph mode, loads the checkpoint's values by feeding "
         "each variable's initializer (not dumped), runs the signature outputs once and flushes both writers. "
         "`VariableV2` and `Assign` are excluded (`op_regex`): tfdbg replacing a ref variable's output with "
-        "its `DebugIdentityV2` breaks the variable (`'SymbolicTensor' object has no attribute 'assign'`).",
+        "its `DebugIdentityV2` breaks the variable (`'SymbolicTensor' object has no attribute 'assign'`)."),
         "",
         _capture_notes(primary),
+        _capture_limits(primary),
     ]
     parts += [_capture_notes(c) for c in figs["capture"][1:]]
+    if len(figs["capture"]) > 1:
+        parts.append(_capture_limits(figs["capture"][-1]))
     d, i = t["differing"], t["identical"]
     parts += [
         "### Comparing two captures",
         "",
-        f"ResNet-50 at batch 8, memory-mapped exactly as `tftrace compare` reads them, page cache warm, "
+        (f"ResNet-50 at batch 8, memory-mapped exactly as `tftrace compare` reads them, page cache warm, "
         f"{len(d['raw_seconds']['tftrace'])} rounds. Differing: {d['pairs']} tensor pairs ({d['bytes'] / 1e9:.2f} GB, "
         f"checkpoint with oneDNN off vs SavedModel with oneDNN on) through `compare_arrays(a, b, rtols=(1e-5,))` "
         f"(what `compare` runs: every metric plus the tolerance excess) against `np.abs(a - b).max()`. "
-        f"Identical: {i['pairs']} pairs ({i['bytes'] / 1e9:.2f} GB) against numpy's `a - b`.",
+        f"Identical: {i['pairs']} pairs ({i['bytes'] / 1e9:.2f} GB) against numpy's `a - b`."),
         "",
-        "What limits the differing case: `compare_arrays` works block by block (1 MiB, in cache) but each "
+        ("What limits the differing case: `compare_arrays` works block by block (1 MiB, in cache) but each "
         "metric is its own numpy pass: about twenty passes per block (integer subtraction of the bits, the "
         "count, the float difference, three dot products, the straddler search, `abs`, the sum, the max, "
         "the excess at rtol, the ratio bound, the worst elements) against the naive line's three. Numpy "
         "cannot fuse them; a compiled kernel could. The identical case stops after the bitwise test and one "
-        "dot product per block, so it runs at memory speed.",
+        "dot product per block, so it runs at memory speed."),
         "",
         "### Memory of a compare",
         "",
-        f"`tftrace compare A B` of two ResNet-50 batch-8 captures ({m['tensors']} tensors, "
+        (f"`tftrace compare A B` of two ResNet-50 batch-8 captures ({m['tensors']} tensors, "
         f"{m['captured_total_mb']:.0f} MB in all, the largest {m['largest_tensor_mb']:.1f} MB), isolation off, "
         f"report included, in its own process reading its own `VmHWM` (the kernel's `ru_maxrss` of a child "
         f"counts the parent's memory at fork): {m['baseline_rss_mb']:.0f} MB after imports, peak "
         f"{m['peak_rss_mb']:.0f} MB, {m['compare_s']:.0f} s. Target: at most {RSS_MULTIPLE:g}x the largest "
-        f"tensor above the baseline (both sides of the largest pair, twice over).",
+        f"tensor above the baseline (both sides of the largest pair, twice over)."),
     ]
     if m["above_baseline_mb"] > RSS_MULTIPLE * m["largest_tensor_mb"]:
         parts += [
             "",
-            "What limits it (profiled): the metrics stay within about 3x the largest tensor; the peak comes "
+            ("What limits it (profiled): the metrics stay within about 3x the largest tensor; the peak comes "
             "from the report's per-node difference histograms (`tracer/report/build.py::_histogram`), which "
             "convert both whole tensors to float64 and keep several float64 temporaries of the largest "
-            "differing tensor at once. The same function is most of a diverged compare's time.",
+            "differing tensor at once. The same function is most of a diverged compare's time."),
         ]
     parts += [
         "",
         "### End to end and the large report",
         "",
-        f"`tftrace compare ckpt/ savedmodel/` on ResNet-50, one example at batch 1, as typed by a user: "
+        (f"`tftrace compare ckpt/ savedmodel/` on ResNet-50, one example at batch 1, as typed by a user: "
         f"{e['seconds']:.1f} s (median of {len(e['runs'])}), verdict {e['runs'][-1]['verdict']}; both captures "
-        f"run one after the other, each in its own TensorFlow process.",
+        f"run one after the other, each in its own TensorFlow process."),
         "",
         f"The large report comes from a real comparison of a {r['ops']:,}-op graph (residual units under "
         f"`stage/unit` scopes) against its twin with one changed constant; `render_report` on its "

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["REPO", "ChildRun", "run_child", "settle", "dir_bytes", "median", "machine", "child_env", "BenchError"]
+__all__ = ["REPO", "BenchError", "ChildRun", "child_env", "dir_bytes", "machine", "median", "run_child", "settle"]
 
 REPO = Path(__file__).resolve().parents[1]
 SETTLE = True  # bench.run turns it off for --quick, where timings do not matter
@@ -150,7 +150,7 @@ def machine() -> dict[str, Any]:
         mem_kb = int(next(x for x in Path("/proc/meminfo").read_text().splitlines() if x.startswith("MemTotal")).split()[1])
     except (OSError, StopIteration, ValueError):
         mem_kb = 0
-    import numpy  # noqa: PLC0415 - only for its version
+    import numpy  # only for its version
 
     return {
         "cpu": cpu,

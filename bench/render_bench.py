@@ -24,7 +24,7 @@ from tracer.report.render import render_report
 from .procs import median, run_child
 from .workspace import Model, Workspace
 
-__all__ = ["make_wide_report", "measure_render", "browser_check"]
+__all__ = ["browser_check", "make_wide_report", "measure_render"]
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -60,7 +60,7 @@ def measure_render(ws: Workspace, report_dir: Path, rounds: int) -> dict[str, An
 def browser_check(html: Path, node: str | None) -> dict[str, Any]:
     """Load the page in headless Chromium; search ``node`` and expect it highlighted."""
     try:
-        from playwright.sync_api import sync_playwright  # noqa: PLC0415 - optional (the dev extra)
+        from playwright.sync_api import sync_playwright  # optional: the dev extra
     except ImportError:
         return {"skipped": "Playwright for Python is not installed (pip install -e '.[dev]')"}
     if not CHROMIUM.exists():

@@ -22,17 +22,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import procs
 from .capture_bench import measure_capture
 from .compare_bench import make_captures, measure_peak_rss, measure_throughput
 from .e2e_bench import measure_end_to_end
 from .notes import notes
-from . import procs
 from .procs import REPO, machine
 from .render_bench import make_wide_report, measure_render
 from .results import build_rows, format_table, write_markdown, write_results
 from .workspace import Workspace
 
-__all__ = ["Plan", "FULL", "QUICK", "run", "main"]
+__all__ = ["FULL", "QUICK", "Plan", "main", "run"]
 
 
 @dataclass(frozen=True)

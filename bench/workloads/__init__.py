@@ -15,7 +15,7 @@ from .resnet import build_resnet50
 from .ssd import build_ssd300
 from .wide import build_wide, units_for
 
-__all__ = ["ModelSpec", "MODELS", "build", "WIDE_OPS"]
+__all__ = ["MODELS", "WIDE_OPS", "ModelSpec", "build"]
 
 WIDE_OPS = 5000
 

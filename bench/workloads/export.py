@@ -23,14 +23,14 @@ from types import ModuleType
 from . import MODELS, WIDE_OPS, build
 from .layers import draw_values
 
-__all__ = ["write_model", "main"]
+__all__ = ["main", "write_model"]
 
 SIGNATURE_KEY = "serving_default"
 
 
 def _tf() -> ModuleType:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    import tensorflow as tf  # noqa: PLC0415 - only this child process needs it
+    import tensorflow as tf  # only this child process imports TensorFlow
 
     tf.get_logger().setLevel("ERROR")
     return tf

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Params", "draw_values", "conv", "batch_norm", "conv_bn_relu", "dense"]
+__all__ = ["Params", "batch_norm", "conv", "conv_bn_relu", "dense", "draw_values"]
 
 
 @dataclass

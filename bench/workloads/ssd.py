@@ -17,7 +17,7 @@ import numpy as np
 
 from .layers import Params, conv, conv_bn_relu
 
-__all__ = ["IMAGE_SIZE", "OUTPUT_KEYS", "build_ssd300", "anchors"]
+__all__ = ["IMAGE_SIZE", "OUTPUT_KEYS", "anchors", "build_ssd300"]
 
 IMAGE_SIZE = 300
 NUM_CLASSES = 21

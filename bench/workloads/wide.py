@@ -15,7 +15,7 @@ from typing import Any
 
 from .layers import Params, dense
 
-__all__ = ["WIDTH", "OUTPUT_KEYS", "build_wide", "units_for"]
+__all__ = ["OUTPUT_KEYS", "WIDTH", "build_wide", "units_for"]
 
 WIDTH = 32
 OPS_PER_UNIT = 13
