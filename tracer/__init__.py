@@ -7,20 +7,33 @@ without it; loading and running a model (in child processes) need it.
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
+import types
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"  # before the submodule imports below, which read it
+__version__ = "0.1.0"
 
-from . import capture as _capture_package  # noqa: F401 - see the note below
-from . import compare as _compare_module  # noqa: F401
-from . import diagnose as _diagnose_module  # noqa: F401
 from .errors import TftraceError
 
-# The subpackage ``tracer.capture`` and modules ``tracer.compare``/``tracer.diagnose`` are imported first, on purpose:
-# importing a submodule sets it as an attribute of the package, which would otherwise replace
-# the functions ``capture``, ``compare`` and ``diagnose`` defined below the first time either is called.
-# Neither import loads TensorFlow.
+
+class _Package(types.ModuleType):
+    """This package, keeping its public functions when same-named submodules are imported.
+
+    ``tracer.capture``, ``tracer.compare`` and ``tracer.diagnose`` are both submodules and the
+    functions below. Importing a submodule sets it as an attribute of its package, which would
+    replace the function the first time the submodule is imported; here that assignment is
+    ignored, so the submodules are imported only when used (``tftrace capture``'s parent process
+    never needs networkx or the comparison machinery: importing them cost it half a second).
+    """
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if isinstance(value, types.ModuleType) and callable(self.__dict__.get(name)):
+            return  # the function keeps the name; the submodule stays in sys.modules
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
 
 __all__ = [
     "TftraceError", "load", "diff_graphs", "capture", "compare", "assert_equivalent", "diagnose", "__version__",
@@ -34,18 +47,21 @@ if TYPE_CHECKING:
     from .static_diff import StaticDiff
 
 
-def load(path: str | ArtifactRef) -> Artifact:
-    """Detect and load an artifact (checkpoint, SavedModel, GraphDef) statically."""
+def load(path: str | ArtifactRef, *, allow_unsafe_ops: bool = False) -> Artifact:
+    """Detect and load an artifact (checkpoint, SavedModel, GraphDef) statically.
+
+    A TF2 SavedModel is the exception (loading it runs its initialisers): one whose loading
+    would reach outside the computation is refused unless ``allow_unsafe_ops``."""
     from .artifacts import load as _load  # noqa: PLC0415
 
-    return _load(path)
+    return _load(path, allow_unsafe_ops=allow_unsafe_ops)
 
 
-def diff_graphs(a: str | ArtifactRef, b: str | ArtifactRef) -> StaticDiff:
+def diff_graphs(a: str | ArtifactRef, b: str | ArtifactRef, *, allow_unsafe_ops: bool = False) -> StaticDiff:
     """Classify every rewrite between two artifacts' inference subgraphs."""
     from .static_diff import diff_artifacts  # noqa: PLC0415
 
-    return diff_artifacts(a, b)
+    return diff_artifacts(a, b, allow_unsafe_ops=allow_unsafe_ops)
 
 
 def _side(target: str | Side, **options: Any) -> Side:
@@ -90,7 +106,8 @@ def compare(
     side_a = a if _is_capture(a) else _side(a, **{**options, **(a_options or {})})
     side_b = b if _is_capture(b) else _side(b, **{**options, **(b_options or {})})
     out = out_dir or tempfile.mkdtemp(prefix="tftrace-")
-    return _compare(side_a, side_b, out, tolerance=tol, isolate=isolate, force=force)
+    return _compare(side_a, side_b, out, tolerance=tol, isolate=isolate, force=force,
+                    allow_unsafe_ops=bool(options.get("allow_unsafe_ops", False)))
 
 
 def _is_capture(target: Any) -> bool:

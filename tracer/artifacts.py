@@ -24,6 +24,7 @@ import numpy as np
 
 from ._tf import tf
 from .errors import TftraceError
+from .safety import describe_unsafe, unsafe_at_load_v2
 
 __all__ = [
     "ArtifactRef",
@@ -278,8 +279,13 @@ def _prefix_from_checkpoint_file(directory: str) -> str:
 # loading
 
 
-def load(ref: ArtifactRef | str) -> Artifact:
-    """Detect and load an artifact statically (no session, no weights restored into a graph)."""
+def load(ref: ArtifactRef | str, *, allow_unsafe_ops: bool = False) -> Artifact:
+    """Detect and load an artifact statically (no session, no weights restored into a graph).
+
+    One kind is not static: a TF2 SavedModel is inlined through ``tf.saved_model.load``, which
+    runs the model's resource initialisers and restore functions. Those are checked first and a
+    model whose loading reaches outside the computation is refused unless ``allow_unsafe_ops``.
+    """
     if isinstance(ref, str):
         ref = ArtifactRef(ref)
     kind, location = detect(ref.path)
@@ -293,8 +299,10 @@ def load(ref: ArtifactRef | str) -> Artifact:
             f"incomplete capture at {ref.path}: manifest.json is missing",
             "the capture was interrupted or is still running; re-run the capture with --force",
         )
-    loader = {"checkpoint": _load_checkpoint, "saved_model": _load_saved_model, "graphdef": _load_graphdef}[kind]
-    artifact = loader(ref, location)
+    if kind == "saved_model":
+        artifact = _load_saved_model(ref, location, allow_unsafe_ops)
+    else:
+        artifact = {"checkpoint": _load_checkpoint, "graphdef": _load_graphdef}[kind](ref, location)
     _check_ops_known(artifact.graph_def)
     _note_device_pins(artifact)
     return artifact
@@ -358,7 +366,7 @@ def _load_checkpoint(ref: ArtifactRef, prefix: str) -> Artifact:
     )
 
 
-def _load_saved_model(ref: ArtifactRef, directory: str) -> Artifact:
+def _load_saved_model(ref: ArtifactRef, directory: str, allow_unsafe_ops: bool) -> Artifact:
     from tensorflow.core.protobuf import saved_model_pb2  # noqa: PLC0415
 
     pb = posixpath.join(directory, "saved_model.pb")
@@ -381,6 +389,9 @@ def _load_saved_model(ref: ArtifactRef, directory: str) -> Artifact:
     if is_v2:
         from .tf2_inline import load_saved_model_v2  # noqa: PLC0415 - circular: it builds an Artifact
 
+        if not allow_unsafe_ops:
+            _refuse_unsafe_at_load(directory, meta)
+
         return load_saved_model_v2(ref, directory, meta, available)
     signature = _pick_signature(ref, by_tags, meta, required=not (ref.outputs or ref.input_names))
     return Artifact(
@@ -394,6 +405,18 @@ def _load_saved_model(ref: ArtifactRef, directory: str) -> Artifact:
         checkpoint_prefix=variables_prefix if has_variables else None,
         tf_version_written=meta.meta_info_def.tensorflow_version,
     )
+
+
+def _refuse_unsafe_at_load(directory: str, meta: Any) -> None:
+    """Checked before ``tf.saved_model.load``: what loading this TF2 SavedModel would run."""
+    found = unsafe_at_load_v2(meta)
+    if found:
+        raise TftraceError(
+            f"refusing to load {directory}: loading this TF2 SavedModel runs its resource initialisers and "
+            f"restore functions, which would execute ops with effects outside the computation: {describe_unsafe(found)}",
+            "tftrace reads a TF2 SavedModel by loading it, so every command needs this: "
+            "if you trust the model, pass --allow-unsafe-ops",
+        )
 
 
 def _load_graphdef(ref: ArtifactRef, path: str) -> Artifact:

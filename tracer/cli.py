@@ -58,7 +58,8 @@ def _cmd_diff_graph(args: argparse.Namespace, console: Console) -> int:
     from .report.terminal import print_graph_diff  # noqa: PLC0415
     from .static_diff import diff_artifacts  # noqa: PLC0415
 
-    result = diff_artifacts(artifact_ref(args, args.a, "a"), artifact_ref(args, args.b, "b"))
+    result = diff_artifacts(artifact_ref(args, args.a, "a"), artifact_ref(args, args.b, "b"),
+                            allow_unsafe_ops=args.allow_unsafe_ops)
     if args.json:
         print(json.dumps(result.diff.to_json(), indent=2))
     else:
@@ -218,6 +219,7 @@ def _cmd_compare(args: argparse.Namespace, console: Console) -> int:
         command=_command_line(),
         signature_map=_signature_map(args.map),
         repeat=args.repeat,
+        allow_unsafe_ops=args.allow_unsafe_ops,
     )
     print_comparison(console, result.report, result.out_dir)
     _print_notices(result.notices)
@@ -248,7 +250,8 @@ def _cmd_isolate(args: argparse.Namespace, console: Console) -> int:
     from .report.terminal import print_comparison  # noqa: PLC0415
 
     report = load_report(args.from_dir)
-    results = isolate_remote(args.model, args.from_dir, args.side, console=Console(stderr=True))
+    results = isolate_remote(args.model, args.from_dir, args.side, console=Console(stderr=True),
+                             allow_unsafe_ops=args.allow_unsafe_ops)
     report = merge_isolation(report, results)
     written = write_reports(report, Path(args.from_dir))
     print_comparison(console, report, args.from_dir)
@@ -285,6 +288,8 @@ def build_parser() -> argparse.ArgumentParser:
     diff.add_argument("a", help="artifact A: checkpoint dir/prefix, SavedModel dir, or .pb/.pbtxt GraphDef")
     diff.add_argument("b", help="artifact B")
     diff.add_argument("--json", action="store_true", help="print the machine-readable diff (DESIGN.md contract)")
+    diff.add_argument("--allow-unsafe-ops", action="store_true",
+                      help="load a TF2 SavedModel whose loading runs ops with outside effects (TF1 graphs never run here)")
     _add_artifact_options(diff)
     _add_artifact_options(diff, "a-", " of A")
     _add_artifact_options(diff, "b-", " of B")
@@ -322,6 +327,8 @@ def build_parser() -> argparse.ArgumentParser:
     iso.add_argument("model", help="this machine's copy of the side's model")
     iso.add_argument("--from", dest="from_dir", required=True, help="the report directory (copied here whole)")
     iso.add_argument("--side", choices=("a", "b"), default=None, help="which side to replay (default: the pending one)")
+    iso.add_argument("--allow-unsafe-ops", action="store_true",
+                     help="let the replay run ops with outside effects (never taken from the report or its captures)")
     iso.set_defaults(func=_cmd_isolate)
 
     from .diagnose_cli import add_diagnose_parser  # noqa: PLC0415 - parsers only, no TensorFlow

@@ -67,7 +67,8 @@ class Comparison:
 
 
 def open_or_capture(
-    target: str | Side, out_dir: Path, name: str, *, console: Console | None, shared_inputs: InputSpec | None = None
+    target: str | Side, out_dir: Path, name: str, *, console: Console | None, shared_inputs: InputSpec | None = None,
+    allow_unsafe_ops: bool = False,
 ) -> Capture:
     """A capture directory is opened; an artifact (or a Side) is captured into ``out_dir/captures/name``."""
     if isinstance(target, str):
@@ -77,7 +78,7 @@ def open_or_capture(
             Capture.open(target)  # raises the "incomplete capture" error
         from .artifacts import ArtifactRef  # noqa: PLC0415
 
-        target = Side(ArtifactRef(target))
+        target = Side(ArtifactRef(target), allow_unsafe_ops=allow_unsafe_ops)
     if shared_inputs is not None:
         target = replace(target, inputs=shared_inputs)
     return capture_side(target, out_dir / "captures" / name, force=True, console=console)
@@ -95,14 +96,22 @@ def compare(
     command: str = "",
     signature_map: dict[str, str] | None = None,
     repeat: int = 1,
+    allow_unsafe_ops: bool = False,
 ) -> Comparison:
+    """Capture (or open) both sides, align, measure, find where they diverge, isolate, report.
+
+    ``allow_unsafe_ops`` lets sides given as paths run ops with outside effects (when captured
+    here, and when their origins are replayed); a :class:`Side` carries its own flag. A capture
+    directory's recorded flag is never used: it may come from anyone.
+    """
     out = Path(out_dir).absolute()
+    permits = {key: t.allow_unsafe_ops if isinstance(t, Side) else allow_unsafe_ops for key, t in (("a", a), ("b", b))}
     _prepare_out_dir(out, force)
     console = console or Console(stderr=True)
-    cap_a = open_or_capture(a, out, "a", console=console)
+    cap_a = open_or_capture(a, out, "a", console=console, allow_unsafe_ops=allow_unsafe_ops)
     shared = _inputs_from(cap_a, out, signature_map or {}) if not _is_capture(b) else None
     try:
-        cap_b = open_or_capture(b, out, "b", console=console, shared_inputs=shared)
+        cap_b = open_or_capture(b, out, "b", console=console, shared_inputs=shared, allow_unsafe_ops=allow_unsafe_ops)
     except TftraceError as exc:
         if shared is None or "the signature expects" not in exc.problem:
             raise
@@ -125,7 +134,8 @@ def compare(
     noise = _noise(a, b, cap_a, cap_b, alignment, out, repeat, console)
     divergence = classify(view_a.graph, alignment, metrics, tolerance, noise.per_tensor)
     top = [r for r in divergence.origins if r.metrics is not None][: max(0, isolate)]
-    isolation = isolate_origins(top, alignment, view_a, view_b, str(out / "work"), console) if top else {}
+    isolation = isolate_origins(top, alignment, view_a, view_b, str(out / "work"), console,
+                                allow_unsafe_ops=permits) if top else {}
     # An origin whose own kernel differs given identical inputs outranks one that only inherited.
     own = {name for name, iso in isolation.items() if iso.verdict == "own_error"}
     divergence.origins.sort(key=lambda r: r.name not in own)

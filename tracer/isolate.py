@@ -75,11 +75,15 @@ def isolate_origins(
     view_b: CaptureView,
     workdir: str,
     console: Any = None,
+    *,
+    allow_unsafe_ops: dict[str, bool],
 ) -> dict[str, IsolationResult]:
     """Plan the replays of both sides, run those whose model is on this machine, evaluate.
 
     Every job is also written to ``workdir/isolation_<side>.job.json``: a side whose model is
-    elsewhere is replayed there by ``tftrace isolate MODEL --from REPORT_DIR``.
+    elsewhere is replayed there by ``tftrace isolate MODEL --from REPORT_DIR``. Whether a side's
+    replay may run unsafe ops is ``allow_unsafe_ops[side]``, decided by this command: a capture
+    (perhaps made elsewhere) records its own flag, and that record is never trusted.
     """
     if not origins:
         return {}
@@ -97,21 +101,27 @@ def isolate_origins(
                              "feeds": replay_plan(view.graph, fetch, to_a[key])})
     _write_json(os.path.join(workdir, "isolation_index.json"), {"capture_a": str(view_a.capture.path), "ops": index})
     for key, view in (("a", view_a), ("b", view_b)):
-        job = {"mode": "isolate", "side": view.capture.manifest["spec"], "feeds_from": str(view_a.capture.path),
+        spec = {**view.capture.manifest["spec"], "allow_unsafe_ops": False}  # decided by whoever runs the job
+        job = {"mode": "isolate", "side": spec, "feeds_from": str(view_a.capture.path),
                "ops": ops[key], "runs": view.capture.manifest["runs"],
                "count": view.capture.manifest["examples"]["count"], "out_dir": os.path.join(workdir, f"isolation_{key}")}
         _write_json(os.path.join(workdir, f"isolation_{key}.job.json"), job)
         if _local_side(view) is not None:
-            run_job(job, console=console)
+            run_job(job, console=console, allow_unsafe_ops=allow_unsafe_ops[key])
     return evaluate(workdir)
 
 
-def run_job(job: dict[str, Any], *, console: Any = None, artifact_path: str | None = None) -> None:
-    """Replay one side's ops in a child process (optionally against a local copy of the model)."""
-    side = Side.from_json(job["side"])
+def run_job(job: dict[str, Any], *, allow_unsafe_ops: bool, console: Any = None,
+            artifact_path: str | None = None) -> None:
+    """Replay one side's ops in a child process (optionally against a local copy of the model).
+
+    A job file may come from anyone (a report attached to an issue), so whether unsafe ops may
+    run is this caller's ``allow_unsafe_ops``, whatever the job's side says.
+    """
+    side = Side.from_json(job["side"]).with_(allow_unsafe_ops=allow_unsafe_ops)
     if artifact_path is not None:
         side = side.with_(artifact=replace(side.artifact, path=artifact_path))
-        job = {**job, "side": side.to_json()}
+    job = {**job, "side": side.to_json()}
     run_child(job, side, label=f"isolate {len(job['ops'])} op(s) [{side.label()}]", console=console)
 
 
@@ -176,7 +186,8 @@ def _capture_a_path(workdir: str, recorded: str) -> str:
     return recorded if os.path.isdir(recorded) else moved
 
 
-def isolate_remote(model: str, report_dir: str, side_key: str | None = None, console: Any = None) -> dict[str, IsolationResult]:
+def isolate_remote(model: str, report_dir: str, side_key: str | None = None, console: Any = None, *,
+                   allow_unsafe_ops: bool = False) -> dict[str, IsolationResult]:
     """``tftrace isolate``: replay the pending side of a report on this machine, against MODEL."""
     workdir = os.path.join(report_dir, "work")
     jobs = {k: Path(workdir, f"isolation_{k}.job.json") for k in ("a", "b")}
@@ -191,5 +202,5 @@ def isolate_remote(model: str, report_dir: str, side_key: str | None = None, con
     index = json.loads(Path(workdir, "isolation_index.json").read_text(encoding="utf-8"))
     job["feeds_from"] = _capture_a_path(workdir, index["capture_a"])
     job["out_dir"] = os.path.join(workdir, f"isolation_{side_key}")
-    run_job(job, console=console, artifact_path=model)
+    run_job(job, console=console, artifact_path=model, allow_unsafe_ops=allow_unsafe_ops)
     return evaluate(workdir)

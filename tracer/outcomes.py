@@ -43,14 +43,22 @@ def evaluate(p: Planned, cap_a: Capture | None, cap_b: Capture | None, out: Path
     result = _skeleton(p, cap_a, cap_b)
     if p.kind == "skipped" or cap_a is None or cap_b is None:
         return result
+    allow = _allows_unsafe_ops(p)
     if p.kind == "compare":
-        _compare(result, p, cap_a, cap_b, out, tolerance, quiet, command, quick)
+        _compare(result, p, cap_a, cap_b, out, tolerance, quiet, command, quick, allow)
     elif p.kind == "repeat_process":
-        _repeat(result, p, cap_a, out, tolerance, quiet)
+        _repeat(result, p, cap_a, out, tolerance, quiet, allow)
     else:
-        _observation(result, cap_a, out, tolerance, quiet)
+        _observation(result, cap_a, out, tolerance, quiet, allow)
     _costs(result, p)
     return result
+
+
+def _allows_unsafe_ops(p: Planned) -> bool:
+    """Replays of this experiment's captures may run unsafe ops only if its own sides could:
+    the flag comes from the sides diagnose planned, never from a capture's manifest."""
+    runs = [r for r in (p.a, p.b) if r is not None]
+    return bool(runs) and all(r.side.allow_unsafe_ops for r in runs)
 
 
 def _skeleton(p: Planned, cap_a: Capture | None, cap_b: Capture | None) -> dict[str, Any]:
@@ -129,9 +137,9 @@ def _worse(*verdicts: str) -> str:
 
 
 def _compare(result: dict[str, Any], p: Planned, cap_a: Capture, cap_b: Capture, out: Path, tolerance: Tolerance,
-             quiet: Console, command: str, quick: bool) -> None:
+             quiet: Console, command: str, quick: bool, allow: bool) -> None:
     comparison = compare(str(cap_a.path), str(cap_b.path), out, tolerance=tolerance, force=True, console=quiet,
-                         command=command)
+                         command=command, allow_unsafe_ops=allow)
     report = comparison.report
     result["_report"] = report
     result["report_dir"] = str(out)
@@ -147,7 +155,7 @@ def _compare(result: dict[str, Any], p: Planned, cap_a: Capture, cap_b: Capture,
         result["notes"].append("--quick: the outputs are compared as captured (instrumented); a side's plain run "
                                "differs from its instrumented run, so the plain outputs may differ by another amount")
         return
-    plain = _plain_outputs(cap_a, cap_b, out / "plain", quiet, tolerance)
+    plain = _plain_outputs(cap_a, cap_b, out / "plain", quiet, tolerance, allow)
     plain_verdict = _verdict(plain, tolerance)
     result["plain_outputs"] = {"verdict": plain_verdict, "max_abs": {k: m.max_abs for k, m in plain.items()}}
     result["notes"].append("a side's plain run differs from its instrumented run, so the outputs were also compared "
@@ -158,7 +166,7 @@ def _compare(result: dict[str, Any], p: Planned, cap_a: Capture, cap_b: Capture,
         else max(plain_max, result["max_abs_output_diff"])
     if report["verdict"] != "diverged" and plain_verdict == "diverged":
         result["first_divergence"], result["converted_ops"] = _unobserved(comparison, cap_a, cap_b, out / "walk",
-                                                                          quiet, tolerance)
+                                                                          quiet, tolerance, allow)
     result["verdict"] = _worse(report["verdict"], plain_verdict)
 
 
@@ -192,7 +200,7 @@ def _origin_summary(origin: dict[str, Any]) -> dict[str, Any]:
 
 
 def _plain_outputs(cap_a: Capture, cap_b: Capture, work: Path, quiet: Console,
-                   tolerance: Tolerance) -> dict[str, TensorMetrics]:
+                   tolerance: Tolerance, allow: bool) -> dict[str, TensorMetrics]:
     """Each signature output as the plain run computes it, compared key by key."""
     values = []
     for name, cap in (("a", cap_a), ("b", cap_b)):
@@ -201,13 +209,14 @@ def _plain_outputs(cap_a: Capture, cap_b: Capture, work: Path, quiet: Console,
             values.append({k: np.asarray(cap.tensor(t)) for k, t in outputs.items()})
             continue
         source = cap_a.manifest["graph"]["outputs"]
-        replay = replay_alone(cap, cap_a, {t: source[k] for k, t in outputs.items()}, work / name, console=quiet)
+        replay = replay_alone(cap, cap_a, {t: source[k] for k, t in outputs.items()}, work / name, console=quiet,
+                              allow_unsafe_ops=allow)
         values.append({k: replay.values[0][t] for k, t in outputs.items()})
     return {k: compare_arrays(values[0][k], values[1][k], rtols=(tolerance.rtol,)) for k in values[0] if k in values[1]}
 
 
 def _unobserved(comparison: Comparison, cap_a: Capture, cap_b: Capture, work: Path, quiet: Console,
-                tolerance: Tolerance) -> tuple[dict[str, Any] | None, list[str]]:
+                tolerance: Tolerance, allow: bool) -> tuple[dict[str, Any] | None, list[str]]:
     """Observed, the sides agree; plain, they do not: fetch every tensor alone on both sides
     (first batch only) and walk the graph for the first one that differs."""
     layout = cap_a.manifest.get("tensor_layout", {})
@@ -216,8 +225,10 @@ def _unobserved(comparison: Comparison, cap_a: Capture, cap_b: Capture, work: Pa
              and layout.get(pair.a) in ("rows", "whole")]
     metrics = dict(comparison.metrics)
     if pairs:
-        ra = replay_alone(cap_a, cap_a, {a: a for a, _ in pairs}, work / "a", first_run_only=True, console=quiet)
-        rb = replay_alone(cap_b, cap_a, {b: a for a, b in pairs}, work / "b", first_run_only=True, console=quiet)
+        ra = replay_alone(cap_a, cap_a, {a: a for a, _ in pairs}, work / "a", first_run_only=True, console=quiet,
+                          allow_unsafe_ops=allow)
+        rb = replay_alone(cap_b, cap_a, {b: a for a, b in pairs}, work / "b", first_run_only=True, console=quiet,
+                          allow_unsafe_ops=allow)
         for a, b in pairs:
             va, vb = ra.values[0][a], rb.values[0][b]
             if va.shape == vb.shape:
@@ -260,9 +271,11 @@ def _converted_ops(graph: OpGraph, *caps: Capture) -> list[str]:
 # ---- repeat in one process, observation ------------------------------------------------------
 
 
-def _repeat(result: dict[str, Any], p: Planned, cap: Capture, out: Path, tolerance: Tolerance, quiet: Console) -> None:
+def _repeat(result: dict[str, Any], p: Planned, cap: Capture, out: Path, tolerance: Tolerance, quiet: Console,
+            allow: bool) -> None:
     outputs = cap.manifest["graph"]["outputs"]
-    replay = replay_alone(cap, cap, {t: t for t in outputs.values()}, out / "replays", repeats=p.repeats, console=quiet)
+    replay = replay_alone(cap, cap, {t: t for t in outputs.values()}, out / "replays", repeats=p.repeats, console=quiet,
+                          allow_unsafe_ops=allow)
     metrics: dict[str, TensorMetrics] = {}
     for key, tensor in outputs.items():
         first = replay.values[0][tensor]
@@ -280,10 +293,10 @@ def _repeat(result: dict[str, Any], p: Planned, cap: Capture, out: Path, toleran
         result["attribution"] = "state" if stateful["state"] else "random"
         result["state_ops"] = stateful["state"] or stateful["random"]
     elif result["verdict"] != "identical":
-        result["first_divergence"] = _first_moving(cap, out / "replays_all", quiet)
+        result["first_divergence"] = _first_moving(cap, out / "replays_all", quiet, allow)
 
 
-def _first_moving(cap: Capture, work: Path, quiet: Console) -> dict[str, Any] | None:
+def _first_moving(cap: Capture, work: Path, quiet: Console, allow: bool) -> dict[str, Any] | None:
     """The first tensor (topological order) that differs between two same-process replays."""
     graph = OpGraph.from_json(cap.manifest["graph"])
     layout = cap.manifest.get("tensor_layout", {})
@@ -292,7 +305,8 @@ def _first_moving(cap: Capture, work: Path, quiet: Console) -> dict[str, Any] | 
     names.sort(key=lambda n: order.get(tensor_op(n), len(order)))
     if not names:
         return None
-    replay = replay_alone(cap, cap, {n: n for n in names}, work, repeats=2, first_run_only=True, console=quiet)
+    replay = replay_alone(cap, cap, {n: n for n in names}, work, repeats=2, first_run_only=True, console=quiet,
+                          allow_unsafe_ops=allow)
     for name in names:
         m = compare_arrays(replay.values[0][name], replay.values[1][name])
         if not m.identical:
@@ -302,14 +316,16 @@ def _first_moving(cap: Capture, work: Path, quiet: Console) -> dict[str, Any] | 
     return None
 
 
-def _observation(result: dict[str, Any], cap: Capture, out: Path, tolerance: Tolerance, quiet: Console) -> None:
+def _observation(result: dict[str, Any], cap: Capture, out: Path, tolerance: Tolerance, quiet: Console,
+                 allow: bool) -> None:
     observer = cap.manifest["observer_effect"]
     outputs = cap.manifest["graph"]["outputs"]
     if observer["outputs_identical"]:
         result["verdict"], result["max_abs_output_diff"] = "identical", 0.0
         result["outputs"] = {k: 0.0 for k in outputs}
     else:
-        replay = replay_alone(cap, cap, {t: t for t in outputs.values()}, out / "plain", console=quiet)
+        replay = replay_alone(cap, cap, {t: t for t in outputs.values()}, out / "plain", console=quiet,
+                              allow_unsafe_ops=allow)
         metrics = {k: compare_arrays(replay.values[0][t], np.asarray(cap.tensor(t)), rtols=(tolerance.rtol,))
                    for k, t in outputs.items()}
         result["outputs"] = {k: m.max_abs for k, m in metrics.items()}

@@ -79,11 +79,13 @@ def replay_alone(
     repeats: int = 1,
     first_run_only: bool = False,
     console: Any = None,
+    allow_unsafe_ops: bool,
 ) -> Replay:
     """Fetch each tensor alone, ``repeats`` times over, in one child process of ``side``.
 
     ``fetches`` maps this side's tensor -> the source capture's tensor that stands for it (its
     layout says whether the value is per example). Inputs are fed from ``source``.
+    ``allow_unsafe_ops`` is the caller's decision; the one ``side``'s manifest records is not trusted.
     """
     if repeats < 1 or not fetches:
         raise ValueError(f"need at least one repeat and one fetch, got {repeats} and {len(fetches)}")
@@ -99,7 +101,7 @@ def replay_alone(
     out_dir.mkdir(parents=True, exist_ok=True)
     job = {"mode": "isolate", "side": side.manifest["spec"], "feeds_from": str(source.path), "ops": ops,
            "runs": runs, "count": rows, "out_dir": str(out_dir)}
-    run_job(job, console=console)
+    run_job(job, console=console, allow_unsafe_ops=allow_unsafe_ops)
     values = [{name: np.load(out_dir / f"{r * len(names) + j}.npy") for j, name in enumerate(names)}
               for r in range(repeats)]
     return Replay(values, rows)

@@ -23,9 +23,14 @@ class StaticDiff:
     diff: GraphDiff
 
 
-def diff_artifacts(a: ArtifactRef | str, b: ArtifactRef | str) -> StaticDiff:
-    """Load both artifacts and classify every rewrite between them (imports TensorFlow)."""
-    art_a, art_b = load(a), load(b)
+def diff_artifacts(a: ArtifactRef | str, b: ArtifactRef | str, *, allow_unsafe_ops: bool = False) -> StaticDiff:
+    """Load both artifacts and classify every rewrite between them (imports TensorFlow).
+
+    TF1 graphs are only parsed; a TF2 SavedModel is loaded to be inlined, which runs its
+    initialisers, so one whose loading reaches outside the computation is refused unless
+    ``allow_unsafe_ops``.
+    """
+    art_a, art_b = load(a, allow_unsafe_ops=allow_unsafe_ops), load(b, allow_unsafe_ops=allow_unsafe_ops)
     graph_a, sig_a = build_opgraph(art_a)
     graph_b, sig_b = build_opgraph(art_b)
     diff = diff_graphs(

@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._tf import tf
-from ..artifacts import Artifact, Signature, detect, load
+from ..artifacts import Artifact, Signature, load
 from ..graphload import build_opgraph
 from ..errors import TftraceError
-from ..safety import describe_unsafe, find_unsafe_ops, unsafe_at_load_v2
+from ..safety import describe_unsafe, find_unsafe_ops
 from ..opgraph import OpGraph
 from ..runspec import Side, parse_device
 
@@ -134,8 +134,7 @@ UNSAFE_FIX = "inspect the model (tftrace diff-graph works without running it); i
 def load_checked(side: Side) -> Artifact:
     """Load the side's artifact statically, refusing it *before* any of it runs when running it
     would reach outside the computation (see :mod:`tracer.safety`), unless ``allow_unsafe_ops``."""
-    _refuse_unsafe_at_load(side)  # loading a TF2 SavedModel already runs some of its functions
-    artifact = load(side.artifact)
+    artifact = load(side.artifact, allow_unsafe_ops=side.allow_unsafe_ops)  # a TF2 load is checked
     _refuse_unsafe(artifact, side)
     return artifact
 
@@ -187,42 +186,6 @@ def _asset_tensors(meta: Any) -> list[str]:
         if packed.Unpack(asset):
             names.append(asset.tensor_info.name)
     return names
-
-
-def _refuse_unsafe_at_load(side: Side) -> None:
-    """A TF2 SavedModel runs resource initialisers and restore functions *while loading*
-    (``tf.saved_model.load``), so those are checked before the load; TF1 loading is static."""
-    kind, location = detect(side.artifact.path)
-    if kind != "saved_model" or side.allow_unsafe_ops:
-        return
-    meta = _saved_model_meta(location, side.artifact.tag)
-    if meta is None or not (meta.object_graph_def.nodes and meta.graph_def.library.function):
-        return  # TF1 (or a tag set that load() will refuse with its own message)
-    found = unsafe_at_load_v2(meta)
-    if found:
-        raise TftraceError(
-            f"refusing to load {location}: loading this TF2 SavedModel runs its resource initialisers and "
-            f"restore functions, which would execute ops with effects outside the computation: {describe_unsafe(found)}",
-            UNSAFE_FIX,
-        )
-
-
-def _saved_model_meta(location: str, tag: str) -> Any | None:
-    """The MetaGraphDef of ``tag``, or None when it cannot be read (load() then says why)."""
-    from google.protobuf import message, text_format  # noqa: PLC0415
-    from tensorflow.core.protobuf import saved_model_pb2  # noqa: PLC0415
-
-    gfile = tf().io.gfile
-    saved = saved_model_pb2.SavedModel()
-    try:
-        if gfile.exists(f"{location}/saved_model.pb"):
-            saved.ParseFromString(gfile.GFile(f"{location}/saved_model.pb", "rb").read())
-        else:
-            text_format.Parse(gfile.GFile(f"{location}/saved_model.pbtxt", "r").read(), saved)
-    except (message.DecodeError, text_format.ParseError, UnicodeDecodeError, tf().errors.OpError):
-        return None
-    wanted = sorted(t.strip() for t in tag.split(",") if t.strip())
-    return next((mg for mg in saved.meta_graphs if sorted(mg.meta_info_def.tags) == wanted), None)
 
 
 def tf_error_text(exc: BaseException, limit: int = 300) -> str:
