@@ -7,6 +7,7 @@ launcher's reading, progress display, timeout and error handling are tested in m
 from __future__ import annotations
 
 import io
+import os
 import subprocess
 import sys
 import textwrap
@@ -17,6 +18,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
+from conftest import REPO
 from tracer.artifacts import ArtifactRef
 from tracer.capture.launcher import _follow
 from tracer.errors import TftraceError
@@ -186,3 +188,47 @@ def test_side_survives_its_json_round_trip() -> None:
     assert Side.from_json(side.to_json()) == side
     assert side.label() == "gpu:1, batch 4, onednn=off, threads=(2, 1), grappler={'remapping': 'off'}, env={'A': 'b'}, " \
                            "session config c.pbtxt"
+
+
+def test_an_orphaned_child_stops_its_group_when_its_parent_is_sigkilled(tmp_path: Path) -> None:
+    """The parent is SIGKILLed while its child is busy and silent (a long session.run): nothing
+    is written to the pipe, so only tracer.capture.orphan can notice, and the whole group goes."""
+    pids = tmp_path / "pids"
+    child = textwrap.dedent(
+        f"""
+        import subprocess, sys, time
+        from tracer.capture.orphan import exit_with_parent
+        exit_with_parent(interval_s=0.1)
+        grandchild = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        open({str(pids)!r}, "w").write(f"{{grandchild.pid}}")
+        time.sleep(60)
+        """
+    )
+    parent = textwrap.dedent(
+        f"""
+        import os, subprocess, sys, time
+        env = {{**os.environ, "TFTRACE_PARENT_PID": str(os.getpid())}}
+        child = subprocess.Popen([sys.executable, "-c", {child!r}], env=env, start_new_session=True,
+                                 stdout=subprocess.PIPE)
+        print(child.pid, flush=True)
+        time.sleep(60)
+        """
+    )
+    proc = subprocess.Popen([sys.executable, "-c", parent], stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        child_pid = int(proc.stdout.readline())
+        deadline = time.monotonic() + 30
+        while not pids.exists() or not pids.read_text():
+            assert time.monotonic() < deadline, "the child never started its grandchild"
+            time.sleep(0.05)
+        grandchild = int(pids.read_text())
+        assert _running(child_pid) and _running(grandchild)
+    finally:
+        proc.kill()
+        proc.communicate()
+    deadline = time.monotonic() + 10
+    while (_running(child_pid) or _running(grandchild)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _running(child_pid), "the orphaned child ran on"
+    assert not _running(grandchild), "the orphaned child's group ran on"

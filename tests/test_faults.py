@@ -143,6 +143,25 @@ def test_signal_to_capture_leaves_it_incomplete_and_force_rerun_works(
     assert Capture.open(out).manifest["examples"]["count"] == 2
 
 
+def test_sigkill_of_tftrace_itself_stops_its_worker_and_force_rerun_works(
+    models: dict[str, Path], tmp_path: Path
+) -> None:
+    """SIGKILL gives tftrace no chance to stop its child. The child stops at its next progress line
+    (the pipe is closed) or, when busy and silent, through tracer.capture.orphan (tested alone in
+    test_capture_launcher.py); either way the capture is left incomplete and --force re-runs it."""
+    out = tmp_path / "cap"
+    cli = _start("capture", str(models["detector"]), "--out", str(out), *LONG)
+    worker = _worker_writing(cli, out / "tensors")
+    cli.kill()
+    cli.communicate()
+    assert _gone(worker), f"worker {worker} outlived its SIGKILLed parent"
+    assert not (out / "manifest.json").exists() and any((out / "tensors").iterdir())
+    with pytest.raises(TftraceError, match=r"incomplete capture at .*manifest.json is missing"):
+        Capture.open(out)
+    _ok(run_cli("capture", str(models["detector"]), "--out", str(out), *SHORT, "--force"))
+    assert Capture.open(out).manifest["examples"]["count"] == 2
+
+
 @pytest.mark.parametrize("name", sorted(SIGNALS))
 def test_signal_to_compare_leaves_no_report_and_force_rerun_works(
     name: str, models: dict[str, Path], capture_b: Path, tmp_path: Path

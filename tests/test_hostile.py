@@ -648,6 +648,11 @@ def reliability_rows() -> tuple[list[Row], list[Row]]:
         Row("SIGINT or SIGTERM to `tftrace compare` while capturing A", len(SIGNALS), "the same line (exit 2)",
             "no report.json, no manifest in captures/a, worker gone, `--force` re-run succeeds",
             (f"{f}test_signal_to_compare_leaves_no_report_and_force_rerun_works",)),
+        Row("SIGKILL to `tftrace capture` itself (no chance to clean up)", 1, "nothing (tftrace is gone)",
+            "the orphaned worker stops (its pipe closes; when busy and silent, it notices it was re-parented within "
+            "half a second and kills its process group); no manifest.json; `--force` re-run succeeds",
+            (f"{f}test_sigkill_of_tftrace_itself_stops_its_worker_and_force_rerun_works",
+             "test_capture_launcher.py::test_an_orphaned_child_stops_its_group_when_its_parent_is_sigkilled")),
         Row("SIGKILL to the worker child (capture; compare)", 2, "`tftrace: error: the child process running capture "
             "savedmodel [cpu, batch 4] was killed by signal 9; the tail of its stderr: … any partial output is left "
             "incomplete.` (exit 2)", "incomplete capture refused; no report.json; `--force` re-run succeeds",

@@ -25,6 +25,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ..errors import TftraceError
 from ..runspec import Side, child_env
+from .orphan import PARENT_PID_ENV
 
 if TYPE_CHECKING:
     from .reader import Capture
@@ -53,6 +54,7 @@ def run_child(
         _refuse_code_loading_env(side)
     env = child_env(side)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (PACKAGE_ROOT, env.get("PYTHONPATH", "")) if p)
+    env[PARENT_PID_ENV] = str(os.getpid())  # the child stops itself if this process is SIGKILLed
     console = console or Console(stderr=True)
     with tempfile.TemporaryDirectory(prefix="tftrace-job-") as tmp:
         job_path = Path(tmp, "job.json")

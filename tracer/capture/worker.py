@@ -33,6 +33,7 @@ from ..opgraph import OpGraph, tensor_op, tensor_slot
 from ..runspec import Side
 from .fingerprint import environment_fingerprint
 from .observer import observer_effect
+from .orphan import exit_with_parent
 from .runtime import Runtime, determinism_fix, open_runtime, tf_error_text
 from .store import CaptureWriter
 
@@ -449,6 +450,7 @@ def _digest(value: np.ndarray) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    exit_with_parent()  # a SIGKILLed tftrace cannot stop its children itself
     job = json.loads(open(argv[0], encoding="utf-8").read())
     try:
         if job["mode"] == "capture":
