@@ -695,10 +695,30 @@ def render_table(rows: list[Row]) -> str:
 RELIABILITY = REPO / "RELIABILITY.md"
 MARKERS = {"inputs": ("<!-- bad inputs: generated -->", "<!-- /bad inputs -->"),
            "faults": ("<!-- faults: generated -->", "<!-- /faults -->")}
+README_MARKERS = ("<!-- reliability summary: generated -->", "<!-- /reliability summary -->")
+
+
+def render_summary(inputs: list[Row], faults: list[Row]) -> str:
+    """README's short form: what was tried, how many times; the messages are in RELIABILITY.md."""
+    def cell(text: str) -> str:
+        return text.replace("|", "\\|").replace("\n", " ")
+
+    lines = ["| | kind | tried |", "|---|---|---|"]
+    for what, rows in (("bad input", inputs), ("fault", faults)):
+        lines += [f"| {what} | {cell(row.kind)} | {row.count} |" for row in rows]
+        lines.append(f"| | **{what}s in all** | **{sum(r.count for r in rows)}** |")
+    return "\n".join(lines)
+
+
+def _replace_between(text: str, start: str, end: str, body: str) -> str:
+    head, rest = text.split(start, 1)
+    _, tail = rest.split(end, 1)
+    return f"{head}{start}\n{body}\n{end}{tail}"
 
 
 def test_reliability_table_matches_the_tests() -> None:
-    """RELIABILITY.md's tables are generated from reliability_rows(); every row names tests that exist.
+    """RELIABILITY.md's tables and README's summary are generated from reliability_rows(); every
+    row names tests that exist.
 
     Rewrite them with ``TFTRACE_WRITE_RELIABILITY=1 pytest tests/test_hostile.py -k reliability``.
     """
@@ -712,10 +732,12 @@ def test_reliability_table_matches_the_tests() -> None:
             assert name in {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}, ref
     text = RELIABILITY.read_text(encoding="utf-8")
     for key, rows in (("inputs", inputs), ("faults", faults)):
-        start, end = MARKERS[key]
-        head, rest = text.split(start, 1)
-        _, tail = rest.split(end, 1)
-        text = f"{head}{start}\n{render_table(rows)}\n{end}{tail}"
+        text = _replace_between(text, *MARKERS[key], render_table(rows))
+    readme = _replace_between((REPO / "README.md").read_text(encoding="utf-8"), *README_MARKERS,
+                              render_summary(inputs, faults))
     if os.environ.get("TFTRACE_WRITE_RELIABILITY"):
         RELIABILITY.write_text(text, encoding="utf-8")
+        (REPO / "README.md").write_text(readme, encoding="utf-8")
     assert RELIABILITY.read_text(encoding="utf-8") == text, "RELIABILITY.md is out of date: re-run with TFTRACE_WRITE_RELIABILITY=1"
+    assert (REPO / "README.md").read_text(encoding="utf-8") == readme, \
+        "README.md's reliability summary is out of date: re-run with TFTRACE_WRITE_RELIABILITY=1"
