@@ -382,6 +382,19 @@ def test_tf2_vocabulary_from_assets_is_not_flagged_at_load(built: Path) -> None:
 
 
 @pytest.mark.slow
+def test_tf2_vocabulary_model_is_captured_with_its_table(built: Path, tmp_path: Path) -> None:
+    """The inliner leaves a TF2 table as a resource placeholder; tftrace refills it from the loaded
+    table (``tracer.tf2_inline._thaw_tables``), with the vocabulary file outside long deleted."""
+    proc = run_cli("capture", str(built / "models" / "tf2_vocab"), "--out", str(tmp_path / "cap"), "--examples", "2")
+    assert proc.returncode == 0, proc.stderr
+    cap = Capture.open(tmp_path / "cap")
+    x = cap.tensor("x:0")
+    assert np.array_equal(cap.tensor(cap.manifest["graph"]["outputs"]["y"]), x * np.float32(2))  # "c" is line 2
+    lookups = [n for n in cap.tensor_names if n.endswith("LookupTableFindV2:0")]
+    assert len(lookups) == 1 and int(cap.tensor(lookups[0])) == 2
+
+
+@pytest.mark.slow
 def test_allow_unsafe_ops_runs_the_write_file_model(built: Path, tmp_path: Path) -> None:
     effect = built / "outside_effects" / "write_file.txt"
     proc = run_cli("capture", str(built / "models" / "write_file_allowed"), "--out", str(tmp_path / "cap"),
@@ -572,9 +585,11 @@ def reliability_rows() -> tuple[list[Row], list[Row]]:
             "the line above, exit 2", "no `--out` directory created", (f"{h}test_capture_refuses_unsafe_model_with_exit_2",
                                                                        f"{h}test_compare_refuses_unsafe_model_with_exit_2")),
         Row("models reading their *own* assets (TF1 vocabulary table in the main op; TF2 table initialiser)", 2,
-            "nothing: they run (TF1: `y = 2x` from line 2 of assets/vocab.txt, the original deleted)",
+            "nothing: they run (`y = 2x` from line 2 of the vocabulary, the original deleted; TF1 reads assets/vocab.txt, "
+            "TF2's table is refilled from the loaded model)",
             "the original vocabulary outside was deleted before the run, so only the asset could be read",
-            (f"{h}test_reading_the_models_own_assets_is_allowed", f"{h}test_tf2_vocabulary_from_assets_is_not_flagged_at_load")),
+            (f"{h}test_reading_the_models_own_assets_is_allowed", f"{h}test_tf2_vocabulary_from_assets_is_not_flagged_at_load",
+             f"{h}test_tf2_vocabulary_model_is_captured_with_its_table")),
         Row("`--allow-unsafe-ops` on the WriteFile model", 1, "exit 0; the file holds the sum of the inputs",
             "the user asked for it", (f"{h}test_allow_unsafe_ops_runs_the_write_file_model",)),
         Row("`diff-graph` on unsafe TF1 models", 2 * len(CLI_DIFF), "the diff (exit 0)", "static: nothing runs",

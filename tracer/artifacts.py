@@ -138,6 +138,7 @@ class Artifact:
     tf_version_written: str = ""
     inlined_by_loader: bool = False  # TF2: tftrace inlined the signature function (adds Identity plumbing)
     variable_values: dict[str, np.ndarray] = field(default_factory=dict)  # TF2: values of the inlined variables
+    table_values: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)  # TF2: (keys, values)
     notes: list[str] = field(default_factory=list)
     _reader: Any = None
 

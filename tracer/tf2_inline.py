@@ -51,6 +51,7 @@ def load_saved_model_v2(ref: ArtifactRef, directory: str, meta: Any, available: 
         ) from exc
     graph_def, values = _thaw_variables(frozen.graph.as_graph_def())
     graph_def, values = _name_variables(graph_def, values, _variable_names(function))
+    tables = _thaw_tables(graph_def, function)
     sig_def = meta.signature_def[ref.signature]
     inputs: dict[str, TensorSpec] = {}
     placeholders = [t for t in frozen.inputs if t.dtype != tf().resource]
@@ -84,6 +85,7 @@ def load_saved_model_v2(ref: ArtifactRef, directory: str, meta: Any, available: 
         tf_version_written=meta.meta_info_def.tensorflow_version,
         inlined_by_loader=True,
         variable_values=values,
+        table_values=tables,
         notes=["TF2 signature function inlined for tracing (its variables kept as variables)"],
     )
 
@@ -124,6 +126,60 @@ def _thaw_variables(graph_def: Any) -> tuple[Any, dict[str, np.ndarray]]:
         del node.attr["T"]
         node.attr["dtype"].type = dtype
     return graph_def, values
+
+
+def _thaw_tables(graph_def: Any, function: Any) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Give lookup tables back to the inlined graph, with their contents.
+
+    The inliner freezes variables but leaves every other captured resource as a ``Placeholder``
+    of dtype resource (``unknown``), which a session cannot run. A placeholder that feeds a table
+    lookup becomes a ``HashTableV2`` and the loaded table's contents are exported, for the
+    session to initialise it (``InitializeTableV2``) as it does the variables. Lookups of a
+    static table behave the same on any table holding the same pairs.
+    """
+    from tensorflow.core.framework import types_pb2  # noqa: PLC0415
+
+    captured = {internal.op.name: external for external, internal in function.graph.captures}
+    dtypes = _lookup_dtypes(graph_def)
+    tables: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    for node in graph_def.node:
+        if node.op != "Placeholder" or node.attr["dtype"].type != types_pb2.DT_RESOURCE:
+            continue
+        if node.name not in dtypes or node.name not in captured:
+            continue  # some other resource: the session will say it must be fed
+        key_dtype, value_dtype = dtypes[node.name]
+        try:
+            keys, values = tf().raw_ops.LookupTableExportV2(
+                table_handle=captured[node.name], Tkeys=tf().as_dtype(key_dtype), Tvalues=tf().as_dtype(value_dtype))
+        except Exception:  # noqa: BLE001 - a resource that is not an exportable table
+            continue
+        tables[node.name] = (keys.numpy(), values.numpy())
+        node.op = "HashTableV2"
+        node.attr.clear()
+        node.attr["key_dtype"].type = key_dtype
+        node.attr["value_dtype"].type = value_dtype
+        node.attr["shared_name"].s = node.name.encode("utf-8")
+        node.attr["container"].s = b""
+        node.attr["use_node_name_sharing"].b = False
+    return tables
+
+
+def _lookup_dtypes(graph_def: Any) -> dict[str, tuple[int, int]]:
+    """Resource placeholder -> (key dtype, value dtype) of a table lookup it feeds, through Identities."""
+    nodes = {n.name: n for n in graph_def.node}
+
+    def source(name: str) -> str:
+        node = nodes.get(name)
+        while node is not None and node.op == "Identity" and node.input:
+            name = node.input[0].split(":")[0]
+            node = nodes.get(name)
+        return name
+
+    found = {}
+    for node in graph_def.node:
+        if node.op == "LookupTableFindV2" and node.input:
+            found[source(node.input[0].split(":")[0])] = (node.attr["Tin"].type, node.attr["Tout"].type)
+    return found
 
 
 def _variable_names(function: Any) -> dict[str, str]:

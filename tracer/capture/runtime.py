@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from .._tf import tf
 from ..artifacts import Artifact, Signature, load
 from ..graphload import build_opgraph
@@ -226,14 +228,8 @@ def _restore(artifact: Artifact, session: Any, side: Side) -> None:
         saver.restore(session, artifact.checkpoint_prefix)
         return
     t.graph_util.import_graph_def(artifact.graph_def, name="")
-    if artifact.variable_values:  # a TF2 function's variables, kept as variables by the loader
-        feeds, assigns = {}, []
-        for name, value in artifact.variable_values.items():
-            placeholder = t.compat.v1.placeholder(t.as_dtype(value.dtype), value.shape, name=f"tftrace_init/{name}")
-            handle = session.graph.get_tensor_by_name(f"{name}:0")
-            assigns.append(t.raw_ops.AssignVariableOp(resource=handle, value=placeholder))
-            feeds[placeholder] = value
-        session.run(assigns, feed_dict=feeds)
+    if artifact.variable_values or artifact.table_values:  # a TF2 function's variables and tables
+        _initialise_tf2_resources(artifact, session)
         return
     variables = [op.name for op in session.graph.get_operations() if op.type in ("VariableV2", "VarHandleOp")]
     if variables:
@@ -241,3 +237,23 @@ def _restore(artifact: Artifact, session: Any, side: Side) -> None:
             f"the GraphDef {artifact.location} still holds variables ({', '.join(variables[:5])}) but no weights",
             "freeze it first (convert_variables_to_constants) or give the checkpoint/SavedModel",
         )
+
+
+def _initialise_tf2_resources(artifact: Artifact, session: Any) -> None:
+    """Assign the inlined variables their values and fill the inlined tables (see tracer.tf2_inline)."""
+    t = tf()
+    feeds, ops = {}, []
+
+    def fed(value: np.ndarray, name: str) -> Any:
+        placeholder = t.compat.v1.placeholder(t.as_dtype(value.dtype), value.shape, name=name)
+        feeds[placeholder] = value
+        return placeholder
+
+    for name, value in artifact.variable_values.items():
+        handle = session.graph.get_tensor_by_name(f"{name}:0")
+        ops.append(t.raw_ops.AssignVariableOp(resource=handle, value=fed(value, f"tftrace_init/{name}")))
+    for name, (keys, values) in artifact.table_values.items():
+        handle = session.graph.get_tensor_by_name(f"{name}:0")
+        ops.append(t.raw_ops.InitializeTableV2(table_handle=handle, keys=fed(keys, f"tftrace_init/{name}/keys"),
+                                               values=fed(values, f"tftrace_init/{name}/values")))
+    session.run(ops, feed_dict=feeds)
