@@ -314,6 +314,25 @@ def test_extra_memory_is_bounded_by_the_chunk_not_the_tensor(tmp_path: Path) -> 
     assert peak < 4 << 20, peak  # well under one side's 8 MiB
 
 
+def test_release_gives_back_mapped_pages_and_changes_nothing(tmp_path: Path) -> None:
+    from tracer.metrics import _Mapped  # noqa: PLC0415
+
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal(300_000).astype(np.float32)
+    b = a + np.float32(1e-4)
+    b[1234] = np.nan
+    np.save(tmp_path / "a.npy", a)
+    np.save(tmp_path / "b.npy", b)
+    ma, mb = (np.load(tmp_path / f, mmap_mode="r") for f in ("a.npy", "b.npy"))
+    kept = compare_arrays(ma, mb, rtols=[1e-5], chunk_elems=50_000)
+    released = compare_arrays(ma, mb, rtols=[1e-5], chunk_elems=50_000, release=True)
+    assert json.dumps(released.to_json()) == json.dumps(kept.to_json())
+    assert np.array_equal(ma, a) and np.isnan(mb[1234])  # the pages come back when read again
+    assert _Mapped.of(np.asarray(ma)) is not None and _Mapped.of(np.asarray(ma[::2])) is None
+    assert _Mapped.of(a) is None and _Mapped.of(np.load(tmp_path / "a.npy", mmap_mode="c")) is None
+    assert compare_arrays(a, b, release=True).to_json() == compare_arrays(a, b).to_json()
+
+
 def test_json_round_trip_keeps_inf_and_nan() -> None:
     a = np.array([1.0, np.nan, 0.0, 4.0], np.float32)
     b = np.array([1.0, 5.0, 0.0, 4.0], np.float32)

@@ -280,7 +280,8 @@ def _metrics(cap_a: Capture, cap_b: Capture, alignment: Alignment, tolerance: To
         for pair in node.tensors:
             if pair.comparable and pair.b is not None:
                 _, rtol = tolerance.for_tensor(pair.a)
-                out[pair.a] = compare_arrays(cap_a.tensor(pair.a), cap_b.tensor(pair.b), rtols=(rtol,))
+                # each pair is read once here: its mapped pages are given back as it is scanned
+                out[pair.a] = compare_arrays(cap_a.tensor(pair.a), cap_b.tensor(pair.b), rtols=(rtol,), release=True)
     return out
 
 

@@ -1,18 +1,21 @@
-"""How far apart two captured tensors are: pure numpy, bounded memory, fast.
+"""How far apart two captured tensors are: one read of each element, bounded memory.
 
 Every pair of captured tensors goes through :func:`compare_arrays`, and a tensor can be hundreds
 of MB (a memory-mapped ``.npy``). So the flattened arrays are walked in blocks of
-``chunk_elems`` with block-sized scratch buffers: peak extra memory is a small multiple of one
-block per worker thread, never of the tensor. Speed comes from few passes per block:
+``chunk_elems``: peak extra memory is a few block-sized buffers per worker thread (only for
+inputs that must be converted), never the tensor. Float pairs go through a block kernel that
+computes every metric in one read of the block: compiled with numba
+(:mod:`tracer.metrics_kernel`), or, when numba cannot be imported, its numpy definition
+(:mod:`tracer.metrics_block`), which gives the same bits, only slower. How it stays exact:
 
-- a bitwise test first (an integer subtraction of the raw bits, which the ULPs reuse): most
-  pairs in a trace are identical, and identical blocks skip all other arithmetic;
-- arithmetic in the tensor's own precision (float32 stays float32: half the bytes per pass),
-  float64 only where it matters: block sums (float32 dots short enough to be good to ~1e-7)
-  are added exactly in float64, and the few elements that decide a maximum are re-evaluated in
-  float64, so ``max_abs``/``max_rel`` are float64-exact;
-- cheap bounds that settle most blocks with no extra pass (a raw-bit distance below a dtype
-  constant rules out a sign change; same-sign pairs have a relative error of at most 1).
+- sums (the norms behind ``rel_l2``, ``cosine``, ``sqnr_db``, ``mean_abs``) are accumulated in
+  float64, each block in 16 lanes in position order, and the lanes of all blocks are added
+  exactly (``math.fsum``): the total does not depend on which worker took which block;
+- maxima (``max_abs``, ``max_rel``, the excess at each recorded rtol, ``ulp_max``) and the top
+  ``k_worst`` are exact: cheap bounds in the tensor's own precision (8 float32 per instruction)
+  say which few elements could change them, and only those are evaluated in float64;
+- most pairs in a trace are identical, and a bitwise-identical stretch costs one integer pass
+  plus the norm of A.
 
 Conventions, decided once:
 
@@ -31,13 +34,19 @@ Conventions, decided once:
   ``mismatch_count`` and ``worst`` are measured (integers ranked by ``|a-b|``, the rest by
   position); ``max_abs``, ``max_rel``, ``mean_abs``, ``rel_l2`` are 0.0, ``cosine`` 1.0,
   ``sqnr_db`` +inf and ``ulp_max`` -1 (not applicable): read ``mismatch_count`` instead.
+- ``histogram``: over the pairs where both sides are finite, the count of ``|a-b| = 0``, then
+  one count per decade of ``|a-b|`` from 1e-12 to 1e3 (clipped at both ends), ``|a-b|`` as the
+  compared precision has it (float32 for float16/bfloat16/float32 pairs, like the ranking of
+  ``worst``); the report's per-node ``diff_histogram`` (:meth:`TensorMetrics.diff_histogram`).
 - JSON has no literal for non-finite floats: :meth:`TensorMetrics.to_json` writes them as the
   strings ``"inf"``, ``"-inf"``, ``"nan"`` and :meth:`TensorMetrics.from_json` reads them back.
 """
 
 from __future__ import annotations
 
+import functools
 import math
+import mmap
 import os
 import threading
 from collections.abc import Callable, Sequence
@@ -57,10 +66,11 @@ __all__ = [
     "DEFAULT_CHUNK_ELEMS",
 ]
 
-# 256 Ki elements (1 MiB of float32) per block: measured fastest on a 2-core, 1 MiB-L2 machine
-# (4 Mi blocks push the ~11 passes per block out of cache and run 2.5x slower; 64 Ki blocks pay
-# Python's per-call overhead), and short enough for accurate float32 dots.
+# 256 Ki elements (1 MiB of float32) per block: the kernel walks a block in L1-sized pieces, so
+# the block only sets how often Python is entered (a few us per block) and how finely the two
+# workers share a tensor.
 DEFAULT_CHUNK_ELEMS = 1 << 18
+MIN_BLOCK = 1 << 15  # smaller tensors are one block
 
 
 # --------------------------------------------------------------------------- driver
@@ -74,20 +84,25 @@ def compare_arrays(
     chunk_elems: int = DEFAULT_CHUNK_ELEMS,
     rtols: Sequence[float] = (),
     workers: int | None = None,
+    release: bool = False,
 ) -> TensorMetrics:
     """Compare A (the reference) with B element by element; see the module docstring.
 
     Shapes must be equal (callers align rows first). Each value in ``rtols`` records the exact
     answer to ``within(atol, rtol)`` for every ``atol``, for a few extra passes per block.
-    ``workers`` threads (default: up to 2, by the CPUs available) each take every other block
-    with their own buffers; the result does not depend on their number or timing.
+    ``workers`` threads (default: up to 2, by the CPUs available) take the next block whenever
+    they are free (a helper that starts late on a busy machine only gets fewer), each with its
+    own buffers and totals; the result does not depend on their number or timing.
+    ``release``: the caller reads these inputs once (``tftrace compare``), so the pages of a
+    read-only memory-mapped input are given back block by block once scanned: the process holds
+    a few blocks of it, not the tensor (the page cache keeps the file; a later read maps it again).
     """
     a, b = np.asarray(a), np.asarray(b)  # a memmap stays mapped; only its subclass is dropped
     if a.shape != b.shape:
         raise ValueError(f"cannot compare different shapes: A {a.shape} vs B {b.shape}")
     if chunk_elems < 1 or k_worst < 0:
         raise ValueError(f"need chunk_elems >= 1 and k_worst >= 0, got {chunk_elems}, {k_worst}")
-    block = min(chunk_elems, max(a.size, 1))
+    block = _block_size(a.size, chunk_elems)
     starts = range(0, a.size, block)
     workers = max(1, min(_cores() if workers is None else workers, len(starts)))
     floats, rtols = _pair_is_float(a.dtype, b.dtype), tuple(dict.fromkeys(rtols))
@@ -99,14 +114,18 @@ def compare_arrays(
 
     scans = [scan() for _ in range(workers)]
     fa, fb = _flat(a), _flat(b)
+    take = _Blocks(starts)
+    mapped = [m for m in (_Mapped.of(a), _Mapped.of(b)) if m is not None] if release else []
 
-    def run(j: int) -> None:  # worker j takes every workers-th block, in increasing order
+    def run(j: int) -> None:  # worker j takes the next block whenever it is free: increasing order
         with np.errstate(all="ignore"):  # overflow and 0/0 are expected, and handled explicitly
-            for s in starts[j::workers]:
+            for s in take:
                 scans[j].feed(s, _block(a, fa, s, s + block), _block(b, fb, s, s + block))
+                for m in mapped:
+                    m.release(s, s + block)
 
     helpers = [_pool().submit(run, j) for j in range(1, workers)]
-    run(0)  # the calling thread is worker 0
+    run(0)  # the calling thread is worker 0: it does not wait for a helper that starts late
     for done in helpers:
         done.result()  # re-raises a worker's exception here
     for other in scans[1:]:
@@ -115,8 +134,58 @@ def compare_arrays(
         return scans[0].result(a.shape, a.dtype == b.dtype)
 
 
+def _block_size(n: int, chunk_elems: int) -> int:
+    """``chunk_elems``, or less for a tensor of a few blocks: an eighth of it (a multiple of
+    ``MIN_BLOCK``), so two workers share it evenly. Depends on nothing else (not on the workers):
+    the sums are per block, and the result must not change with the number of workers."""
+    share = -(-n // 8 // MIN_BLOCK) * MIN_BLOCK
+    return max(1, min(chunk_elems, max(share, MIN_BLOCK), n))
+
+
+class _Blocks:
+    """The block starts, handed out one at a time to whichever worker asks (thread-safe)."""
+
+    def __init__(self, starts: range) -> None:
+        self._starts, self._lock = iter(starts), threading.Lock()
+
+    def __iter__(self) -> _Blocks:
+        return self
+
+    def __next__(self) -> int:
+        with self._lock:
+            return next(self._starts)
+
+
+class _Mapped:
+    """A C-contiguous array over a read-only file mapping (``np.memmap`` mode "r"), whose pages
+    can be dropped from this process (``MADV_DONTNEED``: nothing is lost, a read refaults)."""
+
+    def __init__(self, arr: np.ndarray, root: np.memmap) -> None:
+        self.mm = root.base
+        self.start = root.ctypes.data - root.offset % mmap.ALLOCATIONGRANULARITY  # the mapping's
+        self.data, self.itemsize = arr.ctypes.data, arr.itemsize
+
+    @classmethod
+    def of(cls, arr: np.ndarray) -> _Mapped | None:
+        root = arr
+        while root is not None and not (isinstance(root, np.memmap) and isinstance(root.base, mmap.mmap)):
+            root = root.base if isinstance(root.base, np.ndarray) else None
+        if root is None or root.mode != "r" or not arr.flags.c_contiguous or not hasattr(mmap, "MADV_DONTNEED"):
+            return None
+        return cls(arr, root)
+
+    def release(self, i: int, j: int) -> None:
+        """Drop the whole pages holding elements ``[i, j)``."""
+        page = mmap.PAGESIZE
+        lo = (self.data + i * self.itemsize - self.start) // page * page
+        hi = min(-(-(self.data + j * self.itemsize - self.start) // page) * page, len(self.mm))
+        if hi > lo:
+            self.mm.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
+
+
+@functools.cache
 def _cores() -> int:
-    """Worker threads: numpy and BLAS release the GIL, so a second core takes half the blocks."""
+    """Worker threads: the kernel releases the GIL, so a second core takes half the blocks."""
     try:
         return min(2, len(os.sched_getaffinity(0)))
     except AttributeError:  # not Linux

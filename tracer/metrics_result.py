@@ -12,7 +12,9 @@ from dataclasses import dataclass, fields
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["TensorMetrics", "within_tolerance", "Worst"]
+__all__ = ["TensorMetrics", "within_tolerance", "Worst", "HISTOGRAM_DECADES"]
+
+HISTOGRAM_DECADES = (-12, 3)  # the |a-b| histogram: one bin per decade from 1e-12 to 1e3, clipped
 
 _FLOAT_FIELDS = ("max_abs", "max_rel", "mean_abs", "rel_l2", "cosine", "sqnr_db")
 _SPECIAL = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
@@ -48,6 +50,9 @@ class TensorMetrics:
     # (rtol, max(0, max |a-b| - rtol*|a| over finite elements)) for each rtol asked of
     # compare_arrays: the one number that decides within(atol, rtol) exactly for every atol.
     excess_at_rtol: tuple[tuple[float, float], ...] = ()
+    # float kind: (count of |a-b| = 0, then one count per decade of HISTOGRAM_DECADES) over the
+    # pairs where both sides are finite, |a-b| as the compared precision has it; else ().
+    histogram: tuple[int, ...] = ()
 
     def within(self, atol: float, rtol: float) -> bool:
         """Whether every finite element has ``|a-b| <= atol + rtol*|a|`` and no NaN/Inf differs.
@@ -82,6 +87,13 @@ class TensorMetrics:
             "compare_arrays to record the exact answer"
         )
 
+    def diff_histogram(self) -> dict[str, Any] | None:
+        """The histogram as report.json has it: ``{"log10_edges", "counts", "zero"}``, or None."""
+        if not self.histogram:
+            return None
+        lo, hi = HISTOGRAM_DECADES
+        return {"log10_edges": list(range(lo, hi + 1)), "counts": list(self.histogram[1:]), "zero": self.histogram[0]}
+
     def to_json(self) -> dict[str, Any]:
         """A JSON-safe dict; non-finite floats become ``"inf"``, ``"-inf"`` or ``"nan"``."""
         out: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -90,6 +102,7 @@ class TensorMetrics:
         out["shape"] = list(self.shape)
         out["worst"] = [{"index": list(i), "a": _enc(a), "b": _enc(b)} for i, a, b in self.worst]
         out["excess_at_rtol"] = [[_enc(r), _enc(e)] for r, e in self.excess_at_rtol]
+        out["histogram"] = list(self.histogram)
         return out
 
     @classmethod
@@ -102,6 +115,7 @@ class TensorMetrics:
         conv: Callable[[Any], Any] = _dec if kw["kind"] == "float" else (lambda v: v)
         kw["worst"] = tuple((tuple(w["index"]), conv(w["a"]), conv(w["b"])) for w in kw["worst"])
         kw["excess_at_rtol"] = tuple((_dec(r), _dec(e)) for r, e in kw.get("excess_at_rtol", ()))
+        kw["histogram"] = tuple(int(c) for c in kw.get("histogram", ()))
         return cls(**kw)
 
 

@@ -26,7 +26,6 @@ if TYPE_CHECKING:
 __all__ = ["build_report", "write_reports", "merge_isolation", "SCHEMA_VERSION", "jsonable", "atomic_write_text"]
 
 SCHEMA_VERSION = 1
-HISTOGRAM_DECADES = (-12, 3)  # |a-b| from 1e-12 to 1e3
 
 
 def jsonable(value: Any) -> Any:
@@ -74,18 +73,6 @@ def _side(view: Any) -> dict[str, Any]:
         "examples": manifest.get("examples", {}),
         "notes": manifest.get("notes", []),
     }
-
-
-def _histogram(a: np.ndarray, b: np.ndarray) -> dict[str, Any] | None:
-    if a.dtype.kind != "f" or a.size == 0:
-        return None
-    diff = np.abs(np.asarray(a, np.float64).reshape(-1) - np.asarray(b, np.float64).reshape(-1))
-    finite = diff[np.isfinite(diff)]
-    zero = int(np.count_nonzero(finite == 0))
-    lo, hi = HISTOGRAM_DECADES
-    logs = np.log10(finite[finite > 0])
-    counts, edges = np.histogram(np.clip(logs, lo, hi - 1e-9), bins=hi - lo, range=(lo, hi))
-    return {"log10_edges": [int(e) for e in edges], "counts": counts.tolist(), "zero": zero}
 
 
 def _origin(result: NodeResult, comparison: Comparison, rank: int | None = None) -> dict[str, Any]:
@@ -153,9 +140,8 @@ def _node(result: NodeResult, comparison: Comparison, index: int) -> dict[str, A
             "worst": [[list(i), a, b] for i, a, b in m.worst],
         })
         if not m.identical and pair and pair.b:
-            out["diff_histogram"] = _histogram(
-                comparison.view_a.capture.tensor(result.tensor), comparison.view_b.capture.tensor(pair.b)
-            )
+            # counted by the metrics scan, which already saw every |a-b|: no tensor is read again
+            out["diff_histogram"] = m.diff_histogram()
     return out
 
 
