@@ -119,8 +119,10 @@ def measure_capture(ws: Workspace, model: Model, batch: int, rounds: int, log: C
         "activation_bytes": sum(rec["size_bytes"] for n, rec in manifest["tensors"].items()
                                 if manifest["tensor_layout"].get(n) == "rows"),
         "ref_variable_bytes": ref_variables,  # VariableV2 outputs: the same values as their /read
-        "capture_child_s": {k: median([x["child_timings"][k] for x in raw["capture"]])
-                            for k in ("load_s", "instrumented_s", "total_s")},
+        # tensors whose bytes are another's (alias_of: a hard link to its file), stored once
+        "aliased_bytes": sum(rec["size_bytes"] for rec in manifest["tensors"].values() if "alias_of" in rec),
+        "capture_child_s": {k: median([x["child_timings"].get(k, 0.0) for x in raw["capture"]])
+                            for k in ("load_s", "instrumented_s", "sync_s", "total_s")},
         "capture_process_s": median([x["process_s"] for x in raw["capture"]]),
         "warmup_capture_s": warm.wall_s if warmup else None,
         "raw": raw,

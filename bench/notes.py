@@ -28,10 +28,11 @@ def _capture_notes(c: dict[str, Any]) -> str:
 - **tftrace** `tftrace capture CKPT --inputs X.npy --out DIR`: {s['capture']:.2f} s from process start to
   `manifest.json` written ({c['capture_process_s']:.2f} s to exit). Inside its child: model loaded
   {child['load_s']:.2f} s after the child started (TensorFlow import included), the instrumented run
-  (fetch + write) {child['instrumented_s']:.2f} s, {child['total_s']:.2f} s before the manifest
-  (statistics, fsync). It writes {c['tensors_captured']} tensors, {written:.0f} MB: activations
-  {c['activation_bytes'] / MB:.0f} MB, the rest weights, of which {c['ref_variable_bytes'] / MB:.0f} MB are the
-  `VariableV2` outputs, the same values as their `/read` Identity, stored a second time.
+  (fetch, hand every tensor to the background writers) {child['instrumented_s']:.2f} s, then {child['sync_s']:.2f} s
+  waiting for the last writes, statistics and fsyncs (background threads, while it goes on); {child['total_s']:.2f} s
+  before writing the manifest. It writes {c['tensors_captured']} tensors in {written:.0f} MB: activations
+  {c['activation_bytes'] / MB:.0f} MB, the rest weights; {c.get('aliased_bytes', 0) / MB:.0f} MB of tensors repeat
+  another's bytes (a `VariableV2` and its `/read` Identity...) and are stored once (`alias_of`, a hard link).
 - **tfdbg v2**: {s['tfdbg']:.2f} s to a complete dump of one run, of which TF import + building the
   instrumented graph + loading the weights take {tf_fixed:.2f} s and the dumped `session.run`
   {c['tfdbg_first_run_s']:.2f} s (the next call {c['tfdbg_next_run_s']:.2f} s); {c['tfdbg_disk_bytes'] / MB:.0f} MB.
@@ -50,6 +51,7 @@ def _capture_limits(c: dict[str, Any]) -> str:
     fixed = _med(raw["tfdbg"], "import_s") + _med(raw["tfdbg"], "build_s") + _med(raw["tfdbg"], "load_s")
     own_fixed = c["capture_child_s"]["load_s"]
     extra = (c["capture_disk_bytes"] - c["activation_bytes"]) / MB
+    plain_cost = f" A warm plain run costs {c['plain_next_run_s'] * 1000:.0f} ms here." if c.get("plain_next_run_s") else ""
     return f"""### What limits the capture figures ({c['model']}, batch {c['batch']})
 
 - **Time against tfdbg.** {fixed:.1f} s of tfdbg's {s['tfdbg']:.1f} s are TensorFlow's import, building the
@@ -58,14 +60,15 @@ def _capture_limits(c: dict[str, Any]) -> str:
   0.5x would mean finishing before tfdbg has finished importing TensorFlow and building its graph.
 - **Disk against tfdbg.** Both write raw tensor bytes (tfdbg as `TensorProto`s in one file, tftrace as
   `.npy`s): the activations cost the same {c['activation_bytes'] / MB:.0f} MB in both. tftrace also stores the
-  weights, {extra:.0f} MB here ({c['ref_variable_bytes'] / MB:.0f} MB of it a second copy, the `VariableV2`
-  outputs next to their `/read`), which tfdbg does not dump in a TF1 graph at all. Half of tfdbg's bytes is
-  out of reach without compressing or dropping activations.
+  weights, {extra:.0f} MB here (once: each `/read` Identity is an alias of its `VariableV2`), which tfdbg does
+  not dump in a TF1 graph at all. Half of tfdbg's bytes is out of reach without compressing or dropping
+  activations.
 - **Time against the naive script.** The naive script keeps everything in memory and writes nothing; tftrace
-  writes {c['capture_disk_bytes'] / MB:.0f} MB, `fsync`s every file before the manifest, computes each tensor's
-  statistics, and runs the plain graph first (warm-up + timed runs + one run per batch) to measure the
-  observer effect. New-file writes on this machine's disk run at a few hundred MB/s, so at batch 8 the
-  write alone is several seconds.
+  writes {c['capture_disk_bytes'] / MB:.0f} MB and makes them durable before the manifest (an `fsync` per file, in a
+  background thread while it writes), computes each tensor's statistics as it writes them, and runs the plain
+  graph first to measure the observer effect and the latency (a traced warm-up, then 3 timed runs, the last
+  doubling as the first batch's plain run, then one run per further batch).{plain_cost} The instrumented run
+  also keeps Grappler from fusing what it fetches.
 """
 
 
@@ -106,12 +109,13 @@ def notes(figs: dict[str, Any]) -> str:
         f"(what `compare` runs: every metric plus the tolerance excess) against `np.abs(a - b).max()`. "
         f"Identical: {i['pairs']} pairs ({i['bytes'] / 1e9:.2f} GB) against numpy's `a - b`."),
         "",
-        ("What limits the differing case: `compare_arrays` works block by block (1 MiB, in cache) but each "
-        "metric is its own numpy pass: about twenty passes per block (integer subtraction of the bits, the "
-        "count, the float difference, three dot products, the straddler search, `abs`, the sum, the max, "
-        "the excess at rtol, the ratio bound, the worst elements) against the naive line's three. Numpy "
-        "cannot fuse them; a compiled kernel could. The identical case stops after the bitwise test and one "
-        "dot product per block, so it runs at memory speed."),
+        ("How `compare_arrays` gets there: one compiled kernel (numba, `tracer/metrics_kernel.py`) reads "
+        "each element once from memory, in L1-sized pieces of a block, and re-reads the piece from the cache "
+        "in a few vectorised loops (bits and ULPs; the float64 sums; the decade histogram with cheap bounds "
+        "in float32, 8 per instruction); only the rare chunks whose bounds say an element could raise a "
+        "maximum or enter the worst list are evaluated exactly in float64. Two threads share the blocks "
+        "(the kernel releases the GIL), so a busy second core lowers the ratio. The identical case stops "
+        "after the integer pass and the norm of A."),
         "",
         "### Memory of a compare",
         "",
@@ -125,10 +129,10 @@ def notes(figs: dict[str, Any]) -> str:
     if m["above_baseline_mb"] > RSS_MULTIPLE * m["largest_tensor_mb"]:
         parts += [
             "",
-            ("What limits it (profiled): the metrics stay within about 3x the largest tensor; the peak comes "
-            "from the report's per-node difference histograms (`tracer/report/build.py::_histogram`), which "
-            "convert both whole tensors to float64 and keep several float64 temporaries of the largest "
-            "differing tensor at once. The same function is most of a diverged compare's time."),
+            ("What limits it: the pages of the pair being compared stay mapped while it is read (both sides "
+            "of the largest pair: 2x), and loading the compiled kernel (LLVM) takes about 30 MB; numba's "
+            "import itself (about 100 MB) is part of the baseline. The report no longer reads tensors: the "
+            "per-node difference histograms come from the metrics scan."),
         ]
     parts += [
         "",

@@ -116,14 +116,22 @@ def _last_json(text: str) -> dict[str, Any]:
 
 
 def dir_bytes(path: Path) -> dict[str, int]:
-    """Apparent size (sum of file lengths) and space really allocated on disk, in bytes."""
+    """Apparent size (sum of file lengths) and space really allocated on disk, in bytes.
+
+    A file with several names (hard links: tftrace stores a tensor and its ``alias_of`` once)
+    counts once, as ``du`` counts it; ``files`` counts the names.
+    """
     apparent = allocated = files = 0
+    seen: set[tuple[int, int]] = set()
     for f in Path(path).rglob("*"):
         if f.is_file():
             st = f.stat()
+            files += 1
+            if (st.st_dev, st.st_ino) in seen:
+                continue
+            seen.add((st.st_dev, st.st_ino))
             apparent += st.st_size
             allocated += st.st_blocks * 512
-            files += 1
     return {"apparent": apparent, "allocated": allocated, "files": files}
 
 

@@ -221,6 +221,40 @@ def test_capture_layout_and_manifest(det: dict[str, Path]) -> None:
     assert all(not Path(r["file"]).name.count("/") and ".." not in r["file"] for r in m["tensors"].values())
 
 
+OUTPUT_IDENTITIES = {  # the detector's outputs/* Identities and the tensors they repeat
+    "outputs/boxes:0": "decode/boxes:0",
+    "outputs/scores:0": "class_head/scores:0",
+    "outputs/detection_boxes:0": "nms/combined_non_max_suppression/CombinedNonMaxSuppression:0",
+    "outputs/detection_scores:0": "nms/combined_non_max_suppression/CombinedNonMaxSuppression:1",
+    "outputs/detection_classes:0": "nms/combined_non_max_suppression/CombinedNonMaxSuppression:2",
+    "outputs/num_detections:0": "nms/combined_non_max_suppression/CombinedNonMaxSuppression:3",
+}
+
+
+@pytest.mark.parametrize("name", ["b8", "five_by_two"])
+def test_pass_through_tensors_are_stored_once(det: dict[str, Path], name: str) -> None:
+    """Each variable and its /read, each output Identity and its input: one file with two names,
+    over one run (b8) and over three (five_by_two: the rows arrive batch by batch)."""
+    cap = Capture.open(det[name])
+    ops = {node["name"]: node["op"] for node in cap.manifest["graph"]["nodes"]}
+    aliases = {n: cap.alias_of(n) for n in cap.tensor_names if cap.alias_of(n)}
+    variables = [n for n in cap.tensor_names if ops[n.rsplit(":", 1)[0]] == "VariableV2"]
+    assert len(variables) == 26
+    assert aliases == {**{v.replace(":0", "/read:0"): v for v in variables}, **OUTPUT_IDENTITIES}
+    assert {cap.manifest["tensor_layout"][n] for n in OUTPUT_IDENTITIES} == {"rows"}
+    files = {n: cap.path / cap.record(n)["file"] for n in cap.tensor_names}
+    for alias, target in aliases.items():
+        assert files[alias] != files[target] and os.path.samefile(files[alias], files[target])
+        assert _bitwise_equal(cap.tensor(alias), cap.tensor(target))
+        assert cap.record(alias)["stats"] == cap.record(target)["stats"]
+    sizes = {n: f.stat().st_size for n, f in files.items()}
+    on_disk = {(f.stat().st_dev, f.stat().st_ino): f.stat().st_size for f in files.values()}
+    assert len(on_disk) == len(files) - len(aliases) == len(cap.tensor_names) - 32
+    assert sum(on_disk.values()) == sum(sizes.values()) - sum(sizes[a] for a in aliases)  # smaller by exactly them
+    weights = sum(cap.record(a)["size_bytes"] for a in aliases if a.endswith("/read:0"))
+    assert weights == 18_222_528  # the weights' bytes, no longer written twice
+
+
 def test_two_captures_of_the_same_side_are_bit_identical(det: dict[str, Path]) -> None:
     a, b = Capture.open(det["b8"]), Capture.open(det["b8_again"])
     assert a.tensor_names == b.tensor_names and a.uncaptured == b.uncaptured

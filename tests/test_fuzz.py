@@ -67,8 +67,8 @@ def synthetic(out: Path, scale: float, model: str, env: dict[str, str] | None = 
                 allow_unsafe_ops=allow_unsafe_ops)
     with CaptureWriter(out) as writer:
         for name, value in values.items():
-            if layout[name] == "rows":
-                writer.write_rows(name, value, 0, ROWS)
+            if layout[name] == "rows":  # y is an Identity: stored once, as an alias of mul
+                writer.write_rows(name, value, 0, ROWS, same_as="mul:0" if name == "y:0" else None)
             else:
                 writer.write_whole(name, value)
         spec = {"name": "y:0", "dtype": "float32", "shape": [None, 4]}
@@ -141,10 +141,16 @@ def _tensor(name: str, change: Callable[[dict[str, Any]], None]) -> Callable[[di
     return lambda manifest, cap: change(manifest["tensors"][name])
 
 
-def _outside_link(manifest: dict[str, Any], cap: Path) -> None:
-    np.save(cap.parent / "secret.npy", X)
-    (cap / "tensors" / "link.npy").symlink_to(cap.parent / "secret.npy")
-    manifest["tensors"]["x:0"]["file"] = "tensors/link.npy"
+def _outside_link_of(name: str) -> Callable[[dict[str, Any], Path], None]:
+    def attack(manifest: dict[str, Any], cap: Path) -> None:
+        np.save(cap.parent / "secret.npy", X)
+        (cap / "tensors" / "link.npy").symlink_to(cap.parent / "secret.npy")
+        manifest["tensors"][name]["file"] = "tensors/link.npy"
+
+    return attack
+
+
+_outside_link = _outside_link_of("x:0")
 
 
 def _cycle(manifest: dict[str, Any], cap: Path) -> None:
@@ -184,6 +190,16 @@ MANIFEST_ATTACKS: dict[str, tuple[Callable[[dict[str, Any], Path], None], str]] 
     "layout of an unknown kind": (lambda m, c: m["tensor_layout"].update({"x:0": "evil"}), '"tensor_layout" maps'),
     "graph missing": (lambda m, c: m.pop("graph"), "manifest.json has no 'graph' where tftrace needs it"),
 }
+# y:0 (an Identity of mul:0) is stored once: its record says alias_of, and the reader checks the claim.
+ALIAS_ATTACKS: dict[str, tuple[Callable[[dict[str, Any], Path], None], str]] = {
+    "alias of a missing tensor": (_tensor("y:0", lambda r: r.update(alias_of="gone:0")),
+                                  "tensor 'y:0': alias_of 'gone:0' does not name another captured tensor"),
+    "alias of a tensor of another shape": (_tensor("y:0", lambda r: r.update(alias_of="scale:0")),
+                                           "tensor 'y:0': alias_of 'scale:0' names a tensor of another shape "
+                                           "([4, 4] here, [] there)"),
+    "alias chain": (_tensor("x:0", lambda r: r.update(alias_of="y:0")), "tensor 'x:0': alias_of 'y:0' names an alias itself"),
+    "alias through a symlink out of tensors/": (_outside_link_of("y:0"), "tensors/link.npy resolves to "),
+}
 TEXT_ATTACKS: dict[str, tuple[Callable[[Path], None], str]] = {
     "NaN in the JSON": (lambda p: p.write_text(p.read_text()[:-1] + ', "x": NaN}'), "manifest.json is not valid JSON"),
     "nested 100,000 deep": (lambda p: p.write_text('{"x": ' + "[" * 100_000 + "]" * 100_000 + "}"),
@@ -204,6 +220,17 @@ def _refused(pair: dict[str, Path], cap: Path, out: Path, fragment: str) -> None
 def test_hand_made_manifest_is_refused_by_compare(attack: str, pair: dict[str, Path], tmp_path: Path) -> None:
     cap = _copy(pair["a"], tmp_path / "a")
     change, fragment = MANIFEST_ATTACKS[attack]
+    manifest = json.loads((cap / "manifest.json").read_text())
+    change(manifest, cap)
+    (cap / "manifest.json").write_text(json.dumps(manifest))
+    _refused(pair, cap, tmp_path / "report", fragment)
+
+
+@pytest.mark.parametrize("attack", sorted(ALIAS_ATTACKS))
+def test_false_alias_is_refused_by_compare(attack: str, pair: dict[str, Path], tmp_path: Path) -> None:
+    cap = _copy(pair["a"], tmp_path / "a")
+    assert Capture.open(cap).alias_of("y:0") == "mul:0"  # as written: y's file is mul's, stored once
+    change, fragment = ALIAS_ATTACKS[attack]
     manifest = json.loads((cap / "manifest.json").read_text())
     change(manifest, cap)
     (cap / "manifest.json").write_text(json.dumps(manifest))

@@ -100,6 +100,7 @@ class Side:
     timing_runs: int = 3  # timed plain runs after one warm-up, per batch
     timeout_s: float | None = None
     allow_unsafe_ops: bool = False  # run graphs that write/read files or call Python (see tracer.safety)
+    durable: bool = True  # fsync every tensor file before the manifest: a capture survives a power cut, not only a kill
 
     def __post_init__(self) -> None:
         parse_device(self.device)
@@ -133,6 +134,7 @@ class Side:
             "timing_runs": self.timing_runs,
             "timeout_s": self.timeout_s,
             "allow_unsafe_ops": self.allow_unsafe_ops,
+            "durable": self.durable,
         }
 
     @classmethod
@@ -151,6 +153,7 @@ class Side:
             timing_runs=int(d.get("timing_runs", 3)),
             timeout_s=d.get("timeout_s"),
             allow_unsafe_ops=bool(d.get("allow_unsafe_ops", False)),
+            durable=bool(d.get("durable", True)),
         )
 
 

@@ -3,7 +3,8 @@
 Captures come from elsewhere (a colleague, a CI artifact), so the manifest is checked before
 anything is trusted: file paths must stay inside ``tensors/``, shapes and dtypes must be sane
 and agree with each ``.npy`` header before anything is allocated or memory-mapped, and a
-directory without ``manifest.json`` (an interrupted capture) is refused outright. The other
+directory without ``manifest.json`` (an interrupted capture) is refused outright. A tensor
+stored once for two names (``alias_of``) must name a real tensor of the same layout. The other
 parts compare reads (the op graph, the examples, the runs) are type-checked too, and a key
 that is missing where a reader needs it raises the same "damaged capture" error, so a
 hand-made manifest never surfaces as a crash deep inside the comparison.
@@ -129,6 +130,14 @@ class Capture:
         self._require(name)
         return self.manifest["tensors"][name]
 
+    def alias_of(self, name: str) -> str | None:
+        """The captured tensor whose very bytes this one holds (stored once), or None.
+
+        A consumer may reuse what it computed for that tensor; reading this one works as for
+        any tensor (its file is a hard link to the other's, or a copy of it).
+        """
+        return self.record(name).get("alias_of")
+
     def tensor(self, name: str) -> np.ndarray:
         """The tensor's values, memory-mapped read-only where possible.
 
@@ -177,7 +186,32 @@ def _validate_manifest(root: Path, manifest: Any) -> dict[str, Path]:
         raise damaged(root, "an uncaptured reason is not a string")
     _validate_parts(root, manifest)
     tensors_dir = root.resolve() / TENSORS
-    return {name: _validate_record(root, tensors_dir, name, rec) for name, rec in manifest["tensors"].items()}
+    files = {name: _validate_record(root, tensors_dir, name, rec) for name, rec in manifest["tensors"].items()}
+    for name, rec in manifest["tensors"].items():
+        if "alias_of" in rec:
+            _validate_alias(root, manifest["tensors"], name, rec)
+    return files
+
+
+ALIAS_LAYOUT = ("dtype", "stored_dtype", "shape", "batch_major")  # what an alias and its tensor share
+
+
+def _validate_alias(root: Path, tensors: dict[str, Any], name: str, rec: dict[str, Any]) -> None:
+    """``alias_of`` says a tensor holds the very bytes of another captured tensor, stored once
+    (its file is a hard link to the other's, or a copy where links are not kept). The claim
+    must name another captured tensor that is no alias itself and has the same dtype, stored
+    dtype, shape and layout; each file has passed every check of its own already, so an alias
+    never lets a path reach further than a plain record could."""
+    target = rec["alias_of"]
+    other = tensors.get(target) if isinstance(target, str) else None
+    if not isinstance(other, dict) or target == name:
+        raise damaged(root, f"tensor {name!r}: alias_of {target!r} does not name another captured tensor")
+    if "alias_of" in other:
+        raise damaged(root, f"tensor {name!r}: alias_of {target!r} names an alias itself, not the tensor stored")
+    differing = [key for key in ALIAS_LAYOUT if rec.get(key) != other.get(key)]
+    if differing:
+        raise damaged(root, f"tensor {name!r}: alias_of {target!r} names a tensor of another {differing[0]} "
+                            f"({rec.get(differing[0])!r} here, {other.get(differing[0])!r} there)")
 
 
 def _validate_record(root: Path, tensors_dir: Path, name: str, rec: Any) -> Path:

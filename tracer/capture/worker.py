@@ -12,8 +12,8 @@ the difference of the final outputs between them.
 
 from __future__ import annotations
 
-import hashlib
 import json
+import os
 import statistics
 import sys
 import time
@@ -76,7 +76,7 @@ def run_capture(side: Side, out_dir: str, force: bool) -> None:
     emit("stage", text="plain run")
     plain = _plain_runs(runtime, examples, ranges, side.timing_runs)
     emit("stage", text="instrumented run")
-    with CaptureWriter(out_dir, force=force) as writer:
+    with CaptureWriter(out_dir, force=force, durable=side.durable) as writer:
         for name, reason in plan.uncaptured.items():
             writer.mark_uncaptured(name, reason)
         instrumented = _instrumented_runs(runtime, examples, ranges, writer, plan)
@@ -108,7 +108,6 @@ def run_capture(side: Side, out_dir: str, force: bool) -> None:
                 "load_s": round(load_s, 4),
                 "plain_latency_ms": plain["latency_ms"],
                 "instrumented_s": round(instrumented["seconds"], 4),
-                "total_s": round(time.perf_counter() - t_start, 4),
             },
             "environment": environment_fingerprint(runtime.session),
             "notes": notes,
@@ -116,6 +115,8 @@ def run_capture(side: Side, out_dir: str, force: bool) -> None:
         manifest["environment"]["onednn"]["ops_executed"] = sorted(
             op for op in observer["executed_ops"]["plain"] if op.startswith("_Mkl")
         )
+        manifest["timings"]["sync_s"] = round(writer.sync(), 4)  # the last background writes and fsyncs
+        manifest["timings"]["total_s"] = round(time.perf_counter() - t_start, 4)  # all but writing the manifest
         writer.finalize(manifest)
     runtime.close()
 
@@ -179,6 +180,8 @@ def _traced_run(runtime: Runtime, fetches: list[Any], feed: dict[Any, np.ndarray
 def _plain_runs(runtime: Runtime, examples: Examples, ranges: list[tuple[int, int]], timing_runs: int) -> dict:
     """The side as it runs in production: signature outputs only, warmed up, then timed.
 
+    One traced warm-up (the executed op types), ``timing_runs`` timed runs of the first batch
+    (the last one's outputs are that batch's plain outputs), then one run per further batch.
     A failure here is the model failing on these inputs (not tftrace's fetching), so it is
     reported as the user's problem with TensorFlow's own message.
     """
@@ -190,9 +193,11 @@ def _plain_runs(runtime: Runtime, examples: Examples, ranges: list[tuple[int, in
         times = []
         for _ in range(max(1, timing_runs)):
             t0 = time.perf_counter()
-            runtime.session.run(outputs, feed_dict=feed0)
+            first = runtime.session.run(outputs, feed_dict=feed0)
             times.append((time.perf_counter() - t0) * 1000)
-        per_run = [dict(zip(keys, runtime.session.run(outputs, feed_dict=_feed(runtime, examples, *r)))) for r in ranges]
+        # the last timed run is the first batch's plain run: the observer effect needs one per batch, not one more
+        rest = [runtime.session.run(outputs, feed_dict=_feed(runtime, examples, *r)) for r in ranges[1:]]
+        per_run = [dict(zip(keys, values)) for values in [first, *rest]]
     except tf().errors.OpError as exc:
         raise TftraceError(
             f"the model fails on these inputs ({type(exc).__name__}): {tf_error_text(exc)}",
@@ -317,7 +322,6 @@ def _instrumented_runs(
     """Fetch every planned tensor, batch by batch, chunk by chunk, streaming each to disk."""
     opgraph = runtime.opgraph
     layout: dict[str, str] = {}
-    digests: dict[str, str] = {}
     output_keys: dict[str, list[str]] = {}
     for key, spec in runtime.signature.outputs.items():
         output_keys.setdefault(spec.name, []).append(key)
@@ -340,13 +344,16 @@ def _instrumented_runs(
                 layout.pop(name, None)
             executed_ops |= ops
             executed_nodes.update(nodes)
+            stored: dict[str, np.ndarray] = {}  # this chunk's tensors, for pass-through ops to be compared with
             for name, value in zip(fetched, values):
                 value = np.asarray(value)
                 written += value.nbytes
                 for key in output_keys.get(name, ()):
                     outputs[key] = value
-                _store(writer, name, value, run_index, start, stop, examples, opgraph, plan.constant, layout, digests)
-            del values  # peak memory: one chunk's tensors at a time
+                where = _Where(run_index, start, stop, examples.count, examples.batch_major)
+                _store(writer, name, value, where, opgraph, plan.constant, layout, stored)
+                stored[name] = value
+            del values, stored  # peak memory: one chunk's tensors (plus what the writer still has to write)
         outputs_per_run.append(outputs)
         emit("progress", done=run_index + 1, total=len(ranges), bytes=written)
     return {
@@ -401,25 +408,37 @@ def _refusal(exc: Exception) -> str:
     return f"TensorFlow cannot fetch it: {tf_error_text(exc, limit=200)}"
 
 
+@dataclass(frozen=True)
+class _Where:
+    """Which run a fetched value comes from, and where its rows go."""
+
+    run_index: int
+    start: int
+    stop: int
+    count: int  # examples in the whole capture
+    batch_major: bool  # the examples are rows of the inputs
+
+
 def _store(
     writer: CaptureWriter,
     name: str,
     value: np.ndarray,
-    run_index: int,
-    start: int,
-    stop: int,
-    examples: Examples,
+    where: _Where,
     opgraph: OpGraph,
     constant: set[str],
     layout: dict[str, str],
-    digests: dict[str, str],
+    stored: dict[str, np.ndarray],
 ) -> None:
-    """Rows of batch-major tensors go to their example indices; others are kept once."""
+    """Rows of batch-major tensors go to their example indices; others are kept once.
+
+    A pass-through op's output that repeats its input's bytes is stored once (``same_as``).
+    """
     static = opgraph.output_info(name)["shape"]
-    rows = stop - start
-    if run_index == 0:
+    rows = where.stop - where.start
+    same_as = _same_bytes_input(opgraph, name, value, stored)
+    if where.run_index == 0:
         batch_major = (
-            examples.batch_major
+            where.batch_major
             and tensor_op(name) not in constant
             and static is not None
             and len(static) > 0
@@ -429,8 +448,7 @@ def _store(
         )
         layout[name] = "rows" if batch_major else ("const" if tensor_op(name) in constant else "whole")
         if not batch_major:
-            writer.write_whole(name, value)
-            digests[name] = _digest(value)
+            writer.write_whole(name, value, same_as=same_as)
             return
     kind = layout.get(name)
     if kind == "rows":
@@ -438,14 +456,44 @@ def _store(
             writer.mark_uncaptured(name, f"its first axis is not the example axis in every run (shape {value.shape})")
             layout.pop(name)
             return
-        writer.write_rows(name, value, start, examples.count)
-    elif kind == "whole" and digests.get(name) != _digest(value):
+        writer.write_rows(name, value, where.start, where.count, same_as=same_as)
+    elif kind == "whole" and not writer.stored_equals(name, value):
         layout[name] = "varies"  # e.g. a Shape op: its value depends on the batch, kept from run 0
 
 
-def _digest(value: np.ndarray) -> str:
-    data = value.tobytes() if value.dtype != object else repr(value.tolist()).encode()
-    return hashlib.sha1(data).hexdigest() + str(value.shape)
+# Ops whose output can be their input unchanged: compared byte for byte, stored once when it is.
+PASS_THROUGH_OPS = frozenset({
+    "Identity", "IdentityN", "Snapshot", "StopGradient", "PreventGradient", "RefIdentity", "ReadVariableOp",
+    "Reshape", "Squeeze", "ExpandDims", "EnsureShape", "CheckNumerics", "CheckNumericsV2", "PlaceholderWithDefault",
+    "Cast", "Merge", "RefMerge", "Switch", "RefSwitch", "Enter", "Exit", "Print", "PrintV2",
+})
+
+
+def _same_bytes_input(opgraph: OpGraph, name: str, value: np.ndarray, stored: dict[str, np.ndarray]) -> str | None:
+    """The input, already stored, whose exact bytes (dtype and shape too) a pass-through op's
+    output repeats; None when it has none. Compared, never assumed: a Reshape may change the
+    shape, a Cast the dtype, a Switch may pass nothing."""
+    op = tensor_op(name)
+    kind = opgraph.op_type(op)
+    if kind not in PASS_THROUGH_OPS:
+        return None
+    inputs = opgraph.data_inputs(op)
+    if kind == "IdentityN":
+        inputs = inputs[tensor_slot(name) : tensor_slot(name) + 1]
+    for source in inputs:
+        other = stored.get(source)
+        if other is not None and _bitwise_equal(value, other):
+            return source
+    return None
+
+
+def _bitwise_equal(a: np.ndarray, b: np.ndarray) -> bool:
+    """Same dtype, shape and bytes (NaN payloads and -0.0 included); never for strings or objects."""
+    if a.dtype != b.dtype or a.shape != b.shape or a.dtype.kind in "OSU":
+        return False
+    width = next(w for w in (8, 4, 2, 1) if a.dtype.itemsize % w == 0)  # compare words, not bytes: faster
+    bits = [np.ascontiguousarray(x).reshape(-1).view(f"u{width}") for x in (a, b)]
+    return bool(np.array_equal(*bits))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -478,4 +526,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # the result is on disk: skip TensorFlow's teardown, which takes a second of the user's time

@@ -1,0 +1,58 @@
+"""What the capture writer knows about each stored tensor while the capture runs.
+
+Rows of batch-major tensors arrive batch by batch, so an entry keeps the row intervals written
+so far (a tensor with rows missing at the end is uncaptured), its running statistics, and
+which other tensor's file it shares, if any. Never imports TensorFlow.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ._format import STRING
+from ._stats import Stats
+
+__all__ = ["Entry", "add_interval"]
+
+
+@dataclass
+class Entry:
+    """What the writer knows about one stored tensor while the capture runs."""
+
+    filename: str
+    dtype_name: str
+    stored: np.dtype
+    shape: tuple[int, ...]
+    batch_major: bool
+    header_len: int = 0
+    rows: list[list[int]] = field(default_factory=list)  # merged [start, end) intervals written
+    stats: Stats | None = None  # None: not followed byte by byte (an alias); summarised from its file
+    link_of: str | None = None  # the tensor whose file this one's is a hard link of (its bytes, stored once)
+
+    def covers(self, start: int, end: int) -> bool:
+        """Whether rows [start, end) were written (one merged interval holds them all)."""
+        i = bisect_right([s for s, _ in self.rows], start) - 1
+        return i >= 0 and self.rows[i][1] >= end
+
+    def can_share(self, other: Entry) -> bool:
+        """Whether this tensor's file may be the other's: same bytes layout, never strings
+        (a string file is rewritten when a later batch holds longer strings)."""
+        return (self.dtype_name == other.dtype_name != STRING and self.stored == other.stored
+                and self.shape == other.shape and self.batch_major == other.batch_major)
+
+
+def add_interval(intervals: list[list[int]], start: int, end: int) -> bool:
+    """Insert [start, end) into sorted disjoint intervals, merging neighbours; False on overlap."""
+    if start == end:
+        return True
+    i = bisect_right([s for s, _ in intervals], start)
+    if (i > 0 and intervals[i - 1][1] > start) or (i < len(intervals) and intervals[i][0] < end):
+        return False
+    intervals.insert(i, [start, end])
+    for j in (i, i - 1):  # merge with the next, then with the previous interval
+        if 0 <= j < len(intervals) - 1 and intervals[j][1] == intervals[j + 1][0]:
+            intervals[j][1] = intervals.pop(j + 1)[1]
+    return True
