@@ -136,7 +136,8 @@ def test_detector_report_in_chromium(browser: Any, tmp_path: Path) -> None:
     before = page.get_attribute("#canvas svg", "viewBox")
     box = page.locator("#canvas").bounding_box()
     page.mouse.move(box["x"] + 200, box["y"] + 200)
-    page.mouse.wheel(0, -300)
+    page.mouse.wheel(0, -300)  # dispatched without waiting for the handler: wait for the viewBox to move
+    page.wait_for_function("b => document.querySelector('#canvas svg').getAttribute('viewBox') !== b", arg=before)
     zoomed = page.get_attribute("#canvas svg", "viewBox")
     assert float(zoomed.split()[2]) < float(before.split()[2])
     page.mouse.down()
