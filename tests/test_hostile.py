@@ -614,8 +614,8 @@ def reliability_rows() -> tuple[list[Row], list[Row]]:
              "test_report_render.py::test_hostile_strings_never_reach_html_svg_or_markdown_raw",
              "test_report_browser.py::test_hostile_names_stay_text_in_chromium")),
         Row("hand-made manifests: paths out of the capture (`..`, absolute, symlink), 2**50 elements, wrong types, "
-            "a cycle in the op graph, missing parts, NaN, 100,000-deep nesting, 1 GiB, not UTF-8; an .npy header "
-            "claiming 2**40 elements", len(MANIFEST_ATTACKS) + len(TEXT_ATTACKS) + 1,
+            "a cycle in the op graph, missing parts, false `alias_of` claims (missing, other shape, a chain, through a "
+            "symlink), NaN, 100,000-deep nesting, 1 GiB, not UTF-8; an .npy header claiming 2**40 elements", len(MANIFEST_ATTACKS) + len(TEXT_ATTACKS) + 1,
             "`tftrace: error: damaged capture at CAP: tensor 'x:0': file path '../../../../etc/passwd' contains '..' or "
             "a backslash. Re-run the capture with --force; capture directories are not meant to be edited.` (exit 2)",
             "nothing allocated or mapped beyond the declared size; no report written",

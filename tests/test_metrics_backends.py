@@ -251,3 +251,28 @@ def test_read_only_package_caches_in_the_user_directory_or_not_at_all(tmp_path: 
     out = _run_child(site, closed)
     assert out["compiled"] and out["metrics"] == json.loads(json.dumps(expected))
     assert not math.isnan(out["metrics"]["cosine"])
+
+
+@needs_numba
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_the_first_read_called_from_python_counts_like_numpy(dtype: str) -> None:
+    """``metrics_kernel._bits`` is an overload inside compiled code; called from Python it must
+    choose the same pass and count the same things (differing bits, NaN/Inf pairs, sign flips,
+    ULP distance of the same-sign pairs)."""
+    from tracer import metrics_kernel
+
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal(4096).astype(dtype)
+    b = a.copy()
+    b[::7] = np.nextafter(b[::7], np.inf)  # one ULP up: same sign
+    b[3] = -a[3]  # opposite signs
+    b[10], a[20] = np.nan, np.inf
+    pair = metrics_scan._pair_setup(a.dtype, b.dtype)
+    ia, ib = a.view(pair.bits), b.view(pair.bits)
+    mag, expo, low = pair.masks
+    differ, special, cross, _across, same = metrics_kernel._bits(ia, ib, mag, expo, low)
+    finite = np.isfinite(a) & np.isfinite(b)
+    assert differ == np.count_nonzero(ia != ib)
+    assert special == np.count_nonzero(~finite) == 2
+    assert cross == np.count_nonzero(finite & (np.signbit(a) != np.signbit(b))) == 1
+    assert same == 1  # the largest same-sign distance: one ULP

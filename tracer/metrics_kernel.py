@@ -79,8 +79,14 @@ def _jit(fn: Callable[..., Any]) -> Any:
 
 
 def _bits(ia, ib, mag, expo, low):  # noqa: ANN001, ANN202 - typed by the overload below
-    """The first read of a sub-block (see ``_bits_pass32``), in the width the bits need."""
-    raise NotImplementedError  # compiled only
+    """The first read of a sub-block (see ``_bits_pass32``), in the width the bits need.
+
+    Compiled code calls the overload below, which makes this choice once per type at compile
+    time; this body makes the same choice when the function is called from Python.
+    """
+    if ia.dtype.itemsize == 8:
+        return _bits_pass64(ia, ib, mag, expo, low)
+    return _bits_pass32(ia, ib, mag, expo, low)
 
 
 @overload(_bits)
