@@ -12,6 +12,9 @@ pass first), rounds interleaved, medians. GB/s counts the bytes of both sides.
 - identical tensors: A against the SavedModel with oneDNN off (bitwise the same on this CPU),
   only the pairs that really are identical.
 
+``compare_arrays`` also runs on one worker thread (``workers=1``), not a target: the time per
+element of one core, against which the two-worker figure shows how much the second core adds.
+
 Peak memory: ``tftrace compare A B`` (isolation off, report included) in its own process,
 which reads its own high-water mark (``VmHWM``) before and after; against the captured bytes.
 """
@@ -75,6 +78,12 @@ def _metrics(pairs: Sequence[Pair]) -> None:
         compare_arrays(x, y, rtols=(1e-5,))
 
 
+def _metrics_one_worker(pairs: Sequence[Pair]) -> None:
+    """The same on one thread: what a core does per element, which says what limits the ratio."""
+    for _name, x, y in pairs:
+        compare_arrays(x, y, rtols=(1e-5,), workers=1)
+
+
 def _naive(pairs: Sequence[Pair]) -> None:
     for _name, x, y in pairs:
         float(np.abs(x - y).max())
@@ -91,7 +100,7 @@ def _race(contenders: dict[str, Callable[[Sequence[Pair]], None]], pairs: Sequen
     for name in names:  # warm the page cache and numpy's allocator
         contenders[name](pairs)
     for r in range(rounds):
-        for name in names[r % 2:] + names[: r % 2]:
+        for name in names[r % len(names):] + names[: r % len(names)]:
             t0 = time.perf_counter()
             contenders[name](pairs)
             times[name].append(time.perf_counter() - t0)
@@ -107,11 +116,14 @@ def measure_throughput(captures: dict[str, Path], rounds: int) -> dict[str, Any]
     for label, pairs, peer_name, peer in (("differing", differing, "naive_abs_max", _naive),
                                           ("identical", identical, "numpy_subtract", _floor)):
         nbytes = sum(x.nbytes + y.nbytes for _n, x, y in pairs)
-        times = _race({"tftrace": _metrics, peer_name: peer}, pairs, rounds)
+        times = _race({"tftrace": _metrics, "tftrace_one_worker": _metrics_one_worker, peer_name: peer}, pairs, rounds)
         med = {k: median(v) for k, v in times.items()}
+        elements = sum(x.size for _n, x, _y in pairs)
         out[label] = {
-            "pairs": len(pairs), "bytes": nbytes, "largest_pair_bytes": max((x.nbytes + y.nbytes for _n, x, y in pairs), default=0),
+            "pairs": len(pairs), "bytes": nbytes, "elements": elements,
+            "largest_pair_bytes": max((x.nbytes + y.nbytes for _n, x, y in pairs), default=0),
             "seconds": med, "gb_per_s": {k: nbytes / v / 1e9 for k, v in med.items()},
+            "ns_per_element": {k: v / max(elements, 1) * 1e9 for k, v in med.items()},
             "ratio": med[peer_name] / med["tftrace"], "peer": peer_name, "raw_seconds": times,
         }
     out["pairs_total"] = {"a_vs_b": len(ab), "a_vs_c": len(ac)}

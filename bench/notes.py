@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from .procs import median
-from .results import RSS_MULTIPLE
+from .results import COMPARE_TARGET, IDENTICAL_TARGET, RSS_MULTIPLE
 
 __all__ = ["notes"]
 
@@ -72,6 +72,25 @@ def _capture_limits(c: dict[str, Any]) -> str:
 """
 
 
+def _compare_limits(d: dict[str, Any], i: dict[str, Any]) -> str:
+    """Per element, from this run: one core's cost, what the second core adds, the peers' cost."""
+    lines = []
+    for label, fig, target in (("Differing", d, COMPARE_TARGET), ("Identical", i, IDENTICAL_TARGET)):
+        ns = fig.get("ns_per_element")
+        if not ns or fig["ratio"] >= target:
+            continue
+        one, two, peer = ns["tftrace_one_worker"], ns["tftrace"], ns[fig["peer"]]
+        lines.append(
+            f"- **{label}** (ratio {fig['ratio']:.2f}x, target {target:g}x): per element pair, `compare_arrays` "
+            f"costs {one:.2f} ns on one worker thread and {two:.2f} ns on two ({one / two:.2f}x faster, not 2x); "
+            f"the peer costs {peer:.2f} ns on one. To reach the target, one core's work per element would have to "
+            f"be at most {2 / target:g}x the peer's, and the two workers would have to scale perfectly."
+        )
+    if not lines:
+        return ""
+    return "\n".join(["What limits the compare figures, measured in this run:", "", *lines, ""]) + "\n"
+
+
 def notes(figs: dict[str, Any]) -> str:
     primary = figs["capture"][0]
     t, m, e, r = figs["throughput"], figs["peak_rss"], figs["end_to_end"], figs["render"]
@@ -117,6 +136,7 @@ def notes(figs: dict[str, Any]) -> str:
         "(the kernel releases the GIL), so a busy second core lowers the ratio. The identical case stops "
         "after the integer pass and the norm of A."),
         "",
+        _compare_limits(d, i),
         "### Memory of a compare",
         "",
         (f"`tftrace compare A B` of two ResNet-50 batch-8 captures ({m['tensors']} tensors, "

@@ -23,7 +23,8 @@ from .workloads import MODELS
 
 __all__ = ["Model", "Workspace"]
 
-WORKLOAD_SOURCES = sorted((REPO / "bench" / "workloads").glob("*.py"))
+# the SSD300 shares its box decoder and NMS with the sample detector's forward pass
+WORKLOAD_SOURCES = sorted((REPO / "bench" / "workloads").glob("*.py")) + [REPO / "sample_models" / "forward.py"]
 SAMPLE_MODELS = REPO / "sample_models" / "generated"
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from . import weights as w
 
-__all__ = ["Variant", "OUTPUT_KEYS", "forward"]
+__all__ = ["Variant", "OUTPUT_KEYS", "forward", "decode_boxes", "detections"]
 
 # Signature output keys, in a fixed order.
 OUTPUT_KEYS: tuple[str, ...] = (
@@ -91,8 +91,11 @@ def _head(tf: ModuleType, x: Any, head: str, scope: Scope, param: Param) -> Any:
         return y
 
 
-def _decode(tf: ModuleType, rel: Any, anchor: Any, scope: Scope) -> Any:
-    """SSD centre-size decoding (TF Object Detection API convention) to (ymin, xmin, ymax, xmax)."""
+def decode_boxes(tf: ModuleType, rel: Any, anchor: Any, scope: Scope) -> Any:
+    """SSD centre-size decoding (TF Object Detection API convention) to (ymin, xmin, ymax, xmax).
+
+    Shared with the benchmark's SSD300 (``bench/workloads/ssd.py``), which scales this design up.
+    """
     sy, sx, sh, sw = w.BOX_SCALES
     with scope("decode"):
         ty, tx, th, tw = tf.unstack(rel, axis=-1, name="unstack_codes")
@@ -121,11 +124,17 @@ def forward(tf: ModuleType, images: Any, scope: Scope, param: Param,
     codes = _head(tf, x, "box_head", scope, param)
     with scope("anchors"):
         anchor = tf.constant(w.anchors(), name="anchors")
-    boxes = _decode(tf, codes, anchor, scope)
+    boxes = decode_boxes(tf, codes, anchor, scope)
+    return detections(tf, scores, boxes, scope, max_boxes=10)
+
+
+def detections(tf: ModuleType, scores: Any, boxes: Any, scope: Scope, max_boxes: int) -> dict[str, Any]:
+    """Non-max suppression over every foreground class (class 0 is the background), and the
+    signature outputs keyed like ``OUTPUT_KEYS``."""
     with scope("nms"):
         nms = tf.image.combined_non_max_suppression(
             boxes[:, :, None, :], scores[:, :, 1:],
-            max_output_size_per_class=10, max_total_size=10,
+            max_output_size_per_class=max_boxes, max_total_size=max_boxes,
             iou_threshold=0.5, score_threshold=0.05,
         )
     raw = {

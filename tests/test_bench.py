@@ -50,6 +50,10 @@ def test_quick_bench_runs_end_to_end(tmp_path: Path) -> None:
 
     t = raw["throughput"]
     assert t["differing"]["pairs"] > 0 and t["identical"]["pairs"] > 0
+    # every contender raced on the same pairs; one worker is measured to say what the second core adds
+    assert set(t["differing"]["ns_per_element"]) == {"tftrace", "tftrace_one_worker", "naive_abs_max"}
+    assert set(t["identical"]["ns_per_element"]) == {"tftrace", "tftrace_one_worker", "numpy_subtract"}
+    assert t["differing"]["elements"] * 8 == t["differing"]["bytes"]  # float32 pairs: 4 bytes a side
     # oneDNN on vs off: the first convolution agrees bitwise, every later one differs
     assert t["differing"]["pairs"] + t["identical"]["pairs"] <= t["pairs_total"]["a_vs_b"] + t["pairs_total"]["a_vs_c"]
 

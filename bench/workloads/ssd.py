@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from sample_models.forward import OUTPUT_KEYS, decode_boxes, detections
+
 from .layers import Params, conv, conv_bn_relu
 
 __all__ = ["IMAGE_SIZE", "OUTPUT_KEYS", "anchors", "build_ssd300"]
@@ -22,7 +24,6 @@ __all__ = ["IMAGE_SIZE", "OUTPUT_KEYS", "anchors", "build_ssd300"]
 IMAGE_SIZE = 300
 NUM_CLASSES = 21
 ANCHORS_PER_CELL = 3
-BOX_SCALES = (10.0, 10.0, 5.0, 5.0)  # the TF Object Detection API centre-size coder
 # (unit name, kernel, channels, stride); the names in FEATURE_MAPS feed the heads.
 BACKBONE = (
     ("conv1", 3, 32, 2), ("conv2", 3, 32, 1),      # 150
@@ -35,7 +36,6 @@ BACKBONE = (
     ("extra4", 1, 128, 1),                          # 3
 )
 FEATURE_MAPS = (("conv10", 19, 0.1), ("extra1", 10, 0.25), ("extra2", 5, 0.45), ("extra4", 3, 0.7))
-OUTPUT_KEYS = ("scores", "boxes", "detection_boxes", "detection_scores", "detection_classes", "num_detections")
 
 
 def anchors() -> np.ndarray:
@@ -62,22 +62,6 @@ def _heads(tf: ModuleType, params: Params, maps: dict[str, Any]) -> tuple[Any, A
     return tf.nn.softmax(logits, axis=-1, name="scores"), tf.concat(codes, axis=1, name="box_codes")
 
 
-def _decode(tf: ModuleType, codes: Any) -> Any:
-    """Centre-size decoding to (ymin, xmin, ymax, xmax); box codes are scaled down first so
-    random weights keep ``exp`` tame."""
-    sy, sx, sh, sw = BOX_SCALES
-    with tf.compat.v1.name_scope("decode"):
-        anchor = tf.constant(anchors(), name="anchors")
-        codes = tf.multiply(codes, 0.1, name="damp")
-        ty, tx, th, tw = tf.unstack(codes, axis=-1, name="unstack_codes")
-        ya, xa, ha, wa = tf.unstack(anchor, axis=-1, name="unstack_anchors")
-        yc = tf.add(ty / sy * ha, ya, name="y_centre")
-        xc = tf.add(tx / sx * wa, xa, name="x_centre")
-        h = tf.multiply(tf.exp(th / sh), ha, name="height")
-        w = tf.multiply(tf.exp(tw / sw), wa, name="width")
-        return tf.stack([yc - h / 2.0, xc - w / 2.0, yc + h / 2.0, xc + w / 2.0], axis=-1, name="boxes")
-
-
 def build_ssd300(tf: ModuleType, params: Params) -> tuple[Any, dict[str, Any]]:
     """Build into the default graph: (``images`` placeholder [None, 300, 300, 3], outputs by key)."""
     images = tf.compat.v1.placeholder(tf.float32, [None, IMAGE_SIZE, IMAGE_SIZE, 3], name="images")
@@ -87,14 +71,9 @@ def build_ssd300(tf: ModuleType, params: Params) -> tuple[Any, dict[str, Any]]:
         x = conv_bn_relu(tf, params, x, name, size, channels, stride)
         maps[name] = x
     scores, codes = _heads(tf, params, maps)
-    boxes = _decode(tf, codes)
-    with tf.compat.v1.name_scope("nms"):
-        nms = tf.image.combined_non_max_suppression(
-            boxes[:, :, None, :], scores[:, :, 1:], max_output_size_per_class=100, max_total_size=100,
-            iou_threshold=0.5, score_threshold=0.05,
-        )
-    raw = {"scores": scores, "boxes": boxes, "detection_boxes": nms.nmsed_boxes,
-           "detection_scores": nms.nmsed_scores, "detection_classes": nms.nmsed_classes,
-           "num_detections": nms.valid_detections}
-    with tf.compat.v1.name_scope("outputs"):
-        return images, {key: tf.identity(raw[key], name=key) for key in OUTPUT_KEYS}
+    scope = tf.compat.v1.name_scope
+    with scope("anchors"):
+        anchor = tf.constant(anchors(), name="anchors")
+    # box codes scaled down first, so random weights keep the decoder's exp tame
+    boxes = decode_boxes(tf, tf.multiply(codes, 0.1, name="damp_codes"), anchor, scope)
+    return images, detections(tf, scores, boxes, scope, max_boxes=100)
