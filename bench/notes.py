@@ -52,12 +52,20 @@ def _capture_limits(c: dict[str, Any]) -> str:
     own_fixed = c["capture_child_s"]["load_s"]
     extra = (c["capture_disk_bytes"] - c["activation_bytes"]) / MB
     plain_cost = f" A warm plain run costs {c['plain_next_run_s'] * 1000:.0f} ms here." if c.get("plain_next_run_s") else ""
+    child = c["capture_child_s"]
+    work = child["instrumented_s"] + child["sync_s"]  # run the graph, write every tensor durably
+    plain = max(0.0, child["total_s"] - child["load_s"] - work)  # plain runs (and inputs, fetch plan)
+    run = c["tfdbg_first_run_s"]
+    imports = _med(raw["naive"], "import_s")
     return f"""### What limits the capture figures ({c['model']}, batch {c['batch']})
 
-- **Time against tfdbg.** {fixed:.1f} s of tfdbg's {s['tfdbg']:.1f} s are TensorFlow's import, building the
-  instrumented graph and loading the weights; tftrace pays its own import and load ({own_fixed:.1f} s into its
-  child). The work both do per run (run the graph, write every tensor) is a small part of either, so
-  0.5x would mean finishing before tfdbg has finished importing TensorFlow and building its graph.
+- **Time against tfdbg.** Of tfdbg's {s['tfdbg']:.1f} s, {fixed:.1f} s are TensorFlow's import, building the
+  instrumented graph and loading the weights, and {run:.2f} s its dumped run. Of tftrace's {s['capture']:.1f} s,
+  {own_fixed:.1f} s are its own import and load (in its child), {plain:.2f} s the plain runs that measure the
+  latency and the observer effect (tfdbg measures neither), and {work:.2f} s the instrumented run with every
+  tensor written and made durable: {work / run:.2f}x tfdbg's dumped run. 0.5x would mean finishing in
+  {s['tfdbg'] / 2:.1f} s, and every contender pays TensorFlow's import before its first tensor ({imports:.1f} s in
+  the naive script, which does nothing else until it loads the model).
 - **Disk against tfdbg.** Both write raw tensor bytes (tfdbg as `TensorProto`s in one file, tftrace as
   `.npy`s): the activations cost the same {c['activation_bytes'] / MB:.0f} MB in both. tftrace also stores the
   weights, {extra:.0f} MB here (once: each `/read` Identity is an alias of its `VariableV2`), which tfdbg does
@@ -88,7 +96,7 @@ def _compare_limits(d: dict[str, Any], i: dict[str, Any]) -> str:
         )
     if not lines:
         return ""
-    return "\n".join(["What limits the compare figures, measured in this run:", "", *lines, ""]) + "\n"
+    return "\n".join(["What limits the compare figures, measured in this run:", "", *lines, ""])
 
 
 def notes(figs: dict[str, Any]) -> str:
@@ -174,6 +182,7 @@ def notes(figs: dict[str, Any]) -> str:
         "```",
         "make bench          # everything above (installs nothing new; generates the models once into out/bench)",
         "make bench-quick    # the same harness on the sample detector, one round: checks it runs",
+        "python -m bench --rewrite-markdown   # this page again from bench/results.json (after editing bench/notes.py)",
         "python -m bench --help",
         "```",
     ]

@@ -106,7 +106,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="where to write results.json (default bench/results.json; --quick: under --work)")
     parser.add_argument("--markdown", type=Path, default=None,
                         help="where to write the BENCHMARKS.md page (default ./BENCHMARKS.md; --quick: none)")
+    parser.add_argument("--rewrite-markdown", action="store_true",
+                        help="measure nothing: rewrite the BENCHMARKS.md page from the results.json of the last run "
+                             "(after editing how the page explains the figures)")
     args = parser.parse_args(argv)
+    if args.rewrite_markdown:
+        return _rewrite_markdown(args.results or REPO / "bench" / "results.json", args.markdown or REPO / "BENCHMARKS.md")
     plan = QUICK if args.quick else FULL
     work = args.work or REPO / "out" / ("bench/quick" if args.quick else "bench")
     results = args.results or (work / "results.json" if args.quick else REPO / "bench" / "results.json")
@@ -129,6 +134,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     if markdown is not None:
         write_markdown(markdown, rows, meta, notes(figs))
         print(f"wrote {markdown}")
+    return 0
+
+
+META_KEYS = ("mode", "machine", "started", "finished", "duration_s", "tensorflow", "load_average_at_end")
+
+
+def _rewrite_markdown(results: Path, markdown: Path) -> int:
+    """The page from a results.json: the same rows and notes the run that wrote it would write."""
+    data = json.loads(results.read_text())
+    figs, meta = data["raw"], {k: data[k] for k in META_KEYS if k in data}
+    write_markdown(markdown, build_rows(figs), meta, notes(figs))
+    print(f"wrote {markdown} from {results} (measured {meta.get('finished')})")
     return 0
 
 

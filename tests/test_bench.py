@@ -63,3 +63,13 @@ def test_quick_bench_runs_end_to_end(tmp_path: Path) -> None:
     assert raw["render"]["html_bytes"] > 0 and raw["render"]["ops"] > 0
     assert len(data["table"]) == 10  # --quick runs no plain-run contender: no context row
     assert "capture all intermediates, time (detector, batch 1)" in proc.stdout
+
+    # the page again from results.json alone: every row of the run's table, measuring nothing
+    page = tmp_path / "BENCHMARKS.md"
+    proc = subprocess.run([sys.executable, "-m", "bench", "--rewrite-markdown", "--results", str(results), "--markdown",
+                           str(page)], cwd=REPO, env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    text = page.read_text()
+    for row in data["table"]:
+        assert f"| {row['figure']} | {row['measured']} |" in text
+    assert f"on {data['finished']} in" in text
