@@ -182,7 +182,7 @@ def notes(figs: dict[str, Any]) -> str:
         "```",
         "make bench          # everything above (installs nothing new; generates the models once into out/bench)",
         "make bench-quick    # the same harness on the sample detector, one round: checks it runs",
-        "python -m bench --rewrite-markdown   # this page again from bench/results.json (after editing bench/notes.py)",
+        "python -m bench --rewrite-markdown   # this page and the README summary again from bench/results.json",
         "python -m bench --help",
         "```",
     ]

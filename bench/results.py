@@ -15,7 +15,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["COMPARE_TARGET", "IDENTICAL_TARGET", "RSS_MULTIPLE", "Row", "build_rows", "format_table", "headline", "write_markdown", "write_results"]
+__all__ = ["COMPARE_TARGET", "IDENTICAL_TARGET", "README_MARKERS", "RSS_MULTIPLE", "Row", "build_rows", "format_table",
+           "headline", "readme_summary", "with_readme_summary", "write_markdown", "write_results"]
 
 RSS_MULTIPLE = 4.0  # "a small multiple of the largest tensor": both sides of the largest pair, twice over
 COMPARE_TARGET = 1.0  # all metrics on differing tensors, against np.abs(a - b).max()
@@ -151,3 +152,28 @@ ratio of contenders run side by side.
 {notes}
 """
     path.write_text(text)
+
+
+README_MARKERS = ("<!-- speed summary: generated -->", "<!-- /speed summary -->")
+
+
+def readme_summary(rows: list[Row], meta: dict[str, Any]) -> str:
+    """The README's short form of the last run: the primary workload's rows (the other
+    workloads' capture rows are in BENCHMARKS.md), and when and where they were measured."""
+    m = meta["machine"]
+    primary = [r for r in rows if "ssd300" not in r.figure and "batch 8" not in r.figure]
+    out = [markdown_table(primary), ""]
+    out.append(f"Measured by `make bench` on {meta['finished']} ({m['cpu']}, {m['cores']} cores, "
+               f"TensorFlow {meta.get('tensorflow', '?')}, CPU).")
+    return "\n".join(out)
+
+
+def with_readme_summary(readme: str, summary: str) -> str:
+    """``readme`` with the text between the speed-summary markers replaced by ``summary``."""
+    start, end = README_MARKERS
+    head, found, rest = readme.partition(start)
+    _old, found_end, tail = rest.partition(end)
+    if not found or not found_end:
+        raise ValueError(f"README.md has no {start} ... {end} block")
+    return f"{head}{start}\n{summary}\n{end}{tail}"
+

@@ -29,7 +29,7 @@ from .e2e_bench import measure_end_to_end
 from .notes import notes
 from .procs import REPO, machine
 from .render_bench import make_wide_report, measure_render
-from .results import build_rows, format_table, write_markdown, write_results
+from .results import build_rows, format_table, readme_summary, with_readme_summary, write_markdown, write_results
 from .workspace import Workspace
 
 __all__ = ["FULL", "QUICK", "Plan", "main", "run"]
@@ -107,8 +107,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--markdown", type=Path, default=None,
                         help="where to write the BENCHMARKS.md page (default ./BENCHMARKS.md; --quick: none)")
     parser.add_argument("--rewrite-markdown", action="store_true",
-                        help="measure nothing: rewrite the BENCHMARKS.md page from the results.json of the last run "
-                             "(after editing how the page explains the figures)")
+                        help="measure nothing: rewrite the BENCHMARKS.md page (and, for bench/results.json, the README's "
+                             "speed summary) from the results.json of the last run, after editing how they explain it")
     args = parser.parse_args(argv)
     if args.rewrite_markdown:
         return _rewrite_markdown(args.results or REPO / "bench" / "results.json", args.markdown or REPO / "BENCHMARKS.md")
@@ -134,7 +134,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if markdown is not None:
         write_markdown(markdown, rows, meta, notes(figs))
         print(f"wrote {markdown}")
+    if not args.quick and args.results is None:  # the repository's own results: the README summarises them
+        _write_readme(rows, meta)
     return 0
+
+
+def _write_readme(rows: list, meta: dict[str, Any]) -> None:
+    readme = REPO / "README.md"
+    readme.write_text(with_readme_summary(readme.read_text(encoding="utf-8"), readme_summary(rows, meta)), encoding="utf-8")
+    print(f"wrote the speed summary of {readme}")
 
 
 META_KEYS = ("mode", "machine", "started", "finished", "duration_s", "tensorflow", "load_average_at_end")
@@ -144,8 +152,11 @@ def _rewrite_markdown(results: Path, markdown: Path) -> int:
     """The page from a results.json: the same rows and notes the run that wrote it would write."""
     data = json.loads(results.read_text())
     figs, meta = data["raw"], {k: data[k] for k in META_KEYS if k in data}
-    write_markdown(markdown, build_rows(figs), meta, notes(figs))
+    rows = build_rows(figs)
+    write_markdown(markdown, rows, meta, notes(figs))
     print(f"wrote {markdown} from {results} (measured {meta.get('finished')})")
+    if results.resolve() == (REPO / "bench" / "results.json").resolve():
+        _write_readme(rows, meta)
     return 0
 
 
