@@ -74,8 +74,8 @@ def _capture_limits(c: dict[str, Any]) -> str:
 - **Time against the naive script.** The naive script keeps everything in memory and writes nothing; tftrace
   writes {c['capture_disk_bytes'] / MB:.0f} MB and makes them durable before the manifest (an `fsync` per file, in a
   background thread while it writes), computes each tensor's statistics as it writes them, and runs the plain
-  graph first to measure the observer effect and the latency (a traced warm-up, then 3 timed runs, the last
-  doubling as the first batch's plain run, then one run per further batch).{plain_cost} The instrumented run
+  graph first to measure the observer effect and the latency (a traced warm-up, then `--timing-runs` timed runs,
+  1 by default, the last doubling as the first batch's plain run, then one run per further batch).{plain_cost} The instrumented run
   also keeps Grappler from fusing what it fetches.
 """
 

@@ -77,7 +77,7 @@ def det(models: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> di
     jobs = {
         "b8": [model, *off],
         "b8_again": [model, *off],
-        "b1": [model, "--onednn", "off", "--examples", "8", "--batch-size", "1"],
+        "b1": [model, "--onednn", "off", "--examples", "8", "--batch-size", "1", "--timing-runs", "3"],
         "on": [model, "--onednn", "on", "--examples", "8", "--batch-size", "8"],
         "tf2": [tf2, *off],
         "five_by_two": [model, "--onednn", "off", "--examples", "5", "--batch-size", "2"],
@@ -368,8 +368,18 @@ def test_timings_are_present_and_positive(det: dict[str, Path]) -> None:
     timings = Capture.open(det["b8"]).manifest["timings"]
     assert timings["load_s"] > 0 and timings["instrumented_s"] > 0 and timings["total_s"] > timings["load_s"]
     latency = timings["plain_latency_ms"]
-    assert latency["runs"] == 3 and latency["batch_rows"] == 8
-    assert 0 < latency["min"] <= latency["median"] <= latency["max"]
+    assert latency["runs"] == 1 and latency["batch_rows"] == 8  # one timed run by default
+    assert 0 < latency["min"] == latency["median"] == latency["max"]
+    asked = Capture.open(det["b1"]).manifest["timings"]["plain_latency_ms"]  # --timing-runs 3
+    assert asked["runs"] == 3 and asked["batch_rows"] == 1
+    assert 0 < asked["min"] <= asked["median"] <= asked["max"]
+
+
+def test_timing_runs_below_one_are_refused_before_anything_runs(tmp_path: Path, models: dict[str, Path]) -> None:
+    out = tmp_path / "cap"
+    proc = run_cli("capture", str(models["detector"]), "--timing-runs", "0", "--out", str(out))
+    assert_user_error(proc, "--timing-runs 0 is not positive", "Use --timing-runs 1 or more.")
+    assert not out.exists()
 
 
 def test_tf2_savedmodel_is_captured_from_the_inside(det: dict[str, Path]) -> None:

@@ -32,7 +32,7 @@ from tracer.report.dot import (
 from tracer.report.html import script_json
 from tracer.report.markdown import MD_LIMIT, md_code, md_text, render_markdown
 from tracer.report.render import inline_svg, render_report
-from tracer.report.summary import environment_rows, flatten, fmt, json_safe, num, rewrite_detail
+from tracer.report.summary import environment_rows, flatten, fmt, json_safe, num, rewrite_detail, side_facts
 
 FIXTURES = Path(__file__).parent / "fixtures"
 OUTPUT = Path(__file__).parent / "_output"
@@ -246,6 +246,14 @@ def test_environment_rows_flatten_and_mark_differences() -> None:
 
 
 # --------------------------------------------------------------------------- escaping
+@pytest.mark.parametrize(("runs", "shown"), [(10, "12 ms (median of 10 timed runs; "), (1, "12 ms (one timed run; "),
+                                              (None, "12 ms (one timed run; ")])
+def test_plain_latency_says_how_many_runs_it_is_the_median_of(runs: int | None, shown: str) -> None:
+    timed = {"median": 12.0, "min": 11.0, "max": 13.0} | ({"runs": runs} if runs else {})
+    facts = dict(side_facts({"timings": {"plain_latency_ms": timed}}))
+    assert facts["plain latency"] == shown + "tftrace diagnose measures costs)"
+
+
 def test_script_json_cannot_close_its_element() -> None:
     text = str(script_json({"k": "</script><!-- & \u2028\u2029"}))
     assert "<" not in text and ">" not in text and "&" not in text and "\u2028" not in text

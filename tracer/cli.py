@@ -102,6 +102,9 @@ def _add_input_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--inputs", default=None, help="an .npz (keys = signature input keys) or .npy (one-input model)")
     parser.add_argument("--examples", type=int, default=8, help="how many examples to generate (default 8)")
     parser.add_argument("--seed", type=int, default=0, help="seed of generated inputs (default 0)")
+    parser.add_argument("--timing-runs", type=int, default=1,
+                        help="timed plain runs after the warm-up; their median is the latency the report shows "
+                             "(default 1; tftrace diagnose measures costs with its own)")
     parser.add_argument("--max-memory", type=int, default=2 << 30,
                         help="bytes fetched per session.run before the fetch set is split (default 2 GiB)")
     parser.add_argument("--force", action="store_true", help="replace an existing output directory")
@@ -153,6 +156,7 @@ def side_from_args(args: argparse.Namespace, path: str, side: str = ""):  # noqa
         knobs=knobs,
         inputs=InputSpec(inputs_file=args.inputs, seed=args.seed, examples=args.examples),
         max_memory=args.max_memory,
+        timing_runs=args.timing_runs,
         timeout_s=pick("timeout"),
         allow_unsafe_ops=bool(getattr(args, "allow_unsafe_ops", False)),
     )

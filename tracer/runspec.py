@@ -97,7 +97,9 @@ class Side:
     knobs: Knobs = field(default_factory=Knobs)
     inputs: InputSpec = field(default_factory=InputSpec)
     max_memory: int = 2 << 30  # bytes fetched per session.run before chunking the fetch set
-    timing_runs: int = 3  # timed plain runs after one warm-up, per batch
+    # Timed plain runs of the first batch after one warm-up: the latency a report shows as context.
+    # One by default (at a large batch each is a full run); diagnose measures costs with its own 5-10.
+    timing_runs: int = 1
     timeout_s: float | None = None
     allow_unsafe_ops: bool = False  # run graphs that write/read files or call Python (see tracer.safety)
     durable: bool = True  # fsync every tensor file before the manifest: a capture survives a power cut, not only a kill
@@ -108,6 +110,9 @@ class Side:
             raise TftraceError(f"batch size {self.batch_size} is not positive", "use --batch-size 1 or more")
         if self.inputs.examples < 1:
             raise TftraceError(f"--examples {self.inputs.examples} is not positive", "use --examples 1 or more")
+        if self.timing_runs < 1:
+            raise TftraceError(f"--timing-runs {self.timing_runs} is not positive: the last timed run is the plain run "
+                               "the instrumented one is compared with", "use --timing-runs 1 or more")
 
     def label(self) -> str:
         parts = [self.device, f"batch {self.batch_size or self.inputs.examples}"]
@@ -150,7 +155,7 @@ class Side:
             knobs=Knobs(**k),
             inputs=InputSpec(**d.get("inputs", {})),
             max_memory=int(d.get("max_memory", 2 << 30)),
-            timing_runs=int(d.get("timing_runs", 3)),
+            timing_runs=int(d.get("timing_runs", 1)),
             timeout_s=d.get("timeout_s"),
             allow_unsafe_ops=bool(d.get("allow_unsafe_ops", False)),
             durable=bool(d.get("durable", True)),

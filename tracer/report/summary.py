@@ -158,7 +158,8 @@ def side_facts(side: dict[str, Any]) -> list[tuple[str, str]]:
     artifact = side.get("artifact") or {}
     knobs = side.get("knobs") or {}
     timings = side.get("timings") or {}
-    latency = (timings.get("plain_latency_ms") or {}).get("median")
+    timed = timings.get("plain_latency_ms") or {}
+    latency = timed.get("median")
     examples = side.get("examples") or {}
     rows = [
         ("artifact", str(artifact.get("path") or artifact.get("location") or "—")),
@@ -170,7 +171,9 @@ def side_facts(side: dict[str, Any]) -> list[tuple[str, str]]:
     if examples:
         rows.append(("examples", f"{_scalar_text(examples.get('count'))} from {_scalar_text(examples.get('source'))}"))
     if latency is not None:
-        rows.append(("plain latency", f"{fmt(latency)} ms median"))
+        runs = timed.get("runs")
+        basis = f"median of {runs} timed runs" if isinstance(runs, int) and runs > 1 else "one timed run"
+        rows.append(("plain latency", f"{fmt(latency)} ms ({basis}; tftrace diagnose measures costs)"))
     notes = side.get("notes")
     if notes:
         rows.append(("notes", "; ".join(str(n) for n in notes) if isinstance(notes, list) else str(notes)))
