@@ -21,6 +21,7 @@ which reads its own high-water mark (``VmHWM``) before and after; against the ca
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 import time
@@ -73,15 +74,9 @@ def _pairs(a: Capture, b: Capture) -> list[Pair]:
     return pairs
 
 
-def _metrics(pairs: Sequence[Pair]) -> None:
+def _metrics(pairs: Sequence[Pair], workers: int | None = None) -> None:
     for _name, x, y in pairs:
-        compare_arrays(x, y, rtols=(1e-5,))
-
-
-def _metrics_one_worker(pairs: Sequence[Pair]) -> None:
-    """The same on one thread: what a core does per element, which says what limits the ratio."""
-    for _name, x, y in pairs:
-        compare_arrays(x, y, rtols=(1e-5,), workers=1)
+        compare_arrays(x, y, rtols=(1e-5,), workers=workers)
 
 
 def _naive(pairs: Sequence[Pair]) -> None:
@@ -116,7 +111,7 @@ def measure_throughput(captures: dict[str, Path], rounds: int) -> dict[str, Any]
     for label, pairs, peer_name, peer in (("differing", differing, "naive_abs_max", _naive),
                                           ("identical", identical, "numpy_subtract", _floor)):
         nbytes = sum(x.nbytes + y.nbytes for _n, x, y in pairs)
-        times = _race({"tftrace": _metrics, "tftrace_one_worker": _metrics_one_worker, peer_name: peer}, pairs, rounds)
+        times = _race({"tftrace": _metrics, "tftrace_one_worker": functools.partial(_metrics, workers=1), peer_name: peer}, pairs, rounds)
         med = {k: median(v) for k, v in times.items()}
         elements = sum(x.size for _n, x, _y in pairs)
         out[label] = {

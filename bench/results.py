@@ -157,12 +157,11 @@ ratio of contenders run side by side.
 README_MARKERS = ("<!-- speed summary: generated -->", "<!-- /speed summary -->")
 
 
-def readme_summary(rows: list[Row], meta: dict[str, Any]) -> str:
-    """The README's short form of the last run: the primary workload's rows (the other
-    workloads' capture rows are in BENCHMARKS.md), and when and where they were measured."""
+def readme_summary(figs: dict[str, Any], meta: dict[str, Any]) -> str:
+    """The README's short form of the last run: the rows of the primary capture workload and
+    every other figure (the other capture workloads are in BENCHMARKS.md), and when and where."""
     m = meta["machine"]
-    primary = [r for r in rows if "ssd300" not in r.figure and "batch 8" not in r.figure]
-    out = [markdown_table(primary), ""]
+    out = [markdown_table(build_rows({**figs, "capture": figs["capture"][:1]})), ""]
     out.append(f"Measured by `make bench` on {meta['finished']} ({m['cpu']}, {m['cores']} cores, "
                f"TensorFlow {meta.get('tensorflow', '?')}, CPU).")
     return "\n".join(out)

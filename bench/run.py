@@ -135,13 +135,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         write_markdown(markdown, rows, meta, notes(figs))
         print(f"wrote {markdown}")
     if not args.quick and args.results is None:  # the repository's own results: the README summarises them
-        _write_readme(rows, meta)
+        _write_readme(figs, meta)
     return 0
 
 
-def _write_readme(rows: list, meta: dict[str, Any]) -> None:
+def _write_readme(figs: dict[str, Any], meta: dict[str, Any]) -> None:
     readme = REPO / "README.md"
-    readme.write_text(with_readme_summary(readme.read_text(encoding="utf-8"), readme_summary(rows, meta)), encoding="utf-8")
+    readme.write_text(with_readme_summary(readme.read_text(encoding="utf-8"), readme_summary(figs, meta)), encoding="utf-8")
     print(f"wrote the speed summary of {readme}")
 
 
@@ -152,11 +152,10 @@ def _rewrite_markdown(results: Path, markdown: Path) -> int:
     """The page from a results.json: the same rows and notes the run that wrote it would write."""
     data = json.loads(results.read_text())
     figs, meta = data["raw"], {k: data[k] for k in META_KEYS if k in data}
-    rows = build_rows(figs)
-    write_markdown(markdown, rows, meta, notes(figs))
+    write_markdown(markdown, build_rows(figs), meta, notes(figs))
     print(f"wrote {markdown} from {results} (measured {meta.get('finished')})")
     if results.resolve() == (REPO / "bench" / "results.json").resolve():
-        _write_readme(rows, meta)
+        _write_readme(figs, meta)
     return 0
 
 

@@ -78,12 +78,12 @@ def test_quick_bench_runs_end_to_end(tmp_path: Path) -> None:
 def test_readme_speed_summary_is_the_committed_results() -> None:
     """README.md's speed table is generated from bench/results.json (``python -m bench`` and
     ``--rewrite-markdown`` write it): it must say what the committed run measured."""
-    from bench.results import README_MARKERS, build_rows, readme_summary
+    from bench.results import README_MARKERS, readme_summary
     from bench.run import META_KEYS
 
     data = json.loads((REPO / "bench" / "results.json").read_text())
     meta = {k: data[k] for k in META_KEYS if k in data}
-    expected = readme_summary(build_rows(data["raw"]), meta)
+    expected = readme_summary(data["raw"], meta)
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     start, end = README_MARKERS
     block = readme.split(start, 1)[1].split(end, 1)[0].strip("\n")

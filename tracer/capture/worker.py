@@ -191,7 +191,7 @@ def _plain_runs(runtime: Runtime, examples: Examples, ranges: list[tuple[int, in
     try:
         _, executed_ops, executed_nodes = _traced_run(runtime, outputs, feed0)  # also the warm-up
         times = []
-        for _ in range(max(1, timing_runs)):
+        for _ in range(timing_runs):  # at least 1 (Side checks it)
             t0 = time.perf_counter()
             first = runtime.session.run(outputs, feed_dict=feed0)
             times.append((time.perf_counter() - t0) * 1000)
@@ -336,6 +336,7 @@ def _instrumented_runs(
         chunks = _chunks(wanted, plan.sizes, plan.max_memory)
         chunk_count = max(chunk_count, len(chunks))
         feed = _feed(runtime, examples, start, stop)
+        where = _Where(run_index, start, stop, examples.count, examples.batch_major)
         outputs: dict[str, np.ndarray] = {}
         for chunk in chunks:
             fetched, values, failed, ops, nodes = _run_chunk(runtime, chunk, feed, traced=run_index == 0)
@@ -350,7 +351,6 @@ def _instrumented_runs(
                 written += value.nbytes
                 for key in output_keys.get(name, ()):
                     outputs[key] = value
-                where = _Where(run_index, start, stop, examples.count, examples.batch_major)
                 _store(writer, name, value, where, opgraph, plan.constant, layout, stored)
                 stored[name] = value
             del values, stored  # peak memory: one chunk's tensors (plus what the writer still has to write)
