@@ -84,6 +84,24 @@ def centred_in_visible_canvas(page: Any, selector: str) -> bool:
     }""", selector)
 
 
+def wait_for_scroll_to_settle(page: Any) -> None:
+    """Wait until the page has not scrolled for five animation frames.
+
+    The page scrolls smoothly (``html { scroll-behavior: smooth }``), also when Playwright scrolls
+    the search box into view to fill it; until it stops, the canvas moves under a fixed mouse
+    position, so a pointer event aimed at it from an earlier bounding box can miss it.
+    """
+    page.evaluate("""() => new Promise(done => {
+        let last = NaN, still = 0;
+        const tick = () => {
+            still = window.scrollY === last ? still + 1 : 0;
+            last = window.scrollY;
+            if (still >= 5) done(); else requestAnimationFrame(tick);
+        };
+        requestAnimationFrame(tick);
+    })""")
+
+
 def table_names(page: Any) -> list[str]:
     return page.eval_on_selector_all("#op-table tbody tr td:nth-child(2)", "tds => tds.map(t => t.title)")
 
@@ -132,9 +150,13 @@ def test_detector_report_in_chromium(browser: Any, tmp_path: Path) -> None:
     assert centred_in_visible_canvas(page, target)
     assert page.text_content("#details .fullname") == "block3/relu"
 
-    # Pan and zoom move the viewBox.
+    # Pan and zoom move the viewBox: aim at the canvas once the page has stopped scrolling.
+    wait_for_scroll_to_settle(page)
     before = page.get_attribute("#canvas svg", "viewBox")
     box = page.locator("#canvas").bounding_box()
+    aimed_at = page.evaluate("([x, y]) => document.elementFromPoint(x, y).closest('#canvas') !== null",
+                             [box["x"] + 200, box["y"] + 200])
+    assert aimed_at, "the point the mouse wheel is sent to is not on the graph canvas"
     page.mouse.move(box["x"] + 200, box["y"] + 200)
     page.mouse.wheel(0, -300)  # dispatched without waiting for the handler: wait for the viewBox to move
     page.wait_for_function("b => document.querySelector('#canvas svg').getAttribute('viewBox') !== b", arg=before)
