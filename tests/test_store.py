@@ -123,6 +123,23 @@ def test_strings_of_growing_width_across_batches(tmp_path: Path) -> None:
     assert cap.tensor("vocab").tolist() == ["héllo".encode(), b"x"]
 
 
+def test_stored_equals_compares_bits_not_values(tmp_path: Path) -> None:
+    """A whole tensor seen again in a later run is the same only if its bytes are: a NaN equals
+    itself (a constant holding NaN does not "vary"), -0.0 is not 0.0, strings compare as stored."""
+    nan_const = np.array([1.0, np.nan], dtype=np.float32)
+    with CaptureWriter(tmp_path / "cap") as writer:
+        writer.write_whole("nan_const", nan_const)
+        writer.write_whole("zero", np.zeros(3, dtype=np.float32))
+        writer.write_whole("words", np.array([b"a", b"bc"], dtype=object))
+        assert writer.stored_equals("nan_const", nan_const.copy())
+        assert not writer.stored_equals("nan_const", np.array([1.0, 2.0], dtype=np.float32))
+        assert not writer.stored_equals("nan_const", nan_const.astype(np.float64))  # same values, other dtype
+        assert not writer.stored_equals("zero", -np.zeros(3, dtype=np.float32))
+        assert writer.stored_equals("words", np.array([b"a", b"bc"], dtype=object))
+        assert not writer.stored_equals("words", np.array([b"a", b"bd"], dtype=object))
+        assert not writer.stored_equals("never written", nan_const)
+        writer.finalize({})
+
 def test_unstorable_values_become_uncaptured_with_reason(tmp_path: Path) -> None:
     with CaptureWriter(tmp_path / "cap") as writer:
         writer.write_whole("nul", np.array([b"ab\0"], dtype=object))

@@ -93,6 +93,16 @@ def widen(stored: np.ndarray, dtype_name: str) -> np.ndarray:
 # --------------------------------------------------------------------------- .npy files
 
 
+def bitwise_equal(a: np.ndarray, b: np.ndarray) -> bool:
+    """Same dtype, shape and bytes (NaN payloads and -0.0 included); never for object arrays,
+    whose bytes are pointers (TensorFlow hands out strings as objects; stored, they are fixed bytes)."""
+    if a.dtype != b.dtype or a.shape != b.shape or a.dtype.kind == "O":
+        return False
+    width = next(w for w in (8, 4, 2, 1) if a.dtype.itemsize % w == 0)  # compare words, not bytes: faster
+    bits = [np.ascontiguousarray(x).reshape(-1).view(f"u{width}") for x in (a, b)]
+    return bool(np.array_equal(*bits))
+
+
 def npy_header(dtype: np.dtype, shape: tuple[int, ...]) -> bytes:
     """The ``.npy`` header for a C-order array, so a file can be preallocated and filled later."""
     buf = io.BytesIO()

@@ -37,6 +37,7 @@ from ._format import (
     TENSORS,
     Unstorable,
     atomic_write,
+    bitwise_equal,
     fsync,
     npy_header,
     open_npy,
@@ -354,7 +355,8 @@ class CaptureWriter:
 
     @_reports_full_disk
     def stored_equals(self, tensor_name: str, array: np.ndarray) -> bool:
-        """Whether a stored whole tensor holds exactly ``array`` (shape, dtype and bytes)."""
+        """Whether a stored whole tensor holds exactly ``array``: shape, dtype and bytes, so a NaN
+        equals itself and -0.0 differs from 0.0 (the same test as a pass-through op's)."""
         entry = self._entries.get(tensor_name)
         if entry is None or entry.batch_major:
             return False
@@ -365,7 +367,7 @@ class CaptureWriter:
             return False
         if dtype_name != entry.dtype_name or stored.shape != entry.shape or stored.dtype != entry.stored:
             return False
-        return bool(np.array_equal(open_npy(self._file(entry), entry.shape, entry.stored), stored))
+        return bitwise_equal(open_npy(self._file(entry), entry.shape, entry.stored), stored)
 
     def _file(self, entry: Entry) -> Path:
         return self.path / TENSORS / entry.filename

@@ -35,6 +35,7 @@ from .fingerprint import environment_fingerprint
 from .observer import observer_effect
 from .orphan import exit_with_parent
 from .runtime import Runtime, determinism_fix, open_runtime, tf_error_text
+from ._format import bitwise_equal
 from .store import CaptureWriter
 
 __all__ = ["run_capture", "main", "emit", "FetchPlan"]
@@ -482,18 +483,9 @@ def _same_bytes_input(opgraph: OpGraph, name: str, value: np.ndarray, stored: di
         inputs = inputs[tensor_slot(name) : tensor_slot(name) + 1]
     for source in inputs:
         other = stored.get(source)
-        if other is not None and _bitwise_equal(value, other):
+        if other is not None and bitwise_equal(value, other):
             return source
     return None
-
-
-def _bitwise_equal(a: np.ndarray, b: np.ndarray) -> bool:
-    """Same dtype, shape and bytes (NaN payloads and -0.0 included); never for strings or objects."""
-    if a.dtype != b.dtype or a.shape != b.shape or a.dtype.kind in "OSU":
-        return False
-    width = next(w for w in (8, 4, 2, 1) if a.dtype.itemsize % w == 0)  # compare words, not bytes: faster
-    bits = [np.ascontiguousarray(x).reshape(-1).view(f"u{width}") for x in (a, b)]
-    return bool(np.array_equal(*bits))
 
 
 def main(argv: list[str] | None = None) -> int:
