@@ -26,6 +26,7 @@ import numpy as np
 import pytest
 
 from conftest import REPO, assert_user_error, run_cli
+from tracer.capture.fingerprint import tensorflow_env
 from tracer.capture import Capture
 from tracer.errors import TftraceError
 
@@ -35,10 +36,10 @@ PARALLEL = 3  # concurrent captures: TF import and loading overlap well with com
 PLAIN_FUSED = {"_FusedConv2D": 4, "_FusedMatMul": 3}  # detector, oneDNN off: conv+bn+relu, dense+bias(+relu)
 
 
-def _run_all(jobs: dict[str, list[str]]) -> dict[str, subprocess.CompletedProcess]:
+def _run_all(jobs: dict[str, list[str]], env: dict[str, str] | None = None) -> dict[str, subprocess.CompletedProcess]:
     """Run several ``tftrace`` command lines, PARALLEL at a time; name -> finished process."""
     with ThreadPoolExecutor(PARALLEL) as pool:
-        futures = {name: pool.submit(run_cli, *args) for name, args in jobs.items()}
+        futures = {name: pool.submit(run_cli, *args, env=env) for name, args in jobs.items()}
         return {name: future.result() for name, future in futures.items()}
 
 
@@ -68,6 +69,11 @@ def _tf_example(x: float) -> bytes:
 # --------------------------------------------------------------------------- shared captures
 
 
+# A shell that also runs Terraform: its variables share TensorFlow's TF_ prefix, some are secrets.
+TERRAFORM_SHELL = {"TF_VAR_db_password": "hunter2", "TF_API_TOKEN": "tok-3141", "TF_LOG": "TRACE",
+                   "TF_CLI_CONFIG_FILE": "/home/me/.terraformrc"}
+
+
 @pytest.fixture(scope="module")
 def det(models: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """The detector captures most tests read: name -> capture directory."""
@@ -85,7 +91,8 @@ def det(models: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> di
         "knobs": [model, "--examples", "2", "--determinism", "--threads", "1,1", "--env", "TF_TFTRACE_PROBE=yes"],
         "xla": [model, "--examples", "2", "--xla", "on"],
     }
-    results = _run_all({name: ["capture", *args, "--out", str(root / name)] for name, args in jobs.items()})
+    results = _run_all({name: ["capture", *args, "--out", str(root / name)] for name, args in jobs.items()},
+                       env=TERRAFORM_SHELL)
     for proc in results.values():
         _ok(proc)
     return {name: root / name for name in jobs}
@@ -359,8 +366,12 @@ def test_fingerprint_records_the_environment(det: dict[str, Path]) -> None:
     assert env["python"] == sys.version.split()[0] and env["numpy"] == np.__version__
     assert env["hostname"] == os.uname().nodename
     assert abs(datetime.now(timezone.utc) - datetime.fromisoformat(env["time_utc"])) < timedelta(hours=1)
-    expected_tf_env = {k: v for k, v in os.environ.items() if k.startswith("TF_")} | {"TF_ENABLE_ONEDNN_OPTS": "0"}
-    assert env["tf_env"] == dict(sorted(expected_tf_env.items()))
+    expected_tf_env = tensorflow_env({**os.environ, **TERRAFORM_SHELL, "TF_ENABLE_ONEDNN_OPTS": "0"})
+    assert env["tf_env"] == expected_tf_env and env["tf_env"]["TF_ENABLE_ONEDNN_OPTS"] == "0"
+    assert env["tf_env"]["TF_API_TOKEN"] == "(set; value not recorded)"
+    assert not {"TF_VAR_db_password", "TF_LOG", "TF_CLI_CONFIG_FILE"} & set(env["tf_env"])
+    manifest = (det["b8"] / "manifest.json").read_text(encoding="utf-8")
+    assert "hunter2" not in manifest and "tok-3141" not in manifest and "terraformrc" not in manifest
     assert env["op_determinism"] is False and env["tf32_enabled"] is None
 
 

@@ -20,6 +20,7 @@ from rich.console import Console
 
 from conftest import REPO
 from tracer.artifacts import ArtifactRef
+from tracer.capture.fingerprint import REDACTED, tensorflow_env
 from tracer.capture.launcher import _follow
 from tracer.errors import TftraceError
 from tracer.runspec import Knobs, Side, child_env, parse_grappler
@@ -166,6 +167,24 @@ def test_default_knobs_inherit_the_callers_environment() -> None:
     gpu = Side(ArtifactRef("m"), device="gpu:1")
     assert child_env(gpu, base) == base
 
+
+def test_fingerprint_keeps_tensorflows_variables_and_no_secrets() -> None:
+    """The fingerprint's TF_* variables: TensorFlow's kept as they are; Terraform's (same prefix,
+    TF_VAR_* and TF_TOKEN_* hold secrets) left out; any other credential-like name kept as set only."""
+    environ = {
+        "TF_ENABLE_ONEDNN_OPTS": "0", "TF_XLA_FLAGS": "--tf_xla_auto_jit=2", "TF_CUDNN_USE_AUTOTUNE": "0",
+        "TF_CPP_MIN_LOG_LEVEL": "2", "TF_GPU_ALLOCATOR": "cuda_malloc_async", "TF_LOGGING_SOMETHING": "1",
+        "TF_VAR_db_password": "hunter2", "TF_TOKEN_app_terraform_io": "t1", "TF_CLI_ARGS_plan": "-refresh=false",
+        "TF_CLI_CONFIG_FILE": "/root/.terraformrc", "TF_LOG": "TRACE", "TF_LOG_PATH": "tf.log",
+        "TF_WORKSPACE": "prod", "TF_IN_AUTOMATION": "1", "TF_PLUGIN_CACHE_DIR": "/c", "TF_REGISTRY_CLIENT_TIMEOUT": "15",
+        "TF_API_TOKEN": "t2", "TF_GCS_SECRET": "s", "HOME": "/root", "AWS_SECRET_ACCESS_KEY": "k",
+    }
+    assert tensorflow_env(environ) == {
+        "TF_API_TOKEN": REDACTED, "TF_CPP_MIN_LOG_LEVEL": "2", "TF_CUDNN_USE_AUTOTUNE": "0",
+        "TF_ENABLE_ONEDNN_OPTS": "0", "TF_GCS_SECRET": REDACTED, "TF_GPU_ALLOCATOR": "cuda_malloc_async",
+        "TF_LOGGING_SOMETHING": "1", "TF_XLA_FLAGS": "--tf_xla_auto_jit=2",
+    }
+    assert list(tensorflow_env(environ)) == sorted(tensorflow_env(environ))
 
 def test_knob_validation() -> None:
     assert parse_grappler("remapping=OFF, constant_folding=on") == (("constant_folding", "on"), ("remapping", "off"))

@@ -3,7 +3,8 @@
 "Different builds" is a cause of its own (CAUSES.md), so the fingerprint records everything
 that can change a kernel's result: TF version and build (CUDA/cuDNN for GPU builds), visible
 devices (GPU name, compute capability), CPU model and vector flags, oneDNN state, TF32 and
-determinism state, and every ``TF_*`` variable. Runs in the child, with TensorFlow imported.
+determinism state, and the ``TF_*`` variables TensorFlow may read. Runs in the child, with
+TensorFlow imported.
 """
 
 from __future__ import annotations
@@ -11,18 +12,40 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import platform
+import re
 import socket
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from .._tf import tf
 
-__all__ = ["environment_fingerprint", "cpu_info"]
+__all__ = ["environment_fingerprint", "cpu_info", "tensorflow_env"]
 
 VECTOR_FLAGS = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni",
                 "avx512_bf16", "avx_vnni", "amx_tile", "amx_bf16", "amx_int8", "asimd", "sve")
+
+
+# Terraform's variables share the TF_ prefix; TensorFlow reads none of them, and TF_VAR_* and
+# TF_TOKEN_* often hold credentials. A report is meant to be attached to an issue: leave them out.
+_TERRAFORM = re.compile(
+    r"TF_(VAR|TOKEN|CLI|REGISTRY|CLOUD|PLUGIN|ACC|LOG|REATTACH)_.*"
+    r"|TF_(LOG|INPUT|DATA_DIR|WORKSPACE|IN_AUTOMATION|IGNORE|APPEND_USER_AGENT|STATE_PERSIST_INTERVAL|MODULE_DEPTH|ACC)"
+)
+# Any other variable named like a credential is kept as set, without its value.
+_CREDENTIAL = re.compile(r"TOKEN|SECRET|PASSW|CREDENTIAL|API_?KEY|ACCESS_KEY|PRIVATE_KEY|AUTH", re.IGNORECASE)
+REDACTED = "(set; value not recorded)"
+
+
+def tensorflow_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The ``TF_*`` variables of ``environ`` that can be TensorFlow's, sorted, credentials redacted."""
+    return {
+        name: REDACTED if _CREDENTIAL.search(name) else value
+        for name, value in sorted(environ.items())
+        if name.startswith("TF_") and not _TERRAFORM.fullmatch(name)
+    }
 
 
 def cpu_info() -> dict[str, Any]:
@@ -130,7 +153,7 @@ def environment_fingerprint(session: Any | None = None) -> dict[str, Any]:
         "onednn": _onednn_state(cpu),
         "tf32_enabled": tf32 if gpus else None,
         "op_determinism": determinism,
-        "tf_env": {k: v for k, v in sorted(os.environ.items()) if k.startswith("TF_")},
+        "tf_env": tensorflow_env(os.environ),
         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
         "python": sys.version.split()[0],
         "numpy": np.__version__,
