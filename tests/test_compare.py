@@ -54,6 +54,7 @@ def test_planted_op_is_the_first_divergence_and_nothing_upstream_differs(planted
     assert first["node"] == "block2/bn/FusedBatchNormV3" and first["op"] == "FusedBatchNormV3"
     assert report["first_divergence_beyond_tolerance"]["node"] == "block2/bn/FusedBatchNormV3"
     assert first["isolation"]["verdict"] == "own_error"
+    assert first["isolation"]["detail"].startswith("given identical inputs, B's FusedBatchNormV3 kernel differs from A's by up to ")
     assert first["rewrite"] == "attr_changed"
     upstream = _ancestors(report, "block2/bn/FusedBatchNormV3")
     assert "block2/conv/Conv2D" in upstream and "block1/relu" in upstream
@@ -101,6 +102,10 @@ def test_bf16_export_first_origin_is_the_converted_matmul(models, tmp_path):
     assert first["isolation"]["verdict"] == "own_error"
     assert report["nodes"]["dense/MatMul"]["alignment"] == "cast region"
     assert report["nodes"]["dense/MatMul"]["b_node"] == "dense/to_fp32"
+    iso = first["isolation"]
+    assert iso["detail"] == (
+        "given identical inputs, B's replacement for it (`dense/to_fp32`, Cast, with the ops between it and those inputs) "
+        f"differs from A's MatMul by up to {iso['max_abs']:.3g} (rel {iso['max_rel']:.3g})") and iso["max_abs"] > 0.01
     assert report["nodes"]["flatten/Reshape"]["status"] == "identical"
     assert "Mixed precision" in " ".join(report["answers"]["why"])
 

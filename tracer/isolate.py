@@ -95,7 +95,7 @@ def isolate_origins(
         pair = next(p for p in alignment.nodes[result.name].tensors if p.a == result.tensor)
         assert pair.b is not None
         index.append({"id": i, "node": result.name, "a_tensor": result.tensor, "b_tensor": pair.b,
-                      "b_op": view_b.graph.op_type(tensor_op(pair.b))})
+                      "a_op": view_a.graph.op_type(result.name), "b_op": view_b.graph.op_type(tensor_op(pair.b))})
         for key, view, fetch in (("a", view_a, result.tensor), ("b", view_b, pair.b)):
             ops[key].append({"id": i, "a_tensor": result.tensor, "fetch": fetch,
                              "feeds": replay_plan(view.graph, fetch, to_a[key])})
@@ -157,12 +157,21 @@ def _judge(ra: np.ndarray, rb: np.ndarray, op: dict[str, Any], capture_a: Captur
         detail = "given A's inputs, B's kernel computes A's result bit for bit: the difference is inherited"
     else:
         verdict = "own_error"
-        detail = (f"given identical inputs, B's {op['b_op']} differs from A's by up to {m.max_abs:.3g} "
-                  f"(rel {m.max_rel:.3g}): the kernel itself differs")
+        detail = f"given identical inputs, {_b_computation(op)} by up to {m.max_abs:.3g} (rel {m.max_rel:.3g})"
     if capture_a is not None and capture_a.has(op["a_tensor"]):
         if not compare_arrays(np.asarray(capture_a.tensor(op["a_tensor"])), ra).identical:
             detail += "; replaying A did not reproduce A's captured value bit for bit (A is not deterministic)"
     return IsolationResult(verdict, m.max_abs, m.max_rel, detail)
+
+
+def _b_computation(op: dict[str, Any]) -> str:
+    """What differs: B's kernel for the same op, or what an export rewrite put in its place
+    (e.g. A's MatMul is B's Cast back from a bfloat16 MatMul: B's replay runs all of it)."""
+    a_op = op.get("a_op")  # (absent from the index of a report made before it was recorded)
+    if a_op in (None, op["b_op"]):
+        return f"B's {op['b_op']} kernel differs from A's"
+    return (f"B's replacement for it (`{tensor_op(op['b_tensor'])}`, {op['b_op']}, with the ops between it and "
+            f"those inputs) differs from A's {a_op}")
 
 
 def _write_json(path: str, doc: dict[str, Any]) -> None:
