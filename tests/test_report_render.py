@@ -341,6 +341,17 @@ def test_detector_report_files_and_page_content(tmp_path: Path) -> None:
     assert "| 1 | `block2/bn/FusedBatchNormV3` | FusedBatchNormV3 | 0.0123 | 0.0093 | own error | attr\\_changed |" in md
     assert "| attr\\_changed | `block2/bn/FusedBatchNormV3` | `block2/bn/FusedBatchNormV3` | epsilon: 0.001 → 0.01 |" in md
     assert report["command"] in md
+    # The first difference is also the first beyond tolerance: one line says both.
+    assert md.count("`block2/bn/FusedBatchNormV3` (FusedBatchNormV3), max abs 0.0123") == 1
+    assert "- **First difference, bitwise and beyond tolerance:** `block2/bn/FusedBatchNormV3`" in md
+
+
+def test_markdown_gives_the_first_difference_beyond_tolerance_its_own_line_when_it_is_another_op() -> None:
+    report = load("detector_planted")
+    first = report["first_divergence"] | {"node": "block1/conv/Conv2D", "op": "Conv2D", "max_abs": 1e-07}
+    md = render_markdown(report | {"first_divergence": first})
+    assert "- **First difference (bitwise):** `block1/conv/Conv2D` (Conv2D), max abs 1e-07" in md
+    assert "- **First difference beyond tolerance:** `block2/bn/FusedBatchNormV3` (FusedBatchNormV3)" in md
 
 
 def test_markdown_answers_fall_back_to_the_origins() -> None:

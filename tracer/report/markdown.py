@@ -87,9 +87,11 @@ def _header(report: dict[str, Any], lim: _Limits) -> list[str]:
 
 def _origins(report: dict[str, Any], lim: _Limits) -> list[str]:
     out = []
-    for title, key in (("First difference (bitwise)", "first_divergence"),
-                       ("First difference beyond tolerance", "first_divergence_beyond_tolerance")):
-        o = report.get(key)
+    first, beyond = report.get("first_divergence"), report.get("first_divergence_beyond_tolerance")
+    same = isinstance(first, dict) and isinstance(beyond, dict) and first.get("node") == beyond.get("node")
+    titled = ([("First difference, bitwise and beyond tolerance", first)] if same
+              else [("First difference (bitwise)", first), ("First difference beyond tolerance", beyond)])
+    for title, o in titled:
         if isinstance(o, dict) and o.get("node"):
             rewrite = f", rewritten at export ({md_text(o['rewrite'], 60)})" if o.get("rewrite") else ""
             out.append(f"- **{title}:** {md_code(o['node'], lim.cell)} ({md_text(o.get('op'), 60)}), max abs "
