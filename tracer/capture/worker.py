@@ -19,7 +19,7 @@ import sys
 import time
 import traceback
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,21 +28,19 @@ import numpy as np
 from .._tf import tf
 from ..errors import TftraceError
 from ..inputs import Examples, batches, make_examples
-from ..align import relevant_slots
 from ..opgraph import OpGraph, tensor_op, tensor_slot
 from ..runspec import Side
+from ._format import bitwise_equal
+from .fetch_plan import FetchPlan, chunked, fetch_plan
 from .fingerprint import environment_fingerprint
 from .observer import observer_effect
 from .orphan import exit_with_parent
 from .runtime import Runtime, determinism_fix, open_runtime, tf_error_text
-from ._format import bitwise_equal
 from .store import CaptureWriter
 
-__all__ = ["run_capture", "main", "emit", "FetchPlan"]
+__all__ = ["run_capture", "main", "emit"]
 
 RUNTIME_PLUMBING = ("_Send", "_Recv", "_HostSend", "_HostRecv", "_Arg", "_Retval", "_DeviceArg", "_DeviceRetval")
-CONST_SOURCES = {"Const", "VariableV2", "Variable", "VarHandleOp", "ReadVariableOp", "Identity"}
-WHILE_FRAME_REASON = "inside a while-loop frame: a session cannot fetch it"
 
 
 def emit(event: str, **fields: Any) -> None:
@@ -73,7 +71,7 @@ def run_capture(side: Side, out_dir: str, force: bool) -> None:
     if side.batch_size and not examples.batch_major and examples.count:
         notes.append(f"the signature fixes its input shapes: ran all {examples.count} example(s) in one run")
     ranges = batches(examples.count, batch_size)
-    plan = _fetch_plan(runtime.opgraph, ranges, side.max_memory)
+    plan = fetch_plan(runtime.opgraph, ranges, side.max_memory)
     emit("stage", text="plain run")
     plain = _plain_runs(runtime, examples, ranges, side.timing_runs)
     emit("stage", text="instrumented run")
@@ -222,101 +220,6 @@ def _plain_runs(runtime: Runtime, examples: Examples, ranges: list[tuple[int, in
 # ---- instrumented run ------------------------------------------------------------------------
 
 
-@dataclass
-class FetchPlan:
-    """What the instrumented runs fetch, decided before the capture directory is opened."""
-
-    names: list[str]  # capturable tensors, topological order
-    sizes: dict[str, int]  # estimated bytes per run of the first batch
-    constant: set[str]  # ops whose value does not depend on the feed: fetched in run 0 only
-    uncaptured: dict[str, str] = field(default_factory=dict)  # name -> reason
-    max_memory: int = 0
-
-
-def _fetch_plan(opgraph: OpGraph, ranges: list[tuple[int, int]], max_memory: int) -> FetchPlan:
-    in_loops = _while_frame_ops(opgraph)
-    names: list[str] = []
-    uncaptured: dict[str, str] = {}
-    for name, info in opgraph.tensors():
-        if tensor_op(name) in in_loops and info["capturable"]:
-            info["capturable"], info["reason"] = False, WHILE_FRAME_REASON  # the manifest's graph says so too
-        if not info["capturable"]:
-            uncaptured[name] = info["reason"]
-        elif tensor_slot(name) not in relevant_slots(opgraph, tensor_op(name)):
-            # e.g. FusedBatchNorm's reserve-space outputs in inference: undefined, and Grappler
-            # may rewrite the op so they no longer exist.
-            uncaptured[name] = "an output nothing in the model reads"
-        else:
-            names.append(name)
-    rows0 = ranges[0][1] - ranges[0][0]
-    sizes = {n: _estimate_bytes(opgraph.output_info(n), rows0) for n in names}
-    _chunks(names, sizes, max_memory)  # a tensor alone above the limit is refused now, before any writing
-    return FetchPlan(names, sizes, _constant_ops(opgraph), uncaptured, max_memory)
-
-
-def _while_frame_ops(opgraph: OpGraph) -> set[str]:
-    """Ops executing inside a TF1 while-loop frame, reached through data *and* control edges.
-
-    Constants in a loop body hang off the loop's pivot by a control edge only; fetching one
-    fails at run time ("Retval has already been set"), so they are listed, not fetched.
-    """
-    inside: set[str] = set()
-    stack = [op for op in opgraph.g if opgraph.op_type(op) in ("Enter", "RefEnter")]
-    while stack:
-        op = stack.pop()
-        if op in inside or opgraph.op_type(op) in ("Exit", "RefExit"):
-            continue
-        inside.add(op)
-        stack.extend(opgraph.g.successors(op))
-    return inside
-
-
-def _constant_ops(opgraph: OpGraph) -> set[str]:
-    """Ops whose outputs do not depend on what is fed: fetched once, not per batch."""
-    fed = opgraph.fed_ops()
-    constant: set[str] = set()
-    for op in opgraph.topo_order():
-        node = opgraph.node(op)
-        inputs = [tensor_op(t) for t in node["inputs"]]
-        if op in fed or node["op"] in ("Placeholder", "PlaceholderWithDefault"):
-            continue
-        if all(src in constant for src in inputs) and (inputs or node["op"] in CONST_SOURCES):
-            constant.add(op)
-    return constant
-
-
-def _estimate_bytes(info: dict[str, Any], rows: int) -> int:
-    shape = info["shape"]
-    if shape is None:
-        return 4 * max(rows, 1)
-    count = 1
-    for i, dim in enumerate(shape):
-        count *= (rows if i == 0 else 1) if dim is None else dim
-    try:
-        itemsize = np.dtype(info["dtype"]).itemsize
-    except TypeError:
-        itemsize = 8
-    return count * itemsize
-
-
-def _chunks(names: list[str], sizes: dict[str, int], limit: int) -> list[list[str]]:
-    chunks: list[list[str]] = [[]]
-    used = 0
-    for name in names:
-        size = sizes[name]
-        if size > limit:
-            raise TftraceError(
-                f"tensor {name} alone needs about {size:,} bytes per run, more than --max-memory {limit:,}",
-                "raise --max-memory, or lower --batch-size",
-            )
-        if used + size > limit and chunks[-1]:
-            chunks.append([])
-            used = 0
-        chunks[-1].append(name)
-        used += size
-    return chunks
-
-
 def _instrumented_runs(
     runtime: Runtime, examples: Examples, ranges: list[tuple[int, int]], writer: CaptureWriter, plan: FetchPlan
 ) -> dict:
@@ -334,7 +237,7 @@ def _instrumented_runs(
     written = 0
     for run_index, (start, stop) in enumerate(ranges):
         wanted = plan.names if run_index == 0 else [n for n in plan.names if tensor_op(n) not in plan.constant and n in layout]
-        chunks = _chunks(wanted, plan.sizes, plan.max_memory)
+        chunks = chunked(wanted, plan.sizes, plan.max_memory)
         chunk_count = max(chunk_count, len(chunks))
         feed = _feed(runtime, examples, start, stop)
         where = _Where(run_index, start, stop, examples.count, examples.batch_major)

@@ -1,0 +1,118 @@
+"""What the instrumented runs of a capture fetch, decided before anything is written.
+
+Every tensor of the op graph is either planned (in topological order, with its estimated size
+per run) or left uncaptured with a reason; ops whose value does not depend on the feed are
+fetched once. ``chunked`` splits the plan so one run's fetch stays under ``--max-memory``.
+No TensorFlow here: the plan is made from the op graph alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..align import relevant_slots
+from ..errors import TftraceError
+from ..opgraph import OpGraph, tensor_op, tensor_slot
+
+__all__ = ["FetchPlan", "fetch_plan", "chunked"]
+
+WHILE_FRAME_REASON = "inside a while-loop frame: a session cannot fetch it"
+CONST_SOURCES = {"Const", "VariableV2", "Variable", "VarHandleOp", "ReadVariableOp", "Identity"}
+
+
+@dataclass
+class FetchPlan:
+    """What the instrumented runs fetch, decided before the capture directory is opened."""
+
+    names: list[str]  # capturable tensors, topological order
+    sizes: dict[str, int]  # estimated bytes per run of the first batch
+    constant: set[str]  # ops whose value does not depend on the feed: fetched in run 0 only
+    uncaptured: dict[str, str] = field(default_factory=dict)  # name -> reason
+    max_memory: int = 0
+
+
+def fetch_plan(opgraph: OpGraph, ranges: list[tuple[int, int]], max_memory: int) -> FetchPlan:
+    in_loops = _while_frame_ops(opgraph)
+    names: list[str] = []
+    uncaptured: dict[str, str] = {}
+    for name, info in opgraph.tensors():
+        if tensor_op(name) in in_loops and info["capturable"]:
+            info["capturable"], info["reason"] = False, WHILE_FRAME_REASON  # the manifest's graph says so too
+        if not info["capturable"]:
+            uncaptured[name] = info["reason"]
+        elif tensor_slot(name) not in relevant_slots(opgraph, tensor_op(name)):
+            # e.g. FusedBatchNorm's reserve-space outputs in inference: undefined, and Grappler
+            # may rewrite the op so they no longer exist.
+            uncaptured[name] = "an output nothing in the model reads"
+        else:
+            names.append(name)
+    rows0 = ranges[0][1] - ranges[0][0]
+    sizes = {n: _estimate_bytes(opgraph.output_info(n), rows0) for n in names}
+    chunked(names, sizes, max_memory)  # a tensor alone above the limit is refused now, before any writing
+    return FetchPlan(names, sizes, _constant_ops(opgraph), uncaptured, max_memory)
+
+
+def _while_frame_ops(opgraph: OpGraph) -> set[str]:
+    """Ops executing inside a TF1 while-loop frame, reached through data *and* control edges.
+
+    Constants in a loop body hang off the loop's pivot by a control edge only; fetching one
+    fails at run time ("Retval has already been set"), so they are listed, not fetched.
+    """
+    inside: set[str] = set()
+    stack = [op for op in opgraph.g if opgraph.op_type(op) in ("Enter", "RefEnter")]
+    while stack:
+        op = stack.pop()
+        if op in inside or opgraph.op_type(op) in ("Exit", "RefExit"):
+            continue
+        inside.add(op)
+        stack.extend(opgraph.g.successors(op))
+    return inside
+
+
+def _constant_ops(opgraph: OpGraph) -> set[str]:
+    """Ops whose outputs do not depend on what is fed: fetched once, not per batch."""
+    fed = opgraph.fed_ops()
+    constant: set[str] = set()
+    for op in opgraph.topo_order():
+        node = opgraph.node(op)
+        inputs = [tensor_op(t) for t in node["inputs"]]
+        if op in fed or node["op"] in ("Placeholder", "PlaceholderWithDefault"):
+            continue
+        if all(src in constant for src in inputs) and (inputs or node["op"] in CONST_SOURCES):
+            constant.add(op)
+    return constant
+
+
+def _estimate_bytes(info: dict[str, Any], rows: int) -> int:
+    shape = info["shape"]
+    if shape is None:
+        return 4 * max(rows, 1)
+    count = 1
+    for i, dim in enumerate(shape):
+        count *= (rows if i == 0 else 1) if dim is None else dim
+    try:
+        itemsize = np.dtype(info["dtype"]).itemsize
+    except TypeError:
+        itemsize = 8
+    return count * itemsize
+
+
+def chunked(names: list[str], sizes: dict[str, int], limit: int) -> list[list[str]]:
+    chunks: list[list[str]] = [[]]
+    used = 0
+    for name in names:
+        size = sizes[name]
+        if size > limit:
+            raise TftraceError(
+                f"tensor {name} alone needs about {size:,} bytes per run, more than --max-memory {limit:,}",
+                "raise --max-memory, or lower --batch-size",
+            )
+        if used + size > limit and chunks[-1]:
+            chunks.append([])
+            used = 0
+        chunks[-1].append(name)
+        used += size
+    return chunks
