@@ -7,6 +7,7 @@ report of any size with exactly the fields compare writes; the browser test reus
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import re
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rich.console import Console
 
 from tracer.report.dot import (
     PROPAGATED_SHADES,
@@ -33,6 +35,7 @@ from tracer.report.html import script_json
 from tracer.report.markdown import MD_LIMIT, md_code, md_text, render_markdown
 from tracer.report.render import inline_svg, render_report
 from tracer.report.summary import environment_rows, flatten, fmt, json_safe, num, rewrite_detail, side_facts
+from tracer.report.terminal import print_comparison
 
 FIXTURES = Path(__file__).parent / "fixtures"
 OUTPUT = Path(__file__).parent / "_output"
@@ -353,6 +356,23 @@ def test_markdown_gives_the_first_difference_beyond_tolerance_its_own_line_when_
     assert "- **First difference (bitwise):** `block1/conv/Conv2D` (Conv2D), max abs 1e-07" in md
     assert "- **First difference beyond tolerance:** `block2/bn/FusedBatchNormV3` (FusedBatchNormV3)" in md
 
+
+def test_an_output_that_could_not_be_compared_is_said_everywhere(tmp_path: Path) -> None:
+    """Terminal, Markdown and page name the output and why; the verdict line carries the caveat."""
+    report = load("detector_planted")
+    why = "its value depends on which examples share a run (a shape, or a reduction over the batch), and A and B batch them differently"
+    report["outputs"]["num_detections"] |= {"identical": None, "within_tolerance": None, "max_abs": None,
+                                            "max_rel": None, "cosine": None, "not_compared": why}
+    md = render_markdown(report)
+    assert f"| `num_detections` | **not compared**: {md_text(why, 200)} |" in md
+    out = io.StringIO()
+    print_comparison(Console(file=out, width=400, force_terminal=False), report)
+    shown = out.getvalue()
+    assert shown.splitlines()[0] == "DIVERGED (but 1 of 6 outputs not compared)"
+    assert f"not compared: num_detections: {why}" in shown
+    html = render_report(report, tmp_path)["html"].read_text(encoding="utf-8")
+    assert "4 of 6 outputs differ beyond tolerance." in html and "1 of 6 outputs could not be compared (see Outputs)." in html
+    assert f'<span class="chip st-not_compared">not compared</span> <span class="muted small">{why}</span>' in html
 
 def test_markdown_answers_fall_back_to_the_origins() -> None:
     report = load("detector_planted") | {"answers": None}

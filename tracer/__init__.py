@@ -116,11 +116,19 @@ def _is_capture(target: Any) -> bool:
 
 def assert_equivalent(a: str | Side, b: str | Side, *, rtol: float = 1e-5, atol: float = 1e-6, **options: Any) -> Comparison:
     """For unit tests: raise AssertionError naming the first divergent op, its type, the max
-    output difference and the report path when A and B differ beyond tolerance."""
+    output difference and the report path when A and B differ beyond tolerance, or naming the
+    outputs that could not be compared (equivalence not shown is not equivalence)."""
     result = compare(a, b, atol=atol, rtol=rtol, **options)
+    report = result.report
+    missing = {k: o.get("not_compared") for k, o in report["outputs"].items() if o.get("identical") is None}
+    if result and missing:
+        raise AssertionError(
+            f"{a} and {b}: could not compare output(s) "
+            + "; ".join(f"{k!r} ({why or 'not compared'})" for k, why in missing.items())
+            + f"; report: {result.out_dir}/report.html"
+        )
     if result:
         return result
-    report = result.report
     first = report.get("first_divergence_beyond_tolerance") or report.get("first_divergence") or {}
     worst = max(((k, o.get("max_abs")) for k, o in report["outputs"].items() if isinstance(o.get("max_abs"), float)),
                 key=lambda kv: kv[1], default=("?", None))

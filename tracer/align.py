@@ -38,6 +38,7 @@ class CaptureView:
         self.graph = OpGraph.from_json(capture.manifest["graph"])
         self.layout: dict[str, str] = capture.manifest.get("tensor_layout", {})
         self.batch_size: int = int(capture.manifest.get("batch_size") or 0)
+        self.runs: list[list[int]] = capture.manifest.get("runs") or []  # [start, stop) of each run's examples
 
     def captured(self, tensor: str) -> bool:
         return self.capture.has(tensor)
@@ -180,8 +181,12 @@ def _pair(a: CaptureView, b: CaptureView, ta: str, tb: str, reason: str) -> Tens
     if not b.captured(tb):
         return TensorPair(ta, tb, reason, False, f"B: {b.uncaptured_reason(tb)}")
     la, lb = a.layout.get(ta, "rows"), b.layout.get(tb, "rows")
-    if "varies" in (la, lb):
-        return TensorPair(ta, tb, reason, False, "its value changes from batch to batch (a shape computation)")
+    if "varies" in (la, lb) and a.runs != b.runs:
+        # Kept from the first run only (a shape, or a sum over the batch): that value covers
+        # the same examples on both sides only when they batch them alike.
+        return TensorPair(ta, tb, reason, False,
+                          "its value depends on which examples share a run (a shape, or a reduction over the batch), "
+                          "and A and B batch them differently")
     ra, rb = a.record(ta), b.record(tb)
     batch_differs = a.batch_size != b.batch_size
     if batch_differs and la == lb == "whole" and ra["dtype"].startswith(("int", "uint")):

@@ -50,21 +50,36 @@ class IsolationResult:
 
 def replay_plan(graph: OpGraph, tensor: str, to_a: dict[str, str]) -> dict[str, str]:
     """Tensors of ``graph`` to feed (-> the A tensor whose captured value feeds it) to recompute
-    ``tensor`` alone: the nearest ancestors that have an A counterpart."""
+    ``tensor`` alone: the nearest ancestors that have an A counterpart.
+
+    Control edges are followed too, and they need more than a value: an op that something waits
+    on must *run*, so its own inputs are needed even when its output is fed. An inlined TF2
+    function is the common case: its body waits on a NoOp that waits on the Identity of each
+    input, so the placeholder behind it must be fed though no data path reaches it.
+    """
     feeds: dict[str, str] = {}
-    seen: set[str] = set()
-    stack = list(graph.data_inputs(tensor_op(tensor)))
+    seen: set[tuple[bool, str]] = set()
+    stack: list[tuple[bool, str]] = [(True, tensor_op(tensor))]  # (must run, op) or (False, tensor)
     while stack:
-        t = stack.pop()
-        if t in seen:
+        item = stack.pop()
+        if item in seen:
             continue
-        seen.add(t)
-        if t in to_a:
-            feeds[t] = to_a[t]
+        seen.add(item)
+        must_run, name = item
+        if not must_run:
+            if name in to_a:
+                feeds[name] = to_a[name]
+            else:
+                stack.append((True, tensor_op(name)))
             continue
-        op = tensor_op(t)
-        if op in graph:
-            stack.extend(graph.data_inputs(op))
+        if name not in graph:
+            continue
+        if graph.op_type(name) in ("Placeholder", "PlaceholderWithDefault"):
+            stack.append((False, f"{name}:0"))
+            continue
+        node = graph.node(name)
+        stack.extend((False, t) for t in node["inputs"])
+        stack.extend((True, tensor_op(c)) for c in node["control_inputs"])
     return feeds
 
 

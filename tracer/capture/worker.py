@@ -335,6 +335,9 @@ def _store(
 ) -> None:
     """Rows of batch-major tensors go to their example indices; others are kept once.
 
+    A tensor is batch-major when its first axis is the example axis: left open by its static
+    shape (unknown first dimension, or unknown rank: shape inference gives up after a while
+    loop or a cond) and equal to this run's rows. Later runs must agree, or it is uncaptured.
     A pass-through op's output that repeats its input's bytes is stored once (``same_as``).
     """
     static = opgraph.output_info(name)["shape"]
@@ -344,9 +347,7 @@ def _store(
         batch_major = (
             where.batch_major
             and tensor_op(name) not in constant
-            and static is not None
-            and len(static) > 0
-            and static[0] is None
+            and (static is None or (len(static) > 0 and static[0] is None))
             and value.ndim > 0
             and value.shape[0] == rows
         )

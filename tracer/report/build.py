@@ -159,6 +159,14 @@ def _first_nonfinite(view: Any) -> dict[str, Any] | None:
     return None
 
 
+def _why_not_compared(comparison: Comparison, key: str, ta: str, tb: str) -> str:
+    """Why an output has no metrics: the reason its op was not compared, as the nodes say."""
+    if not tb:
+        return f"B has no output {key!r} (pair keys that differ with --map A_KEY=B_KEY)"
+    result = comparison.divergence.nodes.get(ta.rsplit(":", 1)[0])
+    return (result.reason if result is not None and result.reason else "") or "not captured on both sides"
+
+
 def build_report(comparison: Comparison) -> dict[str, Any]:
     div = comparison.divergence
     view_a, view_b = comparison.view_a, comparison.view_b
@@ -174,6 +182,7 @@ def build_report(comparison: Comparison) -> dict[str, Any]:
             "nan_mismatch": m.nan_mismatch if m else None,
             "inf_mismatch": m.inf_mismatch if m else None,
             "mismatch_count": m.mismatch_count if m else None,
+            "not_compared": None if m else _why_not_compared(comparison, key, ta, tb),
         }
     report = {
         "schema_version": SCHEMA_VERSION,

@@ -227,8 +227,10 @@ def _headline(report: dict[str, Any], op_count: int) -> str:
     beyond = report.get("first_divergence_beyond_tolerance")
     first = report.get("first_divergence")
     where = beyond if isinstance(beyond, dict) and beyond.get("node") else first
+    missing = sum(1 for o in outputs if o.get("identical") is None)
+    caveat = f" {missing} of {len(outputs)} outputs could not be compared (see Outputs)." if missing else ""
     if verdict == "identical":
-        return f"A and B compute bit-identical results for all {op_count} compared ops."
+        return f"A and B compute bit-identical results for all {op_count} compared ops.{caveat}"
     if verdict == "within_tolerance":
         head = f"{differ} of {len(outputs)} outputs differ, but only within tolerance."
     elif verdict == "diverged":
@@ -242,7 +244,7 @@ def _headline(report: dict[str, Any], op_count: int) -> str:
         verdicts = {"own_error": "its own error", "inherited": "inherited from upstream"}
         own = verdicts.get(str((where.get("isolation") or {}).get("verdict")))
         head += f" The difference starts at `{where['node']}` ({where.get('op')})" + (f", {own}." if own else ".")
-    return head
+    return head + caveat
 
 
 def _shade_labels() -> list[dict[str, str]]:

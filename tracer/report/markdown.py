@@ -122,8 +122,9 @@ def _outputs(report: dict[str, Any], lim: _Limits) -> list[str]:
         return []
     rows = []
     for key, o in outputs[: lim.rows]:
+        why = f": {md_text(o['not_compared'], 200)}" if o.get("not_compared") else ""
         result = ("identical" if o.get("identical") else "within tolerance" if o.get("within_tolerance")
-                  else "not compared" if o.get("identical") is None else "**differs**")
+                  else f"**not compared**{why}" if o.get("identical") is None else "**differs**")
         rows.append([md_code(key, lim.cell), result, fmt(o.get("max_abs")), fmt(o.get("max_rel")), fmt(o.get("cosine"), 7)])
     return ["### Outputs"] + _table(["output", "result", "max abs", "max rel", "cosine"], rows, len(outputs), "outputs") + [""]
 

@@ -75,7 +75,10 @@ def print_comparison(console: Console, report: dict, out_dir: object = None) -> 
     """The terminal summary of a report dict: verdict, first divergence, origins, outputs."""
     sides = report["sides"]
     verdict = report["verdict"]
-    console.print(f"[{VERDICT_STYLE.get(verdict, 'bold')}]{escape(verdict.replace('_', ' ').upper())}[/]")
+    missing = {k: o.get("not_compared") or "not compared" for k, o in report.get("outputs", {}).items()
+               if o.get("identical") is None}
+    caveat = f" (but {len(missing)} of {len(report['outputs'])} outputs not compared)" if missing else ""
+    console.print(f"[{VERDICT_STYLE.get(verdict, 'bold')}]{escape(verdict.replace('_', ' ').upper())}[/]{escape(caveat)}")
     for key in ("a", "b"):
         side = sides[key]
         console.print(f"  {key.upper()}: {side['artifact'].get('location') or side['artifact'].get('path')} "
@@ -104,9 +107,13 @@ def print_comparison(console: Console, report: dict, out_dir: object = None) -> 
         outputs.add_column(col)
     for key, out in report.get("outputs", {}).items():
         nonfinite = (out.get("nan_mismatch") or 0) + (out.get("inf_mismatch") or 0)
-        outputs.add_row(escape(str(key)), str(out["identical"]), str(out["within_tolerance"]), _num(out["max_abs"]),
+        compared = out["identical"] is not None
+        outputs.add_row(escape(str(key)), str(out["identical"]) if compared else "not compared",
+                        str(out["within_tolerance"]) if compared else "—", _num(out["max_abs"]),
                         _num(out["max_rel"]), str(nonfinite) if nonfinite else "")
     console.print(outputs)
+    for key, why in missing.items():
+        console.print(f"[bold yellow]not compared:[/] {escape(str(key))}: {escape(str(why))}")
     kinds = Counter(r["kind"] for r in report.get("rewrites", []))
     if kinds:
         console.print("Rewrites: " + ", ".join(f"{n} {k}" for k, n in kinds.most_common()), highlight=False, markup=False)
