@@ -62,6 +62,39 @@ def loop_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return out
 
 
+TF1_MAP_MODEL = """
+import os, sys
+os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
+import tensorflow as tf
+tf1 = tf.compat.v1
+tf1.disable_v2_behavior()
+with tf.Graph().as_default():
+    x = tf1.placeholder(tf.float32, [None, 8], name="x")
+    w = tf1.get_variable("w", [8, 8], initializer=tf1.random_normal_initializer(seed=1))
+    _, h = tf1.while_loop(lambda i, h: i < 3, lambda i, h: (i + 1, tf.nn.relu(tf.matmul(h, w)) * 0.5 + h),
+                          [tf.constant(0), x])
+    spread = tf.map_fn(lambda row: tf.reduce_max(row) - tf.reduce_min(row), h)  # a while loop over the rows
+    y = tf.identity(tf.nn.softmax(h) * spread[:, None], name="y")
+    with tf1.Session() as session:
+        session.run(tf1.global_variables_initializer())
+        tf1.train.Saver().save(session, os.path.join(sys.argv[1], "ckpt", "model.ckpt"))
+        builder = tf1.saved_model.Builder(os.path.join(sys.argv[1], "savedmodel"))
+        signature = tf1.saved_model.predict_signature_def({"x": x}, {"y": y})
+        builder.add_meta_graph_and_variables(session, ["serve"], signature_def_map={"serving_default": signature})
+        builder.save()
+"""
+
+
+@pytest.fixture(scope="module")
+def tf1_map_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A TF1 graph with a while loop and a map_fn (TensorArrays indexed by a Range over the
+    batch), as a checkpoint and as the SavedModel exported from it."""
+    root = tmp_path_factory.mktemp("tf1_map")
+    subprocess.run([sys.executable, "-c", textwrap.dedent(TF1_MAP_MODEL), str(root)], check=True,
+                   capture_output=True, timeout=300, env={**os.environ, "CUDA_VISIBLE_DEVICES": "-1"})
+    return root
+
+
 def _compare(out: Path, a: Path, b: Path, *args: str) -> tuple[int, dict[str, Any], str]:
     proc = run_cli("compare", str(a), str(b), "--out", str(out), "--onednn", "off", "--examples", "8", *args)
     assert proc.returncode in (0, 1), proc.stderr
@@ -148,3 +181,20 @@ def test_replaying_an_op_feeds_what_its_control_edges_make_run() -> None:
     captured = {"x:0": "x:0", "input:0": "input:0"}
     assert replay_plan(graph, "exit:0", captured) == {"input:0": "input:0", "x:0": "x:0"}
     assert replay_plan(graph, "exit:0", {"input:0": "input:0"}) == {"input:0": "input:0"}  # nothing else to feed
+
+
+@pytest.mark.slow
+def test_a_batch_index_from_the_shape_is_metadata_not_a_divergence(tf1_map_model: Path, tmp_path: Path) -> None:
+    """map_fn indexes its TensorArrays with Range(batch size): [0] at batch 1, [0 1 2 3] at batch
+    4. Those follow the shape, not the values: never an origin."""
+    _code, report, _ = _compare(tmp_path, tf1_map_model / "ckpt", tf1_map_model / "savedmodel",
+                                "--a-outputs", "y", "--a-input-names", "x", "--a-batch-size", "1",
+                                "--b-batch-size", "4", "--isolate", "0")
+    nodes = report["nodes"]
+    for index in ("map/TensorArrayUnstack/range", "map/TensorArrayStack/range"):
+        assert nodes[index]["status"] == "not_compared"
+        assert nodes[index]["reason"] == ("computed from a shape, not from values (e.g. a batch index): "
+                                          "depends on the batch size")
+    assert all(o["op"] != "Range" for o in report["origins"])
+    assert nodes["map/TensorArrayStack/TensorArrayGatherV3"]["status"] in ("identical", "within_tolerance")
+    assert report["outputs"]["y"]["identical"] is not None

@@ -57,6 +57,26 @@ def test_topological_order_is_deterministic_and_ignores_loop_back_edges() -> Non
     assert g.fed_ops() == {"x"}
 
 
+def test_shape_derived_ops_follow_shapes_not_values_and_loops() -> None:
+    """A batch index built from the input's shape follows the batch size; a gather by it
+    reads values; a loop counter fed back from a value-dependent body depends on values too."""
+    g = OpGraph.from_json({"inputs": {"x": "x:0"}, "outputs": {"y": "gather:0"}, "nodes": [
+        node("x", "Placeholder"),
+        node("w", "Const"),
+        node("shape", "Shape", ["x:0"]),
+        node("n", "StridedSlice", ["shape:0"]),
+        node("index", "Range", ["n:0"]),
+        node("zeros", "ZerosLike", ["x:0"]),
+        node("matmul", "MatMul", ["x:0", "w:0"]),
+        node("gather", "GatherV2", ["matmul:0", "index:0"]),
+        node("loop/enter", "Enter", ["w:0"]),
+        node("loop/merge", "Merge", ["loop/enter:0", "loop/next:0"]),
+        node("loop/body", "AddV2", ["loop/merge:0", "matmul:0"]),
+        node("loop/next", "NextIteration", ["loop/body:0"]),
+        node("counted", "Range", ["loop/merge:0"]),
+    ]})
+    assert g.shape_derived_ops() == {"shape", "n", "index", "zeros"}
+
 def test_json_round_trip_keeps_everything() -> None:
     doc = {"inputs": {"x": "x:0"}, "outputs": {"y": "y:0"}, "nodes": [
         node("x", "Placeholder"), node("s/neg", "Neg", ["x:0"]), node("y", "Identity", ["s/neg:0"], control=["x"]),

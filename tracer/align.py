@@ -39,6 +39,7 @@ class CaptureView:
         self.layout: dict[str, str] = capture.manifest.get("tensor_layout", {})
         self.batch_size: int = int(capture.manifest.get("batch_size") or 0)
         self.runs: list[list[int]] = capture.manifest.get("runs") or []  # [start, stop) of each run's examples
+        self.shape_derived: set[str] = self.graph.shape_derived_ops()
 
     def captured(self, tensor: str) -> bool:
         return self.capture.has(tensor)
@@ -188,9 +189,12 @@ def _pair(a: CaptureView, b: CaptureView, ta: str, tb: str, reason: str) -> Tens
                           "its value depends on which examples share a run (a shape, or a reduction over the batch), "
                           "and A and B batch them differently")
     ra, rb = a.record(ta), b.record(tb)
-    batch_differs = a.batch_size != b.batch_size
-    if batch_differs and la == lb == "whole" and ra["dtype"].startswith(("int", "uint")):
-        return TensorPair(ta, tb, reason, False, "shape metadata: depends on the batch size")
+    if a.batch_size != b.batch_size:
+        if la == lb == "whole" and ra["dtype"].startswith(("int", "uint")):
+            return TensorPair(ta, tb, reason, False, "shape metadata: depends on the batch size")
+        if tensor_op(ta) in a.shape_derived:
+            return TensorPair(ta, tb, reason, False,
+                              "computed from a shape, not from values (e.g. a batch index): depends on the batch size")
     if list(ra["shape"]) != list(rb["shape"]):
         return TensorPair(ta, tb, reason, False, f"shapes differ: A {ra['shape']} vs B {rb['shape']}")
     return TensorPair(ta, tb, reason, True)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import networkx as nx
@@ -27,6 +27,9 @@ __all__ = ["OpGraph", "tensor_op", "tensor_slot", "NOT_FETCHABLE_DTYPES"]
 
 NOT_FETCHABLE_DTYPES = {"resource": "a resource handle holds no values", "variant": "a variant tensor has no array form"}
 FRAME_OPS = {"Enter", "RefEnter"}
+# Ops whose output depends on their input's shape, not its values.
+SHAPE_READERS = frozenset({"Shape", "ShapeN", "Size", "Rank", "TensorArraySizeV3", "TensorListLength",
+                           "TensorListElementShape", "ZerosLike", "OnesLike"})
 CONTROL_FLOW_V1_OPS = {"Enter", "RefEnter", "Exit", "RefExit", "NextIteration", "RefNextIteration", "Merge", "RefMerge",
                        "Switch", "RefSwitch", "LoopCond"}
 SMALL_CONST_ELEMENTS = 16
@@ -98,6 +101,20 @@ class OpGraph:
     def fed_ops(self) -> set[str]:
         return {tensor_op(t) for t in self.inputs.values()}
 
+    def shape_derived_ops(self) -> set[str]:
+        """Ops that depend on what is fed only through its *shape*: a batch index (``Range`` up to
+        the batch size), a reshape target, a ``TensorArray``'s size. Their values follow the
+        batch size, so they are metadata when the sides' batch sizes differ, never a divergence.
+
+        Found by spreading two marks forward from the fed ops along data edges: "depends on the
+        feed" crosses every op, "depends on its values" stops at ops that read only a shape.
+        Spread to a fixed point, so loop back edges count too.
+        """
+        fed = self.fed_ops()
+        on_feed = _reach(self.g, fed, lambda _op: True)
+        on_values = _reach(self.g, fed, lambda op: self.g.nodes[op]["op"] not in SHAPE_READERS)
+        return on_feed - on_values
+
     # ---- serialisation ---------------------------------------------------------------------
 
     def to_json(self) -> dict[str, Any]:
@@ -136,6 +153,17 @@ class OpGraph:
             g.add_node(name, **_node_data(by_name[name], in_frame))
         _add_edges(g)
         return cls(g, {k: _canonical(v) for k, v in inputs.items()}, {k: _canonical(v) for k, v in outputs.items()})
+
+
+def _reach(g: nx.DiGraph, sources: set[str], passes: Callable[[str], bool]) -> set[str]:
+    """``sources`` and every op reached from them along data edges, entering only ops that ``passes``."""
+    reached, stack = set(sources), list(sources)
+    while stack:
+        for _, dst, data in g.out_edges(stack.pop(), data=True):
+            if not data.get("control") and dst not in reached and passes(dst):
+                reached.add(dst)
+                stack.append(dst)
+    return reached
 
 
 def _ancestors(by_name: dict[str, Any], roots: Iterable[str], fed: set[str]) -> set[str]:
