@@ -183,6 +183,9 @@ def _b_computation(op: dict[str, Any]) -> str:
     """What differs: B's kernel for the same op, or what an export rewrite put in its place
     (e.g. A's MatMul is B's Cast back from a bfloat16 MatMul: B's replay runs all of it)."""
     a_op = op.get("a_op")  # (absent from the index of a report made before it was recorded)
+    if a_op in ("Exit", "RefExit") and op["b_op"] == a_op:
+        return ("B's while loop that ends here (replayed whole: a session cannot fetch the ops inside a loop) "
+                "differs from A's")
     if a_op in (None, op["b_op"]):
         return f"B's {op['b_op']} kernel differs from A's"
     return (f"B's replacement for it (`{tensor_op(op['b_tensor'])}`, {op['b_op']}, with the ops between it and "

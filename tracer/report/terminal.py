@@ -87,7 +87,9 @@ def print_comparison(console: Console, report: dict, out_dir: object = None) -> 
                           ("First divergence beyond tolerance", report.get("first_divergence_beyond_tolerance"))):
         if origin:
             iso = origin.get("isolation") or {}
-            verdict_iso = {"own_error": "its own kernel differs given identical inputs",
+            own = ("the while loop ending here differs given identical inputs" if origin["op"] in ("Exit", "RefExit")
+                   else "its own kernel differs given identical inputs")
+            verdict_iso = {"own_error": own,
                            "inherited": "inherited (identical given identical inputs)"}.get(iso.get("verdict"), "not isolated")
             console.print(f"{title}: {origin['node']} ({origin['op']}), max abs {_num(origin['max_abs'])}, "
                           f"max rel {_num(origin['max_rel'])} — {verdict_iso}", highlight=False, markup=False)
