@@ -119,12 +119,14 @@ def assert_equivalent(a: str | Side, b: str | Side, *, rtol: float = 1e-5, atol:
     output difference and the report path when A and B differ beyond tolerance, or naming the
     outputs that could not be compared (equivalence not shown is not equivalence)."""
     result = compare(a, b, atol=atol, rtol=rtol, **options)
+    from .report.summary import outputs_not_compared  # noqa: PLC0415
+
     report = result.report
-    missing = {k: o.get("not_compared") for k, o in report["outputs"].items() if o.get("identical") is None}
+    missing = outputs_not_compared(report)
     if result and missing:
         raise AssertionError(
             f"{a} and {b}: could not compare output(s) "
-            + "; ".join(f"{k!r} ({why or 'not compared'})" for k, why in missing.items())
+            + "; ".join(f"{k!r} ({why})" for k, why in missing.items())
             + f"; report: {result.out_dir}/report.html"
         )
     if result:

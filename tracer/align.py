@@ -17,6 +17,7 @@ Rows need no work here: every capture stores all examples in example order, what
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,7 +40,11 @@ class CaptureView:
         self.layout: dict[str, str] = capture.manifest.get("tensor_layout", {})
         self.batch_size: int = int(capture.manifest.get("batch_size") or 0)
         self.runs: list[list[int]] = capture.manifest.get("runs") or []  # [start, stop) of each run's examples
-        self.shape_derived: set[str] = self.graph.shape_derived_ops()
+
+    @functools.cached_property
+    def shape_derived(self) -> set[str]:
+        """Ops computed from the feed's shape only (asked only when the batch sizes differ)."""
+        return self.graph.shape_derived_ops()
 
     def captured(self, tensor: str) -> bool:
         return self.capture.has(tensor)

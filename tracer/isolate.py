@@ -29,7 +29,7 @@ from .capture.reader import Capture
 from .divergence import NodeResult
 from .errors import TftraceError
 from .metrics import compare_arrays
-from .opgraph import OpGraph, tensor_op
+from .opgraph import EXIT_OPS, OpGraph, tensor_op
 from .runspec import Side
 
 __all__ = ["IsolationResult", "isolate_origins", "replay_plan", "run_job", "evaluate", "isolate_remote"]
@@ -183,7 +183,7 @@ def _b_computation(op: dict[str, Any]) -> str:
     """What differs: B's kernel for the same op, or what an export rewrite put in its place
     (e.g. A's MatMul is B's Cast back from a bfloat16 MatMul: B's replay runs all of it)."""
     a_op = op.get("a_op")  # (absent from the index of a report made before it was recorded)
-    if a_op in ("Exit", "RefExit") and op["b_op"] == a_op:
+    if a_op in EXIT_OPS and op["b_op"] == a_op:
         return ("B's while loop that ends here (replayed whole: a session cannot fetch the ops inside a loop) "
                 "differs from A's")
     if a_op in (None, op["b_op"]):

@@ -23,10 +23,11 @@ from typing import Any
 
 import networkx as nx
 
-__all__ = ["OpGraph", "tensor_op", "tensor_slot", "NOT_FETCHABLE_DTYPES"]
+__all__ = ["OpGraph", "tensor_op", "tensor_slot", "NOT_FETCHABLE_DTYPES", "EXIT_OPS", "FRAME_OPS"]
 
 NOT_FETCHABLE_DTYPES = {"resource": "a resource handle holds no values", "variant": "a variant tensor has no array form"}
 FRAME_OPS = {"Enter", "RefEnter"}
+EXIT_OPS = frozenset({"Exit", "RefExit"})  # where a while-loop frame ends
 # Ops whose output depends on their input's shape, not its values.
 SHAPE_READERS = frozenset({"Shape", "ShapeN", "Size", "Rank", "TensorArraySizeV3", "TensorListLength",
                            "TensorListElementShape", "ZerosLike", "OnesLike"})
@@ -197,7 +198,7 @@ def _ops_in_while_frames(by_name: dict[str, Any], keep: set[str]) -> set[str]:
         if name in inside:
             continue
         op = by_name[name]
-        if op.type in ("Exit", "RefExit"):
+        if op.type in EXIT_OPS:
             continue
         inside.add(name)
         stack.extend(c.name for out in op.outputs for c in out.consumers())

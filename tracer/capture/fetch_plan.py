@@ -15,7 +15,7 @@ import numpy as np
 
 from ..align import relevant_slots
 from ..errors import TftraceError
-from ..opgraph import OpGraph, tensor_op, tensor_slot
+from ..opgraph import EXIT_OPS, FRAME_OPS, OpGraph, tensor_op, tensor_slot
 
 __all__ = ["FetchPlan", "fetch_plan", "chunked"]
 
@@ -62,10 +62,10 @@ def _while_frame_ops(opgraph: OpGraph) -> set[str]:
     fails at run time ("Retval has already been set"), so they are listed, not fetched.
     """
     inside: set[str] = set()
-    stack = [op for op in opgraph.g if opgraph.op_type(op) in ("Enter", "RefEnter")]
+    stack = [op for op in opgraph.g if opgraph.op_type(op) in FRAME_OPS]
     while stack:
         op = stack.pop()
-        if op in inside or opgraph.op_type(op) in ("Exit", "RefExit"):
+        if op in inside or opgraph.op_type(op) in EXIT_OPS:
             continue
         inside.add(op)
         stack.extend(opgraph.g.successors(op))

@@ -18,6 +18,7 @@ import numpy as np
 
 from .. import __version__
 from ..causes import explain_comparison
+from ..opgraph import tensor_op
 
 if TYPE_CHECKING:
     from ..compare import Comparison
@@ -163,7 +164,7 @@ def _why_not_compared(comparison: Comparison, key: str, ta: str, tb: str) -> str
     """Why an output has no metrics: the reason its op was not compared, as the nodes say."""
     if not tb:
         return f"B has no output {key!r} (pair keys that differ with --map A_KEY=B_KEY)"
-    result = comparison.divergence.nodes.get(ta.rsplit(":", 1)[0])
+    result = comparison.divergence.nodes.get(tensor_op(ta))
     return (result.reason if result is not None and result.reason else "") or "not captured on both sides"
 
 

@@ -33,6 +33,7 @@ from .summary import (
     fmt,
     isolation_text,
     json_safe,
+    outputs_not_compared,
     rewrite_detail,
     side_facts,
 )
@@ -227,7 +228,7 @@ def _headline(report: dict[str, Any], op_count: int) -> str:
     beyond = report.get("first_divergence_beyond_tolerance")
     first = report.get("first_divergence")
     where = beyond if isinstance(beyond, dict) and beyond.get("node") else first
-    missing = sum(1 for o in outputs if o.get("identical") is None)
+    missing = len(outputs_not_compared(report))
     caveat = f" {missing} of {len(outputs)} outputs could not be compared (see Outputs)." if missing else ""
     if verdict == "identical":
         return f"A and B compute bit-identical results for all {op_count} compared ops.{caveat}"

@@ -25,6 +25,7 @@ __all__ = [
     "EnvRow",
     "environment_rows",
     "side_facts",
+    "outputs_not_compared",
     "isolation_text",
     "rewrite_detail",
     "answers",
@@ -178,6 +179,12 @@ def side_facts(side: dict[str, Any]) -> list[tuple[str, str]]:
     if notes:
         rows.append(("notes", "; ".join(str(n) for n in notes) if isinstance(notes, list) else str(notes)))
     return rows
+
+
+def outputs_not_compared(report: dict[str, Any]) -> dict[str, str]:
+    """Output key -> why it has no metrics, for every output that could not be compared."""
+    return {str(key): str(o.get("not_compared") or "not compared")
+            for key, o in (report.get("outputs") or {}).items() if isinstance(o, dict) and o.get("identical") is None}
 
 
 def isolation_text(isolation: dict[str, Any] | None) -> str:

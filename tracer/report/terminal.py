@@ -9,6 +9,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..graphdiff import GraphDiff
+from ..opgraph import EXIT_OPS
+from .summary import outputs_not_compared
 
 __all__ = ["print_graph_diff", "print_comparison"]
 
@@ -75,8 +77,7 @@ def print_comparison(console: Console, report: dict, out_dir: object = None) -> 
     """The terminal summary of a report dict: verdict, first divergence, origins, outputs."""
     sides = report["sides"]
     verdict = report["verdict"]
-    missing = {k: o.get("not_compared") or "not compared" for k, o in report.get("outputs", {}).items()
-               if o.get("identical") is None}
+    missing = outputs_not_compared(report)
     caveat = f" (but {len(missing)} of {len(report['outputs'])} outputs not compared)" if missing else ""
     console.print(f"[{VERDICT_STYLE.get(verdict, 'bold')}]{escape(verdict.replace('_', ' ').upper())}[/]{escape(caveat)}")
     for key in ("a", "b"):
@@ -87,7 +88,7 @@ def print_comparison(console: Console, report: dict, out_dir: object = None) -> 
                           ("First divergence beyond tolerance", report.get("first_divergence_beyond_tolerance"))):
         if origin:
             iso = origin.get("isolation") or {}
-            own = ("the while loop ending here differs given identical inputs" if origin["op"] in ("Exit", "RefExit")
+            own = ("the while loop ending here differs given identical inputs" if origin["op"] in EXIT_OPS
                    else "its own kernel differs given identical inputs")
             verdict_iso = {"own_error": own,
                            "inherited": "inherited (identical given identical inputs)"}.get(iso.get("verdict"), "not isolated")
