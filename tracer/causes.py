@@ -56,6 +56,9 @@ CAUSES: dict[str, Cause] = {c.key: c for c in (
     Cause("serving_batching", "TF Serving batching pads requests up to the next allowed batch size",
           "`allowed_batch_sizes: [N]` or batching off", "latency/throughput"),
     Cause("build", "different TF/CUDA/cuDNN builds", "the same build for tests and serving", "none"),
+    Cause("nondeterminism", "a kernel that gives different results from run to run on identical inputs",
+          "`tf.config.experimental.enable_op_determinism()` (TF ≥ 2.8), then compare again",
+          "determinism: 6% on one model, several times slower on others"),
     Cause("state", "the model updates its own variables when it runs (a stateful signature)",
           "compare fresh loads, or reset the state before each run; this is not numerical nondeterminism", "none"),
 )}
@@ -64,6 +67,29 @@ EXPORT_REWRITES = {"batchnorm_folded", "const_changed", "cast_inserted", "fused"
                    "rewired", "node_added", "node_removed"}
 KNOB_CAUSES = {"onednn": "onednn", "autotune": "autotune", "determinism": "autotune", "tf32": "tf32", "xla": "xla",
                "grappler": "grappler", "session_config_path": "grappler", "threads": "build"}
+
+
+def _nondeterminism(first: dict[str, Any] | None, sides: tuple[dict[str, Any], dict[str, Any]]) -> dict[str, str]:
+    """The causes a first divergence that changes from run to run points at (isolation's verdict).
+
+    On a GPU the candidates are per-process cuDNN autotuning and atomics, with the knobs that
+    tell them apart; nothing here blames the export or the op's kernel for it.
+    """
+    verdict = ((first or {}).get("isolation") or {}).get("verdict")
+    if verdict not in ("nondeterministic", "not_reproduced"):
+        return {}
+    what = (f"`{first['node']}` ({first['op']}) changes from run to run on identical inputs"
+            if verdict == "nondeterministic" else
+            f"`{first['node']}` ({first['op']}) differed between the runs although its inputs were identical, "
+            "and agrees on both sides when replayed alone")
+    if not any(str(side.get("device") or "").startswith("gpu") for side in sides):
+        return {"nondeterminism": f"{what}."}
+    return {
+        "autotune": f"{what}; cuDNN autotuning picks each process's algorithms by timing "
+                    "(compare again with `--autotune off`: identical then means autotuning was the cause).",
+        "atomics": "kernels that accumulate with atomics differ from run to run even with one algorithm "
+                   "(compare again with `--determinism`).",
+    }
 
 
 def explain_comparison(report: dict[str, Any]) -> dict[str, Any]:
@@ -75,6 +101,7 @@ def explain_comparison(report: dict[str, Any]) -> dict[str, Any]:
     first = report.get("first_divergence_beyond_tolerance") or report.get("first_divergence")
     where = f" The first divergence is `{first['node']}` ({first['op']})." if first else ""
     own = first and (first.get("isolation") or {}).get("verdict") == "own_error"
+    found.update(_nondeterminism(first, (a, b)))
     rewritten = [o for o in origins if o.get("rewrite") in EXPORT_REWRITES]
     if rewritten:
         kinds = sorted({o["rewrite"] for o in rewritten})
@@ -83,9 +110,12 @@ def explain_comparison(report: dict[str, Any]) -> dict[str, Any]:
             f"{len(rewritten)} origin(s) sit in export rewrites ({', '.join(kinds)}), e.g. `{rewritten[0]['node']}`."
         )
     if a.get("batch_size") != b.get("batch_size"):
+        deterministic = all((side.get("knobs") or {}).get("determinism") for side in (a, b))
         found["batch"] = (
             f"the sides run batch {a.get('batch_size')} vs {b.get('batch_size')};"
             + (" the origin op's own kernel differs given identical inputs." if own else "")
+            + (" Both sides ran with op determinism on: determinism makes a run repeatable, not batch-size "
+               "invariant." if deterministic else "")
         )
     knobs_a, knobs_b = a.get("knobs", {}), b.get("knobs", {})
     for knob in sorted(set(knobs_a) | set(knobs_b)):

@@ -48,6 +48,7 @@ class Comparison:
     out_dir: Path | None = None
     command: str = ""
     noise: dict[str, Any] | None = None
+    noise_per_tensor: dict[str, float] = field(default_factory=dict)  # A tensor -> run-to-run max |diff| (--repeat)
     report: dict[str, Any] = field(default_factory=dict)
     notices: list[str] = field(default_factory=list)  # e.g. "Graphviz is missing: no graph drawn"
 
@@ -140,7 +141,7 @@ def compare(
     own = {name for name, iso in isolation.items() if iso.verdict == "own_error"}
     divergence.origins.sort(key=lambda r: r.name not in own)
     comparison = Comparison(view_a, view_b, diff, alignment, metrics, divergence, tolerance, isolation, out, command,
-                            noise=noise.summary)
+                            noise=noise.summary, noise_per_tensor=noise.per_tensor)
     from .report.build import build_report, write_reports  # noqa: PLC0415
 
     comparison.report = build_report(comparison)
@@ -313,7 +314,7 @@ def load_report(path: str | os.PathLike[str]) -> dict[str, Any]:
                 f"{report_path} is not a valid tftrace report: \"{key}\" must be an object or null",
                 "re-run tftrace compare to rewrite it",
             )
-    if report["verdict"] not in ("identical", "within_tolerance", "diverged"):
+    if report["verdict"] not in ("identical", "within_tolerance", "within_noise", "diverged"):
         raise TftraceError(f"{report_path} is not a valid tftrace report: unknown \"verdict\"",
                            "re-run tftrace compare to rewrite it")
     return report

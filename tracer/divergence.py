@@ -18,7 +18,7 @@ Two kinds of origin are reported: *bitwise* (differs at all while its inputs are
 ``first_divergence``) and *tolerance* (``first_divergence_beyond_tolerance``). Amplification is an
 op's relative L2 error over the largest relative error among its inputs. Measured run-to-run
 noise of a side (``--repeat``) raises the bar: a difference no larger than the noise is never an
-origin.
+origin, and when such differences are all there is the verdict is ``within_noise``.
 """
 
 from __future__ import annotations
@@ -82,6 +82,8 @@ class Divergence:
         statuses = {n.status for n in self.nodes.values()}
         if statuses & {"origin", "propagated"}:
             return "diverged"
+        if any(n.within_noise for n in self.nodes.values()):
+            return "within_noise"  # beyond tolerance somewhere, but never beyond what a side does by itself
         if "within_tolerance" in statuses or self.first_bitwise is not None:
             return "within_tolerance"
         return "identical"

@@ -6,6 +6,15 @@ two replays still differ, the kernel itself computes differently (``own_error``:
 algorithm, precision, or batch-dependent blocking); if they agree, the op only inherited a
 difference too small to judge at its inputs (``inherited``).
 
+Each replay is also a second run of the op, in a fresh process, on inputs its side already
+computed once: comparing a replay with the side's captured value measures that side's
+run-to-run noise at no extra cost. An op whose result changes between runs on identical inputs
+is ``nondeterministic`` (on a GPU: cuDNN autotuning per process, atomics), never an own-kernel
+difference: so is a difference between two sides that run the same op with the same settings,
+which only nondeterminism can produce. An op whose inputs were bitwise identical but whose
+replays agree with each other, with no measured noise to account for the captured difference,
+is ``not_reproduced``: the data cannot tell more, and the report says so.
+
 B's inputs are found by walking up from B's tensor to the nearest B tensors paired with A
 tensors, so a rewritten region (a cast-wrapped MatMul, a folded conv) is replayed whole.
 When a side's model is not on this machine (captured on the GPU server), its replay is not run
@@ -32,20 +41,21 @@ from .metrics import compare_arrays
 from .opgraph import EXIT_OPS, OpGraph, tensor_op
 from .runspec import Side
 
-__all__ = ["IsolationResult", "isolate_origins", "replay_plan", "run_job", "evaluate", "isolate_remote"]
+__all__ = ["IsolationResult", "isolate_origins", "replay_plan", "run_job", "evaluate", "isolate_remote", "same_run_settings"]
 
 
 @dataclass
 class IsolationResult:
-    verdict: str  # own_error | inherited | not_run
+    verdict: str  # own_error | inherited | nondeterministic | not_reproduced | not_run
     max_abs: float | None = None
     max_rel: float | None = None
     detail: str = ""
     command: str | None = None
+    noise_max_abs: float | None = None  # the larger replay-vs-capture difference of one side (None: not measured)
 
     def to_json(self) -> dict[str, Any]:
         return {"verdict": self.verdict, "max_abs": self.max_abs, "max_rel": self.max_rel, "detail": self.detail,
-                "command": self.command}
+                "command": self.command, "noise_max_abs": self.noise_max_abs}
 
 
 def replay_plan(graph: OpGraph, tensor: str, to_a: dict[str, str]) -> dict[str, str]:
@@ -106,15 +116,22 @@ def isolate_origins(
     to_a = {"a": {p.a: p.a for n in alignment.nodes.values() for p in n.tensors if p.comparable},
             "b": alignment.b_to_a()}
     index, ops = [], {"a": [], "b": []}
+    same_settings = same_run_settings(view_a.capture.manifest, view_b.capture.manifest)
     for i, result in enumerate(origins):
-        pair = next(p for p in alignment.nodes[result.name].tensors if p.a == result.tensor)
+        node = alignment.nodes[result.name]
+        pair = next(p for p in node.tensors if p.a == result.tensor)
         assert pair.b is not None
+        a_op, b_op = view_a.graph.op_type(result.name), view_b.graph.op_type(tensor_op(pair.b))
         index.append({"id": i, "node": result.name, "a_tensor": result.tensor, "b_tensor": pair.b,
-                      "a_op": view_a.graph.op_type(result.name), "b_op": view_b.graph.op_type(tensor_op(pair.b))})
+                      "a_op": a_op, "b_op": b_op,
+                      # B's captured value is B's op on A's inputs only when those inputs were bitwise A's
+                      "inputs_identical": result.bitwise_origin,
+                      "same_op_same_settings": same_settings and a_op == b_op and not node.rewrite})
         for key, view, fetch in (("a", view_a, result.tensor), ("b", view_b, pair.b)):
             ops[key].append({"id": i, "a_tensor": result.tensor, "fetch": fetch,
                              "feeds": replay_plan(view.graph, fetch, to_a[key])})
-    _write_json(os.path.join(workdir, "isolation_index.json"), {"capture_a": str(view_a.capture.path), "ops": index})
+    _write_json(os.path.join(workdir, "isolation_index.json"),
+                {"capture_a": str(view_a.capture.path), "capture_b": str(view_b.capture.path), "ops": index})
     for key, view in (("a", view_a), ("b", view_b)):
         spec = {**view.capture.manifest["spec"], "allow_unsafe_ops": False}  # decided by whoever runs the job
         job = {"mode": "isolate", "side": spec, "feeds_from": str(view_a.capture.path),
@@ -144,6 +161,7 @@ def evaluate(workdir: str) -> dict[str, IsolationResult]:
     """Judge every planned origin from the replays present in ``workdir``."""
     index = json.loads(Path(workdir, "isolation_index.json").read_text(encoding="utf-8"))
     capture_a = Capture.open(_capture_a_path(workdir, index["capture_a"]))
+    capture_b = _open_optional(_capture_path(workdir, index.get("capture_b"), "b"))
     results = {}
     for op in index["ops"]:
         replays = {k: Path(workdir, f"isolation_{k}", f"{op['id']}.npy") for k in ("a", "b")}
@@ -159,24 +177,75 @@ def evaluate(workdir: str) -> dict[str, IsolationResult]:
             )
             continue
         ra, rb = np.load(replays["a"]), np.load(replays["b"])
-        results[op["node"]] = _judge(ra, rb, op, capture_a)
+        results[op["node"]] = _judge(ra, rb, op, capture_a, capture_b)
     return results
 
 
-def _judge(ra: np.ndarray, rb: np.ndarray, op: dict[str, Any], capture_a: Capture | None) -> IsolationResult:
+def _run_to_run(capture: Capture | None, tensor: str, replay: np.ndarray) -> float | None:
+    """max |captured - replayed| of one side's op on the same inputs, or None when not measurable."""
+    if capture is None or not capture.has(tensor):
+        return None
+    captured = np.asarray(capture.tensor(tensor))
+    if captured.shape != replay.shape:
+        return None
+    m = compare_arrays(captured, replay)
+    return 0.0 if m.identical else m.max_abs
+
+
+def _judge(ra: np.ndarray, rb: np.ndarray, op: dict[str, Any], capture_a: Capture | None,
+           capture_b: Capture | None = None) -> IsolationResult:
     if ra.shape != rb.shape:
         return IsolationResult("own_error", detail=f"replayed shapes differ: {ra.shape} vs {rb.shape}")
     m = compare_arrays(ra, rb)
-    if m.identical:
+    moved = {"A": _run_to_run(capture_a, op["a_tensor"], ra)}
+    if op.get("inputs_identical"):
+        moved["B"] = _run_to_run(capture_b, op["b_tensor"], rb)
+    measured = {side: v for side, v in moved.items() if v is not None}
+    noise = max(measured.values()) if measured else None
+    noisy = [side for side, v in measured.items() if v > 0]
+    moved_text = "; ".join(f"{side}'s replay differs from {side}'s captured value by up to {measured[side]:.3g}"
+                           for side in noisy)
+    if m.identical and noisy:
+        verdict = "nondeterministic"
+        detail = ("replayed alone on identical inputs, both sides compute the same result, but the op's result changes "
+                  f"from run to run ({moved_text}): the difference is run-to-run nondeterminism, not this op's kernel")
+    elif m.identical and op.get("inputs_identical"):
+        verdict = "not_reproduced"
+        detail = ("the captured runs differ here although this op's inputs were bitwise identical, yet its replays "
+                  "on those inputs agree bit for bit: the difference came from the runs, not from this op's kernel "
+                  "(run-to-run nondeterminism, or the op computed differently inside the whole graph); "
+                  "`--repeat 3` measures the noise of every tensor")
+    elif m.identical:
         verdict = "inherited"
         detail = "given A's inputs, B's kernel computes A's result bit for bit: the difference is inherited"
+    elif op.get("same_op_same_settings"):
+        verdict = "nondeterministic"
+        detail = (f"the same {op.get('a_op') or 'op'} with the same settings on identical inputs gives results that "
+                  f"differ by up to {m.max_abs:.3g} between processes: only run-to-run nondeterminism does that"
+                  + (f" ({moved_text})" if noisy else ""))
+    elif noise and m.max_abs <= noise:
+        verdict = "nondeterministic"
+        detail = (f"given identical inputs the sides' results differ by up to {m.max_abs:.3g}, no more than the op "
+                  f"moves from run to run on one side ({moved_text})")
     else:
         verdict = "own_error"
         detail = f"given identical inputs, {_b_computation(op)} by up to {m.max_abs:.3g} (rel {m.max_rel:.3g})"
-    if capture_a is not None and capture_a.has(op["a_tensor"]):
-        if not compare_arrays(np.asarray(capture_a.tensor(op["a_tensor"])), ra).identical:
-            detail += "; replaying A did not reproduce A's captured value bit for bit (A is not deterministic)"
-    return IsolationResult(verdict, m.max_abs, m.max_rel, detail)
+        if noisy:
+            detail += f"; beyond its run-to-run noise ({moved_text})"
+    return IsolationResult(verdict, m.max_abs, m.max_rel, detail, noise_max_abs=noise)
+
+
+def same_run_settings(manifest_a: dict[str, Any], manifest_b: dict[str, Any]) -> bool:
+    """Whether the two captures ran with the same device, batch size, knobs and build, so that the
+    same op on the same inputs can only differ from run to run (the artifacts may differ)."""
+    def settings(manifest: dict[str, Any]) -> Any:
+        spec, env = manifest.get("spec") or {}, manifest.get("environment") or {}
+        gpus = [g.get("device_name") for g in env.get("gpus") or [] if isinstance(g, dict)]
+        return (spec.get("device"), manifest.get("batch_size"), json.dumps(spec.get("knobs"), sort_keys=True),
+                env.get("tensorflow"), env.get("tf_git_version"), json.dumps(env.get("build"), sort_keys=True),
+                gpus, (env.get("cpu") or {}).get("model"), json.dumps(env.get("onednn", {}).get("enabled")),
+                env.get("tf32_enabled"), env.get("op_determinism"))
+    return settings(manifest_a) == settings(manifest_b)
 
 
 def _b_computation(op: dict[str, Any]) -> str:
@@ -209,8 +278,25 @@ def _local_side(view: CaptureView) -> Side | None:
 
 def _capture_a_path(workdir: str, recorded: str) -> str:
     """A's capture: where it was recorded, or inside the report directory after a copy."""
-    moved = os.path.join(os.path.dirname(os.path.abspath(workdir.rstrip("/"))), "captures", "a")
-    return recorded if os.path.isdir(recorded) else moved
+    return _capture_path(workdir, recorded, "a") or recorded
+
+
+def _capture_path(workdir: str, recorded: str | None, side: str) -> str | None:
+    """A side's capture: where it was recorded, or inside the report directory after a copy."""
+    if recorded and os.path.isdir(recorded):
+        return recorded
+    moved = os.path.join(os.path.dirname(os.path.abspath(workdir.rstrip("/"))), "captures", side)
+    return moved if os.path.isdir(moved) else None
+
+
+def _open_optional(path: str | None) -> Capture | None:
+    """B's capture only adds a noise measurement: when it is gone, isolation still judges."""
+    if path is None:
+        return None
+    try:
+        return Capture.open(path)
+    except TftraceError:
+        return None
 
 
 def isolate_remote(model: str, report_dir: str, side_key: str | None = None, console: Any = None, *,

@@ -184,6 +184,8 @@ def build_report(comparison: Comparison) -> dict[str, Any]:
             "inf_mismatch": m.inf_mismatch if m else None,
             "mismatch_count": m.mismatch_count if m else None,
             "not_compared": None if m else _why_not_compared(comparison, key, ta, tb),
+            # --repeat: how far this output moved by itself across one side's runs (0.0: not at all)
+            "noise_max_abs": comparison.noise_per_tensor.get(ta, 0.0) if comparison.noise else None,
         }
     report = {
         "schema_version": SCHEMA_VERSION,

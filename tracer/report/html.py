@@ -33,6 +33,7 @@ from .summary import (
     fmt,
     isolation_text,
     json_safe,
+    noise_lines,
     outputs_not_compared,
     rewrite_detail,
     side_facts,
@@ -189,6 +190,7 @@ def build_html(report: dict[str, Any], index: OpIndex, views: list[PageView], sv
         "answers": answers(report),
         "diagnosis_rows": diagnosis_rows(report),
         "outputs": list(outputs.items()),
+        "noise_lines": noise_lines(report),
         "origins": [(o, index.position.get(str(o.get("node")))) for o in (report.get("origins") or [])[:TABLE_CAP]
                     if isinstance(o, dict)],
         "origin_count": len(report.get("origins") or []),
@@ -234,6 +236,9 @@ def _headline(report: dict[str, Any], op_count: int) -> str:
         return f"A and B compute bit-identical results for all {op_count} compared ops.{caveat}"
     if verdict == "within_tolerance":
         head = f"{differ} of {len(outputs)} outputs differ, but only within tolerance."
+    elif verdict == "within_noise":
+        head = (f"{differ} of {len(outputs)} outputs differ, but by no more than each side differs from itself "
+                "from run to run (see Outputs).")
     elif verdict == "diverged":
         beyond_count = sum(1 for o in outputs if o.get("within_tolerance") is False)
         head = f"{beyond_count} of {len(outputs)} outputs differ beyond tolerance." if outputs else "The results diverge."
@@ -242,7 +247,9 @@ def _headline(report: dict[str, Any], op_count: int) -> str:
     else:
         head = "This report holds no verdict (an incomplete report.json?)."
     if isinstance(where, dict) and where.get("node"):
-        verdicts = {"own_error": "its own error", "inherited": "inherited from upstream"}
+        verdicts = {"own_error": "its own error", "inherited": "inherited from upstream",
+                    "nondeterministic": "which changes from run to run on identical inputs (nondeterminism)",
+                    "not_reproduced": "not reproduced when the op is replayed alone on identical inputs"}
         own = verdicts.get(str((where.get("isolation") or {}).get("verdict")))
         head += f" The difference starts at `{where['node']}` ({where.get('op')})" + (f", {own}." if own else ".")
     return head + caveat

@@ -14,7 +14,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from .summary import diagnosis_rows, answers, environment_rows, fmt, isolation_text, num, rewrite_detail, side_facts
+from .summary import (diagnosis_rows, answers, environment_rows, fmt, isolation_text, noise_lines, num, rewrite_detail,
+                      side_facts)
 
 __all__ = ["render_markdown", "md_text", "md_code", "MD_LIMIT"]
 
@@ -126,7 +127,9 @@ def _outputs(report: dict[str, Any], lim: _Limits) -> list[str]:
         result = ("identical" if o.get("identical") else "within tolerance" if o.get("within_tolerance")
                   else f"**not compared**{why}" if o.get("identical") is None else "**differs**")
         rows.append([md_code(key, lim.cell), result, fmt(o.get("max_abs")), fmt(o.get("max_rel")), fmt(o.get("cosine"), 7)])
-    return ["### Outputs"] + _table(["output", "result", "max abs", "max rel", "cosine"], rows, len(outputs), "outputs") + [""]
+    noise = [f"- {md_text(line, 300)}" for line in noise_lines(report)]
+    return (["### Outputs"] + _table(["output", "result", "max abs", "max rel", "cosine"], rows, len(outputs), "outputs")
+            + [""] + (noise + [""] if noise else []))
 
 
 def _answers(report: dict[str, Any], lim: _Limits) -> list[str]:

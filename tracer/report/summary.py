@@ -27,6 +27,7 @@ __all__ = [
     "side_facts",
     "outputs_not_compared",
     "isolation_text",
+    "noise_lines",
     "rewrite_detail",
     "answers",
     "json_safe",
@@ -187,6 +188,26 @@ def outputs_not_compared(report: dict[str, Any]) -> dict[str, str]:
             for key, o in (report.get("outputs") or {}).items() if isinstance(o, dict) and o.get("identical") is None}
 
 
+def noise_lines(report: dict[str, Any]) -> list[str]:
+    """Each output that differs, its magnitude next to the run-to-run noise ``--repeat`` measured:
+    a difference explained by noise is still a difference, never "identical, 0"."""
+    noise = report.get("noise") if isinstance(report.get("noise"), dict) else None
+    if not noise:
+        return []
+    runs = noise.get("repeats")
+    lines = []
+    for key, o in (report.get("outputs") or {}).items():
+        if not isinstance(o, dict) or o.get("identical") is not False or o.get("noise_max_abs") is None:
+            continue
+        diff, floor = o.get("max_abs"), o.get("noise_max_abs")
+        if not isinstance(diff, (int, float)) or not isinstance(floor, (int, float)):
+            continue
+        where = "within" if diff <= floor else "beyond"
+        lines.append(f"{key} differs by {fmt(diff)}, {where} the run-to-run noise of {fmt(floor)} "
+                     f"over {runs} runs of each side")
+    return lines
+
+
 def isolation_text(isolation: dict[str, Any] | None) -> str:
     """Own error vs inherited, in words: the fact a reader needs to know where to look."""
     if not isolation:
@@ -197,6 +218,11 @@ def isolation_text(isolation: dict[str, Any] | None) -> str:
                 f"(max abs {fmt(isolation.get('max_abs'))}, max rel {fmt(isolation.get('max_rel'))})")
     elif verdict == "inherited":
         head = "inherited: fed identical inputs, the op alone agrees — the difference comes from upstream"
+    elif verdict == "nondeterministic":
+        head = ("nondeterministic: on identical inputs the op's result changes from run to run — not its kernel, "
+                "not an export rewrite")
+    elif verdict == "not_reproduced":
+        head = "not reproduced in isolation: fed identical inputs, the op alone agrees on both sides"
     elif verdict == "not_run":
         head = "isolation not run"
     else:
@@ -267,7 +293,8 @@ def diagnosis_rows(report: dict[str, Any]) -> list[dict[str, str]]:
         first = exp.get("first_divergence") if isinstance(exp.get("first_divergence"), dict) else {}
         latency = exp.get("latency_ms") if isinstance(exp.get("latency_ms"), dict) else {}
         iso = first.get("isolation") if isinstance(first.get("isolation"), dict) else {}
-        own = {"own_error": "own error", "inherited": "inherited"}.get(str(iso.get("verdict")), "")
+        own = {"own_error": "own error", "inherited": "inherited", "nondeterministic": "nondeterministic",
+               "not_reproduced": "not reproduced"}.get(str(iso.get("verdict")), "")
         where = f"{first.get('node')} ({first.get('op')})" if first.get("node") else ""
         rows.append({
             "name": str(exp.get("name") or ""),

@@ -10,7 +10,7 @@ from rich.table import Table
 
 from ..graphdiff import GraphDiff
 from ..opgraph import EXIT_OPS
-from .summary import outputs_not_compared
+from .summary import noise_lines, outputs_not_compared
 
 __all__ = ["print_graph_diff", "print_comparison"]
 
@@ -64,7 +64,8 @@ def _detail(detail: dict) -> str:
     return ", ".join(parts)
 
 
-VERDICT_STYLE = {"identical": "bold green", "within_tolerance": "bold yellow", "diverged": "bold red"}
+VERDICT_STYLE = {"identical": "bold green", "within_tolerance": "bold yellow", "within_noise": "bold yellow",
+                 "diverged": "bold red"}
 
 
 def _num(value: object) -> str:
@@ -91,7 +92,10 @@ def print_comparison(console: Console, report: dict, out_dir: object = None) -> 
             own = ("the while loop ending here differs given identical inputs" if origin["op"] in EXIT_OPS
                    else "its own kernel differs given identical inputs")
             verdict_iso = {"own_error": own,
-                           "inherited": "inherited (identical given identical inputs)"}.get(iso.get("verdict"), "not isolated")
+                           "inherited": "inherited (identical given identical inputs)",
+                           "nondeterministic": "nondeterministic (changes from run to run on identical inputs)",
+                           "not_reproduced": "not reproduced given identical inputs (the runs differed, "
+                                             "the op alone does not)"}.get(iso.get("verdict"), "not isolated")
             console.print(f"{title}: {origin['node']} ({origin['op']}), max abs {_num(origin['max_abs'])}, "
                           f"max rel {_num(origin['max_rel'])} — {verdict_iso}", highlight=False, markup=False)
     origins = report.get("origins") or []
@@ -117,6 +121,8 @@ def print_comparison(console: Console, report: dict, out_dir: object = None) -> 
     console.print(outputs)
     for key, why in missing.items():
         console.print(f"[bold yellow]not compared:[/] {escape(str(key))}: {escape(str(why))}")
+    for line in noise_lines(report):
+        console.print(f"noise: {line}", highlight=False, markup=False)
     kinds = Counter(r["kind"] for r in report.get("rewrites", []))
     if kinds:
         console.print("Rewrites: " + ", ".join(f"{n} {k}" for k, n in kinds.most_common()), highlight=False, markup=False)

@@ -1,0 +1,179 @@
+"""Run-to-run nondeterminism is recognised, not blamed on a kernel, an export or the observer.
+
+On a GPU the usual source is cuDNN autotuning (per process) and atomics; `tests/test_gpu.py`
+asserts that on real hardware. Here, on CPU, the same mechanism is driven by a model whose
+result really changes from run to run: an unseeded random op (a stateful `RandomUniform`),
+the way a model with dropout left on at inference behaves. Nothing is simulated: every
+difference below is one TensorFlow computed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from conftest import run_cli
+from tracer.causes import explain_comparison
+from tracer.isolate import _judge, same_run_settings
+
+NOISY_MODEL = """
+import os, sys
+os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
+import tensorflow as tf
+tf1 = tf.compat.v1
+tf1.disable_v2_behavior()
+with tf.Graph().as_default():
+    x = tf1.placeholder(tf.float32, [None, 8], name="x")
+    w = tf1.get_variable("w", [8, 4], initializer=tf1.random_normal_initializer(seed=1))
+    logits = tf.matmul(x, w, name="logits")
+    jitter = tf.random.uniform(tf.shape(logits), name="jitter")  # no seed: new every run
+    # +-2**-10 exactly: two runs differ by 0 or 2**-9 per element, so every pair of runs that
+    # differs at all differs by exactly 2**-9 (a noise floor the test can rely on)
+    y = tf.identity(tf.sign(jitter - 0.5) * 2.0 ** -10, name="y")
+    probs = tf.nn.softmax(logits, name="probs")  # deterministic
+    with tf1.Session() as session:
+        session.run(tf1.global_variables_initializer())
+        builder = tf1.saved_model.Builder(sys.argv[1])
+        signature = tf1.saved_model.predict_signature_def({"x": x}, {"y": y, "probs": probs})
+        builder.add_meta_graph_and_variables(session, ["serve"], signature_def_map={"serving_default": signature})
+        builder.save()
+"""
+
+
+@pytest.fixture(scope="module")
+def noisy_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("noisy") / "savedmodel"
+    subprocess.run([sys.executable, "-c", textwrap.dedent(NOISY_MODEL), str(path)], check=True,
+                   capture_output=True, timeout=300, env={**os.environ, "CUDA_VISIBLE_DEVICES": "-1"})
+    return path
+
+
+def _compare(out: Path, *args: str) -> tuple[int, dict[str, Any], str]:
+    proc = run_cli("compare", *args, "--out", str(out), "--onednn", "off", "--examples", "4")
+    assert proc.returncode in (0, 1), proc.stderr
+    return proc.returncode, json.loads((out / "report.json").read_text(encoding="utf-8")), proc.stdout
+
+
+@pytest.mark.slow
+def test_an_op_that_changes_run_to_run_is_nondeterministic_not_its_own_kernel(noisy_model: Path,
+                                                                               tmp_path: Path) -> None:
+    code, report, stdout = _compare(tmp_path / "r", str(noisy_model), str(noisy_model))
+    assert code == 1 and report["verdict"] == "diverged"
+    first = report["first_divergence"]
+    assert first["node"] == "jitter/RandomUniform"
+    iso = first["isolation"]
+    assert iso["verdict"] == "nondeterministic", iso
+    assert iso["noise_max_abs"] > 0  # A's replay did not reproduce A's capture
+    assert "nondeterministic (changes from run to run on identical inputs)" in stdout
+    causes = report["answers"]["causes"]
+    assert causes[0] == "nondeterminism" and "export" not in causes
+    md = (tmp_path / "r" / "report.md").read_text(encoding="utf-8")
+    assert "Nondeterministic: on identical inputs the op's result changes from run to run" in md
+
+
+@pytest.mark.slow
+def test_repeat_gives_a_within_noise_verdict_with_the_real_magnitudes(noisy_model: Path, tmp_path: Path) -> None:
+    code, report, stdout = _compare(tmp_path / "r", str(noisy_model), str(noisy_model), "--repeat", "3")
+    assert report["verdict"] == "within_noise"
+    assert code == 0  # documented: as equal as each side is to itself
+    y = report["outputs"]["y"]
+    assert y["identical"] is False and y["max_abs"] == 2.0 ** -9  # never "identical, 0"
+    assert y["noise_max_abs"] == 2.0 ** -9
+    assert report["outputs"]["probs"]["identical"] is True and report["outputs"]["probs"]["noise_max_abs"] == 0.0
+    line = next(line for line in stdout.splitlines() if line.startswith("noise: y differs by"))
+    assert "within the run-to-run noise of" in line and "over 3 runs of each side" in line
+    assert stdout.startswith("WITHIN NOISE")
+    md = (tmp_path / "r" / "report.md").read_text(encoding="utf-8")
+    assert "## tftrace: WITHIN NOISE" in md and "`y` differs by" not in md and "y differs by" in md
+    html = (tmp_path / "r" / "report.html").read_text(encoding="utf-8")
+    assert "by no more than each side differs from itself" in html
+
+
+class _Captured:
+    """What the judge reads of a capture: ``has`` and ``tensor`` (values a real capture held)."""
+
+    def __init__(self, tensors: dict[str, np.ndarray]) -> None:
+        self.tensors = tensors
+
+    def has(self, name: str) -> bool:
+        return name in self.tensors
+
+    def tensor(self, name: str) -> np.ndarray:
+        return self.tensors[name]
+
+
+OP = {"a_tensor": "conv:0", "b_tensor": "conv:0", "a_op": "Conv2D", "b_op": "Conv2D"}
+VALUE = np.array([1.0, 2.0, 3.0], dtype=np.float32)
+MOVED = VALUE + np.float32(1e-3)
+
+
+def test_judge_replays_that_agree_while_a_side_moved_are_nondeterministic() -> None:
+    result = _judge(VALUE, VALUE, {**OP, "inputs_identical": True}, _Captured({"conv:0": MOVED}), None)
+    assert result.verdict == "nondeterministic"
+    assert result.noise_max_abs == pytest.approx(1e-3, rel=1e-3)
+    assert "A's replay differs from A's captured value by up to 0.001" in result.detail
+
+
+def test_judge_replays_that_agree_with_identical_inputs_and_no_noise_are_not_reproduced() -> None:
+    result = _judge(VALUE, VALUE, {**OP, "inputs_identical": True}, _Captured({"conv:0": VALUE}), None)
+    assert result.verdict == "not_reproduced" and result.noise_max_abs == 0.0
+
+
+def test_judge_replays_that_agree_after_inputs_that_differed_are_inherited() -> None:
+    result = _judge(VALUE, VALUE, {**OP, "inputs_identical": False}, _Captured({"conv:0": VALUE}), None)
+    assert result.verdict == "inherited"
+
+
+def test_judge_the_same_op_with_the_same_settings_can_only_differ_by_nondeterminism() -> None:
+    result = _judge(VALUE, MOVED, {**OP, "inputs_identical": True, "same_op_same_settings": True},
+                    _Captured({"conv:0": VALUE}), _Captured({"conv:0": MOVED}))
+    assert result.verdict == "nondeterministic"
+    assert "the same Conv2D with the same settings on identical inputs" in result.detail
+
+
+def test_judge_a_difference_within_a_sides_own_noise_is_nondeterministic_beyond_it_own_error() -> None:
+    noisy_b = _Captured({"conv:0": VALUE + np.float32(2e-3)})
+    within = _judge(VALUE, MOVED, {**OP, "inputs_identical": True}, _Captured({"conv:0": VALUE}), noisy_b)
+    assert within.verdict == "nondeterministic"
+    beyond = _judge(VALUE, VALUE + np.float32(0.5), {**OP, "inputs_identical": True},
+                    _Captured({"conv:0": VALUE}), noisy_b)
+    assert beyond.verdict == "own_error" and "beyond its run-to-run noise" in beyond.detail
+
+
+def test_same_run_settings_compares_device_batch_knobs_and_build_not_the_artifact() -> None:
+    def manifest(device: str, batch: int, path: str, autotune: str = "default") -> dict[str, Any]:
+        return {"spec": {"device": device, "artifact": {"path": path}, "knobs": {"autotune": autotune}},
+                "batch_size": batch, "environment": {"tensorflow": "2.21.0", "gpus": [{"device_name": "H200"}]}}
+    base = manifest("gpu", 8, "ckpt/")
+    assert same_run_settings(base, manifest("gpu", 8, "savedmodel/"))
+    assert not same_run_settings(base, manifest("gpu", 1, "ckpt/"))
+    assert not same_run_settings(base, manifest("cpu", 8, "ckpt/"))
+    assert not same_run_settings(base, manifest("gpu", 8, "ckpt/", autotune="off"))
+
+
+def _report(device: str, verdict: str, determinism: bool = False, batch_b: int = 8) -> dict[str, Any]:
+    first = {"node": "block1/conv/Conv2D", "op": "Conv2D", "isolation": {"verdict": verdict}}
+    side = {"device": device, "batch_size": 8, "knobs": {"determinism": True} if determinism else {}}
+    return {"verdict": "diverged", "sides": {"a": side, "b": {**side, "batch_size": batch_b}},
+            "origins": [first], "first_divergence": first, "first_divergence_beyond_tolerance": first}
+
+
+def test_on_a_gpu_nondeterminism_names_autotuning_and_atomics_not_the_export() -> None:
+    answers = explain_comparison(_report("gpu", "nondeterministic"))
+    assert answers["causes"] == ["autotune", "atomics"]
+    assert "`block1/conv/Conv2D` (Conv2D) changes from run to run on identical inputs" in answers["why"][0]
+    assert "--autotune off" in answers["why"][0]
+
+
+def test_determinism_is_said_to_give_repeatability_not_batch_invariance() -> None:
+    answers = explain_comparison(_report("gpu", "own_error", determinism=True, batch_b=1))
+    assert answers["causes"][0] == "batch"
+    assert "determinism makes a run repeatable, not batch-size invariant" in answers["why"][0]
