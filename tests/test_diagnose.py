@@ -331,3 +331,52 @@ def test_a_stateful_graph_repeats_differently_because_of_its_state(real_models, 
     assert len(why) == 1 and why[0].startswith("State: the graph changes its variables when it runs "
                                                "(`incr_counter_op/AssignAdd`)")
     assert "not kernel nondeterminism" in why[0]
+
+
+def test_export_is_not_blamed_when_there_is_no_rewrite_and_a_fresh_process_repeat_differs_too():
+    """Issue 14 on the H200: ckpt vs SavedModel differed only because each process autotuned
+    its own cuDNN algorithms; a detection changed class, which no tolerance may be offered for."""
+    def exp(name, factor, diff, **extra):
+        return {"name": name, "factor": factor, "verdict": "diverged", "max_abs_output_diff": diff,
+                "first_divergence": {"node": "block1/conv/Conv2D", "op": "Conv2D", "isolation": "nondeterministic"},
+                "a": {"describe": "A side"}, "b": {"describe": "B side"}, "latency_ms": None, "cost_pct": None,
+                "remedy": None, "skipped": None, "settings": None, **extra}
+
+    answers = build_answers([
+        exp("repeat_fresh_process", "repeat", 3.7e-4, rewrite_count=0, discrete_changes={}),
+        exp("ckpt_vs_savedmodel_batch_8", "export", 1.0, rewrite_count=0,
+            discrete_changes={"detection_classes": {"changed": 1, "dtype": "int32"}}),
+    ], {"atol": 1e-6, "rtol": 1e-5})
+    export_why = next(w for w in answers["why"] if w.startswith(FACTOR_TITLES["export"]))
+    assert "no rewrite" in export_why and "differs by up to 0.00037" in export_why
+    assert "this is run-to-run nondeterminism, not the export" in export_why
+    assert "`detection_classes` (int32): 1 value(s) changed" in export_why
+    assert "Cause: export-time rewrites" not in " ".join(answers["why"])
+    text = " ".join(answers["prevent"])
+    assert "nothing to change in the export (no rewrite)" in text
+    assert "a tolerance above 1" not in text
+    repeat_why = next(w for w in answers["why"] if w.startswith(FACTOR_TITLES["repeat"]))
+    assert "whose result changes from run to run on identical inputs" in repeat_why
+
+
+def test_a_changed_class_gets_no_tolerance_offer_but_a_count():
+    answers = build_answers([{
+        "name": "batch_1_vs_8", "factor": "batch", "verdict": "diverged", "max_abs_output_diff": 1.0,
+        "first_divergence": None, "a": {"describe": "batch 1"}, "b": {"describe": "batch 8"}, "latency_ms": None,
+        "cost_pct": None, "remedy": None, "skipped": None, "settings": None, "rewrite_count": 0,
+        "discrete_changes": {"num_detections": {"changed": 2, "dtype": "int32"}},
+    }], {"atol": 1e-6, "rtol": 1e-5})
+    assert "Or accept it" not in answers["prevent"][0]
+    assert "A tolerance is no remedy here: discrete outputs changed (`num_detections` (int32): 2 value(s) changed)" \
+        in answers["prevent"][0]
+
+
+def test_discrete_changes_counts_changed_values_of_integer_outputs_only():
+    from tracer.outcomes import discrete_changes
+    report = {"outputs": {
+        "detection_classes": {"a_tensor": "classes:0", "identical": False, "mismatch_count": 3},
+        "scores": {"a_tensor": "scores:0", "identical": False, "mismatch_count": 40},
+        "num_detections": {"a_tensor": "count:0", "identical": True, "mismatch_count": 0},
+    }, "nodes": {"classes": {"tensor": "classes:0", "dtype": "int32"}, "scores": {"tensor": "scores:0", "dtype": "float32"},
+                 "count": {"tensor": "count:0", "dtype": "int32"}}}
+    assert discrete_changes(report) == {"detection_classes": {"changed": 3, "dtype": "int32"}}

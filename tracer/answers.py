@@ -76,11 +76,37 @@ def _where(exp: dict[str, Any]) -> str:
         text += ", whose own kernel differs given identical inputs"
     elif verdict == "inherited":
         text += ", which only inherits a difference too small to judge above it"
+    elif verdict == "nondeterministic":
+        text += ", whose result changes from run to run on identical inputs"
     return text
 
 
-def _why(factor: str, exps: list[dict[str, Any]]) -> str:
+def _discrete_text(exp: dict[str, Any]) -> str:
+    """`detection_classes`: 2 values changed, ... — what no tolerance can cover."""
+    changes = exp.get("discrete_changes") or {}
+    return "; ".join(f"`{key}` ({c.get('dtype')}): {c.get('changed')} value(s) changed" for key, c in changes.items())
+
+
+def _nondeterminism_explains(factor: str, exp: dict[str, Any], diverged: dict[str, list[dict[str, Any]]]) -> float | None:
+    """For the export factor: the fresh-process repeat's effect, when the static diff found no
+    rewrite and one side alone already differs from run to run — then the export is not the cause."""
+    if factor != "export" or exp.get("rewrite_count") != 0:
+        return None
+    repeats = [e for e in diverged.get("repeat", []) if e.get("name") == "repeat_fresh_process"
+               and not e.get("attribution")]
+    return max((_effect(e) for e in repeats), default=None)
+
+
+def _why(factor: str, exps: list[dict[str, Any]], diverged: dict[str, list[dict[str, Any]]] | None = None) -> str:
     worst = max(exps, key=_effect)
+    discrete = _discrete_text(worst)
+    discrete = f" Discrete outputs changed ({discrete}): no tolerance covers a changed class or count." if discrete else ""
+    repeat_effect = _nondeterminism_explains(factor, worst, diverged or {})
+    if repeat_effect is not None:
+        return (f"{FACTOR_TITLES[factor]}: the outputs differ by up to {_fmt(worst['max_abs_output_diff'])}, but the "
+                f"two graphs are the same (graph diff: no rewrite) and a fresh-process repeat of one side alone "
+                f"differs by up to {_fmt(repeat_effect)}: this is run-to-run nondeterminism, not the export "
+                f"(see {FACTOR_TITLES['repeat']}).{discrete}")
     a, b = (worst.get("a") or {}).get("describe", "A"), (worst.get("b") or {}).get("describe", "B")
     if worst.get("attribution") == "state":
         ops = ", ".join(f"`{n}`" for n in worst.get("state_ops", [])[:3])
@@ -95,7 +121,7 @@ def _why(factor: str, exps: list[dict[str, Any]]) -> str:
     because = f" Cause: {cause.title}." if cause else ""
     others = f" ({len(exps)} experiments of this factor diverged; the largest is shown)" if len(exps) > 1 else ""
     return (f"{FACTOR_TITLES[factor]}: {a} vs {b} changes the outputs by up to "
-            f"{_fmt(worst['max_abs_output_diff'])}{_where(worst)}.{because}{others}")
+            f"{_fmt(worst['max_abs_output_diff'])}{_where(worst)}.{because}{others}{discrete}")
 
 
 def _settings_agree(exp: dict[str, Any], factor: str, value: Any | None) -> bool:
@@ -121,6 +147,9 @@ def _prevent(factor: str, exps: list[dict[str, Any]], diverged: dict[str, list[d
     if worst.get("attribution") in ("state", "random"):
         return ("State: compare runs that start from the same state (reload the model, or reset its variables) — "
                 "repeats of a stateful graph are not a determinism test.")
+    if _nondeterminism_explains(factor, worst, diverged) is not None:
+        return (f"{FACTOR_TITLES[factor]}: nothing to change in the export (no rewrite); make the runs deterministic "
+                f"as for {FACTOR_TITLES['repeat']}.")
     remedy = worst.get("remedy") or NO_SETTING.get(factor)
     if remedy is None:
         cause = CAUSES.get(FACTOR_CAUSE.get(factor, ""))
@@ -132,7 +161,9 @@ def _prevent(factor: str, exps: list[dict[str, Any]], diverged: dict[str, list[d
     if factor == "autotune":
         text += " Turning autotuning off alone only narrows the gap: the heuristic choice is still per shape."
     effect = _effect(worst)
-    if effect != float("inf"):
+    if worst.get("discrete_changes"):
+        text += f" A tolerance is no remedy here: discrete outputs changed ({_discrete_text(worst)})."
+    elif effect != float("inf"):
         text += f" Or accept it: a tolerance above {effect:.2g} covers what was measured."
     return text
 
@@ -215,7 +246,7 @@ def build_answers(experiments: list[dict[str, Any]], tolerance: dict[str, Any]) 
             "prevent": [], "cost": [], "source": "diagnosis", "factors": [],
         }
     return {
-        "why": [_why(f, diverged[f]) for f in order],
+        "why": [_why(f, diverged[f], diverged) for f in order],
         "prevent": [_prevent(f, diverged[f], diverged) for f in order],
         "cost": [c for c in (_cost(f, diverged[f], noise_pct) for f in order) if c] + _noise_line(noise_pct),
         "source": "diagnosis",

@@ -149,6 +149,8 @@ def _compare(result: dict[str, Any], p: Planned, cap_a: Capture, cap_b: Capture,
     result["verdict"] = report["verdict"]
     result["max_abs_output_diff"] = _max_of(outputs.values())
     result["first_divergence"] = _first(report)
+    result["rewrite_count"] = len(report.get("rewrites") or [])
+    result["discrete_changes"] = discrete_changes(report)
     if all(c.manifest["observer_effect"]["outputs_identical"] for c in (cap_a, cap_b)):
         return  # plain == instrumented on both sides: the captured outputs are the plain outputs
     if quick and report["verdict"] == "diverged":
@@ -168,6 +170,23 @@ def _compare(result: dict[str, Any], p: Planned, cap_a: Capture, cap_b: Capture,
         result["first_divergence"], result["converted_ops"] = _unobserved(comparison, cap_a, cap_b, out / "walk",
                                                                           quiet, tolerance, allow)
     result["verdict"] = _worse(report["verdict"], plain_verdict)
+
+
+def discrete_changes(report: dict[str, Any]) -> dict[str, dict[str, int]]:
+    """Integer and boolean outputs that differ (classes, counts, indices): how many values changed.
+
+    A class that flips from 3 to 4 is not "off by 1": no tolerance covers it, so such outputs are
+    reported as changed detections, never folded into a tolerance.
+    """
+    changes = {}
+    for key, out in (report.get("outputs") or {}).items():
+        if not isinstance(out, dict) or out.get("identical") is not False:
+            continue
+        node = (report.get("nodes") or {}).get(str(out.get("a_tensor") or "").rsplit(":", 1)[0]) or {}
+        dtype = str(node.get("dtype") or "") if node.get("tensor") == out.get("a_tensor") else ""
+        if dtype.startswith(("int", "uint", "bool")):
+            changes[key] = {"changed": int(out.get("mismatch_count") or 0), "dtype": dtype}
+    return changes
 
 
 def _max_of(values: Any) -> float | None:
