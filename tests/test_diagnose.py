@@ -380,3 +380,38 @@ def test_discrete_changes_counts_changed_values_of_integer_outputs_only():
     }, "nodes": {"classes": {"tensor": "classes:0", "dtype": "int32"}, "scores": {"tensor": "scores:0", "dtype": "float32"},
                  "count": {"tensor": "count:0", "dtype": "int32"}}}
     assert discrete_changes(report) == {"detection_classes": {"changed": 3, "dtype": "int32"}}
+
+
+@pytest.mark.slow
+def test_the_verified_recipe_applies_every_measured_remedy_together_and_costs_it(full):
+    """Issue 14: one more pair with every remedy on both sides, shown to make the checkpoint and
+    its SavedModel bit-identical, with the combined latency cost measured in the same run."""
+    doc, out, _ = full
+    recipe = _by_name(doc)["recipe"]
+    assert recipe["factor"] == "recipe" and recipe["verdict"] == "identical"
+    assert "one fixed batch shape (batch 4 on both sides)" in recipe["applied"]
+    assert recipe["settings"]["a"]["batch"] == recipe["settings"]["b"]["batch"] == 4
+    assert recipe["settings"]["a"]["onednn"] == recipe["settings"]["b"]["onednn"] == "off"
+    assert recipe["settings"]["a"]["export"] != recipe["settings"]["b"]["export"]  # checkpoint vs SavedModel
+    assert isinstance(recipe["combined_cost_pct"], float) and recipe["reference_latency_ms"]["median"] > 0
+    last = doc["answers"]["prevent"][-1]
+    assert last.startswith("Verified recipe (measured): ") and ": bit-identical." in last
+    assert f"Together they cost {recipe['combined_cost_pct']:+.1f}% latency" in last
+    assert "Verified recipe (measured)" in (out / "report.md").read_text(encoding="utf-8")
+
+
+def test_the_recipe_takes_each_remedy_from_side_b_and_one_fixed_shape():
+    from tracer.recipe import plan_recipe
+    ctx = _context()
+    planned = plan_experiments(ctx)
+    diverged = {"onednn", "batch_1_vs_8", "repeat_fresh_process"}
+    results = [{"name": p.name, "factor": p.factor, "verdict": "diverged" if p.name in diverged else "identical"}
+               for p in planned]
+    recipe = plan_recipe(planned, results, ctx)
+    a, b = recipe.planned.a.side, recipe.planned.b.side
+    assert a.batch_size == b.batch_size == 8
+    assert a.knobs.onednn == b.knobs.onednn == planned[[p.name for p in planned].index("onednn")].b.side.knobs.onednn
+    assert a.knobs.determinism and b.knobs.determinism  # run-to-run nondeterminism: op determinism
+    assert str(a.artifact.path) == "model/ckpt" and str(b.artifact.path) == "model/sm"
+    assert recipe.reference.side.batch_size == 8 and not recipe.reference.side.knobs.determinism
+    assert plan_recipe(planned, [dict(r, verdict="identical") for r in results], ctx) is None

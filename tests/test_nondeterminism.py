@@ -34,10 +34,12 @@ with tf.Graph().as_default():
     x = tf1.placeholder(tf.float32, [None, 8], name="x")
     w = tf1.get_variable("w", [8, 4], initializer=tf1.random_normal_initializer(seed=1))
     logits = tf.matmul(x, w, name="logits")
-    jitter = tf.random.uniform(tf.shape(logits), name="jitter")  # no seed: new every run
-    # +-2**-10 exactly: two runs differ by 0 or 2**-9 per element, so every pair of runs that
-    # differs at all differs by exactly 2**-9 (a noise floor the test can rely on)
-    y = tf.identity(tf.sign(jitter - 0.5) * 2.0 ** -10, name="y")
+    # no seed: new every run. Integers 0/1, then +-2**-10 exactly: two runs differ by 0 or 1 (then
+    # 0 or 2**-9) per element, so every pair of runs that differs at all differs by exactly that
+    # much at every op: a noise floor the test can rely on (continuous noise would make the
+    # largest of K samples a random lower bound)
+    jitter = tf.random.uniform(tf.shape(logits), maxval=2, dtype=tf.int32, name="jitter")
+    y = tf.identity((tf.cast(jitter, tf.float32) - 0.5) * 2.0 ** -9, name="y")
     probs = tf.nn.softmax(logits, name="probs")  # deterministic
     with tf1.Session() as session:
         session.run(tf1.global_variables_initializer())

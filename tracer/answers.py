@@ -14,6 +14,7 @@ from typing import Any
 
 from .causes import CAUSES
 from .experiments import FACTORS
+from .recipe import recipe_text
 
 __all__ = ["build_answers", "FACTOR_TITLES"]
 
@@ -232,6 +233,8 @@ def _noise_line(noise_pct: float | None) -> list[str]:
 def build_answers(experiments: list[dict[str, Any]], tolerance: dict[str, Any]) -> dict[str, Any]:
     """``{"why", "prevent", "cost", "source": "diagnosis", "factors"}`` from the experiment results."""
     diverged: dict[str, list[dict[str, Any]]] = {}
+    recipe = next((e for e in experiments if e.get("factor") == "recipe"), None)
+    experiments = [e for e in experiments if e.get("factor") != "recipe"]
     for exp in experiments:
         if exp.get("verdict") == "diverged":
             diverged.setdefault(exp["factor"], []).append(exp)
@@ -247,7 +250,7 @@ def build_answers(experiments: list[dict[str, Any]], tolerance: dict[str, Any]) 
         }
     return {
         "why": [_why(f, diverged[f], diverged) for f in order],
-        "prevent": [_prevent(f, diverged[f], diverged) for f in order],
+        "prevent": [_prevent(f, diverged[f], diverged) for f in order] + ([recipe_text(recipe)] if recipe else []),
         "cost": [c for c in (_cost(f, diverged[f], noise_pct) for f in order) if c] + _noise_line(noise_pct),
         "source": "diagnosis",
         "timing_noise_pct": noise_pct,

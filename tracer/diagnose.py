@@ -44,7 +44,8 @@ from .divergence import Tolerance
 from .errors import TftraceError
 from .experiments import FACTORS, GPU_FACTORS, QUICK_FACTORS, PlanContext, Planned, Run, plan_experiments
 from .gpus import gpu_unavailable_reason
-from .outcomes import evaluate
+from .outcomes import evaluate, latency
+from .recipe import Recipe, plan_recipe, recipe_facts
 from .report.build import atomic_write_text, jsonable, write_reports
 from .runspec import InputSpec, Side
 from .serving import BatchingParameters, pad_requests, padding_groups, read_batching_parameters
@@ -214,6 +215,9 @@ def run_diagnosis(options: DiagnoseOptions, console: Console | None = None) -> D
         captures.get(run)
     t_experiments = time.monotonic()
     results = _evaluate_all(planned, captures, options, out, quiet, progress)
+    recipe = plan_recipe(planned, results, ctx)
+    if recipe is not None:
+        results.append(_run_recipe(recipe, captures, options, out, quiet, progress))
     answers = build_answers(results, options.tolerance.to_json())
     doc = _document(options, base, results, answers, {
         "total_s": round(time.monotonic() - started, 2), "base_s": round(t_captures - started, 2),
@@ -371,6 +375,21 @@ def _evaluate_all(planned: list[Planned], captures: _Captures, options: Diagnose
         pool.shutdown(wait=True, cancel_futures=True)
     return [done[p.name] if p.name in done else evaluate(p, None, None, out, options.tolerance, quiet, "")
             for p in planned]
+
+
+def _run_recipe(recipe: Recipe, captures: _Captures, options: DiagnoseOptions, out: Path, quiet: Console,
+                progress: _Progress) -> dict[str, Any]:
+    """One more pair: every measured remedy together (tracer.recipe), and its combined cost."""
+    p = recipe.planned
+    progress.total += 3
+    for run in (p.a, p.b, recipe.reference):
+        progress.step(f"capturing {run.describe} [{run.side.label()}] for the verified recipe")
+        captures.get(run)
+    result = evaluate(p, captures.get(p.a), captures.get(p.b), out / "experiments" / p.name, options.tolerance, quiet,
+                      options.command, quick=options.quick)
+    result.update(recipe_facts(recipe, result, latency(captures.get(recipe.reference))))
+    progress.step(_summary_line(result))
+    return result
 
 
 def _summary_line(result: dict[str, Any]) -> str:

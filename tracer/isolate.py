@@ -122,14 +122,16 @@ def isolate_origins(
         pair = next(p for p in node.tensors if p.a == result.tensor)
         assert pair.b is not None
         a_op, b_op = view_a.graph.op_type(result.name), view_b.graph.op_type(tensor_op(pair.b))
+        feeds = {key: replay_plan(view.graph, fetch, to_a[key])
+                 for key, view, fetch in (("a", view_a, result.tensor), ("b", view_b, pair.b))}
         index.append({"id": i, "node": result.name, "a_tensor": result.tensor, "b_tensor": pair.b,
                       "a_op": a_op, "b_op": b_op,
                       # B's captured value is B's op on A's inputs only when those inputs were bitwise A's
                       "inputs_identical": result.bitwise_origin,
-                      "same_op_same_settings": same_settings and a_op == b_op and not node.rewrite})
-        for key, view, fetch in (("a", view_a, result.tensor), ("b", view_b, pair.b)):
-            ops[key].append({"id": i, "a_tensor": result.tensor, "fetch": fetch,
-                             "feeds": replay_plan(view.graph, fetch, to_a[key])})
+                      "same_op_same_settings": same_settings and not node.rewrite
+                      and _replayed_alone_alike(view_a.graph, view_b.graph, result.name, tensor_op(pair.b), feeds)})
+        for key, fetch in (("a", result.tensor), ("b", pair.b)):
+            ops[key].append({"id": i, "a_tensor": result.tensor, "fetch": fetch, "feeds": feeds[key]})
     _write_json(os.path.join(workdir, "isolation_index.json"),
                 {"capture_a": str(view_a.capture.path), "capture_b": str(view_b.capture.path), "ops": index})
     for key, view in (("a", view_a), ("b", view_b)):
@@ -233,6 +235,17 @@ def _judge(ra: np.ndarray, rb: np.ndarray, op: dict[str, Any], capture_a: Captur
         if noisy:
             detail += f"; beyond its run-to-run noise ({moved_text})"
     return IsolationResult(verdict, m.max_abs, m.max_rel, detail, noise_max_abs=noise)
+
+
+def _replayed_alone_alike(graph_a: OpGraph, graph_b: OpGraph, op_a: str, op_b: str,
+                          feeds: dict[str, dict[str, str]]) -> bool:
+    """Both replays run exactly one op, of the same type and attributes, on fed inputs: then
+    nothing but the kernel's own run-to-run behaviour can make them differ. A replay that
+    recomputes more (a whole while loop, an unpaired constant) may carry a real difference."""
+    a, b = graph_a.node(op_a), graph_b.node(op_b)
+    if a["op"] != b["op"] or a["op"] in EXIT_OPS or a["attrs"] != b["attrs"]:
+        return False
+    return set(graph_a.data_inputs(op_a)) <= set(feeds["a"]) and set(graph_b.data_inputs(op_b)) <= set(feeds["b"])
 
 
 def same_run_settings(manifest_a: dict[str, Any], manifest_b: dict[str, Any]) -> bool:
