@@ -42,9 +42,10 @@ class CaptureView:
         self.runs: list[list[int]] = capture.manifest.get("runs") or []  # [start, stop) of each run's examples
 
     @functools.cached_property
-    def shape_derived(self) -> set[str]:
-        """Ops computed from the feed's shape only (asked only when the batch sizes differ)."""
-        return self.graph.shape_derived_ops()
+    def shape_derived(self) -> dict[str, str]:
+        """Ops computed from the feed's shape, or offset by such a value (op -> "shape" | "offset";
+        asked only when the batch sizes differ)."""
+        return self.graph.batch_dependent_ops()
 
     def captured(self, tensor: str) -> bool:
         return self.capture.has(tensor)
@@ -197,9 +198,14 @@ def _pair(a: CaptureView, b: CaptureView, ta: str, tb: str, reason: str) -> Tens
     if a.batch_size != b.batch_size:
         if la == lb == "whole" and ra["dtype"].startswith(("int", "uint")):
             return TensorPair(ta, tb, reason, False, "shape metadata: depends on the batch size")
-        if tensor_op(ta) in a.shape_derived:
+        kind = a.shape_derived.get(tensor_op(ta))
+        if kind == "shape":
             return TensorPair(ta, tb, reason, False,
                               "computed from a shape, not from values (e.g. a batch index): depends on the batch size")
+        if kind == "offset":
+            return TensorPair(ta, tb, reason, False,
+                              "index arithmetic offset by the example's position in its run (e.g. idx + row*K, "
+                              "row from a Range over the batch): depends on how examples are grouped into runs")
     if list(ra["shape"]) != list(rb["shape"]):
         return TensorPair(ta, tb, reason, False, f"shapes differ: A {ra['shape']} vs B {rb['shape']}")
     return TensorPair(ta, tb, reason, True)
