@@ -81,3 +81,100 @@ def test_an_index_offset_by_the_row_position_is_not_an_origin(offset_model: Path
 def test_the_same_index_is_compared_when_both_sides_batch_alike(offset_model: Path, tmp_path: Path) -> None:
     code, report, _ = _compare(tmp_path, offset_model, offset_model, "--examples", "4", "--batch-size", "4")
     assert code == 0 and report["nodes"][OFFSET_ADD]["status"] == "identical"
+
+
+HALF_PLUS_MODELS = """
+import os, sys
+os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
+import tensorflow as tf
+tf1 = tf.compat.v1
+root = sys.argv[1]
+
+def tf1_model(path, shape, b_value):
+    # As TF Serving's saved_model_half_plus_two.py wrote its TF 1.x models: y = a*x + b.
+    with tf.Graph().as_default():
+        a = tf1.Variable(0.5, name="a")
+        b = tf1.Variable(b_value, name="b")
+        x = tf1.placeholder(tf.float32, shape, name="x")
+        y = tf.add(tf.multiply(a, x), b, name="y")
+        with tf1.Session() as session:
+            session.run(tf1.global_variables_initializer())
+            builder = tf1.saved_model.Builder(path)
+            signature = tf1.saved_model.predict_signature_def({"x": x}, {"y": y})
+            builder.add_meta_graph_and_variables(session, ["serve"], signature_def_map={"serving_default": signature})
+            builder.save()
+
+class HalfPlusTwo(tf.Module):
+    # As saved_model_half_plus_two_tf2.py: one example of shape [1], no batch axis.
+    def __init__(self):
+        self.a = tf.Variable(0.5, name="a")
+        self.b = tf.Variable(2.0, name="b")
+
+    @tf.function(input_signature=[tf.TensorSpec([1], tf.float32, name="x")])
+    def __call__(self, x):
+        return {"y": self.a * x + self.b}
+
+tf1_model(os.path.join(root, "half_plus_two_cpu"), [None, 1], 2.0)
+tf1_model(os.path.join(root, "half_plus_three"), [], 3.0)
+model = HalfPlusTwo()
+tf.saved_model.save(model, os.path.join(root, "half_plus_two_tf2_cpu"), signatures={"serving_default": model.__call__})
+"""
+X = [[1.0], [2.0], [5.0]]  # TF Serving's own example: exact in float32, so are 0.5x+2 and 0.5x+3
+
+
+@pytest.fixture(scope="module")
+def half_plus(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Stand-ins for TF Serving's half_plus_two_cpu ([?, 1]), half_plus_two_tf2_cpu ([1]) and
+    half_plus_three (a scalar, y = 0.5x + 3), made the way their authors made them."""
+    root = tmp_path_factory.mktemp("half_plus")
+    _write(HALF_PLUS_MODELS, str(root))
+    return {name: root / name for name in ("half_plus_two_cpu", "half_plus_two_tf2_cpu", "half_plus_three")}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("order", ["batched_first", "unbatched_first"])
+def test_a_signature_without_a_batch_axis_runs_one_example_per_run(
+    half_plus: dict[str, Path], tmp_path: Path, order: str
+) -> None:
+    """[?, 1] against [1]: it was "B cannot take A's examples … Map keys with --map"."""
+    sides = [half_plus["half_plus_two_cpu"], half_plus["half_plus_two_tf2_cpu"]]
+    unbatched = "b" if order == "batched_first" else "a"
+    if order == "unbatched_first":
+        sides.reverse()
+    code, report, stdout = _compare(tmp_path, *sides, "--examples", "5")
+    assert code == 0 and report["verdict"] == "identical" and stdout.startswith("IDENTICAL")
+    assert report["outputs"]["y"]["identical"] is True and report["outputs"]["y"]["not_compared"] is None
+    side = report["sides"][unbatched]
+    assert side["one_example_per_run"] is True and side["batch_size"] == 1
+    assert side["label"] == "cpu, one example per run (the signature has no batch axis), onednn=off"
+    assert "the signature has no batch axis: ran the 5 example(s) one per run" in side["notes"]
+    assert report["sides"]["b" if unbatched == "a" else "a"]["one_example_per_run"] is False
+    assert f"{unbatched.upper()}: {sides[0 if unbatched == 'a' else 1]} [cpu, one example per run" in " ".join(stdout.split())
+    assert "cpu, one example per run (the signature has no batch axis)" in (tmp_path / "report.md").read_text("utf-8")
+    manifest = json.loads((tmp_path / "captures" / unbatched / "manifest.json").read_text(encoding="utf-8"))
+    assert manifest["runs"] == [[i, i + 1] for i in range(5)] and manifest["examples"]["per_example"] is True
+    assert report["nodes"]["x"]["status"] == "identical"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("batched", ["stand_in", "real"])
+def test_half_plus_three_against_half_plus_two_diverges_at_b_by_one(
+    half_plus: dict[str, Path], real_models: dict[str, Path], tmp_path: Path, batched: str
+) -> None:
+    """A scalar signature against [?, 1], row by row: y differs by exactly 1 (3 - 2) in every row,
+    starting where b is read. The real half_plus_two (TF 1.12, VariableV2) reads b through
+    ``b/read``; the stand-in's resource variable through ``y/ReadVariableOp``."""
+    import numpy as np
+
+    np.savez(tmp_path / "x.npz", x=np.array(X, np.float32))
+    a = half_plus["half_plus_two_cpu"] if batched == "stand_in" else real_models["half_plus_two"] / "00000123"
+    code, report, stdout = _compare(tmp_path / "out", a, half_plus["half_plus_three"], "--inputs", str(tmp_path / "x.npz"))
+    x = np.array(X, np.float32)
+    expected = float(np.max(np.abs((np.float32(0.5) * x + np.float32(3)) - (np.float32(0.5) * x + np.float32(2)))))
+    assert expected == 1.0
+    assert code == 1 and report["verdict"] == "diverged" and stdout.startswith("DIVERGED")
+    read_b = "y/ReadVariableOp" if batched == "stand_in" else "b/read"
+    assert report["first_divergence"]["node"] == read_b and report["first_divergence"]["max_abs"] == 1.0
+    y = report["outputs"]["y"]
+    assert (y["max_abs"], y["mismatch_count"], y["identical"]) == (expected, 3, False)
+    assert report["nodes"]["y"]["status"] == "propagated" and report["sides"]["b"]["one_example_per_run"] is True

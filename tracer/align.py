@@ -13,6 +13,9 @@ Sources of pairs, in order of trust:
 Only *relevant* outputs are judged: those read by another op of the inference graph or returned
 by the signature (a FusedBatchNorm's reserve-space outputs are left undefined in inference).
 Rows need no work here: every capture stores all examples in example order, whatever its batch.
+A side whose signature has no batch axis ran one example per run and stored each value as a
+row; its tensors pair with a batched side's row by row when each row holds the same elements
+(``[N]`` scalars per example against ``[N, 1]``): the metrics read B in A's shape.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from .graphdiff import GraphDiff
+from .inputs import same_rows
 from .opgraph import OpGraph, tensor_op, tensor_slot
 
 __all__ = ["TensorPair", "NodeAlignment", "Alignment", "align", "CaptureView"]
@@ -207,6 +211,10 @@ def _pair(a: CaptureView, b: CaptureView, ta: str, tb: str, reason: str) -> Tens
                               "index arithmetic offset by the example's position in its run (e.g. idx + row*K, "
                               "row from a Range over the batch): depends on how examples are grouped into runs")
     if list(ra["shape"]) != list(rb["shape"]):
+        if la == lb == "rows" and ra["shape"][:1] == rb["shape"][:1] and same_rows(ra["shape"][1:], rb["shape"][1:]):
+            # A side without a batch axis stores each run's value as one row: [N, 1] pairs with
+            # [N] (scalar per example), row i with row i, element for element.
+            return TensorPair(ta, tb, reason, True, f"paired row by row: A {ra['shape']}, B {rb['shape']}")
         return TensorPair(ta, tb, reason, False, f"shapes differ: A {ra['shape']} vs B {rb['shape']}")
     return TensorPair(ta, tb, reason, True)
 
