@@ -30,7 +30,7 @@ class PickPerRow(tf.Module):
     @tf.function(input_signature=[tf.TensorSpec([None, 6, 5], tf.float32, name="x")])
     def __call__(self, x):
         batch = tf.shape(x)[0]
-        best = tf.argmax(x, axis=2, output_type=tf.int32)
+        best = (tf.argmin if sys.argv[2:] == ["argmin"] else tf.argmax)(x, axis=2, output_type=tf.int32)
         within = best + tf.range(6)[tf.newaxis, :] * 5
         index = within + (tf.range(batch) * 30)[:, tf.newaxis]
         picked = tf.gather(tf.reshape(x, [-1]), index)
@@ -61,6 +61,14 @@ def offset_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+@pytest.fixture(scope="module")
+def argmin_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The same model picking each row's argmin: its integer indices differ from the argmax's."""
+    path = tmp_path_factory.mktemp("offset") / "pick_per_row_argmin"
+    _write(OFFSET_MODEL, str(path), "argmin")
+    return path
+
+
 @pytest.mark.slow
 def test_an_index_offset_by_the_row_position_is_not_an_origin(offset_model: Path, tmp_path: Path) -> None:
     """Batch 1 vs 4: the gather index ``argmax + row*30`` is [0..29] in every run of one example and
@@ -75,6 +83,30 @@ def test_an_index_offset_by_the_row_position_is_not_an_origin(offset_model: Path
     assert nodes[OFFSET_ADD]["reason"].startswith("index arithmetic offset by the example's position in its run")
     assert nodes[GATHER]["status"] == "identical" and nodes["PartitionedCall/ArgMax"]["status"] == "identical"
     assert report["origins"] == [] and report["first_divergence"] is None
+
+
+@pytest.mark.slow
+def test_integer_indices_that_differ_say_by_how_much_and_how_many(
+    offset_model: Path, argmin_model: Path, tmp_path: Path
+) -> None:
+    """argmax vs argmin of the same rows: the first integer op that differs reports the largest
+    index shift and how many indices moved (it said "max abs 0" next to the mismatches)."""
+    import numpy as np
+
+    from tracer.capture import Capture
+
+    code, report, stdout = _compare(tmp_path, offset_model, argmin_model, "--examples", "4", "--batch-size", "4")
+    x = np.asarray(Capture.open(tmp_path / "captures" / "a").tensor("x:0"))
+    shift = np.abs(np.argmax(x, axis=2).astype(np.int64) - np.argmin(x, axis=2))
+    moved = int(np.count_nonzero(shift))
+    first = report["first_divergence"]
+    assert code == 1 and first["dtype"] == "int32" and moved > 0
+    assert (first["max_abs"], first["mismatch_count"]) == (float(shift.max()), moved)
+    node = report["nodes"][first["node"]]
+    assert (node["max_abs"], node["mismatch_count"]) == (float(shift.max()), moved)
+    line = next(ln for ln in " ".join(stdout.split()).split("First divergence") if ln.startswith(" (bitwise)"))
+    assert f"max abs {int(shift.max())}," in line and f"{moved} elements differ" in line
+    assert f"{moved} elements differ" in (tmp_path / "report.md").read_text("utf-8")
 
 
 @pytest.mark.slow

@@ -92,6 +92,8 @@ def _origin(result: NodeResult, comparison: Comparison, rank: int | None = None)
         "max_abs": m.max_abs if m else None,
         "max_rel": m.max_rel if m else None,
         "rel_l2": m.rel_l2 if m else None,
+        "mismatch_count": m.mismatch_count if m else None,  # for an integer index: how many moved
+        "dtype": m.dtype_a if m else None,
         "level": "tolerance" if result.status == "origin" else "bitwise",
         "status": result.status,
         "rewrite": node.rewrite if node else None,
