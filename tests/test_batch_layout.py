@@ -147,6 +147,17 @@ class HalfPlusTwo(tf.Module):
         return {"y": self.a * x + self.b}
 
 tf1_model(os.path.join(root, "half_plus_two_cpu"), [None, 1], 2.0)
+with tf.Graph().as_default():  # [1], the sum taken in float16: B's kernel differs given A's inputs
+    a = tf1.Variable(0.5, name="a")
+    b = tf1.Variable(2.0, name="b")
+    x = tf1.placeholder(tf.float32, [1], name="x")
+    y = tf.cast(tf.add(tf.cast(tf.multiply(a, x), tf.float16), tf.cast(b, tf.float16)), tf.float32, name="y")
+    with tf1.Session() as session:
+        session.run(tf1.global_variables_initializer())
+        builder = tf1.saved_model.Builder(os.path.join(root, "half_plus_two_fp16"))
+        signature = tf1.saved_model.predict_signature_def({"x": x}, {"y": y})
+        builder.add_meta_graph_and_variables(session, ["serve"], signature_def_map={"serving_default": signature})
+        builder.save()
 tf1_model(os.path.join(root, "half_plus_three"), [], 3.0)
 model = HalfPlusTwo()
 tf.saved_model.save(model, os.path.join(root, "half_plus_two_tf2_cpu"), signatures={"serving_default": model.__call__})
@@ -160,7 +171,8 @@ def half_plus(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     half_plus_three (a scalar, y = 0.5x + 3), made the way their authors made them."""
     root = tmp_path_factory.mktemp("half_plus")
     _write(HALF_PLUS_MODELS, str(root))
-    return {name: root / name for name in ("half_plus_two_cpu", "half_plus_two_tf2_cpu", "half_plus_three")}
+    return {name: root / name for name in ("half_plus_two_cpu", "half_plus_two_tf2_cpu", "half_plus_three",
+                                           "half_plus_two_fp16")}
 
 
 @pytest.mark.slow
@@ -210,3 +222,23 @@ def test_half_plus_three_against_half_plus_two_diverges_at_b_by_one(
     y = report["outputs"]["y"]
     assert (y["max_abs"], y["mismatch_count"], y["identical"]) == (expected, 3, False)
     assert report["nodes"]["y"]["status"] == "propagated" and report["sides"]["b"]["one_example_per_run"] is True
+
+
+@pytest.mark.slow
+def test_an_origin_is_replayed_on_a_side_without_a_batch_axis(half_plus: dict[str, Path], tmp_path: Path) -> None:
+    """Isolation feeds A's rows ([1, 1] each) to B's tensors of shape [1] and stacks B's answers
+    back into rows: B's float16 sum differs given identical inputs, by what numpy's float16 says."""
+    import numpy as np
+
+    from tracer.capture import Capture
+
+    proc = run_cli("compare", str(half_plus["half_plus_two_cpu"]), str(half_plus["half_plus_two_fp16"]),
+                   "--out", str(tmp_path), "--onednn", "off", "--examples", "6")
+    assert proc.returncode == 1, proc.stderr
+    report = json.loads((tmp_path / "report.json").read_text(encoding="utf-8"))
+    x = np.asarray(Capture.open(tmp_path / "captures" / "a").tensor("x:0"))
+    half = ((np.float32(0.5) * x).astype(np.float16) + np.float16(2)).astype(np.float32)
+    expected = float(np.max(np.abs(half - (np.float32(0.5) * x + np.float32(2)))))
+    first = report["first_divergence"]
+    assert first["node"] == "y" and first["max_abs"] == expected > 0
+    assert first["isolation"]["verdict"] == "own_error" and first["isolation"]["max_abs"] == expected
