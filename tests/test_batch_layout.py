@@ -193,7 +193,8 @@ def test_a_signature_without_a_batch_axis_runs_one_example_per_run(
     assert side["label"] == "cpu, one example per run (the signature has no batch axis), onednn=off"
     assert "the signature has no batch axis: ran the 5 example(s) one per run" in side["notes"]
     assert report["sides"]["b" if unbatched == "a" else "a"]["one_example_per_run"] is False
-    assert f"{unbatched.upper()}: {sides[0 if unbatched == 'a' else 1]} [cpu, one example per run" in " ".join(stdout.split())
+    flat = " ".join(stdout.split())
+    assert f"{unbatched.upper()}: {sides[0 if unbatched == 'a' else 1]} [cpu, one example per run" in flat
     assert "cpu, one example per run (the signature has no batch axis)" in (tmp_path / "report.md").read_text("utf-8")
     manifest = json.loads((tmp_path / "captures" / unbatched / "manifest.json").read_text(encoding="utf-8"))
     assert manifest["runs"] == [[i, i + 1] for i in range(5)] and manifest["examples"]["per_example"] is True
@@ -212,7 +213,8 @@ def test_half_plus_three_against_half_plus_two_diverges_at_b_by_one(
 
     np.savez(tmp_path / "x.npz", x=np.array(X, np.float32))
     a = half_plus["half_plus_two_cpu"] if batched == "stand_in" else real_models["half_plus_two"] / "00000123"
-    code, report, stdout = _compare(tmp_path / "out", a, half_plus["half_plus_three"], "--inputs", str(tmp_path / "x.npz"))
+    code, report, stdout = _compare(tmp_path / "out", a, half_plus["half_plus_three"],
+                                    "--inputs", str(tmp_path / "x.npz"))
     x = np.array(X, np.float32)
     expected = float(np.max(np.abs((np.float32(0.5) * x + np.float32(3)) - (np.float32(0.5) * x + np.float32(2)))))
     assert expected == 1.0

@@ -53,7 +53,8 @@ def test_a_signature_without_a_batch_axis_runs_one_example_per_run() -> None:
     batched = make_examples({"x": TensorSpec("x:0", "float32", (None, 1))}, 8, 3, None)
     one = make_examples({"x": TensorSpec("x:0", "float32", (1,))}, 8, 3, None)
     scalar = make_examples({"x": TensorSpec("x:0", "float32", ())}, 8, 3, None)
-    assert batched.arrays["x"].shape == (8, 1) and scalar.arrays["x"].shape == (8,) and scalar.feed("x", 2, 3).shape == ()
+    assert batched.arrays["x"].shape == (8, 1) and scalar.arrays["x"].shape == (8,)
+    assert scalar.feed("x", 2, 3).shape == ()
     np.testing.assert_array_equal(one.arrays["x"], batched.arrays["x"])
     np.testing.assert_array_equal(scalar.arrays["x"], batched.arrays["x"][:, 0])
 

@@ -115,15 +115,16 @@ class OpGraph:
         return set(self.batch_dependent_ops())
 
     def batch_dependent_ops(self) -> dict[str, str]:
-        """Op -> ``"shape"`` or ``"offset"``: ops that depend on what is fed only through its *shape*: a batch index (``Range`` up to
-        the batch size), a reshape target, a ``TensorArray``'s size. Their values follow the
-        batch size, so they are metadata when the sides' batch sizes differ, never a divergence.
+        """Op -> ``"shape"`` or ``"offset"``. Shape: ops that depend on what is fed only through
+        its *shape*: a batch index (``Range`` up to the batch size), a reshape target, a
+        ``TensorArray``'s size. Their values follow the batch size, so they are metadata when the
+        sides' batch sizes differ, never a divergence.
 
         Found by spreading two marks forward from the fed ops along data edges: "depends on the
         feed" crosses every op, "depends on its values" stops at ops that read only a shape.
         Spread to a fixed point, so loop back edges count too.
 
-        Index arithmetic that adds such a value into per-example values (``argmax + row*K`` with
+        Offset: index arithmetic that adds such a value into per-example values (``argmax + row*K`` with
         ``row`` a Range over the batch: a gather index into the flattened batch) is included:
         its value depends on the example's position in its run by construction, so it differs
         between batch sizes while everything it indexes agrees. Found by spreading from the
