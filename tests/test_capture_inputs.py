@@ -41,9 +41,42 @@ def test_generated_examples_follow_the_documented_rule() -> None:
     np.testing.assert_array_equal(make_examples(specs, 8, 7, None).arrays["images"][:5], expected)
 
 
-def test_a_fixed_first_dimension_is_not_an_example_axis() -> None:
+def test_a_signature_without_a_batch_axis_runs_one_example_per_run() -> None:
+    """A fixed first dimension is not an example axis; it was generated once and run once (one
+    example however many were asked for), which left nothing to pair with a batched side's rows.
+    Now the examples are stacked on a new axis and fed one per run."""
     ex = make_examples({"x": TensorSpec("x:0", "float32", (2, 3))}, 8, 0, None)
-    assert ex.arrays["x"].shape == (2, 3) and not ex.batch_major
+    assert ex.arrays["x"].shape == (8, 2, 3) and not ex.batch_major and ex.per_example and ex.count == 8
+    assert ex.feed("x", 5, 6).shape == (2, 3) and np.array_equal(ex.feed("x", 5, 6), ex.arrays["x"][5])
+    # TF Serving's half_plus_two_tf2 ([1]) and half_plus_three (a scalar) draw the numbers that
+    # half_plus_two's [?, 1] rows hold: the same seed gives row-comparable examples.
+    batched = make_examples({"x": TensorSpec("x:0", "float32", (None, 1))}, 8, 3, None)
+    one = make_examples({"x": TensorSpec("x:0", "float32", (1,))}, 8, 3, None)
+    scalar = make_examples({"x": TensorSpec("x:0", "float32", ())}, 8, 3, None)
+    assert batched.arrays["x"].shape == (8, 1) and scalar.arrays["x"].shape == (8,)
+    assert scalar.feed("x", 2, 3).shape == ()
+    np.testing.assert_array_equal(one.arrays["x"], batched.arrays["x"])
+    np.testing.assert_array_equal(scalar.arrays["x"], batched.arrays["x"][:, 0])
+
+
+def test_a_file_of_rows_feeds_a_signature_without_a_batch_axis(tmp_path: Path) -> None:
+    rows = np.array([[1.0], [2.0], [5.0]], np.float32)
+    np.savez(tmp_path / "rows.npz", x=rows)
+    scalar = make_examples({"x": TensorSpec("x:0", "float32", ())}, 8, 0, str(tmp_path / "rows.npz"))
+    assert scalar.per_example and scalar.count == 3 and scalar.arrays["x"].tolist() == [1.0, 2.0, 5.0]
+    one = make_examples({"x": TensorSpec("x:0", "float32", (1,))}, 8, 0, str(tmp_path / "rows.npz"))
+    assert one.per_example and one.arrays["x"].shape == (3, 1)
+    np.savez(tmp_path / "flat.npz", x=rows[:, 0])  # a scalar side's examples, fed to a batched [?, 1]
+    batched = make_examples({"x": TensorSpec("x:0", "float32", (None, 1))}, 8, 0, str(tmp_path / "flat.npz"))
+    assert batched.batch_major and not batched.per_example and batched.arrays["x"].shape == (3, 1)
+    exact = make_examples({"x": TensorSpec("x:0", "float32", (1,))}, 8, 0, str(tmp_path / "flat.npz"))
+    assert exact.per_example and exact.arrays["x"].shape == (3, 1)  # [3] for [1]: three scalars
+    np.savez(tmp_path / "one.npz", x=rows[0])  # exactly the signature's shape: one run, as before
+    whole = make_examples({"x": TensorSpec("x:0", "float32", (1,))}, 8, 0, str(tmp_path / "one.npz"))
+    assert not whole.per_example and whole.count == 1 and whole.arrays["x"].shape == (1,)
+    with pytest.raises(TftraceError, match=r"input 'x' has shape \[3, 2\], the signature expects \[\?, 1\]"):
+        np.savez(tmp_path / "wide.npz", x=np.zeros((3, 2), np.float32))
+        make_examples({"x": TensorSpec("x:0", "float32", (None, 1))}, 8, 0, str(tmp_path / "wide.npz"))
 
 
 def test_a_signature_without_inputs() -> None:

@@ -216,8 +216,21 @@ def test_int32_ranks_by_difference() -> None:
     m = compare_arrays(np.array([1, 2, 3, 4], np.int32), np.array([1, 7, 2, 4], np.int32))
     assert (m.kind, m.identical, m.mismatch_count, m.ulp_max) == ("exact", False, 2, -1)
     assert m.worst == (((1,), 2, 7), ((2,), 3, 2))
-    assert (m.max_abs, m.cosine, m.sqnr_db) == (0.0, 1.0, math.inf)
+    # How far apart, not only how many: max |a-b| = |2-7| = 5 and max |a-b|/max(|a|,|b|) = 5/7
+    # (it was 0.0, which printed "max abs 0" next to the mismatches of a shifted gather index).
+    assert (m.max_abs, m.max_rel, m.cosine, m.sqnr_db) == (5.0, 5 / 7, 1.0, math.inf)
     assert not m.within(100, 100) and compare_arrays(np.arange(3), np.arange(3)).within(0, 0)
+
+
+def test_integer_magnitudes_do_not_overflow() -> None:
+    lo, hi = np.iinfo(np.int64).min, np.iinfo(np.int64).max
+    m = compare_arrays(np.array([lo, 5, 0], np.int64), np.array([hi, 5, 1], np.int64))
+    assert m.max_abs == float(2**64 - 1) and m.mismatch_count == 2 and m.max_rel == (2**64 - 1) / 2**63
+    u = compare_arrays(np.array([2**64 - 1], np.uint64), np.array([-1], np.int64))  # apart by 2**64
+    assert u.max_abs == float(2**64)
+    small = compare_arrays(np.array([-128, 3], np.int8), np.array([127, 3], np.int8))  # int8 would wrap to -1
+    assert (small.max_abs, small.max_rel, small.mismatch_count) == (255.0, 255 / 128, 1)
+    assert compare_arrays(np.array([True]), np.array([False])).max_abs == 0.0  # bool: count only
 
 
 def test_bool_and_bytes_list_mismatches_by_position() -> None:
@@ -447,6 +460,9 @@ def test_exact_kinds_chunking(dtype: Any, values: list[int], flips: list[int], c
     whole, part = compare_arrays(a, b, k_worst=3), compare_arrays(a, b, k_worst=3, chunk_elems=chunk)
     assert part == whole
     assert whole.mismatch_count == int(np.sum(a != b)) and whole.identical == (whole.mismatch_count == 0)
+    if dtype is not np.bool_:
+        exact = max((abs(int(x) - int(y)) for x, y in zip(a.tolist(), b.tolist())), default=0)
+        assert whole.max_abs == float(exact)
 
 
 # --------------------------------------------------------------------------- summaries

@@ -99,10 +99,13 @@ def test_same_bits_for_mixed_dtypes_and_exact_kinds(monkeypatch: pytest.MonkeyPa
         (a.astype(np.float16), a),
         (np.arange(5_000, dtype=np.int32), np.arange(5_000).astype(np.float32) + 0.25),
         (np.arange(5_000, dtype=np.int64), np.arange(5_000, dtype=np.int64) * 2),
+        (np.arange(5_000, dtype=np.int32), np.arange(5_000, dtype=np.int32)[::-1].copy()),  # exact max |a-b|
     ]
     for x, y in pairs:
         both(monkeypatch, x, y, rtols=(1e-5, 0.5), k_worst=4)
         both(monkeypatch, x, y, chunk_elems=777)
+    ints = both(monkeypatch, pairs[-1][0], pairs[-1][1], chunk_elems=777, workers=2)
+    assert (ints.kind, ints.max_abs, ints.mismatch_count) == ("exact", 4999.0, 5_000)
 
 
 @needs_numba

@@ -77,6 +77,35 @@ def test_shape_derived_ops_follow_shapes_not_values_and_loops() -> None:
     ]})
     assert g.shape_derived_ops() == {"shape", "n", "index", "zeros"}
 
+def test_index_arithmetic_offset_by_the_batch_position_is_batch_dependent() -> None:
+    """``argmax + Range(batch)*K`` indexes the flattened batch: its values depend on each row's
+    position in its run (a gather index into the whole batch), so it is batch-dependent like the
+    Range; the gather it feeds, the float reshape by a shape-derived target and a float op
+    reading the offset are not: their values are the examples' own."""
+    def int_node(*args: Any) -> dict[str, Any]:
+        n = node(*args)
+        n["outputs"][0]["dtype"] = "int32"
+        return n
+
+    g = OpGraph.from_json({"inputs": {"x": "x:0"}, "outputs": {"y": "gather:0", "z": "scaled:0"}, "nodes": [
+        node("x", "Placeholder"),
+        int_node("k", "Const"),
+        int_node("shape", "Shape", ["x:0"]),
+        int_node("n", "StridedSlice", ["shape:0"]),
+        int_node("rows", "Range", ["n:0"]),
+        int_node("offset", "Mul", ["rows:0", "k:0"]),
+        int_node("argmax", "ArgMax", ["x:0"]),
+        int_node("index", "AddV2", ["argmax:0", "offset:0"]),
+        int_node("index/flat", "Reshape", ["index:0", "shape:0"]),
+        node("flat", "Reshape", ["x:0", "shape:0"]),
+        node("gather", "GatherV2", ["flat:0", "index/flat:0"]),
+        node("scaled", "Mul", ["x:0", "offset:0"]),
+    ]})
+    assert g.batch_dependent_ops() == {"shape": "shape", "n": "shape", "rows": "shape", "offset": "shape",
+                                       "index": "offset", "index/flat": "offset"}
+    assert g.shape_derived_ops() == {"shape", "n", "rows", "offset", "index", "index/flat"}
+
+
 def test_json_round_trip_keeps_everything() -> None:
     doc = {"inputs": {"x": "x:0"}, "outputs": {"y": "y:0"}, "nodes": [
         node("x", "Placeholder"), node("s/neg", "Neg", ["x:0"]), node("y", "Identity", ["s/neg:0"], control=["x"]),

@@ -13,6 +13,9 @@ Sources of pairs, in order of trust:
 Only *relevant* outputs are judged: those read by another op of the inference graph or returned
 by the signature (a FusedBatchNorm's reserve-space outputs are left undefined in inference).
 Rows need no work here: every capture stores all examples in example order, whatever its batch.
+A side whose signature has no batch axis ran one example per run and stored each value as a
+row; its tensors pair with a batched side's row by row when each row holds the same elements
+(``[N]`` scalars per example against ``[N, 1]``): the metrics read B in A's shape.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from .graphdiff import GraphDiff
+from .inputs import same_rows
 from .opgraph import OpGraph, tensor_op, tensor_slot
 
 __all__ = ["TensorPair", "NodeAlignment", "Alignment", "align", "CaptureView"]
@@ -42,9 +46,10 @@ class CaptureView:
         self.runs: list[list[int]] = capture.manifest.get("runs") or []  # [start, stop) of each run's examples
 
     @functools.cached_property
-    def shape_derived(self) -> set[str]:
-        """Ops computed from the feed's shape only (asked only when the batch sizes differ)."""
-        return self.graph.shape_derived_ops()
+    def shape_derived(self) -> dict[str, str]:
+        """Ops computed from the feed's shape, or offset by such a value (op -> "shape" | "offset";
+        asked only when the batch sizes differ)."""
+        return self.graph.batch_dependent_ops()
 
     def captured(self, tensor: str) -> bool:
         return self.capture.has(tensor)
@@ -197,10 +202,19 @@ def _pair(a: CaptureView, b: CaptureView, ta: str, tb: str, reason: str) -> Tens
     if a.batch_size != b.batch_size:
         if la == lb == "whole" and ra["dtype"].startswith(("int", "uint")):
             return TensorPair(ta, tb, reason, False, "shape metadata: depends on the batch size")
-        if tensor_op(ta) in a.shape_derived:
+        kind = a.shape_derived.get(tensor_op(ta))
+        if kind == "shape":
             return TensorPair(ta, tb, reason, False,
                               "computed from a shape, not from values (e.g. a batch index): depends on the batch size")
+        if kind == "offset":
+            return TensorPair(ta, tb, reason, False,
+                              "index arithmetic offset by the example's position in its run (e.g. idx + row*K, "
+                              "row from a Range over the batch): depends on how examples are grouped into runs")
     if list(ra["shape"]) != list(rb["shape"]):
+        if la == lb == "rows" and ra["shape"][:1] == rb["shape"][:1] and same_rows(ra["shape"][1:], rb["shape"][1:]):
+            # A side without a batch axis stores each run's value as one row: [N, 1] pairs with
+            # [N] (scalar per example), row i with row i, element for element.
+            return TensorPair(ta, tb, reason, True, f"paired row by row: A {ra['shape']}, B {rb['shape']}")
         return TensorPair(ta, tb, reason, False, f"shapes differ: A {ra['shape']} vs B {rb['shape']}")
     return TensorPair(ta, tb, reason, True)
 

@@ -25,6 +25,7 @@ from .capture.reader import Capture
 from .divergence import Divergence, Tolerance, classify
 from .errors import TftraceError
 from .graphdiff import GraphDiff, diff_graphs
+from .inputs import same_rows
 from .isolate import IsolationResult, isolate_origins
 from .metrics import TensorMetrics, compare_arrays
 from .opgraph import tensor_op
@@ -267,6 +268,8 @@ def _require_same_examples(view_a: CaptureView, view_b: CaptureView) -> None:
         if tb is None or not (view_a.capture.has(ta) and view_b.capture.has(tb)):
             continue
         xa, xb = view_a.capture.tensor(ta), view_b.capture.tensor(tb)
+        if xa.shape[:1] == xb.shape[:1] and same_rows(xa.shape[1:], xb.shape[1:]):
+            xb = xb.reshape(xa.shape)  # one side has no batch axis: its examples are rows too
         if xa.shape != xb.shape or not np.array_equal(xa, xb):
             raise TftraceError(
                 f"the two sides were fed different examples for input {key!r} "
@@ -282,7 +285,9 @@ def _metrics(cap_a: Capture, cap_b: Capture, alignment: Alignment, tolerance: To
             if pair.comparable and pair.b is not None:
                 _, rtol = tolerance.for_tensor(pair.a)
                 # each pair is read once here: its mapped pages are given back as it is scanned
-                out[pair.a] = compare_arrays(cap_a.tensor(pair.a), cap_b.tensor(pair.b), rtols=(rtol,), release=True)
+                ta, tb = cap_a.tensor(pair.a), cap_b.tensor(pair.b)
+                tb = tb.reshape(ta.shape) if tb.shape != ta.shape else tb  # paired row by row (align)
+                out[pair.a] = compare_arrays(ta, tb, rtols=(rtol,), release=True)
     return out
 
 

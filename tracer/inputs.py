@@ -9,7 +9,14 @@ given the same seed see the same bytes: for each signature input key, a NumPy
 * boolean inputs: fair coin flips.
 
 The first dimension of every input is the example axis when the signature leaves it unknown
-(``None``). Strings (serialized ``tf.Example`` protos) cannot be invented and need ``--inputs``.
+(``None``). A signature whose input shapes are all fully known has no batch axis (TF Serving's
+``half_plus_two_tf2`` takes ``x`` of shape ``[1]``, ``half_plus_three`` a scalar): its examples
+are stacked along a new first axis, ``[count, *shape]``, and each run feeds one of them
+(``per_example``). Drawn that way, example ``i`` holds the same numbers as row ``i`` of a
+batched signature whose rows have as many elements, so the two can be compared row by row.
+A file's arrays may differ from the signature's per-example shape by axes of size 1 only
+(``[N]`` for ``[?, 1]``, ``[N, 1]`` for a scalar): they are reshaped, never otherwise.
+Strings (serialized ``tf.Example`` protos) cannot be invented and need ``--inputs``.
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ import numpy as np
 from .artifacts import TensorSpec
 from .errors import TftraceError
 
-__all__ = ["Examples", "make_examples", "batches"]
+__all__ = ["Examples", "make_examples", "batches", "same_rows"]
 
 
 @dataclass
@@ -33,6 +40,20 @@ class Examples:
     count: int  # number of examples (rows); 0 for signatures without inputs
     batch_major: bool  # False when the signature fixes the first dimension (no batching possible)
     source: str  # "generated (seed N)" or the file name
+    per_example: bool = False  # no batch axis: arrays are [count, *shape], each run feeds one example
+
+    def feed(self, key: str, start: int, stop: int) -> np.ndarray:
+        """What input ``key`` is fed in the run over examples ``[start, stop)``."""
+        array = self.arrays[key]
+        if self.batch_major:
+            return array[start:stop]
+        return array[start] if self.per_example else array
+
+
+def same_rows(shape_a: Sequence[int | None], shape_b: Sequence[int | None]) -> bool:
+    """Whether two per-example shapes hold the same elements in the same order: equal once their
+    axes of size 1 are dropped (``[1]``, ``[]`` and ``[1, 1]`` are one number)."""
+    return [d for d in shape_a if d != 1] == [d for d in shape_b if d != 1]
 
 
 def batches(count: int, batch_size: int | None) -> list[tuple[int, int]]:
@@ -58,11 +79,13 @@ def make_examples(
     if not inputs:
         return Examples({}, 0, False, "none (the signature takes no inputs)")
     fixed = [k for k, s in inputs.items() if s.shape is not None and len(s.shape) > 0 and s.shape[0] is not None]
+    unbatched = all(s.shape is not None and None not in s.shape for s in inputs.values())
     if inputs_file:
-        arrays = _read_file(inputs_file, inputs)
+        arrays, per_example = _read_file(inputs_file, inputs, unbatched)
         source = Path(inputs_file).name
     else:
-        arrays = {key: _generate(key, spec, examples, seed, alternatives) for key, spec in inputs.items()}
+        per_example = unbatched
+        arrays = {key: _generate(key, spec, examples, seed, alternatives, per_example) for key, spec in inputs.items()}
         source = f"generated (seed {seed}, N(0,1) floats)"
     counts = {k: (a.shape[0] if a.ndim else 1) for k, a in arrays.items()}
     if len(set(counts.values())) > 1:
@@ -71,10 +94,14 @@ def make_examples(
             "give every input the same first dimension (one row per example)",
         )
     count = next(iter(counts.values()))
+    if per_example:
+        return Examples(arrays, count, batch_major=False, source=source, per_example=True)
     return Examples(arrays, count, batch_major=not fixed and all(a.ndim > 0 for a in arrays.values()), source=source)
 
 
-def _generate(key: str, spec: TensorSpec, examples: int, seed: int, alternatives: Sequence[str]) -> np.ndarray:
+def _generate(
+    key: str, spec: TensorSpec, examples: int, seed: int, alternatives: Sequence[str], per_example: bool = False
+) -> np.ndarray:
     dtype = spec.dtype
     if dtype in ("string", "variant", "resource") or dtype.startswith("qu") or dtype.startswith("qi"):
         way_out = (
@@ -92,7 +119,9 @@ def _generate(key: str, spec: TensorSpec, examples: int, seed: int, alternatives
             "pass real examples with --inputs FILE.npz",
         )
     shape = list(spec.shape)
-    if shape and shape[0] is None:
+    if per_example:
+        shape = [examples, *shape]  # the examples' own axis: one per run
+    elif shape and shape[0] is None:
         shape[0] = examples
     if any(d is None for d in shape):
         axes = [i for i, d in enumerate(shape) if d is None]
@@ -122,7 +151,9 @@ def _numpy_dtype(name: str) -> np.dtype:
         raise TftraceError(f"dtype {name!r} is not supported as an input", "pass inputs of a numeric dtype") from exc
 
 
-def _read_file(path: str, inputs: dict[str, TensorSpec]) -> dict[str, np.ndarray]:
+def _read_file(path: str, inputs: dict[str, TensorSpec], unbatched: bool) -> tuple[dict[str, np.ndarray], bool]:
+    """The file's arrays, fitted to ``inputs``, and whether they are one example per run (a
+    signature without a batch axis given arrays with one more, example, axis)."""
     if not Path(path).is_file():
         raise TftraceError(f"inputs file {path} does not exist", "give an .npz with one array per signature input")
     try:
@@ -148,12 +179,37 @@ def _read_file(path: str, inputs: dict[str, TensorSpec]) -> dict[str, np.ndarray
                 + (f" (unexpected: {', '.join(extra)})" if extra else ""),
                 "name the arrays after the signature input keys",
             )
+    stacked = {key for key, spec in inputs.items()
+               if unbatched and not _fits(arrays[key], spec) and _fits_rows(arrays[key], spec.shape)}
+    if stacked and stacked != set(inputs):
+        raise TftraceError(
+            f"{path} holds several examples for {', '.join(sorted(stacked))} but one for "
+            f"{', '.join(sorted(set(inputs) - stacked))}",
+            "give every input the same number of examples along a first, example, axis",
+        )
     for key, spec in inputs.items():
-        _check_fits(key, arrays[key], spec)
-    return arrays
+        array = arrays[key]
+        if stacked:
+            arrays[key] = array.reshape((array.shape[0], *spec.shape))
+        elif spec.shape and spec.shape[0] is None and not _fits(array, spec) and _fits_rows(array, spec.shape[1:]):
+            arrays[key] = array.reshape((array.shape[0], *spec.shape[1:]))  # [N] for [?, 1], or back
+        _check_fits(key, arrays[key], spec, stacked=bool(stacked))
+    return arrays, bool(stacked)
 
 
-def _check_fits(key: str, array: np.ndarray, spec: TensorSpec) -> None:
+def _fits(array: np.ndarray, spec: TensorSpec) -> bool:
+    return spec.shape is None or (
+        array.ndim == len(spec.shape) and all(e is None or e == g for e, g in zip(spec.shape, array.shape)))
+
+
+def _fits_rows(array: np.ndarray, per_example: Sequence[int | None] | None) -> bool:
+    """``array`` is examples along axis 0, each holding ``per_example``'s elements (up to size-1 axes)."""
+    return (per_example is not None and None not in per_example and array.ndim >= 1
+            and same_rows(array.shape[1:], per_example))
+
+
+def _check_fits(key: str, array: np.ndarray, spec: TensorSpec, stacked: bool = False) -> None:
+    """Refuse an array the signature cannot take (``stacked``: each of its rows is one example)."""
     expected = _numpy_dtype(spec.dtype) if spec.dtype != "string" else None
     if expected is None:
         if array.dtype.kind not in "SUO":
@@ -163,8 +219,8 @@ def _check_fits(key: str, array: np.ndarray, spec: TensorSpec) -> None:
             f"input {key!r} is {array.dtype}, the signature expects {spec.dtype}",
             f"convert it, e.g. array.astype('{spec.dtype}')",
         )
-    if spec.shape is None:
-        return
+    if spec.shape is None or stacked:
+        return  # stacked: reshaped to [count, *shape] above
     if array.ndim != len(spec.shape) or any(e is not None and e != g for e, g in zip(spec.shape, array.shape)):
         shown = "[" + ", ".join("?" if d is None else str(d) for d in spec.shape) + "]"
         raise TftraceError(

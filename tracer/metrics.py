@@ -30,10 +30,15 @@ Conventions, decided once:
 - The finite-value metrics (``max_abs`` ... ``sqnr_db``, the size ranking of ``worst``) use the
   positions where both sides are finite; NaN/Inf are counted in ``nan_*``/``inf_*``, and
   NaN/Inf mismatches head ``worst`` (in position order).
-- Exact kinds (integers, bool, strings, complex, anything else): only ``identical``,
+- Exact kinds (integers, bool, strings, complex, anything else): ``identical``,
   ``mismatch_count`` and ``worst`` are measured (integers ranked by ``|a-b|``, the rest by
-  position); ``max_abs``, ``max_rel``, ``mean_abs``, ``rel_l2`` are 0.0, ``cosine`` 1.0,
-  ``sqnr_db`` +inf and ``ulp_max`` -1 (not applicable): read ``mismatch_count`` instead.
+  position). Integer pairs also say how far apart they are: ``max_abs`` is the exact largest
+  ``|a-b|`` (no overflow: int64, or Python ints for 64-bit inputs; rounded once to a float)
+  and ``max_rel`` the largest ``|a-b| / max(|a|, |b|)``, so "700 mismatches" never shows next
+  to "max abs 0". Otherwise ``max_abs`` and ``max_rel`` are 0.0; for every exact kind
+  ``mean_abs`` and ``rel_l2`` are 0.0, ``cosine`` 1.0, ``sqnr_db`` +inf and ``ulp_max`` -1
+  (not applicable). Within a tolerance still means ``mismatch_count == 0``: an index or a
+  count is right or wrong.
 - ``histogram``: over the pairs where both sides are finite, the count of ``|a-b| = 0``, then
   one count per decade of ``|a-b|`` from 1e-12 to 1e3 (clipped at both ends), ``|a-b|`` as the
   compared precision has it (float32 for float16/bfloat16/float32 pairs, like the ranking of

@@ -289,6 +289,7 @@ class _ExactScan(_Scan):
         self.by_size = da.kind in "iu" and db.kind in "iu"
         self.bitwise = da == db and da.kind != "O"
         self.identical, self.mismatch = True, 0
+        self.max_abs, self.max_rel = 0, 0.0  # integer pairs: exact max |a-b| (a Python int)
         self.worst = []
 
     def feed(self, off: int, ra: np.ndarray, rb: np.ndarray) -> None:
@@ -297,9 +298,11 @@ class _ExactScan(_Scan):
         if count == 0:
             return
         self.identical, self.mismatch = False, self.mismatch + count
+        pos = np.flatnonzero(neq)
+        if self.by_size:
+            self._magnitude(ra[pos], rb[pos])
         if not self.k or (len(self.worst) >= self.k and not self.by_size):
             return  # ranked by position: later blocks cannot displace a full list
-        pos = np.flatnonzero(neq)
         if self.by_size:
             size = np.abs(ra[pos].astype(np.float64) - rb[pos].astype(np.float64))
             pick = [(-float(size[i]), int(pos[i])) for i in _topk(size, self.k)]
@@ -307,15 +310,29 @@ class _ExactScan(_Scan):
             pick = [(0.0, int(p)) for p in pos[: self.k]]
         self._add_worst([(1, s, off + p, _py(ra[p]), _py(rb[p])) for s, p in pick])
 
+    def _magnitude(self, xa: np.ndarray, xb: np.ndarray) -> None:
+        """Max |a-b| and max |a-b| / max(|a|, |b|) over these mismatching integers, exactly:
+        in int64 where every difference fits (both sides 32 bits or less), else as Python ints
+        (two 64-bit integers can be 2**64 apart). The ratio is rounded once, to float64."""
+        if max(xa.dtype.itemsize, xb.dtype.itemsize) <= 4:
+            xa, xb = xa.astype(np.int64), xb.astype(np.int64)
+        else:
+            xa, xb = xa.astype(object), xb.astype(object)
+        diff = np.abs(xa - xb)
+        scale = np.maximum(np.abs(xa), np.abs(xb))  # > 0: the two differ
+        self.max_abs = max(self.max_abs, int(diff.max()))
+        self.max_rel = max(self.max_rel, float(np.max(diff / scale)))  # int / int: one rounding either way
+
     def merge(self, o: _ExactScan) -> None:
         self.identical, self.mismatch = self.identical and o.identical, self.mismatch + o.mismatch
+        self.max_abs, self.max_rel = max(self.max_abs, o.max_abs), max(self.max_rel, o.max_rel)
         self._add_worst(o.worst)
 
     def result(self, shape: tuple[int, ...], same_dtype: bool) -> TensorMetrics:
         return TensorMetrics(
             kind="exact", dtype_a=_dtname(self.da), dtype_b=_dtname(self.db), shape=tuple(shape),
             size=math.prod(shape), identical=self.identical and same_dtype,
-            mismatch_count=self.mismatch, max_abs=0.0, max_rel=0.0, mean_abs=0.0, rel_l2=0.0,
+            mismatch_count=self.mismatch, max_abs=float(self.max_abs), max_rel=self.max_rel, mean_abs=0.0, rel_l2=0.0,
             ulp_max=-1, cosine=1.0, sqnr_db=math.inf, nan_mismatch=0, inf_mismatch=0, nan_a=0,
             nan_b=0, inf_a=0, inf_b=0, worst=self._worst_out(shape),
         )

@@ -31,6 +31,14 @@ EXIT_OPS = frozenset({"Exit", "RefExit"})  # where a while-loop frame ends
 # Ops whose output depends on their input's shape, not its values.
 SHAPE_READERS = frozenset({"Shape", "ShapeN", "Size", "Rank", "TensorArraySizeV3", "TensorListLength",
                            "TensorListElementShape", "ZerosLike", "OnesLike"})
+# Integer ops that carry a batch-position offset from an input into their values (``idx + row*K``,
+# with ``row`` from a Range over the batch): input index -> carries, None = every input.
+OFFSET_CARRIERS: dict[str, frozenset[int] | None] = {
+    **dict.fromkeys(("Add", "AddV2", "Sub", "Mul", "FloorDiv", "FloorMod", "TruncateDiv", "TruncateMod", "Div",
+                     "Maximum", "Minimum", "Neg", "Abs", "Cast", "Identity", "AddN", "Pack"), None),
+    **dict.fromkeys(("Reshape", "ExpandDims", "Squeeze", "BroadcastTo", "Tile", "StridedSlice", "Slice",
+                     "Transpose"), frozenset({0})),
+}
 CONTROL_FLOW_V1_OPS = {"Enter", "RefEnter", "Exit", "RefExit", "NextIteration", "RefNextIteration", "Merge", "RefMerge",
                        "Switch", "RefSwitch", "LoopCond"}
 SMALL_CONST_ELEMENTS = 16
@@ -103,18 +111,48 @@ class OpGraph:
         return {tensor_op(t) for t in self.inputs.values()}
 
     def shape_derived_ops(self) -> set[str]:
-        """Ops that depend on what is fed only through its *shape*: a batch index (``Range`` up to
-        the batch size), a reshape target, a ``TensorArray``'s size. Their values follow the
-        batch size, so they are metadata when the sides' batch sizes differ, never a divergence.
+        """The ops of :meth:`batch_dependent_ops`, whatever their kind."""
+        return set(self.batch_dependent_ops())
+
+    def batch_dependent_ops(self) -> dict[str, str]:
+        """Op -> ``"shape"`` or ``"offset"``. Shape: ops that depend on what is fed only through
+        its *shape*: a batch index (``Range`` up to the batch size), a reshape target, a
+        ``TensorArray``'s size. Their values follow the batch size, so they are metadata when the
+        sides' batch sizes differ, never a divergence.
 
         Found by spreading two marks forward from the fed ops along data edges: "depends on the
         feed" crosses every op, "depends on its values" stops at ops that read only a shape.
         Spread to a fixed point, so loop back edges count too.
+
+        Offset: index arithmetic that adds such a value into per-example values (``argmax + row*K`` with
+        ``row`` a Range over the batch: a gather index into the flattened batch) is included:
+        its value depends on the example's position in its run by construction, so it differs
+        between batch sizes while everything it indexes agrees. Found by spreading from the
+        shape-derived ops through integer arithmetic and reshapes (:data:`OFFSET_CARRIERS`),
+        never through a Gather's indices: what a gather returns is compared as usual.
         """
         fed = self.fed_ops()
         on_feed = _reach(self.g, fed, lambda _op: True)
         on_values = _reach(self.g, fed, lambda op: self.g.nodes[op]["op"] not in SHAPE_READERS)
-        return on_feed - on_values
+        derived = on_feed - on_values
+        return {**dict.fromkeys(sorted(derived), "shape"), **dict.fromkeys(sorted(self._offset_by(derived)), "offset")}
+
+    def _offset_by(self, derived: set[str]) -> set[str]:
+        """Integer ops whose values take an offset from ``derived`` ops, to a fixed point."""
+        marked: set[str] = set()
+        stack = list(derived)
+        while stack:
+            for _, dst, data in self.g.out_edges(stack.pop(), data=True):
+                node = self.g.nodes[dst]
+                if data.get("control") or dst in marked or dst in derived or node["op"] not in OFFSET_CARRIERS:
+                    continue
+                carries = OFFSET_CARRIERS[node["op"]]
+                if carries is not None and not any(index in carries for _, index in data["tensors"]):
+                    continue
+                if node["outputs"] and node["outputs"][0]["dtype"].startswith(("int", "uint")):
+                    marked.add(dst)
+                    stack.append(dst)
+        return marked
 
     # ---- serialisation ---------------------------------------------------------------------
 

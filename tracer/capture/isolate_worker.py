@@ -55,9 +55,13 @@ def _replay(runtime: Any, source: Capture, layout: dict[str, str], op: dict[str,
         feed = {}
         for tensor, a_name in feeds.items():
             value = source.tensor(a_name)
-            value = value[start:stop] if layout.get(a_name) == "rows" else np.asarray(value)
-            feed[tensor] = np.asarray(value).astype(tensor.dtype.as_numpy_dtype, copy=False)
+            value = np.asarray(value[start:stop] if layout.get(a_name) == "rows" else value)
+            if tensor.shape.is_fully_defined() and value.shape != tuple(tensor.shape) \
+                    and value.size == tensor.shape.num_elements():
+                value = value.reshape(tensor.shape)  # A's row, fed to a side without a batch axis
+            feed[tensor] = value.astype(tensor.dtype.as_numpy_dtype, copy=False)
         out = np.asarray(runtime.session.run(fetch, feed_dict=feed))
+        out = out[np.newaxis] if out.ndim == 0 and layout.get(op["a_tensor"]) == "rows" else out  # a scalar row
         if layout.get(op["a_tensor"]) != "rows":
             return out.astype(np.float32) if out.dtype.name == "bfloat16" else out
         pieces.append(out.astype(np.float32) if out.dtype.name == "bfloat16" else out)

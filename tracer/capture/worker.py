@@ -67,8 +67,10 @@ def run_capture(side: Side, out_dir: str, force: bool) -> None:
         alternatives=_tensor_signatures(runtime.artifact) if takes_strings and not side.inputs.inputs_file else (),
     )
     notes = list(runtime.notes)
-    batch_size = side.batch_size if examples.batch_major else None
-    if side.batch_size and not examples.batch_major and examples.count:
+    batch_size = side.batch_size if examples.batch_major else (1 if examples.per_example else None)
+    if examples.per_example:
+        notes.append(f"the signature has no batch axis: ran the {examples.count} example(s) one per run")
+    elif side.batch_size and not examples.batch_major and examples.count:
         notes.append(f"the signature fixes its input shapes: ran all {examples.count} example(s) in one run")
     ranges = batches(examples.count, batch_size)
     plan = fetch_plan(runtime.opgraph, ranges, side.max_memory)
@@ -96,7 +98,8 @@ def run_capture(side: Side, out_dir: str, force: bool) -> None:
             },
             "signature": runtime.signature.to_json(),
             "graph": runtime.opgraph.to_json(),
-            "examples": {"count": examples.count, "source": examples.source, "batch_major": examples.batch_major},
+            "examples": {"count": examples.count, "source": examples.source, "batch_major": examples.batch_major,
+                         **({"per_example": True} if examples.per_example else {})},
             "batch_size": batch_size or examples.count,
             "runs": [list(r) for r in ranges],
             "tensor_layout": instrumented["layout"],
@@ -156,8 +159,7 @@ def _tensor_signatures(artifact: Any) -> list[str]:
 def _feed(runtime: Runtime, examples: Examples, start: int, stop: int) -> dict[Any, np.ndarray]:
     feed = {}
     for key, spec in runtime.signature.inputs.items():
-        array = examples.arrays[key]
-        feed[runtime.graph.get_tensor_by_name(spec.name)] = array[start:stop] if examples.batch_major else array
+        feed[runtime.graph.get_tensor_by_name(spec.name)] = examples.feed(key, start, stop)
     return feed
 
 
@@ -240,7 +242,8 @@ def _instrumented_runs(
         chunks = chunked(wanted, plan.sizes, plan.max_memory)
         chunk_count = max(chunk_count, len(chunks))
         feed = _feed(runtime, examples, start, stop)
-        where = _Where(run_index, start, stop, examples.count, examples.batch_major)
+        where = _Where(run_index, start, stop, examples.count, examples.batch_major or examples.per_example,
+                       examples.per_example)
         outputs: dict[str, np.ndarray] = {}
         for chunk in chunks:
             fetched, values, failed, ops, nodes = _run_chunk(runtime, chunk, feed, traced=run_index == 0)
@@ -321,6 +324,7 @@ class _Where:
     stop: int
     count: int  # examples in the whole capture
     batch_major: bool  # the examples are rows of the inputs
+    per_example: bool = False  # one example per run, without a batch axis: each value is stored as a row
 
 
 def _store(
@@ -343,6 +347,8 @@ def _store(
     static = opgraph.output_info(name)["shape"]
     rows = where.stop - where.start
     same_as = _same_bytes_input(opgraph, name, value, stored)
+    if where.per_example and tensor_op(name) not in constant:
+        value, static = value[np.newaxis], None  # this run's example, as row start of [count, *shape]
     if where.run_index == 0:
         batch_major = (
             where.batch_major

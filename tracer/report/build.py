@@ -61,9 +61,13 @@ def _side(view: Any) -> dict[str, Any]:
     knobs = {k: v for k, v in (spec.get("knobs") or {}).items() if v not in (None, "default", False, {}, [])}
     knobs.pop("session_config_text", None)
     batch = manifest.get("batch_size")
-    label = ", ".join([spec.get("device", "cpu"), f"batch {batch}"] + [f"{k}={v}" for k, v in knobs.items()])
+    # a signature without a batch axis ran each example alone, paired row by row with the other side
+    per_example = bool(manifest.get("examples", {}).get("per_example"))
+    batching = "one example per run (the signature has no batch axis)" if per_example else f"batch {batch}"
+    label = ", ".join([spec.get("device", "cpu"), batching] + [f"{k}={v}" for k, v in knobs.items()])
     return {
         "label": label,
+        "one_example_per_run": per_example,
         "artifact": {"path": spec.get("artifact", {}).get("path"), **manifest.get("artifact", {})},
         "device": spec.get("device", "cpu"),
         "batch_size": batch,
@@ -88,6 +92,8 @@ def _origin(result: NodeResult, comparison: Comparison, rank: int | None = None)
         "max_abs": m.max_abs if m else None,
         "max_rel": m.max_rel if m else None,
         "rel_l2": m.rel_l2 if m else None,
+        "mismatch_count": m.mismatch_count if m else None,  # for an integer index: how many moved
+        "dtype": m.dtype_a if m else None,
         "level": "tolerance" if result.status == "origin" else "bitwise",
         "status": result.status,
         "rewrite": node.rewrite if node else None,

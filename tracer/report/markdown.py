@@ -14,8 +14,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from .summary import (diagnosis_rows, answers, environment_rows, fmt, isolation_text, noise_lines, num, rewrite_detail,
-                      side_facts)
+from .summary import (answers, diagnosis_rows, environment_rows, fmt, isolation_text, mismatch_note, noise_lines, num,
+                      rewrite_detail, side_facts)
 
 __all__ = ["render_markdown", "md_text", "md_code", "MD_LIMIT"]
 
@@ -96,7 +96,8 @@ def _origins(report: dict[str, Any], lim: _Limits) -> list[str]:
         if isinstance(o, dict) and o.get("node"):
             rewrite = f", rewritten at export ({md_text(o['rewrite'], 60)})" if o.get("rewrite") else ""
             out.append(f"- **{title}:** {md_code(o['node'], lim.cell)} ({md_text(o.get('op'), 60)}), max abs "
-                       f"{fmt(o.get('max_abs'))}, max rel {fmt(o.get('max_rel'))}{rewrite}; "
+                       f"{fmt(o.get('max_abs'))}, max rel {fmt(o.get('max_rel'))}{md_text(mismatch_note(o), 60)}"
+                       f"{rewrite}; "
                        f"{md_text(isolation_text(o.get('isolation')), 300)}")
     for side, nf in (report.get("first_nonfinite") or {}).items():
         if isinstance(nf, dict):

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
+    "mismatch_note",
     "STATUSES",
     "STATUS_LABELS",
     "severity",
@@ -72,6 +73,17 @@ def num(value: Any) -> float | None:
     if isinstance(value, str) and value.strip().lower() in ("inf", "-inf", "+inf", "nan", "infinity", "-infinity"):
         return float(value.strip().lower().replace("infinity", "inf"))
     return None
+
+
+def mismatch_note(origin: dict[str, Any]) -> str:
+    """``", 700 elements differ"`` for an integer or bool tensor (an index, a count, a class):
+    how many moved says as much as by how much; empty for floats and for none."""
+    n = origin.get("mismatch_count")
+    if not isinstance(n, int) or isinstance(n, bool) or n <= 0:
+        return ""
+    if not str(origin.get("dtype") or "").startswith(("int", "uint", "bool")):
+        return ""
+    return f", {n:,} element{'s differ' if n != 1 else ' differs'}"
 
 
 def fmt(value: Any, digits: int = 3) -> str:

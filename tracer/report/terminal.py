@@ -10,7 +10,7 @@ from rich.table import Table
 
 from ..graphdiff import GraphDiff
 from ..opgraph import EXIT_OPS
-from .summary import noise_lines, outputs_not_compared
+from .summary import mismatch_note, noise_lines, outputs_not_compared
 
 __all__ = ["print_graph_diff", "print_comparison"]
 
@@ -97,7 +97,8 @@ def print_comparison(console: Console, report: dict, out_dir: object = None) -> 
                            "not_reproduced": "not reproduced given identical inputs (the runs differed, "
                                              "the op alone does not)"}.get(iso.get("verdict"), "not isolated")
             console.print(f"{title}: {origin['node']} ({origin['op']}), max abs {_num(origin['max_abs'])}, "
-                          f"max rel {_num(origin['max_rel'])} — {verdict_iso}", highlight=False, markup=False)
+                          f"max rel {_num(origin['max_rel'])}{mismatch_note(origin)} — {verdict_iso}",
+                          highlight=False, markup=False)
     origins = report.get("origins") or []
     if origins:
         table = Table(title="Top origins", title_justify="left")
