@@ -70,7 +70,7 @@ def test_an_op_that_changes_run_to_run_is_nondeterministic_not_its_own_kernel(no
     code, report, stdout = _compare(tmp_path / "r", str(noisy_model), str(noisy_model))
     assert code == 1 and report["verdict"] == "diverged"
     first = report["first_divergence"]
-    assert first["node"] == "jitter/RandomUniform"
+    assert first["node"] == "jitter"  # RandomUniformInt: no seed, new every run
     iso = first["isolation"]
     assert iso["verdict"] == "nondeterministic", iso
     assert iso["noise_max_abs"] > 0  # A's replay did not reproduce A's capture
@@ -93,6 +93,7 @@ def test_repeat_gives_a_within_noise_verdict_with_the_real_magnitudes(noisy_mode
     line = next(line for line in stdout.splitlines() if line.startswith("noise: y differs by"))
     assert "within the run-to-run noise of" in line and "over 3 runs of each side" in line
     assert stdout.startswith("WITHIN NOISE")
+    assert report["answers"]["causes"] == ["nondeterminism"]  # not the observer: its shift is noise too
     md = (tmp_path / "r" / "report.md").read_text(encoding="utf-8")
     assert "## tftrace: WITHIN NOISE" in md and "`y` differs by" not in md and "y differs by" in md
     html = (tmp_path / "r" / "report.html").read_text(encoding="utf-8")
@@ -179,3 +180,15 @@ def test_determinism_is_said_to_give_repeatability_not_batch_invariance() -> Non
     answers = explain_comparison(_report("gpu", "own_error", determinism=True, batch_b=1))
     assert answers["causes"][0] == "batch"
     assert "determinism makes a run repeatable, not batch-size invariant" in answers["why"][0]
+
+
+def test_within_noise_names_nondeterminism_not_the_observer_when_the_shift_is_noise_too() -> None:
+    report = _report("cpu", "own_error")
+    report.update(verdict="within_noise", noise={"repeats": 3},
+                  outputs={"y": {"noise_max_abs": 2.0 ** -9, "identical": False, "max_abs": 2.0 ** -9}},
+                  observer_effect={"a": {"outputs_identical": False, "outputs_max_abs_diff": {"y": 2.0 ** -9}}})
+    answers = explain_comparison(report)
+    assert answers["causes"][0] == "nondeterminism" and "observation" not in answers["causes"]
+    assert "within what each side differs from itself over 3 runs" in answers["why"][0]
+    report["observer_effect"]["a"]["outputs_max_abs_diff"] = {"y": 0.5}  # beyond the noise: observation stays
+    assert "observation" in explain_comparison(report)["causes"]

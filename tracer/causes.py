@@ -69,19 +69,26 @@ KNOB_CAUSES = {"onednn": "onednn", "autotune": "autotune", "determinism": "autot
                "grappler": "grappler", "session_config_path": "grappler", "threads": "build"}
 
 
-def _nondeterminism(first: dict[str, Any] | None, sides: tuple[dict[str, Any], dict[str, Any]]) -> dict[str, str]:
-    """The causes a first divergence that changes from run to run points at (isolation's verdict).
+def _nondeterminism(report: dict[str, Any], first: dict[str, Any] | None,
+                    sides: tuple[dict[str, Any], dict[str, Any]]) -> dict[str, str]:
+    """The causes that a difference which changes from run to run points at: the verdict
+    ``within_noise`` (``--repeat``) or the first divergence's isolation verdict.
 
     On a GPU the candidates are per-process cuDNN autotuning and atomics, with the knobs that
     tell them apart; nothing here blames the export or the op's kernel for it.
     """
     verdict = ((first or {}).get("isolation") or {}).get("verdict")
-    if verdict not in ("nondeterministic", "not_reproduced"):
+    if report.get("verdict") == "within_noise":
+        runs = (report.get("noise") or {}).get("repeats")
+        what = (f"every difference is within what each side differs from itself over {runs} runs in fresh "
+                "processes (run-to-run nondeterminism)")
+    elif verdict == "nondeterministic":
+        what = f"`{first['node']}` ({first['op']}) changes from run to run on identical inputs"
+    elif verdict == "not_reproduced":
+        what = (f"`{first['node']}` ({first['op']}) differed between the runs although its inputs were identical, "
+                "and agrees on both sides when replayed alone")
+    else:
         return {}
-    what = (f"`{first['node']}` ({first['op']}) changes from run to run on identical inputs"
-            if verdict == "nondeterministic" else
-            f"`{first['node']}` ({first['op']}) differed between the runs although its inputs were identical, "
-            "and agrees on both sides when replayed alone")
     if not any(str(side.get("device") or "").startswith("gpu") for side in sides):
         return {"nondeterminism": f"{what}."}
     return {
@@ -90,6 +97,17 @@ def _nondeterminism(first: dict[str, Any] | None, sides: tuple[dict[str, Any], d
         "atomics": "kernels that accumulate with atomics differ from run to run even with one algorithm "
                    "(compare again with `--determinism`).",
     }
+
+
+def _within_output_noise(report: dict[str, Any], observer: dict[str, Any]) -> bool:
+    """Whether a side's plain-vs-instrumented shift is no larger than its outputs' measured
+    run-to-run noise (``--repeat``): then observation is not shown to be the cause."""
+    shifts = observer.get("outputs_max_abs_diff") or {}
+    outputs = report.get("outputs") or {}
+    noise = {k: (o or {}).get("noise_max_abs") for k, o in outputs.items()}
+    if not shifts or any(noise.get(k) is None for k in shifts):
+        return False
+    return all(isinstance(v, (int, float)) and v <= noise[k] for k, v in shifts.items())
 
 
 def explain_comparison(report: dict[str, Any]) -> dict[str, Any]:
@@ -101,7 +119,7 @@ def explain_comparison(report: dict[str, Any]) -> dict[str, Any]:
     first = report.get("first_divergence_beyond_tolerance") or report.get("first_divergence")
     where = f" The first divergence is `{first['node']}` ({first['op']})." if first else ""
     own = first and (first.get("isolation") or {}).get("verdict") == "own_error"
-    found.update(_nondeterminism(first, (a, b)))
+    found.update(_nondeterminism(report, first, (a, b)))
     rewritten = [o for o in origins if o.get("rewrite") in EXPORT_REWRITES]
     if rewritten:
         kinds = sorted({o["rewrite"] for o in rewritten})
@@ -136,7 +154,7 @@ def explain_comparison(report: dict[str, Any]) -> dict[str, Any]:
         if side and side.get("explained_by_state"):
             found.setdefault("state", f"on side {side_key.upper()}, the model changes its own variables on every run "
                                       f"({', '.join(side.get('stateful_ops', [])[:3])}).")
-        elif side and not side.get("outputs_identical", True):
+        elif side and not side.get("outputs_identical", True) and not _within_output_noise(report, side):
             found.setdefault("observation", f"on side {side_key.upper()}, fetching every tensor moved the outputs.")
     if not found and report.get("verdict") == "identical":
         return {"why": ["The two sides compute bit-identical results for these examples."], "prevent": [], "cost": [],
