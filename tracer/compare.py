@@ -30,7 +30,9 @@ from .metrics import TensorMetrics, compare_arrays
 from .opgraph import tensor_op
 from .runspec import InputSpec, Side
 
-__all__ = ["Comparison", "compare", "open_or_capture"]
+__all__ = ["Comparison", "compare", "directory_size", "open_or_capture", "plain_output_metrics"]
+
+VERDICTS = ("identical", "within_tolerance", "diverged")  # best to worst
 
 
 @dataclass
@@ -50,10 +52,25 @@ class Comparison:
     noise: dict[str, Any] | None = None
     report: dict[str, Any] = field(default_factory=dict)
     notices: list[str] = field(default_factory=list)  # e.g. "Graphviz is missing: no graph drawn"
+    # signature key -> A's plain output vs B's (what production computes; see plain_output_metrics)
+    plain_outputs: dict[str, TensorMetrics] = field(default_factory=dict)
+    kept_captures: dict[str, bool] = field(default_factory=lambda: {"a": True, "b": True})
 
     @property
     def verdict(self) -> str:
-        return self.divergence.verdict
+        """The worse of the op-by-op verdict (the instrumented runs) and the plain outputs' one:
+        a difference observation hides is still a difference in production."""
+        return max(self.divergence.verdict, self.outputs_verdict, key=VERDICTS.index)
+
+    @property
+    def outputs_verdict(self) -> str:
+        """The verdict of the plain runs' outputs alone ("identical" when none were compared)."""
+        found = "identical"
+        for key, m in self.plain_outputs.items():
+            atol, rtol = self.tolerance.for_tensor(self.view_a.graph.outputs.get(key, key))
+            here = "identical" if m.identical else ("within_tolerance" if m.within(atol, rtol) else "diverged")
+            found = max(found, here, key=VERDICTS.index)
+        return found
 
     def __bool__(self) -> bool:
         return self.verdict != "diverged"
@@ -97,8 +114,14 @@ def compare(
     signature_map: dict[str, str] | None = None,
     repeat: int = 1,
     allow_unsafe_ops: bool = False,
+    keep_captures: bool = False,
 ) -> Comparison:
     """Capture (or open) both sides, align, measure, find where they diverge, isolate, report.
+
+    Sides captured here are written to ``out_dir/captures`` and, unless ``keep_captures``,
+    deleted once the report is written: the report directory keeps what the report and a later
+    ``tftrace isolate --from`` need (the origins' A tensors in ``work/feeds``), small enough to
+    attach to an issue. Captures given as directories are never touched.
 
     ``allow_unsafe_ops`` lets sides given as paths run ops with outside effects (when captured
     here, and when their origins are replayed); a :class:`Side` carries its own flag. A capture
@@ -139,13 +162,60 @@ def compare(
     # An origin whose own kernel differs given identical inputs outranks one that only inherited.
     own = {name for name, iso in isolation.items() if iso.verdict == "own_error"}
     divergence.origins.sort(key=lambda r: r.name not in own)
+    made_here = out / "captures"
+    kept = {key: keep_captures or not _inside(cap.path, made_here) for key, cap in (("a", cap_a), ("b", cap_b))}
     comparison = Comparison(view_a, view_b, diff, alignment, metrics, divergence, tolerance, isolation, out, command,
-                            noise=noise.summary)
+                            noise=noise.summary, kept_captures=kept,
+                            plain_outputs=plain_output_metrics(view_a, view_b, metrics, tolerance, signature_map or {}))
     from .report.build import build_report, write_reports  # noqa: PLC0415
 
     comparison.report = build_report(comparison)
+    if not keep_captures and made_here.is_dir():
+        shutil.rmtree(made_here)  # before the report: a report.json present means the directory is as it stays
     comparison.notices = list(write_reports(comparison.report, out).get("notices", []))
     return comparison
+
+
+def directory_size(path: str | os.PathLike[str]) -> int:
+    """Bytes under ``path`` as they occupy a disk or an archive: a hard-linked file once."""
+    seen: set[tuple[int, int]] = set()
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            st = os.lstat(os.path.join(root, name))
+            if (st.st_dev, st.st_ino) not in seen:
+                seen.add((st.st_dev, st.st_ino))
+                total += st.st_size
+    return total
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    return Path(path).absolute().is_relative_to(folder.absolute())
+
+
+def plain_output_metrics(
+    view_a: CaptureView, view_b: CaptureView, metrics: dict[str, TensorMetrics], tolerance: Tolerance,
+    signature_map: dict[str, str],
+) -> dict[str, TensorMetrics]:
+    """Signature key -> A's plain output vs B's: the outputs as production computes them.
+
+    Fetching every tensor can change the kernels that run (a fetched conv is not fused; a
+    preserved op is not converted to bfloat16), so the instrumented outputs may not be what a
+    plain ``session.run`` returns. Compared for each output whose instrumented pair was
+    compared (the same layout question) and whose plain value both captures stored with the
+    same shape; the others stay compared as instrumented (see the report's ``compared_as``).
+    """
+    out: dict[str, TensorMetrics] = {}
+    for key, ta in view_a.graph.outputs.items():
+        if ta not in metrics:
+            continue
+        va = view_a.capture.plain_output(key)
+        vb = view_b.capture.plain_output(signature_map.get(key, key))
+        if va is None or vb is None or va.shape != vb.shape:
+            continue
+        _, rtol = tolerance.for_tensor(ta)
+        out[key] = compare_arrays(va, vb, rtols=(rtol,))
+    return out
 
 
 @dataclass

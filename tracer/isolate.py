@@ -9,7 +9,9 @@ difference too small to judge at its inputs (``inherited``).
 B's inputs are found by walking up from B's tensor to the nearest B tensors paired with A
 tensors, so a rewritten region (a cast-wrapped MatMul, a folded conv) is replayed whole.
 When a side's model is not on this machine (captured on the GPU server), its replay is not run
-here; the report carries the ``tftrace isolate`` command that runs it there.
+here; the report carries the ``tftrace isolate`` command that runs it there, and the A tensors
+the replays are fed (``work/feeds``, a small capture directory), so the report directory alone
+is what travels.
 """
 
 from __future__ import annotations
@@ -114,16 +116,54 @@ def isolate_origins(
         for key, view, fetch in (("a", view_a, result.tensor), ("b", view_b, pair.b)):
             ops[key].append({"id": i, "a_tensor": result.tensor, "fetch": fetch,
                              "feeds": replay_plan(view.graph, fetch, to_a[key])})
-    _write_json(os.path.join(workdir, "isolation_index.json"), {"capture_a": str(view_a.capture.path), "ops": index})
+    feeds = write_feeds(view_a.capture, ops, os.path.join(workdir, FEEDS))
+    _write_json(os.path.join(workdir, "isolation_index.json"),
+                {"capture_a": str(view_a.capture.path), "feeds": FEEDS, "ops": index})
     for key, view in (("a", view_a), ("b", view_b)):
         spec = {**view.capture.manifest["spec"], "allow_unsafe_ops": False}  # decided by whoever runs the job
-        job = {"mode": "isolate", "side": spec, "feeds_from": str(view_a.capture.path),
+        job = {"mode": "isolate", "side": spec, "feeds_from": feeds,
                "ops": ops[key], "runs": view.capture.manifest["runs"],
                "count": view.capture.manifest["examples"]["count"], "out_dir": os.path.join(workdir, f"isolation_{key}")}
         _write_json(os.path.join(workdir, f"isolation_{key}.job.json"), job)
         if _local_side(view) is not None:
             run_job(job, console=console, allow_unsafe_ops=allow_unsafe_ops[key])
     return evaluate(workdir)
+
+
+FEEDS = "feeds"  # in the work directory: the capture of A's tensors that the replays need
+
+
+def write_feeds(capture_a: Capture, ops: dict[str, list[dict[str, Any]]], path: str) -> str:
+    """Copy the A tensors the replays need (each origin's fed inputs and its A output, which
+    judges whether A replays reproducibly) into a small capture directory of their own.
+
+    The report directory then carries what ``tftrace isolate --from`` needs on another machine,
+    whether A was captured here or given as a capture directory from elsewhere, without the
+    whole captures (hundreds of MB for a ResNet at batch 8). Returns the path.
+    """
+    from .capture.store import CaptureWriter  # noqa: PLC0415
+
+    manifest = capture_a.manifest
+    layout = manifest.get("tensor_layout", {})
+    wanted = dict.fromkeys(name for side in ops.values() for op in side for name in (*op["feeds"].values(), op["a_tensor"]))
+    count = int(manifest["examples"]["count"])
+    with CaptureWriter(path, force=True, durable=False) as writer:
+        for name in wanted:
+            if not capture_a.has(name):
+                continue
+            value = np.asarray(capture_a.tensor(name))
+            if layout.get(name) == "rows":
+                writer.write_rows(name, value, 0, count)
+            else:
+                writer.write_whole(name, value)
+        writer.finalize({
+            "spec": {**manifest["spec"], "allow_unsafe_ops": False},
+            "examples": dict(manifest["examples"]),
+            "runs": [list(r) for r in manifest["runs"]],
+            "tensor_layout": {name: layout[name] for name in wanted if name in layout and capture_a.has(name)},
+            "notes": [f"the tensors of {capture_a.path} that isolating its report's origins needs"],
+        })
+    return path
 
 
 def run_job(job: dict[str, Any], *, allow_unsafe_ops: bool, console: Any = None,
@@ -143,7 +183,7 @@ def run_job(job: dict[str, Any], *, allow_unsafe_ops: bool, console: Any = None,
 def evaluate(workdir: str) -> dict[str, IsolationResult]:
     """Judge every planned origin from the replays present in ``workdir``."""
     index = json.loads(Path(workdir, "isolation_index.json").read_text(encoding="utf-8"))
-    capture_a = Capture.open(_capture_a_path(workdir, index["capture_a"]))
+    capture_a = Capture.open(_capture_a_path(workdir, index))
     results = {}
     for op in index["ops"]:
         replays = {k: Path(workdir, f"isolation_{k}", f"{op['id']}.npy") for k in ("a", "b")}
@@ -207,10 +247,16 @@ def _local_side(view: CaptureView) -> Side | None:
     return None
 
 
-def _capture_a_path(workdir: str, recorded: str) -> str:
-    """A's capture: where it was recorded, or inside the report directory after a copy."""
+def _capture_a_path(workdir: str, index: dict[str, Any]) -> str:
+    """Where the replays' A tensors are: the report's own copy of them (``work/feeds``, found
+    relative to wherever the report directory was copied), or, for a report made before it
+    carried them, A's capture where it was recorded or inside the report directory."""
+    feeds = index.get("feeds")
+    if isinstance(feeds, str) and feeds == FEEDS:  # never a path taken from the file: it may come from anyone
+        return os.path.join(workdir, FEEDS)
+    recorded = str(index.get("capture_a", ""))
     moved = os.path.join(os.path.dirname(os.path.abspath(workdir.rstrip("/"))), "captures", "a")
-    return recorded if os.path.isdir(recorded) else moved
+    return recorded if recorded and os.path.isdir(recorded) else moved
 
 
 def isolate_remote(model: str, report_dir: str, side_key: str | None = None, console: Any = None, *,
@@ -227,7 +273,7 @@ def isolate_remote(model: str, report_dir: str, side_key: str | None = None, con
         raise TftraceError(f"{report_dir} has no isolation job for side {side_key.upper()}", "choose --side a or b")
     job = json.loads(jobs[side_key].read_text(encoding="utf-8"))
     index = json.loads(Path(workdir, "isolation_index.json").read_text(encoding="utf-8"))
-    job["feeds_from"] = _capture_a_path(workdir, index["capture_a"])
+    job["feeds_from"] = _capture_a_path(workdir, index)
     job["out_dir"] = os.path.join(workdir, f"isolation_{side_key}")
     run_job(job, console=console, artifact_path=model, allow_unsafe_ops=allow_unsafe_ops)
     return evaluate(workdir)

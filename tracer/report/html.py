@@ -33,8 +33,10 @@ from .summary import (
     fmt,
     isolation_text,
     json_safe,
+    observed_beside,
     outputs_not_compared,
     rewrite_detail,
+    unobserved_divergence,
     side_facts,
 )
 
@@ -188,7 +190,10 @@ def build_html(report: dict[str, Any], index: OpIndex, views: list[PageView], sv
         "nonfinite": nonfinite,
         "answers": answers(report),
         "diagnosis_rows": diagnosis_rows(report),
-        "outputs": list(outputs.items()),
+        "outputs": [(k, o, observed_beside(o)) for k, o in outputs.items() if isinstance(o, dict)],
+        "outputs_plain": any(isinstance(o, dict) and o.get("compared_as") == "plain" for o in outputs.values()),
+        "outputs_beside": any(isinstance(o, dict) and observed_beside(o) for o in outputs.values()),
+        "unobserved": unobserved_divergence(report),
         "origins": [(o, index.position.get(str(o.get("node")))) for o in (report.get("origins") or [])[:TABLE_CAP]
                     if isinstance(o, dict)],
         "origin_count": len(report.get("origins") or []),

@@ -26,6 +26,8 @@ __all__ = [
     "environment_rows",
     "side_facts",
     "outputs_not_compared",
+    "observed_beside",
+    "unobserved_divergence",
     "isolation_text",
     "rewrite_detail",
     "answers",
@@ -185,6 +187,34 @@ def outputs_not_compared(report: dict[str, Any]) -> dict[str, str]:
     """Output key -> why it has no metrics, for every output that could not be compared."""
     return {str(key): str(o.get("not_compared") or "not compared")
             for key, o in (report.get("outputs") or {}).items() if isinstance(o, dict) and o.get("identical") is None}
+
+
+def observed_beside(output: dict[str, Any]) -> str | None:
+    """What the captured (instrumented) outputs said, where it differs from the plain runs'
+    comparison the output row shows; None where they agree or only one was compared."""
+    observed = output.get("instrumented")
+    if output.get("compared_as") != "plain" or not isinstance(observed, dict):
+        return None
+    keys = ("identical", "within_tolerance", "max_abs", "max_rel")
+    if all(observed.get(k) == output.get(k) for k in keys):
+        return None
+    if observed.get("identical"):
+        return "identical when observed"
+    verdict = "within tolerance" if observed.get("within_tolerance") else "beyond tolerance"
+    return f"observed: max abs {fmt(observed.get('max_abs'))}, max rel {fmt(observed.get('max_rel'))} ({verdict})"
+
+
+def unobserved_divergence(report: dict[str, Any]) -> str | None:
+    """The sentence for a report whose plain outputs are worse than anything seen op by op: the
+    difference exists only when nobody watches (fetching every tensor changes what runs)."""
+    order = ("identical", "within_tolerance", "diverged")
+    ops, outs = report.get("verdict_ops"), report.get("verdict_outputs")
+    if ops not in order or outs not in order or order.index(outs) <= order.index(ops):
+        return None
+    what = "differ beyond tolerance" if outs == "diverged" else "differ (within tolerance)"
+    return (f"the plain runs' outputs {what} while every captured tensor is "
+            f"{ops.replace('_', ' ')}: observing every tensor changes what runs (a fetched op is not fused "
+            "or converted), so the first divergence cannot be seen in the captures (see the observer effect)")
 
 
 def isolation_text(isolation: dict[str, Any] | None) -> str:
