@@ -274,6 +274,11 @@ def isolate_remote(model: str, report_dir: str, side_key: str | None = None, con
     job = json.loads(jobs[side_key].read_text(encoding="utf-8"))
     index = json.loads(Path(workdir, "isolation_index.json").read_text(encoding="utf-8"))
     job["feeds_from"] = _capture_a_path(workdir, index)
+    if not os.path.isdir(job["feeds_from"]):
+        raise TftraceError(
+            f"{report_dir} does not hold the A tensors its replays are fed (no {job['feeds_from']})",
+            "copy the whole report directory written by tftrace compare, its work/ folder included",
+        )
     job["out_dir"] = os.path.join(workdir, f"isolation_{side_key}")
     run_job(job, console=console, artifact_path=model, allow_unsafe_ops=allow_unsafe_ops)
     return evaluate(workdir)
