@@ -76,7 +76,8 @@ def test_isolate_on_the_first_machine_from_the_copied_report_alone(machines) -> 
     report = json.loads((back / "report" / "report.json").read_text(encoding="utf-8"))
     iso = report["first_divergence"]["isolation"]
     assert iso["verdict"] == "own_error" and report["origins"][0]["isolation"] == iso
-    assert f"{ORIGIN} (MatMul), max abs" in proc.stdout and "its own kernel differs given identical inputs" in proc.stdout
+    assert f"{ORIGIN} (MatMul), max abs" in proc.stdout
+    assert "its own kernel differs given identical inputs" in proc.stdout
     # A's replay on "the server" reproduces the capture made there, bit for bit; the judged
     # difference is exactly that of the two replays the report directory now holds.
     replay_a = np.load(back / "report" / "work" / "isolation_a" / "0.npy")
@@ -123,7 +124,8 @@ def test_keep_captures_keeps_both_sides_and_costs_their_size(models, tmp_path) -
     caps = {key: Capture.open(kept / "captures" / key) for key in ("a", "b")}
     assert caps["a"].has(f"{ORIGIN}:0") and caps["b"].has("dense/to_fp32:0")
     report = json.loads((kept / "report.json").read_text(encoding="utf-8"))
-    assert report["sides"]["a"]["capture_kept"] is True and report["sides"]["a"]["capture_dir"] == str(kept / "captures" / "a")
+    assert report["sides"]["a"]["capture_kept"] is True
+    assert report["sides"]["a"]["capture_dir"] == str(kept / "captures" / "a")
     captures = sum(directory_size(kept / "captures" / key) for key in ("a", "b"))
     assert directory_size(kept) >= directory_size(lean) + captures - 1_000_000  # page sizes vary a little
     assert "--keep-captures keeps the captures too" in lean_proc.stdout.replace("\n", " ")

@@ -145,7 +145,8 @@ def write_feeds(capture_a: Capture, ops: dict[str, list[dict[str, Any]]], path: 
 
     manifest = capture_a.manifest
     layout = manifest.get("tensor_layout", {})
-    wanted = dict.fromkeys(name for side in ops.values() for op in side for name in (*op["feeds"].values(), op["a_tensor"]))
+    wanted = dict.fromkeys(name for side in ops.values() for op in side
+                           for name in (*op["feeds"].values(), op["a_tensor"]))
     count = int(manifest["examples"]["count"])
     with CaptureWriter(path, force=True, durable=False) as writer:
         for name in wanted:

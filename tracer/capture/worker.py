@@ -234,7 +234,7 @@ def _plain_outputs(
         kind = layout.get(spec.name)
         if len(values) == 1:
             out[key] = values[0]
-        elif kind == "rows" and all(v.ndim > 0 and v.shape[0] == stop - start for v, (start, stop) in zip(values, ranges)):
+        elif kind == "rows" and all(v.ndim > 0 and v.shape[0] == b - a for v, (a, b) in zip(values, ranges)):
             out[key] = np.concatenate(values, axis=0)
         elif kind in ("whole", "const"):
             out[key] = values[0]

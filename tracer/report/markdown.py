@@ -141,7 +141,8 @@ def _outputs(report: dict[str, Any], lim: _Limits) -> list[str]:
         rows.append(row + ([md_text(observed or "", 200)] if any(beside) else []))
     plain = any(o.get("compared_as") == "plain" for _, o in outputs)
     title = "### Outputs (plain runs, as in production)" if plain else "### Outputs"
-    head = ["output", "result", "max abs", "max rel", "cosine"] + (["instrumented (every tensor fetched)"] if any(beside) else [])
+    head = ["output", "result", "max abs", "max rel", "cosine"]
+    head += ["instrumented (every tensor fetched)"] if any(beside) else []
     unobserved = unobserved_divergence(report)
     note = [f"**Not seen op by op:** {md_text(unobserved, 400)}", ""] if unobserved else []
     return [title] + _table(head, rows, len(outputs), "outputs") + [""] + note
