@@ -163,3 +163,17 @@ def test_where_observation_changes_nothing_the_outputs_read_as_before(models, tm
         assert np.array_equal(cap.plain_output(key), np.asarray(cap.tensor(tensor))), key
     assert "Outputs (plain runs, as in production)" in proc.stdout and BESIDE not in proc.stdout
     assert "Not seen op by op" not in proc.stdout
+
+
+@pytest.mark.slow
+def test_assert_equivalent_fails_on_what_only_the_plain_runs_show(models, tmp_path) -> None:
+    import tracer  # noqa: PLC0415
+
+    ckpt = str(models["detector_ckpt"])
+    with pytest.raises(AssertionError) as err:
+        tracer.assert_equivalent(ckpt, ckpt, examples=2, onednn="on", a_options={"grappler": {AMP: "on"}},
+                                 out_dir=str(tmp_path / "r"))
+    message = str(err.value)
+    assert "diverge beyond atol=1e-06, rtol=1e-05: the plain runs' outputs differ beyond tolerance while every " \
+           "captured tensor is identical" in message
+    assert "first at op" not in message and f"report: {tmp_path / 'r'}/report.html" in message

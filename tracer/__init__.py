@@ -137,10 +137,13 @@ def assert_equivalent(a: str | Side, b: str | Side, *, rtol: float = 1e-5, atol:
     worst = max(((k, o.get("max_abs")) for k, o in report["outputs"].items() if isinstance(o.get("max_abs"), float)),
                 key=lambda kv: kv[1], default=("?", None))
     isolation = (first.get("isolation") or {}).get("verdict", "not isolated")
+    from .report.summary import unobserved_divergence  # noqa: PLC0415
+
+    where = (f"first at op {first.get('node')!r} ({first.get('op')}; {isolation})" if first
+             else unobserved_divergence(report) or "no op found")
     raise AssertionError(
-        f"{a} and {b} diverge beyond atol={atol:g}, rtol={rtol:g}: first at op {first.get('node')!r} "
-        f"({first.get('op')}; {isolation}), max abs difference at the outputs {worst[1]!r} on {worst[0]!r}; "
-        f"report: {result.out_dir}/report.html"
+        f"{a} and {b} diverge beyond atol={atol:g}, rtol={rtol:g}: {where}, max abs difference at the outputs "
+        f"{worst[1]!r} on {worst[0]!r}; report: {result.out_dir}/report.html"
     )
 
 
