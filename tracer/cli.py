@@ -13,6 +13,7 @@ import sys
 import threading
 import traceback
 from collections.abc import Sequence
+from typing import Any
 
 from rich.console import Console
 
@@ -227,18 +228,24 @@ def _cmd_compare(args: argparse.Namespace, console: Console) -> int:
         keep_captures=args.keep_captures,
     )
     print_comparison(console, result.report, result.out_dir)
-    _print_report_size(console, result.out_dir, args.keep_captures)
+    _print_report_size(console, result)
     _print_notices(result.notices)
     return EXIT_OK if result else EXIT_DIVERGED
 
 
-def _print_report_size(console: Console, out_dir: object, kept: bool) -> None:
+def _print_report_size(console: Console, result: Any) -> None:
+    """The size of what --out holds, and whether the sides captured for it are in it."""
     from .compare import directory_size  # noqa: PLC0415
 
-    size = directory_size(out_dir)
-    what = "the captures made here kept" if kept else "what the report and tftrace isolate --from need; " \
-        "--keep-captures keeps the captures too"
-    console.print(f"Report directory: {out_dir} ({size / 1e6:.1f} MB: {what})", highlight=False, markup=False)
+    out = result.out_dir
+    if (out / "captures").is_dir():
+        what = "the sides captured here kept in captures/"
+    elif all(result.kept_captures.values()):
+        what = "what the report and tftrace isolate --from need"
+    else:
+        what = "what the report and tftrace isolate --from need; --keep-captures keeps the captures too"
+    console.print(f"Report directory: {out} ({directory_size(out) / 1e6:.1f} MB: {what})", highlight=False,
+                  markup=False)
 
 
 def _cmd_report(args: argparse.Namespace, console: Console) -> int:
