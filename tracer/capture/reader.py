@@ -104,7 +104,7 @@ class Capture:
             raise damaged(root, f"{MANIFEST} is not valid JSON ({str(exc)[:200]})") from exc
         files = _validate_manifest(root, manifest)
         plain = {key: _validate_record(root, root.resolve() / TENSORS, f"plain output {key}", rec)
-                 for key, rec in manifest["plain_outputs"].items()}
+                 for key, rec in manifest.get("plain_outputs", {}).items()}
         return cls(root, manifest, files, plain)
 
     @property
@@ -156,7 +156,7 @@ class Capture:
         """Signature output ``key`` as the plain run computed it (only the signature outputs
         fetched, as in production), or None when the capture did not store it (made before
         tftrace kept them, or not storable). Widened as :meth:`tensor`."""
-        record = self.manifest["plain_outputs"].get(key)
+        record = (self.manifest.get("plain_outputs") or {}).get(key)
         if record is None:
             return None
         stored = open_npy(self._plain_files[key], tuple(record["shape"]), np.dtype(record["stored_dtype"]))
