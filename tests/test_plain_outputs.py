@@ -177,3 +177,19 @@ def test_assert_equivalent_fails_on_what_only_the_plain_runs_show(models, tmp_pa
     assert "diverge beyond atol=1e-06, rtol=1e-05: the plain runs' outputs differ beyond tolerance while every " \
            "captured tensor is identical" in message
     assert "first at op" not in message and f"report: {tmp_path / 'r'}/report.html" in message
+
+
+@pytest.mark.slow
+def test_plain_outputs_of_several_runs_are_laid_out_as_the_captured_tensors(models, tmp_path) -> None:
+    """5 examples at batch 2 make 3 plain runs: their rows go to the examples' indices."""
+    proc = run_cli("capture", str(models["detector"]), "--out", str(tmp_path / "cap"), "--examples", "5",
+                   "--batch-size", "2")
+    assert proc.returncode == 0, proc.stderr
+    cap = Capture.open(tmp_path / "cap")
+    assert cap.manifest["runs"] == [[0, 2], [2, 4], [4, 5]]
+    assert cap.manifest["observer_effect"]["outputs_identical"] is True  # oneDNN off: fused == unfused here
+    assert set(cap.manifest["plain_outputs"]) == set(cap.manifest["graph"]["outputs"])
+    for key, tensor in cap.manifest["graph"]["outputs"].items():
+        plain, captured = cap.plain_output(key), np.asarray(cap.tensor(tensor))
+        assert plain.shape == captured.shape and plain.shape[0] == 5, key
+        assert np.array_equal(plain, captured), key
