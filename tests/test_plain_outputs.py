@@ -140,6 +140,7 @@ def test_every_summary_shows_the_plain_outputs_and_the_observed_beside(amp_repor
     md = (out / "report.md").read_text(encoding="utf-8")
     assert "### Outputs (plain runs, as in production)" in md and f"| {BESIDE} |" in md
     assert "identical when observed" in md and "**Not seen op by op:**" in md
+    assert "- Every captured op agrees; the plain runs' outputs do not (see Outputs)." in md
     html = (out / "report.html").read_text(encoding="utf-8")
     assert "plain runs, as in production" in html and f"<th>{BESIDE}</th>" in html
     assert "identical when observed" in html and "Not seen op by op:" in html

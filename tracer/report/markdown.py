@@ -113,7 +113,8 @@ def _origins(report: dict[str, Any], lim: _Limits) -> list[str]:
             out.append(f"- **First NaN/Inf on side {md_text(str(side).upper(), 4)}:** {md_code(nf.get('node'), lim.cell)} "
                        f"({md_text(nf.get('op'), 60)}): {fmt(nf.get('nan'))} NaN, {fmt(nf.get('inf'))} Inf")
     if not out:
-        out.append("- No divergence: every compared op agrees.")
+        out.append("- Every captured op agrees; the plain runs' outputs do not (see Outputs)."
+                   if unobserved_divergence(report) else "- No divergence: every compared op agrees.")
     origins = [o for o in report.get("origins") or [] if isinstance(o, dict)]
     out.append("")
     if origins:
