@@ -23,8 +23,9 @@ def measure_end_to_end(ws: Workspace, model: Model, rounds: int, log: Callable[[
     runs = []
     out = ws.fresh("e2e", model.name)
     for r in range(rounds):
+        # --keep-captures: the throughput figures reuse the two captures
         run = run_child([sys.executable, "-m", "tracer.cli", "compare", str(model.ckpt), str(model.savedmodel),
-                         "--inputs", str(inputs), "--out", str(out), "--force"], ok_codes=(0, 1))
+                         "--inputs", str(inputs), "--out", str(out), "--force", "--keep-captures"], ok_codes=(0, 1))
         report = json.loads((out / "report.json").read_text())
         html = out / "report.html"
         runs.append({"seconds": run.wall_s, "exit_code": run.returncode, "verdict": report["verdict"],

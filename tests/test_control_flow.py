@@ -103,7 +103,8 @@ def _compare(out: Path, a: Path, b: Path, *args: str) -> tuple[int, dict[str, An
 
 @pytest.mark.slow
 def test_a_loop_and_a_cond_are_compared_through(loop_models: dict[str, Path], tmp_path: Path) -> None:
-    code, report, stdout = _compare(tmp_path, loop_models["loop"], loop_models["loop"], "--batch-size", "4")
+    code, report, stdout = _compare(tmp_path, loop_models["loop"], loop_models["loop"], "--batch-size", "4",
+                                    "--keep-captures")
     assert code == 0 and report["verdict"] == "identical"
     assert report["outputs"]["y"]["identical"] is True and report["outputs"]["y"]["not_compared"] is None
     nodes = report["nodes"]

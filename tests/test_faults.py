@@ -177,7 +177,7 @@ def test_signal_to_compare_leaves_no_report_and_force_rerun_works(
     left = _files(out)
     assert "report.json" not in left and "captures/a/manifest.json" not in left, left
     rerun = run_cli("compare", str(models["detector"]), str(capture_b), "--out", str(out), *SHORT, "--isolate", "0",
-                    "--force")
+                    "--force", "--keep-captures")
     _ok(rerun)
     assert (out / "report.json").is_file() and Capture.open(out / "captures" / "a").manifest["examples"]["count"] == 2
 

@@ -461,7 +461,7 @@ def names_report(built: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[
 
     def make(root: Path) -> None:
         proc = run_cli("compare", str(models / "names_a"), str(models / "names_b"), "--out", str(root / "report"),
-                       "--isolate", "0")
+                       "--isolate", "0", "--keep-captures")
         (root / "result.json").write_text(json.dumps({"returncode": proc.returncode, "stderr": proc.stderr}))
 
     root = shared(tmp_path_factory, "hostile-names", make)

@@ -96,17 +96,19 @@ def compare(
     b_options: dict | None = None, force: bool = True, **options: Any,
 ) -> Comparison:
     """Compare two sides (artifacts or capture directories); ``bool(result)`` is True when no
-    divergence beyond tolerance was found. ``options``: atol, rtol, isolate, plus side options
+    divergence beyond tolerance was found. ``options``: atol, rtol, isolate, keep_captures (keep
+    the sides captured here in ``out_dir/captures``, to read their tensors afterwards), plus side options
     applied to both sides; ``a_options``/``b_options`` override per side."""
     from .compare import compare as _compare  # noqa: PLC0415
     from .divergence import Tolerance  # noqa: PLC0415
 
     tol = Tolerance(atol=options.pop("atol", 1e-6), rtol=options.pop("rtol", 1e-5))
     isolate = options.pop("isolate", 5)
+    keep_captures = bool(options.pop("keep_captures", False))
     side_a = a if _is_capture(a) else _side(a, **{**options, **(a_options or {})})
     side_b = b if _is_capture(b) else _side(b, **{**options, **(b_options or {})})
     out = out_dir or tempfile.mkdtemp(prefix="tftrace-")
-    return _compare(side_a, side_b, out, tolerance=tol, isolate=isolate, force=force,
+    return _compare(side_a, side_b, out, tolerance=tol, isolate=isolate, force=force, keep_captures=keep_captures,
                     allow_unsafe_ops=bool(options.get("allow_unsafe_ops", False)))
 
 
@@ -135,10 +137,13 @@ def assert_equivalent(a: str | Side, b: str | Side, *, rtol: float = 1e-5, atol:
     worst = max(((k, o.get("max_abs")) for k, o in report["outputs"].items() if isinstance(o.get("max_abs"), float)),
                 key=lambda kv: kv[1], default=("?", None))
     isolation = (first.get("isolation") or {}).get("verdict", "not isolated")
+    from .report.summary import unobserved_divergence  # noqa: PLC0415
+
+    where = (f"first at op {first.get('node')!r} ({first.get('op')}; {isolation})" if first
+             else unobserved_divergence(report) or "no op found")
     raise AssertionError(
-        f"{a} and {b} diverge beyond atol={atol:g}, rtol={rtol:g}: first at op {first.get('node')!r} "
-        f"({first.get('op')}; {isolation}), max abs difference at the outputs {worst[1]!r} on {worst[0]!r}; "
-        f"report: {result.out_dir}/report.html"
+        f"{a} and {b} diverge beyond atol={atol:g}, rtol={rtol:g}: {where}, max abs difference at the outputs "
+        f"{worst[1]!r} on {worst[0]!r}; report: {result.out_dir}/report.html"
     )
 
 

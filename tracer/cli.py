@@ -13,6 +13,7 @@ import sys
 import threading
 import traceback
 from collections.abc import Sequence
+from typing import Any
 
 from rich.console import Console
 
@@ -224,10 +225,27 @@ def _cmd_compare(args: argparse.Namespace, console: Console) -> int:
         signature_map=_signature_map(args.map),
         repeat=args.repeat,
         allow_unsafe_ops=args.allow_unsafe_ops,
+        keep_captures=args.keep_captures,
     )
     print_comparison(console, result.report, result.out_dir)
+    _print_report_size(console, result)
     _print_notices(result.notices)
     return EXIT_OK if result else EXIT_DIVERGED
+
+
+def _print_report_size(console: Console, result: Any) -> None:
+    """The size of what --out holds, and whether the sides captured for it are in it."""
+    from .compare import directory_size  # noqa: PLC0415
+
+    out = result.out_dir
+    if (out / "captures").is_dir():
+        what = "the sides captured here kept in captures/"
+    elif all(result.kept_captures.values()):
+        what = "what the report and tftrace isolate --from need"
+    else:
+        what = "what the report and tftrace isolate --from need; --keep-captures keeps the captures too"
+    console.print(f"Report directory: {out} ({directory_size(out) / 1e6:.1f} MB: {what})", highlight=False,
+                  markup=False)
 
 
 def _cmd_report(args: argparse.Namespace, console: Console) -> int:
@@ -317,6 +335,9 @@ def build_parser() -> argparse.ArgumentParser:
     cmp_.add_argument("--tol", action="append", metavar="NAME=ATOL,RTOL", help="per-op/tensor tolerance (repeatable)")
     cmp_.add_argument("--isolate", type=int, default=5, help="replay the top N origins alone (default 5; 0 = off)")
     cmp_.add_argument("--map", default=None, help="pair signature keys that differ: A_KEY=B_KEY[,...]")
+    cmp_.add_argument("--keep-captures", action="store_true",
+                      help="keep the sides captured here in OUT/captures (by default only what the report and "
+                           "tftrace isolate --from need is kept: a report small enough to attach)")
     cmp_.add_argument("--repeat", type=int, default=1,
                       help="run each side K times (fresh processes) to measure its own noise; noise is never an origin")
     _add_artifact_options(cmp_)
@@ -329,7 +350,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     iso = sub.add_parser("isolate", help="replay a report's origin ops on this machine (the side whose model is here)")
     iso.add_argument("model", help="this machine's copy of the side's model")
-    iso.add_argument("--from", dest="from_dir", required=True, help="the report directory (copied here whole)")
+    iso.add_argument("--from", dest="from_dir", required=True,
+                     help="the report directory (copied here whole: it carries the A tensors the replays are fed)")
     iso.add_argument("--side", choices=("a", "b"), default=None, help="which side to replay (default: the pending one)")
     iso.add_argument("--allow-unsafe-ops", action="store_true",
                      help="let the replay run ops with outside effects (never taken from the report or its captures)")

@@ -31,7 +31,9 @@ from .metrics import TensorMetrics, compare_arrays
 from .opgraph import tensor_op
 from .runspec import InputSpec, Side
 
-__all__ = ["Comparison", "compare", "open_or_capture"]
+__all__ = ["Comparison", "compare", "directory_size", "open_or_capture", "plain_output_metrics"]
+
+VERDICTS = ("identical", "within_tolerance", "within_noise", "diverged")  # best to worst
 
 
 @dataclass
@@ -50,12 +52,31 @@ class Comparison:
     command: str = ""
     noise: dict[str, Any] | None = None
     noise_per_tensor: dict[str, float] = field(default_factory=dict)  # A tensor -> run-to-run max |diff| (--repeat)
+    noise_per_output: dict[str, float] = field(default_factory=dict)  # signature key -> the same, plain outputs
     report: dict[str, Any] = field(default_factory=dict)
     notices: list[str] = field(default_factory=list)  # e.g. "Graphviz is missing: no graph drawn"
+    # signature key -> A's plain output vs B's (what production computes; see plain_output_metrics)
+    plain_outputs: dict[str, TensorMetrics] = field(default_factory=dict)
+    kept_captures: dict[str, bool] = field(default_factory=lambda: {"a": True, "b": True})
 
     @property
     def verdict(self) -> str:
-        return self.divergence.verdict
+        """The worse of the op-by-op verdict (the instrumented runs) and the plain outputs' one:
+        a difference observation hides is still a difference in production."""
+        return max(self.divergence.verdict, self.outputs_verdict, key=VERDICTS.index)
+
+    @property
+    def outputs_verdict(self) -> str:
+        """The verdict of the plain runs' outputs alone ("identical" when none were compared)."""
+        found = "identical"
+        for key, m in self.plain_outputs.items():
+            atol, rtol = self.tolerance.for_tensor(self.view_a.graph.outputs.get(key, key))
+            noise = self.noise_per_output.get(key, 0.0)
+            here = ("identical" if m.identical else "within_tolerance" if m.within(atol, rtol)
+                    else "within_noise" if 0 < m.max_abs <= noise and not (m.nan_mismatch or m.inf_mismatch)
+                    else "diverged")
+            found = max(found, here, key=VERDICTS.index)
+        return found
 
     def __bool__(self) -> bool:
         return self.verdict != "diverged"
@@ -99,8 +120,14 @@ def compare(
     signature_map: dict[str, str] | None = None,
     repeat: int = 1,
     allow_unsafe_ops: bool = False,
+    keep_captures: bool = False,
 ) -> Comparison:
     """Capture (or open) both sides, align, measure, find where they diverge, isolate, report.
+
+    Sides captured here are written to ``out_dir/captures`` and, unless ``keep_captures``,
+    deleted once the report is written: the report directory keeps what the report and a later
+    ``tftrace isolate --from`` need (the origins' A tensors in ``work/feeds``), small enough to
+    attach to an issue. Captures given as directories are never touched.
 
     ``allow_unsafe_ops`` lets sides given as paths run ops with outside effects (when captured
     here, and when their origins are replayed); a :class:`Side` carries its own flag. A capture
@@ -133,7 +160,7 @@ def compare(
     alignment = align(view_a, view_b, diff)
     tolerance = tolerance or Tolerance()
     metrics = _metrics(cap_a, cap_b, alignment, tolerance)
-    noise = _noise(a, b, cap_a, cap_b, alignment, out, repeat, console)
+    noise = _noise(a, b, cap_a, cap_b, alignment, out, repeat, console, signature_map or {})
     divergence = classify(view_a.graph, alignment, metrics, tolerance, noise.per_tensor)
     top = [r for r in divergence.origins if r.metrics is not None][: max(0, isolate)]
     isolation = isolate_origins(top, alignment, view_a, view_b, str(out / "work"), console,
@@ -141,30 +168,81 @@ def compare(
     # An origin whose own kernel differs given identical inputs outranks one that only inherited.
     own = {name for name, iso in isolation.items() if iso.verdict == "own_error"}
     divergence.origins.sort(key=lambda r: r.name not in own)
+    made_here = out / "captures"
+    kept = {key: keep_captures or not _inside(cap.path, made_here) for key, cap in (("a", cap_a), ("b", cap_b))}
     comparison = Comparison(view_a, view_b, diff, alignment, metrics, divergence, tolerance, isolation, out, command,
-                            noise=noise.summary, noise_per_tensor=noise.per_tensor)
+                            noise=noise.summary, noise_per_tensor=noise.per_tensor, noise_per_output=noise.per_output,
+                            kept_captures=kept,
+                            plain_outputs=plain_output_metrics(view_a, view_b, metrics, tolerance, signature_map or {}))
     from .report.build import build_report, write_reports  # noqa: PLC0415
 
     comparison.report = build_report(comparison)
+    if not keep_captures and made_here.is_dir():
+        shutil.rmtree(made_here)  # before the report: a report.json present means the directory is as it stays
     comparison.notices = list(write_reports(comparison.report, out).get("notices", []))
     return comparison
+
+
+def directory_size(path: str | os.PathLike[str]) -> int:
+    """Bytes under ``path`` as they occupy a disk or an archive: a hard-linked file once."""
+    seen: set[tuple[int, int]] = set()
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            st = os.lstat(os.path.join(root, name))
+            if (st.st_dev, st.st_ino) not in seen:
+                seen.add((st.st_dev, st.st_ino))
+                total += st.st_size
+    return total
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    return Path(path).absolute().is_relative_to(folder.absolute())
+
+
+def plain_output_metrics(
+    view_a: CaptureView, view_b: CaptureView, metrics: dict[str, TensorMetrics], tolerance: Tolerance,
+    signature_map: dict[str, str],
+) -> dict[str, TensorMetrics]:
+    """Signature key -> A's plain output vs B's: the outputs as production computes them.
+
+    Fetching every tensor can change the kernels that run (a fetched conv is not fused; a
+    preserved op is not converted to bfloat16), so the instrumented outputs may not be what a
+    plain ``session.run`` returns. Compared for each output whose instrumented pair was
+    compared (the same layout question) and whose plain value both captures stored with the
+    same shape; the others stay compared as instrumented (see the report's ``compared_as``).
+    """
+    out: dict[str, TensorMetrics] = {}
+    for key, ta in view_a.graph.outputs.items():
+        if ta not in metrics:
+            continue
+        va = view_a.capture.plain_output(key)
+        vb = view_b.capture.plain_output(signature_map.get(key, key))
+        if va is None or vb is None or va.shape != vb.shape:
+            continue
+        _, rtol = tolerance.for_tensor(ta)
+        out[key] = compare_arrays(va, vb, rtols=(rtol,))
+    return out
 
 
 @dataclass
 class _Noise:
     per_tensor: dict[str, float]  # A tensor -> the larger run-to-run max |diff| of the two sides
     summary: dict[str, Any] | None
+    per_output: dict[str, float] = field(default_factory=dict)  # A's signature key -> the same, plain outputs
 
 
 def _noise(
     a: str | Side, b: str | Side, cap_a: Capture, cap_b: Capture, alignment: Alignment, out: Path, repeat: int,
-    console: Console,
+    console: Console, signature_map: dict[str, str],
 ) -> _Noise:
     """``--repeat K``: capture each side K-1 more times, in fresh processes, and measure how much
     every tensor moves by itself. Sides given as capture directories cannot be repeated here."""
     if repeat <= 1:
         return _Noise({}, None)
     per_tensor: dict[str, float] = {}
+    per_output: dict[str, float] = {}
+    a_keys = {b_key: a_key for a_key, b_key in signature_map.items()}  # B's output key -> A's (--map)
     summary: dict[str, Any] = {"repeats": repeat}
     for name, target, base in (("a", a, cap_a), ("b", b, cap_b)):
         if _is_capture(target):
@@ -184,8 +262,16 @@ def _noise(
                         noisy += 1
                         per_tensor[pair.a] = max(per_tensor.get(pair.a, 0.0), m.max_abs)
                         worst = max(worst, m.max_abs)
+            for key in base.manifest["graph"]["outputs"]:  # the plain runs' outputs move by themselves too
+                first, later = base.plain_output(key), again.plain_output(key)
+                if first is not None and later is not None and first.shape == later.shape:
+                    m = compare_arrays(first, later)
+                    moved = 0.0 if m.identical else m.max_abs
+                    a_key = key if name == "a" else a_keys.get(key, key)
+                    per_output[a_key] = max(per_output.get(a_key, 0.0), moved)
         summary[name] = {"max_abs": worst, "tensors_that_moved": noisy}
-    return _Noise(per_tensor, summary)
+    return _Noise(per_tensor, summary, per_output)
+
 
 
 def _is_capture(target: str | Side) -> bool:

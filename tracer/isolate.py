@@ -18,7 +18,9 @@ is ``not_reproduced``: the data cannot tell more, and the report says so.
 B's inputs are found by walking up from B's tensor to the nearest B tensors paired with A
 tensors, so a rewritten region (a cast-wrapped MatMul, a folded conv) is replayed whole.
 When a side's model is not on this machine (captured on the GPU server), its replay is not run
-here; the report carries the ``tftrace isolate`` command that runs it there.
+here; the report carries the ``tftrace isolate`` command that runs it there, and the A tensors
+the replays are fed (``work/feeds``, a small capture directory), so the report directory alone
+is what travels.
 """
 
 from __future__ import annotations
@@ -123,27 +125,66 @@ def isolate_origins(
         pair = next(p for p in node.tensors if p.a == result.tensor)
         assert pair.b is not None
         a_op, b_op = view_a.graph.op_type(result.name), view_b.graph.op_type(tensor_op(pair.b))
-        feeds = {key: replay_plan(view.graph, fetch, to_a[key])
+        plans = {key: replay_plan(view.graph, fetch, to_a[key])
                  for key, view, fetch in (("a", view_a, result.tensor), ("b", view_b, pair.b))}
         index.append({"id": i, "node": result.name, "a_tensor": result.tensor, "b_tensor": pair.b,
                       "a_op": a_op, "b_op": b_op,
                       # B's captured value is B's op on A's inputs only when those inputs were bitwise A's
                       "inputs_identical": result.bitwise_origin,
                       "same_op_same_settings": same_settings and not node.rewrite
-                      and _replayed_alone_alike(view_a.graph, view_b.graph, result.name, tensor_op(pair.b), feeds)})
+                      and _replayed_alone_alike(view_a.graph, view_b.graph, result.name, tensor_op(pair.b), plans)})
         for key, fetch in (("a", result.tensor), ("b", pair.b)):
-            ops[key].append({"id": i, "a_tensor": result.tensor, "fetch": fetch, "feeds": feeds[key]})
+            ops[key].append({"id": i, "a_tensor": result.tensor, "fetch": fetch, "feeds": plans[key]})
+    feeds_dir = write_feeds(view_a.capture, ops, os.path.join(workdir, FEEDS))
     _write_json(os.path.join(workdir, "isolation_index.json"),
-                {"capture_a": str(view_a.capture.path), "capture_b": str(view_b.capture.path), "ops": index})
+                {"capture_a": str(view_a.capture.path), "capture_b": str(view_b.capture.path), "feeds": FEEDS,
+                 "ops": index})
     for key, view in (("a", view_a), ("b", view_b)):
         spec = {**view.capture.manifest["spec"], "allow_unsafe_ops": False}  # decided by whoever runs the job
-        job = {"mode": "isolate", "side": spec, "feeds_from": str(view_a.capture.path),
+        job = {"mode": "isolate", "side": spec, "feeds_from": feeds_dir,
                "ops": ops[key], "runs": view.capture.manifest["runs"],
                "count": view.capture.manifest["examples"]["count"], "out_dir": os.path.join(workdir, f"isolation_{key}")}
         _write_json(os.path.join(workdir, f"isolation_{key}.job.json"), job)
         if _local_side(view) is not None:
             run_job(job, console=console, allow_unsafe_ops=allow_unsafe_ops[key])
     return evaluate(workdir)
+
+
+FEEDS = "feeds"  # in the work directory: the capture of A's tensors that the replays need
+
+
+def write_feeds(capture_a: Capture, ops: dict[str, list[dict[str, Any]]], path: str) -> str:
+    """Copy the A tensors the replays need (each origin's fed inputs and its A output, which
+    judges whether A replays reproducibly) into a small capture directory of their own.
+
+    The report directory then carries what ``tftrace isolate --from`` needs on another machine,
+    whether A was captured here or given as a capture directory from elsewhere, without the
+    whole captures (hundreds of MB for a ResNet at batch 8). Returns the path.
+    """
+    from .capture.store import CaptureWriter  # noqa: PLC0415
+
+    manifest = capture_a.manifest
+    layout = manifest.get("tensor_layout", {})
+    wanted = dict.fromkeys(name for side in ops.values() for op in side
+                           for name in (*op["feeds"].values(), op["a_tensor"]))
+    count = int(manifest["examples"]["count"])
+    with CaptureWriter(path, force=True, durable=False) as writer:
+        for name in wanted:
+            if not capture_a.has(name):
+                continue
+            value = np.asarray(capture_a.tensor(name))
+            if layout.get(name) == "rows":
+                writer.write_rows(name, value, 0, count)
+            else:
+                writer.write_whole(name, value)
+        writer.finalize({
+            "spec": {**manifest["spec"], "allow_unsafe_ops": False},
+            "examples": dict(manifest["examples"]),
+            "runs": [list(r) for r in manifest["runs"]],
+            "tensor_layout": {name: layout[name] for name in wanted if name in layout and capture_a.has(name)},
+            "notes": [f"the tensors of {capture_a.path} that isolating its report's origins needs"],
+        })
+    return path
 
 
 def run_job(job: dict[str, Any], *, allow_unsafe_ops: bool, console: Any = None,
@@ -163,7 +204,7 @@ def run_job(job: dict[str, Any], *, allow_unsafe_ops: bool, console: Any = None,
 def evaluate(workdir: str) -> dict[str, IsolationResult]:
     """Judge every planned origin from the replays present in ``workdir``."""
     index = json.loads(Path(workdir, "isolation_index.json").read_text(encoding="utf-8"))
-    capture_a = Capture.open(_capture_a_path(workdir, index["capture_a"]))
+    capture_a = Capture.open(_capture_a_path(workdir, index))
     capture_b = _open_optional(_capture_path(workdir, index.get("capture_b"), "b"))
     results = {}
     for op in index["ops"]:
@@ -241,14 +282,14 @@ def _judge(ra: np.ndarray, rb: np.ndarray, op: dict[str, Any], capture_a: Captur
 
 
 def _replayed_alone_alike(graph_a: OpGraph, graph_b: OpGraph, op_a: str, op_b: str,
-                          feeds: dict[str, dict[str, str]]) -> bool:
+                          plans: dict[str, dict[str, str]]) -> bool:
     """Both replays run exactly one op, of the same type and attributes, on fed inputs: then
     nothing but the kernel's own run-to-run behaviour can make them differ. A replay that
     recomputes more (a whole while loop, an unpaired constant) may carry a real difference."""
     a, b = graph_a.node(op_a), graph_b.node(op_b)
     if a["op"] != b["op"] or a["op"] in EXIT_OPS or a["attrs"] != b["attrs"]:
         return False
-    return set(graph_a.data_inputs(op_a)) <= set(feeds["a"]) and set(graph_b.data_inputs(op_b)) <= set(feeds["b"])
+    return set(graph_a.data_inputs(op_a)) <= set(plans["a"]) and set(graph_b.data_inputs(op_b)) <= set(plans["b"])
 
 
 def same_run_settings(manifest_a: dict[str, Any], manifest_b: dict[str, Any]) -> bool:
@@ -292,13 +333,21 @@ def _local_side(view: CaptureView) -> Side | None:
     return None
 
 
-def _capture_a_path(workdir: str, recorded: str) -> str:
-    """A's capture: where it was recorded, or inside the report directory after a copy."""
-    return _capture_path(workdir, recorded, "a") or recorded
+def _capture_a_path(workdir: str, index: dict[str, Any]) -> str:
+    """Where the replays' A tensors are: the report's own copy of them (``work/feeds``, found
+    relative to wherever the report directory was copied), or, for a report made before it
+    carried them, A's capture where it was recorded or inside the report directory."""
+    feeds = index.get("feeds")
+    if isinstance(feeds, str) and feeds == FEEDS:  # never a path taken from the file: it may come from anyone
+        return os.path.join(workdir, FEEDS)
+    recorded = str(index.get("capture_a", ""))
+    moved = os.path.join(os.path.dirname(os.path.abspath(workdir.rstrip("/"))), "captures", "a")
+    return recorded if recorded and os.path.isdir(recorded) else moved
 
 
 def _capture_path(workdir: str, recorded: str | None, side: str) -> str | None:
-    """A side's capture: where it was recorded, or inside the report directory after a copy."""
+    """B's capture, for its noise: where it was recorded, or inside the report directory after a
+    copy (``--keep-captures``); None when it is not here (isolation still judges without it)."""
     if recorded and os.path.isdir(recorded):
         return recorded
     moved = os.path.join(os.path.dirname(os.path.abspath(workdir.rstrip("/"))), "captures", side)
@@ -329,7 +378,12 @@ def isolate_remote(model: str, report_dir: str, side_key: str | None = None, con
         raise TftraceError(f"{report_dir} has no isolation job for side {side_key.upper()}", "choose --side a or b")
     job = json.loads(jobs[side_key].read_text(encoding="utf-8"))
     index = json.loads(Path(workdir, "isolation_index.json").read_text(encoding="utf-8"))
-    job["feeds_from"] = _capture_a_path(workdir, index["capture_a"])
+    job["feeds_from"] = _capture_a_path(workdir, index)
+    if not os.path.isdir(job["feeds_from"]):
+        raise TftraceError(
+            f"{report_dir} does not hold the A tensors its replays are fed (no {job['feeds_from']})",
+            "copy the whole report directory written by tftrace compare, its work/ folder included",
+        )
     job["out_dir"] = os.path.join(workdir, f"isolation_{side_key}")
     run_job(job, console=console, artifact_path=model, allow_unsafe_ops=allow_unsafe_ops)
     return evaluate(workdir)

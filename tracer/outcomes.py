@@ -32,7 +32,7 @@ from .replays import replay_alone, state_changing_ops
 
 __all__ = ["evaluate", "side_settings", "latency"]
 
-VERDICT_ORDER = ("identical", "within_tolerance", "diverged")
+VERDICT_ORDER = ("identical", "within_tolerance", "within_noise", "diverged")
 _AMP_CAST = re.compile(r"^(?P<src>.+)-(?P<slot>\d+)-CastTo(?P<to>Bf16|Fp16|Fp32)-\d+-AutoMixedPrecision$")
 
 
@@ -144,16 +144,17 @@ def _compare(result: dict[str, Any], p: Planned, cap_a: Capture, cap_b: Capture,
     result["_report"] = report
     result["report_dir"] = str(out)
     result["latency_ms"] = {"a": latency(cap_a), "b": latency(cap_b)}
-    outputs = {k: o["max_abs"] for k, o in report["outputs"].items()}
+    # as captured (instrumented): the plain outputs are compared below, by fetch-alone replays
+    outputs = {k: (o.get("instrumented") or o)["max_abs"] for k, o in report["outputs"].items()}
     result["outputs"] = outputs
-    result["verdict"] = report["verdict"]
+    result["verdict"] = report.get("verdict_ops", report["verdict"])
     result["max_abs_output_diff"] = _max_of(outputs.values())
     result["first_divergence"] = _first(report)
     result["rewrite_count"] = len(report.get("rewrites") or [])
     result["discrete_changes"] = discrete_changes(report)
     if all(c.manifest["observer_effect"]["outputs_identical"] for c in (cap_a, cap_b)):
         return  # plain == instrumented on both sides: the captured outputs are the plain outputs
-    if quick and report["verdict"] == "diverged":
+    if quick and result["verdict"] == "diverged":
         result["notes"].append("--quick: the outputs are compared as captured (instrumented); a side's plain run "
                                "differs from its instrumented run, so the plain outputs may differ by another amount")
         return
@@ -166,10 +167,10 @@ def _compare(result: dict[str, Any], p: Planned, cap_a: Capture, cap_b: Capture,
     plain_max = _max_abs(plain)
     result["max_abs_output_diff"] = None if plain_max is None or result["max_abs_output_diff"] is None \
         else max(plain_max, result["max_abs_output_diff"])
-    if report["verdict"] != "diverged" and plain_verdict == "diverged":
+    if result["verdict"] != "diverged" and plain_verdict == "diverged":
         result["first_divergence"], result["converted_ops"] = _unobserved(comparison, cap_a, cap_b, out / "walk",
                                                                           quiet, tolerance, allow)
-    result["verdict"] = _worse(report["verdict"], plain_verdict)
+    result["verdict"] = _worse(result["verdict"], plain_verdict)
 
 
 def discrete_changes(report: dict[str, Any]) -> dict[str, dict[str, int]]:

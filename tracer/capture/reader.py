@@ -66,10 +66,12 @@ class Capture:
     Create it with :meth:`open`, which does the validation; the constructor trusts its input.
     """
 
-    def __init__(self, path: Path, manifest: dict[str, Any], files: dict[str, Path]) -> None:
+    def __init__(self, path: Path, manifest: dict[str, Any], files: dict[str, Path],
+                 plain_files: dict[str, Path] | None = None) -> None:
         self.path = path
         self.manifest = manifest
         self._files = files
+        self._plain_files = plain_files or {}
 
     @classmethod
     def open(cls, path: str | Path) -> Capture:
@@ -101,7 +103,9 @@ class Capture:
         except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
             raise damaged(root, f"{MANIFEST} is not valid JSON ({str(exc)[:200]})") from exc
         files = _validate_manifest(root, manifest)
-        return cls(root, manifest, files)
+        plain = {key: _validate_record(root, root.resolve() / TENSORS, f"plain output {key}", rec)
+                 for key, rec in manifest.get("plain_outputs", {}).items()}
+        return cls(root, manifest, files, plain)
 
     @property
     def spec(self) -> dict[str, Any]:
@@ -148,6 +152,16 @@ class Capture:
         stored = open_npy(self._files[name], tuple(record["shape"]), np.dtype(record["stored_dtype"]))
         return widen(stored, record["dtype"])
 
+    def plain_output(self, key: str) -> np.ndarray | None:
+        """Signature output ``key`` as the plain run computed it (only the signature outputs
+        fetched, as in production), or None when the capture did not store it (made before
+        tftrace kept them, or not storable). Widened as :meth:`tensor`."""
+        record = (self.manifest.get("plain_outputs") or {}).get(key)
+        if record is None:
+            return None
+        stored = open_npy(self._plain_files[key], tuple(record["shape"]), np.dtype(record["stored_dtype"]))
+        return widen(stored, record["dtype"])
+
     def _require(self, name: str) -> None:
         if name in self.manifest["tensors"]:
             return
@@ -177,11 +191,13 @@ def _validate_manifest(root: Path, manifest: Any) -> dict[str, Path]:
             f"this one reads up to {FORMAT_VERSION})",
             "upgrade tftrace: pip install -U tftrace",
         )
-    for key in ("tensors", "uncaptured", "spec", "environment"):
+    for key in ("tensors", "uncaptured", "spec", "environment", "plain_outputs"):
         if not isinstance(manifest.get(key, {}), dict):
             raise damaged(root, f'"{key}" is not a JSON object')
-    for key in ("tensors", "uncaptured"):
+    for key in ("tensors", "uncaptured", "plain_outputs"):
         manifest.setdefault(key, {})
+    if any("alias_of" in rec for rec in manifest["plain_outputs"].values() if isinstance(rec, dict)):
+        raise damaged(root, "a plain output claims alias_of: plain outputs are stored as files of their own")
     if not all(isinstance(r, str) for r in manifest["uncaptured"].values()):
         raise damaged(root, "an uncaptured reason is not a string")
     _validate_parts(root, manifest)

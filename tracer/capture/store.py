@@ -105,6 +105,7 @@ class CaptureWriter:
         self.path = Path(out_dir)
         self._force = force
         self._entries: dict[str, Entry] = {}
+        self._plain: dict[str, Entry] = {}  # signature key -> the plain run's output (see write_plain_output)
         self._uncaptured: dict[str, str] = {}
         self._used: set[str] = set()  # case-folded file names in use
         self._lock_token: bytes | None = None
@@ -284,6 +285,28 @@ class CaptureWriter:
         if not self._share(entry, same_as, None):
             self._write_new(entry, stored)
 
+    @_reports_full_disk
+    def write_plain_output(self, key: str, array: np.ndarray) -> None:
+        """Store a signature output as the *plain* run computed it (signature outputs fetched,
+        nothing else), under its signature key.
+
+        Fetching every tensor can change what runs (a fetched conv is not fused), so the
+        instrumented value of an output is not always what production computes; this one is.
+        Kept apart from the graph's tensors (the manifest's ``plain_outputs``), in ``tensors/``.
+        """
+        self._check_open()
+        if key in self._plain:
+            raise ValueError(f"the plain output {key!r} was already stored")
+        try:
+            dtype_name, stored = to_storage(np.asarray(array))
+        except Unstorable:
+            return  # not storable (e.g. a resource): compared as the instrumented run computed it
+        stored = np.require(stored, requirements="C")
+        entry = Entry(self._claim_filename(f"plain output/{key}"), dtype_name, stored.dtype, stored.shape,
+                      batch_major=False, stats=Stats(dtype_name))
+        self._plain[key] = entry
+        self._write_new(entry, stored)
+
     # ---- tensors stored once
 
     def _root(self, name: str | None) -> str | None:
@@ -391,13 +414,14 @@ class CaptureWriter:
     def finalize(self, manifest: Mapping[str, Any]) -> Path:
         """Write ``manifest.json`` (last, atomically) and release the lock; returns its path.
 
-        Adds ``format``, ``format_version``, ``tensors`` (name -> record, in write order) and
-        ``uncaptured`` (name -> reason) to a copy of ``manifest``, which must not hold those
+        Adds ``format``, ``format_version``, ``tensors`` (name -> record, in write order),
+        ``uncaptured`` (name -> reason) and ``plain_outputs`` (signature key -> record, when
+        any were stored) to a copy of ``manifest``, which must not hold those
         keys and must be plain JSON (checked before anything is changed, so a caller can fix
         it and call again).
         """
         self._check_open()
-        reserved = {"format", "format_version", "tensors", "uncaptured"} & set(manifest)
+        reserved = {"format", "format_version", "tensors", "uncaptured", "plain_outputs"} & set(manifest)
         if reserved:
             raise ValueError(f"the manifest must not set {sorted(reserved)}: the writer fills them in")
         json.dumps(manifest, allow_nan=False)  # TypeError/ValueError now, not after the work
@@ -413,6 +437,8 @@ class CaptureWriter:
             records[name] = self._record(entry, records)
         out = {**manifest, "format": FORMAT, "format_version": FORMAT_VERSION}
         out["tensors"], out["uncaptured"] = records, dict(self._uncaptured)
+        if self._plain:
+            out["plain_outputs"] = {key: self._record(entry, {}) for key, entry in self._plain.items()}
         if self._flusher is not None:  # the data is durable (sync above); so must be the names of its files
             fsync(self.path / TENSORS)
         target = self.path / MANIFEST

@@ -7,7 +7,9 @@ JSON lines on stdout (``progress``, ``error``) and exits 0, or 3 for a user erro
 Order matters for the observer effect: the *plain* run (signature outputs only) comes first,
 warmed up and timed; then the *instrumented* run fetches every capturable tensor. Both runs ask
 for the partition graphs, so the manifest records which op types really executed in each, and
-the difference of the final outputs between them.
+the difference of the final outputs between them. The plain run's outputs are stored too
+(the manifest's ``plain_outputs``): they are what production computes, and what compare
+compares its outputs and verdict on.
 """
 
 from __future__ import annotations
@@ -88,6 +90,8 @@ def run_capture(side: Side, out_dir: str, force: bool) -> None:
                 "may optimise differently"
             )
         observer = observer_effect(runtime.signature.outputs, runtime.opgraph, plain, instrumented)
+        for key, value in _plain_outputs(runtime, plain["outputs"], ranges, instrumented["layout"]).items():
+            writer.write_plain_output(key, value)
         manifest = {
             "spec": side.to_json(),
             "artifact": {
@@ -217,6 +221,26 @@ def _plain_runs(runtime: Runtime, examples: Examples, ranges: list[tuple[int, in
             "batch_rows": ranges[0][1] - ranges[0][0],
         },
     }
+
+
+def _plain_outputs(
+    runtime: Runtime, per_run: list[dict[str, Any]], ranges: list[tuple[int, int]], layout: dict[str, str]
+) -> dict[str, np.ndarray]:
+    """Each signature output of the plain runs as one array, laid out as its captured tensor:
+    the runs' rows in example order ("rows"), or the one value every run computes ("whole",
+    "const"). An output whose layout is unknown or varies between runs is left out (compared as
+    instrumented); with a single run there is nothing to assemble."""
+    out: dict[str, np.ndarray] = {}
+    for key, spec in runtime.signature.outputs.items():
+        values = [np.asarray(run[key]) for run in per_run]
+        kind = layout.get(spec.name)
+        if len(values) == 1:
+            out[key] = values[0]
+        elif kind == "rows" and all(v.ndim > 0 and v.shape[0] == b - a for v, (a, b) in zip(values, ranges)):
+            out[key] = np.concatenate(values, axis=0)
+        elif kind in ("whole", "const"):
+            out[key] = values[0]
+    return out
 
 
 # ---- instrumented run ------------------------------------------------------------------------

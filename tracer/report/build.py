@@ -55,7 +55,7 @@ def atomic_write_text(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def _side(view: Any) -> dict[str, Any]:
+def _side(view: Any, kept: bool = True) -> dict[str, Any]:
     manifest = view.capture.manifest
     spec = manifest.get("spec", {})
     knobs = {k: v for k, v in (spec.get("knobs") or {}).items() if v not in (None, "default", False, {}, [])}
@@ -73,6 +73,7 @@ def _side(view: Any) -> dict[str, Any]:
         "batch_size": batch,
         "knobs": knobs,
         "capture_dir": str(view.capture.path),
+        "capture_kept": kept,  # false: captured for this report only, deleted after it (--keep-captures keeps it)
         "environment": manifest.get("environment", {}),
         "timings": manifest.get("timings", {}),
         "examples": manifest.get("examples", {}),
@@ -174,33 +175,48 @@ def _why_not_compared(comparison: Comparison, key: str, ta: str, tb: str) -> str
     return (result.reason if result is not None and result.reason else "") or "not captured on both sides"
 
 
+def _output_fields(m: Any, atol: float, rtol: float) -> dict[str, Any]:
+    return {
+        "identical": m.identical if m else None,
+        "within_tolerance": m.within(atol, rtol) if m else None,
+        "max_abs": m.max_abs if m else None, "max_rel": m.max_rel if m else None,
+        "cosine": m.cosine if m else None,
+        "nan_mismatch": m.nan_mismatch if m else None,
+        "inf_mismatch": m.inf_mismatch if m else None,
+        "mismatch_count": m.mismatch_count if m else None,
+    }
+
+
 def build_report(comparison: Comparison) -> dict[str, Any]:
     div = comparison.divergence
     view_a, view_b = comparison.view_a, comparison.view_b
     outputs = {}
-    for key, (ta, tb, m) in comparison.output_metrics().items():
+    for key, (ta, tb, observed) in comparison.output_metrics().items():
         atol, rtol = comparison.tolerance.for_tensor(ta)
+        plain = comparison.plain_outputs.get(key)
+        m = plain or observed
         outputs[key] = {
             "a_tensor": ta, "b_tensor": tb,
-            "identical": m.identical if m else None,
-            "within_tolerance": m.within(atol, rtol) if m else None,
-            "max_abs": m.max_abs if m else None, "max_rel": m.max_rel if m else None,
-            "cosine": m.cosine if m else None,
-            "nan_mismatch": m.nan_mismatch if m else None,
-            "inf_mismatch": m.inf_mismatch if m else None,
-            "mismatch_count": m.mismatch_count if m else None,
+            **_output_fields(m, atol, rtol),
             "not_compared": None if m else _why_not_compared(comparison, key, ta, tb),
             # --repeat: how far this output moved by itself across one side's runs (0.0: not at all)
-            "noise_max_abs": comparison.noise_per_tensor.get(ta, 0.0) if comparison.noise else None,
+            "noise_max_abs": (None if not comparison.noise else comparison.noise_per_output.get(key, 0.0) if plain
+                              else comparison.noise_per_tensor.get(ta, 0.0)),
+            # the fields above compare the plain runs' outputs (what production computes) where both
+            # captures stored them; "instrumented" is the same comparison of the captured tensors
+            "compared_as": "plain" if plain else ("instrumented" if m else None),
+            "instrumented": _output_fields(observed, atol, rtol) if observed else None,
         }
     report = {
         "schema_version": SCHEMA_VERSION,
         "tool": {"name": "tftrace", "version": __version__},
         "command": comparison.command,
         "created_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "verdict": div.verdict,
+        "verdict": comparison.verdict,  # the worse of the two below
+        "verdict_ops": div.verdict,  # op by op, over the captured (instrumented) tensors
+        "verdict_outputs": comparison.outputs_verdict,  # the plain runs' outputs
         "tolerance": comparison.tolerance.to_json(),
-        "sides": {"a": _side(view_a), "b": _side(view_b)},
+        "sides": {"a": _side(view_a, comparison.kept_captures["a"]), "b": _side(view_b, comparison.kept_captures["b"])},
         "first_divergence": _origin(div.first_bitwise, comparison) if div.first_bitwise else None,
         "first_divergence_beyond_tolerance": (
             _origin(div.first_beyond_tolerance, comparison) if div.first_beyond_tolerance else None

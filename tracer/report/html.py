@@ -34,8 +34,10 @@ from .summary import (
     isolation_text,
     json_safe,
     noise_lines,
+    observed_beside,
     outputs_not_compared,
     rewrite_detail,
+    unobserved_divergence,
     side_facts,
 )
 
@@ -189,7 +191,10 @@ def build_html(report: dict[str, Any], index: OpIndex, views: list[PageView], sv
         "nonfinite": nonfinite,
         "answers": answers(report),
         "diagnosis_rows": diagnosis_rows(report),
-        "outputs": list(outputs.items()),
+        "outputs": [(k, o, observed_beside(o)) for k, o in outputs.items() if isinstance(o, dict)],
+        "outputs_plain": any(isinstance(o, dict) and o.get("compared_as") == "plain" for o in outputs.values()),
+        "outputs_beside": any(isinstance(o, dict) and observed_beside(o) for o in outputs.values()),
+        "unobserved": unobserved_divergence(report),
         "noise_lines": noise_lines(report),
         "origins": [(o, index.position.get(str(o.get("node")))) for o in (report.get("origins") or [])[:TABLE_CAP]
                     if isinstance(o, dict)],

@@ -14,8 +14,20 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from .summary import (answers, diagnosis_rows, environment_rows, fmt, isolation_text, mismatch_note, noise_lines, num,
-                      rewrite_detail, side_facts)
+from .summary import (
+    answers,
+    diagnosis_rows,
+    environment_rows,
+    fmt,
+    isolation_text,
+    mismatch_note,
+    noise_lines,
+    num,
+    observed_beside,
+    rewrite_detail,
+    side_facts,
+    unobserved_divergence,
+)
 
 __all__ = ["render_markdown", "md_text", "md_code", "MD_LIMIT"]
 
@@ -104,7 +116,8 @@ def _origins(report: dict[str, Any], lim: _Limits) -> list[str]:
             out.append(f"- **First NaN/Inf on side {md_text(str(side).upper(), 4)}:** {md_code(nf.get('node'), lim.cell)} "
                        f"({md_text(nf.get('op'), 60)}): {fmt(nf.get('nan'))} NaN, {fmt(nf.get('inf'))} Inf")
     if not out:
-        out.append("- No divergence: every compared op agrees.")
+        out.append("- Every captured op agrees; the plain runs' outputs do not (see Outputs)."
+                   if unobserved_divergence(report) else "- No divergence: every compared op agrees.")
     origins = [o for o in report.get("origins") or [] if isinstance(o, dict)]
     out.append("")
     if origins:
@@ -123,14 +136,21 @@ def _outputs(report: dict[str, Any], lim: _Limits) -> list[str]:
     if not outputs:
         return []
     rows = []
-    for key, o in outputs[: lim.rows]:
+    beside = [observed_beside(o) for _, o in outputs[: lim.rows]]
+    for (key, o), observed in zip(outputs[: lim.rows], beside):
         why = f": {md_text(o['not_compared'], 200)}" if o.get("not_compared") else ""
         result = ("identical" if o.get("identical") else "within tolerance" if o.get("within_tolerance")
                   else f"**not compared**{why}" if o.get("identical") is None else "**differs**")
-        rows.append([md_code(key, lim.cell), result, fmt(o.get("max_abs")), fmt(o.get("max_rel")), fmt(o.get("cosine"), 7)])
+        row = [md_code(key, lim.cell), result, fmt(o.get("max_abs")), fmt(o.get("max_rel")), fmt(o.get("cosine"), 7)]
+        rows.append(row + ([md_text(observed or "", 200)] if any(beside) else []))
+    plain = any(o.get("compared_as") == "plain" for _, o in outputs)
+    title = "### Outputs (plain runs, as in production)" if plain else "### Outputs"
+    head = ["output", "result", "max abs", "max rel", "cosine"]
+    head += ["instrumented (every tensor fetched)"] if any(beside) else []
+    unobserved = unobserved_divergence(report)
+    note = [f"**Not seen op by op:** {md_text(unobserved, 400)}", ""] if unobserved else []
     noise = [f"- {md_text(line, 300)}" for line in noise_lines(report)]
-    return (["### Outputs"] + _table(["output", "result", "max abs", "max rel", "cosine"], rows, len(outputs), "outputs")
-            + [""] + (noise + [""] if noise else []))
+    return [title] + _table(head, rows, len(outputs), "outputs") + [""] + (noise + [""] if noise else []) + note
 
 
 def _answers(report: dict[str, Any], lim: _Limits) -> list[str]:

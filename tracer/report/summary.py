@@ -27,6 +27,8 @@ __all__ = [
     "environment_rows",
     "side_facts",
     "outputs_not_compared",
+    "observed_beside",
+    "unobserved_divergence",
     "isolation_text",
     "noise_lines",
     "rewrite_detail",
@@ -218,6 +220,34 @@ def noise_lines(report: dict[str, Any]) -> list[str]:
         lines.append(f"{key} differs by {fmt(diff)}, {where} the run-to-run noise of {fmt(floor)} "
                      f"over {runs} runs of each side")
     return lines
+
+
+def observed_beside(output: dict[str, Any]) -> str | None:
+    """What the captured (instrumented) outputs said, where it differs from the plain runs'
+    comparison the output row shows; None where they agree or only one was compared."""
+    observed = output.get("instrumented")
+    if output.get("compared_as") != "plain" or not isinstance(observed, dict):
+        return None
+    keys = ("identical", "within_tolerance", "max_abs", "max_rel")
+    if all(observed.get(k) == output.get(k) for k in keys):
+        return None
+    if observed.get("identical"):
+        return "identical when observed"
+    verdict = "within tolerance" if observed.get("within_tolerance") else "beyond tolerance"
+    return f"observed: max abs {fmt(observed.get('max_abs'))}, max rel {fmt(observed.get('max_rel'))} ({verdict})"
+
+
+def unobserved_divergence(report: dict[str, Any]) -> str | None:
+    """The sentence for a report whose plain outputs are worse than anything seen op by op: the
+    difference exists only when nobody watches (fetching every tensor changes what runs)."""
+    order = ("identical", "within_tolerance", "within_noise", "diverged")
+    ops, outs = report.get("verdict_ops"), report.get("verdict_outputs")
+    if ops not in order or outs not in order or order.index(outs) <= order.index(ops):
+        return None
+    what = "differ beyond tolerance" if outs == "diverged" else "differ (within tolerance)"
+    return (f"the plain runs' outputs {what} while every captured tensor is "
+            f"{ops.replace('_', ' ')}: observing every tensor changes what runs (a fetched op is not fused "
+            "or converted), so the first divergence cannot be seen in the captures (see the observer effect)")
 
 
 def isolation_text(isolation: dict[str, Any] | None) -> str:

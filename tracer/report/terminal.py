@@ -10,7 +10,7 @@ from rich.table import Table
 
 from ..graphdiff import GraphDiff
 from ..opgraph import EXIT_OPS
-from .summary import mismatch_note, noise_lines, outputs_not_compared
+from .summary import mismatch_note, noise_lines, observed_beside, outputs_not_compared, unobserved_divergence
 
 __all__ = ["print_graph_diff", "print_comparison"]
 
@@ -110,16 +110,24 @@ def print_comparison(console: Console, report: dict, out_dir: object = None) -> 
                           escape(str((origin.get("isolation") or {}).get("verdict", "—"))),
                           escape(str(origin.get("rewrite") or "")))
         console.print(table)
-    outputs = Table(title="Outputs", title_justify="left")
+    plain = any(out.get("compared_as") == "plain" for out in report.get("outputs", {}).values())
+    beside = {key: observed_beside(out) for key, out in report.get("outputs", {}).items()}
+    outputs = Table(title="Outputs (plain runs, as in production)" if plain else "Outputs", title_justify="left")
     for col in ("output", "identical", "within tol.", "max abs", "max rel", "NaN/Inf differ"):
         outputs.add_column(col)
+    if any(beside.values()):
+        outputs.add_column("instrumented (every tensor fetched)")
     for key, out in report.get("outputs", {}).items():
         nonfinite = (out.get("nan_mismatch") or 0) + (out.get("inf_mismatch") or 0)
         compared = out["identical"] is not None
-        outputs.add_row(escape(str(key)), str(out["identical"]) if compared else "not compared",
-                        str(out["within_tolerance"]) if compared else "—", _num(out["max_abs"]),
-                        _num(out["max_rel"]), str(nonfinite) if nonfinite else "")
+        row = [escape(str(key)), str(out["identical"]) if compared else "not compared",
+               str(out["within_tolerance"]) if compared else "—", _num(out["max_abs"]),
+               _num(out["max_rel"]), str(nonfinite) if nonfinite else ""]
+        outputs.add_row(*row, *([escape(beside[key] or "")] if any(beside.values()) else []))
     console.print(outputs)
+    unobserved = unobserved_divergence(report)
+    if unobserved:
+        console.print(f"Not seen op by op: {unobserved}", highlight=False, markup=False)
     for key, why in missing.items():
         console.print(f"[bold yellow]not compared:[/] {escape(str(key))}: {escape(str(why))}")
     for line in noise_lines(report):
