@@ -3,7 +3,13 @@
 Every tensor of the op graph is either planned (in topological order, with its estimated size
 per run) or left uncaptured with a reason; ops whose value does not depend on the feed are
 fetched once. ``chunked`` splits the plan so one run's fetch stays under ``--max-memory``.
-No TensorFlow here: the plan is made from the op graph alone.
+
+Tensors downstream of a ``Switch`` output (the branches of a TF1 ``tf.cond``, or of a TF2
+``If``/``StatelessIf`` inlined and lowered to Switch/Merge) run only when the predicate sends
+data that way; TensorFlow refuses the *whole* ``session.run`` when one fetched tensor is dead
+("Retval[0] does not have value"). So the plan knows each tensor's *branch* (the Switch ports it
+runs under) and :func:`fetch_chunks` fetches every branch apart from the rest: a branch that did
+not run refuses only itself. No TensorFlow here: the plan is made from the op graph alone.
 """
 
 from __future__ import annotations
@@ -17,9 +23,13 @@ from ..align import relevant_slots
 from ..errors import TftraceError
 from ..opgraph import EXIT_OPS, FRAME_OPS, OpGraph, tensor_op, tensor_slot
 
-__all__ = ["FetchPlan", "fetch_plan", "chunked"]
+__all__ = ["FetchPlan", "fetch_plan", "chunked", "fetch_chunks", "branch_of", "DEAD_BRANCH_REASON"]
 
 WHILE_FRAME_REASON = "inside a while-loop frame: a session cannot fetch it"
+DEAD_BRANCH_REASON = "in a cond branch that did not run on these inputs (dead: TensorFlow has no value for it)"
+SWITCH_OPS = frozenset({"Switch", "RefSwitch"})
+MERGE_OPS = frozenset({"Merge", "RefMerge"})
+Branch = frozenset  # of (Switch op, output port): a tensor runs only when all of them carry data
 CONST_SOURCES = {"Const", "VariableV2", "Variable", "VarHandleOp", "ReadVariableOp", "Identity"}
 
 
@@ -32,6 +42,7 @@ class FetchPlan:
     constant: set[str]  # ops whose value does not depend on the feed: fetched in run 0 only
     uncaptured: dict[str, str] = field(default_factory=dict)  # name -> reason
     max_memory: int = 0
+    branches: dict[str, Branch] = field(default_factory=dict)  # conditional tensors only (unconditional: absent)
 
 
 def fetch_plan(opgraph: OpGraph, ranges: list[tuple[int, int]], max_memory: int) -> FetchPlan:
@@ -52,7 +63,51 @@ def fetch_plan(opgraph: OpGraph, ranges: list[tuple[int, int]], max_memory: int)
     rows0 = ranges[0][1] - ranges[0][0]
     sizes = {n: _estimate_bytes(opgraph.output_info(n), rows0) for n in names}
     chunked(names, sizes, max_memory)  # a tensor alone above the limit is refused now, before any writing
-    return FetchPlan(names, sizes, _constant_ops(opgraph), uncaptured, max_memory)
+    branches = {n: b for n, b in branch_of(opgraph).items() if b and n in sizes}
+    return FetchPlan(names, sizes, _constant_ops(opgraph), uncaptured, max_memory, branches)
+
+
+def branch_of(opgraph: OpGraph) -> dict[str, Branch]:
+    """Tensor -> the Switch output ports it runs under (empty: it runs whenever the graph does).
+
+    TensorFlow's executor marks a Switch's untaken output *dead*; an op with a dead input (data
+    or control) is dead, except a Merge, which is dead only when all its inputs are. So a
+    tensor's branch is the union of its inputs' branches plus the Switch port it comes from,
+    and a Merge's is the intersection of its inputs'. Two tensors with the same branch are dead
+    on the same inputs. A while loop's Switch (predicate from a ``LoopCond``) is not a branch:
+    its Exit runs whenever the loop does. NextIteration back edges are skipped.
+    """
+    out: dict[str, Branch] = {}
+    op_branch: dict[str, Branch] = {}
+    for op in opgraph.topo_order():
+        node = opgraph.node(op)
+        inputs = [out[t] for t in node["inputs"] if t in out]
+        controls = [op_branch[c] for c in node["control_inputs"] if c in op_branch]
+        if node["op"] in MERGE_OPS:
+            mine = frozenset.intersection(*inputs) if inputs else frozenset()
+        else:
+            mine = frozenset().union(*inputs, *controls)
+        op_branch[op] = mine
+        loop_switch = node["op"] in SWITCH_OPS and len(node["inputs"]) > 1 and tensor_op(node["inputs"][1]) in opgraph \
+            and opgraph.op_type(tensor_op(node["inputs"][1])) == "LoopCond"
+        for slot in range(len(node["outputs"])):
+            port = {(op, slot)} if node["op"] in SWITCH_OPS and not loop_switch else set()
+            out[f"{op}:{slot}"] = mine | port
+    return out
+
+
+def fetch_chunks(names: list[str], plan: FetchPlan) -> list[tuple[Branch, list[str]]]:
+    """``names`` in chunks under the memory limit, each chunk from one branch: ``(branch, chunk)``.
+
+    The unconditional tensors come first; then each branch's tensors, in topological order of
+    the branch's first tensor, so a chunk that TensorFlow refuses because its branch did not
+    run takes nothing else with it.
+    """
+    groups: dict[Branch, list[str]] = {}  # insertion order: the order of each branch's first tensor
+    for name in names:
+        groups.setdefault(plan.branches.get(name, frozenset()), []).append(name)
+    order = sorted(groups, key=bool)  # stable: unconditional first
+    return [(branch, chunk) for branch in order for chunk in chunked(groups[branch], plan.sizes, plan.max_memory)]
 
 
 def _while_frame_ops(opgraph: OpGraph) -> set[str]:

@@ -31,7 +31,7 @@ from ..inputs import Examples, batches, make_examples
 from ..opgraph import OpGraph, tensor_op, tensor_slot
 from ..runspec import Side
 from ._format import bitwise_equal
-from .fetch_plan import FetchPlan, chunked, fetch_plan
+from .fetch_plan import DEAD_BRANCH_REASON, FetchPlan, fetch_chunks, fetch_plan
 from .fingerprint import environment_fingerprint
 from .observer import observer_effect
 from .orphan import exit_with_parent
@@ -80,10 +80,14 @@ def run_capture(side: Side, out_dir: str, force: bool) -> None:
             writer.mark_uncaptured(name, reason)
         instrumented = _instrumented_runs(runtime, examples, ranges, writer, plan)
         if instrumented["chunks"] > 1:
+            branches = instrumented["branch_chunks"]
+            why = [f"{instrumented['chunks'] - branches} to stay under --max-memory {side.max_memory:,}"] * (
+                instrumented["chunks"] > branches + 1)
+            why += [f"{branches} for cond branches, fetched apart so a branch that does not run refuses only "
+                    "itself"] * bool(branches)
             notes.append(
-                f"fetched in {instrumented['chunks']} chunks to stay under --max-memory {side.max_memory:,}: each "
-                "chunk is its own session.run over the same inputs with a different fetch set, which Grappler "
-                "may optimise differently"
+                f"fetched in {instrumented['chunks']} chunks ({'; '.join(why)}): each chunk is its own session.run "
+                "over the same inputs with a different fetch set, which Grappler may optimise differently"
             )
         observer = observer_effect(runtime.signature.outputs, runtime.opgraph, plain, instrumented)
         manifest = {
@@ -232,18 +236,20 @@ def _instrumented_runs(
     outputs_per_run: list[dict[str, np.ndarray]] = []
     executed_ops: Counter = Counter()
     executed_nodes: dict[str, str] = {}
-    chunk_count = 0
+    chunk_count = branch_chunks = 0
     t0 = time.perf_counter()
     written = 0
     for run_index, (start, stop) in enumerate(ranges):
         wanted = plan.names if run_index == 0 else [n for n in plan.names if tensor_op(n) not in plan.constant and n in layout]
-        chunks = chunked(wanted, plan.sizes, plan.max_memory)
-        chunk_count = max(chunk_count, len(chunks))
+        chunks = fetch_chunks(wanted, plan)
+        if len(chunks) > chunk_count:
+            chunk_count, branch_chunks = len(chunks), sum(bool(branch) for branch, _ in chunks)
         feed = _feed(runtime, examples, start, stop)
         where = _Where(run_index, start, stop, examples.count, examples.batch_major)
         outputs: dict[str, np.ndarray] = {}
-        for chunk in chunks:
-            fetched, values, failed, ops, nodes = _run_chunk(runtime, chunk, feed, traced=run_index == 0)
+        for branch, chunk in chunks:
+            fetched, values, failed, ops, nodes = _run_chunk(runtime, chunk, feed, traced=run_index == 0,
+                                                             branch=bool(branch))
             for name, reason in failed.items():
                 writer.mark_uncaptured(name, reason)
                 layout.pop(name, None)
@@ -263,6 +269,7 @@ def _instrumented_runs(
     return {
         "layout": layout,
         "chunks": chunk_count,
+        "branch_chunks": branch_chunks,
         "seconds": time.perf_counter() - t0,
         "outputs": outputs_per_run,
         "executed_ops": executed_ops,
@@ -277,35 +284,61 @@ def _fetch_errors() -> tuple[type[Exception], ...]:
 
 
 def _run_chunk(
-    runtime: Runtime, chunk: list[str], feed: dict, traced: bool
+    runtime: Runtime, chunk: list[str], feed: dict, traced: bool, branch: bool = False
 ) -> tuple[list[str], list[Any], dict[str, str], Counter, dict[str, str]]:
     """Fetch a chunk; returns (fetched names, values, refused name -> reason, executed ops, nodes).
 
     The plain run already succeeded on this feed, so when TF refuses the chunk it is refusing a
-    fetch (an output a Grappler rewrite removed, a tensor inside a loop frame): every tensor is
-    then tried alone, the refused ones are recorded with TF's reason, the rest fetched together.
+    fetch. A ``branch`` chunk holds one cond branch (:func:`fetch_plan.branch_of`): its tensors
+    all run or all are dead, so its first tensor decides — dead, and the whole chunk is a dead
+    branch (one extra run, not one per tensor). Any other refusal is found by bisection: the
+    refused tensors are recorded with TF's reason in O(k log n) runs for k of them, never one
+    run per tensor of the graph.
     """
     errors = _fetch_errors()
-    fetches = [runtime.graph.get_tensor_by_name(n) for n in chunk]
     try:
-        if traced:
-            values, ops, nodes = _traced_run(runtime, fetches, feed)
-            return chunk, values, {}, ops, nodes
-        return chunk, runtime.session.run(fetches, feed_dict=feed), {}, Counter(), {}
+        return _fetch(runtime, chunk, feed, traced)
     except errors as exc:
         if len(chunk) == 1:
-            return [], [], {chunk[0]: _refusal(exc)}, Counter(), {}
-    failed: dict[str, str] = {}
-    for name, tensor in zip(chunk, fetches):
+            return [], [], {chunk[0]: _dead_or_refused(exc)}, Counter(), {}
+    if branch:
         try:
-            runtime.session.run(tensor, feed_dict=feed)
+            _fetch(runtime, chunk[:1], feed, traced=False)
         except errors as exc:
-            failed[name] = _refusal(exc)
-    rest = [n for n in chunk if n not in failed]
-    if not rest or not failed:  # nothing left, or no single tensor to blame: give up on the chunk
-        return [], [], failed or {n: "TensorFlow refused the fetch set it was part of" for n in chunk}, Counter(), {}
-    fetched, values, more, ops, nodes = _run_chunk(runtime, rest, feed, traced)
-    return fetched, values, {**failed, **more}, ops, nodes
+            if _is_dead(exc):
+                return [], [], dict.fromkeys(chunk, DEAD_BRANCH_REASON), Counter(), {}
+    half = len(chunk) // 2
+    names: list[str] = []
+    values: list[Any] = []
+    failed: dict[str, str] = {}
+    ops: Counter = Counter()
+    nodes: dict[str, str] = {}
+    for part in (chunk[:half], chunk[half:]):
+        got, vals, refused, part_ops, part_nodes = _run_chunk(runtime, part, feed, traced, branch)
+        names += got
+        values += vals
+        failed.update(refused)
+        ops |= part_ops
+        nodes.update(part_nodes)
+    return names, values, failed, ops, nodes
+
+
+def _fetch(runtime: Runtime, chunk: list[str], feed: dict, traced: bool
+           ) -> tuple[list[str], list[Any], dict[str, str], Counter, dict[str, str]]:
+    fetches = [runtime.graph.get_tensor_by_name(n) for n in chunk]
+    if traced:
+        values, ops, nodes = _traced_run(runtime, fetches, feed)
+        return chunk, values, {}, ops, nodes
+    return chunk, runtime.session.run(fetches, feed_dict=feed), {}, Counter(), {}
+
+
+def _is_dead(exc: Exception) -> bool:
+    """TF's refusal of a tensor its executor marked dead (the untaken side of a Switch)."""
+    return "does not have value" in str(getattr(exc, "message", exc))
+
+
+def _dead_or_refused(exc: Exception) -> str:
+    return DEAD_BRANCH_REASON if _is_dead(exc) else _refusal(exc)
 
 
 def _refusal(exc: Exception) -> str:
