@@ -23,7 +23,7 @@ from ..align import relevant_slots
 from ..errors import TftraceError
 from ..opgraph import EXIT_OPS, FRAME_OPS, OpGraph, tensor_op, tensor_slot
 
-__all__ = ["FetchPlan", "fetch_plan", "chunked", "fetch_chunks", "branch_of", "DEAD_BRANCH_REASON"]
+__all__ = ["FetchPlan", "fetch_plan", "chunked", "fetch_chunks", "branch_of", "BranchSchedule", "DEAD_BRANCH_REASON"]
 
 WHILE_FRAME_REASON = "inside a while-loop frame: a session cannot fetch it"
 DEAD_BRANCH_REASON = "in a cond branch that did not run on these inputs (dead: TensorFlow has no value for it)"
@@ -43,6 +43,7 @@ class FetchPlan:
     uncaptured: dict[str, str] = field(default_factory=dict)  # name -> reason
     max_memory: int = 0
     branches: dict[str, Branch] = field(default_factory=dict)  # conditional tensors only (unconditional: absent)
+    switches: dict[str, tuple[Branch, str]] = field(default_factory=dict)  # cond Switch -> (its branch, predicate)
 
 
 def fetch_plan(opgraph: OpGraph, ranges: list[tuple[int, int]], max_memory: int) -> FetchPlan:
@@ -63,8 +64,11 @@ def fetch_plan(opgraph: OpGraph, ranges: list[tuple[int, int]], max_memory: int)
     rows0 = ranges[0][1] - ranges[0][0]
     sizes = {n: _estimate_bytes(opgraph.output_info(n), rows0) for n in names}
     chunked(names, sizes, max_memory)  # a tensor alone above the limit is refused now, before any writing
-    branches = {n: b for n, b in branch_of(opgraph).items() if b and n in sizes}
-    return FetchPlan(names, sizes, _constant_ops(opgraph), uncaptured, max_memory, branches)
+    every = branch_of(opgraph)
+    branches = {n: b for n, b in every.items() if b and n in sizes}
+    used = {switch for b in branches.values() for switch, _ in b}
+    switches = {s: (every[opgraph.data_inputs(s)[0]], opgraph.data_inputs(s)[1]) for s in sorted(used)}
+    return FetchPlan(names, sizes, _constant_ops(opgraph), uncaptured, max_memory, branches, switches)
 
 
 def branch_of(opgraph: OpGraph) -> dict[str, Branch]:
@@ -94,6 +98,66 @@ def branch_of(opgraph: OpGraph) -> dict[str, Branch]:
             port = {(op, slot)} if node["op"] in SWITCH_OPS and not loop_switch else set()
             out[f"{op}:{slot}"] = mine | port
     return out
+
+
+class BranchSchedule:
+    """Which of one run's tensors to fetch next, decided from the cond predicates fetched so far.
+
+    Dead branches are known *before* fetching: the unconditional tensors are fetched with the
+    predicates of the outermost conds; a branch whose every Switch port agrees with its
+    predicate is then fetched with the next level's predicates, one whose port disagrees is
+    dead and never fetched. Nested conds cost one run per level, not one per branch. A branch
+    whose predicate cannot be fetched is left to :meth:`leftover` (fetched alone).
+    """
+
+    def __init__(self, names: list[str], plan: FetchPlan) -> None:
+        self.plan = plan
+        self.pending: dict[Branch, list[str]] = {}
+        self.first: list[str] | None = []
+        for name in names:
+            branch = plan.branches.get(name, frozenset())
+            (self.pending.setdefault(branch, []) if branch else self.first).append(name)
+        self.preds: dict[str, bool | None] = {}  # Switch -> which port carries data (None: unknown)
+        self.asked: set[str] = set()
+
+    def next(self) -> tuple[list[str], list[str], dict[str, list[str]]] | None:
+        """``(names to fetch, dead names, predicate tensor -> its Switches)``, or None when done."""
+        ready, dead = self.first or [], []
+        self.first = None
+        for branch in list(self.pending):
+            live = self.live(branch)
+            if live is not None:
+                (ready if live else dead).extend(self.pending.pop(branch))
+        wanted = {switch for branch in self.pending for switch, _ in branch}
+        preds: dict[str, list[str]] = {}  # one predicate feeds every Switch of a lowered If
+        for switch, (own, pred) in self.plan.switches.items():
+            if switch in wanted and switch not in self.asked and self.live(own):
+                preds.setdefault(pred, []).append(switch)
+                self.asked.add(switch)
+        if not ready and not dead and not preds:
+            return None
+        return ready, dead, preds
+
+    def live(self, branch: Branch) -> bool | None:
+        """True when every port of ``branch`` carries data, False when one does not, None: unknown."""
+        known = True
+        for switch, port in branch:
+            taken = self.preds.get(switch)
+            if taken is None:
+                known = False
+            elif taken != bool(port):
+                return False
+        return True if known else None
+
+    def record(self, switch: str, value: Any) -> None:
+        """A fetched predicate: its Switch sends data to port 1 when it is true."""
+        self.preds[switch] = bool(np.asarray(value).reshape(-1)[0]) if np.size(value) == 1 else None
+
+    def leftover(self) -> list[tuple[Branch, list[str]]]:
+        """Branches whose predicates could not be fetched: to be fetched one branch at a time."""
+        left = list(self.pending.items())
+        self.pending = {}
+        return left
 
 
 def fetch_chunks(names: list[str], plan: FetchPlan) -> list[tuple[Branch, list[str]]]:

@@ -19,7 +19,8 @@ import sys
 import time
 import traceback
 from collections import Counter
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,7 @@ from ..inputs import Examples, batches, make_examples
 from ..opgraph import OpGraph, tensor_op, tensor_slot
 from ..runspec import Side
 from ._format import bitwise_equal
-from .fetch_plan import DEAD_BRANCH_REASON, FetchPlan, fetch_chunks, fetch_plan
+from .fetch_plan import DEAD_BRANCH_REASON, BranchSchedule, FetchPlan, chunked, fetch_plan
 from .fingerprint import environment_fingerprint
 from .observer import observer_effect
 from .orphan import exit_with_parent
@@ -83,8 +84,8 @@ def run_capture(side: Side, out_dir: str, force: bool) -> None:
             branches = instrumented["branch_chunks"]
             why = [f"{instrumented['chunks'] - branches} to stay under --max-memory {side.max_memory:,}"] * (
                 instrumented["chunks"] > branches + 1)
-            why += [f"{branches} for cond branches, fetched apart so a branch that does not run refuses only "
-                    "itself"] * bool(branches)
+            why += [f"{branches} for cond branches, fetched after the predicates that decide them so a branch "
+                    "that does not run is never fetched"] * bool(branches)
             notes.append(
                 f"fetched in {instrumented['chunks']} chunks ({'; '.join(why)}): each chunk is its own session.run "
                 "over the same inputs with a different fetch set, which Grappler may optimise differently"
@@ -241,29 +242,36 @@ def _instrumented_runs(
     written = 0
     for run_index, (start, stop) in enumerate(ranges):
         wanted = plan.names if run_index == 0 else [n for n in plan.names if tensor_op(n) not in plan.constant and n in layout]
-        chunks = fetch_chunks(wanted, plan)
-        if len(chunks) > chunk_count:
-            chunk_count, branch_chunks = len(chunks), sum(bool(branch) for branch, _ in chunks)
         feed = _feed(runtime, examples, start, stop)
         where = _Where(run_index, start, stop, examples.count, examples.batch_major)
         outputs: dict[str, np.ndarray] = {}
-        for branch, chunk in chunks:
-            fetched, values, failed, ops, nodes = _run_chunk(runtime, chunk, feed, traced=run_index == 0,
-                                                             branch=bool(branch))
+        schedule = BranchSchedule(wanted, plan)
+        chunks = 0
+        for step in _fetch_steps(schedule, plan, writer, layout):  # lazily: each step follows the predicates
+            chunks += 1
+            fetched, values, failed, ops, nodes = _run_chunk(runtime, step.names, feed, run_index == 0, step.branch)
             for name, reason in failed.items():
-                writer.mark_uncaptured(name, reason)
-                layout.pop(name, None)
+                if name not in step.extra:
+                    writer.mark_uncaptured(name, reason)
+                    layout.pop(name, None)
             executed_ops |= ops
             executed_nodes.update(nodes)
             stored: dict[str, np.ndarray] = {}  # this chunk's tensors, for pass-through ops to be compared with
             for name, value in zip(fetched, values):
                 value = np.asarray(value)
+                for switch in step.preds.get(name, ()):
+                    schedule.record(switch, value)
+                if name in step.extra:
+                    continue
                 written += value.nbytes
                 for key in output_keys.get(name, ()):
                     outputs[key] = value
                 _store(writer, name, value, where, opgraph, plan.constant, layout, stored)
                 stored[name] = value
             del values, stored  # peak memory: one chunk's tensors (plus what the writer still has to write)
+        if chunks > chunk_count:
+            chunk_count = chunks
+            branch_chunks = max(0, chunks - len(chunked(wanted, plan.sizes, plan.max_memory)))
         outputs_per_run.append(outputs)
         emit("progress", done=run_index + 1, total=len(ranges), bytes=written)
     return {
@@ -275,6 +283,41 @@ def _instrumented_runs(
         "executed_ops": executed_ops,
         "executed_nodes": executed_nodes,
     }
+
+
+@dataclass
+class _Step:
+    """One chunk of one run: what to fetch, and which of it only decides cond branches."""
+
+    names: list[str]
+    branch: bool = False  # the tensors of one branch whose predicate could not be fetched
+    preds: dict[str, list[str]] = field(default_factory=dict)  # predicate tensor -> the Switches it decides
+    extra: frozenset[str] = frozenset()  # predicates fetched only for that: not stored
+
+
+def _fetch_steps(schedule: BranchSchedule, plan: FetchPlan, writer: CaptureWriter, layout: dict[str, str]
+                 ) -> Iterator[_Step]:
+    """One run's chunks, following the :class:`BranchSchedule`.
+
+    Dead branches are recorded as such without a fetch; the live ones are fetched (under
+    --max-memory) together with the next level's predicates; the branches whose predicates could
+    not be fetched come last, one branch per chunk.
+    """
+    while (step := schedule.next()) is not None:
+        ready, dead, preds = step
+        for name in dead:
+            writer.mark_uncaptured(name, DEAD_BRANCH_REASON)
+            layout.pop(name, None)
+        chunks = chunked(ready, plan.sizes, plan.max_memory) if ready else []
+        extra = [p for p in preds if p not in ready]
+        if extra:
+            chunks = chunks or [[]]
+            chunks[0] = extra + chunks[0]
+        for i, chunk in enumerate(chunks):
+            yield _Step(chunk, preds=preds if i == 0 else {}, extra=frozenset(extra) if i == 0 else frozenset())
+    for _, names in schedule.leftover():
+        for chunk in chunked(names, plan.sizes, plan.max_memory):
+            yield _Step(chunk, branch=True)
 
 
 def _fetch_errors() -> tuple[type[Exception], ...]:
@@ -289,9 +332,9 @@ def _run_chunk(
     """Fetch a chunk; returns (fetched names, values, refused name -> reason, executed ops, nodes).
 
     The plain run already succeeded on this feed, so when TF refuses the chunk it is refusing a
-    fetch. A ``branch`` chunk holds one cond branch (:func:`fetch_plan.branch_of`): its tensors
-    all run or all are dead, so its first tensor decides — dead, and the whole chunk is a dead
-    branch (one extra run, not one per tensor). Any other refusal is found by bisection: the
+    fetch. A ``branch`` chunk holds one cond branch whose predicate could not be fetched
+    (:func:`fetch_plan.branch_of`): its tensors all run or all are dead, so its first tensor
+    decides — dead, and the whole chunk is a dead branch (one extra run, not one per tensor). Any other refusal is found by bisection: the
     refused tensors are recorded with TF's reason in O(k log n) runs for k of them, never one
     run per tensor of the graph.
     """
