@@ -125,16 +125,29 @@ def _node(result: NodeResult, comparison: Comparison, index: int) -> dict[str, A
 
 
 def _first_nonfinite(view: Any) -> dict[str, Any] | None:
-    """The first op (topological order) whose output holds NaN or Inf, from the capture's stats."""
+    """Where NaN/Inf is *born*: the first op (topological order) whose output holds NaN or Inf
+    although none of its captured data inputs does, from the capture's stats.
+
+    A source op (a ``Const``, a placeholder: no data inputs) is never it: a ``-inf`` sentinel
+    constant (padded NMS masks scores with one) is data, not a fault, and the ops that merely
+    pass it on have a non-finite input. Context for the reader, not a divergence.
+    """
+    def nonfinite(name: str) -> tuple[int, int] | None:
+        if not view.capture.has(name):
+            return None
+        stats = view.capture.record(name).get("stats") or {}
+        return int(stats.get("nan") or 0), int(stats.get("inf") or 0)
+
     for op in view.graph.topo_order():
+        inputs = view.graph.data_inputs(op)
+        if not inputs or any((nonfinite(t) or (0, 0)) != (0, 0) for t in inputs):
+            continue
         for slot in range(len(view.graph.node(op)["outputs"])):
             name = f"{op}:{slot}"
-            if not view.capture.has(name):
-                continue
-            stats = view.capture.record(name).get("stats") or {}
-            nan, inf = int(stats.get("nan") or 0), int(stats.get("inf") or 0)
+            nan, inf = nonfinite(name) or (0, 0)
             if nan or inf:
-                return {"node": op, "op": view.graph.op_type(op), "tensor": name, "nan": nan, "inf": inf}
+                return {"node": op, "op": view.graph.op_type(op), "tensor": name, "nan": nan, "inf": inf,
+                        "from_finite_inputs": True}
     return None
 
 

@@ -33,6 +33,8 @@ from .summary import (
     fmt,
     isolation_text,
     json_safe,
+    nonfinite_context,
+    not_captured_text,
     outputs_not_compared,
     rewrite_detail,
     side_facts,
@@ -172,7 +174,6 @@ def build_html(report: dict[str, Any], index: OpIndex, views: list[PageView], sv
     graph_diff = report.get("graph_diff") or {}
     outputs = report.get("outputs") or {}
     status_counts = Counter(index.status(i) for i in range(len(index.names)))
-    nonfinite = [(k.upper(), v) for k, v in (report.get("first_nonfinite") or {}).items() if isinstance(v, dict)]
     page_data = {"views": [asdict(v) for v in views], "scopes": scopes, "depth": depth,
                  "labels": STATUS_LABELS, "order": list(STATUSES)}
     context = {
@@ -185,7 +186,8 @@ def build_html(report: dict[str, Any], index: OpIndex, views: list[PageView], sv
                    "facts": side_facts(sides.get(k) or {})} for k in ("a", "b")],
         "cards": [c for c in cards if c],
         "headline": _headline(report, len(index.names)),
-        "nonfinite": nonfinite,
+        "nonfinite": nonfinite_context(report),
+        "not_captured": not_captured_text(report),
         "answers": answers(report),
         "diagnosis_rows": diagnosis_rows(report),
         "outputs": list(outputs.items()),

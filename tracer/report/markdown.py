@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .summary import diagnosis_rows, answers, environment_rows, fmt, isolation_text, num, rewrite_detail, side_facts
+from .summary import nonfinite_context, not_captured_text
 
 __all__ = ["render_markdown", "md_text", "md_code", "MD_LIMIT"]
 
@@ -97,12 +98,12 @@ def _origins(report: dict[str, Any], lim: _Limits) -> list[str]:
             out.append(f"- **{title}:** {md_code(o['node'], lim.cell)} ({md_text(o.get('op'), 60)}), max abs "
                        f"{fmt(o.get('max_abs'))}, max rel {fmt(o.get('max_rel'))}{rewrite}; "
                        f"{md_text(isolation_text(o.get('isolation')), 300)}")
-    for side, nf in (report.get("first_nonfinite") or {}).items():
-        if isinstance(nf, dict):
-            out.append(f"- **First NaN/Inf on side {md_text(str(side).upper(), 4)}:** {md_code(nf.get('node'), lim.cell)} "
-                       f"({md_text(nf.get('op'), 60)}): {fmt(nf.get('nan'))} NaN, {fmt(nf.get('inf'))} Inf")
     if not out:
         out.append("- No divergence: every compared op agrees.")
+    uncaptured = not_captured_text(report)
+    if uncaptured:
+        out.append(f"- {md_text(uncaptured, 600)}")
+    out += [f"- Context: {md_text(line, lim.cell + 200)}" for line in nonfinite_context(report)]
     origins = [o for o in report.get("origins") or [] if isinstance(o, dict)]
     out.append("")
     if origins:
