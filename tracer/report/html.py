@@ -33,6 +33,7 @@ from .summary import (
     fmt,
     isolation_text,
     json_safe,
+    no_answer,
     nonfinite_context,
     not_captured_text,
     outputs_not_compared,
@@ -189,6 +190,7 @@ def build_html(report: dict[str, Any], index: OpIndex, views: list[PageView], sv
         "nonfinite": nonfinite_context(report),
         "not_captured": not_captured_text(report),
         "answers": answers(report),
+        "no_answer": {k: no_answer(k, answers(report)["source"]) for k in ("why", "prevent", "cost")},
         "diagnosis_rows": diagnosis_rows(report),
         "outputs": list(outputs.items()),
         "origins": [(o, index.position.get(str(o.get("node")))) for o in (report.get("origins") or [])[:TABLE_CAP]

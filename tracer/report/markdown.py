@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .summary import diagnosis_rows, answers, environment_rows, fmt, isolation_text, num, rewrite_detail, side_facts
-from .summary import nonfinite_context, not_captured_text
+from .summary import no_answer, nonfinite_context, not_captured_text
 
 __all__ = ["render_markdown", "md_text", "md_code", "MD_LIMIT"]
 
@@ -136,8 +136,7 @@ def _answers(report: dict[str, Any], lim: _Limits) -> list[str]:
     for key, title in (("why", "Why it happens"), ("prevent", "How to prevent it"), ("cost", "What preventing it costs")):
         out.append(f"### {title}")
         items = given.get(key) or []
-        out += [f"- {_sentence(s, 600)}" for s in items[: lim.rows]] or [
-            "- Run `tftrace diagnose` to measure it on this model." if key != "why" else "- Nothing to explain."]
+        out += [f"- {_sentence(s, 600)}" for s in items[: lim.rows]] or [f"- {no_answer(key, given['source'])}"]
         out.append("")
     return out
 

@@ -32,6 +32,7 @@ __all__ = [
     "isolation_text",
     "rewrite_detail",
     "answers",
+    "no_answer",
     "json_safe",
 ]
 
@@ -307,6 +308,17 @@ def answers(report: dict[str, Any]) -> dict[str, Any]:
     if first.get("isolation"):
         why.append(isolation_text(first["isolation"]).rstrip(".") + ".")
     return {"why": why, "prevent": [], "cost": [], "source": "report"}
+
+
+def no_answer(key: str, source: str) -> str:
+    """What an empty answer says. A report written by ``diagnose`` never tells the user to run
+    diagnose: it ran, and measured nothing to prevent or pay for."""
+    if key == "why":
+        return "Nothing to explain."
+    if source == "diagnosis":
+        return ("Nothing to prevent: no tested factor changes the outputs beyond the tolerance." if key == "prevent"
+                else "Nothing to pay: no remedy is needed.")
+    return "Run `tftrace diagnose` to measure it on this model."
 
 
 def json_safe(value: Any) -> Any:
