@@ -115,7 +115,8 @@ with tf.Graph().as_default():
     x = tf1.placeholder(tf.float32, [None, 4], name="x")
     big = tf.reduce_max(tf.abs(x)) > 1e6  # never, for the inputs tftrace draws
     y = tf.cond(big, lambda: tf.identity(x * 1e-6, name="scaled"), lambda: tf.subtract(tf.nn.relu(x), 1.0, name="shifted"))
-    summary = tf.raw_ops.DebugNumericSummary(input=x, lower_bound=-math.inf, upper_bound=math.inf, name="summary")
+    summary = tf.raw_ops.DebugNumericSummary(input=x, lower_bound=-math.inf, upper_bound=math.inf, tensor_name="x:0",
+                                           name="summary")
     logs = tf.math.log(tf.nn.relu(x), name="log")  # log(0) = -inf: born here, from finite inputs
     with tf1.Session() as session:
         builder = tf1.saved_model.Builder(sys.argv[1])
