@@ -29,22 +29,26 @@ __all__ = ["NONFINITE", "jsonable", "dumps", "loads", "is_number", "number"]
 NONFINITE: dict[str, float] = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
 
 
-def jsonable(value: Any) -> Any:
-    """Recursively replace non-finite floats by their strings and numpy scalars by Python ones."""
+def jsonable(value: Any, *, numpy: bool = True) -> Any:
+    """Recursively replace non-finite floats by their strings and numpy scalars by Python ones.
+
+    With ``numpy=False`` numpy scalars (other than ``float64``, a ``float``) are left as they
+    are, so ``json.dumps`` still refuses them: for writers whose callers must hand plain JSON.
+    """
     if isinstance(value, dict):
-        return {str(k): jsonable(v) for k, v in value.items()}
+        return {str(k): jsonable(v, numpy=numpy) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [jsonable(v) for v in value]
-    if isinstance(value, (np.floating, float)):
+        return [jsonable(v, numpy=numpy) for v in value]
+    if isinstance(value, float) or (numpy and isinstance(value, np.floating)):
         value = float(value)
         if math.isnan(value):
             return "nan"
         if math.isinf(value):
             return "inf" if value > 0 else "-inf"
         return value
-    if isinstance(value, np.integer):
+    if numpy and isinstance(value, np.integer):
         return int(value)
-    if isinstance(value, np.bool_):
+    if numpy and isinstance(value, np.bool_):
         return bool(value)
     return value
 

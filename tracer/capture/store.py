@@ -401,7 +401,7 @@ class CaptureWriter:
         reserved = {"format", "format_version", "tensors", "uncaptured"} & set(manifest)
         if reserved:
             raise ValueError(f"the manifest must not set {sorted(reserved)}: the writer fills them in")
-        manifest = jsonable(manifest)  # a model's NaN/inf are data: strict JSON strings (tracer.jsonvalues)
+        manifest = jsonable(manifest, numpy=False)  # a model's NaN/inf are data: strict JSON strings (tracer.jsonvalues)
         json.dumps(manifest, allow_nan=False)  # TypeError now, not after the work
         self.sync()  # every job done (statistics complete), every file durable: before the manifest
         for name, entry in list(self._entries.items()):
