@@ -8,8 +8,9 @@ Tensors downstream of a ``Switch`` output (the branches of a TF1 ``tf.cond``, or
 ``If``/``StatelessIf`` inlined and lowered to Switch/Merge) run only when the predicate sends
 data that way; TensorFlow refuses the *whole* ``session.run`` when one fetched tensor is dead
 ("Retval[0] does not have value"). So the plan knows each tensor's *branch* (the Switch ports it
-runs under) and :func:`fetch_chunks` fetches every branch apart from the rest: a branch that did
-not run refuses only itself. No TensorFlow here: the plan is made from the op graph alone.
+runs under) and :class:`BranchSchedule` fetches the predicates first, then only the branches
+they chose: a branch that did not run is never fetched. No TensorFlow here: the plan is made
+from the op graph alone.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from ..align import relevant_slots
 from ..errors import TftraceError
 from ..opgraph import EXIT_OPS, FRAME_OPS, OpGraph, tensor_op, tensor_slot
 
-__all__ = ["FetchPlan", "fetch_plan", "chunked", "fetch_chunks", "branch_of", "BranchSchedule", "DEAD_BRANCH_REASON"]
+__all__ = ["FetchPlan", "fetch_plan", "chunked", "branch_of", "BranchSchedule", "DEAD_BRANCH_REASON"]
 
 WHILE_FRAME_REASON = "inside a while-loop frame: a session cannot fetch it"
 DEAD_BRANCH_REASON = "in a cond branch that did not run on these inputs (dead: TensorFlow has no value for it)"
@@ -158,20 +159,6 @@ class BranchSchedule:
         left = list(self.pending.items())
         self.pending = {}
         return left
-
-
-def fetch_chunks(names: list[str], plan: FetchPlan) -> list[tuple[Branch, list[str]]]:
-    """``names`` in chunks under the memory limit, each chunk from one branch: ``(branch, chunk)``.
-
-    The unconditional tensors come first; then each branch's tensors, in topological order of
-    the branch's first tensor, so a chunk that TensorFlow refuses because its branch did not
-    run takes nothing else with it.
-    """
-    groups: dict[Branch, list[str]] = {}  # insertion order: the order of each branch's first tensor
-    for name in names:
-        groups.setdefault(plan.branches.get(name, frozenset()), []).append(name)
-    order = sorted(groups, key=bool)  # stable: unconditional first
-    return [(branch, chunk) for branch in order for chunk in chunked(groups[branch], plan.sizes, plan.max_memory)]
 
 
 def _while_frame_ops(opgraph: OpGraph) -> set[str]:
