@@ -115,7 +115,8 @@ class Capture:
 
     @property
     def tensor_names(self) -> list[str]:
-        """Captured tensor names in write order (the worker writes in topological order)."""
+        """Captured tensor names in write order (topological, except that a cond branch comes after the
+        predicate that decides it: see fetch_plan.BranchSchedule)."""
         return list(self.manifest["tensors"])
 
     @property
