@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from tracer.capture.fetch_plan import DEAD_BRANCH_REASON, WHILE_FRAME_REASON, BranchSchedule, fetch_plan
+from tracer.capture.observer import _max_abs_diff
 from tracer.capture.store import Capture, CaptureWriter
 from tracer.errors import TftraceError
 from tracer.jsonvalues import dumps, is_number, loads, number
@@ -61,6 +62,10 @@ def test_equal_infinities_compare_identical() -> None:
     m = compare_arrays(a, a.copy())
     assert m.identical and m.max_abs == 0 and m.inf_mismatch == 0
     assert not compare_arrays(a, np.array([np.inf, 1.0, np.inf], np.float32)).identical
+    # the observer effect (plain vs instrumented outputs): an NMS output padded with -inf is unmoved
+    assert _max_abs_diff(a, a.copy()) == (True, 0.0)
+    assert _max_abs_diff(a, np.array([-np.inf, 1.5, np.inf], np.float32)) == (False, 0.5)
+    assert _max_abs_diff(a, np.array([np.inf, 1.0, np.inf], np.float32)) == (False, None)
 
 
 def _node(name: str, op: str, inputs: list[str], control: list[str] = (), outputs: int = 1) -> dict[str, Any]:
