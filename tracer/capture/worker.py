@@ -80,15 +80,18 @@ def run_capture(side: Side, out_dir: str, force: bool) -> None:
         for name, reason in plan.uncaptured.items():
             writer.mark_uncaptured(name, reason)
         instrumented = _instrumented_runs(runtime, examples, ranges, writer, plan)
-        if instrumented["chunks"] > 1:
-            branches = instrumented["branch_chunks"]
-            why = [f"{instrumented['chunks'] - branches} to stay under --max-memory {side.max_memory:,}"] * (
-                instrumented["chunks"] > branches + 1)
-            why += [f"{branches} for cond branches, fetched after the predicates that decide them so a branch "
-                    "that does not run is never fetched"] * bool(branches)
+        branches = instrumented["branch_chunks"]
+        if instrumented["chunks"] - branches > 1:
             notes.append(
-                f"fetched in {instrumented['chunks']} chunks ({'; '.join(why)}): each chunk is its own session.run "
-                "over the same inputs with a different fetch set, which Grappler may optimise differently"
+                f"fetched in {instrumented['chunks'] - branches} chunks to stay under --max-memory "
+                f"{side.max_memory:,}: each chunk is its own session.run over the same inputs with a different "
+                "fetch set, which Grappler may optimise differently"
+            )
+        if branches:
+            notes.append(
+                f"{branches} more fetch chunk(s) for cond branches, each after the predicates that decide it (a "
+                "branch that does not run is never fetched): each is its own session.run over the same inputs "
+                "with a different fetch set, which Grappler may optimise differently"
             )
         observer = observer_effect(runtime.signature.outputs, runtime.opgraph, plain, instrumented)
         manifest = {
