@@ -162,7 +162,8 @@ def test_first_nan_op_is_named(models, tmp_path):
     assert report["first_nonfinite"]["b"]["node"] == "layer/Log"
     assert report["first_nonfinite"]["b"]["nan"] > 0
     assert report["outputs"]["y"]["nan_mismatch"] > 0
-    assert "First NaN/Inf on B: layer/Log" in stdout
+    assert report["first_nonfinite"]["b"]["from_finite_inputs"] is True  # born there: MatMul's output is finite
+    assert "Context: NaN/Inf first computed from finite inputs on B at layer/Log (Log, " in stdout
 
 
 def test_signatures_that_cannot_be_paired(models, real_models, tmp_path):

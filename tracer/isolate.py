@@ -25,7 +25,6 @@ is what travels.
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 from dataclasses import dataclass, replace
@@ -40,6 +39,7 @@ from .capture.reader import Capture
 from .divergence import NodeResult
 from .errors import TftraceError
 from .inputs import same_rows
+from .jsonvalues import dumps, loads
 from .metrics import compare_arrays
 from .opgraph import EXIT_OPS, OpGraph, tensor_op
 from .runspec import Side
@@ -203,7 +203,7 @@ def run_job(job: dict[str, Any], *, allow_unsafe_ops: bool, console: Any = None,
 
 def evaluate(workdir: str) -> dict[str, IsolationResult]:
     """Judge every planned origin from the replays present in ``workdir``."""
-    index = json.loads(Path(workdir, "isolation_index.json").read_text(encoding="utf-8"))
+    index = loads(Path(workdir, "isolation_index.json").read_text(encoding="utf-8"))
     capture_a = Capture.open(_capture_a_path(workdir, index))
     capture_b = _open_optional(_capture_path(workdir, index.get("capture_b"), "b"))
     results = {}
@@ -321,7 +321,7 @@ def _b_computation(op: dict[str, Any]) -> str:
 def _write_json(path: str, doc: dict[str, Any]) -> None:
     tmp = f"{path}.tmp"
     with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(doc, fh)
+        fh.write(dumps(doc))  # strict JSON, non-finite numbers as strings (tracer.jsonvalues)
     os.replace(tmp, path)
 
 
@@ -376,8 +376,8 @@ def isolate_remote(model: str, report_dir: str, side_key: str | None = None, con
         side_key = pending[0] if pending else "b"
     if not jobs[side_key].exists():
         raise TftraceError(f"{report_dir} has no isolation job for side {side_key.upper()}", "choose --side a or b")
-    job = json.loads(jobs[side_key].read_text(encoding="utf-8"))
-    index = json.loads(Path(workdir, "isolation_index.json").read_text(encoding="utf-8"))
+    job = loads(jobs[side_key].read_text(encoding="utf-8"))
+    index = loads(Path(workdir, "isolation_index.json").read_text(encoding="utf-8"))
     job["feeds_from"] = _capture_a_path(workdir, index)
     if not os.path.isdir(job["feeds_from"]):
         raise TftraceError(

@@ -8,8 +8,9 @@ training nodes, which are noise for this job.
 It is built from a ``tf.Graph`` (statically, or in the capture child) and serialised to JSON
 inside every capture manifest, so comparison and rendering rebuild it without TensorFlow.
 
-Node data: ``op``, ``device``, ``scope``, ``attrs`` (JSON values; constant tensors reduced to
-dtype, shape and a digest), ``inputs`` (data input tensor names, in order),
+Node data: ``op``, ``device``, ``scope``, ``attrs`` (strict JSON values, non-finite floats as
+``"inf"``/``"-inf"``/``"nan"`` as :mod:`tracer.jsonvalues` says; constant tensors reduced to
+dtype, shape, a digest and, when small, their values), ``inputs`` (data input tensor names, in order),
 ``control_inputs``, ``outputs`` (one ``{"dtype", "shape", "capturable", "reason"}`` per slot).
 Edge data: ``tensors`` (list of ``(src_slot, dst_input_index)``) and ``control`` (bool).
 """
@@ -22,6 +23,8 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import networkx as nx
+
+from .jsonvalues import jsonable
 
 __all__ = ["OpGraph", "tensor_op", "tensor_slot", "NOT_FETCHABLE_DTYPES", "EXIT_OPS", "FRAME_OPS"]
 
@@ -294,7 +297,7 @@ def attr_to_json(value: Any) -> Any:
         except UnicodeDecodeError:
             return {"bytes_b64": base64.b64encode(value.s).decode("ascii")}
     if kind == "f":
-        return float(f"{value.f:.7g}")  # attrs are float32: print 0.001, not 0.0010000000474974513
+        return _float_json(value.f)
     if kind in ("i", "b"):
         return getattr(value, kind)
     if kind == "type":
@@ -318,13 +321,19 @@ def attr_to_json(value: Any) -> Any:
             if field == "shape":
                 return [_shape_json(s) for s in items]
             if field == "f":
-                return [float(f"{x:.7g}") for x in items]
+                return [_float_json(x) for x in items]
             if field == "tensor":
                 return [_tensor_json(t) for t in items]
             if field == "func":
                 return [{"func": f.name} for f in items]
             return list(items)
     return []
+
+
+def _float_json(value: float) -> float | str:
+    """A float attr: float32, so 0.001 rather than 0.0010000000474974513; ±inf and NaN (a
+    ``DebugNumericSummary``'s bounds) as their strings."""
+    return jsonable(float(f"{value:.7g}"))
 
 
 def _dtype_name(enum: int) -> str:
@@ -351,5 +360,5 @@ def _tensor_json(proto: Any) -> dict[str, Any]:
         raw = array.tobytes()
     info["sha1"] = hashlib.sha1(raw).hexdigest()
     if array.size <= SMALL_CONST_ELEMENTS and array.dtype != object:
-        info["values"] = array.reshape(-1).tolist() if array.dtype.kind in "biuf" else None
+        info["values"] = jsonable(array.reshape(-1).tolist()) if array.dtype.kind in "biuf" else None  # NMS's -inf
     return info

@@ -3,7 +3,14 @@
 Every tensor of the op graph is either planned (in topological order, with its estimated size
 per run) or left uncaptured with a reason; ops whose value does not depend on the feed are
 fetched once. ``chunked`` splits the plan so one run's fetch stays under ``--max-memory``.
-No TensorFlow here: the plan is made from the op graph alone.
+
+Tensors downstream of a ``Switch`` output (the branches of a TF1 ``tf.cond``, or of a TF2
+``If``/``StatelessIf`` inlined and lowered to Switch/Merge) run only when the predicate sends
+data that way; TensorFlow refuses the *whole* ``session.run`` when one fetched tensor is dead
+("Retval[0] does not have value"). So the plan knows each tensor's *branch* (the Switch ports it
+runs under) and :class:`BranchSchedule` fetches the predicates first, then only the branches
+they chose: a branch that did not run is never fetched. No TensorFlow here: the plan is made
+from the op graph alone.
 """
 
 from __future__ import annotations
@@ -17,9 +24,13 @@ from ..align import relevant_slots
 from ..errors import TftraceError
 from ..opgraph import EXIT_OPS, FRAME_OPS, OpGraph, tensor_op, tensor_slot
 
-__all__ = ["FetchPlan", "fetch_plan", "chunked"]
+__all__ = ["FetchPlan", "fetch_plan", "chunked", "branch_of", "BranchSchedule", "DEAD_BRANCH_REASON"]
 
 WHILE_FRAME_REASON = "inside a while-loop frame: a session cannot fetch it"
+DEAD_BRANCH_REASON = "in a cond branch that did not run on these inputs (dead: TensorFlow has no value for it)"
+SWITCH_OPS = frozenset({"Switch", "RefSwitch"})
+MERGE_OPS = frozenset({"Merge", "RefMerge"})
+Branch = frozenset  # of (Switch op, output port): a tensor runs only when all of them carry data
 CONST_SOURCES = {"Const", "VariableV2", "Variable", "VarHandleOp", "ReadVariableOp", "Identity"}
 
 
@@ -32,6 +43,8 @@ class FetchPlan:
     constant: set[str]  # ops whose value does not depend on the feed: fetched in run 0 only
     uncaptured: dict[str, str] = field(default_factory=dict)  # name -> reason
     max_memory: int = 0
+    branches: dict[str, Branch] = field(default_factory=dict)  # conditional tensors only (unconditional: absent)
+    switches: dict[str, tuple[Branch, str]] = field(default_factory=dict)  # cond Switch -> (its branch, predicate)
 
 
 def fetch_plan(opgraph: OpGraph, ranges: list[tuple[int, int]], max_memory: int) -> FetchPlan:
@@ -52,7 +65,100 @@ def fetch_plan(opgraph: OpGraph, ranges: list[tuple[int, int]], max_memory: int)
     rows0 = ranges[0][1] - ranges[0][0]
     sizes = {n: _estimate_bytes(opgraph.output_info(n), rows0) for n in names}
     chunked(names, sizes, max_memory)  # a tensor alone above the limit is refused now, before any writing
-    return FetchPlan(names, sizes, _constant_ops(opgraph), uncaptured, max_memory)
+    every = branch_of(opgraph)
+    branches = {n: b for n, b in every.items() if b and n in sizes}
+    used = {switch for b in branches.values() for switch, _ in b}
+    switches = {s: (every[opgraph.data_inputs(s)[0]], opgraph.data_inputs(s)[1]) for s in sorted(used)}
+    return FetchPlan(names, sizes, _constant_ops(opgraph), uncaptured, max_memory, branches, switches)
+
+
+def branch_of(opgraph: OpGraph) -> dict[str, Branch]:
+    """Tensor -> the Switch output ports it runs under (empty: it runs whenever the graph does).
+
+    TensorFlow's executor marks a Switch's untaken output *dead*; an op with a dead input (data
+    or control) is dead, except a Merge, which is dead only when all its inputs are. So a
+    tensor's branch is the union of its inputs' branches plus the Switch port it comes from,
+    and a Merge's is the intersection of its inputs'. Two tensors with the same branch are dead
+    on the same inputs. A while loop's Switch (predicate from a ``LoopCond``) is not a branch:
+    its Exit runs whenever the loop does. NextIteration back edges are skipped.
+    """
+    out: dict[str, Branch] = {}
+    op_branch: dict[str, Branch] = {}
+    for op in opgraph.topo_order():
+        node = opgraph.node(op)
+        inputs = [out[t] for t in node["inputs"] if t in out]
+        controls = [op_branch[c] for c in node["control_inputs"] if c in op_branch]
+        if node["op"] in MERGE_OPS:
+            mine = frozenset.intersection(*inputs) if inputs else frozenset()
+        else:
+            mine = frozenset().union(*inputs, *controls)
+        op_branch[op] = mine
+        loop_switch = node["op"] in SWITCH_OPS and len(node["inputs"]) > 1 and tensor_op(node["inputs"][1]) in opgraph \
+            and opgraph.op_type(tensor_op(node["inputs"][1])) == "LoopCond"
+        for slot in range(len(node["outputs"])):
+            port = {(op, slot)} if node["op"] in SWITCH_OPS and not loop_switch else set()
+            out[f"{op}:{slot}"] = mine | port
+    return out
+
+
+class BranchSchedule:
+    """Which of one run's tensors to fetch next, decided from the cond predicates fetched so far.
+
+    Dead branches are known *before* fetching: the unconditional tensors are fetched with the
+    predicates of the outermost conds; a branch whose every Switch port agrees with its
+    predicate is then fetched with the next level's predicates, one whose port disagrees is
+    dead and never fetched. Nested conds cost one run per level, not one per branch. A branch
+    whose predicate cannot be fetched is left to :meth:`leftover` (fetched alone).
+    """
+
+    def __init__(self, names: list[str], plan: FetchPlan) -> None:
+        self.plan = plan
+        self.pending: dict[Branch, list[str]] = {}
+        self.first: list[str] | None = []
+        for name in names:
+            branch = plan.branches.get(name, frozenset())
+            (self.pending.setdefault(branch, []) if branch else self.first).append(name)
+        self.preds: dict[str, bool | None] = {}  # Switch -> which port carries data (None: unknown)
+        self.asked: set[str] = set()
+
+    def next(self) -> tuple[list[str], list[str], dict[str, list[str]]] | None:
+        """``(names to fetch, dead names, predicate tensor -> its Switches)``, or None when done."""
+        ready, dead = self.first or [], []
+        self.first = None
+        for branch in list(self.pending):
+            live = self.live(branch)
+            if live is not None:
+                (ready if live else dead).extend(self.pending.pop(branch))
+        wanted = {switch for branch in self.pending for switch, _ in branch}
+        preds: dict[str, list[str]] = {}  # one predicate feeds every Switch of a lowered If
+        for switch, (own, pred) in self.plan.switches.items():
+            if switch in wanted and switch not in self.asked and self.live(own):
+                preds.setdefault(pred, []).append(switch)
+                self.asked.add(switch)
+        if not ready and not dead and not preds:
+            return None
+        return ready, dead, preds
+
+    def live(self, branch: Branch) -> bool | None:
+        """True when every port of ``branch`` carries data, False when one does not, None: unknown."""
+        known = True
+        for switch, port in branch:
+            taken = self.preds.get(switch)
+            if taken is None:
+                known = False
+            elif taken != bool(port):
+                return False
+        return True if known else None
+
+    def record(self, switch: str, value: Any) -> None:
+        """A fetched predicate: its Switch sends data to port 1 when it is true."""
+        self.preds[switch] = bool(np.asarray(value).reshape(-1)[0]) if np.size(value) == 1 else None
+
+    def leftover(self) -> list[tuple[Branch, list[str]]]:
+        """Branches whose predicates could not be fetched: to be fetched one branch at a time."""
+        left = list(self.pending.items())
+        self.pending = {}
+        return left
 
 
 def _while_frame_ops(opgraph: OpGraph) -> set[str]:

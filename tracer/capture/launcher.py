@@ -24,6 +24,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ..errors import TftraceError
+from ..jsonvalues import dumps
 from ..runspec import Side, child_env
 from .orphan import PARENT_PID_ENV
 
@@ -58,7 +59,7 @@ def run_child(
     console = console or Console(stderr=True)
     with tempfile.TemporaryDirectory(prefix="tftrace-job-") as tmp:
         job_path = Path(tmp, "job.json")
-        job_path.write_text(json.dumps(job), encoding="utf-8")
+        job_path.write_text(dumps(job), encoding="utf-8")
         stderr_path = Path(tmp, "stderr.txt")
         with open(stderr_path, "w+", encoding="utf-8", errors="replace") as stderr_file:
             proc = subprocess.Popen(

@@ -12,13 +12,13 @@ hand-made manifest never surfaces as a crash deep inside the comparison.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any
 
 import numpy as np
 
 from ..errors import TftraceError
+from ..jsonvalues import is_number, loads
 from ._format import (
     EXTENDED,
     FORMAT,
@@ -99,7 +99,7 @@ class Capture:
 
         try:
             text = manifest_path.read_text(encoding="utf-8")
-            manifest = json.loads(text, parse_constant=_reject_constant, object_hook=record)
+            manifest = loads(text, object_hook=record)  # strict: NaN/Infinity tokens are damage
         except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
             raise damaged(root, f"{MANIFEST} is not valid JSON ({str(exc)[:200]})") from exc
         files = _validate_manifest(root, manifest)
@@ -119,7 +119,8 @@ class Capture:
 
     @property
     def tensor_names(self) -> list[str]:
-        """Captured tensor names in write order (the worker writes in topological order)."""
+        """Captured tensor names in write order (topological, except that a cond branch comes after the
+        predicate that decides it: see fetch_plan.BranchSchedule)."""
         return list(self.manifest["tensors"])
 
     @property
@@ -172,10 +173,6 @@ class Capture:
 
     def __repr__(self) -> str:
         return f"Capture({str(self.path)!r}, {len(self.manifest['tensors'])} tensors)"
-
-
-def _reject_constant(token: str) -> Any:
-    raise ValueError(f"{token} is not JSON")
 
 
 def _validate_manifest(root: Path, manifest: Any) -> dict[str, Path]:
@@ -431,7 +428,7 @@ def _is_output(out: Any) -> bool:
 
 
 def _is_number(value: Any) -> bool:
-    return value is None or (type(value) in (int, float))
+    return is_number(value)  # "inf", "-inf", "nan" included: tracer.jsonvalues
 
 
 def _is_count(value: Any) -> bool:

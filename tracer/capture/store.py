@@ -27,6 +27,7 @@ from typing import Any, BinaryIO, Concatenate, ParamSpec, TypeVar
 import numpy as np
 
 from ..errors import TftraceError
+from ..jsonvalues import jsonable
 from ._directory import prepare_directory, release_lock
 from ._entry import Entry, add_interval
 from ._flusher import Flusher
@@ -418,13 +419,14 @@ class CaptureWriter:
         ``uncaptured`` (name -> reason) and ``plain_outputs`` (signature key -> record, when
         any were stored) to a copy of ``manifest``, which must not hold those
         keys and must be plain JSON (checked before anything is changed, so a caller can fix
-        it and call again).
+        it and call again); non-finite floats in it are written as ``"inf"``/``"-inf"``/``"nan"``.
         """
         self._check_open()
         reserved = {"format", "format_version", "tensors", "uncaptured", "plain_outputs"} & set(manifest)
         if reserved:
             raise ValueError(f"the manifest must not set {sorted(reserved)}: the writer fills them in")
-        json.dumps(manifest, allow_nan=False)  # TypeError/ValueError now, not after the work
+        manifest = jsonable(manifest, numpy=False)  # a model's NaN/inf are data: strict JSON strings (tracer.jsonvalues)
+        json.dumps(manifest, allow_nan=False)  # TypeError now, not after the work
         self.sync()  # every job done (statistics complete), every file durable: before the manifest
         for name, entry in list(self._entries.items()):
             covered = sum(end - start for start, end in entry.rows)

@@ -1,7 +1,7 @@
 """``report.json``: the machine contract of a comparison (DESIGN.md), built from a Comparison.
 
 Field names are a contract: add freely, never rename. JSON has no infinities, so non-finite
-floats are written as the strings ``"inf"``, ``"-inf"`` and ``"nan"``. Files are written to a
+floats are written as the strings ``"inf"``, ``"-inf"`` and ``"nan"`` (:mod:`tracer.jsonvalues`). Files are written to a
 temporary name and renamed, so a report directory never holds a half-written report.json.
 """
 
@@ -9,15 +9,13 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-import math
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from .. import __version__
 from ..causes import explain_comparison
+from ..jsonvalues import jsonable
 from ..opgraph import tensor_op
 
 if TYPE_CHECKING:
@@ -27,26 +25,6 @@ if TYPE_CHECKING:
 __all__ = ["build_report", "write_reports", "merge_isolation", "SCHEMA_VERSION", "jsonable", "atomic_write_text"]
 
 SCHEMA_VERSION = 1
-
-
-def jsonable(value: Any) -> Any:
-    """Recursively replace non-finite floats by strings and numpy scalars by Python ones."""
-    if isinstance(value, dict):
-        return {str(k): jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [jsonable(v) for v in value]
-    if isinstance(value, (np.floating, float)):
-        value = float(value)
-        if math.isnan(value):
-            return "nan"
-        if math.isinf(value):
-            return "inf" if value > 0 else "-inf"
-        return value
-    if isinstance(value, np.integer):
-        return int(value)
-    if isinstance(value, np.bool_):
-        return bool(value)
-    return value
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -154,16 +132,29 @@ def _node(result: NodeResult, comparison: Comparison, index: int) -> dict[str, A
 
 
 def _first_nonfinite(view: Any) -> dict[str, Any] | None:
-    """The first op (topological order) whose output holds NaN or Inf, from the capture's stats."""
+    """Where NaN/Inf is *born*: the first op (topological order) whose output holds NaN or Inf
+    although none of its captured data inputs does, from the capture's stats.
+
+    A source op (a ``Const``, a placeholder: no data inputs) is never it: a ``-inf`` sentinel
+    constant (padded NMS masks scores with one) is data, not a fault, and the ops that merely
+    pass it on have a non-finite input. Context for the reader, not a divergence.
+    """
+    def nonfinite(name: str) -> tuple[int, int] | None:
+        if not view.capture.has(name):
+            return None
+        stats = view.capture.record(name).get("stats") or {}
+        return int(stats.get("nan") or 0), int(stats.get("inf") or 0)
+
     for op in view.graph.topo_order():
+        inputs = view.graph.data_inputs(op)
+        if not inputs or any((nonfinite(t) or (0, 0)) != (0, 0) for t in inputs):
+            continue
         for slot in range(len(view.graph.node(op)["outputs"])):
             name = f"{op}:{slot}"
-            if not view.capture.has(name):
-                continue
-            stats = view.capture.record(name).get("stats") or {}
-            nan, inf = int(stats.get("nan") or 0), int(stats.get("inf") or 0)
+            nan, inf = nonfinite(name) or (0, 0)
             if nan or inf:
-                return {"node": op, "op": view.graph.op_type(op), "tensor": name, "nan": nan, "inf": inf}
+                return {"node": op, "op": view.graph.op_type(op), "tensor": name, "nan": nan, "inf": inf,
+                        "from_finite_inputs": True}
     return None
 
 

@@ -35,6 +35,9 @@ from .summary import (
     json_safe,
     noise_lines,
     observed_beside,
+    no_answer,
+    nonfinite_context,
+    not_captured_text,
     outputs_not_compared,
     rewrite_detail,
     unobserved_divergence,
@@ -175,7 +178,6 @@ def build_html(report: dict[str, Any], index: OpIndex, views: list[PageView], sv
     graph_diff = report.get("graph_diff") or {}
     outputs = report.get("outputs") or {}
     status_counts = Counter(index.status(i) for i in range(len(index.names)))
-    nonfinite = [(k.upper(), v) for k, v in (report.get("first_nonfinite") or {}).items() if isinstance(v, dict)]
     page_data = {"views": [asdict(v) for v in views], "scopes": scopes, "depth": depth,
                  "labels": STATUS_LABELS, "order": list(STATUSES)}
     context = {
@@ -188,8 +190,10 @@ def build_html(report: dict[str, Any], index: OpIndex, views: list[PageView], sv
                    "facts": side_facts(sides.get(k) or {})} for k in ("a", "b")],
         "cards": [c for c in cards if c],
         "headline": _headline(report, len(index.names)),
-        "nonfinite": nonfinite,
+        "nonfinite": nonfinite_context(report),
+        "not_captured": not_captured_text(report),
         "answers": answers(report),
+        "no_answer": {k: no_answer(k, answers(report)["source"]) for k in ("why", "prevent", "cost")},
         "diagnosis_rows": diagnosis_rows(report),
         "outputs": [(k, o, observed_beside(o)) for k, o in outputs.items() if isinstance(o, dict)],
         "outputs_plain": any(isinstance(o, dict) and o.get("compared_as") == "plain" for o in outputs.values()),

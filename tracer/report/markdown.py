@@ -21,6 +21,9 @@ from .summary import (
     fmt,
     isolation_text,
     mismatch_note,
+    no_answer,
+    nonfinite_context,
+    not_captured_text,
     noise_lines,
     num,
     observed_beside,
@@ -111,13 +114,13 @@ def _origins(report: dict[str, Any], lim: _Limits) -> list[str]:
                        f"{fmt(o.get('max_abs'))}, max rel {fmt(o.get('max_rel'))}{md_text(mismatch_note(o), 60)}"
                        f"{rewrite}; "
                        f"{md_text(isolation_text(o.get('isolation')), 300)}")
-    for side, nf in (report.get("first_nonfinite") or {}).items():
-        if isinstance(nf, dict):
-            out.append(f"- **First NaN/Inf on side {md_text(str(side).upper(), 4)}:** {md_code(nf.get('node'), lim.cell)} "
-                       f"({md_text(nf.get('op'), 60)}): {fmt(nf.get('nan'))} NaN, {fmt(nf.get('inf'))} Inf")
     if not out:
         out.append("- Every captured op agrees; the plain runs' outputs do not (see Outputs)."
                    if unobserved_divergence(report) else "- No divergence: every compared op agrees.")
+    uncaptured = not_captured_text(report)
+    if uncaptured:
+        out.append(f"- {md_text(uncaptured, 600)}")
+    out += [f"- Context: {md_text(line, lim.cell + 200)}" for line in nonfinite_context(report)]
     origins = [o for o in report.get("origins") or [] if isinstance(o, dict)]
     out.append("")
     if origins:
@@ -159,8 +162,7 @@ def _answers(report: dict[str, Any], lim: _Limits) -> list[str]:
     for key, title in (("why", "Why it happens"), ("prevent", "How to prevent it"), ("cost", "What preventing it costs")):
         out.append(f"### {title}")
         items = given.get(key) or []
-        out += [f"- {_sentence(s, 600)}" for s in items[: lim.rows]] or [
-            "- Run `tftrace diagnose` to measure it on this model." if key != "why" else "- Nothing to explain."]
+        out += [f"- {_sentence(s, 600)}" for s in items[: lim.rows]] or [f"- {no_answer(key, given['source'])}"]
         out.append("")
     return out
 

@@ -29,10 +29,14 @@ __all__ = [
     "outputs_not_compared",
     "observed_beside",
     "unobserved_divergence",
+    "not_captured_groups",
+    "not_captured_text",
+    "nonfinite_context",
     "isolation_text",
     "noise_lines",
     "rewrite_detail",
     "answers",
+    "no_answer",
     "json_safe",
 ]
 
@@ -250,6 +254,68 @@ def unobserved_divergence(report: dict[str, Any]) -> str | None:
             "or converted), so the first divergence cannot be seen in the captures (see the observer effect)")
 
 
+# Why ops were not captured, grouped: (label, phrases of the reasons the capture writes). The
+# reasons come from tracer.opgraph (dtypes), tracer.capture.fetch_plan (loops, dead branches,
+# unread outputs), the worker (TensorFlow's refusals) and the store (rows); first match wins.
+UNCAPTURED_KINDS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("in cond branches that did not run", ("cond branch that did not run", "does not have value")),
+    ("inside while-loop bodies", ("while-loop frame",)),
+    ("resource handles or variants (no values)", ("resource handle", "variant tensor")),
+    ("outputs nothing in the model reads", ("output nothing in the model reads",)),
+    ("refused by TensorFlow", ("TensorFlow cannot fetch", "TensorFlow refused")),
+    ("batch layout differed between runs", ("not the example axis", "rows were written")),
+)
+NO_OUTPUT_KIND = "ops without output tensors (NoOp)"
+OTHER_KIND = "other reasons"
+
+
+def not_captured_groups(report: dict[str, Any]) -> list[tuple[str, int]]:
+    """``(why, how many ops)`` for the report's ``not_captured`` ops, most first.
+
+    An op's reason lists its tensors' reasons on both sides (``A: …; B: …``); it is counted
+    once, under the first kind of :data:`UNCAPTURED_KINDS` its reason names.
+    """
+    counts: Counter[str] = Counter()
+    for node in (report.get("nodes") or {}).values():
+        if not isinstance(node, dict) or node.get("status") != "not_captured":
+            continue
+        reason = str(node.get("reason") or "")
+        kind = next((label for label, phrases in UNCAPTURED_KINDS if any(p in reason for p in phrases)), None)
+        counts[kind or (OTHER_KIND if reason else NO_OUTPUT_KIND)] += 1
+    return counts.most_common()
+
+
+def not_captured_text(report: dict[str, Any]) -> str:
+    """One line: ``"519 ops not captured: 424 inside while-loop bodies, 70 …"``; empty when none."""
+    groups = not_captured_groups(report)
+    total = sum(n for _, n in groups)
+    if not total:
+        return ""
+    return f"{total} op(s) not captured: " + ", ".join(f"{n} {label}" for label, n in groups)
+
+
+def nonfinite_context(report: dict[str, Any]) -> list[str]:
+    """Where NaN/Inf is first computed from finite inputs, per side, as context (not a finding).
+
+    ``first_nonfinite`` never names a constant (a ``-inf`` sentinel is data); when both sides
+    name the same op it is one line. Reports from older tftrace versions named the first op
+    holding NaN/Inf at all, often such a constant: without ``from_finite_inputs`` it is skipped.
+    """
+    found = {k: v for k, v in (report.get("first_nonfinite") or {}).items()
+             if isinstance(v, dict) and v.get("node") and v.get("from_finite_inputs") is True}
+    if not found:
+        return []
+
+    def words(nf: dict[str, Any]) -> str:
+        counts = [f"{fmt(nf.get(k))} {label}" for k, label in (("nan", "NaN"), ("inf", "Inf")) if num(nf.get(k))]
+        return f"{nf.get('node')} ({nf.get('op')}, {' and '.join(counts) or 'NaN/Inf'})"
+    nodes = {(v.get("node"), v.get("op")) for v in found.values()}
+    agree = "; the sides agree there" if report.get("verdict") == "identical" else ""
+    if len(found) == 2 and len(nodes) == 1:
+        return [f"NaN/Inf first computed from finite inputs on both sides at {words(found['a'])}{agree}"]
+    return [f"NaN/Inf first computed from finite inputs on {k.upper()} at {words(v)}{agree}" for k, v in found.items()]
+
+
 def isolation_text(isolation: dict[str, Any] | None) -> str:
     """Own error vs inherited, in words: the fact a reader needs to know where to look."""
     if not isolation:
@@ -310,6 +376,17 @@ def answers(report: dict[str, Any]) -> dict[str, Any]:
     if first.get("isolation"):
         why.append(isolation_text(first["isolation"]).rstrip(".") + ".")
     return {"why": why, "prevent": [], "cost": [], "source": "report"}
+
+
+def no_answer(key: str, source: str) -> str:
+    """What an empty answer says. A report written by ``diagnose`` never tells the user to run
+    diagnose: it ran, and measured nothing to prevent or pay for."""
+    if key == "why":
+        return "Nothing to explain."
+    if source == "diagnosis":
+        return ("Nothing to prevent: no tested factor changes the outputs beyond the tolerance." if key == "prevent"
+                else "Nothing to pay: no remedy is needed.")
+    return "Run `tftrace diagnose` to measure it on this model."
 
 
 def json_safe(value: Any) -> Any:

@@ -10,7 +10,8 @@ from rich.table import Table
 
 from ..graphdiff import GraphDiff
 from ..opgraph import EXIT_OPS
-from .summary import mismatch_note, noise_lines, observed_beside, outputs_not_compared, unobserved_divergence
+from .summary import (mismatch_note, noise_lines, nonfinite_context, not_captured_text, observed_beside,
+                      outputs_not_compared, unobserved_divergence)
 
 __all__ = ["print_graph_diff", "print_comparison"]
 
@@ -140,10 +141,11 @@ def print_comparison(console: Console, report: dict, out_dir: object = None) -> 
         if obs and not obs.get("outputs_identical", True):
             console.print(f"Observer effect on {key.upper()}: outputs moved by {obs.get('outputs_max_abs_diff')}",
                           highlight=False, markup=False)
-    for key, nf in (report.get("first_nonfinite") or {}).items():
-        if nf:
-            console.print(f"First NaN/Inf on {key.upper()}: {nf['node']} ({nf['op']}): {nf['nan']} NaN, {nf['inf']} Inf",
-                          highlight=False, markup=False)
+    uncaptured = not_captured_text(report)
+    if uncaptured:
+        console.print(uncaptured, highlight=False, markup=False)
+    for line in nonfinite_context(report):
+        console.print(f"Context: {line}", highlight=False, markup=False)
     for origin in origins[:1]:
         command = (origin.get("isolation") or {}).get("command")
         if command:
