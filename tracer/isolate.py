@@ -298,9 +298,9 @@ def same_run_settings(manifest_a: dict[str, Any], manifest_b: dict[str, Any]) ->
     def settings(manifest: dict[str, Any]) -> Any:
         spec, env = manifest.get("spec") or {}, manifest.get("environment") or {}
         gpus = [g.get("device_name") for g in env.get("gpus") or [] if isinstance(g, dict)]
-        return (spec.get("device"), manifest.get("batch_size"), json.dumps(spec.get("knobs"), sort_keys=True),
-                env.get("tensorflow"), env.get("tf_git_version"), json.dumps(env.get("build"), sort_keys=True),
-                gpus, (env.get("cpu") or {}).get("model"), json.dumps(env.get("onednn", {}).get("enabled")),
+        return (spec.get("device"), manifest.get("batch_size"), dumps(spec.get("knobs"), sort_keys=True),
+                env.get("tensorflow"), env.get("tf_git_version"), dumps(env.get("build"), sort_keys=True),
+                gpus, (env.get("cpu") or {}).get("model"), dumps(env.get("onednn", {}).get("enabled")),
                 env.get("tf32_enabled"), env.get("op_determinism"))
     return settings(manifest_a) == settings(manifest_b)
 
