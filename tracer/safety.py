@@ -37,7 +37,7 @@ from typing import Any
 from .safe_ops import STATELESS_OPS
 
 __all__ = ["UNSAFE_OPS", "STATEFUL_ALLOWED", "FILE_NAME_INPUT", "find_unsafe_ops", "unsafe_at_load_v2",
-           "unconfined_assets", "describe_unsafe", "op_allowed"]
+           "unconfined_assets", "refuse_ambiguous_tags", "describe_unsafe", "op_allowed"]
 
 NOT_KNOWN = "not known to compute from its inputs alone"
 
@@ -307,6 +307,23 @@ def unconfined_assets(directory: str, assets: Iterable[tuple[str, str]]) -> list
             if os.path.commonpath([real, real_root]) != real_root:
                 found.append((tensor, "asset", f"assets/{filename} leads to {real}, outside the model's assets/"))
     return sorted(set(found))
+
+
+def refuse_ambiguous_tags(directory: str, tag_sets: list[str], wanted: str) -> None:
+    """Refuse a SavedModel with two meta graphs for the wanted tag set.
+
+    TensorFlow's loader (``loader_impl.get_meta_graph_def_from_tags``) loads the *first* meta
+    graph whose tags match, so a check of any other one would check a graph that never runs.
+    Which one a reader means is ambiguous, so neither is picked.
+    """
+    if tag_sets.count(wanted) > 1:
+        from .errors import TftraceError  # noqa: PLC0415 - keeps this module's imports minimal
+
+        raise TftraceError(
+            f"refusing to load {directory}: it holds {tag_sets.count(wanted)} meta graphs tagged {wanted!r}; "
+            "TensorFlow loads the first, and which one was meant is ambiguous",
+            "re-export the model with one meta graph per tag set",
+        )
 
 
 def describe_unsafe(found: list[tuple[str, str, str]], limit: int = 8) -> str:
