@@ -338,6 +338,11 @@ REFUSED: dict[str, tuple[str, ...]] = {
     "asset_symlink": ("(asset: assets/vocab.txt leads to ", "/outside/secret.txt, outside the model's assets/)"),
 }
 
+UNKNOWN_OPS = ("debug_identity", "debug_identity_v2", "fixed_length_record", "tfrecord_dataset", "dataset_to_tfrecord",
+               "dataset_cache", "whole_file_reader", "summary_db_writer", "decode_proto_descriptor")
+BYPASSES = ("defun_call", "fed_multi_output")
+ASSET_ESCAPES = ("asset_absolute", "asset_dotdot", "asset_symlink")
+
 
 # --------------------------------------------------------------------------- building once
 
@@ -717,7 +722,8 @@ def reliability_rows() -> tuple[list[Row], list[Row]]:
     inputs = [
         Row("models with ops that reach outside the computation (WriteFile, ReadFile of a path outside, SaveV2, "
             "PrintV2 to file://, PyFunc+EagerPyFunc, WriteFile inside a function; and only at load: main op, "
-            "`__saved_model_init_op`, the saver's restore op, a TF2 resource initialiser)", len(REFUSED),
+            "`__saved_model_init_op`, the saver's restore op, a TF2 resource initialiser)",
+            len(REFUSED) - len(UNKNOWN_OPS + BYPASSES + ASSET_ESCAPES),
             "`tftrace: error: refusing to run MODEL: running it would execute ops with effects outside the "
             "computation: 'leak' (WriteFile: writes a file). Inspect the model (tftrace diff-graph works without "
             "running it); if you trust it, pass --allow-unsafe-ops.` (exit 2; TF2: `refusing to load`)",
@@ -725,6 +731,47 @@ def reliability_rows() -> tuple[list[Row], list[Row]]:
             (f"{h}test_unsafe_model_is_refused_before_it_runs_naming_ops_and_nodes",
              f"{h}test_capture_refuses_unsafe_model_with_exit_2", f"{h}test_compare_refuses_unsafe_model_with_exit_2",
              f"{h}test_refused_models_had_no_effect_outside")),
+        Row("ops a deny-list did not know (issue 15): DebugIdentity and DebugIdentityV2 with a file:// URL, "
+            "FixedLengthRecordDatasetV2, TFRecordDataset, DatasetToTFRecord, `.cache(path)` (CacheDataset), "
+            "WholeFileReader, CreateSummaryDbWriter, DecodeProtoV2 with a `descriptor_source` file", len(UNKNOWN_OPS),
+            "`tftrace: error: refusing to run MODEL: … 'CacheDataset' (CacheDataset: writes and reads a cache file); "
+            "'DatasetToSingleElement' (DatasetToSingleElement: not known to compute from its inputs alone) …` (exit 2): "
+            "an op runs only when TensorFlow's registry calls it stateless and it names no file or URL "
+            "(`tracer/safe_ops.py`, generated and checked against TF 2.21), or it is a stateful op allowed with its reason",
+            "nothing ran: no file appeared outside, none was read; every sample model and both real models (all 9 "
+            "signatures) still pass the check",
+            (f"{h}test_unsafe_model_is_refused_before_it_runs_naming_ops_and_nodes",
+             f"{h}test_refused_models_had_no_effect_outside",
+             "test_safe_ops.py::test_committed_allow_list_is_what_the_registry_derives",
+             "test_safe_ops.py::test_ops_that_reach_outside_are_not_allowed",
+             "test_safe_ops.py::test_unknown_op_is_refused_by_name_and_descriptor_source_decides_decode_proto",
+             "test_safe_ops.py::test_sample_and_real_models_pass_the_check_on_every_signature")),
+        Row("structural bypasses of the scan: a WriteFile in a Defun called as a node's op type; a fed `pair:0` while "
+            "`pair:1` (and so op `pair`, fed by a ReadFile) still runs", len(BYPASSES),
+            "`… 'leaky_defun/leaky_defun/defun_write' (WriteFile: writes a file) …`; `… 'steal_fed' (ReadFile: reads a "
+            "file) …` (exit 2)", "nothing ran; the scan follows tensors (stops only at fed tensors), control edges and "
+            "Defun calls", (f"{h}test_unsafe_model_is_refused_before_it_runs_naming_ops_and_nodes",
+                            "test_safe_ops.py::test_scan_follows_tensors_defun_calls_and_control_edges")),
+        Row("asset paths out of the model's `assets/`: absolute, `../../../outside/secret.txt`, a symlinked asset file",
+            len(ASSET_ESCAPES), "`… 'asset_path:0' (asset: the loader would feed it '../../../outside/secret.txt', "
+            "outside the model's assets/); 'text_file_init/InitializeTableFromTextFileV2' (InitializeTableFromTextFileV2: "
+            "reads a file) …` (exit 2)", "the table was not filled from the outside file",
+            (f"{h}test_unsafe_model_is_refused_before_it_runs_naming_ops_and_nodes",
+             f"{h}test_capture_refuses_unsafe_model_with_exit_2")),
+        Row("a SavedModel with two meta graphs tagged `serve` (TF loads the first, a WriteFile model; a clean one "
+            "appended last)", 1, "`tftrace: error: refusing to load MODEL: it holds 2 meta graphs tagged 'serve'; "
+            "TensorFlow loads the first, and which one was meant is ambiguous. Re-export the model with one meta graph per "
+            "tag set.` (exit 2, also with `--allow-unsafe-ops` and from `diff-graph`)", "nothing loaded",
+            (f"{h}test_two_meta_graphs_for_the_tag_set_are_refused_by_every_reader",)),
+        Row("a signature key and a node name holding terminal escapes (OSC 52 clipboard write, `ESC[2J`, `\\r`, C1 "
+            "CSI `\\x9b`): in an error line, the terminal tables, report.md and report.html", 4,
+            "`tftrace: error: no signature 'serving_default' (available — tags 'serve': "
+            "k\\x1b]52;c;cHduZWQ=\\x07\\x1b[2J\\r\\x9b31m). …` (exit 2): the characters shown as escapes",
+            "no control character reached stderr, the terminal, report.md or report.html; report.json keeps the exact key",
+            (f"{h}test_signature_key_with_escape_sequences_is_shown_escaped",
+             "test_text.py::test_error_messages_escape_model_text",
+             "test_text.py::test_terminal_tables_show_escapes_not_control_characters",
+             "test_text.py::test_report_md_and_html_carry_no_control_characters")),
         Row("the same models through the CLI (capture runs, compare runs)", len(CLI_CAPTURE) + len(CLI_COMPARE),
             "the line above, exit 2", "no `--out` directory created", (f"{h}test_capture_refuses_unsafe_model_with_exit_2",
                                                                        f"{h}test_compare_refuses_unsafe_model_with_exit_2")),

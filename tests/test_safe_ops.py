@@ -94,3 +94,32 @@ def test_scan_follows_tensors_defun_calls_and_control_edges() -> None:
     assert find_unsafe_ops(g, ["y:0"], ["split:1"]) == []
     # a node whose op type is a library function is followed; so is a control edge
     assert [f[:2] for f in find_unsafe_ops(g, ["z:0"], ["y:0"])] == [("call/leaky_defun/inner_write", "WriteFile")]
+
+
+REAL = {
+    "saved_model_counter/00000123": ("get_counter", "incr_counter", "incr_counter_by", "reset_counter"),
+    "saved_model_half_plus_two_mkl/00000123": ("serving_default", "regress_x_to_y", "regress_x_to_y2",
+                                               "regress_x2_to_y3", "classify_x_to_y"),
+}
+
+
+@pytest.mark.slow
+def test_sample_and_real_models_pass_the_check_on_every_signature() -> None:
+    """No false refusals: what capture checks before running (outputs, init op, restore op; a TF2
+    model's load) passes for every generated sample model and every signature of the real ones."""
+    import json  # noqa: PLC0415
+    from pathlib import Path  # noqa: PLC0415
+
+    from tracer.artifacts import ArtifactRef  # noqa: PLC0415
+    from tracer.capture.runtime import load_checked  # noqa: PLC0415 - imports TensorFlow
+    from tracer.runspec import Side  # noqa: PLC0415
+
+    tests = Path(__file__).parent
+    generated = tests.parent / "sample_models" / "generated"
+    if not (generated / "models.json").exists():
+        pytest.skip("sample models not generated (python -m sample_models.generate)")
+    refs = [ArtifactRef(str(generated / rel)) for rel in json.loads((generated / "models.json").read_text()).values()]
+    refs += [ArtifactRef(str(tests / "real_models" / rel), signature=key) for rel, keys in REAL.items() for key in keys]
+    assert len(refs) == 8 + 9
+    checked = [load_checked(Side(ref)).kind for ref in refs]  # raises TftraceError naming any refused op
+    assert checked.count("saved_model_v1") == 6 + 9 and checked.count("checkpoint") == 1
