@@ -281,6 +281,13 @@ for name, filename in (("asset_absolute", target("secret.txt")), ("asset_dotdot"
         asset.filename = filename
         packed.Pack(asset)
     open(pb, "wb").write(saved.SerializeToString())
+shutil.copytree(at("tf2_vocab"), at("tf2_asset_dotdot"))  # the TF2 loader passes asset paths to the initialiser
+pb = os.path.join(at("tf2_asset_dotdot"), "saved_model.pb")
+saved = saved_model_pb2.SavedModel()
+saved.ParseFromString(open(pb, "rb").read())
+for asset in saved.meta_graphs[0].asset_file_def:
+    asset.filename = "../../../outside/secret.txt"
+open(pb, "wb").write(saved.SerializeToString())
 shutil.copytree(at("vocab_table"), at("asset_symlink"))
 os.remove(os.path.join(at("asset_symlink"), "assets", "vocab.txt"))
 os.symlink(target("secret.txt"), os.path.join(at("asset_symlink"), "assets", "vocab.txt"))
@@ -336,12 +343,13 @@ REFUSED: dict[str, tuple[str, ...]] = {
     "asset_absolute": ("(asset: the loader would feed it '", "/outside/secret.txt', outside the model's assets/)"),
     "asset_dotdot": ("(asset: the loader would feed it '../../../outside/secret.txt', outside the model's assets/)",),
     "asset_symlink": ("(asset: assets/vocab.txt leads to ", "/outside/secret.txt, outside the model's assets/)"),
+    "tf2_asset_dotdot": ("(asset: the loader would feed it '../../../outside/secret.txt', outside the model's assets/)",),
 }
 
 UNKNOWN_OPS = ("debug_identity", "debug_identity_v2", "fixed_length_record", "tfrecord_dataset", "dataset_to_tfrecord",
                "dataset_cache", "whole_file_reader", "summary_db_writer", "decode_proto_descriptor")
 BYPASSES = ("defun_call", "fed_multi_output")
-ASSET_ESCAPES = ("asset_absolute", "asset_dotdot", "asset_symlink")
+ASSET_ESCAPES = ("asset_absolute", "asset_dotdot", "asset_symlink", "tf2_asset_dotdot")
 
 
 # --------------------------------------------------------------------------- building once
@@ -752,7 +760,8 @@ def reliability_rows() -> tuple[list[Row], list[Row]]:
             "file) …` (exit 2)", "nothing ran; the scan follows tensors (stops only at fed tensors), control edges and "
             "Defun calls", (f"{h}test_unsafe_model_is_refused_before_it_runs_naming_ops_and_nodes",
                             "test_safe_ops.py::test_scan_follows_tensors_defun_calls_and_control_edges")),
-        Row("asset paths out of the model's `assets/`: absolute, `../../../outside/secret.txt`, a symlinked asset file",
+        Row("asset paths out of the model's `assets/`: absolute, `../../../outside/secret.txt`, a symlinked asset file "
+            "(TF1), and `../` in a TF2 SavedModel (refused before `tf.saved_model.load`)",
             len(ASSET_ESCAPES), "`… 'asset_path:0' (asset: the loader would feed it '../../../outside/secret.txt', "
             "outside the model's assets/); 'text_file_init/InitializeTableFromTextFileV2' (InitializeTableFromTextFileV2: "
             "reads a file) …` (exit 2)", "the table was not filled from the outside file",
