@@ -48,11 +48,12 @@ OUTPUT_KEYS = (SCRIPT, "\"'quoted&amp;", "ünïcødé/层")
 INPUT_KEY = "ïn\"put'"
 
 BUILD = r'''
-import os, sys
+import os, shutil, sys
 import tensorflow as tf
-from tensorflow.core.protobuf import saved_model_pb2
+from tensorflow.core.protobuf import meta_graph_pb2, saved_model_pb2
 
 out, outside, effects = sys.argv[1], sys.argv[2], sys.argv[3]
+ESCAPE_KEY = "k\x1b]52;c;cHduZWQ=\x07\x1b[2J\r\x9b31m"
 tf1 = tf.compat.v1
 
 
@@ -104,7 +105,7 @@ os.remove(vocab)
 tf1.disable_eager_execution()
 
 
-def tf1_model(path, build, main_op=None, saver=None, input_key="x"):
+def tf1_model(path, build, main_op=None, saver=None, input_key="x", sig_key="serving_default", feed=None):
     with tf1.Graph().as_default():
         x = tf1.placeholder(tf.float32, [None, 4], name="x")
         y = build(x)
@@ -113,9 +114,10 @@ def tf1_model(path, build, main_op=None, saver=None, input_key="x"):
         with tf1.Session() as sess:
             sess.run(tf1.global_variables_initializer())
             builder = tf1.saved_model.Builder(path)
-            sig = tf1.saved_model.signature_def_utils.predict_signature_def({input_key: x}, outputs)
+            fed = tf1.get_default_graph().get_tensor_by_name(feed) if feed else x
+            sig = tf1.saved_model.signature_def_utils.predict_signature_def({input_key: fed}, outputs)
             builder.add_meta_graph_and_variables(
-                sess, ["serve"], signature_def_map={"serving_default": sig}, main_op=init,
+                sess, ["serve"], signature_def_map={sig_key: sig}, main_op=init,
                 saver=saver() if saver else None,
                 assets_collection=tf1.get_collection(tf1.GraphKeys.ASSET_FILEPATHS))
             builder.save()
@@ -192,6 +194,107 @@ def table_lookup(x):
 tf1_model(at("vocab_table"), table_lookup, main_op=tf1.tables_initializer)
 os.remove(vocab)  # from now on only the model's own copy in assets/ exists
 
+# ---- issue 15: ops a deny-list did not know (each refused by the allow-list)
+def first(dataset):
+    return tf.cast(tf.strings.length(tf.data.experimental.get_single_element(dataset.take(1))), tf.float32)
+
+
+tf1_model(at("debug_identity"), lambda x: tf.raw_ops.DebugIdentity(
+    input=x * 2.0, debug_urls=["file://" + target("debug")], name="debug_tap"))
+tf1_model(at("debug_identity_v2"), lambda x: tf.raw_ops.DebugIdentityV2(
+    input=x * 2.0, debug_urls=["file://" + target("debug_v2")], name="debug_tap_v2"))
+tf1_model(at("fixed_length_record"), lambda x: x + first(tf.data.FixedLengthRecordDataset(target("secret.txt"), 4)))
+tf1_model(at("tfrecord_dataset"), lambda x: x + first(tf.data.TFRecordDataset(target("secret.txt"))))
+tf1_model(at("dataset_to_tfrecord"), lambda x: after(tf.data.experimental.TFRecordWriter(target("written.tfrecord")).write(
+    tf.data.Dataset.from_tensors(tf.strings.as_string(tf.reduce_sum(x)))), x))
+tf1_model(at("dataset_cache"), lambda x: x + tf.cast(tf.data.experimental.get_single_element(
+    tf.data.Dataset.from_tensors(tf.reduce_sum(x)).cache(target("cache"))), tf.float32))
+
+
+def whole_file(x):
+    queue = tf1.FIFOQueue(4, tf.string, name="files")
+    _, value = tf1.WholeFileReader(name="reader").read(queue)
+    return x + tf.cast(tf.strings.length(value), tf.float32)
+
+
+tf1_model(at("whole_file_reader"), whole_file)
+
+
+def summary_db(x):
+    writer = tf.raw_ops.SummaryWriter(shared_name="db", container="")
+    create = tf.raw_ops.CreateSummaryDbWriter(writer=writer, db_uri=target("summaries.sqlite"), experiment_name="e",
+                                              run_name="r", user_name="u", name="db_writer")
+    return after(create, x)
+
+
+tf1_model(at("summary_db_writer"), summary_db)
+tf1_model(at("decode_proto_descriptor"), lambda x: x + tf.cast(tf.raw_ops.DecodeProtoV2(
+    bytes=tf.strings.as_string(tf.reduce_sum(x, axis=1)), message_type="tensorflow.Example", field_names=["features"],
+    output_types=[tf.string], descriptor_source=target("descriptors.bin"), name="decode").sizes, tf.float32))
+
+# ---- issue 15: structural bypasses
+from tensorflow.python.framework import function  # noqa: E402 - TF1's Defun: the op type is the function
+
+
+def defun_call(x):
+    @function.Defun(tf.float32, func_name="leaky_defun")
+    def leaky(v):
+        with tf.control_dependencies([tf.io.write_file(target("defun.txt"), "pwned", name="defun_write")]):
+            return v * 2.0
+
+    return tf.identity(leaky(x), name="y")
+
+
+tf1_model(at("defun_call"), defun_call)
+
+
+def fed_multi_output(x):
+    secret = tf.cast(tf.strings.length(tf.io.read_file(target("secret.txt"), name="steal_fed")), tf.float32)
+    pair = tf.unstack(tf.stack([x, x + secret]), name="pair")  # the signature feeds pair:0; y needs pair:1
+    return tf.identity(pair[1] * 2.0, name="y")
+
+
+tf1_model(at("fed_multi_output"), fed_multi_output, feed="pair:0")
+
+# two meta graphs tagged serve: TF loads the first (here the WriteFile one), a last-wins reader checks the clean one
+tf1_model(at("clean"), lambda x: tf.identity(x * 2.0, name="y"))
+shutil.copytree(at("write_file"), at("two_serve_meta_graphs"))
+pb = os.path.join(at("two_serve_meta_graphs"), "saved_model.pb")
+saved, clean = saved_model_pb2.SavedModel(), saved_model_pb2.SavedModel()
+saved.ParseFromString(open(pb, "rb").read())
+clean.ParseFromString(open(os.path.join(at("clean"), "saved_model.pb"), "rb").read())
+saved.meta_graphs.add().CopyFrom(clean.meta_graphs[0])
+open(pb, "wb").write(saved.SerializeToString())
+
+# asset paths the loader would join out of assets/
+for name, filename in (("asset_absolute", target("secret.txt")), ("asset_dotdot", "../../../outside/secret.txt")):
+    shutil.copytree(at("vocab_table"), at(name))
+    pb = os.path.join(at(name), "saved_model.pb")
+    saved = saved_model_pb2.SavedModel()
+    saved.ParseFromString(open(pb, "rb").read())
+    meta = saved.meta_graphs[0]
+    for asset in meta.asset_file_def:
+        asset.filename = filename
+    for packed in meta.collection_def["saved_model_assets"].any_list.value:  # where TF1's Builder puts them
+        asset = meta_graph_pb2.AssetFileDef()
+        packed.Unpack(asset)
+        asset.filename = filename
+        packed.Pack(asset)
+    open(pb, "wb").write(saved.SerializeToString())
+shutil.copytree(at("tf2_vocab"), at("tf2_asset_dotdot"))  # the TF2 loader passes asset paths to the initialiser
+pb = os.path.join(at("tf2_asset_dotdot"), "saved_model.pb")
+saved = saved_model_pb2.SavedModel()
+saved.ParseFromString(open(pb, "rb").read())
+for asset in saved.meta_graphs[0].asset_file_def:
+    asset.filename = "../../../outside/secret.txt"
+open(pb, "wb").write(saved.SerializeToString())
+shutil.copytree(at("vocab_table"), at("asset_symlink"))
+os.remove(os.path.join(at("asset_symlink"), "assets", "vocab.txt"))
+os.symlink(target("secret.txt"), os.path.join(at("asset_symlink"), "assets", "vocab.txt"))
+
+# issue 15 item 5: a signature key holding terminal escape sequences
+tf1_model(at("escape_key"), lambda x: tf.identity(x * 2.0, name="y"), sig_key=ESCAPE_KEY)
+
 # ---- names built to break things; B differs from A in one constant only
 LONG = "long_" + "n" * 300
 
@@ -224,7 +327,29 @@ REFUSED: dict[str, tuple[str, ...]] = {
     "restore_op": ("'restore_leak' (WriteFile: writes a file)",),
     "function_write": ("'StatefulPartitionedCall/__inference_hidden_", "/inner_write' (WriteFile: writes a file)"),
     "tf2_initializer": ("'_initialize/__inference__initializer_", "/WriteFile' (WriteFile: writes a file)"),
+    # issue 15: ops the deny-list did not know, refused by the allow-list
+    "debug_identity": ("'debug_tap' (DebugIdentity: writes debug dumps to its debug_urls)",),
+    "debug_identity_v2": ("'debug_tap_v2' (DebugIdentityV2: writes debug dumps)",),
+    "fixed_length_record": ("/FixedLengthRecordDatasetV2' (FixedLengthRecordDatasetV2: reads files)",),
+    "tfrecord_dataset": ("/TFRecordDataset' (TFRecordDataset: reads files)",),
+    "dataset_to_tfrecord": ("(DatasetToTFRecord: writes a file)",),
+    "dataset_cache": ("'CacheDataset' (CacheDataset: writes and reads a cache file)",),
+    "whole_file_reader": ("'reader' (WholeFileReaderV2: reads files)",),
+    "summary_db_writer": ("'db_writer' (CreateSummaryDbWriter: writes a summary database)",),
+    "decode_proto_descriptor": ("'decode' (DecodeProtoV2: reads proto descriptors from '", "descriptors.bin')"),
+    # issue 15: structural bypasses
+    "defun_call": ("/leaky_defun/defun_write' (WriteFile: writes a file)",),
+    "fed_multi_output": ("'steal_fed' (ReadFile: reads a file)",),
+    "asset_absolute": ("(asset: the loader would feed it '", "/outside/secret.txt', outside the model's assets/)"),
+    "asset_dotdot": ("(asset: the loader would feed it '../../../outside/secret.txt', outside the model's assets/)",),
+    "asset_symlink": ("(asset: assets/vocab.txt leads to ", "/outside/secret.txt, outside the model's assets/)"),
+    "tf2_asset_dotdot": ("(asset: the loader would feed it '../../../outside/secret.txt', outside the model's assets/)",),
 }
+
+UNKNOWN_OPS = ("debug_identity", "debug_identity_v2", "fixed_length_record", "tfrecord_dataset", "dataset_to_tfrecord",
+               "dataset_cache", "whole_file_reader", "summary_db_writer", "decode_proto_descriptor")
+BYPASSES = ("defun_call", "fed_multi_output")
+ASSET_ESCAPES = ("asset_absolute", "asset_dotdot", "asset_symlink", "tf2_asset_dotdot")
 
 
 # --------------------------------------------------------------------------- building once
@@ -271,8 +396,8 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 # End to end through the CLI: one model per place an effect can hide (signature, restore op, TF2
 # load, Python callbacks); every model of REFUSED goes through the same check in process below.
-CLI_CAPTURE = ("write_file", "py_func", "restore_op", "tf2_initializer")
-CLI_COMPARE = ("main_op", "tf2_initializer")
+CLI_CAPTURE = ("write_file", "py_func", "restore_op", "tf2_initializer", "dataset_cache", "defun_call", "asset_dotdot")
+CLI_COMPARE = ("main_op", "tf2_initializer", "fed_multi_output")
 CLI_DIFF = (("write_file", "main_op"), ("restore_op", "init_signature"))
 
 
@@ -452,6 +577,38 @@ def test_isolation_does_not_take_allow_unsafe_ops_from_a_capture(built: Path, tm
         effect.unlink(missing_ok=True)
 
 
+@pytest.mark.slow
+def test_two_meta_graphs_for_the_tag_set_are_refused_by_every_reader(built: Path) -> None:
+    """TF loads the first meta graph tagged ``serve`` (here the WriteFile one); a reader that kept
+    the last checked the clean copy appended after it. Ambiguous: refused, also by diff-graph."""
+    from tracer.artifacts import ArtifactRef, load  # noqa: PLC0415
+    from tracer.capture.runtime import load_checked  # noqa: PLC0415
+    from tracer.errors import TftraceError  # noqa: PLC0415
+    from tracer.runspec import Side  # noqa: PLC0415
+
+    location = built / "models" / "two_serve_meta_graphs"
+    expected = (f"refusing to load {location}: it holds 2 meta graphs tagged 'serve'; TensorFlow loads the first, "
+                "and which one was meant is ambiguous. Re-export the model with one meta graph per tag set.")
+    for attempt in (lambda: load_checked(Side(ArtifactRef(str(location)))),
+                    lambda: load(str(location), allow_unsafe_ops=True)):
+        with pytest.raises(TftraceError) as refused:
+            attempt()
+        assert str(refused.value) == expected
+    assert sorted(os.listdir(built / "outside")) == ["secret.txt"]
+
+
+ESCAPE_KEY = "k\x1b]52;c;cHduZWQ=\x07\x1b[2J\r\x9b31m"  # OSC 52 (clipboard), clear screen, CR, C1 CSI
+
+
+@pytest.mark.slow
+def test_signature_key_with_escape_sequences_is_shown_escaped(built: Path) -> None:
+    proc = run_cli("capture", str(built / "models" / "escape_key"), "--out", str(built / "never"), "--examples", "2")
+    assert_user_error(proc, "no signature 'serving_default' (available — tags 'serve': "
+                            "k\\x1b]52;c;cHduZWQ=\\x07\\x1b[2J\\r\\x9b31m)")
+    for raw in ("\x1b", "\x07", "\r", "\x9b"):
+        assert raw not in proc.stderr + proc.stdout, repr(raw)
+
+
 # --------------------------------------------------------------------------- names built to break things
 
 
@@ -573,7 +730,8 @@ def reliability_rows() -> tuple[list[Row], list[Row]]:
     inputs = [
         Row("models with ops that reach outside the computation (WriteFile, ReadFile of a path outside, SaveV2, "
             "PrintV2 to file://, PyFunc+EagerPyFunc, WriteFile inside a function; and only at load: main op, "
-            "`__saved_model_init_op`, the saver's restore op, a TF2 resource initialiser)", len(REFUSED),
+            "`__saved_model_init_op`, the saver's restore op, a TF2 resource initialiser)",
+            len(REFUSED) - len(UNKNOWN_OPS + BYPASSES + ASSET_ESCAPES),
             "`tftrace: error: refusing to run MODEL: running it would execute ops with effects outside the "
             "computation: 'leak' (WriteFile: writes a file). Inspect the model (tftrace diff-graph works without "
             "running it); if you trust it, pass --allow-unsafe-ops.` (exit 2; TF2: `refusing to load`)",
@@ -581,6 +739,48 @@ def reliability_rows() -> tuple[list[Row], list[Row]]:
             (f"{h}test_unsafe_model_is_refused_before_it_runs_naming_ops_and_nodes",
              f"{h}test_capture_refuses_unsafe_model_with_exit_2", f"{h}test_compare_refuses_unsafe_model_with_exit_2",
              f"{h}test_refused_models_had_no_effect_outside")),
+        Row("ops a deny-list did not know (issue 15): DebugIdentity and DebugIdentityV2 with a file:// URL, "
+            "FixedLengthRecordDatasetV2, TFRecordDataset, DatasetToTFRecord, `.cache(path)` (CacheDataset), "
+            "WholeFileReader, CreateSummaryDbWriter, DecodeProtoV2 with a `descriptor_source` file", len(UNKNOWN_OPS),
+            "`tftrace: error: refusing to run MODEL: … 'CacheDataset' (CacheDataset: writes and reads a cache file); "
+            "'DatasetToSingleElement' (DatasetToSingleElement: not known to compute from its inputs alone) …` (exit 2): "
+            "an op runs only when TensorFlow's registry calls it stateless and it names no file or URL "
+            "(`tracer/safe_ops.py`, generated and checked against TF 2.21), or it is a stateful op allowed with its reason",
+            "nothing ran: no file appeared outside, none was read; every sample model and both real models (all 9 "
+            "signatures) still pass the check",
+            (f"{h}test_unsafe_model_is_refused_before_it_runs_naming_ops_and_nodes",
+             f"{h}test_refused_models_had_no_effect_outside",
+             "test_safe_ops.py::test_committed_allow_list_is_what_the_registry_derives",
+             "test_safe_ops.py::test_ops_that_reach_outside_are_not_allowed",
+             "test_safe_ops.py::test_unknown_op_is_refused_by_name_and_descriptor_source_decides_decode_proto",
+             "test_safe_ops.py::test_sample_and_real_models_pass_the_check_on_every_signature")),
+        Row("structural bypasses of the scan: a WriteFile in a Defun called as a node's op type; a fed `pair:0` while "
+            "`pair:1` (and so op `pair`, fed by a ReadFile) still runs", len(BYPASSES),
+            "`… 'leaky_defun/leaky_defun/defun_write' (WriteFile: writes a file) …`; `… 'steal_fed' (ReadFile: reads a "
+            "file) …` (exit 2)", "nothing ran; the scan follows tensors (stops only at fed tensors), control edges and "
+            "Defun calls", (f"{h}test_unsafe_model_is_refused_before_it_runs_naming_ops_and_nodes",
+                            "test_safe_ops.py::test_scan_follows_tensors_defun_calls_and_control_edges")),
+        Row("asset paths out of the model's `assets/`: absolute, `../../../outside/secret.txt`, a symlinked asset file "
+            "(TF1), and `../` in a TF2 SavedModel (refused before `tf.saved_model.load`)",
+            len(ASSET_ESCAPES), "`… 'asset_path:0' (asset: the loader would feed it '../../../outside/secret.txt', "
+            "outside the model's assets/); 'text_file_init/InitializeTableFromTextFileV2' (InitializeTableFromTextFileV2: "
+            "reads a file) …` (exit 2)", "the table was not filled from the outside file",
+            (f"{h}test_unsafe_model_is_refused_before_it_runs_naming_ops_and_nodes",
+             f"{h}test_capture_refuses_unsafe_model_with_exit_2")),
+        Row("a SavedModel with two meta graphs tagged `serve` (TF loads the first, a WriteFile model; a clean one "
+            "appended last)", 1, "`tftrace: error: refusing to load MODEL: it holds 2 meta graphs tagged 'serve'; "
+            "TensorFlow loads the first, and which one was meant is ambiguous. Re-export the model with one meta graph per "
+            "tag set.` (exit 2, also with `--allow-unsafe-ops` and from `diff-graph`)", "nothing loaded",
+            (f"{h}test_two_meta_graphs_for_the_tag_set_are_refused_by_every_reader",)),
+        Row("a signature key and a node name holding terminal escapes (OSC 52 clipboard write, `ESC[2J`, `\\r`, C1 "
+            "CSI `\\x9b`): in an error line, the terminal tables, report.md and report.html", 4,
+            "`tftrace: error: no signature 'serving_default' (available — tags 'serve': "
+            "k\\x1b]52;c;cHduZWQ=\\x07\\x1b[2J\\r\\x9b31m). …` (exit 2): the characters shown as escapes",
+            "no control character reached stderr, the terminal, report.md or report.html; report.json keeps the exact key",
+            (f"{h}test_signature_key_with_escape_sequences_is_shown_escaped",
+             "test_text.py::test_error_messages_escape_model_text",
+             "test_text.py::test_terminal_tables_show_escapes_not_control_characters",
+             "test_text.py::test_report_md_and_html_carry_no_control_characters")),
         Row("the same models through the CLI (capture runs, compare runs)", len(CLI_CAPTURE) + len(CLI_COMPARE),
             "the line above, exit 2", "no `--out` directory created", (f"{h}test_capture_refuses_unsafe_model_with_exit_2",
                                                                        f"{h}test_compare_refuses_unsafe_model_with_exit_2")),

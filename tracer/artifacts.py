@@ -24,7 +24,7 @@ import numpy as np
 
 from ._tf import tf
 from .errors import TftraceError
-from .safety import describe_unsafe, unsafe_at_load_v2
+from .safety import describe_unsafe, refuse_ambiguous_tags, unconfined_assets, unsafe_at_load_v2
 
 __all__ = [
     "ArtifactRef",
@@ -377,6 +377,7 @@ def _load_saved_model(ref: ArtifactRef, directory: str, allow_unsafe_ops: bool) 
     saved = _parse(saved_model_pb2.SavedModel(), _read_bytes(pb), pb, "SavedModel", text=text)
     by_tags = {",".join(sorted(mg.meta_info_def.tags)): mg for mg in saved.meta_graphs}
     wanted = ",".join(sorted(t.strip() for t in ref.tag.split(",") if t.strip()))
+    refuse_ambiguous_tags(directory, [",".join(sorted(mg.meta_info_def.tags)) for mg in saved.meta_graphs], wanted)
     if wanted not in by_tags:
         raise TftraceError(
             f"{directory} has no tag set {ref.tag!r}; it has {', '.join(repr(t) for t in by_tags) or 'none'}",
@@ -410,7 +411,7 @@ def _load_saved_model(ref: ArtifactRef, directory: str, allow_unsafe_ops: bool) 
 
 def _refuse_unsafe_at_load(directory: str, meta: Any) -> None:
     """Checked before ``tf.saved_model.load``: what loading this TF2 SavedModel would run."""
-    found = unsafe_at_load_v2(meta)
+    found = unsafe_at_load_v2(meta) + unconfined_assets(directory, [(a.tensor_info.name, a.filename) for a in meta.asset_file_def])
     if found:
         raise TftraceError(
             f"refusing to load {directory}: loading this TF2 SavedModel runs its resource initialisers and "

@@ -18,6 +18,7 @@ from typing import Any
 from rich.console import Console
 
 from .errors import EXIT_DIVERGED, EXIT_ERROR, EXIT_OK, TftraceError
+from .text import printable
 
 __all__ = ["main", "build_parser"]
 
@@ -67,7 +68,7 @@ def _cmd_diff_graph(args: argparse.Namespace, console: Console) -> int:
         print_graph_diff(console, result.diff, result.a.describe(), result.b.describe())
         for side, art in (("A", result.a), ("B", result.b)):
             for note in art.notes:
-                console.print(f"note ({side}): {note}", highlight=False)
+                console.print(printable(f"note ({side}): {note}"), highlight=False, markup=False)
     return EXIT_OK
 
 
@@ -369,7 +370,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _error(line: str) -> None:
     """Errors go to stderr as one unwrapped line, so scripts and CI logs can grep them."""
-    print(line.replace("\n", " "), file=sys.stderr)
+    print(printable(line).replace("\n", " "), file=sys.stderr)  # an internal error's text may hold model text
 
 
 def _stop_like_ctrl_c(signum: int, frame: object) -> None:

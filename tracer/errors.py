@@ -7,6 +7,8 @@ and exit 2 without a traceback. Anything else that escapes is a bug in tftrace.
 
 from __future__ import annotations
 
+from .text import printable
+
 __all__ = ["TftraceError", "EXIT_OK", "EXIT_DIVERGED", "EXIT_ERROR"]
 
 EXIT_OK = 0
@@ -18,8 +20,8 @@ class TftraceError(Exception):
     """An error in the user's input or environment, with the fix spelled out."""
 
     def __init__(self, problem: str, fix: str = "") -> None:
-        self.problem = problem.rstrip(". ")
-        self.fix = fix.rstrip(". ")
+        self.problem = printable(problem).rstrip(". ")  # model text in a message never reaches a terminal raw
+        self.fix = printable(fix).rstrip(". ")
         super().__init__(str(self))
 
     def __str__(self) -> str:

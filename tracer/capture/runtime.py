@@ -17,7 +17,7 @@ from .._tf import tf
 from ..artifacts import Artifact, Signature, load
 from ..graphload import build_opgraph
 from ..errors import TftraceError
-from ..safety import describe_unsafe, find_unsafe_ops
+from ..safety import describe_unsafe, find_unsafe_ops, unconfined_assets
 from ..opgraph import OpGraph
 from ..runspec import Side, parse_device
 
@@ -163,8 +163,12 @@ def _refuse_unsafe(artifact: Artifact, side: Side) -> None:
         for key in INIT_OP_COLLECTIONS:
             if key in meta.collection_def:
                 init_roots += list(meta.collection_def[key].node_list.value)
-        assets = _asset_tensors(meta)
-        found += find_unsafe_ops(artifact.graph_def, init_roots, assets, trusted_files=assets)
+        pairs = _asset_files(meta)
+        outside = unconfined_assets(artifact.location, pairs)  # ../, absolute or a symlink: not the model's own file
+        found += outside
+        assets = [tensor for tensor, _ in pairs]
+        trusted = sorted(set(assets) - {tensor for tensor, _, _ in outside})
+        found += find_unsafe_ops(artifact.graph_def, init_roots, assets, trusted_files=trusted)
     if meta is not None and artifact.kind in ("saved_model_v1", "checkpoint") and meta.saver_def.restore_op_name:
         prefix = [meta.saver_def.filename_tensor_name]
         found += find_unsafe_ops(artifact.graph_def, [meta.saver_def.restore_op_name], prefix, trusted_files=prefix)
@@ -177,17 +181,17 @@ def _refuse_unsafe(artifact: Artifact, side: Side) -> None:
         )
 
 
-def _asset_tensors(meta: Any) -> list[str]:
-    """Tensors the SavedModel loader feeds with paths into the model's own ``assets/``."""
+def _asset_files(meta: Any) -> list[tuple[str, str]]:
+    """``(tensor, file name)`` for the tensors the SavedModel loader feeds with ``assets/<file name>``."""
     from tensorflow.core.protobuf import meta_graph_pb2  # noqa: PLC0415 - comes with TF
 
-    names = [a.tensor_info.name for a in meta.asset_file_def]
+    pairs = [(a.tensor_info.name, a.filename) for a in meta.asset_file_def]
     collection = meta.collection_def.get("saved_model_assets")  # the layout of TF < 1.13
     for packed in collection.any_list.value if collection is not None else ():
         asset = meta_graph_pb2.AssetFileDef()
         if packed.Unpack(asset):
-            names.append(asset.tensor_info.name)
-    return names
+            pairs.append((asset.tensor_info.name, asset.filename))
+    return pairs
 
 
 def tf_error_text(exc: BaseException, limit: int = 300) -> str:

@@ -14,6 +14,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+from ..text import printable
 from .summary import (
     answers,
     diagnosis_rows,
@@ -41,7 +42,7 @@ _CODE_SAFE = re.compile(r"^[^`|<>&\r\n\\]*$")
 
 def md_text(value: Any, limit: int = 160) -> str:
     """Model text as inert Markdown: one line, bounded, HTML and Markdown syntax escaped."""
-    text = " ⏎ ".join(str(value).splitlines()) if value is not None else "—"
+    text = " ⏎ ".join(printable(value).splitlines()) if value is not None else "—"
     if len(text) > limit:
         text = text[: limit - 1] + "…"
     text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
@@ -50,7 +51,7 @@ def md_text(value: Any, limit: int = 160) -> str:
 
 def md_code(value: Any, limit: int = 120) -> str:
     """A name as inline code when nothing in it can break out of the code span, else as text."""
-    text = str(value) if value is not None else "—"
+    text = printable(value) if value is not None else "—"
     if text and len(text) <= limit and _CODE_SAFE.match(text):
         return f"`{text}`"
     return md_text(text, limit)

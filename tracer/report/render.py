@@ -21,6 +21,7 @@ from typing import Any, TypedDict
 from .dot import OpIndex, label_text, neighbourhood, ops_dot, overview_dot, scope_groups
 from .html import PageView, build_html
 from .markdown import render_markdown
+from ..text import printable_tree
 from .summary import fmt, json_safe, severity
 
 __all__ = ["render_report", "RenderResult", "INSTALL_GRAPHVIZ"]
@@ -249,7 +250,7 @@ def render_report(report: dict[str, Any], out_dir: str | Path, *, render_timeout
     started = time.monotonic()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    report = json_safe(report)
+    report = printable_tree(json_safe(report))  # model text: no control characters reach the page or report.md
     index = OpIndex.from_report(report)
     runner = _Dot(dot_command, render_timeout_s, started)
     plans, scopes, depth = _plan(report, index, full_graph_limit)

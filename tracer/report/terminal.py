@@ -10,6 +10,7 @@ from rich.table import Table
 
 from ..graphdiff import GraphDiff
 from ..opgraph import EXIT_OPS
+from ..text import printable, printable_tree
 from .summary import (mismatch_note, noise_lines, nonfinite_context, not_captured_text, observed_beside,
                       outputs_not_compared, unobserved_divergence)
 
@@ -22,7 +23,7 @@ KIND_ORDER = ["const_changed", "batchnorm_folded", "cast_inserted", "fused", "op
 
 def print_graph_diff(console: Console, diff: GraphDiff, label_a: str, label_b: str) -> None:
     counts = Counter(r.kind for r in diff.rewrites)
-    console.print(f"[bold]A[/] {escape(label_a)}\n[bold]B[/] {escape(label_b)}", markup=True, highlight=False)
+    console.print(f"[bold]A[/] {_shown(label_a)}\n[bold]B[/] {_shown(label_b)}", markup=True, highlight=False)
     renamed = diff.renamed()
     console.print(
         f"{diff.matched} ops matched ({len(renamed)} under another name), "
@@ -43,13 +44,18 @@ def print_graph_diff(console: Console, diff: GraphDiff, label_a: str, label_b: s
     for rewrite in ranked[:60]:
         table.add_row(
             rewrite.kind,
-            escape("\n".join(rewrite.a_nodes[:4]) + (" …" if len(rewrite.a_nodes) > 4 else "")),
-            escape("\n".join(rewrite.b_nodes[:4]) + (" …" if len(rewrite.b_nodes) > 4 else "")),
-            escape(_detail(rewrite.detail)),
+            _shown("\n".join(rewrite.a_nodes[:4]) + (" …" if len(rewrite.a_nodes) > 4 else "")),
+            _shown("\n".join(rewrite.b_nodes[:4]) + (" …" if len(rewrite.b_nodes) > 4 else "")),
+            _shown(_detail(rewrite.detail)),
         )
     console.print(table)
     if len(ranked) > 60:
         console.print(f"… and {len(ranked) - 60} more (use --json for all)")
+
+
+def _shown(text: str) -> str:
+    """Model text for rich markup: control characters escaped (tracer.text), then markup escaped."""
+    return escape(printable(text))
 
 
 def _detail(detail: dict) -> str:
@@ -77,6 +83,7 @@ def _num(value: object) -> str:
 
 def print_comparison(console: Console, report: dict, out_dir: object = None) -> None:
     """The terminal summary of a report dict: verdict, first divergence, origins, outputs."""
+    report = printable_tree(report)  # model text: escape sequences in a name are shown, never run
     sides = report["sides"]
     verdict = report["verdict"]
     missing = outputs_not_compared(report)

@@ -1,0 +1,75 @@
+"""Model text never reaches a terminal, report.md or report.html with its control characters
+(issue 15, item 5): a signature key or node name holding an OSC 52 clipboard write, a screen
+clear, a carriage return or a C1 CSI is shown escaped (``\\x1b``), everywhere it is shown."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from tracer.errors import TftraceError
+from tracer.report.render import render_report
+from tracer.report.terminal import print_comparison
+from tracer.text import printable, printable_tree
+
+FIXTURES = Path(__file__).parent / "fixtures"
+OSC52, CLEAR, CR, C1_CSI = "\x1b]52;c;cHduZWQ=\x07", "\x1b[2J", "\r", "\x9b31m"
+KEY = f"k{OSC52}{CLEAR}{CR}{C1_CSI}"
+NODE = f"scope{OSC52}{CLEAR}{CR}{C1_CSI}<1>"
+RAW = ("\x1b", "\x07", "\r", "\x9b")
+SHOWN_KEY = "k\\x1b]52;c;cHduZWQ=\\x07\\x1b[2J\\r\\x9b31m"
+
+
+def test_printable_escapes_c0_c1_and_bidi_but_keeps_text() -> None:
+    assert printable(KEY) == SHOWN_KEY
+    assert printable("a\u202eb\u2066c\x7f") == "a\\u202eb\\u2066c\\x7f"
+    assert printable("ünïcødé/层 <b> a\tb\nc") == "ünïcødé/层 <b> a\tb\nc"  # layout kept, nothing else touched
+    assert printable("a\tb\nc", newlines=False) == "a\\tb\\nc"
+    assert printable_tree({KEY: [NODE, 1.5, None]}) == {SHOWN_KEY: [printable(NODE), 1.5, None]}
+
+
+def test_error_messages_escape_model_text() -> None:
+    error = TftraceError(f"no signature 'serving_default' (available: {KEY})", f"choose {KEY}")
+    assert str(error) == f"no signature 'serving_default' (available: {SHOWN_KEY}). Choose {SHOWN_KEY}."
+
+
+def _hostile_report() -> dict[str, Any]:
+    """The hostile fixture report with a control-character signature key and node name."""
+    def swap(value: Any) -> Any:
+        if isinstance(value, str):
+            return value.replace("<sig>&key", KEY).replace("scope<1>", NODE)
+        if isinstance(value, dict):
+            return {swap(k): swap(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [swap(v) for v in value]
+        return value
+
+    report = swap(json.loads((FIXTURES / "report_hostile.json").read_text(encoding="utf-8")))
+    assert KEY in report["outputs"] and report["first_divergence"]["node"].startswith(NODE)
+    return report
+
+
+def test_terminal_tables_show_escapes_not_control_characters() -> None:
+    out = io.StringIO()
+    print_comparison(Console(file=out, width=400, color_system=None, force_terminal=False), _hostile_report())
+    text = out.getvalue()
+    for raw in RAW:
+        assert raw not in text, repr(raw)
+    assert SHOWN_KEY in text and "scope\\x1b]52;c;cHduZWQ=\\x07" in text
+
+
+def test_report_md_and_html_carry_no_control_characters(tmp_path: Path) -> None:
+    report = _hostile_report()
+    result = render_report(report, tmp_path)
+    for name in ("md", "html"):
+        text = result[name].read_text(encoding="utf-8")
+        for raw in RAW:
+            assert raw not in text, (name, repr(raw))
+    md = result["md"].read_text(encoding="utf-8")
+    assert "k\\\\x1b\\]52;c;cHduZWQ=\\\\x07" in md  # the escape shown as text (backslashes escaped for Markdown)
+    assert "k\\\\x1b]52;c;cHduZWQ=\\\\x07" in result["html"].read_text(encoding="utf-8")  # inside the JSON data
+    assert KEY in report["outputs"]  # the caller's report (report.json's data) keeps the exact key

@@ -1,0 +1,50 @@
+"""Model text made safe to show: control characters escaped, never interpreted.
+
+Signature keys, node names and paths come from the model. Written raw to a terminal, an
+``ESC ] 52`` sequence sets the clipboard, ``ESC [ 2J`` clears the screen, ``\\r`` overwrites
+the line, a C1 ``\\x9b`` starts a CSI on terminals that honour 8-bit controls; in report.md
+they reach whoever ``cat``s it. Every place that shows model text (:class:`TftraceError`
+messages, the terminal printer, report.md and report.html) passes it through
+:func:`printable`, which writes each such character as a visible escape (``\\x1b``), so the
+name stays recognisable and nothing is executed. Bidirectional overrides (U+202A..U+202E,
+U+2066..U+2069) are escaped the same way: they reorder what the reader sees.
+
+report.json keeps the exact strings (JSON escapes control characters itself).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+__all__ = ["printable", "printable_tree"]
+
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+_CONTROL_AND_LAYOUT = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def _escape(match: re.Match[str]) -> str:
+    char = match.group()
+    return {"\r": "\\r", "\n": "\\n", "\t": "\\t"}.get(char) or (
+        f"\\x{ord(char):02x}" if ord(char) < 0x100 else f"\\u{ord(char):04x}")
+
+
+def printable(text: Any, *, newlines: bool = True) -> str:
+    """``text`` as a string with every C0/C1 control character (and bidi override) escaped.
+
+    ``newlines``: keep ``\\n`` and ``\\t`` (layout, no terminal control); ``\\r`` is always
+    escaped because it overwrites what was printed before it on the line.
+    """
+    text = str(text)
+    return (_CONTROL if newlines else _CONTROL_AND_LAYOUT).sub(_escape, text)
+
+
+def printable_tree(value: Any) -> Any:
+    """A JSON-like value with every string in it (dict keys too) made :func:`printable`."""
+    if isinstance(value, str):
+        return printable(value)
+    if isinstance(value, dict):
+        return {printable(k) if isinstance(k, str) else k: printable_tree(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(printable_tree(v) for v in value)
+    return value
