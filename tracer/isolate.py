@@ -8,6 +8,11 @@ difference too small to judge at its inputs (``inherited``).
 
 B's inputs are found by walking up from B's tensor to the nearest B tensors paired with A
 tensors, so a rewritten region (a cast-wrapped MatMul, a folded conv) is replayed whole.
+An origin that stands for a rewrite *group* (a folded batch norm: A's conv + batch norm against
+B's conv with rescaled weights + bias; a fused chain against its fused op) is replayed from the
+group's own data inputs on both sides: its members are paired only to be shown, never to be
+fed, because a fold legitimately changes them (A's unscaled conv output fed to B's bias add
+would compare a scaled convolution with an unscaled one).
 When a side's model is not on this machine (captured on the GPU server), its replay is not run
 here; the report carries the ``tftrace isolate`` command that runs it there.
 """
@@ -23,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from .align import Alignment, CaptureView
+from .align import ROLE_REWRITTEN, Alignment, CaptureView
 from .capture.launcher import run_child
 from .capture.reader import Capture
 from .divergence import NodeResult
@@ -32,7 +37,10 @@ from .metrics import compare_arrays
 from .opgraph import EXIT_OPS, OpGraph, tensor_op
 from .runspec import Side
 
-__all__ = ["IsolationResult", "isolate_origins", "replay_plan", "run_job", "evaluate", "isolate_remote"]
+__all__ = ["IsolationResult", "isolate_origins", "replay_plan", "group_members", "run_job", "evaluate",
+           "isolate_remote"]
+
+GROUP_REWRITES = ("batchnorm_folded", "fused")  # an origin that stands for several A ops (and B ops)
 
 
 @dataclass
@@ -83,6 +91,31 @@ def replay_plan(graph: OpGraph, tensor: str, to_a: dict[str, str]) -> dict[str, 
     return feeds
 
 
+def group_members(alignment: Alignment, graph_a: OpGraph, op: str) -> list[str]:
+    """The A ops of the rewrite group that origin ``op`` stands for, upstream of it: the conv,
+    weights and batch-norm parameters of a folded batch norm, the earlier ops of a fused chain.
+
+    They are found by walking up A's data inputs through ops the alignment marked as rewritten
+    members of the same kind; where the walk stops are the group's own data inputs (the conv's
+    input). Empty for an origin that is not a group.
+    """
+    node = alignment.nodes.get(op)
+    if node is None or node.rewrite not in GROUP_REWRITES:
+        return []
+    members: list[str] = []
+    stack = [op]
+    while stack:
+        name = stack.pop()
+        for tensor in graph_a.data_inputs(name) if name in graph_a else []:
+            source = tensor_op(tensor)
+            member = alignment.nodes.get(source)
+            if (source not in members and member is not None and member.role == ROLE_REWRITTEN
+                    and member.rewrite == node.rewrite):
+                members.append(source)
+                stack.append(source)
+    return members
+
+
 def isolate_origins(
     origins: list[NodeResult],
     alignment: Alignment,
@@ -111,9 +144,17 @@ def isolate_origins(
         assert pair.b is not None
         index.append({"id": i, "node": result.name, "a_tensor": result.tensor, "b_tensor": pair.b,
                       "a_op": view_a.graph.op_type(result.name), "b_op": view_b.graph.op_type(tensor_op(pair.b))})
+        members = group_members(alignment, view_a.graph, result.name)
+        # a group's members are never fed (on either side): both replay the whole group
+        held = {t for m in members for p in alignment.nodes[m].tensors for t in (p.a, p.b) if t}
+        if members:
+            index[-1]["group"] = {"kind": alignment.nodes[result.name].rewrite, "a_members": members}
         for key, view, fetch in (("a", view_a, result.tensor), ("b", view_b, pair.b)):
-            ops[key].append({"id": i, "a_tensor": result.tensor, "fetch": fetch,
-                             "feeds": replay_plan(view.graph, fetch, to_a[key])})
+            mapping = {t: s for t, s in to_a[key].items() if t not in held and s not in held}
+            feeds = replay_plan(view.graph, fetch, mapping)
+            ops[key].append({"id": i, "a_tensor": result.tensor, "fetch": fetch, "feeds": feeds})
+            if members:
+                index[-1]["group"][f"{key}_inputs"] = sorted(feeds)
     _write_json(os.path.join(workdir, "isolation_index.json"), {"capture_a": str(view_a.capture.path), "ops": index})
     for key, view in (("a", view_a), ("b", view_b)):
         spec = {**view.capture.manifest["spec"], "allow_unsafe_ops": False}  # decided by whoever runs the job
@@ -183,6 +224,13 @@ def _b_computation(op: dict[str, Any]) -> str:
     """What differs: B's kernel for the same op, or what an export rewrite put in its place
     (e.g. A's MatMul is B's Cast back from a bfloat16 MatMul: B's replay runs all of it)."""
     a_op = op.get("a_op")  # (absent from the index of a report made before it was recorded)
+    group = op.get("group")
+    if group:
+        what = "folded batch norm" if group["kind"] == "batchnorm_folded" else "fused op"
+        inputs = ", ".join(f"`{t}`" for t in group.get("a_inputs", [])) or "the same inputs"
+        return (f"B's {what} (`{tensor_op(op['b_tensor'])}`, {op['b_op']}, with the ops between it and its inputs) "
+                f"differs from A's {a_op} and the {len(group['a_members'])} op(s) {what.split()[0]} into it "
+                f"(from `{group['a_members'][0]}`), both replayed whole from the group's inputs ({inputs})")
     if a_op in EXIT_OPS and op["b_op"] == a_op:
         return ("B's while loop that ends here (replayed whole: a session cannot fetch the ops inside a loop) "
                 "differs from A's")
