@@ -12,6 +12,7 @@ import shutil
 from pathlib import Path
 
 import networkx as nx
+import numpy as np
 import pytest
 
 from conftest import assert_user_error, run_cli
@@ -80,6 +81,25 @@ def test_report_contract_fields(planted):
     assert report["sides"]["a"]["environment"]["tf_env"]["TF_ENABLE_ONEDNN_OPTS"] == "0"
 
 
+def _fold_ground_truth(models: dict, x: np.ndarray, conv_input: str, bn: str) -> float:
+    """max |folded conv (B) - conv + batch norm (A)| on the same input, in two plain sessions:
+    what isolating a folded batch norm must measure (on this CPU, with the pinned oneDNN setting)."""
+    from tracer._tf import tf as import_tf  # noqa: PLC0415
+
+    tf = import_tf()
+    values = []
+    for load in ("ckpt", "folded"):
+        graph = tf.Graph()
+        with graph.as_default(), tf.compat.v1.Session(graph=graph) as sess:
+            if load == "ckpt":
+                prefix = str(models["detector_ckpt"] / "model.ckpt")
+                tf.compat.v1.train.import_meta_graph(f"{prefix}.meta", clear_devices=True).restore(sess, prefix)
+            else:
+                tf.compat.v1.saved_model.loader.load(sess, ["serve"], str(models["detector_folded"]))
+            values.append(sess.run(f"{bn}:0", {conv_input: x}))
+    return float(np.max(np.abs(values[0].astype(np.float64) - values[1].astype(np.float64))))
+
+
 def test_folded_export_origins_are_the_folded_batch_norms(models, tmp_path):
     code, report, _ = _compare(tmp_path, models["detector_ckpt"], models["detector_folded"])
     folds = {r["detail"]["batch_norm"]: r["detail"]["conv"] for r in report["rewrites"] if r["kind"] == "batchnorm_folded"}
@@ -92,6 +112,23 @@ def test_folded_export_origins_are_the_folded_batch_norms(models, tmp_path):
         assert report["nodes"][bn]["alignment"] == "fold group"
     assert all(o["within_tolerance"] for o in report["outputs"].values()), report["outputs"]
     assert code == (1 if report["verdict"] == "diverged" else 0)
+
+    # Isolation replays each fold group whole, from the conv's input, on both sides: its own
+    # error is the fold's (the size of the origin's difference), not a scaled conv against an
+    # unscaled one (that replay reported 2.14).
+    from tracer.capture.reader import Capture  # noqa: PLC0415
+
+    capture_a = Capture.open(report["sides"]["a"]["capture_dir"])
+    for origin in report["origins"]:
+        bn = origin["node"]
+        conv_input = report["nodes"][folds[bn]]["inputs"][0] + ":0"
+        truth = _fold_ground_truth(models, capture_a.tensor(conv_input), conv_input, bn)
+        iso = origin["isolation"]
+        assert iso["verdict"] == ("own_error" if truth > 0 else "inherited"), (bn, iso, truth)
+        assert iso["max_abs"] == pytest.approx(truth, rel=0.5, abs=1e-12), (bn, iso, truth)
+        assert iso["max_abs"] <= 4 * origin["max_abs"], (bn, iso, origin)
+        assert iso["detail"].startswith(f"given identical inputs, B's folded batch norm (`{bn}`, BiasAdd, "), iso
+        assert f"both replayed whole from the group's inputs (`{conv_input}`)" in iso["detail"], iso
 
 
 def test_bf16_export_first_origin_is_the_converted_matmul(models, tmp_path):
