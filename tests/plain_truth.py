@@ -1,0 +1,101 @@
+"""Ground truth for batch-size tests, from plain TensorFlow sessions on the machine running them.
+
+Which op first differs between batch 1 and batch N depends on the CPU (oneDNN and Eigen pick
+kernels per shape and per instruction set), so a test must not hard-code it. This module runs a
+SavedModel at two batch sizes with nothing of tftrace, fetches every float tensor whose first
+axis is the batch, and names the first op, in the same deterministic topological order tftrace
+uses (``networkx.lexicographical_topological_sort``), whose rows differ bitwise, and the first
+whose rows differ beyond ``|a-b| <= atol + rtol*|a|``.
+
+TensorFlow reads ``TF_ENABLE_ONEDNN_OPTS`` once, at import, so each setting runs in a child
+process: :func:`first_row_divergence` starts ``python tests/plain_truth.py`` with it set.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = ["first_row_divergence"]
+
+
+def first_row_divergence(model: Path | str, a_inputs: dict[str, np.ndarray], a_batch: int,
+                         b_inputs: dict[str, np.ndarray], b_batch: int, b_rows: list[int], *, onednn: str,
+                         atol: float = 1e-6, rtol: float = 1e-5) -> dict[str, str | None]:
+    """``{"bitwise": op, "beyond_tolerance": op}`` (None where nothing differs) for the SavedModel
+    ``model`` run on ``a_inputs`` at ``a_batch`` against ``b_inputs`` at ``b_batch``; A's row i is
+    B's row ``b_rows[i]`` (B may hold padding rows). ``onednn`` is "on" or "off"."""
+    with tempfile.TemporaryDirectory() as tmp:
+        np.savez(Path(tmp, "a.npz"), **a_inputs)
+        np.savez(Path(tmp, "b.npz"), **b_inputs)
+        args = {"model": str(model), "a": str(Path(tmp, "a.npz")), "a_batch": a_batch, "b": str(Path(tmp, "b.npz")),
+                "b_batch": b_batch, "b_rows": b_rows, "atol": atol, "rtol": rtol}
+        env = {**os.environ, "TF_ENABLE_ONEDNN_OPTS": {"on": "1", "off": "0"}[onednn], "TF_CPP_MIN_LOG_LEVEL": "2"}
+        proc = subprocess.run([sys.executable, __file__, json.dumps(args)], env=env, capture_output=True, text=True,
+                              timeout=600, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"plain-session ground truth failed:\n{proc.stderr[-4000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _run(tf: Any, model: str, inputs: dict[str, np.ndarray], batch: int) -> tuple[dict[str, np.ndarray], Any]:
+    """Every float tensor with a batch axis, all runs concatenated (rows in example order)."""
+    graph = tf.Graph()
+    with graph.as_default(), tf.compat.v1.Session(graph=graph) as sess:
+        meta = tf.compat.v1.saved_model.loader.load(sess, ["serve"], model)
+        sig = meta.signature_def["serving_default"]
+        feeds = {sig.inputs[k].name: v for k, v in inputs.items()}
+        outputs = [t.name for t in sig.outputs.values()]
+        wanted = graph.get_operations()
+        fetches = [t for op in wanted for t in op.outputs
+                   if t.dtype.is_floating and not t.dtype._is_ref_dtype and t.shape.rank and t.shape.rank > 0
+                   and t.shape[0] is None]
+        count = next(iter(inputs.values())).shape[0]
+        runs = []
+        for start in range(0, count, batch):
+            feed = {k: v[start:start + batch] for k, v in feeds.items()}
+            runs.append(sess.run({t.name: t for t in fetches}, feed))
+        values = {name: np.concatenate([r[name] for r in runs]) for name in runs[0]}
+        return values, (graph.as_graph_def(), outputs)
+
+
+def main() -> None:
+    import networkx as nx  # noqa: PLC0415
+    import tensorflow as tf  # noqa: PLC0415
+
+    args = json.loads(sys.argv[1])
+    a_inputs, b_inputs = dict(np.load(args["a"])), dict(np.load(args["b"]))
+    a, (graph_def, outputs) = _run(tf, args["model"], a_inputs, args["a_batch"])
+    b, _ = _run(tf, args["model"], b_inputs, args["b_batch"])
+    rows = np.asarray(args["b_rows"])
+    dag = nx.DiGraph()
+    consumed = set(outputs)
+    for node in graph_def.node:
+        dag.add_node(node.name)
+        for inp in node.input:
+            source = inp.lstrip("^").split(":")[0]
+            dag.add_edge(source, node.name)
+            if not inp.startswith("^"):
+                consumed.add(inp if ":" in inp else f"{inp}:0")
+    # only what tftrace judges: outputs read by another op or returned (not a FusedBatchNorm's reserve space)
+    ancestors = set().union(*(nx.ancestors(dag, o.split(":")[0]) | {o.split(":")[0]} for o in outputs))
+    found: dict[str, str | None] = {"bitwise": None, "beyond_tolerance": None}
+    for op in nx.lexicographical_topological_sort(dag.subgraph(ancestors)):
+        for name in sorted(t for t in a if t.rsplit(":", 1)[0] == op and t in consumed):
+            x, y = a[name].astype(np.float64), b[name][rows].astype(np.float64)
+            if found["bitwise"] is None and not np.array_equal(a[name], b[name][rows]):
+                found["bitwise"] = op
+            if found["beyond_tolerance"] is None and np.any(np.abs(x - y) > args["atol"] + args["rtol"] * np.abs(x)):
+                found["beyond_tolerance"] = op
+    print(json.dumps(found))
+
+
+if __name__ == "__main__":
+    main()
