@@ -154,25 +154,17 @@ def test_tf2_export_is_identical_despite_other_names(models, tmp_path):
     assert report["nodes"]["block1/conv/Conv2D"]["alignment"] == "structure"
 
 
-def _captured_inputs(report: dict, side: str = "a") -> dict[str, np.ndarray]:
-    """The examples a side of a report was run on, by signature key, from its capture."""
-    from tracer.capture.reader import Capture  # noqa: PLC0415
-
-    capture = Capture.open(report["sides"][side]["capture_dir"])
-    return {key: np.asarray(capture.tensor(t)) for key, t in capture.manifest["graph"]["inputs"].items()}
-
-
 @pytest.mark.parametrize("onednn", ["off", "on"])
 def test_batch_1_vs_4_first_divergence_is_the_ops_own_kernel(models, tmp_path, onednn):
     """Which op differs first between batch 1 and 4 depends on the CPU (oneDNN and Eigen pick
     kernels per shape and instruction set): the expected op comes from plain sessions here."""
-    from plain_truth import first_row_divergence  # noqa: PLC0415
+    from plain_truth import captured_inputs, first_row_divergence  # noqa: PLC0415
 
     code, report, _ = _compare(
         tmp_path, models["detector"], models["detector"], "--a-batch-size", "1", "--b-batch-size", "4",
         "--onednn", onednn,
     )
-    inputs = _captured_inputs(report)
+    inputs = captured_inputs(report["sides"]["a"]["capture_dir"])
     tol = report["tolerance"]
     truth = first_row_divergence(models["detector"], inputs, 1, inputs, 4, list(range(4)), onednn=onednn,
                                  atol=tol["atol"], rtol=tol["rtol"])
