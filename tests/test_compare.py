@@ -142,7 +142,8 @@ def test_bf16_export_first_origin_is_the_converted_matmul(models, tmp_path):
     iso = first["isolation"]
     assert iso["detail"] == (
         "given identical inputs, B's replacement for it (`dense/to_fp32`, Cast, with the ops between it and those inputs) "
-        f"differs from A's MatMul by up to {iso['max_abs']:.3g} (rel {iso['max_rel']:.3g})") and iso["max_abs"] > 0.01
+        f"differs from A's MatMul by up to {iso['max_abs']:.3g} (rel {iso['max_rel']:.3g}, rel L2 {iso['rel_l2']:.3g})"
+    ) and iso["max_abs"] > 0.01
     assert report["nodes"]["flatten/Reshape"]["status"] == "identical"
     assert "Mixed precision" in " ".join(report["answers"]["why"])
 

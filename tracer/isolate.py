@@ -50,10 +50,11 @@ class IsolationResult:
     max_rel: float | None = None
     detail: str = ""
     command: str | None = None
+    rel_l2: float | None = None  # ||a-b|| / ||a||: max rel is inflated by near-zero elements
 
     def to_json(self) -> dict[str, Any]:
-        return {"verdict": self.verdict, "max_abs": self.max_abs, "max_rel": self.max_rel, "detail": self.detail,
-                "command": self.command}
+        return {"verdict": self.verdict, "max_abs": self.max_abs, "max_rel": self.max_rel, "rel_l2": self.rel_l2,
+                "detail": self.detail, "command": self.command}
 
 
 def replay_plan(graph: OpGraph, tensor: str, to_a: dict[str, str]) -> dict[str, str]:
@@ -213,11 +214,12 @@ def _judge(ra: np.ndarray, rb: np.ndarray, op: dict[str, Any], capture_a: Captur
         detail = "given A's inputs, B's kernel computes A's result bit for bit: the difference is inherited"
     else:
         verdict = "own_error"
-        detail = f"given identical inputs, {_b_computation(op)} by up to {m.max_abs:.3g} (rel {m.max_rel:.3g})"
+        detail = (f"given identical inputs, {_b_computation(op)} by up to {m.max_abs:.3g} (rel {m.max_rel:.3g}, "
+                  f"rel L2 {m.rel_l2:.3g})")
     if capture_a is not None and capture_a.has(op["a_tensor"]):
         if not compare_arrays(np.asarray(capture_a.tensor(op["a_tensor"])), ra).identical:
             detail += "; replaying A did not reproduce A's captured value bit for bit (A is not deterministic)"
-    return IsolationResult(verdict, m.max_abs, m.max_rel, detail)
+    return IsolationResult(verdict, m.max_abs, m.max_rel, detail, rel_l2=m.rel_l2)
 
 
 def _b_computation(op: dict[str, Any]) -> str:

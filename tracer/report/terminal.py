@@ -10,7 +10,7 @@ from rich.table import Table
 
 from ..graphdiff import GraphDiff
 from ..opgraph import EXIT_OPS
-from .summary import outputs_not_compared
+from .summary import first_divergences, outputs_not_compared, relative_text
 
 __all__ = ["print_graph_diff", "print_comparison"]
 
@@ -84,8 +84,7 @@ def print_comparison(console: Console, report: dict, out_dir: object = None) -> 
         side = sides[key]
         console.print(f"  {key.upper()}: {side['artifact'].get('location') or side['artifact'].get('path')} "
                       f"[{side['label']}]", highlight=False, markup=False)
-    for title, origin in (("First divergence (bitwise)", report.get("first_divergence")),
-                          ("First divergence beyond tolerance", report.get("first_divergence_beyond_tolerance"))):
+    for title, origin in first_divergences(report):  # the same lines, in the same words, as report.md
         if origin:
             iso = origin.get("isolation") or {}
             own = ("the while loop ending here differs given identical inputs" if origin["op"] in EXIT_OPS
@@ -93,27 +92,27 @@ def print_comparison(console: Console, report: dict, out_dir: object = None) -> 
             verdict_iso = {"own_error": own,
                            "inherited": "inherited (identical given identical inputs)"}.get(iso.get("verdict"), "not isolated")
             console.print(f"{title}: {origin['node']} ({origin['op']}), max abs {_num(origin['max_abs'])}, "
-                          f"max rel {_num(origin['max_rel'])} — {verdict_iso}", highlight=False, markup=False)
+                          f"{relative_text(origin)} — {verdict_iso}", highlight=False, markup=False)
     origins = report.get("origins") or []
     if origins:
         table = Table(title="Top origins", title_justify="left")
-        for col in ("#", "op", "type", "max abs", "max rel", "isolation", "rewrite"):
+        for col in ("#", "op", "type", "max abs", "max rel", "rel to peak", "isolation", "rewrite"):
             table.add_column(col)
         for origin in origins[:8]:
             table.add_row(str(origin.get("rank")), escape(str(origin["node"])), escape(str(origin["op"])),
-                          _num(origin["max_abs"]), _num(origin["max_rel"]),
+                          _num(origin["max_abs"]), _num(origin["max_rel"]), _num(origin.get("rel_to_peak")),
                           escape(str((origin.get("isolation") or {}).get("verdict", "—"))),
                           escape(str(origin.get("rewrite") or "")))
         console.print(table)
     outputs = Table(title="Outputs", title_justify="left")
-    for col in ("output", "identical", "within tol.", "max abs", "max rel", "NaN/Inf differ"):
+    for col in ("output", "identical", "within tol.", "max abs", "max rel", "rel to peak", "NaN/Inf differ"):
         outputs.add_column(col)
     for key, out in report.get("outputs", {}).items():
         nonfinite = (out.get("nan_mismatch") or 0) + (out.get("inf_mismatch") or 0)
         compared = out["identical"] is not None
         outputs.add_row(escape(str(key)), str(out["identical"]) if compared else "not compared",
                         str(out["within_tolerance"]) if compared else "—", _num(out["max_abs"]),
-                        _num(out["max_rel"]), str(nonfinite) if nonfinite else "")
+                        _num(out["max_rel"]), _num(out.get("rel_to_peak")), str(nonfinite) if nonfinite else "")
     console.print(outputs)
     for key, why in missing.items():
         console.print(f"[bold yellow]not compared:[/] {escape(str(key))}: {escape(str(why))}")
