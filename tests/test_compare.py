@@ -101,7 +101,7 @@ def _fold_ground_truth(models: dict, x: np.ndarray, conv_input: str, bn: str) ->
 
 
 def test_folded_export_origins_are_the_folded_batch_norms(models, tmp_path):
-    code, report, _ = _compare(tmp_path, models["detector_ckpt"], models["detector_folded"])
+    code, report, stdout = _compare(tmp_path, models["detector_ckpt"], models["detector_folded"])
     folds = {r["detail"]["batch_norm"]: r["detail"]["conv"] for r in report["rewrites"] if r["kind"] == "batchnorm_folded"}
     assert set(folds) == {f"block{i}/bn/FusedBatchNormV3" for i in range(1, 5)}
     assert report["origins"], "folding changes the arithmetic: somewhere it must show"
@@ -129,6 +129,21 @@ def test_folded_export_origins_are_the_folded_batch_norms(models, tmp_path):
         assert iso["max_abs"] <= 4 * origin["max_abs"], (bn, iso, origin)
         assert iso["detail"].startswith(f"given identical inputs, B's folded batch norm (`{bn}`, BiasAdd, "), iso
         assert f"both replayed whole from the group's inputs (`{conv_input}`)" in iso["detail"], iso
+
+    # One first divergence everywhere (report.json, report.md's title, the terminal), and a
+    # relative figure beside max rel that near-zero elements cannot inflate.
+    first = report["first_divergence"]
+    md = (tmp_path / "report" / "report.md").read_text(encoding="utf-8")
+    assert md.startswith(f"## tftrace: DIVERGED — first divergence at `{first['node']}` ({first['op']})")
+    assert " ".join(stdout.split()).count(f": {first['node']} ({first['op']}), max abs ") >= 1
+    for origin in report["origins"]:
+        a = np.asarray(capture_a.tensor(origin["tensor"]), np.float64)
+        assert origin["rel_to_peak"] == pytest.approx(origin["max_abs"] / np.max(np.abs(a)), rel=1e-6)
+        assert origin["rel_to_peak"] < origin["max_rel"]
+    # B is fed A's examples (from a file A's were written to): the same values, not flagged as a difference
+    digests = {k: report["sides"][k]["examples"]["digest"] for k in ("a", "b")}
+    assert digests["a"] == digests["b"] and len(digests["a"]) == 64
+    assert "| examples | " in md and "| examples **≠**" not in md
 
 
 def test_bf16_export_first_origin_is_the_converted_matmul(models, tmp_path):
