@@ -347,15 +347,15 @@ def test_detector_report_files_and_page_content(tmp_path: Path) -> None:
     assert report["command"] in md
     # The first difference is also the first beyond tolerance: one line says both.
     assert md.count("`block2/bn/FusedBatchNormV3` (FusedBatchNormV3), max abs 0.0123") == 1
-    assert "- **First difference, bitwise and beyond tolerance:** `block2/bn/FusedBatchNormV3`" in md
+    assert "- **First divergence, bitwise and beyond tolerance:** `block2/bn/FusedBatchNormV3`" in md
 
 
 def test_markdown_gives_the_first_difference_beyond_tolerance_its_own_line_when_it_is_another_op() -> None:
     report = load("detector_planted")
     first = report["first_divergence"] | {"node": "block1/conv/Conv2D", "op": "Conv2D", "max_abs": 1e-07}
     md = render_markdown(report | {"first_divergence": first})
-    assert "- **First difference (bitwise):** `block1/conv/Conv2D` (Conv2D), max abs 1e-07" in md
-    assert "- **First difference beyond tolerance:** `block2/bn/FusedBatchNormV3` (FusedBatchNormV3)" in md
+    assert "- **First divergence (bitwise):** `block1/conv/Conv2D` (Conv2D), max abs 1e-07" in md
+    assert "- **First divergence beyond tolerance:** `block2/bn/FusedBatchNormV3` (FusedBatchNormV3)" in md
 
 
 def test_an_output_that_could_not_be_compared_is_said_everywhere(tmp_path: Path) -> None:

@@ -98,9 +98,9 @@ def test_title_terminal_answers_and_json_name_one_first_divergence(tmp_path: Pat
     md = render_markdown(report)
     assert md.startswith("## tftrace: DIVERGED — first divergence at `block1/conv/Conv2D` (Conv2D)\n")
     shown = _terminal(report)
-    assert "First difference (bitwise): block1/conv/Conv2D (Conv2D), max abs 1e-07" in shown
-    assert "First difference beyond tolerance: block2/bn/FusedBatchNormV3 (FusedBatchNormV3)" in shown
-    assert "- **First difference (bitwise):** `block1/conv/Conv2D` (Conv2D)" in md
+    assert "First divergence (bitwise): block1/conv/Conv2D (Conv2D), max abs 1e-07" in shown
+    assert "First divergence beyond tolerance: block2/bn/FusedBatchNormV3 (FusedBatchNormV3)" in shown
+    assert "- **First divergence (bitwise):** `block1/conv/Conv2D` (Conv2D)" in md
     assert "The first divergence is `block1/conv/Conv2D` (Conv2D)." in report["answers"]["why"]
     html = render_report(report, tmp_path)["html"].read_text(encoding="utf-8")
     assert "<title>tftrace · diverged · block1/conv/Conv2D</title>" in html

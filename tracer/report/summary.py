@@ -228,9 +228,9 @@ def first_divergences(report: dict[str, Any]) -> list[tuple[str, dict[str, Any]]
     first = first if isinstance(first, dict) and first.get("node") else None
     beyond = beyond if isinstance(beyond, dict) and beyond.get("node") else None
     if first and beyond and first["node"] == beyond["node"]:
-        return [("First difference, bitwise and beyond tolerance", first)]
-    return [(title, o) for title, o in (("First difference (bitwise)", first),
-                                        ("First difference beyond tolerance", beyond)) if o]
+        return [("First divergence, bitwise and beyond tolerance", first)]
+    return [(title, o) for title, o in (("First divergence (bitwise)", first),
+                                        ("First divergence beyond tolerance", beyond)) if o]
 
 
 def relative_text(values: dict[str, Any]) -> str:
