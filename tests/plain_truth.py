@@ -36,24 +36,53 @@ def captured_inputs(capture_dir: Path | str) -> dict[str, np.ndarray]:
 
 def first_row_divergence(model: Path | str, a_inputs: dict[str, np.ndarray], a_batch: int,
                          b_inputs: dict[str, np.ndarray], b_batch: int, b_rows: list[int], *, onednn: str,
-                         atol: float = 1e-6, rtol: float = 1e-5) -> dict[str, str | None]:
-    """``{"bitwise": op, "beyond_tolerance": op}`` (None where nothing differs) for the SavedModel
-    ``model`` run on ``a_inputs`` at ``a_batch`` against ``b_inputs`` at ``b_batch``; A's row i is
-    B's row ``b_rows[i]`` (B may hold padding rows). ``onednn`` is "on" or "off"."""
+                         b_onednn: str | None = None, atol: float = 1e-6, rtol: float = 1e-5) -> dict[str, Any]:
+    """``{"bitwise": op, "beyond_tolerance": op, "agreeing": [ops before it]}`` (None where nothing
+    differs) for the SavedModel ``model`` run on ``a_inputs`` at ``a_batch`` with oneDNN ``onednn``
+    ("on"/"off") against ``b_inputs`` at ``b_batch`` with ``b_onednn`` (default: the same); A's
+    row i is B's row ``b_rows[i]`` (B may hold padding rows). Each side runs in its own child."""
     with tempfile.TemporaryDirectory() as tmp:
-        np.savez(Path(tmp, "a.npz"), **a_inputs)
-        np.savez(Path(tmp, "b.npz"), **b_inputs)
-        args = {"model": str(model), "a": str(Path(tmp, "a.npz")), "a_batch": a_batch, "b": str(Path(tmp, "b.npz")),
-                "b_batch": b_batch, "b_rows": b_rows, "atol": atol, "rtol": rtol}
-        env = {**os.environ, "TF_ENABLE_ONEDNN_OPTS": {"on": "1", "off": "0"}[onednn], "TF_CPP_MIN_LOG_LEVEL": "2"}
-        proc = subprocess.run([sys.executable, __file__, json.dumps(args)], env=env, capture_output=True, text=True,
-                              timeout=600, check=False)
+        a, order, consumed = _side(Path(tmp, "a"), model, a_inputs, a_batch, onednn)
+        b, _, _ = _side(Path(tmp, "b"), model, b_inputs, b_batch, b_onednn or onednn)
+        rows = np.asarray(b_rows)
+        found: dict[str, Any] = {"bitwise": None, "beyond_tolerance": None, "agreeing": []}
+        for op in order:
+            for name in sorted(t for t in a.files if _op(t) == op and _tensor(t) in consumed):
+                x, y = a[name], b[name][rows]
+                if found["bitwise"] is None and not np.array_equal(x, y):
+                    found["bitwise"] = op
+                x64, y64 = x.astype(np.float64), y.astype(np.float64)
+                if found["beyond_tolerance"] is None and np.any(np.abs(x64 - y64) > atol + rtol * np.abs(x64)):
+                    found["beyond_tolerance"] = op
+            if found["bitwise"] is None:
+                found["agreeing"].append(op)
+        return found
+
+
+def _op(key: str) -> str:
+    return _tensor(key).rsplit(":", 1)[0]
+
+
+def _tensor(key: str) -> str:
+    """npz keys cannot hold "/": tensor names are stored with "|" instead."""
+    return key.replace("|", "/")
+
+
+def _side(out: Path, model: Path | str, inputs: dict[str, np.ndarray], batch: int,
+          onednn: str) -> tuple[Any, list[str], set[str]]:
+    out.mkdir()
+    np.savez(out / "inputs.npz", **inputs)
+    args = {"model": str(model), "inputs": str(out / "inputs.npz"), "batch": batch, "out": str(out)}
+    env = {**os.environ, "TF_ENABLE_ONEDNN_OPTS": {"on": "1", "off": "0"}[onednn], "TF_CPP_MIN_LOG_LEVEL": "2"}
+    proc = subprocess.run([sys.executable, __file__, json.dumps(args)], env=env, capture_output=True, text=True,
+                          timeout=600, check=False)
     if proc.returncode != 0:
         raise RuntimeError(f"plain-session ground truth failed:\n{proc.stderr[-4000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    meta = json.loads((out / "graph.json").read_text())
+    return np.load(out / "values.npz"), meta["order"], set(meta["consumed"])
 
 
-def _run(tf: Any, model: str, inputs: dict[str, np.ndarray], batch: int) -> tuple[dict[str, np.ndarray], Any]:
+def _run(tf: Any, model: str, inputs: dict[str, np.ndarray], batch: int) -> tuple[dict[str, np.ndarray], Any, list[str]]:
     """Every float tensor with a batch axis, all runs concatenated (rows in example order)."""
     graph = tf.Graph()
     with graph.as_default(), tf.compat.v1.Session(graph=graph) as sess:
@@ -61,8 +90,7 @@ def _run(tf: Any, model: str, inputs: dict[str, np.ndarray], batch: int) -> tupl
         sig = meta.signature_def["serving_default"]
         feeds = {sig.inputs[k].name: v for k, v in inputs.items()}
         outputs = [t.name for t in sig.outputs.values()]
-        wanted = graph.get_operations()
-        fetches = [t for op in wanted for t in op.outputs
+        fetches = [t for op in graph.get_operations() for t in op.outputs
                    if t.dtype.is_floating and not t.dtype._is_ref_dtype and t.shape.rank and t.shape.rank > 0
                    and t.shape[0] is None]
         count = next(iter(inputs.values())).shape[0]
@@ -71,38 +99,28 @@ def _run(tf: Any, model: str, inputs: dict[str, np.ndarray], batch: int) -> tupl
             feed = {k: v[start:start + batch] for k, v in feeds.items()}
             runs.append(sess.run({t.name: t for t in fetches}, feed))
         values = {name: np.concatenate([r[name] for r in runs]) for name in runs[0]}
-        return values, (graph.as_graph_def(), outputs)
+        return values, graph.as_graph_def(), outputs
 
 
 def main() -> None:
+    """Child: run one side, write its values and the graph's order (tftrace's topological order)."""
     import networkx as nx  # noqa: PLC0415
     import tensorflow as tf  # noqa: PLC0415
 
     args = json.loads(sys.argv[1])
-    a_inputs, b_inputs = dict(np.load(args["a"])), dict(np.load(args["b"]))
-    a, (graph_def, outputs) = _run(tf, args["model"], a_inputs, args["a_batch"])
-    b, _ = _run(tf, args["model"], b_inputs, args["b_batch"])
-    rows = np.asarray(args["b_rows"])
+    values, graph_def, outputs = _run(tf, args["model"], dict(np.load(args["inputs"])), args["batch"])
     dag = nx.DiGraph()
-    consumed = set(outputs)
+    consumed = set(outputs)  # what tftrace judges: outputs read by another op or returned
     for node in graph_def.node:
         dag.add_node(node.name)
         for inp in node.input:
-            source = inp.lstrip("^").split(":")[0]
-            dag.add_edge(source, node.name)
+            dag.add_edge(inp.lstrip("^").split(":")[0], node.name)
             if not inp.startswith("^"):
                 consumed.add(inp if ":" in inp else f"{inp}:0")
-    # only what tftrace judges: outputs read by another op or returned (not a FusedBatchNorm's reserve space)
-    ancestors = set().union(*(nx.ancestors(dag, o.split(":")[0]) | {o.split(":")[0]} for o in outputs))
-    found: dict[str, str | None] = {"bitwise": None, "beyond_tolerance": None}
-    for op in nx.lexicographical_topological_sort(dag.subgraph(ancestors)):
-        for name in sorted(t for t in a if t.rsplit(":", 1)[0] == op and t in consumed):
-            x, y = a[name].astype(np.float64), b[name][rows].astype(np.float64)
-            if found["bitwise"] is None and not np.array_equal(a[name], b[name][rows]):
-                found["bitwise"] = op
-            if found["beyond_tolerance"] is None and np.any(np.abs(x - y) > args["atol"] + args["rtol"] * np.abs(x)):
-                found["beyond_tolerance"] = op
-    print(json.dumps(found))
+    inference = set().union(*(nx.ancestors(dag, o.split(":")[0]) | {o.split(":")[0]} for o in outputs))
+    order = list(nx.lexicographical_topological_sort(dag.subgraph(inference)))
+    np.savez(Path(args["out"], "values.npz"), **{k.replace("/", "|"): v for k, v in values.items()})
+    Path(args["out"], "graph.json").write_text(json.dumps({"order": order, "consumed": sorted(consumed)}))
 
 
 if __name__ == "__main__":

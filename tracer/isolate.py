@@ -37,8 +37,8 @@ from .metrics import compare_arrays
 from .opgraph import EXIT_OPS, OpGraph, tensor_op
 from .runspec import Side
 
-__all__ = ["IsolationResult", "isolate_origins", "replay_plan", "group_members", "run_job", "evaluate",
-           "isolate_remote"]
+__all__ = ["IsolationResult", "isolate_origins", "replay_plan", "group_members", "origin_feeds", "run_job",
+           "evaluate", "isolate_remote"]
 
 GROUP_REWRITES = ("batchnorm_folded", "fused")  # an origin that stands for several A ops (and B ops)
 
@@ -117,6 +117,26 @@ def group_members(alignment: Alignment, graph_a: OpGraph, op: str) -> list[str]:
     return members
 
 
+def origin_feeds(alignment: Alignment, graphs: dict[str, OpGraph], node: str, fetches: dict[str, str],
+                 to_a: dict[str, dict[str, str]]) -> tuple[dict[str, dict[str, str]], dict[str, Any] | None]:
+    """Each side's feeds (its tensor -> the A tensor whose captured value feeds it) to replay
+    origin ``node`` (fetching ``fetches[side]``), and its rewrite group (None if not a group).
+
+    ``to_a[side]`` lists the tensors of that side that may be fed. A group's members are never
+    fed, on either side: both replay the whole group from its own data inputs.
+    """
+    members = group_members(alignment, graphs["a"], node)
+    held = {t for m in members for p in alignment.nodes[m].tensors for t in (p.a, p.b) if t}
+    feeds = {key: replay_plan(graphs[key], fetches[key],
+                              {t: s for t, s in to_a[key].items() if t not in held and s not in held})
+             for key in ("a", "b")}
+    if not members:
+        return feeds, None
+    group = {"kind": alignment.nodes[node].rewrite, "a_members": members,
+             "a_inputs": sorted(feeds["a"]), "b_inputs": sorted(feeds["b"])}
+    return feeds, group
+
+
 def isolate_origins(
     origins: list[NodeResult],
     alignment: Alignment,
@@ -145,17 +165,12 @@ def isolate_origins(
         assert pair.b is not None
         index.append({"id": i, "node": result.name, "a_tensor": result.tensor, "b_tensor": pair.b,
                       "a_op": view_a.graph.op_type(result.name), "b_op": view_b.graph.op_type(tensor_op(pair.b))})
-        members = group_members(alignment, view_a.graph, result.name)
-        # a group's members are never fed (on either side): both replay the whole group
-        held = {t for m in members for p in alignment.nodes[m].tensors for t in (p.a, p.b) if t}
-        if members:
-            index[-1]["group"] = {"kind": alignment.nodes[result.name].rewrite, "a_members": members}
-        for key, view, fetch in (("a", view_a, result.tensor), ("b", view_b, pair.b)):
-            mapping = {t: s for t, s in to_a[key].items() if t not in held and s not in held}
-            feeds = replay_plan(view.graph, fetch, mapping)
-            ops[key].append({"id": i, "a_tensor": result.tensor, "fetch": fetch, "feeds": feeds})
-            if members:
-                index[-1]["group"][f"{key}_inputs"] = sorted(feeds)
+        feeds, group = origin_feeds(alignment, {"a": view_a.graph, "b": view_b.graph}, result.name,
+                                    {"a": result.tensor, "b": pair.b}, to_a)
+        if group:
+            index[-1]["group"] = group
+        for key, fetch in (("a", result.tensor), ("b", pair.b)):
+            ops[key].append({"id": i, "a_tensor": result.tensor, "fetch": fetch, "feeds": feeds[key]})
     _write_json(os.path.join(workdir, "isolation_index.json"), {"capture_a": str(view_a.capture.path), "ops": index})
     for key, view in (("a", view_a), ("b", view_b)):
         spec = {**view.capture.manifest["spec"], "allow_unsafe_ops": False}  # decided by whoever runs the job
