@@ -87,7 +87,7 @@ def run_capture(side: Side, out_dir: str, force: bool) -> None:
             )
         observer = observer_effect(runtime.signature.outputs, runtime.opgraph, plain, instrumented)
         manifest = {
-            "spec": side.to_json(),
+            "spec": side.with_(artifact=runtime.artifact.ref).to_json(),  # with a borrowed signature, resolved
             "artifact": {
                 "kind": runtime.artifact.kind,
                 "location": runtime.artifact.location,

@@ -73,6 +73,7 @@ def _side(view: Any) -> dict[str, Any]:
         "timings": manifest.get("timings", {}),
         "examples": manifest.get("examples", {}),
         "notes": manifest.get("notes", []),
+        "signature": {k: (manifest.get("signature") or {}).get(k) for k in ("key", "from_user", "borrowed_from")},
     }
 
 
