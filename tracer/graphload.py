@@ -249,14 +249,33 @@ def _lender(ref: ArtifactRef, allow_unsafe_ops: bool) -> tuple[Signature, OpGrap
 
 
 def _structural_partners(by_name: dict[str, Any], graph: Any, lender: OpGraph) -> dict[str, str]:
-    """Lender op -> this graph's op, by diff-graph's matching of this graph's candidate
-    inference subgraph (placeholders to the sinks that depend on them) against the lender's."""
+    """Lender op -> this graph's op, by diff-graph's matching of a candidate inference subgraph
+    of this graph (placeholders to the last ops computed from them) against the lender's.
+
+    The matching is anchored by signature keys; this graph has none, so each plausible anchor
+    is tried — every placeholder and each of the best candidate outputs under the lender's key,
+    where the lender has one input and one output (else all candidates at once) — and the
+    pairing that explains the most ops wins."""
     placeholders, sinks = _candidates(by_name)
-    if not sinks:
+    sinks = [s for s in sinks if by_name[s].outputs]
+    if not sinks or not placeholders:
         return {}
-    mine = OpGraph.from_tf_graph(graph, {p: f"{p}:0" for p in placeholders}, {s: f"{s}:0" for s in sinks
-                                                                            if by_name[s].outputs})
-    return {theirs: own for own, (theirs, _) in match_graphs(mine, lender).items()}
+    if len(lender.inputs) == 1 and len(lender.outputs) == 1:
+        (key_in, key_out), = [(next(iter(lender.inputs)), next(iter(lender.outputs)))]
+        attempts = [({key_in: f"{p}:0"}, {key_out: f"{s}:0"}) for s in sinks[:MAX_ANCHORS]
+                    for p in placeholders if p in _ancestors(by_name, [s])]
+    else:
+        attempts = [({p: f"{p}:0" for p in placeholders}, {s: f"{s}:0" for s in sinks})]
+    best: dict[str, str] = {}
+    for inputs, outputs in attempts:
+        mine = OpGraph.from_tf_graph(graph, inputs, outputs)
+        pairs = {theirs: own for own, (theirs, _) in match_graphs(mine, lender).items()}
+        if len(pairs) > len(best):
+            best = pairs
+    return best
+
+
+MAX_ANCHORS = 5  # candidate outputs tried as anchors (best first)
 
 
 def build_opgraph(artifact: Artifact, graph: Any | None = None) -> tuple[OpGraph, Signature]:

@@ -72,11 +72,14 @@ def match_graphs(a: OpGraph, b: OpGraph) -> dict[str, tuple[str, str]]:
     for role in ("inputs", "outputs"):
         sig_a, sig_b = getattr(a, role), getattr(b, role)
         common = set(sig_a) & set(sig_b)
-        for key in sorted(common):
-            pair(tensor_op(sig_a[key]), tensor_op(sig_b[key]), "signature")
+        anchors = [(key, key) for key in sorted(common)]
         rest_a, rest_b = sorted(set(sig_a) - common), sorted(set(sig_b) - common)
         if len(rest_a) == 1 and len(rest_b) == 1:  # one input (output) each, keyed differently
-            pair(tensor_op(sig_a[rest_a[0]]), tensor_op(sig_b[rest_b[0]]), "signature")
+            anchors.append((rest_a[0], rest_b[0]))
+        for key_a, key_b in anchors:
+            x, y = tensor_op(sig_a[key_a]), tensor_op(sig_b[key_b])
+            if x in a and y in b:  # an input the outputs do not need is not in the graph
+                pair(x, y, "signature")
     _spread(a, b, pairs, taken_b, pair)
     # Auto-numbered names structure left unpaired: equal names of one op type are the best guess.
     if any(pair(name, name, "name") for name in a.topo_order() if name in numbered and name in b
