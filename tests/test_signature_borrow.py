@@ -58,6 +58,7 @@ def test_compare_checkpoint_and_its_savedmodel_just_works_and_is_identical(slim_
     spec = json.loads((tmp_path / "r" / "captures" / "a" / "manifest.json").read_text())["spec"]["artifact"]
     assert spec["borrowed"]["inputs"]["images"]["name"] == "input:0"
     assert spec["borrowed"]["outputs"]["scores"]["name"] == SCORES
+    assert "signature_from" not in spec  # resolved: the SavedModel's path is no longer needed
 
 
 def test_outputs_named_by_hand_take_the_lenders_keys_without_map(slim_models: Path, tmp_path: Path) -> None:

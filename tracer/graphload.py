@@ -171,9 +171,9 @@ def borrow_signature(artifact: Artifact, *, allow_unsafe_ops: bool = False) -> N
     name and type is here, otherwise by matching the two graphs' structure (the matching
     diff-graph uses: anchored at the placeholders, spread over op types and inputs). With
     ``--outputs``/``--input-names`` the user's tensors stay what is traced; they only take the
-    lender's keys, so the two sides pair without ``--map``. Sets ``artifact.signature``, records
-    the result in ``artifact.ref.borrowed`` (replays then need not load the lender) and says in
-    one note which signature was borrowed. A lender without a signature lends nothing: the
+    lender's keys where they are the tensors found, so the two sides pair without ``--map``.
+    Sets ``artifact.signature``, records the result in ``artifact.ref.borrowed`` (replays then
+    need not load the lender) and says in one note which signature was borrowed. A lender without a signature lends nothing: the
     caller's "no signature" error lists this graph's candidates.
     """
     ref = artifact.ref
@@ -204,22 +204,26 @@ def borrow_signature(artifact: Artifact, *, allow_unsafe_ops: bool = False) -> N
             if mine is not None and tensor_slot(name) < len(by_name[mine].outputs):
                 found[name] = f"{mine}:{tensor_slot(name)}"
                 how.add("by structure")
-    lost = [f"{role} {key!r} ({spec.name})" for role, specs in (("input", lender_sig.inputs), ("output", lender_sig.outputs))
-            for key, spec in specs.items() if spec.name not in found]
-    if lost:
+    named = bool(ref.outputs or ref.input_names)
+    lost_in = [f"input {k!r} ({v.name})" for k, v in lender_sig.inputs.items() if v.name not in found]
+    lost_out = [f"output {k!r} ({v.name})" for k, v in lender_sig.outputs.items() if v.name not in found]
+    if (lost_out and not ref.outputs) or (lost_in and not named):
         raise TftraceError(
             f"{artifact.location} has no signature, and the signature {lender_sig.key!r} of {ref.signature_from.path} "
-            f"cannot be borrowed: no tensor here matches its {', '.join(lost)} by name or by structure",
+            f"cannot be borrowed: no tensor here matches its {', '.join(lost_in + lost_out)} by name or by structure",
             "name this side's tensors with --outputs/--input-names (per side: --a-outputs, --b-outputs)",
         )
-    inputs = {k: TensorSpec(found[v.name], v.dtype, None) for k, v in lender_sig.inputs.items()}
-    outputs = {k: TensorSpec(found[v.name], v.dtype, None) for k, v in lender_sig.outputs.items()}
-    own = artifact.signature
-    if own is not None and own.from_user:  # the user's tensors, under the lender's keys where they match
-        key_of = {spec.name: key for key, spec in [*inputs.items(), *outputs.items()]}
-        outputs = {key_of.get(s.name, k): s for k, s in own.outputs.items()}
-        inputs = {key_of.get(s.name, k): s for k, s in own.inputs.items()} or inputs
-    sig = Signature(lender_sig.key, inputs, outputs, lender_sig.method_name, False, ref.signature_from.path)
+    key_of = {found[v.name]: k for k, v in [*lender_sig.inputs.items(), *lender_sig.outputs.items()] if v.name in found}
+
+    def user(names: tuple[str, ...]) -> dict[str, TensorSpec]:  # the user's tensors, under the lender's keys
+        tensors = [n if ":" in n else f"{n}:0" for n in names]
+        return {key_of.get(t, t.split(":")[0]): TensorSpec(t, "unknown", None) for t in tensors}
+
+    lent_in = {k: TensorSpec(found[v.name], "unknown", None) for k, v in lender_sig.inputs.items() if v.name in found}
+    lent_out = {k: TensorSpec(found[v.name], "unknown", None) for k, v in lender_sig.outputs.items() if v.name in found}
+    inputs = user(ref.input_names) if ref.input_names else ({} if lost_in else lent_in)
+    outputs = user(ref.outputs) if ref.outputs else lent_out
+    sig = Signature(lender_sig.key, inputs, outputs, lender_sig.method_name, named, ref.signature_from.path)
     artifact.signature = sig
     artifact.ref = replace(ref, signature_from=None, borrowed=sig)
     artifact.notes.append(_borrow_note(sig, " and ".join(sorted(how)) or "as named"))
