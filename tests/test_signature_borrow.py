@@ -40,6 +40,14 @@ def test_diff_graph_of_a_training_checkpoint_borrows_the_savedmodels_signature(s
     assert reverse.returncode == 0 and "note (B): no signature of its own" in " ".join(reverse.stdout.split())
 
 
+def test_a_savedmodel_exported_without_signature_borrows_too(slim_models: Path) -> None:
+    doc = _json(run_cli("diff-graph", "--json", str(slim_models / "savedmodel"), str(slim_models / "savedmodel_unsigned")))
+    assert (doc["rewrites"], doc["only_in_a"], doc["only_in_b"], doc["renamed"]) == ([], [], [], {})
+    proc = run_cli("diff-graph", str(slim_models / "savedmodel_unsigned"), str(slim_models / "ckpt"))
+    assert_user_error(proc, "has no signature to say what to trace, and neither has",
+                      "candidate outputs, best first: net/predictions/Reshape_1, total_loss)")
+
+
 def test_compare_checkpoint_and_its_savedmodel_just_works_and_is_identical(slim_models: Path, tmp_path: Path) -> None:
     ckpt, sm = slim_models / "ckpt", slim_models / "savedmodel"
     proc = run_cli("compare", str(ckpt), str(sm), "--out", str(tmp_path / "r"), "--examples", "4")

@@ -433,7 +433,10 @@ def _load_saved_model(ref: ArtifactRef, directory: str, allow_unsafe_ops: bool) 
             _refuse_unsafe_at_load(directory, meta)
 
         return load_saved_model_v2(ref, directory, meta, available)
-    signature = _pick_signature(ref, by_tags, meta, required=not (ref.outputs or ref.input_names))
+    # None at all (exported without a signature_def_map) is like a checkpoint's .meta: the other
+    # side lends one, or the "no signature" error lists the candidates.
+    required = not (ref.outputs or ref.input_names or not signature_keys(meta))
+    signature = _pick_signature(ref, by_tags, meta, required=required)
     return Artifact(
         ref=ref,
         kind="saved_model_v1",
@@ -478,7 +481,7 @@ def _pick_signature(ref: ArtifactRef, by_tags: dict[str, Any], meta: Any, requir
     if ref.outputs or ref.input_names:
         return None  # the user said what to trace
     if ref.signature not in meta.signature_def:
-        if not required and not meta.signature_def:
+        if not required and not signature_keys(meta):
             return None
         listing = "; ".join(f"tags {tags!r}: {', '.join(signature_keys(mg)) or 'none'}" for tags, mg in by_tags.items())
         raise TftraceError(
