@@ -417,3 +417,17 @@ def test_names_differing_only_by_their_number_are_paired_by_structure() -> None:
 def test_a_planted_change_still_shows_among_renumbered_names() -> None:
     diff = diff_graphs(_two_reshapes("Reshape", "Reshape_1", "k"), _two_reshapes("Reshape_1", "Reshape_2", "other"))
     assert [(r.kind, r.a_nodes, r.b_nodes) for r in diff.rewrites] == [("const_changed", ["Const"], ["Const"])]
+
+
+def test_numbered_names_structure_cannot_tell_apart_fall_back_to_their_names() -> None:
+    # two Relus read the same input, and the op reading both changed type: neither the reader
+    # (other op) nor the input (two readers of one type) pairs them, so equal names decide
+    def branches(reader: str) -> OpGraph:
+        nodes = [op("x", "Placeholder", attrs={"dtype": "float32", "shape": [None, 4]}),
+                 op("Relu", "Relu", ["x:0"]), op("Relu_1", "Relu", ["x:0"]),
+                 op("y", reader, ["Relu:0", "Relu_1:0"])]
+        return graph(nodes, {"x": "x:0"}, {"y": "y:0"})
+
+    diff = diff_graphs(branches("Add"), branches("Mul"))
+    assert diff.pairs["Relu"] == ("Relu", "name") and diff.pairs["Relu_1"] == ("Relu_1", "name")
+    assert [(r.kind, r.a_nodes) for r in diff.rewrites] == [("op_changed", ["y"])]

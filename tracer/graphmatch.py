@@ -82,8 +82,9 @@ def match_graphs(a: OpGraph, b: OpGraph) -> dict[str, tuple[str, str]]:
                 pair(x, y, "signature")
     _spread(a, b, pairs, taken_b, pair)
     # Auto-numbered names structure left unpaired: equal names of one op type are the best guess.
-    if any(pair(name, name, "name") for name in a.topo_order() if name in numbered and name in b
-           and a.op_type(name) == b.op_type(name)):
+    guessed = [pair(name, name, "name") for name in a.topo_order()
+               if name in numbered and name in b and a.op_type(name) == b.op_type(name)]
+    if any(guessed):
         _spread(a, b, pairs, taken_b, pair)
     _pair_plumbing(a, b, pairs, pair)
     return pairs
