@@ -88,6 +88,7 @@ def _side(view: Any, kept: bool = True) -> dict[str, Any]:
         "timings": manifest.get("timings", {}),
         "examples": {**manifest.get("examples", {}), "digest": examples_digest(view)},
         "notes": manifest.get("notes", []),
+        "signature": {k: (manifest.get("signature") or {}).get(k) for k in ("key", "from_user", "borrowed_from")},
     }
 
 

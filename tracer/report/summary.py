@@ -193,6 +193,10 @@ def side_facts(side: dict[str, Any]) -> list[tuple[str, str]]:
         ("batch size", _scalar_text(side.get("batch_size"))),
         ("knobs", ", ".join(f"{k}={_scalar_text(v)}" for k, v in flatten(knobs).items()) if knobs else "defaults"),
     ]
+    signature = side.get("signature") if isinstance(side.get("signature"), dict) else {}
+    if signature.get("key"):
+        lent = f" (borrowed from {signature['borrowed_from']}: this side has none)" if signature.get("borrowed_from") else ""
+        rows.append(("signature", f"{signature['key']}{lent}"))
     if examples:
         rows.append(("examples", f"{_scalar_text(examples.get('count'))} from {_scalar_text(examples.get('source'))}"))
     if latency is not None:

@@ -93,6 +93,10 @@ def print_comparison(console: Console, report: dict, out_dir: object = None) -> 
         side = sides[key]
         console.print(f"  {key.upper()}: {side['artifact'].get('location') or side['artifact'].get('path')} "
                       f"[{side['label']}]", highlight=False, markup=False)
+        signature = side.get("signature") if isinstance(side.get("signature"), dict) else {}
+        if signature.get("borrowed_from"):
+            console.print(f"     no signature of its own: traced with signature {signature.get('key')!r} borrowed from "
+                          f"{signature['borrowed_from']}", highlight=False, markup=False)
     for title, origin in first_divergences(report):  # the same lines, in the same words, as report.md
         if origin:
             iso = origin.get("isolation") or {}
