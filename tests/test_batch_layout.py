@@ -49,7 +49,8 @@ def _write(code: str, *args: str) -> None:
 
 
 def _compare(out: Path, a: Path | str, b: Path | str, *args: str) -> tuple[int, dict[str, Any], str]:
-    proc = run_cli("compare", str(a), str(b), "--out", str(out), "--onednn", "off", "--isolate", "0", *args)
+    proc = run_cli("compare", str(a), str(b), "--out", str(out), "--onednn", "off", "--isolate", "0",
+                   "--keep-captures", *args)
     assert proc.returncode in (0, 1), proc.stderr
     return proc.returncode, json.loads((out / "report.json").read_text(encoding="utf-8")), proc.stdout
 
@@ -235,7 +236,7 @@ def test_an_origin_is_replayed_on_a_side_without_a_batch_axis(half_plus: dict[st
     from tracer.capture import Capture
 
     proc = run_cli("compare", str(half_plus["half_plus_two_cpu"]), str(half_plus["half_plus_two_fp16"]),
-                   "--out", str(tmp_path), "--onednn", "off", "--examples", "6")
+                   "--out", str(tmp_path), "--onednn", "off", "--examples", "6", "--keep-captures")
     assert proc.returncode == 1, proc.stderr
     report = json.loads((tmp_path / "report.json").read_text(encoding="utf-8"))
     x = np.asarray(Capture.open(tmp_path / "captures" / "a").tensor("x:0"))

@@ -23,7 +23,7 @@ EXAMPLES = ("--examples", "4")
 
 def _compare(tmp: Path, a: Path | str, b: Path | str, *extra: str) -> tuple[int, dict, str]:
     out = tmp / "report"
-    proc = run_cli("compare", str(a), str(b), "--out", str(out), *EXAMPLES, *extra)
+    proc = run_cli("compare", str(a), str(b), "--out", str(out), "--keep-captures", *EXAMPLES, *extra)
     assert proc.returncode in (0, 1), proc.stderr
     return proc.returncode, json.loads((out / "report.json").read_text()), proc.stdout
 

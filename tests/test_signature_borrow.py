@@ -50,7 +50,7 @@ def test_a_savedmodel_exported_without_signature_borrows_too(slim_models: Path) 
 
 def test_compare_checkpoint_and_its_savedmodel_just_works_and_is_identical(slim_models: Path, tmp_path: Path) -> None:
     ckpt, sm = slim_models / "ckpt", slim_models / "savedmodel"
-    proc = run_cli("compare", str(ckpt), str(sm), "--out", str(tmp_path / "r"), "--examples", "4")
+    proc = run_cli("compare", str(ckpt), str(sm), "--out", str(tmp_path / "r"), "--examples", "4", "--keep-captures")
     assert proc.returncode == 0, proc.stderr
     lines = [" ".join(line.split()) for line in proc.stdout.splitlines()]
     assert lines[0] == "IDENTICAL"

@@ -331,11 +331,12 @@ def _judge(ra: np.ndarray, rb: np.ndarray, op: dict[str, Any], capture_a: Captur
                   f"moves from run to run on one side ({moved_text})")
     else:
         verdict = "own_error"
-        detail = (f"given identical inputs, {_b_computation(op)} by up to {m.max_abs:.3g} (rel {m.max_rel:.3g}, "
-                  f"rel L2 {m.rel_l2:.3g})")
+        rel_l2 = f", rel L2 {m.rel_l2:.3g}" if m.kind == "float" else ""
+        detail = f"given identical inputs, {_b_computation(op)} by up to {m.max_abs:.3g} (rel {m.max_rel:.3g}{rel_l2})"
         if noisy:
             detail += f"; beyond its run-to-run noise ({moved_text})"
-    return IsolationResult(verdict, m.max_abs, m.max_rel, detail, noise_max_abs=noise, rel_l2=m.rel_l2)
+    return IsolationResult(verdict, m.max_abs, m.max_rel, detail, noise_max_abs=noise,
+                           rel_l2=m.rel_l2 if m.kind == "float" else None)
 
 
 def _replayed_alone_alike(graph_a: OpGraph, graph_b: OpGraph, op_a: str, op_b: str,

@@ -68,7 +68,7 @@ def _skeleton(p: Planned, cap_a: Capture | None, cap_b: Capture | None) -> dict[
         return {"describe": run.describe, "label": run.side.label(), "capture": str(cap.path) if cap else None}
 
     return {
-        "name": p.name, "factor": p.factor, "title": FACTORS[p.factor],
+        "name": p.name, "factor": p.factor, "title": FACTORS.get(p.factor, "; ".join(p.notes)),
         "a": side(p.a, cap_a), "b": side(p.b, cap_b),
         "verdict": None, "max_abs_output_diff": None, "outputs": {}, "first_divergence": None,
         "latency_ms": None, "latency_basis": "per example" if p.per_row else "per run", "cost_pct": None,

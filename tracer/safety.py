@@ -135,6 +135,8 @@ FILE_NAME_INPUT: dict[str, int] = {
 }
 
 _DESCRIPTOR_OPS = ("DecodeProtoV2", "EncodeProto")  # fine with the compiled-in descriptors (local://)
+# tfdbg v1 ops: they write only to their ``debug_urls`` (file://, grpc://); with none they compute
+_DEBUG_URL_OPS = ("DebugIdentity", "DebugNanCount", "DebugNumericSummary")
 
 
 def _op_name(tensor: str) -> str:
@@ -207,6 +209,11 @@ def _check(node: Any, label: str, trusted: frozenset[str], functions: dict[str, 
         stream = node.attr["output_stream"].s.decode("utf-8", "replace")
         if stream.startswith("file://"):
             return [(label, op, f"prints to {stream}")]
+    if op in _DEBUG_URL_OPS:
+        urls = [u.decode("utf-8", "replace") for u in node.attr["debug_urls"].list.s] if "debug_urls" in node.attr else []
+        if not urls:
+            return []  # no dump destination: it only summarises its input (NaN counts, min/max)
+        return [(label, op, UNSAFE_OPS[op])]
     if op in _DESCRIPTOR_OPS:
         source = node.attr["descriptor_source"].s.decode("utf-8", "replace") if "descriptor_source" in node.attr else ""
         if source in ("", "local://"):

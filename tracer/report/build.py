@@ -52,6 +52,12 @@ def examples_digest(view: Any) -> str | None:
     return digest.hexdigest() if inputs else None
 
 
+def float_only(m: Any, field: str) -> float | None:
+    """A norm-based figure (rel L2) only where it was measured: exact kinds (integers, bools)
+    count mismatches and magnitudes, and their norms are 0.0 by definition, not a measurement."""
+    return getattr(m, field) if m is not None and m.kind == "float" else None
+
+
 def rel_to_peak(view: Any, tensor: str | None, m: Any) -> float | None:
     """``max |a-b| / max |a|``: the difference relative to the tensor's largest magnitude (from
     A's capture stats), a relative figure that near-zero elements cannot inflate like max rel."""
@@ -103,7 +109,7 @@ def _origin(result: NodeResult, comparison: Comparison, rank: int | None = None)
         "b_node": node.b_node if node else None,
         "max_abs": m.max_abs if m else None,
         "max_rel": m.max_rel if m else None,
-        "rel_l2": m.rel_l2 if m else None,
+        "rel_l2": float_only(m, "rel_l2"),
         "mismatch_count": m.mismatch_count if m else None,  # for an integer index: how many moved
         "dtype": m.dtype_a if m else None,
         "rel_to_peak": rel_to_peak(comparison.view_a, result.tensor, m),
@@ -155,7 +161,8 @@ def _node(result: NodeResult, comparison: Comparison, index: int) -> dict[str, A
     if m is not None:
         out.update({
             "max_abs": m.max_abs, "max_rel": m.max_rel, "mean_abs": m.mean_abs, "ulp_max": m.ulp_max,
-            "cosine": m.cosine, "sqnr_db": m.sqnr_db, "rel_l2": m.rel_l2, "mismatch_count": m.mismatch_count,
+            "cosine": m.cosine, "sqnr_db": m.sqnr_db, "rel_l2": float_only(m, "rel_l2"),
+            "mismatch_count": m.mismatch_count,
             "rel_to_peak": rel_to_peak(comparison.view_a, result.tensor, m),
             "nan_mismatch": m.nan_mismatch, "inf_mismatch": m.inf_mismatch,
             "worst": [[list(i), a, b] for i, a, b in m.worst],
@@ -206,7 +213,7 @@ def _output_fields(m: Any, atol: float, rtol: float) -> dict[str, Any]:
         "identical": m.identical if m else None,
         "within_tolerance": m.within(atol, rtol) if m else None,
         "max_abs": m.max_abs if m else None, "max_rel": m.max_rel if m else None,
-        "rel_l2": m.rel_l2 if m else None,
+        "rel_l2": float_only(m, "rel_l2"),
         "cosine": m.cosine if m else None,
         "nan_mismatch": m.nan_mismatch if m else None,
         "inf_mismatch": m.inf_mismatch if m else None,
