@@ -121,6 +121,7 @@ def run_gpu(plan: GpuPlan, device: str, work: Path, results: Path, meta: dict[st
                                            "duration_s": round(time.time() - meta["started_epoch"], 1),
                                            "load_average_at_end": [round(x, 2) for x in os.getloadavg()]})
 
+    save()  # the machine, before anything can fail or time out
     deadline = _deadlines(plan, end)
     first_model = plan.workloads[0][0]
     log(f"model {first_model} (generated once into {ws.models_dir})")
@@ -167,7 +168,7 @@ def main_gpu(device: str, quick: bool, out: Path | None, work: Path | None, budg
     out.mkdir(parents=True, exist_ok=True)
     results = out / GPU_RESULTS_NAME
     started = time.time()
-    log_file = (out / LOG_NAME).open("a", encoding="utf-8")
+    log_file = (out / LOG_NAME).open("w", encoding="utf-8")  # the log of the run that wrote results_gpu.json
 
     def log(message: str) -> None:
         line = f"[{time.time() - started:6.0f} s] {message}"
