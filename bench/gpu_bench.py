@@ -52,7 +52,7 @@ class GpuPlan:
     first_use_batch: int = 1  # the untimed round of every contender, on the first workload's model
 
 
-GPU_FULL = GpuPlan("gpu", (("resnet50", 1, 3), ("resnet50", 8, 3)))
+GPU_FULL = GpuPlan("gpu", (("resnet50", 1, 5), ("resnet50", 8, 4)))  # rounds at most: --budget-s decides
 GPU_QUICK = GpuPlan("gpu-quick", (("detector", 1, 1), ("detector", 8, 1)))
 
 PROBE = r"""
