@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -232,3 +233,76 @@ def test_gpu_mode_runs_end_to_end_with_device_cpu(tmp_path: Path) -> None:
     assert isinstance(data["capture_vs_tfdbg_ratio"], float) and data["capture_vs_tfdbg_ratio"] > 0
     assert "capture overhead (detector, batch 8, CPU)" in proc.stdout
     assert "done in" in (out / "bench_gpu.log").read_text()
+
+
+def test_capture_rounds_stop_at_the_deadline_and_survive_a_failing_peer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The one-shot GPU run's safety nets, without TensorFlow: the contenders are replaced by
+    fakes that take 10 s of a fake clock each. A round that would end past the deadline is not
+    started, every finished round is handed to ``on_round``, and a peer that fails is recorded
+    and left out of the later rounds while the others go on."""
+    from bench import capture_bench
+    from bench.procs import BenchError, ChildRun
+    from bench.workspace import Model
+
+    class Clock:
+        now = 1000.0
+
+        def time(self) -> float:
+            return self.now
+
+    clock = Clock()
+    monkeypatch.setattr(capture_bench, "time", clock)
+
+    def fake_capture(ckpt: Path, inputs: Path, out: Path, device: str | None = None) -> ChildRun:
+        out.mkdir(parents=True)
+        (out / "manifest.json").write_text(json.dumps({
+            "tensors": {"x:0": {"size_bytes": 8}, "y:0": {"size_bytes": 16}}, "tensor_layout": {"y:0": "rows"},
+            "graph": {"nodes": [{"name": "x", "op": "Placeholder"}, {"name": "y", "op": "Relu"}]},
+            "environment": {"session_devices": [{"name": f"/device:{(device or 'cpu').upper()}:0"}]}}))
+        return ChildRun([], 5.0, 0.0, 0, "", "")
+
+    calls: list[tuple[str, str | None]] = []
+
+    def fake_run_one(name: str, model: Model, inputs: Path, work: Path, job: dict, device: str | None) -> dict:
+        calls.append((name, job.get("device")))
+        clock.now += 10.0
+        if name == "tfdbg" and len([c for c in calls if c[0] == "tfdbg"]) == 2:
+            raise BenchError("python -m bench.peers tfdbg ... exited with 1:\nInternalError: made-up")
+        seconds = {"capture": 4.0, "tfdbg": 8.0, "naive": 2.0}[name]
+        return {"seconds": seconds, "process_s": seconds, "disk": {"apparent": 24}, "child_timings": {},
+                "disk_one_run": 48, "first_run_s": 1.0, "next_runs_s": [0.5]}
+
+    monkeypatch.setattr(capture_bench, "_capture", fake_capture)
+    monkeypatch.setattr(capture_bench, "_run_one", fake_run_one)
+
+    class FakeWorkspace:
+        def inputs(self, model: Model, batch: int) -> Path:
+            return tmp_path / "x.npy"
+
+        def fresh(self, *parts: str) -> Path:
+            path = tmp_path.joinpath("runs", *parts)
+            shutil.rmtree(path, ignore_errors=True)
+            return path
+
+    model = Model("m", tmp_path / "ckpt", tmp_path / "sm", "m", (2,))
+    seen: list[dict] = []
+    log: list[str] = []
+    c = capture_bench.measure_capture(FakeWorkspace(), model, 8, 5, log.append, warmup=True,  # type: ignore[arg-type]
+                                      contenders=("capture", "tfdbg", "naive"), device="gpu", on_round=seen.append,
+                                      deadline=1000.0 + 75.0, tolerate_failures=True)
+    # round 1 ends at 1030; round 2 (capture, naive; tfdbg fails after its 10 s) ends at 1060;
+    # round 3 would take as long as round 2 (30 s) and end past 1075: not started
+    assert c["rounds"] == 2 and [s["rounds"] for s in seen] == [1, 2]
+    assert calls == [("capture", "gpu"), ("tfdbg", "gpu"), ("naive", "gpu"),
+                     ("tfdbg", "gpu"), ("naive", "gpu"), ("capture", "gpu")]
+    assert {k: len(v) for k, v in c["raw"].items()} == {"capture": 2, "tfdbg": 1, "naive": 2}
+    assert c["failed"] == {"tfdbg": "python -m bench.peers tfdbg ... exited with 1:\nInternalError: made-up"}
+    assert c["ratios"] == {"tfdbg": 0.5, "naive": 2.0} and c["tfdbg_disk_bytes"] == 48
+    assert c["capture_session_devices"] == ["/device:GPU:0"] and c["activation_bytes"] == 16
+    assert any("stopping after 2 round(s)" in line for line in log)
+    assert any("tfdbg failed, going on without it: InternalError: made-up" in line for line in log)
+    # without tolerate_failures (the CPU benchmark), a failing peer still stops the run
+    calls.clear()
+    with pytest.raises(BenchError):
+        capture_bench.measure_capture(FakeWorkspace(), model, 8, 5, log.append,  # type: ignore[arg-type]
+                                      contenders=("capture", "tfdbg", "naive"))
