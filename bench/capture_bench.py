@@ -12,6 +12,11 @@ timed from process start to the moment its result exists:
 Disk: the capture directory against tfdbg's dump directory after that one run. One untimed
 capture first warms the page cache for the model files and gives the naive script its fetch
 list (the tensors tftrace captured).
+
+``device`` runs every contender there (``bench.gpu_bench``: ``tftrace capture --device gpu``, the
+peers' graphs on ``/GPU:0``). ``on_round`` receives the summary after every round (so a run cut
+short still leaves its rounds), ``deadline`` (``time.time()``) stops starting rounds that would
+end after it, and ``tolerate_failures`` records a failing peer and goes on without it.
 """
 
 from __future__ import annotations
@@ -19,11 +24,12 @@ from __future__ import annotations
 import json
 import shutil
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .procs import ChildRun, dir_bytes, median, run_child
+from .procs import BenchError, ChildRun, child_env, dir_bytes, median, run_child
 from .workspace import Model, Workspace
 
 __all__ = ["measure_capture"]
@@ -31,9 +37,11 @@ __all__ = ["measure_capture"]
 CONTENDERS = ("capture", "tfdbg", "naive", "plain")
 
 
-def _capture(ckpt: Path, inputs: Path, out: Path) -> ChildRun:
+def _capture(ckpt: Path, inputs: Path, out: Path, device: str | None = None) -> ChildRun:
+    """``tftrace capture`` as a user types it (``--device`` only when a device is asked for)."""
+    flags = ["--device", device] if device else []
     return run_child([sys.executable, "-m", "tracer.cli", "capture", str(ckpt), "--inputs", str(inputs),
-                      "--out", str(out), "--force"])
+                      "--out", str(out), "--force", *flags], env=child_env(device=device or "cpu"))
 
 
 def _capture_record(out: Path, run: ChildRun) -> dict[str, Any]:
@@ -46,73 +54,116 @@ def _capture_record(out: Path, run: ChildRun) -> dict[str, Any]:
 
 def _peer(mode: str, job: dict[str, Any], job_path: Path) -> ChildRun:
     job_path.write_text(json.dumps(job))
-    return run_child([sys.executable, "-m", "bench.peers", mode, str(job_path)])
+    return run_child([sys.executable, "-m", "bench.peers", mode, str(job_path)],
+                     env=child_env(device=job.get("device") or "cpu"))
+
+
+def _run_one(name: str, model: Model, inputs: Path, work: Path, job: dict[str, Any],
+             device: str | None) -> dict[str, Any]:
+    """One contender's timed run and what it reports."""
+    if name == "capture":
+        out = work / "capture"
+        record = _capture_record(out, _capture(model.ckpt, inputs, out, device))
+        shutil.rmtree(out)
+        return record
+    if name == "tfdbg":
+        dump = work / "tfdbg_dump"
+        try:
+            run = _peer("tfdbg", {**job, "dump": str(dump)}, work / "tfdbg.json")
+        finally:
+            shutil.rmtree(dump, ignore_errors=True)
+        res = run.result
+        return {"seconds": run.since_start(res["done_at"]), "process_s": run.wall_s,
+                "disk_one_run": res["dump_bytes_one_run"],
+                **{k: res[k] for k in ("import_s", "build_s", "load_s", "first_run_s", "next_runs_s",
+                                       "graph_ops", "debug_ops", "dump_bytes_before_run", "gpus_seen") if k in res}}
+    run = _peer(name, job, work / f"{name}.json")
+    res = run.result
+    return {"seconds": run.since_start(res["done_at"]), "process_s": run.wall_s,
+            **{k: v for k, v in res.items() if k not in ("mode", "done_at")}}
 
 
 def measure_capture(ws: Workspace, model: Model, batch: int, rounds: int, log: Callable[[str], None],
-                    warmup: bool = True, contenders: tuple[str, ...] = CONTENDERS) -> dict[str, Any]:
+                    warmup: bool = True, contenders: tuple[str, ...] = CONTENDERS, *, device: str | None = None,
+                    on_round: Callable[[dict[str, Any]], None] | None = None, deadline: float | None = None,
+                    tolerate_failures: bool = False) -> dict[str, Any]:
     """Median seconds and bytes of every contender on ``model`` at ``batch``, plus the raw runs.
 
     Without ``warmup`` the first round's capture (which always runs first) gives the fetch list.
+    With a ``deadline``, the first round always runs; a later one only if the previous round's
+    duration still fits before it.
     """
     inputs = ws.inputs(model, batch)
     tag = f"{model.name}_b{batch}"
     work = ws.fresh("capture", tag)
     work.mkdir(parents=True)
     first = work / ("warmup" if warmup else "capture")
-    warm = _capture(model.ckpt, inputs, first)
+    warm = _capture(model.ckpt, inputs, first, device)
     manifest = json.loads((first / "manifest.json").read_text())
     tensors = work / "tensors.json"
     tensors.write_text(json.dumps(list(manifest["tensors"])))
     raw: dict[str, list[dict[str, Any]]] = {name: [] for name in contenders}
+    failed: dict[str, str] = {}
     if not warmup:
         raw["capture"].append(_capture_record(first, warm))
         shutil.rmtree(first)
     job = {"model": model.builder, "ckpt_prefix": str(model.ckpt_prefix), "inputs": str(inputs),
-           "tensors": str(tensors), "repeats": 1}
+           "tensors": str(tensors), "repeats": 1, **({"device": device} if device else {})}
+    done = 0
+    last_round_s = 0.0
     for r in range(rounds):
+        if r and deadline is not None and time.time() + last_round_s > deadline:
+            log(f"  {tag}: stopping after {done} round(s): another would end past the time budget")
+            break
+        started = time.time()
         order = contenders[r % len(contenders):] + contenders[: r % len(contenders)]
         for name in order:
-            if name == "capture":
-                if r == 0 and not warmup:
-                    continue  # ran above
-                out = work / "capture"
-                raw[name].append(_capture_record(out, _capture(model.ckpt, inputs, out)))
-                shutil.rmtree(out)
-            elif name == "tfdbg":
-                dump = work / "tfdbg_dump"
-                run = _peer("tfdbg", {**job, "dump": str(dump)}, work / "tfdbg.json")
-                res = run.result
-                raw[name].append({"seconds": run.since_start(res["done_at"]), "process_s": run.wall_s,
-                                  "disk_one_run": res["dump_bytes_one_run"],
-                                  **{k: res[k] for k in ("import_s", "build_s", "load_s", "first_run_s", "next_runs_s",
-                                                         "graph_ops", "debug_ops", "dump_bytes_before_run")}})
-                shutil.rmtree(dump, ignore_errors=True)
-            else:
-                run = _peer(name, job, work / f"{name}.json")
-                res = run.result
-                raw[name].append({"seconds": run.since_start(res["done_at"]), "process_s": run.wall_s,
-                                  **{k: v for k, v in res.items() if k not in ("mode", "done_at")}})
-        log(f"  {tag} round {r + 1}/{rounds}: " + ", ".join(f"{n} {raw[n][-1]['seconds']:.2f} s" for n in contenders))
+            if name in failed or (name == "capture" and r == 0 and not warmup):
+                continue  # failed before, or ran above
+            try:
+                raw[name].append(_run_one(name, model, inputs, work, job, device))
+            except BenchError as exc:
+                if not tolerate_failures or name == "capture":
+                    raise
+                failed[name] = str(exc)
+                log(f"  {tag}: {name} failed, going on without it: {str(exc).splitlines()[-1][:200]}")
+        done = r + 1
+        last_round_s = time.time() - started
+        log(f"  {tag} round {done}/{rounds}: " + ", ".join(f"{n} {raw[n][-1]['seconds']:.2f} s"
+                                                           for n in contenders if n not in failed))
+        if on_round is not None:
+            on_round(_summary(model, batch, done, raw, failed, manifest, warm if warmup else None))
+    return _summary(model, batch, done, raw, failed, manifest, warm if warmup else None)
+
+
+def _summary(model: Model, batch: int, rounds: int, raw: dict[str, list[dict[str, Any]]], failed: dict[str, str],
+             manifest: dict[str, Any], warm: ChildRun | None) -> dict[str, Any]:
+    """The figures of the rounds so far: medians over the contenders that ran (``failed``: those
+    that did not, with their error)."""
+    ran = {name: runs for name, runs in raw.items() if runs}
     captured = sum(rec["size_bytes"] for rec in manifest["tensors"].values())
     op_types = {node["name"]: node["op"] for node in manifest["graph"]["nodes"]}
     ref_variables = sum(rec["size_bytes"] for n, rec in manifest["tensors"].items()
                         if op_types.get(n.rsplit(":", 1)[0]) in ("VariableV2", "VariableV1", "Variable"))
-    return {
+    out: dict[str, Any] = {
         "model": model.name,
         "batch": batch,
         "rounds": rounds,
-        "seconds": {name: median([x["seconds"] for x in raw[name]]) for name in contenders},
+        "seconds": {name: median([x["seconds"] for x in runs]) for name, runs in ran.items()},
         # each round's contenders ran minutes apart at most; the median of per-round ratios
         # follows the machine's load better than the ratio of medians
-        "ratios": {peer: median([c["seconds"] / p["seconds"] for c, p in zip(raw["capture"], raw[peer])])
-                   for peer in contenders if peer != "capture"},
+        "ratios": {peer: median([c["seconds"] / p["seconds"] for c, p in zip(raw["capture"], runs)])
+                   for peer, runs in ran.items() if peer != "capture"},
         "capture_disk_bytes": median([x["disk"]["apparent"] for x in raw["capture"]]),
-        "tfdbg_disk_bytes": median([x["disk_one_run"] for x in raw["tfdbg"]]),
-        "tfdbg_first_run_s": median([x["first_run_s"] for x in raw["tfdbg"]]),
-        "tfdbg_next_run_s": median([x["next_runs_s"][0] for x in raw["tfdbg"]]),
-        "naive_first_run_s": median([x["first_run_s"] for x in raw["naive"]]),
-        "naive_next_run_s": median([x["next_runs_s"][0] for x in raw["naive"]]),
+    }
+    if "tfdbg" in ran:
+        out.update({"tfdbg_disk_bytes": median([x["disk_one_run"] for x in raw["tfdbg"]]),
+                    "tfdbg_first_run_s": median([x["first_run_s"] for x in raw["tfdbg"]]),
+                    "tfdbg_next_run_s": median([x["next_runs_s"][0] for x in raw["tfdbg"]])})
+    if "naive" in ran:
+        out.update({"naive_first_run_s": median([x["first_run_s"] for x in raw["naive"]]),
+                    "naive_next_run_s": median([x["next_runs_s"][0] for x in raw["naive"]])})
+    out.update({
         "plain_next_run_s": median([min(x["next_runs_s"]) for x in raw["plain"]]) if raw.get("plain") else None,
         "tensors_captured": len(manifest["tensors"]),
         "tensor_bytes": captured,
@@ -124,6 +175,10 @@ def measure_capture(ws: Workspace, model: Model, batch: int, rounds: int, log: C
         "capture_child_s": {k: median([x["child_timings"].get(k, 0.0) for x in raw["capture"]])
                             for k in ("load_s", "instrumented_s", "sync_s", "total_s")},
         "capture_process_s": median([x["process_s"] for x in raw["capture"]]),
-        "warmup_capture_s": warm.wall_s if warmup else None,
+        "warmup_capture_s": warm.wall_s if warm is not None else None,
+        # the devices tftrace's session had (a GPU run shows its GPU here)
+        "capture_session_devices": [d.get("name") for d in manifest.get("environment", {}).get("session_devices", [])],
+        **({"failed": failed} if failed else {}),
         "raw": raw,
-    }
+    })
+    return out

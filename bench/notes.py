@@ -99,7 +99,9 @@ def _compare_limits(d: dict[str, Any], i: dict[str, Any]) -> str:
     return "\n".join(["What limits the compare figures, measured in this run:", "", *lines, ""])
 
 
-def notes(figs: dict[str, Any]) -> str:
+def notes(figs: dict[str, Any], gpu: str = "") -> str:
+    """The page's prose; ``gpu``: the GPU section (:func:`bench.gpu_report.gpu_section`), placed
+    after the CPU figures' notes."""
     primary = figs["capture"][0]
     t, m, e, r = figs["throughput"], figs["peak_rss"], figs["end_to_end"], figs["render"]
     parts = [
@@ -177,12 +179,14 @@ def notes(figs: dict[str, Any]) -> str:
            f"{r['browser']['ready_s']:.1f} s, a search for the first divergent op highlighted it."
            if "ready_s" in r["browser"] else f"The page was not opened in a browser: {r['browser'].get('skipped')}."),
         "",
+        *([gpu] if gpu else []),
         "## Reproduce",
         "",
         "```",
         "make bench          # everything above (installs nothing new; generates the models once into out/bench)",
         "make bench-quick    # the same harness on the sample detector, one round: checks it runs",
         "python -m bench --rewrite-markdown   # this page and the README summary again from bench/results.json",
+        "python -m bench --gpu --out DIR     # on a machine with a GPU: the section above, in DIR/results_gpu.json",
         "python -m bench --help",
         "```",
     ]

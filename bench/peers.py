@@ -17,11 +17,16 @@ harness times the whole process from outside, as it times ``tftrace capture``. M
   dumped: only the inference is). One ``session.run`` of the outputs, then both flushes:
   the dump is complete.
 
-Every mode feeds the same ``.npy`` inputs tftrace was given.
+Every mode feeds the same ``.npy`` inputs tftrace was given. A job with a ``device`` (the GPU
+mode, ``bench.gpu_bench``) builds or imports its graph under ``tf.device("/GPU:0")`` (or
+``/CPU:0``), as a user places a model, in a session with soft placement (ops without a kernel
+there fall back to the CPU) and, on a GPU, memory grown on demand: the settings tftrace's own
+``--device gpu`` session uses. A job without one runs exactly as the CPU benchmark always has.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -55,11 +60,29 @@ def _tf() -> ModuleType:
     return tf
 
 
-def _load_checkpoint(tf: ModuleType, prefix: str) -> tuple[Any, Any]:
+def _placement(tf: ModuleType, job: dict[str, Any]) -> tuple[Any, Any]:
+    """(device scope, session config) for the job's ``device``; (no scope, default config) without."""
+    device = job.get("device")
+    if not device:
+        return contextlib.nullcontext(), None
+    kind, _, index = str(device).lower().partition(":")
+    config = tf.compat.v1.ConfigProto(allow_soft_placement=True)
+    if kind == "gpu":
+        config.gpu_options.allow_growth = True
+    return tf.device(f"/{kind.upper()}:{index or 0}"), config
+
+
+def _seen(tf: ModuleType, job: dict[str, Any]) -> dict[str, Any]:
+    """With a ``device``: the GPUs this process's TensorFlow saw (none when ``CUDA_VISIBLE_DEVICES=-1``)."""
+    return {"gpus_seen": [d.name for d in tf.config.list_physical_devices("GPU")]} if job.get("device") else {}
+
+
+def _load_checkpoint(tf: ModuleType, prefix: str, job: dict[str, Any]) -> tuple[Any, Any]:
     """``import_meta_graph`` + restore: how a TF1 user opens a training checkpoint."""
+    scope, config = _placement(tf, job)
     graph = tf.Graph()
-    sess = tf.compat.v1.Session(graph=graph)
-    with graph.as_default():
+    sess = tf.compat.v1.Session(graph=graph, config=config)
+    with graph.as_default(), scope:
         saver = tf.compat.v1.train.import_meta_graph(f"{prefix}.meta", clear_devices=True)
         saver.restore(sess, prefix)
     return graph, sess
@@ -89,19 +112,19 @@ def _timed_runs(sess: Any, fetches: Any, feed: dict[Any, np.ndarray], repeats: i
 def run_plain(job: dict[str, Any]) -> dict[str, Any]:
     tf = _tf()
     imported = time.perf_counter()
-    graph, sess = _load_checkpoint(tf, job["ckpt_prefix"])
+    graph, sess = _load_checkpoint(tf, job["ckpt_prefix"], job)
     inp, outs = _signature_tensors(graph, job["ckpt_prefix"], tf)
     loaded = time.perf_counter()
     first, later = _timed_runs(sess, outs, {inp: np.load(job["inputs"])}, job.get("repeats", 3))
     done_at = time.time() - sum(later)  # the first run's outputs were in hand before the repeats
     return {"import_s": imported - STARTED, "load_s": loaded - imported, "first_run_s": first, "next_runs_s": later,
-            "done_at": done_at}
+            "done_at": done_at, **_seen(tf, job)}
 
 
 def run_naive(job: dict[str, Any]) -> dict[str, Any]:
     tf = _tf()
     imported = time.perf_counter()
-    graph, sess = _load_checkpoint(tf, job["ckpt_prefix"])
+    graph, sess = _load_checkpoint(tf, job["ckpt_prefix"], job)
     inp, _outs = _signature_tensors(graph, job["ckpt_prefix"], tf)
     names = [n for n in json.loads(Path(job["tensors"]).read_text()) if n != inp.name]
     fetches = [graph.get_tensor_by_name(n) for n in names]
@@ -115,7 +138,7 @@ def run_naive(job: dict[str, Any]) -> dict[str, Any]:
     del values
     _, later = _timed_runs(sess, fetches, feed, job.get("repeats", 1))
     return {"import_s": imported - STARTED, "load_s": loaded - imported, "first_run_s": first,
-            "next_runs_s": later, "tensors": len(fetches), "bytes_in_memory": held, "done_at": done_at}
+            "next_runs_s": later, "tensors": len(fetches), "bytes_in_memory": held, "done_at": done_at, **_seen(tf, job)}
 
 
 def _build(tf: ModuleType, model: str) -> tuple[Any, list[Any], list[Any]]:
@@ -135,13 +158,15 @@ def run_tfdbg(job: dict[str, Any]) -> dict[str, Any]:
     tf = _tf()
     imported = time.perf_counter()
     dump = Path(job["dump"])
+    scope, config = _placement(tf, job)
     graph = tf.Graph()
     with graph.as_default():
         writer = tf.debugging.experimental.enable_dump_debug_info(
             str(dump), tensor_debug_mode="FULL_TENSOR", circular_buffer_size=-1, op_regex=ALL_BUT_REF_VARIABLES)
-        inp, outs, variables = _build(tf, job["model"])
+        with scope:
+            inp, outs, variables = _build(tf, job["model"])
         built = time.perf_counter()
-        sess = tf.compat.v1.Session(graph=graph)
+        sess = tf.compat.v1.Session(graph=graph, config=config)
         reader = tf.train.load_checkpoint(job["ckpt_prefix"])
         # One run of every initializer with the checkpoint's values fed: Variable.load per
         # variable would build an executor per variable (seconds on ResNet-50) and is not
@@ -170,7 +195,7 @@ def run_tfdbg(job: dict[str, Any]) -> dict[str, Any]:
     return {"import_s": imported - STARTED, "build_s": built - imported, "load_s": loaded - built, "first_run_s": first,
             "next_runs_s": later, "dump_bytes_before_run": before, "dump_bytes_one_run": after_first,
             "done_at": done_at, "graph_ops": len(graph.get_operations()),
-            "debug_ops": sum(op.type == "DebugIdentityV2" for op in graph.get_operations())}
+            "debug_ops": sum(op.type == "DebugIdentityV2" for op in graph.get_operations()), **_seen(tf, job)}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -53,15 +53,18 @@ class ChildRun:
         return epoch - self.started_epoch
 
 
-def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment every contender gets: CPU only, oneDNN pinned off, TF quiet.
+def child_env(extra: dict[str, str] | None = None, device: str = "cpu") -> dict[str, str]:
+    """The environment every contender gets: CPU only (unless ``device`` is a GPU: then CUDA
+    stays as the user's environment has it), oneDNN pinned off, TF quiet.
 
     oneDNN is pinned so that every contender runs the same kernels (its default depends on
     the CPU); the repository is on PYTHONPATH so ``bench`` and ``tracer`` import alike.
     """
     env = dict(os.environ)
-    env.update({"TF_ENABLE_ONEDNN_OPTS": "0", "CUDA_VISIBLE_DEVICES": "-1", "TF_CPP_MIN_LOG_LEVEL": "2",
+    env.update({"TF_ENABLE_ONEDNN_OPTS": "0", "TF_CPP_MIN_LOG_LEVEL": "2",
                 "COLUMNS": "200", "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)})
+    if not device.lower().startswith("gpu"):
+        env["CUDA_VISIBLE_DEVICES"] = "-1"
     env.update(extra or {})
     return env
 

@@ -39,17 +39,32 @@ class Row:
         return [self.figure, self.measured, self.peer, ratio, self.target, verdict]
 
 
+def _failed(c: dict[str, Any], peer: str) -> str:
+    """The peer's error in one line (a GPU run goes on without a peer that fails)."""
+    lines = str(c.get("failed", {}).get(peer, "did not run")).strip().splitlines()
+    return f"{peer} failed: {lines[-1][:160] if lines else '?'}"
+
+
 def _capture_rows(c: dict[str, Any], label: str) -> list[Row]:
     s, q = c["seconds"], c["ratios"]
-    rows = [
-        Row(f"capture all intermediates, time ({label})", f"{s['capture']:.2f} s",
-            f"tfdbg2 FULL_TENSOR {s['tfdbg']:.2f} s", q["tfdbg"], "≤ 0.5×", q["tfdbg"] <= 0.5),
-        Row(f"capture all intermediates, disk ({label})", f"{c['capture_disk_bytes'] / MB:.0f} MB",
-            f"tfdbg2 dump {c['tfdbg_disk_bytes'] / MB:.0f} MB", c["capture_disk_bytes"] / c["tfdbg_disk_bytes"], "≤ 0.5×",
-            c["capture_disk_bytes"] / c["tfdbg_disk_bytes"] <= 0.5),
-        Row(f"capture overhead ({label})", f"{s['capture']:.2f} s", f"naive fetch-all script {s['naive']:.2f} s",
-            q["naive"], "≤ 1.5×", q["naive"] <= 1.5),
-    ]
+    if "tfdbg" in s:
+        rows = [
+            Row(f"capture all intermediates, time ({label})", f"{s['capture']:.2f} s",
+                f"tfdbg2 FULL_TENSOR {s['tfdbg']:.2f} s", q["tfdbg"], "≤ 0.5×", q["tfdbg"] <= 0.5),
+            Row(f"capture all intermediates, disk ({label})", f"{c['capture_disk_bytes'] / MB:.0f} MB",
+                f"tfdbg2 dump {c['tfdbg_disk_bytes'] / MB:.0f} MB", c["capture_disk_bytes"] / c["tfdbg_disk_bytes"],
+                "≤ 0.5×", c["capture_disk_bytes"] / c["tfdbg_disk_bytes"] <= 0.5),
+        ]
+    else:
+        rows = [Row(f"capture all intermediates, time ({label})", f"{s['capture']:.2f} s", _failed(c, "tfdbg"), None,
+                    "≤ 0.5×", None),
+                Row(f"capture all intermediates, disk ({label})", f"{c['capture_disk_bytes'] / MB:.0f} MB",
+                    _failed(c, "tfdbg"), None, "≤ 0.5×", None)]
+    if "naive" in s:
+        rows.append(Row(f"capture overhead ({label})", f"{s['capture']:.2f} s", f"naive fetch-all script {s['naive']:.2f} s",
+                        q["naive"], "≤ 1.5×", q["naive"] <= 1.5))
+    else:
+        rows.append(Row(f"capture overhead ({label})", f"{s['capture']:.2f} s", _failed(c, "naive"), None, "≤ 1.5×", None))
     if "plain" in s:
         rows.append(Row(f"capture vs plain run ({label})", f"{s['capture']:.2f} s", f"plain run {s['plain']:.2f} s",
                         q["plain"], "— (context)", None))

@@ -7,7 +7,8 @@ batch 1, then SSD300 batch 1 and ResNet-50 batch 8), the throughput of comparing
 end, and the 5,000-op report. It prints the table, writes ``bench/results.json`` and
 ``BENCHMARKS.md``. ``--quick`` runs the same code on the sample detector, one round each, and
 renders the detector's report instead of the 5,000-op one: it checks the harness, not the
-numbers.
+numbers. ``--gpu`` measures the capture figures on a GPU instead (:mod:`bench.gpu_bench`); the
+page includes them from ``bench/results_gpu.json`` when it exists.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from . import procs
 from .capture_bench import measure_capture
 from .compare_bench import make_captures, measure_peak_rss, measure_throughput
 from .e2e_bench import measure_end_to_end
+from .gpu_report import GPU_RESULTS_NAME, gpu_section, load_gpu_results
 from .notes import notes
 from .procs import REPO, machine
 from .render_bench import make_wide_report, measure_render
@@ -109,9 +111,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rewrite-markdown", action="store_true",
                         help="measure nothing: rewrite the BENCHMARKS.md page (and, for bench/results.json, the README's "
                              "speed summary) from the results.json of the last run, after editing how they explain it")
+    parser.add_argument("--gpu-results", type=Path, default=REPO / "bench" / GPU_RESULTS_NAME,
+                        help="the GPU run the page includes (default bench/results_gpu.json; absent: 'not run on a GPU')")
+    gpu = parser.add_argument_group("GPU mode (issue 14): capture vs tfdbg2 vs the naive script, ResNet-50 batch 1 and 8")
+    gpu.add_argument("--gpu", action="store_true", help="measure the capture figures on a GPU (exit 2 where TensorFlow "
+                     "sees none); writes results_gpu.json and bench_gpu.log to --out after every round")
+    gpu.add_argument("--device", default="gpu", help="with --gpu: gpu (default), gpu:N, or cpu to check the harness here")
+    gpu.add_argument("--out", type=Path, default=None,
+                     help="with --gpu: where results_gpu.json and the log go (default bench/; --quick or --device cpu: "
+                          "out/bench/gpu/results)")
+    gpu.add_argument("--budget-s", type=float, default=420.0,
+                     help="with --gpu: start no round that would end after this many seconds (default %(default)s)")
     args = parser.parse_args(argv)
+    if args.gpu:
+        from .gpu_bench import main_gpu  # noqa: PLC0415
+
+        return main_gpu(args.device, args.quick, args.out, args.work, args.budget_s)
     if args.rewrite_markdown:
-        return _rewrite_markdown(args.results or REPO / "bench" / "results.json", args.markdown or REPO / "BENCHMARKS.md")
+        return _rewrite_markdown(args.results or REPO / "bench" / "results.json", args.markdown or REPO / "BENCHMARKS.md",
+                                 args.gpu_results)
     plan = QUICK if args.quick else FULL
     work = args.work or REPO / "out" / ("bench/quick" if args.quick else "bench")
     results = args.results or (work / "results.json" if args.quick else REPO / "bench" / "results.json")
@@ -132,7 +150,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     write_results(results, figs, rows, meta)
     print(f"\nwrote {results}")
     if markdown is not None:
-        write_markdown(markdown, rows, meta, notes(figs))
+        write_markdown(markdown, rows, meta, notes(figs, _gpu_section(args.gpu_results)))
         print(f"wrote {markdown}")
     if not args.quick and args.results is None:  # the repository's own results: the README summarises them
         _write_readme(figs, meta)
@@ -148,11 +166,21 @@ def _write_readme(figs: dict[str, Any], meta: dict[str, Any]) -> None:
 META_KEYS = ("mode", "machine", "started", "finished", "duration_s", "tensorflow", "load_average_at_end")
 
 
-def _rewrite_markdown(results: Path, markdown: Path) -> int:
-    """The page from a results.json: the same rows and notes the run that wrote it would write."""
+def _gpu_section(path: Path) -> str:
+    """The page's GPU section from ``path`` (named as the repository's file when it is that one)."""
+    try:
+        source = path.resolve().relative_to(REPO).as_posix()
+    except ValueError:
+        source = str(path)
+    return gpu_section(load_gpu_results(path), source)
+
+
+def _rewrite_markdown(results: Path, markdown: Path, gpu_results: Path = REPO / "bench" / GPU_RESULTS_NAME) -> int:
+    """The page from a results.json: the same rows and notes the run that wrote it would write,
+    and the GPU section from ``gpu_results``."""
     data = json.loads(results.read_text())
     figs, meta = data["raw"], {k: data[k] for k in META_KEYS if k in data}
-    write_markdown(markdown, build_rows(figs), meta, notes(figs))
+    write_markdown(markdown, build_rows(figs), meta, notes(figs, _gpu_section(gpu_results)))
     print(f"wrote {markdown} from {results} (measured {meta.get('finished')})")
     if results.resolve() == (REPO / "bench" / "results.json").resolve():
         _write_readme(figs, meta)

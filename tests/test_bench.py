@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -89,3 +90,219 @@ def test_readme_speed_summary_is_the_committed_results() -> None:
     block = readme.split(start, 1)[1].split(end, 1)[0].strip("\n")
     assert block == expected, "README.md's speed summary is out of date: run python -m bench --rewrite-markdown"
     assert data["compare_vs_naive_ratio"] == data["raw"]["throughput"]["differing"]["ratio"]
+
+
+# --- GPU mode (issue 14, item 5) ------------------------------------------------------------
+
+def _handmade_capture(model: str, batch: int, capture_s: float, tfdbg_s: float | None, naive_s: float) -> dict:
+    """A capture figure as bench.capture_bench summarises one, with made-up numbers: it tests the
+    rendering only and is never written anywhere but the test's tmp_path."""
+    seconds = {"capture": capture_s, "naive": naive_s, **({"tfdbg": tfdbg_s} if tfdbg_s else {})}
+    c = {"model": model, "batch": batch, "rounds": 2, "seconds": seconds,
+         "ratios": {p: capture_s / s for p, s in seconds.items() if p != "capture"},
+         "capture_disk_bytes": 300e6, "naive_first_run_s": 0.5, "naive_next_run_s": 0.1, "plain_next_run_s": None,
+         "tensors_captured": 500, "tensor_bytes": 300e6, "activation_bytes": 200e6, "ref_variable_bytes": 100e6,
+         "aliased_bytes": 100e6, "capture_child_s": {"load_s": 1.0, "instrumented_s": 0.5, "sync_s": 0.2, "total_s": 1.9},
+         "capture_process_s": capture_s + 0.3, "warmup_capture_s": 9.0, "capture_session_devices": ["/device:GPU:0"],
+         "raw": {"capture": [{"seconds": capture_s}] * 2, "naive": [{"seconds": naive_s, "import_s": 1.0, "load_s": 0.5}] * 2,
+                 "tfdbg": [{"seconds": tfdbg_s, "import_s": 1.0, "build_s": 2.0, "load_s": 0.5}] * 2 if tfdbg_s else []}}
+    if tfdbg_s:
+        c.update({"tfdbg_disk_bytes": 600e6, "tfdbg_first_run_s": 1.5, "tfdbg_next_run_s": 1.0})
+    else:
+        c["failed"] = {"tfdbg": "python -m bench.peers ... exited with 1:\nTraceback ...\nInternalError: made-up failure"}
+    return c
+
+
+def test_gpu_section_renders_results_gpu_json(tmp_path: Path) -> None:
+    """results_gpu.json -> BENCHMARKS.md's GPU section, on a HAND-MADE file (made-up numbers, not a
+    measurement): every row with its ratio and verdict, the GPU named, a failed peer said plainly,
+    a partial run marked, and 'not run on a GPU' when there is no file."""
+    from bench.gpu_report import build_gpu_rows, gpu_section, load_gpu_results, write_gpu_results
+    from bench.run import main
+
+    figs = {"device": "gpu", "capture": [_handmade_capture("resnet50", 1, 2.0, 5.0, 1.6),
+                                         _handmade_capture("resnet50", 8, 6.0, None, 3.0)],
+            "failed_workloads": [{"model": "ssd300", "batch": 1, "error": "not run: time budget spent"}],
+            "first_use": {"seconds": {"capture": 40.0, "tfdbg": 12.0, "naive": 9.0}}}
+    gpu = {"tensorflow": "2.21.0", "tf_git_version": "v2.21.0-made-up", "nvidia_smi": ["NVIDIA H200, 580.1, 143771 MiB"],
+           "build": {"is_cuda_build": True, "cuda_version": "12.5.1", "cudnn_version": "9"},
+           "gpus": [{"name": "/physical_device:GPU:0", "device_name": "NVIDIA H200", "compute_capability": "9.0"}]}
+    meta = {"mode": "gpu", "device": "gpu", "tensorflow": "2.21.0", "started": "2026-01-01 00:00:00 UTC",
+            "finished": "2026-01-01 00:07:00 UTC", "duration_s": 420.0, "complete": False, "started_epoch": 1.0,
+            "machine": {"cpu": "made-up CPU", "cores": 16, "memory_gb": 128.0, "os": "Linux", "python": "3.12.0",
+                        "numpy": "2.0", "load_average_at_start": [0.0, 0.0, 0.0], "gpu": gpu}}
+    path = tmp_path / "results_gpu.json"
+    write_gpu_results(path, figs, meta)
+    data = load_gpu_results(path)
+    assert data is not None and load_gpu_results(tmp_path / "absent.json") is None
+    assert "started_epoch" not in data and not (tmp_path / "results_gpu.json.tmp").exists()
+    assert data["capture_vs_tfdbg_ratio"] == 0.4 and data["capture_vs_naive_ratio"] == 1.25
+    assert data["capture_disk_vs_tfdbg_ratio"] == 0.5
+    assert data["passed"] == {
+        "capture all intermediates, time (resnet50, batch 1, GPU)": True,
+        "capture all intermediates, disk (resnet50, batch 1, GPU)": True,
+        "capture overhead (resnet50, batch 1, GPU)": True,
+        "capture all intermediates, time (resnet50, batch 8, GPU)": None,
+        "capture all intermediates, disk (resnet50, batch 8, GPU)": None,
+        "capture overhead (resnet50, batch 8, GPU)": False,
+        "capture all intermediates (ssd300, batch 1, GPU)": None,
+    }
+    assert [r.figure for r in build_gpu_rows(figs)] == list(data["passed"])
+
+    text = gpu_section(data)
+    assert text.startswith("## On a GPU\n")
+    for line in ("| capture all intermediates, time (resnet50, batch 1, GPU) | 2.00 s | tfdbg2 FULL_TENSOR 5.00 s | 0.40× | ≤ 0.5× | pass |",
+                 "| capture all intermediates, disk (resnet50, batch 1, GPU) | 300 MB | tfdbg2 dump 600 MB | 0.50× | ≤ 0.5× | pass |",
+                 "| capture overhead (resnet50, batch 1, GPU) | 2.00 s | naive fetch-all script 1.60 s | 1.25× | ≤ 1.5× | pass |",
+                 "| capture all intermediates, time (resnet50, batch 8, GPU) | 6.00 s | tfdbg failed: InternalError: made-up failure | — | ≤ 0.5× | — |",
+                 "| capture overhead (resnet50, batch 8, GPU) | 6.00 s | naive fetch-all script 3.00 s | 2.00× | ≤ 1.5× | FAIL |",
+                 "| capture all intermediates (ssd300, batch 1, GPU) | not measured | not run: time budget spent | — | — | — |"):
+        assert line in text, line
+    assert "**GPU:** NVIDIA H200 (compute capability 9.0); `nvidia-smi`: NVIDIA H200, 580.1, 143771 MiB." in text
+    assert "built for CUDA 12.5.1 / cuDNN 9" in text
+    assert "**Partial:**" in text and "Not GPU figures" not in text
+    assert "- **tfdbg failed** on resnet50, batch 8: `InternalError: made-up failure`" in text
+    assert "### Capturing one side on GPU (resnet50, batch 1, 2 round(s), medians)" in text
+    assert "`tftrace capture CKPT --inputs X.npy --out DIR --device gpu`" in text
+    assert "Here that round took capture 40.0 s, tfdbg 12.0 s, naive 9.0 s" in text
+    assert "Rounds measured: resnet50 batch 1: 2 round(s), resnet50 batch 8: 2 round(s)." in text
+    # a harness check on a CPU says so; a complete run is not marked partial
+    cpu_text = gpu_section({**data, "device": "cpu", "complete": True})
+    assert "**Not GPU figures:** this file was written with `--device cpu`" in cpu_text and "**Partial:**" not in cpu_text
+    absent = gpu_section(None)
+    assert absent.startswith("## On a GPU\n\nNot run on a GPU: there is no `bench/results_gpu.json`.")
+
+    # the page: the CPU figures of the committed results.json as before, then the GPU section,
+    # before Reproduce; the README is only rewritten for the repository's own results.json
+    cpu_results = tmp_path / "results.json"
+    cpu_results.write_text((REPO / "bench" / "results.json").read_text())
+    page = tmp_path / "BENCHMARKS.md"
+    assert main(["--rewrite-markdown", "--results", str(cpu_results), "--markdown", str(page),
+                 "--gpu-results", str(path)]) == 0
+    rendered = page.read_text()
+    committed = (REPO / "BENCHMARKS.md").read_text()
+    cpu_table = committed.split("\n\n## How each figure is measured")[0]
+    assert rendered.startswith(cpu_table)
+    assert rendered.index("## On a GPU") < rendered.index("## Reproduce")
+    assert gpu_section(data, str(path)) in rendered
+    assert main(["--rewrite-markdown", "--results", str(cpu_results), "--markdown", str(page),
+                 "--gpu-results", str(tmp_path / "absent.json")]) == 0
+    assert "Not run on a GPU: there is no " in page.read_text()
+
+
+@pytest.mark.slow
+def test_gpu_mode_refuses_without_a_gpu(tmp_path: Path) -> None:
+    """--gpu where TensorFlow sees no GPU: exit 2 with what to do, and no results file."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "CUDA_VISIBLE_DEVICES": "-1"}
+    proc = subprocess.run([sys.executable, "-m", "bench", "--gpu", "--out", str(tmp_path / "out"),
+                           "--work", str(tmp_path / "work")], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=300, check=False)
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "sees no GPU here" in proc.stderr and "--device cpu" in proc.stderr
+    assert not (tmp_path / "out" / "results_gpu.json").exists()
+    assert "refused: TensorFlow" in (tmp_path / "out" / "bench_gpu.log").read_text()
+
+
+@pytest.mark.slow
+def test_gpu_mode_runs_end_to_end_with_device_cpu(tmp_path: Path) -> None:
+    """``--gpu --device cpu --quick``: the GPU harness's own code path, here on the CPU (the
+    sample detector at batch 1 and 8, one round): first use, both workloads, every contender on
+    the same fetch set, results_gpu.json complete and labelled cpu. Timings are not asserted."""
+    out = tmp_path / "out"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.run([sys.executable, "-m", "bench", "--gpu", "--device", "cpu", "--quick", "--out", str(out),
+                           "--work", str(tmp_path / "work")], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=600, check=False)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    data = json.loads((out / "results_gpu.json").read_text())
+    assert (data["mode"], data["device"], data["complete"]) == ("gpu-quick", "cpu", True)
+    assert data["tensorflow"].startswith("2.") and data["machine"]["gpu"]["gpus"] == []
+    raw = data["raw"]
+    assert raw["failed_workloads"] == [] and set(raw["first_use"]["seconds"]) == {"capture", "tfdbg", "naive"}
+    assert [(c["model"], c["batch"], c["rounds"]) for c in raw["capture"]] == [("detector", 1, 1), ("detector", 8, 1)]
+    for c in raw["capture"]:
+        assert "failed" not in c and {k: len(v) for k, v in c["raw"].items()} == {"capture": 1, "tfdbg": 1, "naive": 1}
+        assert c["raw"]["naive"][0]["tensors"] == c["tensors_captured"] - 1  # the same fetch set, the fed input aside
+        assert c["raw"]["tfdbg"][0]["debug_ops"] > 0 and c["tfdbg_disk_bytes"] > c["raw"]["tfdbg"][0]["dump_bytes_before_run"]
+        # every contender ran where it was told to: the CPU, no GPU visible
+        assert c["capture_session_devices"] and all("CPU" in d for d in c["capture_session_devices"])
+        assert c["raw"]["naive"][0]["gpus_seen"] == [] and c["raw"]["tfdbg"][0]["gpus_seen"] == []
+    # batch 8 holds 8 examples' activations: more than batch 1's
+    assert raw["capture"][1]["activation_bytes"] > raw["capture"][0]["activation_bytes"]
+    assert len(data["table"]) == 6 and all(r["passed"] is not None for r in data["table"])
+    assert isinstance(data["capture_vs_tfdbg_ratio"], float) and data["capture_vs_tfdbg_ratio"] > 0
+    assert "capture overhead (detector, batch 8, CPU)" in proc.stdout
+    assert "done in" in (out / "bench_gpu.log").read_text()
+
+
+def test_capture_rounds_stop_at_the_deadline_and_survive_a_failing_peer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The one-shot GPU run's safety nets, without TensorFlow: the contenders are replaced by
+    fakes that take 10 s of a fake clock each. A round that would end past the deadline is not
+    started, every finished round is handed to ``on_round``, and a peer that fails is recorded
+    and left out of the later rounds while the others go on."""
+    from bench import capture_bench
+    from bench.procs import BenchError, ChildRun
+    from bench.workspace import Model
+
+    class Clock:
+        now = 1000.0
+
+        def time(self) -> float:
+            return self.now
+
+    clock = Clock()
+    monkeypatch.setattr(capture_bench, "time", clock)
+
+    def fake_capture(ckpt: Path, inputs: Path, out: Path, device: str | None = None) -> ChildRun:
+        out.mkdir(parents=True)
+        (out / "manifest.json").write_text(json.dumps({
+            "tensors": {"x:0": {"size_bytes": 8}, "y:0": {"size_bytes": 16}}, "tensor_layout": {"y:0": "rows"},
+            "graph": {"nodes": [{"name": "x", "op": "Placeholder"}, {"name": "y", "op": "Relu"}]},
+            "environment": {"session_devices": [{"name": f"/device:{(device or 'cpu').upper()}:0"}]}}))
+        return ChildRun([], 5.0, 0.0, 0, "", "")
+
+    calls: list[tuple[str, str | None]] = []
+
+    def fake_run_one(name: str, model: Model, inputs: Path, work: Path, job: dict, device: str | None) -> dict:
+        calls.append((name, job.get("device")))
+        clock.now += 10.0
+        if name == "tfdbg" and len([c for c in calls if c[0] == "tfdbg"]) == 2:
+            raise BenchError("python -m bench.peers tfdbg ... exited with 1:\nInternalError: made-up")
+        seconds = {"capture": 4.0, "tfdbg": 8.0, "naive": 2.0}[name]
+        return {"seconds": seconds, "process_s": seconds, "disk": {"apparent": 24}, "child_timings": {},
+                "disk_one_run": 48, "first_run_s": 1.0, "next_runs_s": [0.5]}
+
+    monkeypatch.setattr(capture_bench, "_capture", fake_capture)
+    monkeypatch.setattr(capture_bench, "_run_one", fake_run_one)
+
+    class FakeWorkspace:
+        def inputs(self, model: Model, batch: int) -> Path:
+            return tmp_path / "x.npy"
+
+        def fresh(self, *parts: str) -> Path:
+            path = tmp_path.joinpath("runs", *parts)
+            shutil.rmtree(path, ignore_errors=True)
+            return path
+
+    model = Model("m", tmp_path / "ckpt", tmp_path / "sm", "m", (2,))
+    seen: list[dict] = []
+    log: list[str] = []
+    c = capture_bench.measure_capture(FakeWorkspace(), model, 8, 5, log.append, warmup=True,  # type: ignore[arg-type]
+                                      contenders=("capture", "tfdbg", "naive"), device="gpu", on_round=seen.append,
+                                      deadline=1000.0 + 75.0, tolerate_failures=True)
+    # round 1 ends at 1030; round 2 (capture, naive; tfdbg fails after its 10 s) ends at 1060;
+    # round 3 would take as long as round 2 (30 s) and end past 1075: not started
+    assert c["rounds"] == 2 and [s["rounds"] for s in seen] == [1, 2]
+    assert calls == [("capture", "gpu"), ("tfdbg", "gpu"), ("naive", "gpu"),
+                     ("tfdbg", "gpu"), ("naive", "gpu"), ("capture", "gpu")]
+    assert {k: len(v) for k, v in c["raw"].items()} == {"capture": 2, "tfdbg": 1, "naive": 2}
+    assert c["failed"] == {"tfdbg": "python -m bench.peers tfdbg ... exited with 1:\nInternalError: made-up"}
+    assert c["ratios"] == {"tfdbg": 0.5, "naive": 2.0} and c["tfdbg_disk_bytes"] == 48
+    assert c["capture_session_devices"] == ["/device:GPU:0"] and c["activation_bytes"] == 16
+    assert any("stopping after 2 round(s)" in line for line in log)
+    assert any("tfdbg failed, going on without it: InternalError: made-up" in line for line in log)
+    # without tolerate_failures (the CPU benchmark), a failing peer still stops the run
+    calls.clear()
+    with pytest.raises(BenchError):
+        capture_bench.measure_capture(FakeWorkspace(), model, 8, 5, log.append,  # type: ignore[arg-type]
+                                      contenders=("capture", "tfdbg", "naive"))
