@@ -278,7 +278,9 @@ def test_answers_name_the_diverged_factors_and_only_those(full):
     why = " ".join(answers["why"])
     first = _by_name(doc)["batch_1_vs_4"]["first_divergence"]  # the op is checked against plain sessions above
     assert f"`{first['node']}` ({first['op']}), whose own kernel differs given identical inputs" in why
-    assert len(answers["prevent"]) == 4 and len(answers["cost"]) == 5
+    # one remedy per factor, then the verified recipe (all of them together, measured)
+    assert len(answers["prevent"]) == 5 and len(answers["cost"]) == 5
+    assert answers["prevent"][-1].startswith("Verified recipe (measured): ")
     assert answers["cost"][-1].startswith("Timing noise: two captures of the same side differ by")
     assert "Why" in proc.stdout and "How to prevent it" in proc.stdout and "What it costs" in proc.stdout
 
@@ -328,7 +330,7 @@ def test_quick_runs_its_subset_and_shows_progress(models, tmp_path):
     assert proc.returncode == 1, proc.stderr
     doc = json.loads((out / "diagnosis.json").read_text())
     ran = {e["factor"] for e in doc["experiments"] if not e["skipped"]}
-    assert ran == set(QUICK_FACTORS)
+    assert ran == set(QUICK_FACTORS) | {"recipe"}  # something diverged: its remedies are run together
     assert {e["name"] for e in doc["experiments"] if e["factor"] == "export" and not e["skipped"]} == \
         {"ckpt_vs_savedmodel_batch_1"}
     assert "capturing the base side" in proc.stderr and "batch_1_vs_8: diverged" in proc.stderr
