@@ -39,9 +39,9 @@ SIGNALS = {"SIGINT": signal.SIGINT, "SIGTERM": signal.SIGTERM}
 # --------------------------------------------------------------------------- helpers
 
 
-def _start(*args: str) -> subprocess.Popen:
+def _start(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "tracer.cli", *args], cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env={**os.environ, "COLUMNS": "200"})
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "COLUMNS": "200", **(env or {})})
 
 
 def _parent_of(pid: int) -> int | None:
@@ -148,13 +148,17 @@ def test_sigkill_of_tftrace_itself_stops_its_worker_and_force_rerun_works(
 ) -> None:
     """SIGKILL gives tftrace no chance to stop its child. The child stops at its next progress line
     (the pipe is closed) or, when busy and silent, through tracer.capture.orphan (tested alone in
-    test_capture_launcher.py); either way the capture is left incomplete and --force re-runs it."""
-    out = tmp_path / "cap"
-    cli = _start("capture", str(models["detector"]), "--out", str(out), *LONG)
+    test_capture_launcher.py); either way the capture is left incomplete and --force re-runs it.
+    Nothing of the job is left in the temp directory (issue 15: the job goes through the child's
+    stdin, its stderr into an unnamed file)."""
+    out, tmp = tmp_path / "cap", tmp_path / "tmp"
+    tmp.mkdir()
+    cli = _start("capture", str(models["detector"]), "--out", str(out), *LONG, env={"TMPDIR": str(tmp)})
     worker = _worker_writing(cli, out / "tensors")
     cli.kill()
     cli.communicate()
     assert _gone(worker), f"worker {worker} outlived its SIGKILLed parent"
+    assert not [p.name for p in tmp.iterdir() if p.name.startswith("tftrace")], sorted(p.name for p in tmp.iterdir())
     assert not (out / "manifest.json").exists() and any((out / "tensors").iterdir())
     with pytest.raises(TftraceError, match=r"incomplete capture at .*manifest.json is missing"):
         Capture.open(out)

@@ -255,10 +255,14 @@ def _cmd_report(args: argparse.Namespace, console: Console) -> int:
     from .compare import load_report  # noqa: PLC0415
     from .report.build import write_reports  # noqa: PLC0415
     from .report.terminal import print_comparison  # noqa: PLC0415
+    from .safewrite import lock_directory  # noqa: PLC0415
 
-    report = load_report(args.dir)
     out = Path(args.dir) if Path(args.dir).is_dir() else Path(args.dir).parent
-    written = write_reports(report, out)
+    if not out.is_dir():
+        load_report(args.dir)  # says what is wrong with the path
+    with lock_directory(out, "report"):  # a run writing there finishes first; planted links are refused
+        report = load_report(args.dir)
+        written = write_reports(report, out)
     print_comparison(console, report, out)
     _print_notices(written.get("notices", []))
     return EXIT_OK if report.get("verdict") != "diverged" else EXIT_DIVERGED
@@ -271,12 +275,14 @@ def _cmd_isolate(args: argparse.Namespace, console: Console) -> int:
     from .isolate import isolate_remote  # noqa: PLC0415
     from .report.build import merge_isolation, write_reports  # noqa: PLC0415
     from .report.terminal import print_comparison  # noqa: PLC0415
+    from .safewrite import lock_directory  # noqa: PLC0415
 
     report = load_report(args.from_dir)
     results = isolate_remote(args.model, args.from_dir, args.side, console=Console(stderr=True),
                              allow_unsafe_ops=args.allow_unsafe_ops)
     report = merge_isolation(report, results)
-    written = write_reports(report, Path(args.from_dir))
+    with lock_directory(Path(args.from_dir), "report"):
+        written = write_reports(report, Path(args.from_dir))
     print_comparison(console, report, args.from_dir)
     _print_notices(written.get("notices", []))
     return EXIT_OK if report.get("verdict") != "diverged" else EXIT_DIVERGED
