@@ -217,7 +217,7 @@ def refit_sizes(plan: FetchPlan, measured: dict[str, int]) -> None:
     their estimate and are checked as they come back (:func:`check_fetched`).
     """
     for name, size in measured.items():
-        if name in plan.sizes and size != plan.sizes[name]:
+        if name in plan.sizes:
             plan.sizes[name] = size
     for name in plan.names:
         if plan.sizes[name] > plan.max_memory:
@@ -228,16 +228,14 @@ def check_fetched(plan: FetchPlan, name: str, nbytes: int) -> None:
     """A fetched tensor, before it is written: over ``--max-memory`` stops the capture (exit 2);
     under it, its real size is what later runs chunk by."""
     if nbytes > plan.max_memory:
-        raise _too_big(name, nbytes, plan.max_memory, "as fetched (its shape is set at run time); nothing of it was "
-                       "written and the capture is left incomplete,")
+        raise _too_big(name, nbytes, plan.max_memory, "as fetched (its shape is set at run time)",
+                       "; nothing of it was written, and the capture is left incomplete")
     if nbytes > plan.sizes.get(name, 0):
         plan.sizes[name] = nbytes
 
 
-def _too_big(name: str, size: int, limit: int, how: str) -> TftraceError:
-    return TftraceError(f"tensor {name} is {size:,} bytes per run {how} more than --max-memory {limit:,}"
-                        if how.endswith(",") else
-                        f"tensor {name} is {size:,} bytes per run {how}, more than --max-memory {limit:,}",
+def _too_big(name: str, size: int, limit: int, how: str, after: str = "") -> TftraceError:
+    return TftraceError(f"tensor {name} is {size:,} bytes per run {how}, more than --max-memory {limit:,}{after}",
                         "raise --max-memory, or lower --batch-size or the input values that size it")
 
 

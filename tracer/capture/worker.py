@@ -180,12 +180,12 @@ def _feed(runtime: Runtime, examples: Examples, start: int, stop: int) -> dict[A
 
 
 def _traced_run(runtime: Runtime, fetches: list[Any], feed: dict[Any, np.ndarray],
-                sizes: dict[str, int] | None = None) -> tuple[list[Any], Counter, dict]:
+                sizes: dict[str, int] | None = None, partitions: bool = True) -> tuple[list[Any], Counter, dict]:
     """Run with the partition graphs returned (the executed ops); with ``sizes``, also the step
     statistics, from which every executed tensor's bytes on this feed are put in ``sizes``."""
     t = tf()
     trace = t.compat.v1.RunOptions.SOFTWARE_TRACE if sizes is not None else t.compat.v1.RunOptions.NO_TRACE
-    options = t.compat.v1.RunOptions(output_partition_graphs=True, trace_level=trace)
+    options = t.compat.v1.RunOptions(output_partition_graphs=partitions, trace_level=trace)
     metadata = t.compat.v1.RunMetadata()
     values = runtime.session.run(fetches, feed_dict=feed, options=options, run_metadata=metadata)
     if sizes is not None:
@@ -236,7 +236,8 @@ def _plain_runs(runtime: Runtime, examples: Examples, ranges: list[tuple[int, in
             first = runtime.session.run(outputs, feed_dict=feed0)
             times.append((time.perf_counter() - t0) * 1000)
         # the last timed run is the first batch's plain run: the observer effect needs one per batch, not one more
-        rest = [runtime.session.run(outputs, feed_dict=_feed(runtime, examples, *r)) for r in ranges[1:]]
+        rest = [_traced_run(runtime, outputs, _feed(runtime, examples, *r), sizes, partitions=False)[0]
+                for r in ranges[1:]]  # untimed: each batch's tensor sizes measured too
         per_run = [dict(zip(keys, values)) for values in [first, *rest]]
     except tf().errors.OpError as exc:
         raise TftraceError(
@@ -248,7 +249,7 @@ def _plain_runs(runtime: Runtime, examples: Examples, ranges: list[tuple[int, in
         "outputs": per_run,
         "executed_ops": executed_ops,
         "executed_nodes": executed_nodes,
-        "sizes": sizes,  # bytes of every tensor the plain run executed, on the first batch
+        "sizes": sizes,  # bytes of every tensor the plain runs executed, the most over the batches
         "latency_ms": {
             "median": round(statistics.median(times), 4),
             "min": round(min(times), 4),
