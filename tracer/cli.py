@@ -278,10 +278,10 @@ def _cmd_isolate(args: argparse.Namespace, console: Console) -> int:
     from .safewrite import lock_directory  # noqa: PLC0415
 
     report = load_report(args.from_dir)
-    results = isolate_remote(args.model, args.from_dir, args.side, console=Console(stderr=True),
-                             allow_unsafe_ops=args.allow_unsafe_ops)
-    report = merge_isolation(report, results)
-    with lock_directory(Path(args.from_dir), "report"):
+    with lock_directory(Path(args.from_dir), "report"):  # its work/ and report files: one run at a time
+        results = isolate_remote(args.model, args.from_dir, args.side, console=Console(stderr=True),
+                                 allow_unsafe_ops=args.allow_unsafe_ops)
+        report = merge_isolation(report, results)
         written = write_reports(report, Path(args.from_dir))
     print_comparison(console, report, args.from_dir)
     _print_notices(written.get("notices", []))
