@@ -186,6 +186,27 @@ def test_signal_to_compare_leaves_no_report_and_force_rerun_works(
     assert (out / "report.json").is_file() and Capture.open(out / "captures" / "a").manifest["examples"]["count"] == 2
 
 
+def test_two_compares_into_one_out_the_second_is_refused_naming_the_first(
+    models: dict[str, Path], capture_b: Path, tmp_path: Path
+) -> None:
+    """Issue 15: a second compare into an --out a running compare writes must not hand either
+    user the other's report; it exits 2 naming the first one's pid and touches nothing there."""
+    out = tmp_path / "report"
+    first = _start("compare", str(models["detector"]), str(models["detector"]), "--out", str(out), "--examples", "4000",
+                   "--batch-size", "4", "--isolate", "0")  # A and B: a thousand runs each, interrupted below
+    worker = _worker_writing(first, out / "captures" / "a" / "tensors")
+    before = _files(out)
+    for extra in ((), ("--force",)):
+        second = run_cli("compare", str(models["detector"]), str(capture_b), "--out", str(out), *SHORT, *extra)
+        assert_user_error(second, f"another tftrace run (pid {first.pid}) is writing to the report directory {out}")
+        assert first.poll() is None  # still running: the refusal came from its lock
+    assert before <= _files(out)  # the second deleted nothing of the first's
+    first.send_signal(signal.SIGINT)
+    done = _finish(first)
+    assert done.returncode == 2 and done.stderr.strip().splitlines()[-1] == INTERRUPTED, done.stderr
+    assert _gone(worker) and not (out / "report.json").exists()
+
+
 def test_killed_worker_during_compare_is_reported_with_its_stderr(
     models: dict[str, Path], capture_b: Path, tmp_path: Path
 ) -> None:

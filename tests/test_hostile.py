@@ -934,11 +934,12 @@ def reliability_rows() -> tuple[list[Row], list[Row]]:
             (f"{f}test_two_captures_into_one_directory_one_wins_the_other_says_so",
              "test_store.py::test_second_writer_is_refused_while_the_first_holds_the_lock",
              "test_store.py::test_stale_lock_of_a_dead_process_is_taken_over_only_with_force")),
-        Row("a second `compare` (plain and with `--force`) and a `tftrace report` into an `--out` a running tftrace holds",
-            3, "`tftrace: error: another tftrace run (pid N) is writing to the report directory OUT. Wait for it to "
+        Row("a second `compare` (plain and with `--force`) into the `--out` of a running compare; the same and a "
+            "`tftrace report` into an `--out` another process holds", 5, "`tftrace: error: another tftrace run (pid N) is writing to the report directory OUT. Wait for it to "
             "finish, or choose another --out.` (exit 2)", "the first run's files untouched; the lock is an flock, "
             "freed by the kernel when its holder is SIGKILLed (no stale lock)",
-            ("test_out_dir.py::test_second_run_into_a_locked_out_is_refused_naming_the_first",)),
+            (f"{f}test_two_compares_into_one_out_the_second_is_refused_naming_the_first",
+             "test_out_dir.py::test_second_run_into_a_locked_out_is_refused_naming_the_first")),
     ]
     return inputs, faults
 
