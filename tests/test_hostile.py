@@ -843,8 +843,8 @@ def reliability_rows() -> tuple[list[Row], list[Row]]:
             "capture directory", ("test_runtime_limits.py::test_checkpoint_larger_than_max_memory_is_refused_before_restoring",)),
         Row("links planted in a received report directory for `tftrace report` (report.html, report.md, report.json, "
             "divergence.svg, the ownership record → `evil.pth` outside); links at the old predictable temp names "
-            "(`.report.json.tmp`…); a capture's manifest.json and a tensor file; a directory that is a link",
-            len(PLANTED) + 4,
+            "(`.report.json.tmp`…); a capture's manifest.json and a tensor file; a directory that is a link; a hard link "
+            "and a symlink planted at `.tftrace.lock`", len(PLANTED) + 6,
             "`tftrace: error: DIR/report.html is a symbolic link; tftrace never writes through a link (one planted in a "
             "directory received from someone else would make it overwrite a file elsewhere). Delete the link "
             "DIR/report.html (or use another directory) and re-run.` (exit 2); links at temp names are ignored: temp "
@@ -852,7 +852,8 @@ def reliability_rows() -> tuple[list[Row], list[Row]]:
             ("test_out_dir.py::test_planted_link_in_a_received_report_is_refused",
              "test_out_dir.py::test_planted_link_at_the_old_predictable_temp_name_is_never_used",
              "test_out_dir.py::test_manifest_and_tensor_file_are_never_written_through_a_link",
-             "test_out_dir.py::test_write_file_refuses_a_directory_that_is_a_link")),
+             "test_out_dir.py::test_write_file_refuses_a_directory_that_is_a_link",
+             "test_out_dir.py::test_a_planted_lock_file_is_never_written_into")),
         Row("`--force` into an `--out` holding a user's files (beside a tftrace report; a directory without tftrace's "
             "record; a record listing `../` paths)", 3,
             "`tftrace: error: --force would replace OUT, but it holds files tftrace did not write there (.notes, "
@@ -863,10 +864,10 @@ def reliability_rows() -> tuple[list[Row], list[Row]]:
                                         "test_out_dir.py::test_force_on_a_directory_without_a_record_refuses",
                                         "test_out_dir.py::test_a_record_from_elsewhere_cannot_reach_outside",
                                         "test_out_dir.py::test_force_deletes_exactly_what_tftrace_recorded")),
-        Row("`--out` that is a symbolic link (compare, with and without `--force`)", 2,
+        Row("`--out` that is a symbolic link (compare and capture, with and without `--force`; a capture writer)", 5,
             "`tftrace: error: --out OUT is a symbolic link; tftrace writes only into a real directory, so that what it "
             "writes and what --force deletes stay where you asked. Pass the directory it points to (TARGET) or a new "
-            "directory as --out.` (exit 2)", "the link's target untouched",
+            "directory as --out.` (exit 2)", "the link's target untouched (a file of the user's in it kept)",
             ("test_out_dir.py::test_out_that_is_a_link_is_refused_clearly",)),
         Row("a capture whose recorded side asks for `PYTHONPATH` (a `sitecustomize.py`) in the replay child", 1,
             "`tftrace: error: the side to replay asks for PYTHONPATH in the child's environment, as recorded in a "

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, assert_user_error, run_cli
+from tracer.capture import CaptureWriter
 from tracer.capture._format import atomic_write
 from tracer.errors import TftraceError
 from tracer.safewrite import LOCK, OWNED, lock_directory, open_new, output_directory, write_file
@@ -182,9 +183,31 @@ def test_second_run_into_a_locked_out_is_refused_naming_the_first(tmp_path: Path
 def test_out_that_is_a_link_is_refused_clearly(tmp_path: Path, models: dict[str, Path]) -> None:
     target = tmp_path / "elsewhere"
     target.mkdir()
+    (target / "mine.txt").write_text("x")
     (tmp_path / "out").symlink_to(target)
     for extra in ((), ("--force",)):
-        proc = run_cli("compare", str(models["detector"]), str(models["detector"]), "--out", str(tmp_path / "out"),
-                       *extra)
-        assert_user_error(proc, f"--out {tmp_path / 'out'} is a symbolic link", f"ass the directory it points to ({target})")
-    assert list(target.iterdir()) == []
+        for command in (("compare", str(models["detector"])), ("capture",)):
+            proc = run_cli(*command, str(models["detector"]), "--out", str(tmp_path / "out"), *extra)
+            assert_user_error(proc, f"--out {tmp_path / 'out'} is a symbolic link",
+                              f"ass the directory it points to ({target})")
+    assert [p.name for p in target.iterdir()] == ["mine.txt"]
+    with pytest.raises(TftraceError, match="is a symbolic link"):
+        CaptureWriter(tmp_path / "out", force=True)
+    assert [p.name for p in target.iterdir()] == ["mine.txt"]
+
+
+def test_a_planted_lock_file_is_never_written_into(tmp_path: Path) -> None:
+    """A hard link planted at .tftrace.lock would have tftrace write its pid into the user's file."""
+    out, precious = tmp_path / "received", tmp_path / "precious.txt"
+    out.mkdir()
+    precious.write_text("keep me")
+    os.link(precious, out / LOCK)
+    with pytest.raises(TftraceError, match=r"\.tftrace\.lock is not a lock file tftrace made"):
+        with lock_directory(out):
+            pass
+    (out / LOCK).unlink()
+    (out / LOCK).symlink_to(tmp_path / "planted")
+    with pytest.raises(TftraceError, match=r"\.tftrace\.lock is a symbolic link"):
+        with lock_directory(out):
+            pass
+    assert precious.read_text() == "keep me" and not (tmp_path / "planted").exists()

@@ -218,6 +218,11 @@ def lock_directory(directory: Path, what: str = "output") -> Iterator[None]:
             if exc.errno == errno.ELOOP:
                 raise _link_error(lock) from None
             raise
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:  # a planted hard link: never write our pid into it
+            os.close(fd)
+            raise TftraceError(f"{lock} is not a lock file tftrace made (a special file or a hard link)",
+                               f"delete {lock} and re-run")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

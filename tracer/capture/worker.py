@@ -34,6 +34,7 @@ from ..errors import TftraceError
 from ..inputs import Examples, batches, make_examples
 from ..opgraph import OpGraph, tensor_op, tensor_slot
 from ..runspec import Side
+from ..safewrite import refuse_link_dir
 from ._format import bitwise_equal
 from .fetch_plan import (
     DEAD_BRANCH_REASON, BranchSchedule, FetchPlan, check_fetched, chunked, fetch_plan, refit_sizes,
@@ -147,6 +148,7 @@ def _refuse_out_dir_early(out_dir: str, force: bool) -> None:
     anything; the writer opened later repeats the check under its lock.
     """
     path = Path(out_dir)
+    refuse_link_dir(path)  # --out a link: refused before the model loads, with or without --force
     if force or not path.is_dir() or not any(path.iterdir()):
         return
     writer = CaptureWriter(path, force=False)  # returns only if the directory emptied meanwhile
