@@ -108,8 +108,10 @@ def _add_input_options(parser: argparse.ArgumentParser) -> None:
                         help="timed plain runs after the warm-up; their median is the latency the report shows "
                              "(default 1; tftrace diagnose measures costs with its own)")
     parser.add_argument("--max-memory", type=int, default=2 << 30,
-                        help="bytes fetched per session.run before the fetch set is split (default 2 GiB)")
-    parser.add_argument("--force", action="store_true", help="replace an existing output directory")
+                        help="bytes fetched per session.run before the fetch set is split, as measured on the "
+                             "inputs; also the most a checkpoint's weights may take (default 2 GiB)")
+    parser.add_argument("--force", action="store_true",
+                        help="replace what tftrace wrote in an existing output directory (never other files)")
     parser.add_argument("--allow-unsafe-ops", action="store_true",
                         help="run graphs that read/write files or call Python (refused by default: models come from others)")
 
