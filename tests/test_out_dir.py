@@ -22,7 +22,7 @@ from conftest import REPO, assert_user_error, run_cli
 from tracer.capture import CaptureWriter
 from tracer.capture._format import atomic_write
 from tracer.errors import TftraceError
-from tracer.safewrite import LOCK, OWNED, lock_directory, open_new, output_directory, write_file
+from tracer.safewrite import LOCK, OWNED, claim, lock_directory, open_new, output_directory, write_file
 
 REPORT = REPO / "tests" / "fixtures" / "report_detector_planted.json"
 # every name `tftrace report` writes, and its ownership record: a link planted at any of them
@@ -104,7 +104,8 @@ def test_force_refuses_when_a_user_file_is_in_out_and_deletes_nothing(tmp_path: 
     out = tmp_path / "report"
     with output_directory(out, False, "report"):
         write_file(out / "report.json", "{}")
-        (out / "captures" / "a").mkdir(parents=True)  # recorded at the end of the run
+        claim(out, ["captures"])  # as compare does before capturing into it
+        (out / "captures" / "a").mkdir(parents=True)
     (out / "thesis.tex").write_text("years of work")
     (out / ".notes").write_text("mine too")
     proc = run_cli("compare", str(models["detector"]), str(models["detector"]), "--out", str(out), "--force")
@@ -119,11 +120,17 @@ def test_force_deletes_exactly_what_tftrace_recorded(tmp_path: Path) -> None:
     with output_directory(out, False, "report"):
         write_file(out / "report.json", "{}")
         write_file(out / "report.md", "#")
+        claim(out, ["work"])
         (out / "work").mkdir()
         (out / "work" / "feeds.npz").write_bytes(b"x")
+    (out / "dropped-in-meanwhile.txt").write_text("the user's")  # never claimed: --force must refuse for it
     recorded = json.loads((out / OWNED).read_text())["paths"]
     assert recorded == ["report.json", "report.md", "work"]
     (out / ".report.json.0123456789abcdef.tmp").write_text("left by a killed run")
+    with pytest.raises(TftraceError, match=r"did not write there \(dropped-in-meanwhile.txt\)"):
+        with output_directory(out, True, "report"):
+            pass
+    (out / "dropped-in-meanwhile.txt").unlink()
     with output_directory(out, True, "report"):
         assert sorted(os.listdir(out)) == [OWNED, LOCK]
     assert os.listdir(out) == [OWNED]

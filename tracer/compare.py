@@ -280,6 +280,7 @@ def _noise(
         side = Side.from_json(base.manifest["spec"])  # exactly what ran, the examples included
         worst, noisy = 0.0, 0
         for i in range(1, repeat):
+            claim(out, ["captures"])
             again = capture_side(side, out / "captures" / f"{name}_repeat{i}", force=True, console=console)
             for node in alignment.nodes.values():
                 for pair in node.tensors:

@@ -36,7 +36,7 @@ try:
 except ImportError:  # not POSIX: directories are not locked there (dir_fd writes need POSIX too)
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["OWNED", "LOCK", "write_file", "open_new", "start_owned", "claim", "clear_owned", "record_contents",
+__all__ = ["OWNED", "LOCK", "write_file", "open_new", "start_owned", "claim", "clear_owned",
            "lock_directory", "refuse_link_dir"]
 
 OWNED = ".tftrace-owned.json"
@@ -175,12 +175,6 @@ def claim(directory: Path, names: Iterable[str]) -> None:
         _write_owned(directory, have + names)
 
 
-def record_contents(directory: Path) -> None:
-    """At the end of a run (the directory locked all along): everything in it is tftrace's."""
-    with contextlib.suppress(OSError, TftraceError):
-        claim(directory, [n for n in os.listdir(directory) if not n.startswith(".") or n.endswith(".tmp")])
-
-
 def clear_owned(directory: Path, what: str) -> None:
     """``--force``: delete what tftrace recorded writing in ``directory``, after checking that
     nothing else is there (otherwise exit 2 naming the other files; nothing deleted)."""
@@ -261,7 +255,8 @@ def lock_directory(directory: Path, what: str = "output") -> Iterator[None]:
 def output_directory(out: Path, force: bool, what: str) -> Iterator[Path]:
     """An ``--out`` directory for one run: a real directory (not a link), locked for this run,
     empty (or, with ``force``, emptied of what tftrace recorded writing there), with a fresh
-    ownership record; at the end everything in it is recorded as tftrace's."""
+    ownership record. Only claimed names are ever recorded (never "whatever is there at the
+    end": a file the user put there meanwhile stays theirs)."""
     refuse_link_dir(out)
     out.mkdir(parents=True, exist_ok=True)
     with lock_directory(out, what):
@@ -271,7 +266,4 @@ def output_directory(out: Path, force: bool, what: str) -> Iterator[Path]:
                                    "choose another --out, or pass --force to replace it")
             clear_owned(out, what)
         start_owned(out)
-        try:
-            yield out
-        finally:
-            record_contents(out)
+        yield out
