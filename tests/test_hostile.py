@@ -844,7 +844,8 @@ def reliability_rows() -> tuple[list[Row], list[Row]]:
         Row("links planted in a received report directory for `tftrace report` (report.html, report.md, report.json, "
             "divergence.svg, the ownership record → `evil.pth` outside); links at the old predictable temp names "
             "(`.report.json.tmp`…); a capture's manifest.json and a tensor file; a directory that is a link; a hard link "
-            "and a symlink planted at `.tftrace.lock`", len(PLANTED) + 6,
+            "and a symlink planted at `.tftrace.lock`; `isolate --from` a report whose `work/isolation_a` (or its "
+            "`0.npy`) is a link", len(PLANTED) + 8,
             "`tftrace: error: DIR/report.html is a symbolic link; tftrace never writes through a link (one planted in a "
             "directory received from someone else would make it overwrite a file elsewhere). Delete the link "
             "DIR/report.html (or use another directory) and re-run.` (exit 2); links at temp names are ignored: temp "
@@ -853,7 +854,8 @@ def reliability_rows() -> tuple[list[Row], list[Row]]:
              "test_out_dir.py::test_planted_link_at_the_old_predictable_temp_name_is_never_used",
              "test_out_dir.py::test_manifest_and_tensor_file_are_never_written_through_a_link",
              "test_out_dir.py::test_write_file_refuses_a_directory_that_is_a_link",
-             "test_out_dir.py::test_a_planted_lock_file_is_never_written_into")),
+             "test_out_dir.py::test_a_planted_lock_file_is_never_written_into",
+             "test_report_dir.py::test_isolate_from_a_received_report_never_writes_through_a_planted_link")),
         Row("`--force` into an `--out` holding a user's files (beside a tftrace report; a directory without tftrace's "
             "record; a record listing `../` paths)", 3,
             "`tftrace: error: --force would replace OUT, but it holds files tftrace did not write there (.notes, "
