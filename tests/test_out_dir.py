@@ -94,7 +94,10 @@ def test_write_file_refuses_a_directory_that_is_a_link(tmp_path: Path) -> None:
     (tmp_path / "link").symlink_to(real)
     with pytest.raises(TftraceError, match="link is a symbolic link"):
         write_file(tmp_path / "link" / "report.md", "x")
-    assert list(real.iterdir()) == []
+    shutil.copy(REPORT, real / "report.json")
+    proc = run_cli("report", str(tmp_path / "link"))  # nothing written there, not even the lock
+    assert_user_error(proc, f"{tmp_path / 'link'} is a symbolic link")
+    assert [p.name for p in real.iterdir()] == ["report.json"]
 
 
 # --------------------------------------------------------------------------- --force

@@ -209,6 +209,8 @@ def lock_directory(directory: Path, what: str = "output") -> Iterator[None]:
     """Hold ``directory/.tftrace.lock`` (an ``flock``: the kernel frees it when this process
     dies, however) while writing; a second run is refused with the first one's pid."""
     lock = directory / LOCK
+    if directory.is_symlink():  # the lock, like every file, goes only where the directory really is
+        raise _link_error(directory)
     if fcntl is None:
         yield
         return
