@@ -66,3 +66,18 @@ def assert_user_error(proc: subprocess.CompletedProcess, *fragments: str) -> Non
     assert len(lines) == 1, err
     for fragment in fragments:
         assert fragment in lines[0], (fragment, lines[0])
+
+
+@pytest.fixture(scope="session")
+def slim_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """TF1-era artifacts of a tf_slim net (see tests/fixtures/slim_export.py), built once per
+    session in a child process: ``ckpt/`` (no signature), ``savedmodel/``, ``renamed/``,
+    ``meta_only/``, ``v1/``, ``renumbered/*.pbtxt``."""
+    import importlib.util  # noqa: PLC0415
+
+    if importlib.util.find_spec("tf_slim") is None:  # found, not imported: importing it imports TensorFlow
+        pytest.skip("tf-slim is in the dev extra: pip install -e '.[dev]'")
+    out = tmp_path_factory.mktemp("slim") / "models"
+    subprocess.run([sys.executable, str(REPO / "tests" / "fixtures" / "slim_export.py"), str(out)], cwd=REPO,
+                   check=True, capture_output=True, timeout=300)
+    return out

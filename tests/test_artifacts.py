@@ -174,8 +174,8 @@ def test_checkpoint_meta_without_a_signature(tf: Any, models: dict[str, Path], t
     message = error_of(tmp_path / "model.ckpt")
     assert message == (
         f"{tmp_path}/model.ckpt has no signature to say what to trace (candidate inputs: images; candidate "
-        "outputs: outputs/scores, outputs/boxes, outputs/detection_boxes, outputs/detection_scores, "
-        "outputs/detection_classes, outputs/num_detections). "
+        "outputs, best first: outputs/detection_boxes, outputs/detection_classes, outputs/detection_scores, "
+        "outputs/num_detections, outputs/boxes, outputs/scores). "
         "Name them with --outputs NAME[,NAME...] and --input-names NAME[,NAME...]."
     )
     graph, sig = opgraph(load(tmp_path / "model.ckpt", outputs=("outputs/scores",), input_names=("images",)))
@@ -308,9 +308,9 @@ def test_ops_pinned_to_a_gpu_load_with_a_notice(tf: Any, models: dict[str, Path]
 def test_frozen_graph_def_without_signature_lists_candidates(tf: Any, frozen: Path) -> None:
     pb = frozen / "detector.pb"
     assert error_of(pb) == (
-        f"{pb} has no signature to say what to trace (candidate inputs: images; candidate outputs: "
-        + ", ".join(("outputs/scores", "outputs/boxes", "outputs/detection_boxes", "outputs/detection_scores",
-                     "outputs/detection_classes", "outputs/num_detections"))
+        f"{pb} has no signature to say what to trace (candidate inputs: images; candidate outputs, best first: "
+        + ", ".join(("outputs/detection_boxes", "outputs/detection_classes", "outputs/detection_scores",
+                     "outputs/num_detections", "outputs/boxes", "outputs/scores"))
         + "). Name them with --outputs NAME[,NAME...] and --input-names NAME[,NAME...]."
     )
     art = load(pb, outputs=OUTPUT_OPS, input_names=("images",))
@@ -323,7 +323,7 @@ def test_frozen_graph_def_without_signature_lists_candidates(tf: Any, frozen: Pa
 
 
 def test_pb_and_pbtxt_give_the_same_op_graph(tf: Any, frozen: Path) -> None:
-    assert "candidate inputs: images; candidate outputs: block4/relu)" in error_of(frozen / "backbone.pbtxt")
+    assert "candidate inputs: images; candidate outputs, best first: block4/relu)" in error_of(frozen / "backbone.pbtxt")
     ref = {"outputs": ("block4/relu",), "input_names": ("images",)}
     pb, _ = opgraph(load(frozen / "backbone.pb", **ref))
     text, _ = opgraph(load(frozen / "backbone.pbtxt", **ref))

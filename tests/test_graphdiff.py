@@ -381,3 +381,53 @@ def test_rewrite_json_round_trip_and_kinds() -> None:
     assert REWRITE_KINDS == ("node_added", "node_removed", "op_changed", "attr_changed", "const_changed", "rewired",
                              "variable_frozen", "batchnorm_folded", "cast_inserted", "fused")
 
+
+
+# --------------------------------------------------------------------------- auto-numbered names
+
+
+def _two_reshapes(first: str, second: str, scale_sha: str) -> OpGraph:
+    """x -> Reshape(first) -> Mul(., scale) -> Reshape(second) -> y: TF's auto-generated names,
+    numbered in the order the ops were built."""
+    nodes = [
+        op("x", "Placeholder", attrs={"dtype": "float32", "shape": [None, 4]}),
+        const(f"{first}/shape", "s1", [2]),
+        op(first, "Reshape", ["x:0", f"{first}/shape:0"]),
+        const("Const", scale_sha, []),
+        op("mul", "Mul", [f"{first}:0", "Const:0"]),
+        const(f"{second}/shape", "s2", [2]),
+        op(second, "Reshape", ["mul:0", f"{second}/shape:0"]),
+        op("y", "Identity", [f"{second}:0"]),
+    ]
+    return graph(nodes, {"x": "x:0"}, {"y": "y:0"})
+
+
+def test_names_differing_only_by_their_number_are_paired_by_structure() -> None:
+    # B built one unrelated Reshape first (pruned away): its Reshape_1 is A's Reshape, and its
+    # Reshape_2 is A's Reshape_1 — which B's name Reshape_1 would have paired wrongly.
+    a = _two_reshapes("Reshape", "Reshape_1", "k")
+    b = _two_reshapes("Reshape_1", "Reshape_2", "k")
+    diff = diff_graphs(a, b)
+    assert diff.rewrites == [] and diff.only_in_a == [] and diff.only_in_b == []
+    assert diff.pairs["Reshape"][0] == "Reshape_1" and diff.pairs["Reshape_1"][0] == "Reshape_2"
+    assert diff.pairs["Reshape_1/shape"][0] == "Reshape_2/shape"
+    assert diff.pairs["x"] == ("x", "name")  # a name nothing else shares is still evidence
+
+
+def test_a_planted_change_still_shows_among_renumbered_names() -> None:
+    diff = diff_graphs(_two_reshapes("Reshape", "Reshape_1", "k"), _two_reshapes("Reshape_1", "Reshape_2", "other"))
+    assert [(r.kind, r.a_nodes, r.b_nodes) for r in diff.rewrites] == [("const_changed", ["Const"], ["Const"])]
+
+
+def test_numbered_names_structure_cannot_tell_apart_fall_back_to_their_names() -> None:
+    # two Relus read the same input, and the op reading both changed type: neither the reader
+    # (other op) nor the input (two readers of one type) pairs them, so equal names decide
+    def branches(reader: str) -> OpGraph:
+        nodes = [op("x", "Placeholder", attrs={"dtype": "float32", "shape": [None, 4]}),
+                 op("Relu", "Relu", ["x:0"]), op("Relu_1", "Relu", ["x:0"]),
+                 op("y", reader, ["Relu:0", "Relu_1:0"])]
+        return graph(nodes, {"x": "x:0"}, {"y": "y:0"})
+
+    diff = diff_graphs(branches("Add"), branches("Mul"))
+    assert diff.pairs["Relu"] == ("Relu", "name") and diff.pairs["Relu_1"] == ("Relu_1", "name")
+    assert [(r.kind, r.a_nodes) for r in diff.rewrites] == [("op_changed", ["y"])]

@@ -154,11 +154,12 @@ def test_diagnoses_own_report_never_says_run_diagnose(tmp_path: Path) -> None:
                          "prevent": [], "cost": [], "source": "diagnosis"}
     md = render_markdown(report)
     assert "tftrace diagnose` to" not in md
-    assert "- Nothing to prevent: no tested factor changes the outputs beyond the tolerance." in md
+    # a diagnosis in which nothing diverged has nothing to prevent or pay: no such sections at all
+    assert "### How to prevent it" not in md and "### What preventing it costs" not in md
     render_report(report | {"nodes": _report_with_reasons()["nodes"] | report["nodes"]}, tmp_path,
                   dot_command=str(tmp_path / "no-dot"))
     page = (tmp_path / "report.html").read_text(encoding="utf-8")
-    assert "tftrace diagnose</code> to measure" not in page and "Nothing to pay: no remedy is needed." in page
+    assert "tftrace diagnose</code> to measure" not in page and "How to prevent it" not in page
     assert "6 op(s) not captured: 2 in cond branches that did not run" in page
     assert no_answer("cost", "compare") == "Run `tftrace diagnose` to measure it on this model."
     assert no_answer("cost", "diagnosis") == "Nothing to pay: no remedy is needed."

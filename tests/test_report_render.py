@@ -342,20 +342,20 @@ def test_detector_report_files_and_page_content(tmp_path: Path) -> None:
     assert 'id="growth-plot"' in html and 'class="origin-mark" data-idx="25"' in html
     md = result["md"].read_text(encoding="utf-8")
     assert md.startswith("## tftrace: DIVERGED — first divergence at `block2/bn/FusedBatchNormV3` (FusedBatchNormV3)")
-    assert "| 1 | `block2/bn/FusedBatchNormV3` | FusedBatchNormV3 | 0.0123 | 0.0093 | own error | attr\\_changed |" in md
+    assert "| 1 | `block2/bn/FusedBatchNormV3` | FusedBatchNormV3 | 0.0123 | 0.0093 | — | own error | attr\\_changed |" in md
     assert "| attr\\_changed | `block2/bn/FusedBatchNormV3` | `block2/bn/FusedBatchNormV3` | epsilon: 0.001 → 0.01 |" in md
     assert report["command"] in md
     # The first difference is also the first beyond tolerance: one line says both.
     assert md.count("`block2/bn/FusedBatchNormV3` (FusedBatchNormV3), max abs 0.0123") == 1
-    assert "- **First difference, bitwise and beyond tolerance:** `block2/bn/FusedBatchNormV3`" in md
+    assert "- **First divergence, bitwise and beyond tolerance:** `block2/bn/FusedBatchNormV3`" in md
 
 
 def test_markdown_gives_the_first_difference_beyond_tolerance_its_own_line_when_it_is_another_op() -> None:
     report = load("detector_planted")
     first = report["first_divergence"] | {"node": "block1/conv/Conv2D", "op": "Conv2D", "max_abs": 1e-07}
     md = render_markdown(report | {"first_divergence": first})
-    assert "- **First difference (bitwise):** `block1/conv/Conv2D` (Conv2D), max abs 1e-07" in md
-    assert "- **First difference beyond tolerance:** `block2/bn/FusedBatchNormV3` (FusedBatchNormV3)" in md
+    assert "- **First divergence (bitwise):** `block1/conv/Conv2D` (Conv2D), max abs 1e-07" in md
+    assert "- **First divergence beyond tolerance:** `block2/bn/FusedBatchNormV3` (FusedBatchNormV3)" in md
 
 
 def test_an_output_that_could_not_be_compared_is_said_everywhere(tmp_path: Path) -> None:
@@ -379,7 +379,7 @@ def test_markdown_answers_fall_back_to_the_origins() -> None:
     report = load("detector_planted") | {"answers": None}
     md = render_markdown(report)
     assert "- The difference starts at 1 op(s): 1 FusedBatchNormV3." in md
-    assert "- The first is `block2/bn/FusedBatchNormV3` (FusedBatchNormV3), max rel 0.0093." in md
+    assert "- The first is `block2/bn/FusedBatchNormV3` (FusedBatchNormV3), max rel 0.0093 (rel L2 0.003)." in md
     assert ("- Own error: fed identical inputs, the op alone still differs (max abs 0.0123, max rel 0.0093). Replayed "
             "block2/bn/FusedBatchNormV3 with A's captured inputs on both sides: outputs still differ.") in md
 

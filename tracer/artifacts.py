@@ -17,7 +17,7 @@ from __future__ import annotations
 import posixpath
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -36,6 +36,7 @@ __all__ = [
 ]
 
 CAPTURE_MANIFEST = "manifest.json"
+V1_SHARDS = "-?????-of-?????"  # the shard names of a sharded SaverDef.V1 checkpoint
 
 
 @dataclass(frozen=True)
@@ -64,12 +65,14 @@ class Signature:
     outputs: dict[str, TensorSpec]
     method_name: str = ""
     from_user: bool = False  # built from --outputs/--input-names rather than a SignatureDef
+    borrowed_from: str = ""  # the other side's artifact, when this graph had none of its own
 
     def to_json(self) -> dict[str, Any]:
         return {
             "key": self.key,
             "method_name": self.method_name,
             "from_user": self.from_user,
+            "borrowed_from": self.borrowed_from,
             "inputs": {k: v.to_json() for k, v in self.inputs.items()},
             "outputs": {k: v.to_json() for k, v in self.outputs.items()},
         }
@@ -80,6 +83,7 @@ class Signature:
             key=d["key"],
             method_name=d.get("method_name", ""),
             from_user=bool(d.get("from_user", False)),
+            borrowed_from=str(d.get("borrowed_from", "")),
             inputs={k: TensorSpec.from_json(v) for k, v in d["inputs"].items()},
             outputs={k: TensorSpec.from_json(v) for k, v in d["outputs"].items()},
         )
@@ -94,15 +98,25 @@ class ArtifactRef:
     signature: str = "serving_default"
     outputs: tuple[str, ...] = ()  # --outputs, for graphs without a signature
     input_names: tuple[str, ...] = ()  # --input-names
+    # The other side of a comparison: where a graph without a signature borrows one (a TF1
+    # training checkpoint compared with the SavedModel exported from it).
+    signature_from: ArtifactRef | None = None
+    # That borrowed signature once resolved in this graph, so replays need not load the other side.
+    borrowed: Signature | None = field(default=None, compare=False)
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        doc: dict[str, Any] = {
             "path": self.path,
             "tag": self.tag,
             "signature": self.signature,
             "outputs": list(self.outputs),
             "input_names": list(self.input_names),
         }
+        if self.signature_from is not None:
+            doc["signature_from"] = self.signature_from.to_json()
+        if self.borrowed is not None:
+            doc["borrowed"] = self.borrowed.to_json()
+        return doc
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> ArtifactRef:
@@ -112,7 +126,13 @@ class ArtifactRef:
             signature=d.get("signature", "serving_default"),
             outputs=tuple(d.get("outputs", ())),
             input_names=tuple(d.get("input_names", ())),
+            signature_from=ArtifactRef.from_json(d["signature_from"]) if d.get("signature_from") else None,
+            borrowed=Signature.from_json(d["borrowed"]) if d.get("borrowed") else None,
         )
+
+    def lender(self) -> ArtifactRef:
+        """This artifact as the one another side borrows a signature from (never a chain)."""
+        return replace(self, signature_from=None, borrowed=None)
 
 
 WeightReader = Callable[[str], "np.ndarray | None"]
@@ -306,6 +326,13 @@ def load(ref: ArtifactRef | str, *, allow_unsafe_ops: bool = False) -> Artifact:
         artifact = {"checkpoint": _load_checkpoint, "graphdef": _load_graphdef}[kind](ref, location)
     _check_ops_known(artifact.graph_def)
     _note_device_pins(artifact)
+    if ref.signature_from is not None or ref.borrowed is not None:
+        if artifact.signature is None or artifact.signature.from_user:
+            from .graphload import borrow_signature  # noqa: PLC0415 - graphload imports this module
+
+            borrow_signature(artifact, allow_unsafe_ops=allow_unsafe_ops)
+        else:  # it has its own: what it would have borrowed from is no part of it
+            artifact.ref = ref.lender()
     return artifact
 
 
@@ -345,12 +372,23 @@ def _load_checkpoint(ref: ArtifactRef, prefix: str) -> Artifact:
         )
     index_ok = gfile.exists(prefix + ".index")
     data_ok = bool(gfile.glob(prefix + ".data-*"))
-    if not (index_ok and data_ok):
+    weights = prefix
+    notes = []
+    v1_shards = gfile.glob(prefix + V1_SHARDS) if not index_ok else []
+    if v1_shards or (not index_ok and gfile.exists(prefix) and not gfile.isdir(prefix)):
+        # SaverDef.V1 (TF < 1.0 wrote it by default; TF Serving's bad_half_plus_two ships one):
+        # no .index, the tensors in PREFIX-00000-of-0000N, or in PREFIX itself when unsharded.
+        # TensorFlow still reads it, given the shard pattern.
+        weights = prefix + V1_SHARDS if v1_shards else prefix
+        notes.append(f"a V1-format checkpoint (no .index; weights read from {posixpath.basename(weights)})")
+    elif not (index_ok and data_ok):
         missing = [s for s, ok in ((".index", index_ok), (".data-*", data_ok)) if not ok]
+        what = "only the graph (a .meta file)" if not (index_ok or data_ok) else "an incomplete V2 checkpoint"
         raise TftraceError(
-            f"checkpoint {prefix}: the .meta is there but {' and '.join(prefix + m for m in missing)} "
+            f"checkpoint {prefix} is {what}: the .meta is there but {' and '.join(prefix + m for m in missing)} "
             f"{'are' if len(missing) > 1 else 'is'} missing, so the weights cannot be read",
-            "copy the complete checkpoint (.meta, .index and every .data-* shard)",
+            "copy the complete checkpoint (.meta, .index and every .data-* shard), "
+            "or give the SavedModel or frozen GraphDef exported from it",
         )
     meta = _parse(meta_graph_pb2.MetaGraphDef(), _read_bytes(meta_path), meta_path, "MetaGraphDef")
     signature = _pick_signature(ref, {"(checkpoint .meta)": meta}, meta, required=False)
@@ -362,8 +400,9 @@ def _load_checkpoint(ref: ArtifactRef, prefix: str) -> Artifact:
         meta_graph=meta,
         signature=signature or _user_signature(ref),
         available_signatures={"(checkpoint .meta)": signature_keys(meta)},
-        checkpoint_prefix=prefix,
+        checkpoint_prefix=weights,
         tf_version_written=meta.meta_info_def.tensorflow_version,
+        notes=notes,
     )
 
 
@@ -395,7 +434,10 @@ def _load_saved_model(ref: ArtifactRef, directory: str, allow_unsafe_ops: bool) 
             _refuse_unsafe_at_load(directory, meta)
 
         return load_saved_model_v2(ref, directory, meta, available)
-    signature = _pick_signature(ref, by_tags, meta, required=not (ref.outputs or ref.input_names))
+    # None at all (exported without a signature_def_map) is like a checkpoint's .meta: the other
+    # side lends one, or the "no signature" error lists the candidates.
+    required = not (ref.outputs or ref.input_names or not signature_keys(meta))
+    signature = _pick_signature(ref, by_tags, meta, required=required)
     return Artifact(
         ref=ref,
         kind="saved_model_v1",
@@ -440,7 +482,7 @@ def _pick_signature(ref: ArtifactRef, by_tags: dict[str, Any], meta: Any, requir
     if ref.outputs or ref.input_names:
         return None  # the user said what to trace
     if ref.signature not in meta.signature_def:
-        if not required and not meta.signature_def:
+        if not required and not signature_keys(meta):
             return None
         listing = "; ".join(f"tags {tags!r}: {', '.join(signature_keys(mg)) or 'none'}" for tags, mg in by_tags.items())
         raise TftraceError(

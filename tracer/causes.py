@@ -116,8 +116,13 @@ def explain_comparison(report: dict[str, Any]) -> dict[str, Any]:
     sides = report.get("sides", {})
     a, b = sides.get("a", {}), sides.get("b", {})
     origins = report.get("origins") or []
-    first = report.get("first_divergence_beyond_tolerance") or report.get("first_divergence")
+    # the op report.json calls the first divergence (bitwise), as the title and the terminal do
+    first = report.get("first_divergence") or report.get("first_divergence_beyond_tolerance")
     where = f" The first divergence is `{first['node']}` ({first['op']})." if first else ""
+    if report.get("verdict") == "identical":
+        # Nothing diverged: a difference between the sides (batch size, a knob) is no cause of anything.
+        return {"why": ["The two sides compute bit-identical results for these examples."], "prevent": [], "cost": [],
+                "source": "compare", "causes": []}
     own = first and (first.get("isolation") or {}).get("verdict") == "own_error"
     found.update(_nondeterminism(report, first, (a, b)))
     rewritten = [o for o in origins if o.get("rewrite") in EXPORT_REWRITES]
@@ -156,9 +161,6 @@ def explain_comparison(report: dict[str, Any]) -> dict[str, Any]:
                                       f"({', '.join(side.get('stateful_ops', [])[:3])}).")
         elif side and not side.get("outputs_identical", True) and not _within_output_noise(report, side):
             found.setdefault("observation", f"on side {side_key.upper()}, fetching every tensor moved the outputs.")
-    if not found and report.get("verdict") == "identical":
-        return {"why": ["The two sides compute bit-identical results for these examples."], "prevent": [], "cost": [],
-                "source": "compare"}
     if not found and origins:
         op_types = sorted({o["op"] for o in origins})
         return {

@@ -163,6 +163,7 @@ def _compare(
     directory's recorded flag is never used: it may come from anyone.
     """
     permits = {key: t.allow_unsafe_ops if isinstance(t, Side) else allow_unsafe_ops for key, t in (("a", a), ("b", b))}
+    a, b = _lend_signatures(a, b, allow_unsafe_ops)
     console = console or Console(stderr=True)
     cap_a = open_or_capture(a, out, "a", console=console, allow_unsafe_ops=allow_unsafe_ops)
     shared = _inputs_from(cap_a, out, signature_map or {}) if not _is_capture(b) else None
@@ -302,6 +303,26 @@ def _noise(
         summary[name] = {"max_abs": worst, "tensors_that_moved": noisy}
     return _Noise(per_tensor, summary, per_output)
 
+
+
+def _lend_signatures(a: str | Side, b: str | Side, allow_unsafe_ops: bool) -> tuple[str | Side, str | Side]:
+    """Each side to be captured may borrow the other's signature when it has none of its own (a
+    TF1 training checkpoint against its SavedModel): its ArtifactRef names the other side, and
+    the capture child uses it only if needed (see :func:`tracer.graphload.borrow_signature`)."""
+    from .artifacts import ArtifactRef  # noqa: PLC0415
+
+    def ref(target: str | Side) -> ArtifactRef:
+        return ArtifactRef(target) if isinstance(target, str) else target.artifact.lender()
+
+    def lend(target: str | Side, other: str | Side) -> str | Side:
+        if isinstance(target, str) and (_is_capture(target) or os.path.isdir(os.path.join(target, "tensors"))):
+            return target  # a capture (open_or_capture refuses an incomplete one)
+        side = target if isinstance(target, Side) else Side(ArtifactRef(target), allow_unsafe_ops=allow_unsafe_ops)
+        if side.artifact.signature_from is not None or side.artifact.borrowed is not None:
+            return side
+        return side.with_(artifact=replace(side.artifact, signature_from=ref(other)))
+
+    return lend(a, b), lend(b, a)
 
 
 def _is_capture(target: str | Side) -> bool:

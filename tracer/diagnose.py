@@ -27,7 +27,7 @@ import os
 import re
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -275,8 +275,11 @@ def _read_session_config(path: str | None) -> tuple[str, str] | None:
 def _base_side(options: DiagnoseOptions) -> Side:
     sizes = tuple(sorted(set(options.batch_sizes)))
     examples = options.examples or max(2, max(sizes))
+    model = options.model
+    if options.savedmodel is not None and model.signature_from is None and model.borrowed is None:
+        model = replace(model, signature_from=options.savedmodel.lender())  # a checkpoint has no signature of its own
     return Side(
-        artifact=options.model, device=options.device, batch_size=sizes[0],
+        artifact=model, device=options.device, batch_size=sizes[0],
         inputs=InputSpec(inputs_file=options.inputs_file, seed=options.seed, examples=examples),
         timing_runs=options.timing_runs or (5 if options.quick else 10),
         allow_unsafe_ops=options.allow_unsafe_ops,

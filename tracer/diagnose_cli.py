@@ -53,6 +53,11 @@ def add_diagnose_parser(subparsers: Any) -> argparse.ArgumentParser:
                         help="timed plain runs per side after one warm-up (default 5 with --quick, else 10)")
     parser.add_argument("--tag", default=None, help="SavedModel tag set, comma-separated (default: serve)")
     parser.add_argument("--signature", default=None, help="signature key (default: serving_default)")
+    parser.add_argument("--outputs", default=None,
+                        help="tensors of MODEL to trace when it has no signature: NAME[,NAME...] (a checkpoint "
+                             "given with --savedmodel borrows the SavedModel's signature without them)")
+    parser.add_argument("--input-names", default=None,
+                        help="tensors of MODEL fed when it has no signature: NAME[,NAME...]")
     parser.add_argument("--force", action="store_true", help="replace an existing output directory")
     parser.add_argument("--allow-unsafe-ops", action="store_true",
                         help="run graphs that read/write files or call Python (refused by default)")
@@ -80,8 +85,10 @@ def run_diagnose_command(args: argparse.Namespace, console: Console) -> int:
 
     parse_device(args.device)
     ref = {"tag": args.tag or "serve", "signature": args.signature or "serving_default"}
+    names = {key: tuple(p.strip() for p in (getattr(args, key) or "").split(",") if p.strip())
+             for key in ("outputs", "input_names")}
     options = DiagnoseOptions(
-        model=ArtifactRef(args.model, **ref),
+        model=ArtifactRef(args.model, **ref, **names),
         out_dir=Path(args.out),
         savedmodel=ArtifactRef(args.savedmodel, **ref) if args.savedmodel else None,
         batch_sizes=_batch_sizes(args.batch_sizes),

@@ -2,7 +2,12 @@
 
 Two exports of one model often name their nodes differently (another TF version, a TF2
 ``tf.function`` inlined under ``StatefulPartitionedCall/...``, another export script). Names are
-tried first because they are cheap and usually right; the signature then anchors the two graphs
+tried first because they are cheap and usually right — except TF's auto-generated ones: TF makes
+a name unique by appending ``_N`` (``Reshape``, ``Reshape_1``, ``Reshape_2``), so an export that
+builds one extra op, or the same ops in another order, shifts the numbers and ``Reshape_2`` of
+one graph is ``Reshape_1`` of the other. A name that differs from a node of the other graph (or
+of its own) only by such suffixes is therefore no evidence: those ops are paired by structure,
+and by name only when structure leaves both free. The signature then anchors the two graphs
 at their inputs and outputs (paired by signature key), and pairs spread from every matched op:
 
 * backwards — the producers of input ``i`` of two matched ops are paired when their op types
@@ -17,6 +22,7 @@ cascade over a name match.
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from collections.abc import Callable
 
@@ -59,20 +65,48 @@ def match_graphs(a: OpGraph, b: OpGraph) -> dict[str, tuple[str, str]]:
         taken_b.add(y)
         return True
 
+    numbered = _renumberable(a, b)
     for name in a.topo_order():
-        if name in b:
+        if name in b and name not in numbered:
             pair(name, name, "name")
     for role in ("inputs", "outputs"):
         sig_a, sig_b = getattr(a, role), getattr(b, role)
         common = set(sig_a) & set(sig_b)
-        for key in sorted(common):
-            pair(tensor_op(sig_a[key]), tensor_op(sig_b[key]), "signature")
+        anchors = [(key, key) for key in sorted(common)]
         rest_a, rest_b = sorted(set(sig_a) - common), sorted(set(sig_b) - common)
         if len(rest_a) == 1 and len(rest_b) == 1:  # one input (output) each, keyed differently
-            pair(tensor_op(sig_a[rest_a[0]]), tensor_op(sig_b[rest_b[0]]), "signature")
+            anchors.append((rest_a[0], rest_b[0]))
+        for key_a, key_b in anchors:
+            x, y = tensor_op(sig_a[key_a]), tensor_op(sig_b[key_b])
+            if x in a and y in b:  # an input the outputs do not need is not in the graph
+                pair(x, y, "signature")
     _spread(a, b, pairs, taken_b, pair)
+    # Auto-numbered names structure left unpaired: equal names of one op type are the best guess.
+    guessed = [pair(name, name, "name") for name in a.topo_order()
+               if name in numbered and name in b and a.op_type(name) == b.op_type(name)]
+    if any(guessed):
+        _spread(a, b, pairs, taken_b, pair)
     _pair_plumbing(a, b, pairs, pair)
     return pairs
+
+
+_SUFFIX = re.compile(r"_\d+$")
+
+
+def name_stem(name: str) -> str:
+    """The name without TF's uniquifying ``_N`` suffixes, in every scope (``Reshape_3/shape`` ->
+    ``Reshape/shape``), because TF numbers scopes the same way as ops."""
+    return "/".join(_SUFFIX.sub("", part) for part in name.split("/"))
+
+
+def _renumberable(a: OpGraph, b: OpGraph) -> set[str]:
+    """Names whose stem is shared by more than one op in either graph: what such a name denotes
+    depends on the order ops were built in, so an equal name is no evidence of the same op."""
+    stems: dict[str, set[str]] = defaultdict(set)
+    for g in (a, b):
+        for name in g.topo_order():
+            stems[name_stem(name)].add(name)
+    return {name for members in stems.values() if len(members) > 1 for name in members}
 
 
 def _pair_plumbing(a: OpGraph, b: OpGraph, pairs: dict[str, tuple[str, str]], pair: Callable[[str, str, str], bool]) -> None:

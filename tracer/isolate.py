@@ -17,6 +17,11 @@ is ``not_reproduced``: the data cannot tell more, and the report says so.
 
 B's inputs are found by walking up from B's tensor to the nearest B tensors paired with A
 tensors, so a rewritten region (a cast-wrapped MatMul, a folded conv) is replayed whole.
+An origin that stands for a rewrite *group* (a folded batch norm: A's conv + batch norm against
+B's conv with rescaled weights + bias; a fused chain against its fused op) is replayed from the
+group's own data inputs on both sides: its members are paired only to be shown, never to be
+fed, because a fold legitimately changes them (A's unscaled conv output fed to B's bias add
+would compare a scaled convolution with an unscaled one).
 When a side's model is not on this machine (captured on the GPU server), its replay is not run
 here; the report carries the ``tftrace isolate`` command that runs it there, and the A tensors
 the replays are fed (``work/feeds``, a small capture directory), so the report directory alone
@@ -33,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from .align import Alignment, CaptureView
+from .align import ROLE_REWRITTEN, Alignment, CaptureView
 from .capture.launcher import run_child
 from .capture.reader import Capture
 from .divergence import NodeResult
@@ -45,7 +50,10 @@ from .opgraph import EXIT_OPS, OpGraph, tensor_op
 from .runspec import Side
 from .safewrite import write_file
 
-__all__ = ["IsolationResult", "isolate_origins", "replay_plan", "run_job", "evaluate", "isolate_remote", "same_run_settings"]
+__all__ = ["IsolationResult", "isolate_origins", "replay_plan", "group_members", "origin_feeds", "run_job",
+           "evaluate", "isolate_remote", "same_run_settings"]
+
+GROUP_REWRITES = ("batchnorm_folded", "fused")  # an origin that stands for several A ops (and B ops)
 
 
 @dataclass
@@ -56,10 +64,11 @@ class IsolationResult:
     detail: str = ""
     command: str | None = None
     noise_max_abs: float | None = None  # the larger replay-vs-capture difference of one side (None: not measured)
+    rel_l2: float | None = None  # ||a-b|| / ||a||: max rel is inflated by near-zero elements
 
     def to_json(self) -> dict[str, Any]:
-        return {"verdict": self.verdict, "max_abs": self.max_abs, "max_rel": self.max_rel, "detail": self.detail,
-                "command": self.command, "noise_max_abs": self.noise_max_abs}
+        return {"verdict": self.verdict, "max_abs": self.max_abs, "max_rel": self.max_rel, "rel_l2": self.rel_l2,
+                "detail": self.detail, "command": self.command, "noise_max_abs": self.noise_max_abs}
 
 
 def replay_plan(graph: OpGraph, tensor: str, to_a: dict[str, str]) -> dict[str, str]:
@@ -97,6 +106,51 @@ def replay_plan(graph: OpGraph, tensor: str, to_a: dict[str, str]) -> dict[str, 
     return feeds
 
 
+def group_members(alignment: Alignment, graph_a: OpGraph, op: str) -> list[str]:
+    """The A ops of the rewrite group that origin ``op`` stands for, upstream of it: the conv,
+    weights and batch-norm parameters of a folded batch norm, the earlier ops of a fused chain.
+
+    They are found by walking up A's data inputs through ops the alignment marked as rewritten
+    members of the same kind; where the walk stops are the group's own data inputs (the conv's
+    input). Empty for an origin that is not a group.
+    """
+    node = alignment.nodes.get(op)
+    if node is None or node.rewrite not in GROUP_REWRITES:
+        return []
+    members: list[str] = []
+    stack = [op]
+    while stack:
+        name = stack.pop()
+        for tensor in graph_a.data_inputs(name) if name in graph_a else []:
+            source = tensor_op(tensor)
+            member = alignment.nodes.get(source)
+            if (source not in members and member is not None and member.role == ROLE_REWRITTEN
+                    and member.rewrite == node.rewrite):
+                members.append(source)
+                stack.append(source)
+    return members
+
+
+def origin_feeds(alignment: Alignment, graphs: dict[str, OpGraph], node: str, fetches: dict[str, str],
+                 to_a: dict[str, dict[str, str]]) -> tuple[dict[str, dict[str, str]], dict[str, Any] | None]:
+    """Each side's feeds (its tensor -> the A tensor whose captured value feeds it) to replay
+    origin ``node`` (fetching ``fetches[side]``), and its rewrite group (None if not a group).
+
+    ``to_a[side]`` lists the tensors of that side that may be fed. A group's members are never
+    fed, on either side: both replay the whole group from its own data inputs.
+    """
+    members = group_members(alignment, graphs["a"], node)
+    held = {t for m in members for p in alignment.nodes[m].tensors for t in (p.a, p.b) if t}
+    feeds = {key: replay_plan(graphs[key], fetches[key],
+                              {t: s for t, s in to_a[key].items() if t not in held and s not in held})
+             for key in ("a", "b")}
+    if not members:
+        return feeds, None
+    group = {"kind": alignment.nodes[node].rewrite, "a_members": members,
+             "a_inputs": sorted(feeds["a"]), "b_inputs": sorted(feeds["b"])}
+    return feeds, group
+
+
 def isolate_origins(
     origins: list[NodeResult],
     alignment: Alignment,
@@ -126,14 +180,16 @@ def isolate_origins(
         pair = next(p for p in node.tensors if p.a == result.tensor)
         assert pair.b is not None
         a_op, b_op = view_a.graph.op_type(result.name), view_b.graph.op_type(tensor_op(pair.b))
-        plans = {key: replay_plan(view.graph, fetch, to_a[key])
-                 for key, view, fetch in (("a", view_a, result.tensor), ("b", view_b, pair.b))}
+        plans, group = origin_feeds(alignment, {"a": view_a.graph, "b": view_b.graph}, result.name,
+                                    {"a": result.tensor, "b": pair.b}, to_a)
         index.append({"id": i, "node": result.name, "a_tensor": result.tensor, "b_tensor": pair.b,
                       "a_op": a_op, "b_op": b_op,
                       # B's captured value is B's op on A's inputs only when those inputs were bitwise A's
                       "inputs_identical": result.bitwise_origin,
                       "same_op_same_settings": same_settings and not node.rewrite
                       and _replayed_alone_alike(view_a.graph, view_b.graph, result.name, tensor_op(pair.b), plans)})
+        if group:
+            index[-1]["group"] = group
         for key, fetch in (("a", result.tensor), ("b", pair.b)):
             ops[key].append({"id": i, "a_tensor": result.tensor, "fetch": fetch, "feeds": plans[key]})
     feeds_dir = write_feeds(view_a.capture, ops, os.path.join(workdir, FEEDS))
@@ -276,10 +332,11 @@ def _judge(ra: np.ndarray, rb: np.ndarray, op: dict[str, Any], capture_a: Captur
                   f"moves from run to run on one side ({moved_text})")
     else:
         verdict = "own_error"
-        detail = f"given identical inputs, {_b_computation(op)} by up to {m.max_abs:.3g} (rel {m.max_rel:.3g})"
+        detail = (f"given identical inputs, {_b_computation(op)} by up to {m.max_abs:.3g} (rel {m.max_rel:.3g}, "
+                  f"rel L2 {m.rel_l2:.3g})")
         if noisy:
             detail += f"; beyond its run-to-run noise ({moved_text})"
-    return IsolationResult(verdict, m.max_abs, m.max_rel, detail, noise_max_abs=noise)
+    return IsolationResult(verdict, m.max_abs, m.max_rel, detail, noise_max_abs=noise, rel_l2=m.rel_l2)
 
 
 def _replayed_alone_alike(graph_a: OpGraph, graph_b: OpGraph, op_a: str, op_b: str,
@@ -310,6 +367,13 @@ def _b_computation(op: dict[str, Any]) -> str:
     """What differs: B's kernel for the same op, or what an export rewrite put in its place
     (e.g. A's MatMul is B's Cast back from a bfloat16 MatMul: B's replay runs all of it)."""
     a_op = op.get("a_op")  # (absent from the index of a report made before it was recorded)
+    group = op.get("group")
+    if group:
+        what = "folded batch norm" if group["kind"] == "batchnorm_folded" else "fused op"
+        inputs = ", ".join(f"`{t}`" for t in group.get("a_inputs", [])) or "the same inputs"
+        return (f"B's {what} (`{tensor_op(op['b_tensor'])}`, {op['b_op']}, with the ops between it and its inputs) "
+                f"differs from A's {a_op} and the {len(group['a_members'])} op(s) {what.split()[0]} into it "
+                f"(from `{group['a_members'][0]}`), both replayed whole from the group's inputs ({inputs})")
     if a_op in EXIT_OPS and op["b_op"] == a_op:
         return ("B's while loop that ends here (replayed whole: a session cannot fetch the ops inside a loop) "
                 "differs from A's")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .artifacts import Artifact, ArtifactRef, Signature, load
 from .graphload import build_opgraph, value_source
@@ -30,7 +30,12 @@ def diff_artifacts(a: ArtifactRef | str, b: ArtifactRef | str, *, allow_unsafe_o
     initialisers, so one whose loading reaches outside the computation is refused unless
     ``allow_unsafe_ops``.
     """
-    art_a, art_b = load(a, allow_unsafe_ops=allow_unsafe_ops), load(b, allow_unsafe_ops=allow_unsafe_ops)
+    ref_a = ArtifactRef(a) if isinstance(a, str) else a
+    ref_b = ArtifactRef(b) if isinstance(b, str) else b
+    # a side without a signature (a TF1 training checkpoint) borrows the other's
+    ref_a, ref_b = (replace(ref_a, signature_from=ref_a.signature_from or ref_b.lender()),
+                    replace(ref_b, signature_from=ref_b.signature_from or ref_a.lender()))
+    art_a, art_b = load(ref_a, allow_unsafe_ops=allow_unsafe_ops), load(ref_b, allow_unsafe_ops=allow_unsafe_ops)
     graph_a, sig_a = build_opgraph(art_a)
     graph_b, sig_b = build_opgraph(art_b)
     diff = diff_graphs(

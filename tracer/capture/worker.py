@@ -106,7 +106,7 @@ def run_capture(side: Side, out_dir: str, force: bool) -> None:
         for key, value in _plain_outputs(runtime, plain["outputs"], ranges, instrumented["layout"]).items():
             writer.write_plain_output(key, value)
         manifest = {
-            "spec": side.to_json(),
+            "spec": side.with_(artifact=runtime.artifact.ref).to_json(),  # with a borrowed signature, resolved
             "artifact": {
                 "kind": runtime.artifact.kind,
                 "location": runtime.artifact.location,

@@ -8,9 +8,13 @@ temporary name and renamed, so a report directory never holds a half-written rep
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import json
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from .. import __version__
 from ..causes import explain_comparison
@@ -22,7 +26,8 @@ if TYPE_CHECKING:
     from ..compare import Comparison
     from ..divergence import NodeResult
 
-__all__ = ["build_report", "write_reports", "merge_isolation", "SCHEMA_VERSION", "jsonable", "atomic_write_text"]
+__all__ = ["build_report", "write_reports", "merge_isolation", "SCHEMA_VERSION", "jsonable", "atomic_write_text",
+           "examples_digest", "rel_to_peak"]
 
 SCHEMA_VERSION = 1
 
@@ -30,6 +35,33 @@ SCHEMA_VERSION = 1
 def atomic_write_text(path: Path, text: str) -> None:
     """Kept for callers: :func:`tracer.safewrite.write_file` (no link followed, random temp name)."""
     write_file(path, text)
+
+
+def examples_digest(view: Any) -> str | None:
+    """SHA-256 over the examples a side ran on (its signature inputs, in key order), so two
+    sides fed the same values from differently named files are seen to agree."""
+    digest = hashlib.sha256()
+    inputs = view.capture.manifest.get("graph", {}).get("inputs", {})
+    for key, tensor in sorted(inputs.items()):
+        if not view.capture.has(tensor):
+            return None
+        value = np.ascontiguousarray(view.capture.tensor(tensor))
+        digest.update(f"{key}:{value.dtype.str}:{value.shape}".encode())
+        digest.update(value.tobytes())
+    return digest.hexdigest() if inputs else None
+
+
+def rel_to_peak(view: Any, tensor: str | None, m: Any) -> float | None:
+    """``max |a-b| / max |a|``: the difference relative to the tensor's largest magnitude (from
+    A's capture stats), a relative figure that near-zero elements cannot inflate like max rel."""
+    if m is None or tensor is None or not view.capture.has(tensor):
+        return None
+    stats = view.capture.record(tensor).get("stats") or {}
+    lo, hi = stats.get("min"), stats.get("max")
+    if not isinstance(lo, (int, float)) or not isinstance(hi, (int, float)) or not math.isfinite(m.max_abs):
+        return None
+    peak = max(abs(float(lo)), abs(float(hi)))
+    return m.max_abs / peak if peak > 0 else (0.0 if m.max_abs == 0 else math.inf)
 
 
 def _side(view: Any, kept: bool = True) -> dict[str, Any]:
@@ -53,8 +85,9 @@ def _side(view: Any, kept: bool = True) -> dict[str, Any]:
         "capture_kept": kept,  # false: captured for this report only, deleted after it (--keep-captures keeps it)
         "environment": manifest.get("environment", {}),
         "timings": manifest.get("timings", {}),
-        "examples": manifest.get("examples", {}),
+        "examples": {**manifest.get("examples", {}), "digest": examples_digest(view)},
         "notes": manifest.get("notes", []),
+        "signature": {k: (manifest.get("signature") or {}).get(k) for k in ("key", "from_user", "borrowed_from")},
     }
 
 
@@ -72,6 +105,7 @@ def _origin(result: NodeResult, comparison: Comparison, rank: int | None = None)
         "rel_l2": m.rel_l2 if m else None,
         "mismatch_count": m.mismatch_count if m else None,  # for an integer index: how many moved
         "dtype": m.dtype_a if m else None,
+        "rel_to_peak": rel_to_peak(comparison.view_a, result.tensor, m),
         "level": "tolerance" if result.status == "origin" else "bitwise",
         "status": result.status,
         "rewrite": node.rewrite if node else None,
@@ -121,6 +155,7 @@ def _node(result: NodeResult, comparison: Comparison, index: int) -> dict[str, A
         out.update({
             "max_abs": m.max_abs, "max_rel": m.max_rel, "mean_abs": m.mean_abs, "ulp_max": m.ulp_max,
             "cosine": m.cosine, "sqnr_db": m.sqnr_db, "rel_l2": m.rel_l2, "mismatch_count": m.mismatch_count,
+            "rel_to_peak": rel_to_peak(comparison.view_a, result.tensor, m),
             "nan_mismatch": m.nan_mismatch, "inf_mismatch": m.inf_mismatch,
             "worst": [[list(i), a, b] for i, a, b in m.worst],
         })
@@ -170,6 +205,7 @@ def _output_fields(m: Any, atol: float, rtol: float) -> dict[str, Any]:
         "identical": m.identical if m else None,
         "within_tolerance": m.within(atol, rtol) if m else None,
         "max_abs": m.max_abs if m else None, "max_rel": m.max_rel if m else None,
+        "rel_l2": m.rel_l2 if m else None,
         "cosine": m.cosine if m else None,
         "nan_mismatch": m.nan_mismatch if m else None,
         "inf_mismatch": m.inf_mismatch if m else None,
@@ -188,6 +224,7 @@ def build_report(comparison: Comparison) -> dict[str, Any]:
         outputs[key] = {
             "a_tensor": ta, "b_tensor": tb,
             **_output_fields(m, atol, rtol),
+            "rel_to_peak": rel_to_peak(view_a, ta, m),
             "not_compared": None if m else _why_not_compared(comparison, key, ta, tb),
             # --repeat: how far this output moved by itself across one side's runs (0.0: not at all)
             "noise_max_abs": (None if not comparison.noise else comparison.noise_per_output.get(key, 0.0) if plain

@@ -30,18 +30,21 @@ from .summary import (
     STATUSES,
     answers,
     environment_rows,
+    first_divergences,
     fmt,
+    headline_divergence,
     isolation_text,
     json_safe,
-    noise_lines,
-    observed_beside,
     no_answer,
+    noise_lines,
     nonfinite_context,
     not_captured_text,
+    nothing_diverged,
+    observed_beside,
     outputs_not_compared,
     rewrite_detail,
+    side_rows,
     unobserved_divergence,
-    side_facts,
 )
 
 __all__ = ["PageView", "build_html", "script_json", "templates_dir"]
@@ -127,11 +130,15 @@ def _origin_card(title: str, origin: Any, index: OpIndex) -> dict[str, Any] | No
         "title": title, "name": name, "idx": idx, "op": origin.get("op") or node.get("op"),
         "level": origin.get("level"), "rewrite": origin.get("rewrite") or node.get("rewrite"),
         "metrics": [("max abs", fmt(origin.get("max_abs"))), ("max rel", fmt(origin.get("max_rel"))),
-                    ("rel L2", fmt(origin.get("rel_l2") if origin.get("rel_l2") is not None else node.get("rel_l2")))],
+                    ("rel to peak", fmt(_either(origin, node, "rel_to_peak"))), ("rel L2", fmt(_either(origin, node, "rel_l2")))],
         "own": (isolation or {}).get("verdict"), "isolation": isolation_text(isolation),
         "command": (isolation or {}).get("command"),
         "histogram": Markup(histogram_svg(node.get("diff_histogram"))),
     }
+
+
+def _either(origin: dict[str, Any], node: dict[str, Any], key: str) -> Any:
+    return origin.get(key) if origin.get(key) is not None else node.get(key)
 
 
 def _observer(effect: Any) -> list[dict[str, Any]]:
@@ -167,12 +174,8 @@ def build_html(report: dict[str, Any], index: OpIndex, views: list[PageView], sv
     """The whole page as one string (CSS, JS, SVG and data inline)."""
     sides = report.get("sides") or {}
     tolerance = report.get("tolerance") or {}
-    first = report.get("first_divergence")
-    beyond = report.get("first_divergence_beyond_tolerance")
-    same = isinstance(first, dict) and isinstance(beyond, dict) and first.get("node") == beyond.get("node")
-    cards = [_origin_card("First difference — bitwise and beyond tolerance" if same else "First difference (bitwise)",
-                          first, index)]
-    cards.append(None if same else _origin_card("First difference beyond tolerance", beyond, index))
+    cards = [_origin_card(title, origin, index) for title, origin in first_divergences(report)]
+    headline_origin = headline_divergence(report)
     env_rows = environment_rows((sides.get("a") or {}).get("environment"), (sides.get("b") or {}).get("environment"))
     rewrite_rows, rewrite_kinds = _rewrites(report)
     graph_diff = report.get("graph_diff") or {}
@@ -187,13 +190,16 @@ def build_html(report: dict[str, Any], index: OpIndex, views: list[PageView], sv
         "tolerance": tolerance,
         "overrides": list((tolerance.get("overrides") or {}).items())[:20],
         "sides": [{"key": k.upper(), "label": (sides.get(k) or {}).get("label") or k.upper(),
-                   "facts": side_facts(sides.get(k) or {})} for k in ("a", "b")],
+                   "facts": [(key, (a, b)[j], differs) for key, a, b, differs in side_rows(sides)]}
+                  for j, k in enumerate(("a", "b"))],
         "cards": [c for c in cards if c],
         "headline": _headline(report, len(index.names)),
         "nonfinite": nonfinite_context(report),
         "not_captured": not_captured_text(report),
         "answers": answers(report),
         "no_answer": {k: no_answer(k, answers(report)["source"]) for k in ("why", "prevent", "cost")},
+        "answer_sections": [("why", "Why it happens")] if nothing_diverged(report) else [
+            ("why", "Why it happens"), ("prevent", "How to prevent it"), ("cost", "What preventing it costs")],
         "diagnosis_rows": diagnosis_rows(report),
         "outputs": [(k, o, observed_beside(o)) for k, o in outputs.items() if isinstance(o, dict)],
         "outputs_plain": any(isinstance(o, dict) and o.get("compared_as") == "plain" for o in outputs.values()),
@@ -226,7 +232,7 @@ def build_html(report: dict[str, Any], index: OpIndex, views: list[PageView], sv
         "growth_svg": Markup(error_growth_svg(report, index)) if index.names else Markup(""),
         "css": _asset("report.css"), "status_css": Markup(_status_css()), "js": _asset("report.js"),
         "report_json": script_json(report), "page_json": script_json(json_safe(page_data)),
-        "first_name": (beyond or first or {}).get("node") if isinstance(beyond or first, dict) else None,
+        "first_name": headline_origin.get("node") if headline_origin else None,
     }
     return _environment().get_template("report.html.j2").render(context)
 
@@ -236,9 +242,7 @@ def _headline(report: dict[str, Any], op_count: int) -> str:
     verdict = report.get("verdict")
     outputs = [o for o in (report.get("outputs") or {}).values() if isinstance(o, dict)]
     differ = sum(1 for o in outputs if o.get("identical") is False)
-    beyond = report.get("first_divergence_beyond_tolerance")
-    first = report.get("first_divergence")
-    where = beyond if isinstance(beyond, dict) and beyond.get("node") else first
+    where = headline_divergence(report)  # the op report.json, report.md and the terminal name first
     missing = len(outputs_not_compared(report))
     caveat = f" {missing} of {len(outputs)} outputs could not be compared (see Outputs)." if missing else ""
     if verdict == "identical":

@@ -19,17 +19,21 @@ from .summary import (
     answers,
     diagnosis_rows,
     environment_rows,
+    first_divergences,
     fmt,
+    headline_divergence,
     isolation_text,
     mismatch_note,
     no_answer,
+    noise_lines,
     nonfinite_context,
     not_captured_text,
-    noise_lines,
+    nothing_diverged,
     num,
     observed_beside,
+    relative_text,
     rewrite_detail,
-    side_facts,
+    side_rows,
     unobserved_divergence,
 )
 
@@ -83,7 +87,7 @@ class _Limits:
 def _header(report: dict[str, Any], lim: _Limits) -> list[str]:
     verdict = str(report.get("verdict") or "unknown")
     tol = report.get("tolerance") or {}
-    first = report.get("first_divergence_beyond_tolerance") or report.get("first_divergence")
+    first = headline_divergence(report)  # the op report.json and the terminal call the first divergence
     title = f"## tftrace: {md_text(verdict.replace('_', ' ').upper(), 40)}"
     if isinstance(first, dict) and first.get("node"):
         title += f" — first divergence at {md_code(first['node'], lim.cell)} ({md_text(first.get('op'), 60)})"
@@ -94,27 +98,19 @@ def _header(report: dict[str, Any], lim: _Limits) -> list[str]:
            f"{md_text(tool.get('name') or 'tftrace', 40)} {md_text(tool.get('version') or '', 40)} · "
            f"{md_text(report.get('created_utc') or '', 40)}", ""]
     sides = report.get("sides") or {}
-    facts = [side_facts(sides.get(k) or {}) for k in ("a", "b")]
     rows = [["label", md_text((sides.get("a") or {}).get("label"), lim.cell), md_text((sides.get("b") or {}).get("label"), lim.cell)]]
-    for (key, a), (_k, b) in zip(facts[0], facts[1], strict=False):
-        mark = " **≠**" if a != b else ""
-        rows.append([md_text(key, 40) + mark, md_text(a, lim.cell), md_text(b, lim.cell)])
+    for key, a, b, differs in side_rows(sides):
+        rows.append([md_text(key, 40) + (" **≠**" if differs else ""), md_text(a, lim.cell), md_text(b, lim.cell)])
     return out + _table(["", "A", "B"], rows, len(rows), "") + [""]
 
 
 def _origins(report: dict[str, Any], lim: _Limits) -> list[str]:
     out = []
-    first, beyond = report.get("first_divergence"), report.get("first_divergence_beyond_tolerance")
-    same = isinstance(first, dict) and isinstance(beyond, dict) and first.get("node") == beyond.get("node")
-    titled = ([("First difference, bitwise and beyond tolerance", first)] if same
-              else [("First difference (bitwise)", first), ("First difference beyond tolerance", beyond)])
-    for title, o in titled:
-        if isinstance(o, dict) and o.get("node"):
-            rewrite = f", rewritten at export ({md_text(o['rewrite'], 60)})" if o.get("rewrite") else ""
-            out.append(f"- **{title}:** {md_code(o['node'], lim.cell)} ({md_text(o.get('op'), 60)}), max abs "
-                       f"{fmt(o.get('max_abs'))}, max rel {fmt(o.get('max_rel'))}{md_text(mismatch_note(o), 60)}"
-                       f"{rewrite}; "
-                       f"{md_text(isolation_text(o.get('isolation')), 300)}")
+    for title, o in first_divergences(report):
+        rewrite = f", rewritten at export ({md_text(o['rewrite'], 60)})" if o.get("rewrite") else ""
+        out.append(f"- **{title}:** {md_code(o['node'], lim.cell)} ({md_text(o.get('op'), 60)}), max abs "
+                   f"{fmt(o.get('max_abs'))}, {relative_text(o)}{md_text(mismatch_note(o), 60)}{rewrite}; "
+                   f"{md_text(isolation_text(o.get('isolation')), 300)}")
     if not out:
         out.append("- Every captured op agrees; the plain runs' outputs do not (see Outputs)."
                    if unobserved_divergence(report) else "- No divergence: every compared op agrees.")
@@ -127,10 +123,10 @@ def _origins(report: dict[str, Any], lim: _Limits) -> list[str]:
     if origins:
         out.append(f"### Origins ({len(origins)})")
         rows = [[fmt(o.get("rank", k + 1)), md_code(o.get("node"), lim.cell), md_text(o.get("op"), 60),
-                 fmt(o.get("max_abs")), fmt(o.get("max_rel")),
+                 fmt(o.get("max_abs")), fmt(o.get("max_rel")), fmt(o.get("rel_to_peak")),
                  md_text(((o.get("isolation") or {}).get("verdict") or "—").replace("_", " "), 30),
                  md_text(o.get("rewrite") or "—", 40)] for k, o in enumerate(origins[: lim.rows])]
-        out += _table(["#", "op", "type", "max abs", "max rel", "own vs inherited", "rewrite"], rows,
+        out += _table(["#", "op", "type", "max abs", "max rel", "rel to peak", "own vs inherited", "rewrite"], rows,
                       len(origins), "origins") + [""]
     return out
 
@@ -145,22 +141,35 @@ def _outputs(report: dict[str, Any], lim: _Limits) -> list[str]:
         why = f": {md_text(o['not_compared'], 200)}" if o.get("not_compared") else ""
         result = ("identical" if o.get("identical") else "within tolerance" if o.get("within_tolerance")
                   else f"**not compared**{why}" if o.get("identical") is None else "**differs**")
-        row = [md_code(key, lim.cell), result, fmt(o.get("max_abs")), fmt(o.get("max_rel")), fmt(o.get("cosine"), 7)]
+        row = [md_code(key, lim.cell), result, fmt(o.get("max_abs")), fmt(o.get("max_rel")), fmt(o.get("rel_to_peak")),
+               fmt(o.get("cosine"), 7)]
         rows.append(row + ([md_text(observed or "", 200)] if any(beside) else []))
     plain = any(o.get("compared_as") == "plain" for _, o in outputs)
     title = "### Outputs (plain runs, as in production)" if plain else "### Outputs"
-    head = ["output", "result", "max abs", "max rel", "cosine"]
+    head = ["output", "result", "max abs", "max rel", "rel to peak", "cosine"]
     head += ["instrumented (every tensor fetched)"] if any(beside) else []
     unobserved = unobserved_divergence(report)
     note = [f"**Not seen op by op:** {md_text(unobserved, 400)}", ""] if unobserved else []
     noise = [f"- {md_text(line, 300)}" for line in noise_lines(report)]
-    return [title] + _table(head, rows, len(outputs), "outputs") + [""] + (noise + [""] if noise else []) + note
+    return ([title] + _table(head, rows, len(outputs), "outputs") + [""] + (noise + [""] if noise else []) + note
+            + _relative_note(report))
+
+
+def _relative_note(report: dict[str, Any]) -> list[str]:
+    """What "rel to peak" means, once, where a column shows it."""
+    if not report.get("origins") and not report.get("outputs"):
+        return []
+    return ["*max rel* is |a−b| / max(|a|, |b|) at the worst element (near-zero elements inflate it); "
+            "*rel to peak* is max |a−b| / max |a| over the tensor; *rel L2* is ‖a−b‖ / ‖a‖.", ""]
 
 
 def _answers(report: dict[str, Any], lim: _Limits) -> list[str]:
     given = answers(report)
     out = []
-    for key, title in (("why", "Why it happens"), ("prevent", "How to prevent it"), ("cost", "What preventing it costs")):
+    sections = (("why", "Why it happens"), ("prevent", "How to prevent it"), ("cost", "What preventing it costs"))
+    if nothing_diverged(report):
+        sections = sections[:1]  # nothing to prevent, nothing to pay
+    for key, title in sections:
         out.append(f"### {title}")
         items = given.get(key) or []
         out += [f"- {_sentence(s, 600)}" for s in items[: lim.rows]] or [f"- {no_answer(key, given['source'])}"]

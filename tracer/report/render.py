@@ -23,7 +23,7 @@ from .html import PageView, build_html
 from .markdown import render_markdown
 from ..safewrite import write_file
 from ..text import printable_tree
-from .summary import fmt, json_safe, severity
+from .summary import fmt, headline_divergence, json_safe, severity
 
 __all__ = ["render_report", "RenderResult", "INSTALL_GRAPHVIZ"]
 
@@ -157,7 +157,7 @@ def _split_svgs(text: str) -> list[str]:
 
 
 def _caption(report: dict[str, Any], index: OpIndex) -> str:
-    first = report.get("first_divergence_beyond_tolerance") or report.get("first_divergence")
+    first = headline_divergence(report)  # the op report.json, report.md and the terminal name first
     verdict = str(report.get("verdict") or "unknown").replace("_", " ")
     if isinstance(first, dict) and first.get("node"):
         return (f"<B>{label_text(verdict.upper(), 30)}</B>: first divergence at "

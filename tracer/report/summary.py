@@ -34,6 +34,11 @@ __all__ = [
     "nonfinite_context",
     "isolation_text",
     "noise_lines",
+    "first_divergences",
+    "headline_divergence",
+    "relative_text",
+    "side_rows",
+    "nothing_diverged",
     "rewrite_detail",
     "answers",
     "no_answer",
@@ -188,6 +193,10 @@ def side_facts(side: dict[str, Any]) -> list[tuple[str, str]]:
         ("batch size", _scalar_text(side.get("batch_size"))),
         ("knobs", ", ".join(f"{k}={_scalar_text(v)}" for k, v in flatten(knobs).items()) if knobs else "defaults"),
     ]
+    signature = side.get("signature") if isinstance(side.get("signature"), dict) else {}
+    if signature.get("key"):
+        lent = f" (borrowed from {signature['borrowed_from']}: this side has none)" if signature.get("borrowed_from") else ""
+        rows.append(("signature", f"{signature['key']}{lent}"))
     if examples:
         rows.append(("examples", f"{_scalar_text(examples.get('count'))} from {_scalar_text(examples.get('source'))}"))
     if latency is not None:
@@ -323,7 +332,7 @@ def isolation_text(isolation: dict[str, Any] | None) -> str:
     verdict = isolation.get("verdict")
     if verdict == "own_error":
         head = (f"own error: fed identical inputs, the op alone still differs "
-                f"(max abs {fmt(isolation.get('max_abs'))}, max rel {fmt(isolation.get('max_rel'))})")
+                f"(max abs {fmt(isolation.get('max_abs'))}, {relative_text(isolation)})")
     elif verdict == "inherited":
         head = "inherited: fed identical inputs, the op alone agrees — the difference comes from upstream"
     elif verdict == "nondeterministic":
@@ -338,6 +347,66 @@ def isolation_text(isolation: dict[str, Any] | None) -> str:
     detail = str(isolation.get("detail") or "").strip()
     head = head[:1].upper() + head[1:]
     return f"{head}. {detail[:1].upper()}{detail[1:]}" if detail else head
+
+
+def headline_divergence(report: dict[str, Any]) -> dict[str, Any] | None:
+    """The op a report's title, headline and "why" name: report.json's ``first_divergence``
+    (the first origin, bitwise), the same op the terminal's "(bitwise)" line names."""
+    for key in ("first_divergence", "first_divergence_beyond_tolerance"):
+        origin = report.get(key)
+        if isinstance(origin, dict) and origin.get("node"):
+            return origin
+    return None
+
+
+def first_divergences(report: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """``(title, origin)`` for the first divergence, bitwise and beyond tolerance (one entry
+    when they are the same op), as every output format lists them."""
+    first, beyond = report.get("first_divergence"), report.get("first_divergence_beyond_tolerance")
+    first = first if isinstance(first, dict) and first.get("node") else None
+    beyond = beyond if isinstance(beyond, dict) and beyond.get("node") else None
+    if first and beyond and first["node"] == beyond["node"]:
+        return [("First divergence, bitwise and beyond tolerance", first)]
+    return [(title, o) for title, o in (("First divergence (bitwise)", first),
+                                        ("First divergence beyond tolerance", beyond)) if o]
+
+
+def relative_text(values: dict[str, Any]) -> str:
+    """``max rel R (rel to peak P, rel L2 L)``: max rel is |a-b|/max(|a|,|b|) at its worst
+    element, which near-zero elements drive up; the peak-relative figure (max |a-b| / max |a|)
+    and the relative L2 norm of the difference are what a reader can judge a tensor by."""
+    extra = [f"{label} {fmt(values.get(key))}" for key, label in (("rel_to_peak", "rel to peak"), ("rel_l2", "rel L2"))
+             if num(values.get(key)) is not None]
+    return f"max rel {fmt(values.get('max_rel'))}" + (f" ({', '.join(extra)})" if extra else "")
+
+
+def side_rows(sides: dict[str, Any]) -> list[tuple[str, str, str, bool]]:
+    """``(key, A, B, differs)`` for the sides table. The examples differ only when their values
+    do (compared by digest when both sides recorded one): the same values read from two
+    differently named files are the same examples."""
+    side_a, side_b = (sides.get(k) if isinstance(sides.get(k), dict) else {} for k in ("a", "b"))
+    facts_a, facts_b = dict(side_facts(side_a)), dict(side_facts(side_b))
+    digests = [(s.get("examples") or {}).get("digest") if isinstance(s.get("examples"), dict) else None
+               for s in (side_a, side_b)]
+    rows = []
+    for key in dict.fromkeys([*facts_a, *facts_b]):
+        a, b = facts_a.get(key, "—"), facts_b.get(key, "—")
+        differs = a != b
+        if key == "examples" and all(digests):
+            differs = digests[0] != digests[1]
+            same = "same values" if not differs else "different values"
+            a, b = f"{a} ({same}, sha256 {str(digests[0])[:12]})", f"{b} ({same}, sha256 {str(digests[1])[:12]})"
+        rows.append((key, a, b, differs))
+    return rows
+
+
+def nothing_diverged(report: dict[str, Any]) -> bool:
+    """No cause to explain: a comparison whose verdict is identical, or a diagnosis in which no
+    experiment diverged. Such a report has no "how to prevent it" or "what it costs"."""
+    given = report.get("answers") if isinstance(report.get("answers"), dict) else {}
+    if given.get("source") == "diagnosis":
+        return not given.get("factors") and not given.get("prevent")
+    return report.get("verdict") == "identical"
 
 
 def rewrite_detail(detail: Any) -> str:
@@ -368,9 +437,9 @@ def answers(report: dict[str, Any]) -> dict[str, Any]:
         return {"why": why, "prevent": [], "cost": [], "source": "report"}
     counts = Counter(str(o.get("op") or "?") for o in origins)
     types = ", ".join(f"{n} {op}" for op, n in counts.most_common())
-    first = report.get("first_divergence_beyond_tolerance") or report.get("first_divergence") or origins[0]
+    first = headline_divergence(report) or origins[0]
     why = [f"The difference starts at {len(origins)} op(s): {types}.",
-           f"The first is `{first.get('node')}` ({first.get('op')}), max rel {fmt(first.get('max_rel'))}."]
+           f"The first is `{first.get('node')}` ({first.get('op')}), {relative_text(first)}."]
     if first.get("rewrite"):
         why.append(f"It sits in an export rewrite ({first['rewrite']}).")
     if first.get("isolation"):

@@ -11,8 +11,8 @@ from rich.table import Table
 from ..graphdiff import GraphDiff
 from ..opgraph import EXIT_OPS
 from ..text import printable, printable_tree
-from .summary import (mismatch_note, noise_lines, nonfinite_context, not_captured_text, observed_beside,
-                      outputs_not_compared, unobserved_divergence)
+from .summary import (first_divergences, mismatch_note, noise_lines, nonfinite_context, not_captured_text,
+                      observed_beside, outputs_not_compared, relative_text, unobserved_divergence)
 
 __all__ = ["print_graph_diff", "print_comparison"]
 
@@ -93,8 +93,11 @@ def print_comparison(console: Console, report: dict, out_dir: object = None) -> 
         side = sides[key]
         console.print(f"  {key.upper()}: {side['artifact'].get('location') or side['artifact'].get('path')} "
                       f"[{side['label']}]", highlight=False, markup=False)
-    for title, origin in (("First divergence (bitwise)", report.get("first_divergence")),
-                          ("First divergence beyond tolerance", report.get("first_divergence_beyond_tolerance"))):
+        signature = side.get("signature") if isinstance(side.get("signature"), dict) else {}
+        if signature.get("borrowed_from"):
+            console.print(f"     no signature of its own: traced with signature {signature.get('key')!r} borrowed from "
+                          f"{signature['borrowed_from']}", highlight=False, markup=False)
+    for title, origin in first_divergences(report):  # the same lines, in the same words, as report.md
         if origin:
             iso = origin.get("isolation") or {}
             own = ("the while loop ending here differs given identical inputs" if origin["op"] in EXIT_OPS
@@ -105,23 +108,23 @@ def print_comparison(console: Console, report: dict, out_dir: object = None) -> 
                            "not_reproduced": "not reproduced given identical inputs (the runs differed, "
                                              "the op alone does not)"}.get(iso.get("verdict"), "not isolated")
             console.print(f"{title}: {origin['node']} ({origin['op']}), max abs {_num(origin['max_abs'])}, "
-                          f"max rel {_num(origin['max_rel'])}{mismatch_note(origin)} — {verdict_iso}",
-                          highlight=False, markup=False)
+                          f"{relative_text(origin)}{mismatch_note(origin)} — {verdict_iso}", highlight=False,
+                          markup=False)
     origins = report.get("origins") or []
     if origins:
         table = Table(title="Top origins", title_justify="left")
-        for col in ("#", "op", "type", "max abs", "max rel", "isolation", "rewrite"):
+        for col in ("#", "op", "type", "max abs", "max rel", "rel to peak", "isolation", "rewrite"):
             table.add_column(col)
         for origin in origins[:8]:
             table.add_row(str(origin.get("rank")), escape(str(origin["node"])), escape(str(origin["op"])),
-                          _num(origin["max_abs"]), _num(origin["max_rel"]),
+                          _num(origin["max_abs"]), _num(origin["max_rel"]), _num(origin.get("rel_to_peak")),
                           escape(str((origin.get("isolation") or {}).get("verdict", "—"))),
                           escape(str(origin.get("rewrite") or "")))
         console.print(table)
     plain = any(out.get("compared_as") == "plain" for out in report.get("outputs", {}).values())
     beside = {key: observed_beside(out) for key, out in report.get("outputs", {}).items()}
     outputs = Table(title="Outputs (plain runs, as in production)" if plain else "Outputs", title_justify="left")
-    for col in ("output", "identical", "within tol.", "max abs", "max rel", "NaN/Inf differ"):
+    for col in ("output", "identical", "within tol.", "max abs", "max rel", "rel to peak", "NaN/Inf differ"):
         outputs.add_column(col)
     if any(beside.values()):
         outputs.add_column("instrumented (every tensor fetched)")
@@ -130,7 +133,7 @@ def print_comparison(console: Console, report: dict, out_dir: object = None) -> 
         compared = out["identical"] is not None
         row = [escape(str(key)), str(out["identical"]) if compared else "not compared",
                str(out["within_tolerance"]) if compared else "—", _num(out["max_abs"]),
-               _num(out["max_rel"]), str(nonfinite) if nonfinite else ""]
+               _num(out["max_rel"]), _num(out.get("rel_to_peak")), str(nonfinite) if nonfinite else ""]
         outputs.add_row(*row, *([escape(beside[key] or "")] if any(beside.values()) else []))
     console.print(outputs)
     unobserved = unobserved_divergence(report)
