@@ -39,9 +39,9 @@ SIGNALS = {"SIGINT": signal.SIGINT, "SIGTERM": signal.SIGTERM}
 # --------------------------------------------------------------------------- helpers
 
 
-def _start(*args: str) -> subprocess.Popen:
+def _start(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "tracer.cli", *args], cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env={**os.environ, "COLUMNS": "200"})
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "COLUMNS": "200", **(env or {})})
 
 
 def _parent_of(pid: int) -> int | None:
@@ -148,13 +148,17 @@ def test_sigkill_of_tftrace_itself_stops_its_worker_and_force_rerun_works(
 ) -> None:
     """SIGKILL gives tftrace no chance to stop its child. The child stops at its next progress line
     (the pipe is closed) or, when busy and silent, through tracer.capture.orphan (tested alone in
-    test_capture_launcher.py); either way the capture is left incomplete and --force re-runs it."""
-    out = tmp_path / "cap"
-    cli = _start("capture", str(models["detector"]), "--out", str(out), *LONG)
+    test_capture_launcher.py); either way the capture is left incomplete and --force re-runs it.
+    Nothing of the job is left in the temp directory (issue 15: the job goes through the child's
+    stdin, its stderr into an unnamed file)."""
+    out, tmp = tmp_path / "cap", tmp_path / "tmp"
+    tmp.mkdir()
+    cli = _start("capture", str(models["detector"]), "--out", str(out), *LONG, env={"TMPDIR": str(tmp)})
     worker = _worker_writing(cli, out / "tensors")
     cli.kill()
     cli.communicate()
     assert _gone(worker), f"worker {worker} outlived its SIGKILLed parent"
+    assert not [p.name for p in tmp.iterdir() if p.name.startswith("tftrace")], sorted(p.name for p in tmp.iterdir())
     assert not (out / "manifest.json").exists() and any((out / "tensors").iterdir())
     with pytest.raises(TftraceError, match=r"incomplete capture at .*manifest.json is missing"):
         Capture.open(out)
@@ -180,6 +184,27 @@ def test_signal_to_compare_leaves_no_report_and_force_rerun_works(
                     "--force", "--keep-captures")
     _ok(rerun)
     assert (out / "report.json").is_file() and Capture.open(out / "captures" / "a").manifest["examples"]["count"] == 2
+
+
+def test_two_compares_into_one_out_the_second_is_refused_naming_the_first(
+    models: dict[str, Path], capture_b: Path, tmp_path: Path
+) -> None:
+    """Issue 15: a second compare into an --out a running compare writes must not hand either
+    user the other's report; it exits 2 naming the first one's pid and touches nothing there."""
+    out = tmp_path / "report"
+    first = _start("compare", str(models["detector"]), str(models["detector"]), "--out", str(out), "--examples", "4000",
+                   "--batch-size", "4", "--isolate", "0")  # A and B: a thousand runs each, interrupted below
+    worker = _worker_writing(first, out / "captures" / "a" / "tensors")
+    before = _files(out)
+    for extra in ((), ("--force",)):
+        second = run_cli("compare", str(models["detector"]), str(capture_b), "--out", str(out), *SHORT, *extra)
+        assert_user_error(second, f"another tftrace run (pid {first.pid}) is writing to the report directory {out}")
+        assert first.poll() is None  # still running: the refusal came from its lock
+    assert before <= _files(out)  # the second deleted nothing of the first's
+    first.send_signal(signal.SIGINT)
+    done = _finish(first)
+    assert done.returncode == 2 and done.stderr.strip().splitlines()[-1] == INTERRUPTED, done.stderr
+    assert _gone(worker) and not (out / "report.json").exists()
 
 
 def test_killed_worker_during_compare_is_reported_with_its_stderr(

@@ -720,6 +720,7 @@ class Row:
 def reliability_rows() -> tuple[list[Row], list[Row]]:
     """The rows, with counts taken from the tests' own case lists (so they cannot drift)."""
     from test_faults import SIGNALS  # noqa: PLC0415
+    from test_out_dir import PLANTED  # noqa: PLC0415
     from test_fuzz import (  # noqa: PLC0415
         EXAMPLES, MANIFEST_ATTACKS, REFUSED_REPORT_TEXTS, REFUSED_REPORTS, SAFE_REPORTS, TEXT_ATTACKS,
     )
@@ -825,6 +826,51 @@ def reliability_rows() -> tuple[list[Row], list[Row]]:
         Row("a real tensor larger than `--max-memory`", 1, "`tftrace: error: tensor dense/weights:0 alone needs about "
             "16,777,216 bytes per run, more than --max-memory 1,000,000. Raise --max-memory, or lower --batch-size.`",
             "refused before the capture directory exists", ("test_capture.py::test_a_tensor_larger_than_max_memory_is_refused",)),
+        Row("shapes known only at run time: a `tf.fill` sized by an input value (in the first batch; in a later one) "
+            "with `--max-memory 20000000`", 2,
+            "`tftrace: error: tensor on_path:0 is 40,000,000 bytes per run on these inputs (its shape is set at run "
+            "time), more than --max-memory 20,000,000. Raise --max-memory, or lower --batch-size or the input values "
+            "that size it.` (exit 2): the traced plain runs measure every executed tensor; a fetched tensor over the "
+            "limit stops the capture before it is written", "refused before the capture directory exists",
+            ("test_runtime_limits.py::test_fill_sized_by_an_input_value_is_refused_before_the_capture_exists",
+             "test_runtime_limits.py::test_fill_sized_by_a_later_batch_is_refused_before_the_capture_exists",
+             "test_runtime_limits.py::test_refit_sizes_chunks_by_measured_sizes_and_refuses_what_alone_exceeds",
+             "test_runtime_limits.py::test_check_fetched_refuses_over_the_limit_and_learns_sizes_under_it")),
+        Row("weights larger than `--max-memory` (a TF1 checkpoint; a SavedModel's variables/)", 2,
+            "`tftrace: error: the weights in PREFIX take 18,222,528 bytes (26 variables in its index; the largest, "
+            "'dense/weights', 16,777,216 bytes), more than --max-memory 10,000,000; restoring them would load them all "
+            "into memory.` (exit 2)", "measured from the index and the .data shards before anything is restored; no "
+            "capture directory", ("test_runtime_limits.py::test_checkpoint_larger_than_max_memory_is_refused_before_restoring",)),
+        Row("links planted in a received report directory for `tftrace report` (report.html, report.md, report.json, "
+            "divergence.svg, the ownership record → `evil.pth` outside); links at the old predictable temp names "
+            "(`.report.json.tmp`…); a capture's manifest.json and a tensor file; a directory that is a link; a hard link "
+            "and a symlink planted at `.tftrace.lock`; `isolate --from` a report whose `work/isolation_a` (or its "
+            "`0.npy`) is a link", len(PLANTED) + 8,
+            "`tftrace: error: DIR/report.html is a symbolic link; tftrace never writes through a link (one planted in a "
+            "directory received from someone else would make it overwrite a file elsewhere). Delete the link "
+            "DIR/report.html (or use another directory) and re-run.` (exit 2); links at temp names are ignored: temp "
+            "names are random, created O_EXCL|O_NOFOLLOW", "nothing created or changed outside; no temp file left",
+            ("test_out_dir.py::test_planted_link_in_a_received_report_is_refused",
+             "test_out_dir.py::test_planted_link_at_the_old_predictable_temp_name_is_never_used",
+             "test_out_dir.py::test_manifest_and_tensor_file_are_never_written_through_a_link",
+             "test_out_dir.py::test_write_file_refuses_a_directory_that_is_a_link",
+             "test_out_dir.py::test_a_planted_lock_file_is_never_written_into",
+             "test_report_dir.py::test_isolate_from_a_received_report_never_writes_through_a_planted_link")),
+        Row("`--force` into an `--out` holding a user's files (beside a tftrace report; a directory without tftrace's "
+            "record; a record listing `../` paths)", 3,
+            "`tftrace: error: --force would replace OUT, but it holds files tftrace did not write there (.notes, "
+            "thesis.tex); --force deletes only what tftrace recorded writing in a report directory. Move those files "
+            "away, or choose an empty or new --out directory.` (exit 2)",
+            "nothing deleted; `.tftrace-owned.json` lists what tftrace created (claimed before writing), and only "
+            "plain names in it count", ("test_out_dir.py::test_force_refuses_when_a_user_file_is_in_out_and_deletes_nothing",
+                                        "test_out_dir.py::test_force_on_a_directory_without_a_record_refuses",
+                                        "test_out_dir.py::test_a_record_from_elsewhere_cannot_reach_outside",
+                                        "test_out_dir.py::test_force_deletes_exactly_what_tftrace_recorded")),
+        Row("`--out` that is a symbolic link (compare and capture, with and without `--force`; a capture writer)", 5,
+            "`tftrace: error: --out OUT is a symbolic link; tftrace writes only into a real directory, so that what it "
+            "writes and what --force deletes stay where you asked. Pass the directory it points to (TARGET) or a new "
+            "directory as --out.` (exit 2)", "the link's target untouched (a file of the user's in it kept)",
+            ("test_out_dir.py::test_out_that_is_a_link_is_refused_clearly",)),
         Row("a capture whose recorded side asks for `PYTHONPATH` (a `sitecustomize.py`) in the replay child", 1,
             "`tftrace: error: the side to replay asks for PYTHONPATH in the child's environment, as recorded in a "
             "capture or report file; … If you trust the file, set them in your own shell first …`",
@@ -865,7 +911,8 @@ def reliability_rows() -> tuple[list[Row], list[Row]]:
             (f"{f}test_signal_to_compare_leaves_no_report_and_force_rerun_works",)),
         Row("SIGKILL to `tftrace capture` itself (no chance to clean up)", 1, "nothing (tftrace is gone)",
             "the orphaned worker stops (its pipe closes; when busy and silent, it notices it was re-parented within "
-            "half a second and kills its process group); no manifest.json; `--force` re-run succeeds",
+            "half a second and kills its process group); no manifest.json; no job file left in the temp directory "
+            "(the job goes through the child's stdin); `--force` re-run succeeds",
             (f"{f}test_sigkill_of_tftrace_itself_stops_its_worker_and_force_rerun_works",
              "test_capture_launcher.py::test_an_orphaned_child_stops_its_group_when_its_parent_is_sigkilled")),
         Row("SIGKILL to the worker child (capture; compare)", 2, "`tftrace: error: the child process running capture "
@@ -890,6 +937,12 @@ def reliability_rows() -> tuple[list[Row], list[Row]]:
             (f"{f}test_two_captures_into_one_directory_one_wins_the_other_says_so",
              "test_store.py::test_second_writer_is_refused_while_the_first_holds_the_lock",
              "test_store.py::test_stale_lock_of_a_dead_process_is_taken_over_only_with_force")),
+        Row("a second `compare` (plain and with `--force`) into the `--out` of a running compare; the same and a "
+            "`tftrace report` into an `--out` another process holds", 5, "`tftrace: error: another tftrace run (pid N) is writing to the report directory OUT. Wait for it to "
+            "finish, or choose another --out.` (exit 2)", "the first run's files untouched; the lock is an flock, "
+            "freed by the kernel when its holder is SIGKILLed (no stale lock)",
+            (f"{f}test_two_compares_into_one_out_the_second_is_refused_naming_the_first",
+             "test_out_dir.py::test_second_run_into_a_locked_out_is_refused_naming_the_first")),
     ]
     return inputs, faults
 

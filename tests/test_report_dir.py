@@ -129,3 +129,24 @@ def test_keep_captures_keeps_both_sides_and_costs_their_size(models, tmp_path) -
     assert directory_size(kept) >= directory_size(lean) + captures - 1_000_000  # page sizes vary a little
     assert "--keep-captures keeps the captures too" in lean_proc.stdout.replace("\n", " ")
     assert "the sides captured here kept in captures/" in kept_proc.stdout.replace("\n", " ")
+
+
+@pytest.mark.parametrize("planted", ["the replay file", "the replay directory"])
+def test_isolate_from_a_received_report_never_writes_through_a_planted_link(machines, tmp_path, planted) -> None:
+    """Issue 15: a report directory from someone else may hold links where the replays are
+    written (``work/isolation_a/0.npy``, or the ``isolation_a`` directory itself)."""
+    received, outside = tmp_path / "received", tmp_path / "outside"
+    shutil.copytree(machines["back"] / "report", received, symlinks=True)
+    outside.mkdir()
+    replays = received / "work" / "isolation_a"
+    shutil.rmtree(replays)
+    if planted == "the replay file":
+        replays.mkdir()
+        (replays / "0.npy").symlink_to(outside / "evil.pth")
+        link = replays / "0.npy"
+    else:
+        replays.symlink_to(outside)
+        link = replays
+    proc = run_cli("isolate", str(machines["back"] / "model"), "--from", str(received), "--side", "a")
+    assert_user_error(proc, f"{link} is a symbolic link; tftrace never writes through a link")
+    assert list(outside.iterdir()) == [] and link.is_symlink()

@@ -108,8 +108,10 @@ def _add_input_options(parser: argparse.ArgumentParser) -> None:
                         help="timed plain runs after the warm-up; their median is the latency the report shows "
                              "(default 1; tftrace diagnose measures costs with its own)")
     parser.add_argument("--max-memory", type=int, default=2 << 30,
-                        help="bytes fetched per session.run before the fetch set is split (default 2 GiB)")
-    parser.add_argument("--force", action="store_true", help="replace an existing output directory")
+                        help="bytes fetched per session.run before the fetch set is split, as measured on the "
+                             "inputs; also the most a checkpoint's weights may take (default 2 GiB)")
+    parser.add_argument("--force", action="store_true",
+                        help="replace what tftrace wrote in an existing output directory (never other files)")
     parser.add_argument("--allow-unsafe-ops", action="store_true",
                         help="run graphs that read/write files or call Python (refused by default: models come from others)")
 
@@ -255,10 +257,14 @@ def _cmd_report(args: argparse.Namespace, console: Console) -> int:
     from .compare import load_report  # noqa: PLC0415
     from .report.build import write_reports  # noqa: PLC0415
     from .report.terminal import print_comparison  # noqa: PLC0415
+    from .safewrite import lock_directory  # noqa: PLC0415
 
-    report = load_report(args.dir)
     out = Path(args.dir) if Path(args.dir).is_dir() else Path(args.dir).parent
-    written = write_reports(report, out)
+    if not out.is_dir():
+        load_report(args.dir)  # says what is wrong with the path
+    with lock_directory(out, "report"):  # a run writing there finishes first; planted links are refused
+        report = load_report(args.dir)
+        written = write_reports(report, out)
     print_comparison(console, report, out)
     _print_notices(written.get("notices", []))
     return EXIT_OK if report.get("verdict") != "diverged" else EXIT_DIVERGED
@@ -271,12 +277,14 @@ def _cmd_isolate(args: argparse.Namespace, console: Console) -> int:
     from .isolate import isolate_remote  # noqa: PLC0415
     from .report.build import merge_isolation, write_reports  # noqa: PLC0415
     from .report.terminal import print_comparison  # noqa: PLC0415
+    from .safewrite import lock_directory  # noqa: PLC0415
 
     report = load_report(args.from_dir)
-    results = isolate_remote(args.model, args.from_dir, args.side, console=Console(stderr=True),
-                             allow_unsafe_ops=args.allow_unsafe_ops)
-    report = merge_isolation(report, results)
-    written = write_reports(report, Path(args.from_dir))
+    with lock_directory(Path(args.from_dir), "report"):  # its work/ and report files: one run at a time
+        results = isolate_remote(args.model, args.from_dir, args.side, console=Console(stderr=True),
+                                 allow_unsafe_ops=args.allow_unsafe_ops)
+        report = merge_isolation(report, results)
+        written = write_reports(report, Path(args.from_dir))
     print_comparison(console, report, args.from_dir)
     _print_notices(written.get("notices", []))
     return EXIT_OK if report.get("verdict") != "diverged" else EXIT_DIVERGED

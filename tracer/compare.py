@@ -9,6 +9,7 @@ the top origins in children again, and the report is written.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
@@ -30,6 +31,7 @@ from .isolate import IsolationResult, isolate_origins
 from .metrics import TensorMetrics, compare_arrays
 from .opgraph import tensor_op
 from .runspec import InputSpec, Side
+from .safewrite import claim, output_directory, write_file
 
 __all__ = ["Comparison", "compare", "directory_size", "open_or_capture", "plain_output_metrics"]
 
@@ -104,6 +106,7 @@ def open_or_capture(
         target = Side(ArtifactRef(target), allow_unsafe_ops=allow_unsafe_ops)
     if shared_inputs is not None:
         target = replace(target, inputs=shared_inputs)
+    claim(out_dir, ["captures"])  # before it exists: --force after a killed run may delete it
     return capture_side(target, out_dir / "captures" / name, force=True, console=console)
 
 
@@ -124,6 +127,32 @@ def compare(
 ) -> Comparison:
     """Capture (or open) both sides, align, measure, find where they diverge, isolate, report.
 
+    ``out_dir`` is locked for this run (a second run into it exits 2 naming this one's pid),
+    and ``force`` replaces only what tftrace recorded writing there (:mod:`tracer.safewrite`).
+    """
+    out = Path(out_dir).absolute()
+    with output_directory(out, force, "report"):
+        return _compare(a, b, out, tolerance=tolerance, isolate=isolate, console=console, command=command,
+                        signature_map=signature_map, repeat=repeat, allow_unsafe_ops=allow_unsafe_ops,
+                        keep_captures=keep_captures)
+
+
+def _compare(
+    a: str | Side,
+    b: str | Side,
+    out: Path,
+    *,
+    tolerance: Tolerance | None,
+    isolate: int,
+    console: Console | None,
+    command: str,
+    signature_map: dict[str, str] | None,
+    repeat: int,
+    allow_unsafe_ops: bool,
+    keep_captures: bool,
+) -> Comparison:
+    """:func:`compare` inside its prepared, locked ``out`` directory.
+
     Sides captured here are written to ``out_dir/captures`` and, unless ``keep_captures``,
     deleted once the report is written: the report directory keeps what the report and a later
     ``tftrace isolate --from`` need (the origins' A tensors in ``work/feeds``), small enough to
@@ -133,10 +162,8 @@ def compare(
     here, and when their origins are replayed); a :class:`Side` carries its own flag. A capture
     directory's recorded flag is never used: it may come from anyone.
     """
-    out = Path(out_dir).absolute()
     permits = {key: t.allow_unsafe_ops if isinstance(t, Side) else allow_unsafe_ops for key, t in (("a", a), ("b", b))}
     a, b = _lend_signatures(a, b, allow_unsafe_ops)
-    _prepare_out_dir(out, force)
     console = console or Console(stderr=True)
     cap_a = open_or_capture(a, out, "a", console=console, allow_unsafe_ops=allow_unsafe_ops)
     shared = _inputs_from(cap_a, out, signature_map or {}) if not _is_capture(b) else None
@@ -164,6 +191,8 @@ def compare(
     noise = _noise(a, b, cap_a, cap_b, alignment, out, repeat, console, signature_map or {})
     divergence = classify(view_a.graph, alignment, metrics, tolerance, noise.per_tensor)
     top = [r for r in divergence.origins if r.metrics is not None][: max(0, isolate)]
+    if top:
+        claim(out, ["work"])
     isolation = isolate_origins(top, alignment, view_a, view_b, str(out / "work"), console,
                                 allow_unsafe_ops=permits) if top else {}
     # An origin whose own kernel differs given identical inputs outranks one that only inherited.
@@ -252,6 +281,7 @@ def _noise(
         side = Side.from_json(base.manifest["spec"])  # exactly what ran, the examples included
         worst, noisy = 0.0, 0
         for i in range(1, repeat):
+            claim(out, ["captures"])
             again = capture_side(side, out / "captures" / f"{name}_repeat{i}", force=True, console=console)
             for node in alignment.nodes.values():
                 for pair in node.tensors:
@@ -299,19 +329,6 @@ def _is_capture(target: str | Side) -> bool:
     return isinstance(target, str) and os.path.exists(os.path.join(target, "manifest.json"))
 
 
-def _prepare_out_dir(out: Path, force: bool) -> None:
-    if out.exists() and any(out.iterdir()):
-        if not force:
-            raise TftraceError(f"output directory {out} is not empty", "choose another --out, or pass --force to replace it")
-        if not (out / "report.json").exists() and not (out / "captures").exists():
-            raise TftraceError(
-                f"--force would replace {out}, which does not look like a tftrace report directory",
-                "choose an empty or new --out directory",
-            )
-        shutil.rmtree(out)
-    out.mkdir(parents=True, exist_ok=True)
-
-
 def _inputs_from(cap: Capture, out: Path, signature_map: dict[str, str]) -> InputSpec:
     """Feed B the very examples A saw (under B's key names when ``--map`` renames them)."""
     arrays = {
@@ -320,7 +337,9 @@ def _inputs_from(cap: Capture, out: Path, signature_map: dict[str, str]) -> Inpu
         if cap.has(t)
     }
     path = out / "inputs_from_a.npz"
-    np.savez(path, **arrays)
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    write_file(path, buffer.getvalue())
     examples = int(cap.manifest["examples"]["count"]) or 1
     return InputSpec(inputs_file=str(path), seed=0, examples=examples)
 

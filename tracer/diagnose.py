@@ -25,7 +25,6 @@ import io
 import json
 import os
 import re
-import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -46,7 +45,8 @@ from .experiments import FACTORS, GPU_FACTORS, QUICK_FACTORS, PlanContext, Plann
 from .gpus import gpu_unavailable_reason
 from .outcomes import evaluate, latency
 from .recipe import Recipe, plan_recipe, recipe_facts
-from .report.build import atomic_write_text, jsonable, write_reports
+from .report.build import jsonable, write_reports
+from .safewrite import claim, output_directory, write_file
 from .runspec import InputSpec, Side
 from .serving import BatchingParameters, pad_requests, padding_groups, read_batching_parameters
 
@@ -189,15 +189,24 @@ class _Captures:
 
 
 def run_diagnosis(options: DiagnoseOptions, console: Console | None = None) -> Diagnosis:
-    """The five steps of the module docstring; raises TftraceError for the user's mistakes."""
+    """The five steps of the module docstring; raises TftraceError for the user's mistakes.
+
+    ``--out`` is locked for the run and ``--force`` replaces only what tftrace recorded
+    writing there (:mod:`tracer.safewrite`)."""
+    out = options.out_dir.absolute()
     started = time.monotonic()
+    batching = _check_inputs(options)  # a mistake in the options is reported before --out is touched
+    session_config = _read_session_config(options.serving_session_config)
+    with output_directory(out, options.force, "diagnosis"):
+        claim(out, ["captures", "experiments"])
+        return _run_diagnosis(options, out, console, started, batching, session_config)
+
+
+def _run_diagnosis(options: DiagnoseOptions, out: Path, console: Console | None, started: float,
+                   batching: BatchingParameters | None, session_config: tuple[str, str] | None) -> Diagnosis:
     console = console or Console(stderr=True)
     quiet = Console(file=io.StringIO())  # the children's own progress bars would fight ours
-    batching = _check_inputs(options)
-    session_config = _read_session_config(options.serving_session_config)
     factors = options.only or (QUICK_FACTORS if options.quick else tuple(FACTORS))
-    out = options.out_dir.absolute()
-    _prepare_out_dir(out, options.force)
     captures = _Captures(out / "captures", quiet)
     base_side = _base_side(options)
     progress = _Progress(console, 0)  # the total is known once the plan is
@@ -226,7 +235,7 @@ def run_diagnosis(options: DiagnoseOptions, console: Console | None = None) -> D
     shown = _write_report(doc, results, out)
     doc["report_experiment"] = shown
     doc["timings"]["total_s"] = round(time.monotonic() - started, 2)
-    atomic_write_text(out / "diagnosis.json", json.dumps(jsonable(doc), indent=1, allow_nan=False))
+    write_file(out / "diagnosis.json", json.dumps(jsonable(doc), indent=1, allow_nan=False))
     return Diagnosis(doc, out, shown)
 
 
@@ -261,20 +270,6 @@ def _read_session_config(path: str | None) -> tuple[str, str] | None:
             return path, fh.read()
     except (OSError, UnicodeDecodeError) as exc:
         raise TftraceError(f"cannot read the session config {path}: {exc}", "pass a text ConfigProto file") from exc
-
-
-def _prepare_out_dir(out: Path, force: bool) -> None:
-    if out.exists() and not out.is_dir():
-        raise TftraceError(f"--out {out} is a file", "choose a directory")
-    if out.exists() and any(out.iterdir()):
-        if not force:
-            raise TftraceError(f"output directory {out} is not empty",
-                               "choose another --out, or pass --force to replace it")
-        if not (out / "diagnosis.json").exists() and not (out / "captures").exists():
-            raise TftraceError(f"--force would replace {out}, which does not look like a tftrace diagnosis directory",
-                               "choose an empty or new --out directory")
-        shutil.rmtree(out)
-    out.mkdir(parents=True, exist_ok=True)
 
 
 def _base_side(options: DiagnoseOptions) -> Side:
@@ -324,7 +319,9 @@ def _serving_inputs(base: Capture, params: BatchingParameters, out: Path) -> dic
     files: dict[int, tuple[str, int]] = {}
     for copies, sizes in padding_groups(params.emulated_sizes()):
         path = out / f"serving_inputs_x{copies}.npz"
-        np.savez(path, **pad_requests(arrays, copies))
+        buffer = io.BytesIO()
+        np.savez(buffer, **pad_requests(arrays, copies))
+        write_file(path, buffer.getvalue())
         for size in sizes:
             files[size] = (str(path), requests * copies)
     return files

@@ -48,6 +48,7 @@ from .jsonvalues import dumps, loads
 from .metrics import compare_arrays
 from .opgraph import EXIT_OPS, OpGraph, tensor_op
 from .runspec import Side
+from .safewrite import write_file
 
 __all__ = ["IsolationResult", "isolate_origins", "replay_plan", "group_members", "origin_feeds", "run_job",
            "evaluate", "isolate_remote", "same_run_settings"]
@@ -384,10 +385,7 @@ def _b_computation(op: dict[str, Any]) -> str:
 
 
 def _write_json(path: str, doc: dict[str, Any]) -> None:
-    tmp = f"{path}.tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(dumps(doc))  # strict JSON, non-finite numbers as strings (tracer.jsonvalues)
-    os.replace(tmp, path)
+    write_file(path, dumps(doc))  # strict JSON, non-finite numbers as strings (tracer.jsonvalues)
 
 
 def _local_side(view: CaptureView) -> Side | None:

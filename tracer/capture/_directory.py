@@ -15,6 +15,7 @@ import socket
 from pathlib import Path
 
 from ..errors import TftraceError
+from ..safewrite import refuse_link_dir
 from ._format import MANIFEST, RERUN, TENSORS
 
 __all__ = ["LOCK", "prepare_directory", "acquire_lock", "release_lock", "lock_holder"]
@@ -29,6 +30,7 @@ def prepare_directory(root: Path, force: bool) -> bytes:
     capture (see :func:`_is_capture_leftover`); the old manifest goes first, so the directory
     is incomplete from the moment anything of the old capture is deleted.
     """
+    refuse_link_dir(root)  # what a capture writes, and what --force deletes, stay where the user asked
     if root.exists() and not root.is_dir():
         raise TftraceError(f"{root} exists and is not a directory", "choose a directory path for the capture")
     root.mkdir(parents=True, exist_ok=True)

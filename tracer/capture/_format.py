@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import TftraceError
+from ..safewrite import write_file
 
 FORMAT = "tftrace-capture"
 FORMAT_VERSION = 1
@@ -164,13 +165,7 @@ def fsync(path: Path) -> None:
 
 def atomic_write(path: Path, text: str) -> None:
     """Write via a temp file + fsync + rename: readers see the old state or the whole new file."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fsync(path.parent)
+    write_file(path, text, durable=True)
 
 
 def damaged(root: Path, detail: str) -> TftraceError:

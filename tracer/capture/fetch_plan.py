@@ -24,7 +24,7 @@ from ..align import relevant_slots
 from ..errors import TftraceError
 from ..opgraph import EXIT_OPS, FRAME_OPS, OpGraph, tensor_op, tensor_slot
 
-__all__ = ["FetchPlan", "fetch_plan", "chunked", "branch_of", "BranchSchedule", "DEAD_BRANCH_REASON"]
+__all__ = ["FetchPlan", "fetch_plan", "chunked", "refit_sizes", "check_fetched", "branch_of", "BranchSchedule", "DEAD_BRANCH_REASON"]
 
 WHILE_FRAME_REASON = "inside a while-loop frame: a session cannot fetch it"
 DEAD_BRANCH_REASON = "in a cond branch that did not run on these inputs (dead: TensorFlow has no value for it)"
@@ -204,6 +204,39 @@ def _estimate_bytes(info: dict[str, Any], rows: int) -> int:
     except TypeError:
         itemsize = 8
     return count * itemsize
+
+
+def refit_sizes(plan: FetchPlan, measured: dict[str, int]) -> None:
+    """Replace the static estimates by the sizes a traced plain run measured on these inputs.
+
+    A shape known only at run time (``tf.fill`` sized from an input value, a dynamic
+    ``Reshape``) has no static size: the estimate counts its unknown dimensions as 1. The
+    plain run's step statistics hold every executed tensor's real shape, so the fetch is
+    chunked by what will come back, and a tensor that alone exceeds ``--max-memory`` is refused
+    here, before the capture directory is opened. Tensors the plain run did not execute keep
+    their estimate and are checked as they come back (:func:`check_fetched`).
+    """
+    for name, size in measured.items():
+        if name in plan.sizes:
+            plan.sizes[name] = size
+    for name in plan.names:
+        if plan.sizes[name] > plan.max_memory:
+            raise _too_big(name, plan.sizes[name], plan.max_memory, "on these inputs (its shape is set at run time)")
+
+
+def check_fetched(plan: FetchPlan, name: str, nbytes: int) -> None:
+    """A fetched tensor, before it is written: over ``--max-memory`` stops the capture (exit 2);
+    under it, its real size is what later runs chunk by."""
+    if nbytes > plan.max_memory:
+        raise _too_big(name, nbytes, plan.max_memory, "as fetched (its shape is set at run time)",
+                       "; nothing of it was written, and the capture is left incomplete")
+    if nbytes > plan.sizes.get(name, 0):
+        plan.sizes[name] = nbytes
+
+
+def _too_big(name: str, size: int, limit: int, how: str, after: str = "") -> TftraceError:
+    return TftraceError(f"tensor {name} is {size:,} bytes per run {how}, more than --max-memory {limit:,}{after}",
+                        "raise --max-memory, or lower --batch-size or the input values that size it")
 
 
 def chunked(names: list[str], sizes: dict[str, int], limit: int) -> list[list[str]]:

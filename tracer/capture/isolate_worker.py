@@ -8,6 +8,7 @@ the same example at the batch size the side really ran with.
 
 from __future__ import annotations
 
+import io
 import os
 from typing import Any
 
@@ -15,6 +16,7 @@ import numpy as np
 
 from ..errors import TftraceError
 from ..runspec import Side
+from ..safewrite import write_file
 from .reader import Capture
 from .runtime import open_runtime
 from .worker import emit
@@ -34,7 +36,10 @@ def run_isolation(job: dict[str, Any]) -> None:
     try:
         for index, op in enumerate(job["ops"]):
             result = _replay(runtime, source, layout, op, runs, count)
-            np.save(os.path.join(job["out_dir"], f"{op['id']}.npy"), result)
+            # the job may come from a received report: a plain integer name, never through a planted link
+            buffer = io.BytesIO()
+            np.save(buffer, result)
+            write_file(os.path.join(job["out_dir"], f"{int(op['id'])}.npy"), buffer.getvalue())
             emit("progress", done=index + 1, total=len(job["ops"]), bytes=int(result.nbytes))
     finally:
         runtime.close()

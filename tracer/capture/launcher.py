@@ -57,25 +57,25 @@ def run_child(
     env["PYTHONPATH"] = os.pathsep.join(p for p in (PACKAGE_ROOT, env.get("PYTHONPATH", "")) if p)
     env[PARENT_PID_ENV] = str(os.getpid())  # the child stops itself if this process is SIGKILLed
     console = console or Console(stderr=True)
-    with tempfile.TemporaryDirectory(prefix="tftrace-job-") as tmp:
-        job_path = Path(tmp, "job.json")
-        job_path.write_text(dumps(job), encoding="utf-8")
-        stderr_path = Path(tmp, "stderr.txt")
-        with open(stderr_path, "w+", encoding="utf-8", errors="replace") as stderr_file:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "tracer.capture.worker", str(job_path)],
-                stdout=subprocess.PIPE,
-                stderr=stderr_file,
-                env=env,
-                start_new_session=True,  # so a timeout or Ctrl-C can stop the whole child group
-            )
-            try:
-                error = _follow(proc, side.timeout_s, label, console, on_event)
-            finally:
-                assert proc.stdout is not None
-                proc.stdout.close()
-            stderr_file.seek(0)
-            tail = stderr_file.read().strip().splitlines()[-STDERR_TAIL_LINES:]
+    # No named file in the temp directory: the job goes through the child's stdin and its stderr
+    # into a file without a name (unlinked at once), so a SIGKILLed tftrace leaves nothing behind.
+    with tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace", prefix="tftrace-stderr-") as stderr_file:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tracer.capture.worker", "-"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=stderr_file,
+            env=env,
+            start_new_session=True,  # so a timeout or Ctrl-C can stop the whole child group
+        )
+        try:
+            _send_job(proc, dumps(job))
+            error = _follow(proc, side.timeout_s, label, console, on_event)
+        finally:
+            assert proc.stdout is not None
+            proc.stdout.close()
+        stderr_file.seek(0)
+        tail = stderr_file.read().strip().splitlines()[-STDERR_TAIL_LINES:]
     if error is not None:
         raise TftraceError(error["problem"], error.get("fix", ""))
     if proc.returncode != 0:
@@ -85,6 +85,16 @@ def run_child(
             f"the child process running {label} {how}; the tail of its stderr:\n{shown}\n",
             "fix what it reports (re-run with --debug for the full picture); any partial output is left incomplete",
         )
+
+
+def _send_job(proc: subprocess.Popen, text: str) -> None:
+    """Write the job to the child's stdin (it reads it whole before anything else) and close it."""
+    assert proc.stdin is not None
+    try:
+        proc.stdin.write(text.encode("utf-8"))
+        proc.stdin.close()
+    except BrokenPipeError:
+        pass  # the child died at start: its exit status and stderr tell why
 
 
 def _refuse_code_loading_env(side: Side) -> None:

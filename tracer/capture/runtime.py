@@ -8,13 +8,14 @@ init ops), TF2 SavedModels and frozen GraphDefs are imported as graphs.
 
 from __future__ import annotations
 
+import posixpath
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from .._tf import tf
-from ..artifacts import Artifact, Signature, load
+from ..artifacts import Artifact, Signature, detect, load
 from ..graphload import build_opgraph
 from ..errors import TftraceError
 from ..safety import describe_unsafe, find_unsafe_ops, unconfined_assets
@@ -105,6 +106,7 @@ def open_runtime(side: Side) -> Runtime:
     t = tf()
     notes = apply_process_knobs(side)
     config = session_config(side)  # before loading: a bad config file should not cost a model load
+    refuse_oversized_weights(side)  # from the checkpoint's index, before a byte of it is restored
     artifact = load_checked(side)
     notes += artifact.notes
     graph = t.Graph()
@@ -131,6 +133,51 @@ def open_runtime(side: Side) -> Runtime:
 INIT_OP_SIGNATURE = "__saved_model_init_op"  # TF >= 2's v1 loader runs it before the collections
 INIT_OP_COLLECTIONS = ("saved_model_main_op", "legacy_init_op", "table_initializer")
 UNSAFE_FIX = "inspect the model (tftrace diff-graph works without running it); if you trust it, pass --allow-unsafe-ops"
+
+
+def weights_prefix(path: str) -> str | None:
+    """The checkpoint prefix a side's artifact restores its variables from (None: no variables)."""
+    kind, location = detect(path)
+    if kind == "checkpoint":
+        return location
+    if kind == "saved_model":
+        prefix = posixpath.join(location, "variables", "variables")
+        return prefix if tf().io.gfile.exists(prefix + ".index") else None
+    return None
+
+
+def refuse_oversized_weights(side: Side) -> None:
+    """Refuse a checkpoint whose variables exceed ``--max-memory`` before restoring it.
+
+    Restoring reads every variable into memory at once, so the limit must hold before it:
+    the index lists each variable's shape and dtype (what the restore allocates), and the
+    ``.data`` shards' sizes on disk bound it too (strings, or an index that lies about shapes).
+    Reading the index allocates nothing for the values.
+    """
+    prefix = weights_prefix(side.artifact.path)
+    if prefix is None:
+        return
+    t = tf()
+    try:
+        reader = t.compat.v1.train.NewCheckpointReader(prefix)
+        shapes, dtypes = reader.get_variable_to_shape_map(), reader.get_variable_to_dtype_map()
+    except Exception:  # noqa: BLE001 - an unreadable index is reported by the restore with its context
+        return
+    sizes = {}
+    for name, shape in shapes.items():
+        dtype = dtypes.get(name)
+        itemsize = 1 if dtype is None or dtype == t.string else dtype.size
+        sizes[name] = int(np.prod(shape, dtype=object)) * itemsize
+    on_disk = sum(t.io.gfile.stat(f).length for f in t.io.gfile.glob(prefix + ".data-*"))
+    total = max(sum(sizes.values()), on_disk)
+    if total > side.max_memory:
+        largest = max(sizes, key=sizes.get) if sizes else None
+        biggest = f"; the largest, {largest!r}, {sizes[largest]:,} bytes" if largest else ""
+        raise TftraceError(
+            f"the weights in {prefix} take {total:,} bytes ({len(sizes)} variables in its index{biggest}), more than "
+            f"--max-memory {side.max_memory:,}; restoring them would load them all into memory",
+            "raise --max-memory if this machine has the memory for the model's weights",
+        )
 
 
 def load_checked(side: Side) -> Artifact:

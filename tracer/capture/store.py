@@ -17,6 +17,7 @@ import errno
 import functools
 import json
 import os
+import secrets
 import shutil
 import time
 from collections.abc import Callable, Mapping
@@ -28,6 +29,7 @@ import numpy as np
 
 from ..errors import TftraceError
 from ..jsonvalues import jsonable
+from ..safewrite import open_new
 from ._directory import prepare_directory, release_lock
 from ._entry import Entry, add_interval
 from ._flusher import Flusher
@@ -207,7 +209,7 @@ class CaptureWriter:
     def _write_empty(self, path: Path, entry: Entry) -> None:
         """A header plus a sparse, zero-filled body: rows are written into it in place."""
         header = npy_header(entry.stored, entry.shape)
-        with open(path, "wb") as f:
+        with os.fdopen(open_new(path, exclusive=True), "wb") as f:  # never through a planted link
             f.write(header)
             self._header_bytes += len(header)
             f.truncate(len(header) + int(np.prod(entry.shape, dtype=object)) * entry.stored.itemsize)
@@ -217,7 +219,7 @@ class CaptureWriter:
         """A new file holding the whole tensor: created here (so it can be linked to at once),
         its body written by a job (never seen by readers before the manifest names it)."""
         header = npy_header(entry.stored, entry.shape)
-        f = open(self._file(entry), "wb")  # noqa: SIM115 - the job closes it
+        f = os.fdopen(open_new(self._file(entry), exclusive=True), "wb")  # noqa: SIM115 - the job closes it
         try:
             f.write(header)
         except BaseException:
@@ -251,7 +253,7 @@ class CaptureWriter:
     def _widen_string_file(self, entry: Entry, wider: np.dtype) -> None:
         self._jobs.wait(entry.filename)
         old = open_npy(self._file(entry), entry.shape, entry.stored)
-        tmp = self._file(entry).with_name(entry.filename + ".tmp")
+        tmp = self._file(entry).with_name(f"{entry.filename}.{secrets.token_hex(8)}.tmp")
         entry.stored = wider
         self._write_empty(tmp, entry)
         if old.size:
@@ -341,8 +343,9 @@ class CaptureWriter:
             return
         self._jobs.wait(self._entries[entry.link_of].filename)  # the shared bytes, complete
         path = self._file(entry)
-        tmp = path.with_name(entry.filename + ".tmp")
-        shutil.copyfile(path, tmp)
+        tmp = path.with_name(f"{entry.filename}.{secrets.token_hex(8)}.tmp")
+        with open(path, "rb") as src, os.fdopen(open_new(tmp, exclusive=True), "wb") as dst:
+            shutil.copyfileobj(src, dst)
         os.replace(tmp, path)
         entry.link_of = None
         if self._flusher is not None:

@@ -1,6 +1,7 @@
 """The capture child: run one side plainly, then instrumented, and stream every tensor to disk.
 
-Started by :mod:`tracer.capture.launcher` as ``python -m tracer.capture.worker JOB.json`` with
+Started by :mod:`tracer.capture.launcher` as ``python -m tracer.capture.worker -`` (the job
+JSON on stdin, so no job file outlives a SIGKILLed tftrace; a JOB.json path works too) with
 the side's environment already in place (TF reads it at import). It speaks to the parent in
 JSON lines on stdout (``progress``, ``error``) and exits 0, or 3 for a user error.
 
@@ -33,8 +34,11 @@ from ..errors import TftraceError
 from ..inputs import Examples, batches, make_examples
 from ..opgraph import OpGraph, tensor_op, tensor_slot
 from ..runspec import Side
+from ..safewrite import refuse_link_dir
 from ._format import bitwise_equal
-from .fetch_plan import DEAD_BRANCH_REASON, BranchSchedule, FetchPlan, chunked, fetch_plan
+from .fetch_plan import (
+    DEAD_BRANCH_REASON, BranchSchedule, FetchPlan, check_fetched, chunked, fetch_plan, refit_sizes,
+)
 from .fingerprint import environment_fingerprint
 from .observer import observer_effect
 from .orphan import exit_with_parent
@@ -79,6 +83,7 @@ def run_capture(side: Side, out_dir: str, force: bool) -> None:
     plan = fetch_plan(runtime.opgraph, ranges, side.max_memory)
     emit("stage", text="plain run")
     plain = _plain_runs(runtime, examples, ranges, side.timing_runs)
+    refit_sizes(plan, plain["sizes"])  # shapes known only at run time: measured, refused before writing
     emit("stage", text="instrumented run")
     with CaptureWriter(out_dir, force=force, durable=side.durable) as writer:
         for name, reason in plan.uncaptured.items():
@@ -143,6 +148,7 @@ def _refuse_out_dir_early(out_dir: str, force: bool) -> None:
     anything; the writer opened later repeats the check under its lock.
     """
     path = Path(out_dir)
+    refuse_link_dir(path)  # --out a link: refused before the model loads, with or without --force
     if force or not path.is_dir() or not any(path.iterdir()):
         return
     writer = CaptureWriter(path, force=False)  # returns only if the directory emptied meanwhile
@@ -175,11 +181,17 @@ def _feed(runtime: Runtime, examples: Examples, start: int, stop: int) -> dict[A
     return feed
 
 
-def _traced_run(runtime: Runtime, fetches: list[Any], feed: dict[Any, np.ndarray]) -> tuple[list[Any], Counter, dict]:
+def _traced_run(runtime: Runtime, fetches: list[Any], feed: dict[Any, np.ndarray],
+                sizes: dict[str, int] | None = None, partitions: bool = True) -> tuple[list[Any], Counter, dict]:
+    """Run with the partition graphs returned (the executed ops); with ``sizes``, also the step
+    statistics, from which every executed tensor's bytes on this feed are put in ``sizes``."""
     t = tf()
-    options = t.compat.v1.RunOptions(output_partition_graphs=True)
+    trace = t.compat.v1.RunOptions.SOFTWARE_TRACE if sizes is not None else t.compat.v1.RunOptions.NO_TRACE
+    options = t.compat.v1.RunOptions(output_partition_graphs=partitions, trace_level=trace)
     metadata = t.compat.v1.RunMetadata()
     values = runtime.session.run(fetches, feed_dict=feed, options=options, run_metadata=metadata)
+    if sizes is not None:
+        _measured_sizes(metadata, sizes)
     ops: Counter = Counter()
     nodes: dict[str, str] = {}
     for partition in metadata.partition_graphs:
@@ -188,6 +200,22 @@ def _traced_run(runtime: Runtime, fetches: list[Any], feed: dict[Any, np.ndarray
                 ops[node.op] += 1
                 nodes[node.name] = node.op
     return values, ops, nodes
+
+
+def _measured_sizes(metadata: Any, sizes: dict[str, int]) -> None:
+    """Each executed node output's bytes, from a traced run's step statistics (its real shape)."""
+    for device in metadata.step_stats.dev_stats:
+        for node in device.node_stats:
+            for out in node.output:
+                desc = out.tensor_description
+                try:
+                    count = int(np.prod([d.size for d in desc.shape.dim], dtype=object))
+                    nbytes = count * tf().as_dtype(desc.dtype).size
+                except (TypeError, ValueError):
+                    nbytes = 0
+                nbytes = max(nbytes, int(desc.allocation_description.requested_bytes))
+                name = f"{node.node_name}:{out.slot}"
+                sizes[name] = max(sizes.get(name, 0), nbytes)
 
 
 def _plain_runs(runtime: Runtime, examples: Examples, ranges: list[tuple[int, int]], timing_runs: int) -> dict:
@@ -202,14 +230,16 @@ def _plain_runs(runtime: Runtime, examples: Examples, ranges: list[tuple[int, in
     keys = list(runtime.signature.outputs)
     feed0 = _feed(runtime, examples, *ranges[0])
     try:
-        _, executed_ops, executed_nodes = _traced_run(runtime, outputs, feed0)  # also the warm-up
+        sizes: dict[str, int] = {}
+        _, executed_ops, executed_nodes = _traced_run(runtime, outputs, feed0, sizes)  # also the warm-up
         times = []
         for _ in range(timing_runs):  # at least 1 (Side checks it)
             t0 = time.perf_counter()
             first = runtime.session.run(outputs, feed_dict=feed0)
             times.append((time.perf_counter() - t0) * 1000)
         # the last timed run is the first batch's plain run: the observer effect needs one per batch, not one more
-        rest = [runtime.session.run(outputs, feed_dict=_feed(runtime, examples, *r)) for r in ranges[1:]]
+        rest = [_traced_run(runtime, outputs, _feed(runtime, examples, *r), sizes, partitions=False)[0]
+                for r in ranges[1:]]  # untimed: each batch's tensor sizes measured too
         per_run = [dict(zip(keys, values)) for values in [first, *rest]]
     except tf().errors.OpError as exc:
         raise TftraceError(
@@ -221,6 +251,7 @@ def _plain_runs(runtime: Runtime, examples: Examples, ranges: list[tuple[int, in
         "outputs": per_run,
         "executed_ops": executed_ops,
         "executed_nodes": executed_nodes,
+        "sizes": sizes,  # bytes of every tensor the plain runs executed, the most over the batches
         "latency_ms": {
             "median": round(statistics.median(times), 4),
             "min": round(min(times), 4),
@@ -293,6 +324,7 @@ def _instrumented_runs(
                     schedule.record(switch, value)
                 if name in step.extra:
                     continue
+                check_fetched(plan, name, value.nbytes)  # before a byte of it is written
                 written += value.nbytes
                 for key in output_keys.get(name, ()):
                     outputs[key] = value
@@ -504,7 +536,12 @@ def _same_bytes_input(opgraph: OpGraph, name: str, value: np.ndarray, stored: di
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     exit_with_parent()  # a SIGKILLed tftrace cannot stop its children itself
-    job = json.loads(open(argv[0], encoding="utf-8").read())
+    if argv[0] == "-":  # the launcher's way: no job file is left behind if tftrace is SIGKILLed
+        job = json.loads(sys.stdin.buffer.read().decode("utf-8"))
+        sys.stdin.close()
+    else:
+        with open(argv[0], encoding="utf-8") as fh:
+            job = json.loads(fh.read())
     try:
         if job["mode"] == "capture":
             run_capture(Side.from_json(job["side"]), job["out_dir"], bool(job.get("force")))

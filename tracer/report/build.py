@@ -11,7 +11,6 @@ import datetime as _dt
 import hashlib
 import json
 import math
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +20,7 @@ from .. import __version__
 from ..causes import explain_comparison
 from ..jsonvalues import jsonable
 from ..opgraph import tensor_op
+from ..safewrite import write_file
 
 if TYPE_CHECKING:
     from ..compare import Comparison
@@ -33,9 +33,8 @@ SCHEMA_VERSION = 1
 
 
 def atomic_write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    """Kept for callers: :func:`tracer.safewrite.write_file` (no link followed, random temp name)."""
+    write_file(path, text)
 
 
 def examples_digest(view: Any) -> str | None:
@@ -281,6 +280,9 @@ def write_reports(report: dict[str, Any], out_dir: Path) -> dict[str, Any]:
     from .render import render_report  # noqa: PLC0415
 
     out_dir.mkdir(parents=True, exist_ok=True)
+    if out_dir.is_symlink():
+        from ..safewrite import refuse_link_dir  # noqa: PLC0415
+        refuse_link_dir(out_dir, "the report directory")
     written: dict[str, Any] = dict(render_report(report, out_dir))
     written["json"] = out_dir / "report.json"
     # report.json last: its presence marks a complete report directory.

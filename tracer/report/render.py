@@ -21,6 +21,7 @@ from typing import Any, TypedDict
 from .dot import OpIndex, label_text, neighbourhood, ops_dot, overview_dot, scope_groups
 from .html import PageView, build_html
 from .markdown import render_markdown
+from ..safewrite import write_file
 from ..text import printable_tree
 from .summary import fmt, headline_divergence, json_safe, severity
 
@@ -229,14 +230,8 @@ def _draw(plans: list[_Plan], runner: _Dot) -> None:
 
 
 def _write(path: Path, data: str | bytes) -> Path:
-    """Write beside the target and rename, so a reader never sees half a file."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    if isinstance(data, bytes):
-        tmp.write_bytes(data)
-    else:
-        tmp.write_text(data, encoding="utf-8")
-    os.replace(tmp, path)
-    return path
+    """Write beside the target and rename, so a reader never sees half a file (never through a link)."""
+    return write_file(path, data)
 
 
 def render_report(report: dict[str, Any], out_dir: str | Path, *, render_timeout_s: float = 60.0,

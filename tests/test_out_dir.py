@@ -1,0 +1,223 @@
+"""Files tftrace writes, under attack (issue 15, item 3): planted links, foreign files under
+``--force``, two runs into one ``--out``, an ``--out`` that is a link.
+
+Each attack checks the three promises: exit 2 with a message naming what was wrong, nothing
+written outside the directory, nothing of the user's deleted. ``tftrace report`` runs here
+without TensorFlow (it re-renders a report.json), so these tests are quick.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, assert_user_error, run_cli
+from tracer.capture import CaptureWriter
+from tracer.capture._format import atomic_write
+from tracer.errors import TftraceError
+from tracer.safewrite import LOCK, OWNED, claim, lock_directory, open_new, output_directory, write_file
+
+REPORT = REPO / "tests" / "fixtures" / "report_detector_planted.json"
+# every name `tftrace report` writes, and its ownership record: a link planted at any of them
+PLANTED = ("report.html", "report.md", "report.json", "divergence.svg", OWNED)
+EVIL = "evil.pth"  # what the red team aimed at: a .pth file runs code at the next Python start
+
+
+def _received(tmp_path: Path) -> tuple[Path, Path]:
+    """A report directory as received from someone else, and a directory outside it."""
+    rep, outside = tmp_path / "received", tmp_path / "site-packages"
+    rep.mkdir()
+    outside.mkdir()
+    shutil.copy(REPORT, rep / "report.json")
+    return rep, outside
+
+
+@pytest.mark.parametrize("name", PLANTED)
+def test_planted_link_in_a_received_report_is_refused(name: str, tmp_path: Path) -> None:
+    rep, outside = _received(tmp_path)
+    if name == "report.json":  # the link is also what is read: point it at a real report outside
+        shutil.copy(REPORT, outside / EVIL)
+        (rep / name).unlink()
+    if name == OWNED:
+        (rep / "report.html").write_text("old")  # a directory carrying a record claims what it writes
+        (outside / EVIL).write_text("x")
+    before = {p.name: p.read_bytes() for p in outside.iterdir()}
+    (rep / name).symlink_to(outside / EVIL)
+    proc = run_cli("report", str(rep))
+    assert_user_error(proc, f"{rep / name} is a symbolic link; tftrace never writes through a link",
+                      f"elete the link {rep / name} (or use another directory) and re-run")
+    assert {p.name: p.read_bytes() for p in outside.iterdir()} == before  # nothing created or changed outside
+    assert (rep / name).is_symlink()
+    assert not list(rep.glob(".*.tmp")) and not (rep / LOCK).exists()  # no temp file or lock left
+
+
+def test_planted_link_at_the_old_predictable_temp_name_is_never_used(tmp_path: Path) -> None:
+    """``.report.json.tmp`` was the temp name before: now temp names are random and created
+    with O_EXCL|O_NOFOLLOW, so a link planted there is neither followed nor replaced."""
+    rep, outside = _received(tmp_path)
+    for name in (".report.json.tmp", ".report.html.tmp", ".report.md.tmp", "report.json.tmp"):
+        (rep / name).symlink_to(outside / EVIL)
+    proc = run_cli("report", str(rep))
+    assert proc.returncode in (0, 1), proc.stderr
+    assert list(outside.iterdir()) == []
+    assert json.loads((rep / "report.json").read_text())["verdict"] == json.loads(REPORT.read_text())["verdict"]
+    assert (rep / "report.html").is_file() and not (rep / "report.html").is_symlink()
+    assert all((rep / n).is_symlink() for n in (".report.json.tmp", ".report.html.tmp"))
+
+
+def test_manifest_and_tensor_file_are_never_written_through_a_link(tmp_path: Path) -> None:
+    """The capture writer's manifest (atomic_write) and tensor files (open_new)."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    cap = tmp_path / "cap"
+    (cap / "tensors").mkdir(parents=True)
+    (cap / "manifest.json").symlink_to(outside / EVIL)
+    (cap / "tensors" / "x.npy").symlink_to(outside / "x.npy")
+    with pytest.raises(TftraceError, match="manifest.json is a symbolic link; tftrace never writes through a link"):
+        atomic_write(cap / "manifest.json", "{}")
+    for exclusive in (True, False):
+        with pytest.raises(TftraceError, match=r"x\.npy is a symbolic link"):
+            open_new(cap / "tensors" / "x.npy", exclusive=exclusive)
+    assert list(outside.iterdir()) == [] and not list(cap.glob(".*.tmp"))
+
+
+def test_write_file_refuses_a_directory_that_is_a_link(tmp_path: Path) -> None:
+    real = tmp_path / "real"
+    real.mkdir()
+    (tmp_path / "link").symlink_to(real)
+    with pytest.raises(TftraceError, match="link is a symbolic link"):
+        write_file(tmp_path / "link" / "report.md", "x")
+    shutil.copy(REPORT, real / "report.json")
+    proc = run_cli("report", str(tmp_path / "link"))  # nothing written there, not even the lock
+    assert_user_error(proc, f"{tmp_path / 'link'} is a symbolic link")
+    assert [p.name for p in real.iterdir()] == ["report.json"]
+
+
+# --------------------------------------------------------------------------- --force
+
+
+def test_force_refuses_when_a_user_file_is_in_out_and_deletes_nothing(tmp_path: Path, models: dict[str, Path]) -> None:
+    out = tmp_path / "report"
+    with output_directory(out, False, "report"):
+        write_file(out / "report.json", "{}")
+        claim(out, ["captures"])  # as compare does before capturing into it
+        (out / "captures" / "a").mkdir(parents=True)
+    (out / "thesis.tex").write_text("years of work")
+    (out / ".notes").write_text("mine too")
+    proc = run_cli("compare", str(models["detector"]), str(models["detector"]), "--out", str(out), "--force")
+    assert_user_error(proc, f"--force would replace {out}, but it holds files tftrace did not write there",
+                      "(.notes, thesis.tex)")
+    assert (out / "thesis.tex").read_text() == "years of work" and (out / ".notes").read_text() == "mine too"
+    assert (out / "report.json").read_text() == "{}"
+
+
+def test_force_deletes_exactly_what_tftrace_recorded(tmp_path: Path) -> None:
+    out = tmp_path / "report"
+    with output_directory(out, False, "report"):
+        write_file(out / "report.json", "{}")
+        write_file(out / "report.md", "#")
+        claim(out, ["work"])
+        (out / "work").mkdir()
+        (out / "work" / "feeds.npz").write_bytes(b"x")
+    (out / "dropped-in-meanwhile.txt").write_text("the user's")  # never claimed: --force must refuse for it
+    recorded = json.loads((out / OWNED).read_text())["paths"]
+    assert recorded == ["report.json", "report.md", "work"]
+    (out / ".report.json.0123456789abcdef.tmp").write_text("left by a killed run")
+    with pytest.raises(TftraceError, match=r"did not write there \(dropped-in-meanwhile.txt\)"):
+        with output_directory(out, True, "report"):
+            pass
+    (out / "dropped-in-meanwhile.txt").unlink()
+    with output_directory(out, True, "report"):
+        assert sorted(os.listdir(out)) == [OWNED, LOCK]
+    assert os.listdir(out) == [OWNED]
+
+
+def test_force_on_a_directory_without_a_record_refuses(tmp_path: Path) -> None:
+    out = tmp_path / "old"
+    out.mkdir()
+    (out / "report.json").write_text("{}")  # looks like a report, but tftrace has no record of writing it
+    with pytest.raises(TftraceError, match=r"holds files tftrace did not write there \(report.json\)"):
+        with output_directory(out, True, "report"):
+            pass
+    assert (out / "report.json").read_text() == "{}"
+
+
+def test_a_record_from_elsewhere_cannot_reach_outside(tmp_path: Path) -> None:
+    out, outside = tmp_path / "report", tmp_path / "home"
+    outside.mkdir()
+    (outside / "precious").write_text("x")
+    out.mkdir()
+    (out / OWNED).write_text(json.dumps({"tool": "tftrace", "paths": ["../home", "../home/precious", "/etc"]}))
+    with output_directory(out, True, "report"):
+        pass
+    assert (outside / "precious").read_text() == "x"
+
+
+# --------------------------------------------------------------------------- one run per --out
+
+
+def test_second_run_into_a_locked_out_is_refused_naming_the_first(tmp_path: Path, models: dict[str, Path]) -> None:
+    """A running tftrace holds the lock (here a process that took it and sleeps); a second
+    compare into the same --out exits 2 naming its pid, and leaves the first one's files alone."""
+    out = tmp_path / "report"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from pathlib import Path; from tracer.safewrite import "
+         "output_directory, write_file\nwith output_directory(Path(sys.argv[1]), False, 'report'):\n"
+         "    write_file(Path(sys.argv[1]) / 'report.json', 'first')\n    print('held', flush=True)\n"
+         "    time.sleep(60)", str(out)],
+        cwd=REPO, stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        for extra in ((), ("--force",)):
+            proc = run_cli("compare", str(models["detector"]), str(models["detector"]), "--out", str(out), *extra)
+            assert_user_error(proc, f"another tftrace run (pid {holder.pid}) is writing to the report directory {out}",
+                              "ait for it to finish, or choose another --out")
+        proc = run_cli("report", str(out))  # re-rendering into it waits its turn too
+        assert proc.returncode == 2 and f"pid {holder.pid}" in proc.stderr
+        assert (out / "report.json").read_text() == "first"
+    finally:
+        holder.kill()
+        holder.wait()
+    time.sleep(0.1)
+    with lock_directory(out):  # the kernel freed the SIGKILLed holder's lock: no stale lock to delete
+        pass
+
+
+def test_out_that_is_a_link_is_refused_clearly(tmp_path: Path, models: dict[str, Path]) -> None:
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    (target / "mine.txt").write_text("x")
+    (tmp_path / "out").symlink_to(target)
+    for extra in ((), ("--force",)):
+        for command in (("compare", str(models["detector"])), ("capture",)):
+            proc = run_cli(*command, str(models["detector"]), "--out", str(tmp_path / "out"), *extra)
+            assert_user_error(proc, f"--out {tmp_path / 'out'} is a symbolic link",
+                              f"ass the directory it points to ({target})")
+    assert [p.name for p in target.iterdir()] == ["mine.txt"]
+    with pytest.raises(TftraceError, match="is a symbolic link"):
+        CaptureWriter(tmp_path / "out", force=True)
+    assert [p.name for p in target.iterdir()] == ["mine.txt"]
+
+
+def test_a_planted_lock_file_is_never_written_into(tmp_path: Path) -> None:
+    """A hard link planted at .tftrace.lock would have tftrace write its pid into the user's file."""
+    out, precious = tmp_path / "received", tmp_path / "precious.txt"
+    out.mkdir()
+    precious.write_text("keep me")
+    os.link(precious, out / LOCK)
+    with pytest.raises(TftraceError, match=r"\.tftrace\.lock is not a lock file tftrace made"):
+        with lock_directory(out):
+            pass
+    (out / LOCK).unlink()
+    (out / LOCK).symlink_to(tmp_path / "planted")
+    with pytest.raises(TftraceError, match=r"\.tftrace\.lock is a symbolic link"):
+        with lock_directory(out):
+            pass
+    assert precious.read_text() == "keep me" and not (tmp_path / "planted").exists()

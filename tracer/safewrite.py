@@ -1,0 +1,271 @@
+"""Writing into a directory tftrace owns: never through a planted link, never half a file.
+
+A report directory may come from someone else (``tftrace report DIR``, ``isolate --from``), so
+any name in it may be a planted symbolic link (``report.html -> ~/.local/lib/python3.X/
+site-packages/evil.pth``) and any predictable temporary name may be one too. Every file tftrace
+writes goes through :func:`write_file`: a random temporary name created with
+``O_CREAT|O_EXCL|O_NOFOLLOW`` beside the target, then a rename, both relative to the
+directory opened with ``O_NOFOLLOW`` (so a swapped directory cannot redirect them); a target
+that is a link or a directory is refused with a clear error, never followed.
+
+An output directory (``compare --out``, ``diagnose --out``) carries ``.tftrace-owned.json``,
+the record of the names tftrace created in it (claimed *before* they are written, so a killed
+run's leftovers are listed too): ``--force`` deletes only those and refuses, naming them, when
+anything else is there. One run at a time writes into a directory: :func:`lock_directory`
+holds an ``flock`` on ``.tftrace.lock`` (freed by the kernel even after SIGKILL) and a second
+run is told the first one's pid. Never imports TensorFlow.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import re
+import secrets
+import shutil
+import stat
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+from .errors import TftraceError
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: directories are not locked there (dir_fd writes need POSIX too)
+    fcntl = None  # type: ignore[assignment]
+
+__all__ = ["OWNED", "LOCK", "write_file", "open_new", "start_owned", "claim", "clear_owned",
+           "lock_directory", "refuse_link_dir"]
+
+OWNED = ".tftrace-owned.json"
+LOCK = ".tftrace.lock"
+_INTERNAL = (OWNED, LOCK)
+_TEMP = re.compile(r"^\..*\.[0-9a-f]{16}\.tmp$")  # write_file's temporary names (left by a killed run)
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+
+
+def _link_error(path: Path) -> TftraceError:
+    return TftraceError(
+        f"{path} is a symbolic link; tftrace never writes through a link (one planted in a directory received "
+        "from someone else would make it overwrite a file elsewhere)",
+        f"delete the link {path} (or use another directory) and re-run",
+    )
+
+
+def refuse_link_dir(directory: Path, flag: str = "--out") -> None:
+    """A directory given to write into must not itself be a link (nor a file)."""
+    if directory.is_symlink():
+        raise TftraceError(
+            f"{flag} {directory} is a symbolic link; tftrace writes only into a real directory, so that what it "
+            "writes and what --force deletes stay where you asked",
+            f"pass the directory it points to ({os.path.realpath(directory)}) or a new directory as {flag}",
+        )
+    if directory.exists() and not directory.is_dir():
+        raise TftraceError(f"{flag} {directory} exists and is not a directory", "choose a directory path")
+
+
+def _open_dir(directory: Path) -> int:
+    try:
+        return os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | _NOFOLLOW | _CLOEXEC)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR) and directory.is_symlink():
+            raise _link_error(directory) from None
+        raise
+
+
+def _check_target(dfd: int, path: Path) -> None:
+    try:
+        st = os.stat(path.name, dir_fd=dfd, follow_symlinks=False)
+    except FileNotFoundError:
+        return
+    if stat.S_ISLNK(st.st_mode):
+        raise _link_error(path)
+    if stat.S_ISDIR(st.st_mode):
+        raise TftraceError(f"{path} is a directory where tftrace writes a file", f"move {path} away and re-run")
+
+
+def write_file(path: str | os.PathLike[str], data: str | bytes, *, durable: bool = False) -> Path:
+    """Write ``data`` to ``path`` via a random temporary name in its directory and a rename.
+
+    Readers see the old file or the whole new one. ``durable``: fsync the file and the
+    directory (captures need it; re-renderable reports do not). A file written into a
+    directory carrying an ownership record is claimed in it first (see :func:`claim`).
+    """
+    path = Path(path)
+    body = data.encode("utf-8") if isinstance(data, str) else data
+    if path.name not in _INTERNAL and os.path.lexists(path.parent / OWNED):
+        claim(path.parent, [path.name])
+    dfd = _open_dir(path.parent)
+    try:
+        _check_target(dfd, path)
+        tmp = f".{path.name[:100]}.{secrets.token_hex(8)}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC, 0o644, dir_fd=dfd)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(body)
+                if durable:
+                    f.flush()
+                    os.fsync(f.fileno())
+            _check_target(dfd, path)  # a rename replaces a link planted meanwhile, never follows it
+            os.replace(tmp, path.name, src_dir_fd=dfd, dst_dir_fd=dfd)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=dfd)
+            raise
+        if durable:
+            os.fsync(dfd)
+    finally:
+        os.close(dfd)
+    return path
+
+
+def open_new(path: Path, *, exclusive: bool = False) -> int:
+    """Open ``path`` for writing (created, truncated) without following a link at its name;
+    ``exclusive``: it must not exist. Returns the descriptor."""
+    flags = os.O_WRONLY | os.O_CREAT | _NOFOLLOW | _CLOEXEC | (os.O_EXCL if exclusive else os.O_TRUNC)
+    try:
+        return os.open(path, flags, 0o644)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP or (exc.errno == errno.EEXIST and os.path.islink(path)):
+            raise _link_error(path) from None
+        raise
+
+
+# ---------------------------------------------------------------- what tftrace wrote in a directory
+
+
+def _read_owned(directory: Path) -> list[str]:
+    record = directory / OWNED
+    if record.is_symlink():
+        raise _link_error(record)
+    try:
+        doc = json.loads(record.read_text(encoding="utf-8"))
+        names = doc["paths"]
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise ValueError("paths is not a list of names")
+    except FileNotFoundError:
+        return []
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise TftraceError(f"{record} is damaged ({exc})", f"delete {directory} yourself if it is yours") from None
+    return [n for n in names if _plain_name(n)]
+
+
+def _plain_name(name: str) -> bool:
+    """A record from elsewhere must not make --force reach outside the directory."""
+    return bool(name) and name not in (".", "..") and "/" not in name and "\\" not in name and "\0" not in name
+
+
+def _write_owned(directory: Path, names: Iterable[str]) -> None:
+    write_file(directory / OWNED, json.dumps({"tool": "tftrace", "paths": sorted(set(names))}, indent=1))
+
+
+def start_owned(directory: Path) -> None:
+    """Mark a fresh (empty) output directory as tftrace's: an empty record."""
+    _write_owned(directory, [])
+
+
+def claim(directory: Path, names: Iterable[str]) -> None:
+    """Record that tftrace creates these top-level names in ``directory`` (before creating them)."""
+    names = [n for n in names if n not in _INTERNAL]
+    have = _read_owned(directory)
+    if not set(names) <= set(have):
+        _write_owned(directory, have + names)
+
+
+def clear_owned(directory: Path, what: str) -> None:
+    """``--force``: delete what tftrace recorded writing in ``directory``, after checking that
+    nothing else is there (otherwise exit 2 naming the other files; nothing deleted)."""
+    owned = set(_read_owned(directory))
+    present = os.listdir(directory)
+    foreign = sorted(n for n in present if n not in owned and n not in _INTERNAL and not _TEMP.match(n))
+    if not (directory / OWNED).exists():
+        foreign = sorted(n for n in present if n != LOCK)
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+        raise TftraceError(
+            f"--force would replace {directory}, but it holds files tftrace did not write there ({shown}); "
+            f"--force deletes only what tftrace recorded writing in a {what} directory",
+            "move those files away, or choose an empty or new --out directory",
+        )
+    for name in present:
+        if name in _INTERNAL:
+            continue
+        target = directory / name
+        if target.is_dir() and not target.is_symlink():
+            shutil.rmtree(target)
+        else:
+            target.unlink()
+    (directory / OWNED).unlink(missing_ok=True)
+
+
+# ---------------------------------------------------------------- one writer at a time
+
+
+@contextlib.contextmanager
+def lock_directory(directory: Path, what: str = "output") -> Iterator[None]:
+    """Hold ``directory/.tftrace.lock`` (an ``flock``: the kernel frees it when this process
+    dies, however) while writing; a second run is refused with the first one's pid."""
+    lock = directory / LOCK
+    if directory.is_symlink():  # the lock, like every file, goes only where the directory really is
+        raise _link_error(directory)
+    if fcntl is None:
+        yield
+        return
+    while True:
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT | _NOFOLLOW | _CLOEXEC, 0o644)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise _link_error(lock) from None
+            raise
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:  # a planted hard link: never write our pid into it
+            os.close(fd)
+            raise TftraceError(f"{lock} is not a lock file tftrace made (a special file or a hard link)",
+                               f"delete {lock} and re-run")
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            held = os.read(fd, 64).decode("ascii", "replace").strip()
+            os.close(fd)
+            who = f"pid {held}" if held.isdigit() else "another process"
+            raise TftraceError(
+                f"another tftrace run ({who}) is writing to the {what} directory {directory}",
+                "wait for it to finish, or choose another --out",
+            ) from None
+        try:
+            same = os.fstat(fd).st_ino == os.stat(lock, follow_symlinks=False).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)  # the previous holder removed it between our open and our lock: take the new one
+    try:
+        os.ftruncate(fd, 0)
+        os.write(fd, str(os.getpid()).encode())
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(lock)
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def output_directory(out: Path, force: bool, what: str) -> Iterator[Path]:
+    """An ``--out`` directory for one run: a real directory (not a link), locked for this run,
+    empty (or, with ``force``, emptied of what tftrace recorded writing there), with a fresh
+    ownership record. Only claimed names are ever recorded (never "whatever is there at the
+    end": a file the user put there meanwhile stays theirs)."""
+    refuse_link_dir(out)
+    out.mkdir(parents=True, exist_ok=True)
+    with lock_directory(out, what):
+        if any(n not in _INTERNAL for n in os.listdir(out)):
+            if not force:
+                raise TftraceError(f"output directory {out} is not empty",
+                                   "choose another --out, or pass --force to replace it")
+            clear_owned(out, what)
+        start_owned(out)
+        yield out
