@@ -47,12 +47,14 @@ def plan_recipe(planned: list[Planned], results: list[dict[str, Any]], ctx: Plan
             continue
         if p.factor in SETTING_FACTORS:  # named even when the base side already had B's value
             side = _adopt(side, p.a.side, p.b.side)
-            applied.append(p.b.describe)
+            if p.b.describe not in applied:
+                applied.append(p.b.describe)
         elif p.factor in SHAPE_FACTORS:
             fixed_shape = True
         elif p.factor in NONDETERMINISM_FACTORS:
             if not side.knobs.determinism:
                 side = side.with_(knobs=replace(side.knobs, determinism=True))
+            if "op determinism on" not in applied:
                 applied.append("op determinism on")
         elif p.factor == "export" and result.get("rewrite_count") == 0:
             continue  # the same graph: what differs is run-to-run, handled with the repeat factor
