@@ -192,3 +192,21 @@ def test_within_noise_names_nondeterminism_not_the_observer_when_the_shift_is_no
     assert "within what each side differs from itself over 3 runs" in answers["why"][0]
     report["observer_effect"]["a"]["outputs_max_abs_diff"] = {"y": 0.5}  # beyond the noise: observation stays
     assert "observation" in explain_comparison(report)["causes"]
+
+
+@pytest.mark.slow
+def test_a_variable_initialised_at_every_load_is_load_state_not_a_kernel_or_a_rewrite(real_models: dict[str, Path],
+                                                                                      tmp_path: Path) -> None:
+    """TF Serving's half_plus_two (TF 1.12) initialises `conv2d/kernel` from a random initializer
+    at every load: the model compared with itself differs there, in no kernel and no export."""
+    model = real_models["half_plus_two"] / "00000123"
+    proc = run_cli("compare", str(model), str(model), "--out", str(tmp_path / "r"))
+    assert proc.returncode == 1, proc.stderr
+    report = json.loads((tmp_path / "r" / "report.json").read_text(encoding="utf-8"))
+    first = report["first_divergence"]
+    assert (first["node"], first["op"]) == ("conv2d/Conv2D/ReadVariableOp", "ReadVariableOp")
+    assert first["isolation"]["verdict"] == "nondeterministic" and first["isolation"]["load_state"] is True
+    assert report["rewrites"] == []  # the same weights loaded twice: no const_changed
+    assert report["answers"]["causes"] == ["load_state"]
+    assert report["outputs"]["y"]["identical"] is True
+    assert "its value changes from one load of the model to the next" in " ".join(proc.stdout.split())

@@ -59,6 +59,10 @@ CAUSES: dict[str, Cause] = {c.key: c for c in (
     Cause("nondeterminism", "a kernel that gives different results from run to run on identical inputs",
           "`tf.config.experimental.enable_op_determinism()` (TF ≥ 2.8), then compare again",
           "determinism: 6% on one model, several times slower on others"),
+    Cause("load_state", "variables set when the model loads instead of restored from its checkpoint "
+          "(an initialiser, often random, runs at every load)",
+          "save every variable the model reads in its checkpoint (or freeze the graph), so every load restores "
+          "the same values", "none"),
     Cause("state", "the model updates its own variables when it runs (a stateful signature)",
           "compare fresh loads, or reset the state before each run; this is not numerical nondeterminism", "none"),
 )}
@@ -78,6 +82,9 @@ def _nondeterminism(report: dict[str, Any], first: dict[str, Any] | None,
     tell them apart; nothing here blames the export or the op's kernel for it.
     """
     verdict = ((first or {}).get("isolation") or {}).get("verdict")
+    if ((first or {}).get("isolation") or {}).get("load_state"):
+        return {"load_state": f"the value of `{first['node']}` changes from one load of the model to the next, so it "
+                              "is set when the model loads, not restored; no kernel and no export is involved."}
     if report.get("verdict") == "within_noise":
         runs = (report.get("noise") or {}).get("repeats")
         what = (f"every difference is within what each side differs from itself over {runs} runs in fresh "

@@ -27,7 +27,7 @@ from .divergence import Divergence, Tolerance, classify
 from .errors import TftraceError
 from .graphdiff import GraphDiff, diff_graphs
 from .inputs import same_rows
-from .isolate import IsolationResult, isolate_origins
+from .isolate import IsolationResult, isolate_origins, load_state_variables
 from .metrics import TensorMetrics, compare_arrays
 from .opgraph import tensor_op
 from .runspec import InputSpec, Side
@@ -195,6 +195,9 @@ def _compare(
         claim(out, ["work"])
     isolation = isolate_origins(top, alignment, view_a, view_b, str(out / "work"), console,
                                 allow_unsafe_ops=permits) if top else {}
+    loaded = load_state_variables(isolation, view_a.graph)
+    if loaded:  # the same weights loaded twice came out different: not an export rewrite
+        diff.rewrites[:] = [r for r in diff.rewrites if not (r.kind == "const_changed" and set(r.a_nodes) <= loaded)]
     # An origin whose own kernel differs given identical inputs outranks one that only inherited.
     own = {name for name, iso in isolation.items() if iso.verdict == "own_error"}
     divergence.origins.sort(key=lambda r: r.name not in own)

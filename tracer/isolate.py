@@ -51,9 +51,11 @@ from .runspec import Side
 from .safewrite import write_file
 
 __all__ = ["IsolationResult", "isolate_origins", "replay_plan", "group_members", "origin_feeds", "run_job",
-           "evaluate", "isolate_remote", "same_run_settings"]
+           "evaluate", "isolate_remote", "same_run_settings", "reads_variable", "load_state_variables"]
 
 GROUP_REWRITES = ("batchnorm_folded", "fused")  # an origin that stands for several A ops (and B ops)
+VARIABLE_OPS = frozenset({"VariableV2", "Variable", "VarHandleOp"})
+VARIABLE_READS = frozenset({"ReadVariableOp", "Identity", "Snapshot"})  # of a variable: its loaded value
 
 
 @dataclass
@@ -64,11 +66,13 @@ class IsolationResult:
     detail: str = ""
     command: str | None = None
     noise_max_abs: float | None = None  # the larger replay-vs-capture difference of one side (None: not measured)
+    load_state: bool = False  # a variable whose value differs from one load of the model to the next
     rel_l2: float | None = None  # ||a-b|| / ||a||: max rel is inflated by near-zero elements
 
     def to_json(self) -> dict[str, Any]:
         return {"verdict": self.verdict, "max_abs": self.max_abs, "max_rel": self.max_rel, "rel_l2": self.rel_l2,
-                "detail": self.detail, "command": self.command, "noise_max_abs": self.noise_max_abs}
+                "detail": self.detail, "command": self.command, "noise_max_abs": self.noise_max_abs,
+                "load_state": self.load_state}
 
 
 def replay_plan(graph: OpGraph, tensor: str, to_a: dict[str, str]) -> dict[str, str]:
@@ -186,6 +190,7 @@ def isolate_origins(
                       "a_op": a_op, "b_op": b_op,
                       # B's captured value is B's op on A's inputs only when those inputs were bitwise A's
                       "inputs_identical": result.bitwise_origin,
+                      "reads_variable": reads_variable(view_a.graph, result.name),
                       "same_op_same_settings": same_settings and not node.rewrite
                       and _replayed_alone_alike(view_a.graph, view_b.graph, result.name, tensor_op(pair.b), plans)})
         if group:
@@ -308,6 +313,13 @@ def _judge(ra: np.ndarray, rb: np.ndarray, op: dict[str, Any], capture_a: Captur
     noisy = [side for side, v in measured.items() if v > 0]
     moved_text = "; ".join(f"{side}'s replay differs from {side}'s captured value by up to {measured[side]:.3g}"
                            for side in noisy)
+    if op.get("reads_variable") and noisy:
+        return IsolationResult(
+            "nondeterministic", m.max_abs, m.max_rel,
+            f"the variable's value changes from one load of the model to the next ({moved_text}): it is set when the "
+            "model loads (an initialiser that runs at load time, e.g. for a variable the checkpoint does not hold), "
+            "not computed by a kernel and not changed by an export",
+            noise_max_abs=noise, load_state=True)
     if m.identical and noisy:
         verdict = "nondeterministic"
         detail = ("replayed alone on identical inputs, both sides compute the same result, but the op's result changes "
@@ -340,6 +352,15 @@ def _judge(ra: np.ndarray, rb: np.ndarray, op: dict[str, Any], capture_a: Captur
                            rel_l2=m.rel_l2 if m.kind == "float" else None)
 
 
+def reads_variable(graph: OpGraph, op: str) -> bool:
+    """Whether ``op`` is a variable or a read of one: its value comes from loading the model."""
+    kind = graph.op_type(op)
+    if kind in VARIABLE_OPS:
+        return True
+    return kind in VARIABLE_READS and any(graph.op_type(tensor_op(t)) in VARIABLE_OPS
+                                          for t in graph.data_inputs(op) if tensor_op(t) in graph)
+
+
 def _replayed_alone_alike(graph_a: OpGraph, graph_b: OpGraph, op_a: str, op_b: str,
                           plans: dict[str, dict[str, str]]) -> bool:
     """Both replays run exactly one op, of the same type and attributes, on fed inputs: then
@@ -349,6 +370,17 @@ def _replayed_alone_alike(graph_a: OpGraph, graph_b: OpGraph, op_a: str, op_b: s
     if a["op"] != b["op"] or a["op"] in EXIT_OPS or a["attrs"] != b["attrs"]:
         return False
     return set(graph_a.data_inputs(op_a)) <= set(plans["a"]) and set(graph_b.data_inputs(op_b)) <= set(plans["b"])
+
+
+def load_state_variables(isolation: dict[str, IsolationResult], graph: OpGraph) -> set[str]:
+    """The variables whose value isolation found to change from load to load (and their reads):
+    a difference there is the model's loading, never an export's ``const_changed``."""
+    found: set[str] = set()
+    for name, result in isolation.items():
+        if result.load_state and name in graph:
+            found.add(name)
+            found.update(tensor_op(t) for t in graph.data_inputs(name))
+    return found
 
 
 def same_run_settings(manifest_a: dict[str, Any], manifest_b: dict[str, Any]) -> bool:

@@ -107,6 +107,8 @@ def print_comparison(console: Console, report: dict, out_dir: object = None) -> 
                            "nondeterministic": "nondeterministic (changes from run to run on identical inputs)",
                            "not_reproduced": "not reproduced given identical inputs (the runs differed, "
                                              "the op alone does not)"}.get(iso.get("verdict"), "not isolated")
+            if iso.get("load_state"):
+                verdict_iso = "its value changes from one load of the model to the next (set at load, not restored)"
             console.print(f"{title}: {origin['node']} ({origin['op']}), max abs {_num(origin['max_abs'])}, "
                           f"{relative_text(origin)}{mismatch_note(origin)} — {verdict_iso}", highlight=False,
                           markup=False)
