@@ -116,3 +116,21 @@ def test_checkpoint_larger_than_max_memory_is_refused_before_restoring(models: d
                           "16,777,216 bytes), more than --max-memory 10,000,000; restoring them would load them all "
                           "into memory")
         assert not out.exists()
+
+
+def test_a_received_isolation_job_cannot_raise_the_memory_limit(monkeypatch) -> None:
+    """`tftrace isolate --from` runs a job file that came with a report from anyone: its
+    max_memory may lower the limit, never raise it past the caller's (default 2 GiB)."""
+    from tracer import isolate
+    from tracer.artifacts import ArtifactRef
+    from tracer.runspec import Side
+
+    seen = {}
+    monkeypatch.setattr(isolate, "run_child", lambda job, side, **_: seen.update(side=side, job=job))
+    huge = Side(ArtifactRef("model"), max_memory=1 << 40).to_json()
+    isolate.run_job({"side": huge, "ops": []}, allow_unsafe_ops=False)
+    assert seen["side"].max_memory == 2 << 30 and seen["job"]["side"]["max_memory"] == 2 << 30
+    isolate.run_job({"side": huge, "ops": []}, allow_unsafe_ops=False, max_memory=1000)
+    assert seen["side"].max_memory == 1000
+    isolate.run_job({"side": Side(ArtifactRef("model"), max_memory=5000).to_json(), "ops": []}, allow_unsafe_ops=False)
+    assert seen["side"].max_memory == 5000

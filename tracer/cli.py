@@ -282,7 +282,7 @@ def _cmd_isolate(args: argparse.Namespace, console: Console) -> int:
     report = load_report(args.from_dir)
     with lock_directory(Path(args.from_dir), "report"):  # its work/ and report files: one run at a time
         results = isolate_remote(args.model, args.from_dir, args.side, console=Console(stderr=True),
-                                 allow_unsafe_ops=args.allow_unsafe_ops)
+                                 allow_unsafe_ops=args.allow_unsafe_ops, max_memory=args.max_memory)
         report = merge_isolation(report, results)
         written = write_reports(report, Path(args.from_dir))
     print_comparison(console, report, args.from_dir)
@@ -364,6 +364,8 @@ def build_parser() -> argparse.ArgumentParser:
     iso.add_argument("--side", choices=("a", "b"), default=None, help="which side to replay (default: the pending one)")
     iso.add_argument("--allow-unsafe-ops", action="store_true",
                      help="let the replay run ops with outside effects (never taken from the report or its captures)")
+    iso.add_argument("--max-memory", type=int, default=None,
+                     help="bytes the replay may fetch at once (default 2 GiB; a received report can only lower it)")
     iso.set_defaults(func=_cmd_isolate)
 
     from .diagnose_cli import add_diagnose_parser  # noqa: PLC0415 - parsers only, no TensorFlow

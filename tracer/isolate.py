@@ -250,13 +250,16 @@ def write_feeds(capture_a: Capture, ops: dict[str, list[dict[str, Any]]], path: 
 
 
 def run_job(job: dict[str, Any], *, allow_unsafe_ops: bool, console: Any = None,
-            artifact_path: str | None = None) -> None:
+            artifact_path: str | None = None, max_memory: int | None = None) -> None:
     """Replay one side's ops in a child process (optionally against a local copy of the model).
 
     A job file may come from anyone (a report attached to an issue), so whether unsafe ops may
-    run is this caller's ``allow_unsafe_ops``, whatever the job's side says.
+    run is this caller's ``allow_unsafe_ops``, whatever the job's side says, and the memory
+    limit is never raised by it: at most ``max_memory`` (default: a side's default limit).
     """
     side = Side.from_json(job["side"]).with_(allow_unsafe_ops=allow_unsafe_ops)
+    ceiling = max_memory if max_memory is not None else Side.__dataclass_fields__["max_memory"].default
+    side = side.with_(max_memory=min(side.max_memory, ceiling))
     if artifact_path is not None:
         side = side.with_(artifact=replace(side.artifact, path=artifact_path))
     job = {**job, "side": side.to_json()}
@@ -460,7 +463,7 @@ def _open_optional(path: str | None) -> Capture | None:
 
 
 def isolate_remote(model: str, report_dir: str, side_key: str | None = None, console: Any = None, *,
-                   allow_unsafe_ops: bool = False) -> dict[str, IsolationResult]:
+                   allow_unsafe_ops: bool = False, max_memory: int | None = None) -> dict[str, IsolationResult]:
     """``tftrace isolate``: replay the pending side of a report on this machine, against MODEL."""
     workdir = os.path.join(report_dir, "work")
     jobs = {k: Path(workdir, f"isolation_{k}.job.json") for k in ("a", "b")}
@@ -480,5 +483,5 @@ def isolate_remote(model: str, report_dir: str, side_key: str | None = None, con
             "copy the whole report directory written by tftrace compare, its work/ folder included",
         )
     job["out_dir"] = os.path.join(workdir, f"isolation_{side_key}")
-    run_job(job, console=console, artifact_path=model, allow_unsafe_ops=allow_unsafe_ops)
+    run_job(job, console=console, artifact_path=model, allow_unsafe_ops=allow_unsafe_ops, max_memory=max_memory)
     return evaluate(workdir)
