@@ -19,7 +19,7 @@ from ..runspec import Side
 from ..safewrite import write_file
 from .reader import Capture
 from .runtime import open_runtime
-from .worker import emit
+from ._events import emit
 
 __all__ = ["run_isolation"]
 
