@@ -7,6 +7,7 @@ version directory (``model/00000123/saved_model.pb``: the newest version is take
 directories are recognised here too, so callers can say "that is a capture, open it with
 :class:`tracer.capture.Capture`".
 
+Which kind a path holds is decided first, without loading it (:mod:`tracer.artifact_kinds`).
 Every path goes through ``tf.io.gfile`` so ``gs://`` and ``ram://`` work like local paths.
 This module imports TensorFlow (lazily, through :mod:`tracer._tf`); compare and render never
 call it.
@@ -15,7 +16,6 @@ call it.
 from __future__ import annotations
 
 import posixpath
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -23,6 +23,8 @@ from typing import Any
 import numpy as np
 
 from ._tf import tf
+from .artifact_kinds import detect
+from .artifact_kinds import io_gfile as _gfile
 from .errors import TftraceError
 from .safety import describe_unsafe, refuse_ambiguous_tags, unconfined_assets, unsafe_at_load_v2
 
@@ -35,7 +37,6 @@ __all__ = [
     "load",
 ]
 
-CAPTURE_MANIFEST = "manifest.json"
 V1_SHARDS = "-?????-of-?????"  # the shard names of a sharded SaverDef.V1 checkpoint
 
 
@@ -187,115 +188,6 @@ class Artifact:
 
 
 # --------------------------------------------------------------------------------------------
-# detection
-
-
-def _gfile() -> Any:
-    return tf().io.gfile
-
-
-def _listdir(path: str) -> list[str]:
-    return sorted(entry.rstrip("/") for entry in _gfile().listdir(path))
-
-
-def detect(path: str) -> tuple[str, str]:
-    """Return ``(kind, location)`` for a path, or raise a TftraceError that says what was found.
-
-    kind is one of ``capture``, ``incomplete_capture``, ``checkpoint``, ``saved_model``,
-    ``graphdef``. For checkpoints, location is the checkpoint prefix.
-    """
-    gfile = _gfile()
-    if not gfile.exists(path):
-        if gfile.exists(path + ".index") or gfile.exists(path + ".meta"):
-            return "checkpoint", path  # a checkpoint prefix names files, not itself a file
-        raise TftraceError(f"{path} does not exist", "check the path (and the scheme, for gs:// or ram://)")
-    if not gfile.isdir(path):
-        return _detect_file(path)
-    entries = _listdir(path)
-    if CAPTURE_MANIFEST in entries:
-        return "capture", path
-    if "tensors" in entries and "saved_model.pb" not in entries:
-        return "incomplete_capture", path
-    if "saved_model.pb" in entries or "saved_model.pbtxt" in entries:
-        return "saved_model", path
-    versions = [e for e in entries if e.isdigit() and _is_saved_model_dir(posixpath.join(path, e))]
-    if versions:  # TF Serving layout: base_path/<version>/saved_model.pb
-        return "saved_model", posixpath.join(path, max(versions, key=int))
-    if "checkpoint" in entries:
-        return "checkpoint", _prefix_from_checkpoint_file(path)
-    metas = sorted((e for e in entries if e.endswith(".meta")), key=_step_order)
-    if len(metas) == 1:
-        return "checkpoint", posixpath.join(path, metas[0][: -len(".meta")])
-    if len(metas) > 1:
-        listed = ", ".join(metas[:10]) + (f" and {len(metas) - 10} more" if len(metas) > 10 else "")
-        newest = posixpath.join(path, metas[-1][: -len(".meta")])
-        raise TftraceError(
-            f"{path} holds several checkpoints ({listed}) and no `checkpoint` file says which is current",
-            f"pass one checkpoint prefix (or its .meta file) instead of the directory, e.g. {newest}",
-        )
-    shown = ", ".join(entries[:12]) + (" …" if len(entries) > 12 else "") if entries else "nothing"
-    raise TftraceError(
-        f"{path} is neither a checkpoint nor a SavedModel nor a capture (it contains {shown})",
-        "point at a directory with saved_model.pb, a TF1 checkpoint directory (with a `checkpoint` "
-        "file or one .meta), a checkpoint prefix, or a frozen .pb/.pbtxt GraphDef",
-    )
-
-
-def _step_order(file_name: str) -> tuple[str, int]:
-    """Sort ``model.ckpt-200`` before ``model.ckpt-1000`` (training steps, not characters)."""
-    match = re.search(r"^(.*?)(\d+)\.meta$", file_name)
-    return (match.group(1), int(match.group(2))) if match else (file_name, -1)
-
-
-def _is_saved_model_dir(path: str) -> bool:
-    gfile = _gfile()
-    return gfile.isdir(path) and (
-        gfile.exists(posixpath.join(path, "saved_model.pb")) or gfile.exists(posixpath.join(path, "saved_model.pbtxt"))
-    )
-
-
-def _detect_file(path: str) -> tuple[str, str]:
-    gfile = _gfile()
-    base = posixpath.basename(path)
-    if base in ("saved_model.pb", "saved_model.pbtxt"):
-        return "saved_model", posixpath.dirname(path)
-    if base == CAPTURE_MANIFEST:
-        return "capture", posixpath.dirname(path)
-    if path.endswith(".meta"):
-        return "checkpoint", path[: -len(".meta")]
-    if path.endswith(".index") or ".data-" in base:
-        return "checkpoint", path.split(".data-")[0].removesuffix(".index")
-    if path.endswith((".pb", ".pbtxt", ".graphdef")):
-        return "graphdef", path
-    if gfile.exists(path + ".index") or gfile.exists(path + ".meta"):
-        return "checkpoint", path
-    raise TftraceError(
-        f"{path} is a file tftrace does not recognise",
-        "give a SavedModel directory, a checkpoint directory or prefix, or a GraphDef ending in .pb or .pbtxt",
-    )
-
-
-def _prefix_from_checkpoint_file(directory: str) -> str:
-    """Read the ``checkpoint`` state file; re-root absolute paths written on another machine."""
-    text = _gfile().GFile(posixpath.join(directory, "checkpoint"), "r").read()
-    prefix = None
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() == "model_checkpoint_path":
-            prefix = value.strip().strip('"')
-    if not prefix:
-        raise TftraceError(
-            f"{directory}/checkpoint has no model_checkpoint_path line",
-            "pass the checkpoint prefix directly, e.g. DIR/model.ckpt-1000",
-        )
-    if not posixpath.isabs(prefix) and "://" not in prefix:
-        return posixpath.join(directory, prefix)
-    if _gfile().exists(prefix + ".index") or _gfile().exists(prefix + ".meta"):
-        return prefix
-    # Trained elsewhere: the absolute path belongs to another machine. Use the same file name here.
-    return posixpath.join(directory, posixpath.basename(prefix))
-
-
 # --------------------------------------------------------------------------------------------
 # loading
 
