@@ -340,3 +340,14 @@ def test_debug_shows_the_traceback(tmp_path: Path, models: dict[str, Path]) -> N
     proc = run_cli("--debug", "diff-graph", str(tmp_path / "nope"), str(models["detector"]))
     assert proc.returncode == 2
     assert "Traceback" in proc.stderr and proc.stderr.strip().splitlines()[-1].startswith("tftrace: error: ")
+
+
+def test_debug_works_after_the_subcommand_too_and_version_is_printed(tmp_path: Path) -> None:
+    after = run_cli("report", str(tmp_path / "nope"), "--debug")
+    before = run_cli("--debug", "report", str(tmp_path / "nope"))
+    plain = run_cli("report", str(tmp_path / "nope"))
+    for proc in (after, before):
+        assert proc.returncode == 2 and "Traceback" in proc.stderr and "does not exist" in proc.stderr
+    assert_user_error(plain, "does not exist")
+    version = run_cli("--version")
+    assert version.returncode == 0 and version.stdout.strip() == "tftrace 0.1.0"

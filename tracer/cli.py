@@ -17,6 +17,7 @@ from typing import Any
 
 from rich.console import Console
 
+from . import __version__
 from .errors import EXIT_DIVERGED, EXIT_ERROR, EXIT_OK, TftraceError
 from .text import printable
 
@@ -313,6 +314,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Find where two runs of a TensorFlow model start to give different numbers, and why.",
     )
     parser.add_argument("--debug", action="store_true", help="show tracebacks of errors")
+    parser.add_argument("--version", action="version", version=f"tftrace {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     diff = sub.add_parser("diff-graph", help="list the rewrites between two artifacts' inference graphs (static)")
@@ -375,6 +377,8 @@ def build_parser() -> argparse.ArgumentParser:
     rep = sub.add_parser("report", help="re-render report.html/.md from a report directory's report.json")
     rep.add_argument("dir", help="a directory written by tftrace compare (or its report.json)")
     rep.set_defaults(func=_cmd_report)
+    for command in sub.choices.values():  # `tftrace compare ... --debug` works as well as `tftrace --debug compare`
+        command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks of errors")
     return parser
 
 
