@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -46,6 +47,13 @@ def real_models() -> dict[str, Path]:
         "half_plus_two": base / "saved_model_half_plus_two_mkl",
         "counter": base / "saved_model_counter",
     }
+
+
+def build_model(script: str, *args: object) -> None:
+    """Run a model-building script (a TF1 graph or a TF2 module, written the way its users wrote
+    them) in a child process on the CPU, so the test process never imports TensorFlow."""
+    subprocess.run([sys.executable, "-c", textwrap.dedent(script), *map(str, args)], check=True, capture_output=True,
+                   timeout=300, env={**os.environ, "CUDA_VISIBLE_DEVICES": "-1"})
 
 
 def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 600) -> subprocess.CompletedProcess:

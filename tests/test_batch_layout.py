@@ -8,16 +8,12 @@ user would (``run_cli``), and every expected number comes from the model's own d
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from conftest import run_cli
+from conftest import build_model, run_cli
 
 OFFSET_MODEL = """
 import os, sys
@@ -43,11 +39,6 @@ OFFSET_ADD = "PartitionedCall/add_1"  # within + row*30
 GATHER = "PartitionedCall/GatherV2"
 
 
-def _write(code: str, *args: str) -> None:
-    subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args], check=True, capture_output=True, timeout=300,
-                   env={**os.environ, "CUDA_VISIBLE_DEVICES": "-1"})
-
-
 def _compare(out: Path, a: Path | str, b: Path | str, *args: str) -> tuple[int, dict[str, Any], str]:
     proc = run_cli("compare", str(a), str(b), "--out", str(out), "--onednn", "off", "--isolate", "0",
                    "--keep-captures", *args)
@@ -58,7 +49,7 @@ def _compare(out: Path, a: Path | str, b: Path | str, *args: str) -> tuple[int, 
 @pytest.fixture(scope="module")
 def offset_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("offset") / "pick_per_row"
-    _write(OFFSET_MODEL, str(path))
+    build_model(OFFSET_MODEL, str(path))
     return path
 
 
@@ -66,7 +57,7 @@ def offset_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def argmin_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The same model picking each row's argmin: its integer indices differ from the argmax's."""
     path = tmp_path_factory.mktemp("offset") / "pick_per_row_argmin"
-    _write(OFFSET_MODEL, str(path), "argmin")
+    build_model(OFFSET_MODEL, str(path), "argmin")
     return path
 
 
@@ -171,7 +162,7 @@ def half_plus(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Stand-ins for TF Serving's half_plus_two_cpu ([?, 1]), half_plus_two_tf2_cpu ([1]) and
     half_plus_three (a scalar, y = 0.5x + 3), made the way their authors made them."""
     root = tmp_path_factory.mktemp("half_plus")
-    _write(HALF_PLUS_MODELS, str(root))
+    build_model(HALF_PLUS_MODELS, str(root))
     return {name: root / name for name in ("half_plus_two_cpu", "half_plus_two_tf2_cpu", "half_plus_three",
                                            "half_plus_two_fp16")}
 

@@ -9,16 +9,12 @@ needs the placeholder the inlined function waits on through control edges only.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from conftest import run_cli
+from conftest import build_model, run_cli
 from tracer.isolate import replay_plan
 from tracer.opgraph import OpGraph
 
@@ -57,8 +53,7 @@ def loop_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     out = {}
     for name, step in (("loop", "0.5"), ("loop_planted", "0.5001")):
         out[name] = root / name
-        subprocess.run([sys.executable, "-c", textwrap.dedent(MODEL), str(out[name]), step], check=True,
-                       capture_output=True, timeout=300, env={**os.environ, "CUDA_VISIBLE_DEVICES": "-1"})
+        build_model(MODEL, out[name], step)
     return out
 
 
@@ -90,8 +85,7 @@ def tf1_map_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A TF1 graph with a while loop and a map_fn (TensorArrays indexed by a Range over the
     batch), as a checkpoint and as the SavedModel exported from it."""
     root = tmp_path_factory.mktemp("tf1_map")
-    subprocess.run([sys.executable, "-c", textwrap.dedent(TF1_MAP_MODEL), str(root)], check=True,
-                   capture_output=True, timeout=300, env={**os.environ, "CUDA_VISIBLE_DEVICES": "-1"})
+    build_model(TF1_MAP_MODEL, root)
     return root
 
 

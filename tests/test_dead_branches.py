@@ -10,14 +10,13 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
-from conftest import REPO, run_cli
+from conftest import REPO, build_model, run_cli
 from tracer.capture import Capture
 from tracer.capture.fetch_plan import DEAD_BRANCH_REASON
 
@@ -131,8 +130,7 @@ with tf.Graph().as_default():
 @pytest.mark.slow
 def test_tf1_cond_and_debug_numeric_summary(tmp_path: Path) -> None:
     model = tmp_path / "tf1_cond"
-    subprocess.run([sys.executable, "-c", textwrap.dedent(TF1_COND), str(model)], check=True, capture_output=True,
-                   timeout=300, env=ENV)
+    build_model(TF1_COND, model)
     out = tmp_path / "cap"
     proc = run_cli("capture", str(model), "--out", str(out), "--examples", "8", env={"TF_ENABLE_ONEDNN_OPTS": "0"})
     assert proc.returncode == 0, proc.stderr

@@ -10,17 +10,13 @@ difference below is one TensorFlow computed.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
-from conftest import run_cli
+from conftest import build_model, run_cli
 from tracer.causes import explain_comparison
 from tracer.isolate import _judge, same_run_settings
 
@@ -53,8 +49,7 @@ with tf.Graph().as_default():
 @pytest.fixture(scope="module")
 def noisy_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("noisy") / "savedmodel"
-    subprocess.run([sys.executable, "-c", textwrap.dedent(NOISY_MODEL), str(path)], check=True,
-                   capture_output=True, timeout=300, env={**os.environ, "CUDA_VISIBLE_DEVICES": "-1"})
+    build_model(NOISY_MODEL, path)
     return path
 
 

@@ -43,6 +43,7 @@ from .capture.launcher import run_child
 from .capture.reader import Capture
 from .divergence import NodeResult
 from .errors import TftraceError
+from .graphmatch import VARIABLE_OPS
 from .inputs import same_rows
 from .jsonvalues import dumps, loads
 from .metrics import compare_arrays
@@ -54,7 +55,6 @@ __all__ = ["IsolationResult", "isolate_origins", "replay_plan", "group_members",
            "evaluate", "isolate_remote", "same_run_settings", "reads_variable", "load_state_variables"]
 
 GROUP_REWRITES = ("batchnorm_folded", "fused")  # an origin that stands for several A ops (and B ops)
-VARIABLE_OPS = frozenset({"VariableV2", "Variable", "VarHandleOp"})
 VARIABLE_READS = frozenset({"ReadVariableOp", "Identity", "Snapshot"})  # of a variable: its loaded value
 
 
