@@ -13,6 +13,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+from ..jsonvalues import jsonable
+
 __all__ = [
     "mismatch_note",
     "STATUSES",
@@ -459,14 +461,9 @@ def no_answer(key: str, source: str) -> str:
 
 
 def json_safe(value: Any) -> Any:
-    """Non-finite floats to the report's strings, so the page's JSON is strict JSON for ``JSON.parse``."""
-    if isinstance(value, dict):
-        return {str(k): json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [json_safe(v) for v in value]
-    if isinstance(value, float) and not math.isfinite(value):
-        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
-    return value
+    """Non-finite floats to the report's strings, so the page's JSON is strict JSON for ``JSON.parse``
+    (the one encoding of :mod:`tracer.jsonvalues`)."""
+    return jsonable(value, numpy=False)
 
 
 def diagnosis_rows(report: dict[str, Any]) -> list[dict[str, str]]:
