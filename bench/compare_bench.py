@@ -31,8 +31,8 @@ from typing import Any
 
 import numpy as np
 
-from tracer.capture.reader import Capture
-from tracer.metrics import compare_arrays
+from tracer.captures.reader import Capture
+from tracer.metrics.arrays import compare_arrays
 
 from .procs import median, run_child
 from .workspace import Model, Workspace

@@ -30,7 +30,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # everything the compare imports comes first, so the baseline is read after it
     import tracer.report.build
     import tracer.report.render  # noqa: F401
-    from tracer.compare import compare
+    from tracer.comparison.pipeline import compare
 
     baseline = high_water_mb()
     t0 = time.perf_counter()

@@ -28,7 +28,7 @@ __all__ = ["first_row_divergence", "captured_inputs"]
 
 def captured_inputs(capture_dir: Path | str) -> dict[str, np.ndarray]:
     """The examples a capture ran on, by signature key (TF-free: read from its files)."""
-    from tracer.capture.reader import Capture  # noqa: PLC0415
+    from tracer.captures.reader import Capture  # noqa: PLC0415
 
     capture = Capture.open(capture_dir)
     return {key: np.asarray(capture.tensor(t)) for key, t in capture.manifest["graph"]["inputs"].items()}

@@ -36,14 +36,14 @@ def tf() -> Any:
 
 
 def load(path: Path | str, **ref: Any) -> Any:
-    from tracer.artifacts import ArtifactRef  # noqa: PLC0415
-    from tracer.artifacts import load as load_artifact  # noqa: PLC0415
+    from tracer.artifacts.loader import ArtifactRef  # noqa: PLC0415
+    from tracer.artifacts.loader import load as load_artifact  # noqa: PLC0415
 
     return load_artifact(ArtifactRef(str(path), **ref))
 
 
 def opgraph(artifact: Any) -> tuple[Any, Any]:
-    from tracer.graphload import build_opgraph  # noqa: PLC0415
+    from tracer.artifacts.graph import build_opgraph  # noqa: PLC0415
 
     return build_opgraph(artifact)
 
@@ -108,7 +108,7 @@ def test_checkpoint_prefix_and_its_files(tf: Any, models: dict[str, Path], suffi
 
 
 def test_checkpoint_weights_are_read_by_value(tf: Any, models: dict[str, Path]) -> None:
-    from tracer.graphload import value_source  # noqa: PLC0415
+    from tracer.artifacts.graph import value_source  # noqa: PLC0415
 
     art = load(models["detector_ckpt"])
     reader = tf.train.load_checkpoint(f"{models['detector_ckpt']}/model.ckpt")
@@ -198,8 +198,8 @@ def test_tf1_saved_model(tf: Any, models: dict[str, Path]) -> None:
 
 
 def test_tf2_saved_model_is_inlined_with_its_variables_kept(tf: Any, models: dict[str, Path]) -> None:
-    from tracer.graphload import value_source  # noqa: PLC0415
-    from tracer.graphmatch import canonical_tensor  # noqa: PLC0415
+    from tracer.artifacts.graph import value_source  # noqa: PLC0415
+    from tracer.diff.match import canonical_tensor  # noqa: PLC0415
 
     art = load(models["detector_tf2"])
     assert (art.kind, art.inlined_by_loader, art.meta_graph, art.checkpoint_prefix) == (
@@ -346,8 +346,8 @@ def test_outputs_alone_feed_the_placeholders_they_need(tf: Any, frozen: Path) ->
 
 def test_frozen_export_against_its_checkpoint(tf: Any, models: dict[str, Path], frozen: Path) -> None:
     """Every variable became a constant of exactly the checkpoint's value; nothing else changed."""
-    from tracer.static_diff import diff_artifacts  # noqa: PLC0415
-    from tracer.artifacts import ArtifactRef  # noqa: PLC0415
+    from tracer.diff.static import diff_artifacts  # noqa: PLC0415
+    from tracer.artifacts.loader import ArtifactRef  # noqa: PLC0415
 
     result = diff_artifacts(str(models["detector_ckpt"]),
                             ArtifactRef(str(frozen / "detector.pb"), outputs=OUTPUT_OPS, input_names=("images",)))
@@ -365,7 +365,7 @@ def test_frozen_export_against_its_checkpoint(tf: Any, models: dict[str, Path], 
 
 
 def test_ram_file_system(tf: Any, models: dict[str, Path]) -> None:
-    from tracer.graphload import value_source  # noqa: PLC0415
+    from tracer.artifacts.graph import value_source  # noqa: PLC0415
 
     copy_to_gfile(tf, models["detector"], "ram://tftrace-test/savedmodel")
     copy_to_gfile(tf, models["detector_ckpt"], "ram://tftrace-test/ckpt")
@@ -392,7 +392,7 @@ def test_ram_file_system_tf2(tf: Any, models: dict[str, Path]) -> None:
 
 
 def test_capture_directories_are_recognised_not_loaded(tf: Any, tmp_path: Path) -> None:
-    from tracer.artifacts import detect  # noqa: PLC0415
+    from tracer.artifacts.loader import detect  # noqa: PLC0415
 
     (tmp_path / "done" / "tensors").mkdir(parents=True)
     (tmp_path / "done" / "manifest.json").write_text("{}")

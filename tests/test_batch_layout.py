@@ -85,7 +85,7 @@ def test_integer_indices_that_differ_say_by_how_much_and_how_many(
     index shift and how many indices moved (it said "max abs 0" next to the mismatches)."""
     import numpy as np
 
-    from tracer.capture import Capture
+    from tracer.captures import Capture
 
     code, report, stdout = _compare(tmp_path, offset_model, argmin_model, "--examples", "4", "--batch-size", "4")
     x = np.asarray(Capture.open(tmp_path / "captures" / "a").tensor("x:0"))
@@ -224,7 +224,7 @@ def test_an_origin_is_replayed_on_a_side_without_a_batch_axis(half_plus: dict[st
     back into rows: B's float16 sum differs given identical inputs, by what numpy's float16 says."""
     import numpy as np
 
-    from tracer.capture import Capture
+    from tracer.captures import Capture
 
     proc = run_cli("compare", str(half_plus["half_plus_two_cpu"]), str(half_plus["half_plus_two_fp16"]),
                    "--out", str(tmp_path), "--onednn", "off", "--examples", "6", "--keep-captures")

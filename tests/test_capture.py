@@ -27,8 +27,8 @@ import numpy as np
 import pytest
 
 from conftest import REPO, assert_user_error, run_cli
-from tracer.capture.fingerprint import tensorflow_env
-from tracer.capture import Capture
+from tracer.captures.fingerprint import tensorflow_env
+from tracer.captures import Capture
 from tracer.errors import TftraceError
 
 pytestmark = pytest.mark.slow
@@ -189,7 +189,7 @@ def test_captured_tensors_equal_a_direct_session_run(det: dict[str, Path], model
         import json, sys
         import numpy as np
         import tensorflow as tf
-        from tracer.capture import Capture
+        from tracer.captures import Capture
         req = json.load(open(sys.argv[1]))
         images = np.asarray(Capture.open(req["capture"]).tensor("images:0"))
         graph = tf.Graph()
@@ -459,7 +459,7 @@ def test_progress_events_and_a_parent_without_tensorflow(real_models: dict[str, 
         """
         import json, sys
         from tracer.artifacts import ArtifactRef
-        from tracer.capture.launcher import capture
+        from tracer.captures.launcher import capture
         from tracer.runspec import InputSpec, Side
         events = []
         side = Side(ArtifactRef(sys.argv[1]), batch_size=2, inputs=InputSpec(inputs_file=sys.argv[2]))
@@ -664,7 +664,7 @@ def test_a_killed_capture_leaves_an_incomplete_directory(tmp_path: Path, models:
         while not (out / "tensors").is_dir() or not any((out / "tensors").iterdir()):
             assert cli.poll() is None and time.monotonic() < deadline, cli.communicate()
             time.sleep(0.05)
-        workers = [pid for pid, cmd in _children(cli.pid) if "tracer.capture.worker" in cmd]
+        workers = [pid for pid, cmd in _children(cli.pid) if "tracer.captures.worker" in cmd]
         assert len(workers) == 1
         os.kill(workers[0], signal.SIGKILL)
         stdout, stderr = cli.communicate(timeout=60)

@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tracer.artifacts import TensorSpec
+from tracer.artifacts.loader import TensorSpec
 from tracer.errors import TftraceError
-from tracer.inputs import batches, make_examples
+from tracer.captures.inputs import batches, make_examples
 
 IMAGES = {"images": TensorSpec("images:0", "float32", (None, 4, 4, 3))}
 

@@ -19,9 +19,9 @@ import pytest
 from rich.console import Console
 
 from conftest import REPO
-from tracer.artifacts import ArtifactRef
-from tracer.capture.fingerprint import REDACTED, tensorflow_env
-from tracer.capture.launcher import _follow
+from tracer.artifacts.loader import ArtifactRef
+from tracer.captures.fingerprint import REDACTED, tensorflow_env
+from tracer.captures.launcher import _follow
 from tracer.errors import TftraceError
 from tracer.runspec import Knobs, Side, child_env, parse_grappler
 
@@ -211,12 +211,12 @@ def test_side_survives_its_json_round_trip() -> None:
 
 def test_an_orphaned_child_stops_its_group_when_its_parent_is_sigkilled(tmp_path: Path) -> None:
     """The parent is SIGKILLed while its child is busy and silent (a long session.run): nothing
-    is written to the pipe, so only tracer.capture.orphan can notice, and the whole group goes."""
+    is written to the pipe, so only tracer.captures.orphan can notice, and the whole group goes."""
     pids = tmp_path / "pids"
     child = textwrap.dedent(
         f"""
         import subprocess, sys, time
-        from tracer.capture.orphan import exit_with_parent
+        from tracer.captures.orphan import exit_with_parent
         exit_with_parent(interval_s=0.1)
         grandchild = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
         open({str(pids)!r}, "w").write(f"{{grandchild.pid}}")

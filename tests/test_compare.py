@@ -116,7 +116,7 @@ def test_folded_export_origins_are_the_folded_batch_norms(models, tmp_path):
     # Isolation replays each fold group whole, from the conv's input, on both sides: its own
     # error is the fold's (the size of the origin's difference), not a scaled conv against an
     # unscaled one (that replay reported 2.14).
-    from tracer.capture.reader import Capture  # noqa: PLC0415
+    from tracer.captures.reader import Capture  # noqa: PLC0415
 
     capture_a = Capture.open(report["sides"]["a"]["capture_dir"])
     for origin in report["origins"]:

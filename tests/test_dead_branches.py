@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 from conftest import REPO, build_model, run_cli
-from tracer.capture import Capture
-from tracer.capture.fetch_plan import DEAD_BRANCH_REASON
+from tracer.captures import Capture
+from tracer.captures.fetch_plan import DEAD_BRANCH_REASON
 
 ENV = {**os.environ, "CUDA_VISIBLE_DEVICES": "-1", "TF_CPP_MIN_LOG_LEVEL": "2"}
 SENTINEL = "StatefulPartitionedCall/non_max_suppression_padded/PartitionedCall/NotEqual/y"  # a -inf Const

@@ -15,12 +15,12 @@ import numpy as np
 import pytest
 
 from conftest import assert_user_error, run_cli
-from tracer.answers import FACTOR_TITLES, build_answers
-from tracer.artifacts import ArtifactRef
+from tracer.diagnosis.answers import FACTOR_TITLES, build_answers
+from tracer.artifacts.loader import ArtifactRef
 from tracer.errors import TftraceError
-from tracer.experiments import FACTORS, GPU_FACTORS, QUICK_FACTORS, PlanContext, plan_experiments
+from tracer.diagnosis.experiments import FACTORS, GPU_FACTORS, QUICK_FACTORS, PlanContext, plan_experiments
 from tracer.runspec import InputSpec, Side
-from tracer.serving import pad_requests, padding_groups, parse_batching_parameters, round_up_to_allowed
+from tracer.diagnosis.serving import pad_requests, padding_groups, parse_batching_parameters, round_up_to_allowed
 
 REPEATED_STYLE = """# TF Serving --batching_parameters_file
 max_batch_size { value: 8 }
@@ -393,7 +393,7 @@ def test_a_changed_class_gets_no_tolerance_offer_but_a_count():
 
 
 def test_discrete_changes_counts_changed_values_of_integer_outputs_only():
-    from tracer.outcomes import discrete_changes
+    from tracer.diagnosis.outcomes import discrete_changes
     report = {"outputs": {
         "detection_classes": {"a_tensor": "classes:0", "identical": False, "mismatch_count": 3},
         "scores": {"a_tensor": "scores:0", "identical": False, "mismatch_count": 40},
@@ -422,7 +422,7 @@ def test_the_verified_recipe_applies_every_measured_remedy_together_and_costs_it
 
 
 def test_the_recipe_takes_each_remedy_from_side_b_and_one_fixed_shape():
-    from tracer.recipe import plan_recipe
+    from tracer.diagnosis.recipe import plan_recipe
     ctx = _context()
     planned = plan_experiments(ctx)
     diverged = {"onednn", "batch_1_vs_8", "repeat_fresh_process"}

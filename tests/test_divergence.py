@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from tracer.align import ROLE_COMPARED, ROLE_REWRITTEN, Alignment, NodeAlignment, TensorPair
-from tracer.divergence import Tolerance, classify
-from tracer.metrics import compare_arrays
+from tracer.comparison.align import ROLE_COMPARED, ROLE_REWRITTEN, Alignment, NodeAlignment, TensorPair
+from tracer.comparison.divergence import Tolerance, classify
+from tracer.metrics.arrays import compare_arrays
 from tracer.opgraph import OpGraph
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, assert_user_error, run_cli
-from tracer.capture import Capture
+from tracer.captures import Capture
 from tracer.errors import TftraceError
 
 pytestmark = pytest.mark.slow
@@ -52,7 +52,7 @@ def _parent_of(pid: int) -> int | None:
 
 
 def _workers(pid: int) -> list[int]:
-    """The ``tracer.capture.worker`` children of ``pid``."""
+    """The ``tracer.captures.worker`` children of ``pid``."""
     found = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit() and _parent_of(int(entry.name)) == pid:
@@ -60,7 +60,7 @@ def _workers(pid: int) -> list[int]:
                 cmdline = (entry / "cmdline").read_bytes()
             except OSError:
                 continue
-            if b"tracer.capture.worker" in cmdline:
+            if b"tracer.captures.worker" in cmdline:
                 found.append(int(entry.name))
     return found
 
@@ -147,7 +147,7 @@ def test_sigkill_of_tftrace_itself_stops_its_worker_and_force_rerun_works(
     models: dict[str, Path], tmp_path: Path
 ) -> None:
     """SIGKILL gives tftrace no chance to stop its child. The child stops at its next progress line
-    (the pipe is closed) or, when busy and silent, through tracer.capture.orphan (tested alone in
+    (the pipe is closed) or, when busy and silent, through tracer.captures.orphan (tested alone in
     test_capture_launcher.py); either way the capture is left incomplete and --force re-runs it.
     Nothing of the job is left in the temp directory (issue 15: the job goes through the child's
     stdin, its stderr into an unnamed file)."""

@@ -29,9 +29,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import assert_user_error
-from tracer.artifacts import ArtifactRef
-from tracer.capture.reader import Capture
-from tracer.capture.store import CaptureWriter
+from tracer.artifacts.loader import ArtifactRef
+from tracer.captures.reader import Capture
+from tracer.captures.store import CaptureWriter
 from tracer.cli import main
 from tracer.errors import TftraceError
 from tracer.runspec import Knobs, Side
@@ -283,7 +283,7 @@ SAFE_REPORTS: dict[str, Callable[[dict[str, Any]], Any]] = {
     "rewrites of the wrong shape": lambda r: r.update(rewrites=[{"kind": 1, "a_nodes": "x"}]),
     "edges of the wrong shape": lambda r: r.update(edges=[[1], "x", ["mul", "nowhere"]]),
 }
-# tracer/compare.py::load_report checks report.json where it is read (was change request R2).
+# tracer/comparison/pipeline.py::load_report checks report.json where it is read (was change request R2).
 REFUSED_REPORTS: dict[str, tuple[Callable[[dict[str, Any]], Any], str]] = {
     "nodes is a list": (lambda r: r.update(nodes=[1, 2]), '"nodes"'),
     "verdict is a number": (lambda r: r.update(verdict=7), '"verdict"'),
@@ -415,7 +415,7 @@ def test_fuzz_capture_open_and_read(pair: dict[str, Path], tmp_path_factory: pyt
 def test_fuzz_compare_on_mutated_captures(pair: dict[str, Path], tmp_path_factory: pytest.TempPathFactory,
                                           data: st.DataObject) -> None:
     """Past the reader: a mutated manifest that opens must compare, or be refused, end to end."""
-    from tracer.compare import compare  # noqa: PLC0415
+    from tracer.comparison.pipeline import compare  # noqa: PLC0415
 
     root = tmp_path_factory.mktemp("fuzz")
     side = data.draw(st.sampled_from(["a", "b"]))
@@ -431,7 +431,7 @@ def test_fuzz_compare_on_mutated_captures(pair: dict[str, Path], tmp_path_factor
 @settings(FUZZ, max_examples=EXAMPLES["report"] * SCALE)
 @given(data=st.data())
 def test_fuzz_load_report(pair: dict[str, Path], tmp_path_factory: pytest.TempPathFactory, data: st.DataObject) -> None:
-    from tracer.compare import load_report  # noqa: PLC0415
+    from tracer.comparison.pipeline import load_report  # noqa: PLC0415
 
     report = json.loads((pair["report"] / "report.json").read_text())
     out = tmp_path_factory.mktemp("report")
@@ -464,7 +464,7 @@ CONTENT = st.one_of(
        subpath=st.sampled_from(["", "saved_model.pb", "model.ckpt-1", "model.ckpt-1.meta", "frozen.pb", "00000123"]))
 def test_fuzz_artifact_detection_and_loading(tmp_path_factory: pytest.TempPathFactory, entries: dict[str, bytes | None],
                                             subpath: str) -> None:
-    from tracer.artifacts import detect, load  # noqa: PLC0415 - imports TensorFlow (its file layer)
+    from tracer.artifacts.loader import detect, load  # noqa: PLC0415 - imports TensorFlow (its file layer)
 
     root = tmp_path_factory.mktemp("artifact")
     for name, content in entries.items():

@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from tracer.graphdiff import REWRITE_KINDS, GraphDiff, Rewrite, diff_graphs
-from tracer.graphmatch import canonical_tensor, match_graphs
+from tracer.diff.rewrites import REWRITE_KINDS, GraphDiff, Rewrite, diff_graphs
+from tracer.diff.match import canonical_tensor, match_graphs
 from tracer.opgraph import OpGraph
 
 # --------------------------------------------------------------------------- tiny graph builder

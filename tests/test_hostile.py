@@ -38,7 +38,7 @@ import numpy as np
 import pytest
 
 from conftest import REPO, assert_user_error, run_cli
-from tracer.capture import Capture
+from tracer.captures import Capture
 
 PARALLEL = 3
 SCRIPT = "<script>alert(1)</script>"
@@ -436,8 +436,8 @@ def _refusal(location: Path, name: str) -> str:
 @pytest.mark.parametrize("name", sorted(REFUSED))
 def test_unsafe_model_is_refused_before_it_runs_naming_ops_and_nodes(name: str, built: Path) -> None:
     """What capture, compare and isolation children call before any session exists."""
-    from tracer.artifacts import ArtifactRef  # noqa: PLC0415
-    from tracer.capture.runtime import load_checked  # noqa: PLC0415 - imports TensorFlow (lazily)
+    from tracer.artifacts.loader import ArtifactRef  # noqa: PLC0415
+    from tracer.captures.runtime import load_checked  # noqa: PLC0415 - imports TensorFlow (lazily)
     from tracer.errors import TftraceError  # noqa: PLC0415
     from tracer.runspec import Side  # noqa: PLC0415
 
@@ -496,7 +496,7 @@ def test_reading_the_models_own_assets_is_allowed(refusals: dict[str, Any]) -> N
 def test_tf2_vocabulary_from_assets_is_not_flagged_at_load(built: Path) -> None:
     from tensorflow.core.protobuf import saved_model_pb2  # noqa: PLC0415 - slow: imports TensorFlow
 
-    from tracer.safety import unsafe_at_load_v2  # noqa: PLC0415
+    from tracer.artifacts.safety import unsafe_at_load_v2  # noqa: PLC0415
 
     found = {}
     for name in ("tf2_vocab", "tf2_initializer"):
@@ -509,7 +509,7 @@ def test_tf2_vocabulary_from_assets_is_not_flagged_at_load(built: Path) -> None:
 @pytest.mark.slow
 def test_tf2_vocabulary_model_is_captured_with_its_table(built: Path, tmp_path: Path) -> None:
     """The inliner leaves a TF2 table as a resource placeholder; tftrace refills it from the loaded
-    table (``tracer.tf2_inline._thaw_tables``), with the vocabulary file outside long deleted."""
+    table (``tracer.artifacts.tf2_inline._thaw_tables``), with the vocabulary file outside long deleted."""
     proc = run_cli("capture", str(built / "models" / "tf2_vocab"), "--out", str(tmp_path / "cap"), "--examples", "2")
     assert proc.returncode == 0, proc.stderr
     cap = Capture.open(tmp_path / "cap")
@@ -555,7 +555,7 @@ def test_isolation_does_not_take_allow_unsafe_ops_from_a_capture(built: Path, tm
     """A capture from elsewhere names a model on this machine and says ``allow_unsafe_ops: true``."""
     from test_fuzz import synthetic  # noqa: PLC0415 - the TF-free capture pair of the reader tests
     from tracer.errors import TftraceError  # noqa: PLC0415
-    from tracer.isolate import isolate_remote  # noqa: PLC0415
+    from tracer.comparison.isolate import isolate_remote  # noqa: PLC0415
 
     effect = built / "outside_effects" / "main_op.txt"
     a = synthetic(tmp_path / "a", 2.0, str(built / "models" / "main_op_replayed"), allow_unsafe_ops=True)
@@ -581,8 +581,8 @@ def test_isolation_does_not_take_allow_unsafe_ops_from_a_capture(built: Path, tm
 def test_two_meta_graphs_for_the_tag_set_are_refused_by_every_reader(built: Path) -> None:
     """TF loads the first meta graph tagged ``serve`` (here the WriteFile one); a reader that kept
     the last checked the clean copy appended after it. Ambiguous: refused, also by diff-graph."""
-    from tracer.artifacts import ArtifactRef, load  # noqa: PLC0415
-    from tracer.capture.runtime import load_checked  # noqa: PLC0415
+    from tracer.artifacts.loader import ArtifactRef, load  # noqa: PLC0415
+    from tracer.captures.runtime import load_checked  # noqa: PLC0415
     from tracer.errors import TftraceError  # noqa: PLC0415
     from tracer.runspec import Side  # noqa: PLC0415
 
@@ -746,7 +746,7 @@ def reliability_rows() -> tuple[list[Row], list[Row]]:
             "`tftrace: error: refusing to run MODEL: … 'CacheDataset' (CacheDataset: writes and reads a cache file); "
             "'DatasetToSingleElement' (DatasetToSingleElement: not known to compute from its inputs alone) …` (exit 2): "
             "an op runs only when TensorFlow's registry calls it stateless and it names no file or URL "
-            "(`tracer/safe_ops.py`, generated and checked against TF 2.21), or it is a stateful op allowed with its reason",
+            "(`tracer/artifacts/safe_ops.py`, generated and checked against TF 2.21), or it is a stateful op allowed with its reason",
             "nothing ran: no file appeared outside, none was read; every sample model and both real models (all 9 "
             "signatures) still pass the check",
             (f"{h}test_unsafe_model_is_refused_before_it_runs_naming_ops_and_nodes",

@@ -7,8 +7,8 @@ with an unscaled one (an "own error" of 2.14 where the fold changed 4e-6).
 
 from __future__ import annotations
 
-from tracer.align import ROLE_COMPARED, ROLE_REWRITTEN, Alignment, NodeAlignment, TensorPair
-from tracer.isolate import group_members, origin_feeds
+from tracer.comparison.align import ROLE_COMPARED, ROLE_REWRITTEN, Alignment, NodeAlignment, TensorPair
+from tracer.comparison.isolate import group_members, origin_feeds
 from tracer.opgraph import OpGraph
 
 

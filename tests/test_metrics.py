@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tracer.metrics import TensorMetrics, compare_arrays, summary_stats, within_tolerance
+from tracer.metrics.arrays import TensorMetrics, compare_arrays, summary_stats, within_tolerance
 
 try:  # installed with TensorFlow; metrics must work without it
     import ml_dtypes
@@ -328,7 +328,7 @@ def test_extra_memory_is_bounded_by_the_chunk_not_the_tensor(tmp_path: Path) -> 
 
 
 def test_release_gives_back_mapped_pages_and_changes_nothing(tmp_path: Path) -> None:
-    from tracer.metrics import _Mapped  # noqa: PLC0415
+    from tracer.metrics.arrays import _Mapped  # noqa: PLC0415
 
     rng = np.random.default_rng(5)
     a = rng.standard_normal(300_000).astype(np.float32)

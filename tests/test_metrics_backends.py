@@ -1,7 +1,7 @@
 """The compiled kernel against its numpy definition: the same bits for every metric.
 
-``tracer.metrics`` runs float pairs through ``tracer.metrics_kernel`` (numba) when it can be
-imported, else through ``tracer.metrics_block`` (numpy); ``TFTRACE_NO_NUMBA`` forces the latter.
+``tracer.metrics`` runs float pairs through ``tracer.metrics.kernel`` (numba) when it can be
+imported, else through ``tracer.metrics.block`` (numpy); ``TFTRACE_NO_NUMBA`` forces the latter.
 Both must give the very same TensorMetrics, whatever the dtypes, the special values, the
 chunking and the number of workers. Also: the histogram against the report's former
 definition, and the compiled kernel's cache when the package cannot be written.
@@ -24,9 +24,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_metrics import BF16, FLOATS, RTOLS, float_pairs, needs_bf16
 
-from tracer import metrics_block, metrics_scan
-from tracer.metrics import TensorMetrics, compare_arrays
-from tracer.metrics_result import HISTOGRAM_DECADES
+from tracer.metrics import block as metrics_block, scan as metrics_scan
+from tracer.metrics.arrays import TensorMetrics, compare_arrays
+from tracer.metrics.result import HISTOGRAM_DECADES
 
 REPO = Path(__file__).resolve().parents[1]
 needs_numba = pytest.mark.skipif(metrics_scan._compiled is None, reason="numba is not installed")
@@ -180,7 +180,7 @@ def test_histogram_survives_json() -> None:
 @needs_numba
 def test_a_layout_change_on_one_side_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
     """Cached machine code keeps constants: a layout out of step must not reach it."""
-    from tracer import metrics_kernel  # noqa: PLC0415
+    from tracer.metrics import kernel as metrics_kernel  # noqa: PLC0415
 
     monkeypatch.setattr(metrics_block, "LANES", metrics_block.LANES * 2)
     with pytest.raises(RuntimeError, match="LANES"):
@@ -191,7 +191,7 @@ def test_a_layout_change_on_one_side_is_an_error(monkeypatch: pytest.MonkeyPatch
 def test_no_writable_cache_directory_still_compiles(monkeypatch: pytest.MonkeyPatch) -> None:
     import numba  # noqa: PLC0415
 
-    from tracer import metrics_kernel  # noqa: PLC0415
+    from tracer.metrics import kernel as metrics_kernel  # noqa: PLC0415
 
     real = numba.njit
 
@@ -208,7 +208,7 @@ def test_no_writable_cache_directory_still_compiles(monkeypatch: pytest.MonkeyPa
 CHILD = """
 import json, sys
 import numpy as np
-import tracer.metrics_scan as s
+import tracer.metrics.scan as s
 from tracer.metrics import compare_arrays
 a = np.linspace(-3, 3, 5000, dtype=np.float32)
 m = compare_arrays(a, a * np.float32(1.001) + np.float32(1e-6), rtols=(1e-5,))
@@ -262,7 +262,7 @@ def test_the_first_read_called_from_python_counts_like_numpy(dtype: str) -> None
     """``metrics_kernel._bits`` is an overload inside compiled code; called from Python it must
     choose the same pass and count the same things (differing bits, NaN/Inf pairs, sign flips,
     ULP distance of the same-sign pairs)."""
-    from tracer import metrics_kernel
+    from tracer.metrics import kernel as metrics_kernel
 
     rng = np.random.default_rng(7)
     a = rng.standard_normal(4096).astype(dtype)

@@ -18,7 +18,7 @@ import pytest
 
 from conftest import build_model, run_cli
 from tracer.causes import explain_comparison
-from tracer.isolate import _judge, same_run_settings
+from tracer.comparison.isolate import _judge, same_run_settings
 
 NOISY_MODEL = """
 import os, sys

@@ -11,12 +11,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tracer.capture.fetch_plan import DEAD_BRANCH_REASON, WHILE_FRAME_REASON, BranchSchedule, fetch_plan
-from tracer.capture.observer import _max_abs_diff
-from tracer.capture.store import Capture, CaptureWriter
+from tracer.captures.fetch_plan import DEAD_BRANCH_REASON, WHILE_FRAME_REASON, BranchSchedule, fetch_plan
+from tracer.captures.observer import _max_abs_diff
+from tracer.captures.store import Capture, CaptureWriter
 from tracer.errors import TftraceError
 from tracer.jsonvalues import dumps, is_number, loads, number
-from tracer.metrics import compare_arrays
+from tracer.metrics.arrays import compare_arrays
 from tracer.opgraph import OpGraph
 from tracer.report.markdown import render_markdown
 from tracer.report.render import render_report

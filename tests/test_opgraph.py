@@ -126,8 +126,8 @@ def tf() -> Any:
 
 
 def _opgraph(path: Path | str, **ref: Any) -> tuple[OpGraph, Any]:
-    from tracer.artifacts import ArtifactRef, load  # noqa: PLC0415
-    from tracer.graphload import build_opgraph  # noqa: PLC0415
+    from tracer.artifacts.loader import ArtifactRef, load  # noqa: PLC0415
+    from tracer.artifacts.graph import build_opgraph  # noqa: PLC0415
 
     return build_opgraph(load(ArtifactRef(str(path), **ref)))
 
@@ -139,8 +139,8 @@ DETECTOR_OPS = ["AddV2", "BiasAdd", "CombinedNonMaxSuppression", "Const", "Conv2
 
 @pytest.mark.slow
 def test_checkpoint_graph_is_pruned_to_inference(tf: Any, models: dict[str, Path]) -> None:
-    from tracer.artifacts import load  # noqa: PLC0415
-    from tracer.graphload import import_graph  # noqa: PLC0415
+    from tracer.artifacts.loader import load  # noqa: PLC0415
+    from tracer.artifacts.graph import import_graph  # noqa: PLC0415
 
     g, sig = _opgraph(models["detector_ckpt"])
     everything = {op.name for op in import_graph(load(str(models["detector_ckpt"]))).get_operations()}

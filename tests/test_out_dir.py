@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, assert_user_error, run_cli
-from tracer.capture import CaptureWriter
-from tracer.capture._format import atomic_write
+from tracer.captures import CaptureWriter
+from tracer.captures._format import atomic_write
 from tracer.errors import TftraceError
 from tracer.safewrite import LOCK, OWNED, claim, lock_directory, open_new, output_directory, write_file
 

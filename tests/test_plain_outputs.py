@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 
 from conftest import REPO, run_cli
-from tracer.capture.reader import Capture
-from tracer.capture.store import CaptureWriter
+from tracer.captures.reader import Capture
+from tracer.captures.store import CaptureWriter
 from tracer.errors import TftraceError
 
 AMP = "auto_mixed_precision_onednn_bfloat16"

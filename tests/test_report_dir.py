@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 
 from conftest import assert_user_error, run_cli
-from tracer.capture.reader import Capture
-from tracer.compare import directory_size
+from tracer.captures.reader import Capture
+from tracer.comparison.pipeline import directory_size
 
 pytestmark = pytest.mark.slow
 EXAMPLES = ("--examples", "4")

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from conftest import REPO, assert_user_error, run_cli
-from tracer.capture.fetch_plan import FetchPlan, check_fetched, chunked, refit_sizes
+from tracer.captures.fetch_plan import FetchPlan, check_fetched, chunked, refit_sizes
 from tracer.errors import TftraceError
 
 LIMIT = 20_000_000
@@ -121,8 +121,8 @@ def test_checkpoint_larger_than_max_memory_is_refused_before_restoring(models: d
 def test_a_received_isolation_job_cannot_raise_the_memory_limit(monkeypatch) -> None:
     """`tftrace isolate --from` runs a job file that came with a report from anyone: its
     max_memory may lower the limit, never raise it past the caller's (default 2 GiB)."""
-    from tracer import isolate
-    from tracer.artifacts import ArtifactRef
+    from tracer.comparison import isolate
+    from tracer.artifacts.loader import ArtifactRef
     from tracer.runspec import Side
 
     seen = {}

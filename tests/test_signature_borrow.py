@@ -67,7 +67,7 @@ def test_compare_checkpoint_and_its_savedmodel_just_works_and_is_identical(slim_
     assert spec["borrowed"]["inputs"]["images"]["name"] == "input:0"
     assert spec["borrowed"]["outputs"]["scores"]["name"] == SCORES
     assert "signature_from" not in spec  # resolved: the SavedModel's path is no longer needed
-    from tracer.artifacts import ArtifactRef, load  # noqa: PLC0415 - imports TensorFlow, as a replay child does
+    from tracer.artifacts.loader import ArtifactRef, load  # noqa: PLC0415 - imports TensorFlow, as a replay child does
 
     again = load(ArtifactRef.from_json(spec))
     assert again.signature is not None and again.signature.inputs["images"].name == "input:0"

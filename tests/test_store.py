@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tracer.capture.store import FORMAT_VERSION, Capture, CaptureWriter, safe_filename
+from tracer.captures.store import FORMAT_VERSION, Capture, CaptureWriter, safe_filename
 from tracer.errors import TftraceError
 
 ROWS = np.arange(20 * 2 * 3, dtype=np.float32).reshape(20, 2, 3) - 50.5
@@ -283,7 +283,7 @@ def test_unreadable_lock_counts_as_stale(tmp_path: Path) -> None:
 
 def test_the_store_never_imports_tensorflow() -> None:
     code = (
-        "import sys, tracer.capture, tracer.capture.store, tracer.capture.reader; "
+        "import sys, tracer.captures, tracer.captures.store, tracer.captures.reader; "
         "print(sorted(m for m in ('tensorflow', 'ml_dtypes') if m in sys.modules))"
     )
     root = Path(__file__).resolve().parents[1]

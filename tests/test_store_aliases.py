@@ -16,10 +16,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tracer.capture import _flusher
-from tracer.capture import store as store_module
-from tracer.capture._stats import CHUNK, Stats
-from tracer.capture.store import Capture, CaptureWriter
+from tracer.captures import _flusher
+from tracer.captures import store as store_module
+from tracer.captures._stats import CHUNK, Stats
+from tracer.captures.store import Capture, CaptureWriter
 from tracer.errors import TftraceError
 
 KERNEL = np.arange(24, dtype=np.float32).reshape(4, 6) / 7
@@ -315,7 +315,7 @@ def test_arrays_are_written_in_the_background_and_complete_at_finalize(tmp_path:
 
 
 def test_a_side_is_durable_unless_told_otherwise() -> None:
-    from tracer.artifacts import ArtifactRef  # noqa: PLC0415 - only this test needs a Side
+    from tracer.artifacts.loader import ArtifactRef  # noqa: PLC0415 - only this test needs a Side
     from tracer.runspec import Side  # noqa: PLC0415
 
     quick = Side(ArtifactRef("m"), durable=False)

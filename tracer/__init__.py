@@ -7,44 +7,23 @@ without it; loading and running a model (in child processes) need it.
 from __future__ import annotations
 
 import os
-import sys
 import tempfile
-import types
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
 from .errors import TftraceError
 
-
-class _Package(types.ModuleType):
-    """This package, keeping its public functions when same-named submodules are imported.
-
-    ``tracer.capture``, ``tracer.compare`` and ``tracer.diagnose`` are both submodules and the
-    functions below. Importing a submodule sets it as an attribute of its package, which would
-    replace the function the first time the submodule is imported; here that assignment is
-    ignored, so the submodules are imported only when used (``tftrace capture``'s parent process
-    never needs networkx or the comparison machinery: importing them cost it half a second).
-    """
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if isinstance(value, types.ModuleType) and callable(self.__dict__.get(name)):
-            return  # the function keeps the name; the submodule stays in sys.modules
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package
-
 __all__ = [
     "TftraceError", "load", "diff_graphs", "capture", "compare", "assert_equivalent", "diagnose", "__version__",
 ]
 
 if TYPE_CHECKING:
-    from .artifacts import Artifact, ArtifactRef
-    from .capture.reader import Capture
-    from .compare import Comparison
+    from .artifacts.loader import Artifact, ArtifactRef
+    from .captures.reader import Capture
+    from .comparison.pipeline import Comparison
     from .runspec import Side
-    from .static_diff import StaticDiff
+    from .diff.static import StaticDiff
 
 
 def load(path: str | ArtifactRef, *, allow_unsafe_ops: bool = False) -> Artifact:
@@ -52,20 +31,20 @@ def load(path: str | ArtifactRef, *, allow_unsafe_ops: bool = False) -> Artifact
 
     A TF2 SavedModel is the exception (loading it runs its initialisers): one whose loading
     would reach outside the computation is refused unless ``allow_unsafe_ops``."""
-    from .artifacts import load as _load  # noqa: PLC0415
+    from .artifacts.loader import load as _load  # noqa: PLC0415
 
     return _load(path, allow_unsafe_ops=allow_unsafe_ops)
 
 
 def diff_graphs(a: str | ArtifactRef, b: str | ArtifactRef, *, allow_unsafe_ops: bool = False) -> StaticDiff:
     """Classify every rewrite between two artifacts' inference subgraphs."""
-    from .static_diff import diff_artifacts  # noqa: PLC0415
+    from .diff.static import diff_artifacts  # noqa: PLC0415
 
     return diff_artifacts(a, b, allow_unsafe_ops=allow_unsafe_ops)
 
 
 def _side(target: str | Side, **options: Any) -> Side:
-    from .artifacts import ArtifactRef  # noqa: PLC0415
+    from .artifacts.loader import ArtifactRef  # noqa: PLC0415
     from .runspec import InputSpec, Knobs, Side  # noqa: PLC0415
 
     if not isinstance(target, str):
@@ -86,7 +65,7 @@ def capture(artifact: str | Side, out_dir: str, *, force: bool = False, **side: 
     ``side`` options: device, batch_size, onednn, autotune, determinism, tf32, xla, threads,
     grappler (dict), env (dict), inputs_file, seed, examples, tag, signature, max_memory.
     """
-    from .capture.launcher import capture as _capture  # noqa: PLC0415
+    from .captures.launcher import capture as _capture  # noqa: PLC0415
 
     return _capture(_side(artifact, **side), out_dir, force=force)
 
@@ -99,8 +78,8 @@ def compare(
     divergence beyond tolerance was found. ``options``: atol, rtol, isolate, keep_captures (keep
     the sides captured here in ``out_dir/captures``, to read their tensors afterwards), plus side options
     applied to both sides; ``a_options``/``b_options`` override per side."""
-    from .compare import compare as _compare  # noqa: PLC0415
-    from .divergence import Tolerance  # noqa: PLC0415
+    from .comparison.pipeline import compare as _compare  # noqa: PLC0415
+    from .comparison.divergence import Tolerance  # noqa: PLC0415
 
     tol = Tolerance(atol=options.pop("atol", 1e-6), rtol=options.pop("rtol", 1e-5))
     isolate = options.pop("isolate", 5)
@@ -150,8 +129,8 @@ def assert_equivalent(a: str | Side, b: str | Side, *, rtol: float = 1e-5, atol:
 def diagnose(model: str, out_dir: str, **options: Any) -> Any:
     """Run the experiment matrix on ``model`` and answer why / how to prevent / what it costs.
 
-    See :func:`tracer.diagnose.diagnose` for the options (savedmodel, batch_sizes, quick, only, ...).
+    See :func:`tracer.diagnosis.run.diagnose` for the options (savedmodel, batch_sizes, quick, only, ...).
     """
-    from .diagnose import diagnose as _diagnose  # noqa: PLC0415
+    from .diagnosis.run import diagnose as _diagnose  # noqa: PLC0415
 
     return _diagnose(model, out_dir, **options)

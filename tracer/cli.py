@@ -42,7 +42,7 @@ def _add_artifact_options(parser: argparse.ArgumentParser, prefix: str = "", who
 
 def artifact_ref(args: argparse.Namespace, path: str, side: str = ""):  # noqa: ANN201 - avoids importing at parse time
     """An ArtifactRef from shared options, overridden by the per-side ones (``--a-tag``)."""
-    from .artifacts import ArtifactRef  # noqa: PLC0415
+    from .artifacts.loader import ArtifactRef  # noqa: PLC0415
 
     def pick(name: str) -> str | None:
         specific = getattr(args, f"{side}_{name}", None) if side else None
@@ -59,7 +59,7 @@ def artifact_ref(args: argparse.Namespace, path: str, side: str = ""):  # noqa: 
 
 def _cmd_diff_graph(args: argparse.Namespace, console: Console) -> int:
     from .report.terminal import print_graph_diff  # noqa: PLC0415
-    from .static_diff import diff_artifacts  # noqa: PLC0415
+    from .diff.static import diff_artifacts  # noqa: PLC0415
 
     result = diff_artifacts(artifact_ref(args, args.a, "a"), artifact_ref(args, args.b, "b"),
                             allow_unsafe_ops=args.allow_unsafe_ops)
@@ -168,7 +168,7 @@ def side_from_args(args: argparse.Namespace, path: str, side: str = ""):  # noqa
 
 
 def _cmd_capture(args: argparse.Namespace, console: Console) -> int:
-    from .capture.launcher import capture  # noqa: PLC0415
+    from .captures.launcher import capture  # noqa: PLC0415
 
     result = capture(side_from_args(args, args.model), args.out, force=args.force, console=Console(stderr=True))
     manifest = result.manifest
@@ -188,7 +188,7 @@ def _cmd_capture(args: argparse.Namespace, console: Console) -> int:
 
 
 def _tolerance(args: argparse.Namespace):  # noqa: ANN202
-    from .divergence import Tolerance  # noqa: PLC0415
+    from .comparison.divergence import Tolerance  # noqa: PLC0415
 
     overrides = []
     for item in args.tol or []:
@@ -214,7 +214,7 @@ def _signature_map(text: str | None) -> dict[str, str]:
 
 
 def _cmd_compare(args: argparse.Namespace, console: Console) -> int:
-    from .compare import compare  # noqa: PLC0415
+    from .comparison.pipeline import compare  # noqa: PLC0415
     from .report.terminal import print_comparison  # noqa: PLC0415
 
     result = compare(
@@ -239,7 +239,7 @@ def _cmd_compare(args: argparse.Namespace, console: Console) -> int:
 
 def _print_report_size(console: Console, result: Any) -> None:
     """The size of what --out holds, and whether the sides captured for it are in it."""
-    from .compare import directory_size  # noqa: PLC0415
+    from .comparison.pipeline import directory_size  # noqa: PLC0415
 
     out = result.out_dir
     if (out / "captures").is_dir():
@@ -255,7 +255,7 @@ def _print_report_size(console: Console, result: Any) -> None:
 def _cmd_report(args: argparse.Namespace, console: Console) -> int:
     from pathlib import Path  # noqa: PLC0415
 
-    from .compare import load_report  # noqa: PLC0415
+    from .comparison.pipeline import load_report  # noqa: PLC0415
     from .report.build import write_reports  # noqa: PLC0415
     from .report.terminal import print_comparison  # noqa: PLC0415
     from .safewrite import lock_directory  # noqa: PLC0415
@@ -274,8 +274,8 @@ def _cmd_report(args: argparse.Namespace, console: Console) -> int:
 def _cmd_isolate(args: argparse.Namespace, console: Console) -> int:
     from pathlib import Path  # noqa: PLC0415
 
-    from .compare import load_report  # noqa: PLC0415
-    from .isolate import isolate_remote  # noqa: PLC0415
+    from .comparison.pipeline import load_report  # noqa: PLC0415
+    from .comparison.isolate import isolate_remote  # noqa: PLC0415
     from .report.build import merge_isolation, write_reports  # noqa: PLC0415
     from .report.terminal import print_comparison  # noqa: PLC0415
     from .safewrite import lock_directory  # noqa: PLC0415
@@ -370,7 +370,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="bytes the replay may fetch at once (default 2 GiB; a received report can only lower it)")
     iso.set_defaults(func=_cmd_isolate)
 
-    from .diagnose_cli import add_diagnose_parser  # noqa: PLC0415 - parsers only, no TensorFlow
+    from .diagnosis.cli import add_diagnose_parser  # noqa: PLC0415 - parsers only, no TensorFlow
 
     add_diagnose_parser(sub)
 

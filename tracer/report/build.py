@@ -23,8 +23,8 @@ from ..opgraph import tensor_op
 from ..safewrite import write_file
 
 if TYPE_CHECKING:
-    from ..compare import Comparison
-    from ..divergence import NodeResult
+    from ..comparison.pipeline import Comparison
+    from ..comparison.divergence import NodeResult
 
 __all__ = ["build_report", "write_reports", "merge_isolation", "SCHEMA_VERSION", "jsonable", "atomic_write_text",
            "examples_digest", "rel_to_peak"]

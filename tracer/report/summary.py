@@ -266,7 +266,7 @@ def unobserved_divergence(report: dict[str, Any]) -> str | None:
 
 
 # Why ops were not captured, grouped: (label, phrases of the reasons the capture writes). The
-# reasons come from tracer.opgraph (dtypes), tracer.capture.fetch_plan (loops, dead branches,
+# reasons come from tracer.opgraph (dtypes), tracer.captures.fetch_plan (loops, dead branches,
 # unread outputs), the worker (TensorFlow's refusals) and the store (rows); first match wins.
 UNCAPTURED_KINDS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("in cond branches that did not run", ("cond branch that did not run", "does not have value")),

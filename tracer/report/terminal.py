@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from ..graphdiff import GraphDiff
+from ..diff.rewrites import GraphDiff
 from ..opgraph import EXIT_OPS
 from ..text import printable, printable_tree
 from .summary import (first_divergences, mismatch_note, noise_lines, nonfinite_context, not_captured_text,

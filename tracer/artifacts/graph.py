@@ -1,0 +1,314 @@
+"""From a loaded artifact to its inference op graph (statically, or in the capture child).
+
+Imports the graph into a ``tf.Graph``, resolves the signature (dtypes and shapes filled in, or a
+list of candidates when there is none) and prunes to the inference subgraph. A graph with no
+signature of its own (a TF1 training checkpoint) borrows the other side's: its tensors are found
+here by name, and where the names differ by the structural matching diff-graph uses.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from .._tf import tf
+from dataclasses import replace
+
+from .loader import Artifact, ArtifactRef, Signature, TensorSpec, load
+from ..errors import TftraceError
+from ..diff.match import VARIABLE_OPS, match_graphs
+from ..opgraph import OpGraph, tensor_op, tensor_slot
+
+__all__ = ["import_graph", "resolve_signature", "build_opgraph", "value_source", "borrow_signature"]
+
+
+def import_graph(artifact: Artifact) -> Any:
+    """Import the artifact's graph into a fresh ``tf.Graph`` (no session, no weights)."""
+    t = tf()
+    graph = t.Graph()
+    with graph.as_default():
+        try:
+            if artifact.meta_graph is not None:
+                t.compat.v1.train.import_meta_graph(artifact.meta_graph, clear_devices=False)
+            else:
+                t.graph_util.import_graph_def(artifact.graph_def, name="")
+        except (ValueError, TypeError, t.errors.OpError) as exc:
+            raise TftraceError(
+                f"TensorFlow cannot import the graph of {artifact.location}: {str(exc).splitlines()[0][:300]}",
+                "check that the model loads in this TensorFlow version",
+            ) from exc
+    return graph
+
+
+def resolve_signature(artifact: Artifact, graph: Any) -> Signature:
+    """The signature to trace, with dtypes/shapes filled in; an error listing candidates if none."""
+    sig = artifact.signature
+    by_name = {op.name: op for op in graph.get_operations()}
+    if sig is None:
+        placeholders, sinks = _candidates(by_name)
+        other = artifact.ref.signature_from
+        raise TftraceError(
+            f"{artifact.location} has no signature to say what to trace"
+            + (f", and neither has {other.path} to borrow one from" if other is not None else "")
+            + f" (candidate inputs: {', '.join(placeholders[:10]) or 'none'}; "
+            f"candidate outputs, best first: {', '.join(sinks[:10]) or 'none'})",
+            "name them with --outputs NAME[,NAME...] and --input-names NAME[,NAME...]",
+        )
+
+    def filled(specs: dict[str, TensorSpec], role: str) -> dict[str, TensorSpec]:
+        out = {}
+        for key, spec in specs.items():
+            op_name, _, slot = spec.name.rpartition(":")
+            op = by_name.get(op_name)
+            if op is None or int(slot or 0) >= len(op.outputs):
+                raise TftraceError(
+                    f"signature {role} {key!r} names tensor {spec.name!r}, which is not in the graph of {artifact.location}",
+                    "check --outputs/--input-names (op names, optionally with :slot)",
+                )
+            tensor = op.outputs[int(slot or 0)]
+            out[key] = TensorSpec(
+                spec.name,
+                tensor.dtype.base_dtype.name,
+                spec.shape if spec.shape is not None else (None if tensor.shape.rank is None else tuple(tensor.shape.as_list())),
+            )
+        return out
+
+    outputs = filled(sig.outputs, "output")
+    inputs = sig.inputs
+    if sig.from_user and not inputs:  # --outputs alone: what must be fed are the placeholders they need
+        needed = _placeholders_needed(by_name, [tensor_op(t.name) for t in outputs.values()])
+        inputs = {name: TensorSpec(f"{name}:0", "unknown", None) for name in needed}
+    return Signature(sig.key, filled(inputs, "input"), outputs, sig.method_name, sig.from_user, sig.borrowed_from)
+
+
+# Ops a .meta holds for saving, restoring, initialising and training: never what to trace.
+BOOKKEEPING_OPS = {
+    "Assign", "AssignAdd", "AssignSub", "AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp",
+    "VarIsInitializedOp", "IsVariableInitialized", "SaveV2", "RestoreV2", "MergeV2Checkpoints", "ShardedFilename",
+    "NoOp", "ScalarSummary", "HistogramSummary", "ImageSummary", "MergeSummary", "TensorSummaryV2", "Assert",
+    "Print", "PrintV2",
+}
+BOOKKEEPING_SCOPE = re.compile(
+    r"^(save|init|init_all_tables|gradients|report_uninitialized_variables|global_step)(_\d+)?(/|$)"
+)
+
+
+def _bookkeeping(op: Any) -> bool:
+    """Is this op part of saving, restoring or initialising (so no candidate to trace)?"""
+    name = op.name
+    return (
+        op.type in BOOKKEEPING_OPS
+        or bool(BOOKKEEPING_SCOPE.match(name))
+        or "/Initializer/" in f"{name}/"
+        or name.endswith(("/Read/ReadVariableOp", "/IsInitialized/VarIsInitializedOp"))
+    )
+
+
+def _candidates(by_name: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """What a graph without a signature probably takes and returns: its placeholders, and the
+    last ops computed from a given set of them — ops no reader extends without adding another
+    placeholder (a prediction, read only by a loss that also needs the labels, is one; so is a
+    sink). Only ops whose *values* come from a placeholder count: a Shape, a constant or a weight
+    regulariser computes nothing from the input. Save/restore/initialisation/training
+    bookkeeping is left out. Best first: what needs fewer placeholders (a prediction needs the
+    images, a loss the labels too), then what lies deeper in the graph."""
+    useful = {name: op for name, op in by_name.items() if not _bookkeeping(op)}
+    inputs = [name for name, op in useful.items() if op.type in ("Placeholder", "PlaceholderWithDefault")]
+    needs: dict[str, frozenset[str]] = {}
+    depth: dict[str, int] = {}
+    for op in (o for o in by_name.values()):  # creation order: producers first (a TF1 graph)
+        if op.name in inputs:
+            needs[op.name], depth[op.name] = frozenset([op.name]), 0
+            continue
+        ins = [] if op.type in SHAPE_OPS else [t.op.name for t in op.inputs]
+        needs[op.name] = frozenset().union(*(needs.get(i, frozenset()) for i in ins))
+        depth[op.name] = 1 + max((depth.get(i, 0) for i in ins), default=0)
+    extended = {t.op.name for op in useful.values() for t in op.inputs
+                if op.type not in SHAPE_OPS and needs.get(op.name) == needs.get(t.op.name)}
+    ranked = sorted(
+        (len(needs[name]), -depth[name], name)
+        for name, op in useful.items()
+        if needs.get(name) and name not in inputs and name not in extended and op.outputs
+        and op.type not in VARIABLE_OPS
+    )
+    return inputs, [name for *_, name in ranked]
+
+
+SHAPE_OPS = {"Shape", "ShapeN", "Size", "Rank"}  # read an input's shape, never its values
+
+
+def _ancestors(by_name: dict[str, Any], roots: list[str]) -> set[str]:
+    """The ops the given ops depend on (themselves included), through data and control edges."""
+    seen: set[str] = set()
+    stack = list(roots)
+    while stack:
+        name = stack.pop()
+        if name in seen or name not in by_name:
+            continue
+        seen.add(name)
+        op = by_name[name]
+        stack.extend(t.op.name for t in op.inputs)
+        stack.extend(c.name for c in op.control_inputs)
+    return seen
+
+
+def _placeholders_needed(by_name: dict[str, Any], roots: list[str]) -> list[str]:
+    """The Placeholder ops the given ops depend on (a Placeholder has no value unless fed)."""
+    return sorted(n for n in _ancestors(by_name, roots) if by_name[n].type == "Placeholder")
+
+
+# --------------------------------------------------------------------------------------------
+# borrowing the other side's signature
+
+
+def borrow_signature(artifact: Artifact, *, allow_unsafe_ops: bool = False) -> None:
+    """Give a graph without a signature (a TF1 training checkpoint) the other side's.
+
+    Each of the lender's signature tensors is found in this graph by its name when an op of that
+    name and type is here, otherwise by matching the two graphs' structure (the matching
+    diff-graph uses: anchored at the placeholders, spread over op types and inputs). With
+    ``--outputs``/``--input-names`` the user's tensors stay what is traced; they only take the
+    lender's keys where they are the tensors found, so the two sides pair without ``--map``.
+    Sets ``artifact.signature``, records the result in ``artifact.ref.borrowed`` (replays then
+    need not load the lender) and says in one note which signature was borrowed. A lender without a signature lends nothing: the
+    caller's "no signature" error lists this graph's candidates.
+    """
+    ref = artifact.ref
+    if ref.borrowed is not None:  # resolved when this side was captured: the names are this graph's
+        artifact.signature = ref.borrowed
+        artifact.notes.append(_borrow_note(ref.borrowed, "as recorded"))
+        return
+    assert ref.signature_from is not None
+    lent = _lender(ref.signature_from, allow_unsafe_ops)
+    if lent is None:
+        return
+    lender_sig, lender_graph = lent
+    graph = import_graph(artifact)
+    by_name = {op.name: op for op in graph.get_operations()}
+    found: dict[str, str] = {}  # lender tensor -> this graph's tensor
+    how = set()
+    for spec in [*lender_sig.inputs.values(), *lender_sig.outputs.values()]:
+        op = by_name.get(tensor_op(spec.name))
+        kind = lender_graph.op_type(tensor_op(spec.name)) if tensor_op(spec.name) in lender_graph else None
+        if op is not None and tensor_slot(spec.name) < len(op.outputs) and kind in (None, op.type):
+            found[spec.name] = spec.name
+            how.add("by name")
+    missing = [s.name for s in [*lender_sig.inputs.values(), *lender_sig.outputs.values()] if s.name not in found]
+    if missing:
+        partner = _structural_partners(by_name, graph, lender_graph)
+        for name in missing:
+            mine = partner.get(tensor_op(name))
+            if mine is not None and tensor_slot(name) < len(by_name[mine].outputs):
+                found[name] = f"{mine}:{tensor_slot(name)}"
+                how.add("by structure")
+    named = bool(ref.outputs or ref.input_names)
+    lost_in = [f"input {k!r} ({v.name})" for k, v in lender_sig.inputs.items() if v.name not in found]
+    lost_out = [f"output {k!r} ({v.name})" for k, v in lender_sig.outputs.items() if v.name not in found]
+    if (lost_out and not ref.outputs) or (lost_in and not named):
+        raise TftraceError(
+            f"{artifact.location} has no signature, and the signature {lender_sig.key!r} of {ref.signature_from.path} "
+            f"cannot be borrowed: no tensor here matches its {', '.join(lost_in + lost_out)} by name or by structure",
+            "name this side's tensors with --outputs/--input-names (per side: --a-outputs, --b-outputs)",
+        )
+    key_of = {found[v.name]: k for k, v in [*lender_sig.inputs.items(), *lender_sig.outputs.items()] if v.name in found}
+
+    def user(names: tuple[str, ...]) -> dict[str, TensorSpec]:  # the user's tensors, under the lender's keys
+        tensors = [n if ":" in n else f"{n}:0" for n in names]
+        return {key_of.get(t, t.split(":")[0]): TensorSpec(t, "unknown", None) for t in tensors}
+
+    lent_in = {k: TensorSpec(found[v.name], "unknown", None) for k, v in lender_sig.inputs.items() if v.name in found}
+    lent_out = {k: TensorSpec(found[v.name], "unknown", None) for k, v in lender_sig.outputs.items() if v.name in found}
+    inputs = user(ref.input_names) if ref.input_names else ({} if lost_in else lent_in)
+    outputs = user(ref.outputs) if ref.outputs else lent_out
+    sig = Signature(lender_sig.key, inputs, outputs, lender_sig.method_name, named, ref.signature_from.path)
+    artifact.signature = sig
+    artifact.ref = replace(ref, signature_from=None, borrowed=sig)
+    artifact.notes.append(_borrow_note(sig, " and ".join(sorted(how)) or "as named"))
+
+
+def _borrow_note(sig: Signature, how: str) -> str:
+    pairs = "; ".join(f"{role} {', '.join(f'{k}={v.name}' for k, v in specs.items())}"
+                      for role, specs in (("inputs", sig.inputs), ("outputs", sig.outputs)))
+    return f"no signature of its own: borrowed signature {sig.key!r} of {sig.borrowed_from} ({pairs}; found {how})"
+
+
+def _lender(ref: ArtifactRef, allow_unsafe_ops: bool) -> tuple[Signature, OpGraph] | None:
+    """The lending side's resolved signature and op graph: from a capture's manifest (no
+    TensorFlow work), or by loading the artifact statically."""
+    from .loader import detect  # noqa: PLC0415
+
+    if detect(ref.path)[0] == "capture":
+        from ..captures.reader import Capture  # noqa: PLC0415
+
+        manifest = Capture.open(ref.path).manifest
+        return Signature.from_json(manifest["signature"]), OpGraph.from_json(manifest["graph"])
+    lender = load(ref.lender(), allow_unsafe_ops=allow_unsafe_ops)
+    if lender.signature is None:
+        return None
+    graph, sig = build_opgraph(lender)
+    return sig, graph
+
+
+def _structural_partners(by_name: dict[str, Any], graph: Any, lender: OpGraph) -> dict[str, str]:
+    """Lender op -> this graph's op, by diff-graph's matching of a candidate inference subgraph
+    of this graph (placeholders to the last ops computed from them) against the lender's.
+
+    The matching is anchored by signature keys; this graph has none, so each plausible anchor
+    is tried — every placeholder and each of the best candidate outputs under the lender's key,
+    where the lender has one input and one output (else all candidates at once) — and the
+    pairing that explains the most ops wins."""
+    placeholders, sinks = _candidates(by_name)
+    sinks = [s for s in sinks if by_name[s].outputs]
+    if not sinks or not placeholders:
+        return {}
+    if len(lender.inputs) == 1 and len(lender.outputs) == 1:
+        (key_in, key_out), = [(next(iter(lender.inputs)), next(iter(lender.outputs)))]
+        attempts = [({key_in: f"{p}:0"}, {key_out: f"{s}:0"}) for s in sinks[:MAX_ANCHORS]
+                    for p in placeholders if p in _ancestors(by_name, [s])]
+    else:
+        attempts = [({p: f"{p}:0" for p in placeholders}, {s: f"{s}:0" for s in sinks})]
+    best: dict[str, str] = {}
+    for inputs, outputs in attempts:
+        mine = OpGraph.from_tf_graph(graph, inputs, outputs)
+        pairs = {theirs: own for own, (theirs, _) in match_graphs(mine, lender).items()}
+        if len(pairs) > len(best):
+            best = pairs
+    return best
+
+
+MAX_ANCHORS = 5  # candidate outputs tried as anchors (best first)
+
+
+def build_opgraph(artifact: Artifact, graph: Any | None = None) -> tuple[OpGraph, Signature]:
+    """The inference subgraph of an artifact, statically."""
+    graph = graph if graph is not None else import_graph(artifact)
+    signature = resolve_signature(artifact, graph)
+    opgraph = OpGraph.from_tf_graph(
+        graph,
+        {k: v.name for k, v in signature.inputs.items()},
+        {k: v.name for k, v in signature.outputs.items()},
+    )
+    return opgraph, signature
+
+
+def value_source(artifact: Artifact) -> Callable[[str], np.ndarray | None]:
+    """Weight values by node name: constants from the graph, variables from the checkpoint."""
+    from tensorflow.python.framework import tensor_util  # noqa: PLC0415
+
+    nodes = {n.name: n for n in artifact.graph_def.node}
+
+    def value(name: str) -> np.ndarray | None:
+        node = nodes.get(name)
+        if node is None:
+            return None
+        if node.op == "Const":
+            return tensor_util.MakeNdarray(node.attr["value"].tensor)
+        if node.op in ("VariableV2", "Variable", "VarHandleOp"):
+            shared = node.attr["shared_name"].s.decode("utf-8", "replace") if "shared_name" in node.attr else ""
+            return artifact.variable_value(shared or name)
+        return None
+
+    return value

@@ -1,0 +1,130 @@
+"""Which kind of artifact a path holds, before anything is loaded (stage 1's first half).
+
+``detect`` tells a capture directory (complete or not), a TF1 checkpoint (a directory with a
+``checkpoint`` file whose absolute paths from the training machine are re-rooted, one ``.meta``,
+a prefix, or one of its files), a SavedModel (or a TF Serving base directory, whose newest
+numbered version is taken) and a frozen GraphDef apart, or says what it found instead. Every
+path goes through ``tf.io.gfile``, so ``gs://`` and ``ram://`` paths work like local ones.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from typing import Any
+
+from .._tf import tf
+from ..errors import TftraceError
+
+__all__ = ["CAPTURE_MANIFEST", "detect", "io_gfile"]
+
+CAPTURE_MANIFEST = "manifest.json"
+
+
+def io_gfile() -> Any:
+    """``tf.io.gfile``: local, ``gs://`` and ``ram://`` paths alike (TensorFlow imported on first use)."""
+    return tf().io.gfile
+
+
+
+
+def _listdir(path: str) -> list[str]:
+    return sorted(entry.rstrip("/") for entry in io_gfile().listdir(path))
+
+
+def detect(path: str) -> tuple[str, str]:
+    """Return ``(kind, location)`` for a path, or raise a TftraceError that says what was found.
+
+    kind is one of ``capture``, ``incomplete_capture``, ``checkpoint``, ``saved_model``,
+    ``graphdef``. For checkpoints, location is the checkpoint prefix.
+    """
+    gfile = io_gfile()
+    if not gfile.exists(path):
+        if gfile.exists(path + ".index") or gfile.exists(path + ".meta"):
+            return "checkpoint", path  # a checkpoint prefix names files, not itself a file
+        raise TftraceError(f"{path} does not exist", "check the path (and the scheme, for gs:// or ram://)")
+    if not gfile.isdir(path):
+        return _detect_file(path)
+    entries = _listdir(path)
+    if CAPTURE_MANIFEST in entries:
+        return "capture", path
+    if "tensors" in entries and "saved_model.pb" not in entries:
+        return "incomplete_capture", path
+    if "saved_model.pb" in entries or "saved_model.pbtxt" in entries:
+        return "saved_model", path
+    versions = [e for e in entries if e.isdigit() and _is_saved_model_dir(posixpath.join(path, e))]
+    if versions:  # TF Serving layout: base_path/<version>/saved_model.pb
+        return "saved_model", posixpath.join(path, max(versions, key=int))
+    if "checkpoint" in entries:
+        return "checkpoint", _prefix_from_checkpoint_file(path)
+    metas = sorted((e for e in entries if e.endswith(".meta")), key=_step_order)
+    if len(metas) == 1:
+        return "checkpoint", posixpath.join(path, metas[0][: -len(".meta")])
+    if len(metas) > 1:
+        listed = ", ".join(metas[:10]) + (f" and {len(metas) - 10} more" if len(metas) > 10 else "")
+        newest = posixpath.join(path, metas[-1][: -len(".meta")])
+        raise TftraceError(
+            f"{path} holds several checkpoints ({listed}) and no `checkpoint` file says which is current",
+            f"pass one checkpoint prefix (or its .meta file) instead of the directory, e.g. {newest}",
+        )
+    shown = ", ".join(entries[:12]) + (" …" if len(entries) > 12 else "") if entries else "nothing"
+    raise TftraceError(
+        f"{path} is neither a checkpoint nor a SavedModel nor a capture (it contains {shown})",
+        "point at a directory with saved_model.pb, a TF1 checkpoint directory (with a `checkpoint` "
+        "file or one .meta), a checkpoint prefix, or a frozen .pb/.pbtxt GraphDef",
+    )
+
+
+def _step_order(file_name: str) -> tuple[str, int]:
+    """Sort ``model.ckpt-200`` before ``model.ckpt-1000`` (training steps, not characters)."""
+    match = re.search(r"^(.*?)(\d+)\.meta$", file_name)
+    return (match.group(1), int(match.group(2))) if match else (file_name, -1)
+
+
+def _is_saved_model_dir(path: str) -> bool:
+    gfile = io_gfile()
+    return gfile.isdir(path) and (
+        gfile.exists(posixpath.join(path, "saved_model.pb")) or gfile.exists(posixpath.join(path, "saved_model.pbtxt"))
+    )
+
+
+def _detect_file(path: str) -> tuple[str, str]:
+    gfile = io_gfile()
+    base = posixpath.basename(path)
+    if base in ("saved_model.pb", "saved_model.pbtxt"):
+        return "saved_model", posixpath.dirname(path)
+    if base == CAPTURE_MANIFEST:
+        return "capture", posixpath.dirname(path)
+    if path.endswith(".meta"):
+        return "checkpoint", path[: -len(".meta")]
+    if path.endswith(".index") or ".data-" in base:
+        return "checkpoint", path.split(".data-")[0].removesuffix(".index")
+    if path.endswith((".pb", ".pbtxt", ".graphdef")):
+        return "graphdef", path
+    if gfile.exists(path + ".index") or gfile.exists(path + ".meta"):
+        return "checkpoint", path
+    raise TftraceError(
+        f"{path} is a file tftrace does not recognise",
+        "give a SavedModel directory, a checkpoint directory or prefix, or a GraphDef ending in .pb or .pbtxt",
+    )
+
+
+def _prefix_from_checkpoint_file(directory: str) -> str:
+    """Read the ``checkpoint`` state file; re-root absolute paths written on another machine."""
+    text = io_gfile().GFile(posixpath.join(directory, "checkpoint"), "r").read()
+    prefix = None
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "model_checkpoint_path":
+            prefix = value.strip().strip('"')
+    if not prefix:
+        raise TftraceError(
+            f"{directory}/checkpoint has no model_checkpoint_path line",
+            "pass the checkpoint prefix directly, e.g. DIR/model.ckpt-1000",
+        )
+    if not posixpath.isabs(prefix) and "://" not in prefix:
+        return posixpath.join(directory, prefix)
+    if io_gfile().exists(prefix + ".index") or io_gfile().exists(prefix + ".meta"):
+        return prefix
+    # Trained elsewhere: the absolute path belongs to another machine. Use the same file name here.
+    return posixpath.join(directory, posixpath.basename(prefix))

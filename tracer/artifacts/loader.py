@@ -1,0 +1,452 @@
+"""Stage 1 — find out what the user pointed at and load its graph, signature and weights.
+
+Kinds: a TF1 checkpoint (directory with a ``checkpoint`` file, a prefix path, or a ``.meta``
+file), a TF1 SavedModel, a TF2 SavedModel (its signature function is inlined and its variables
+frozen so that every op is visible), a frozen GraphDef (``.pb``/``.pbtxt``), and a TF Serving
+version directory (``model/00000123/saved_model.pb``: the newest version is taken). Capture
+directories are recognised here too, so callers can say "that is a capture, open it with
+:class:`tracer.captures.Capture`".
+
+Which kind a path holds is decided first, without loading it (:mod:`tracer.artifacts.kinds`).
+Every path goes through ``tf.io.gfile`` so ``gs://`` and ``ram://`` work like local paths.
+This module imports TensorFlow (lazily, through :mod:`tracer._tf`); compare and render never
+call it.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from .._tf import tf
+from .kinds import detect
+from .kinds import io_gfile as _gfile
+from ..errors import TftraceError
+from .safety import describe_unsafe, refuse_ambiguous_tags, unconfined_assets, unsafe_at_load_v2
+
+__all__ = [
+    "ArtifactRef",
+    "Artifact",
+    "Signature",
+    "TensorSpec",
+    "detect",
+    "load",
+]
+
+V1_SHARDS = "-?????-of-?????"  # the shard names of a sharded SaverDef.V1 checkpoint
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One signature input or output: the graph tensor it names, its dtype and static shape."""
+
+    name: str  # "images:0"
+    dtype: str  # "float32", "string", ...
+    shape: tuple[int | None, ...] | None  # None = unknown rank
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "dtype": self.dtype, "shape": None if self.shape is None else list(self.shape)}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> TensorSpec:
+        shape = d.get("shape")
+        return cls(d["name"], d["dtype"], None if shape is None else tuple(shape))
+
+
+@dataclass(frozen=True)
+class Signature:
+    """The inputs and outputs to trace, keyed the way the SignatureDef keys them."""
+
+    key: str
+    inputs: dict[str, TensorSpec]
+    outputs: dict[str, TensorSpec]
+    method_name: str = ""
+    from_user: bool = False  # built from --outputs/--input-names rather than a SignatureDef
+    borrowed_from: str = ""  # the other side's artifact, when this graph had none of its own
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "key": self.key,
+            "method_name": self.method_name,
+            "from_user": self.from_user,
+            "borrowed_from": self.borrowed_from,
+            "inputs": {k: v.to_json() for k, v in self.inputs.items()},
+            "outputs": {k: v.to_json() for k, v in self.outputs.items()},
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Signature:
+        return cls(
+            key=d["key"],
+            method_name=d.get("method_name", ""),
+            from_user=bool(d.get("from_user", False)),
+            borrowed_from=str(d.get("borrowed_from", "")),
+            inputs={k: TensorSpec.from_json(v) for k, v in d["inputs"].items()},
+            outputs={k: TensorSpec.from_json(v) for k, v in d["outputs"].items()},
+        )
+
+
+@dataclass(frozen=True)
+class ArtifactRef:
+    """What the user typed: enough to load the same artifact again in a child process."""
+
+    path: str
+    tag: str = "serve"  # comma-separated tag set of a SavedModel
+    signature: str = "serving_default"
+    outputs: tuple[str, ...] = ()  # --outputs, for graphs without a signature
+    input_names: tuple[str, ...] = ()  # --input-names
+    # The other side of a comparison: where a graph without a signature borrows one (a TF1
+    # training checkpoint compared with the SavedModel exported from it).
+    signature_from: ArtifactRef | None = None
+    # That borrowed signature once resolved in this graph, so replays need not load the other side.
+    borrowed: Signature | None = field(default=None, compare=False)
+
+    def to_json(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {
+            "path": self.path,
+            "tag": self.tag,
+            "signature": self.signature,
+            "outputs": list(self.outputs),
+            "input_names": list(self.input_names),
+        }
+        if self.signature_from is not None:
+            doc["signature_from"] = self.signature_from.to_json()
+        if self.borrowed is not None:
+            doc["borrowed"] = self.borrowed.to_json()
+        return doc
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> ArtifactRef:
+        return cls(
+            path=d["path"],
+            tag=d.get("tag", "serve"),
+            signature=d.get("signature", "serving_default"),
+            outputs=tuple(d.get("outputs", ())),
+            input_names=tuple(d.get("input_names", ())),
+            signature_from=ArtifactRef.from_json(d["signature_from"]) if d.get("signature_from") else None,
+            borrowed=Signature.from_json(d["borrowed"]) if d.get("borrowed") else None,
+        )
+
+    def lender(self) -> ArtifactRef:
+        """This artifact as the one another side borrows a signature from (never a chain)."""
+        return replace(self, signature_from=None, borrowed=None)
+
+
+WeightReader = Callable[[str], "np.ndarray | None"]
+
+
+@dataclass
+class Artifact:
+    """A loaded artifact: the graph to run, what to feed and fetch, and where weights come from.
+
+    ``graph_def`` is the graph as it will be imported for running (for a TF2 SavedModel: the
+    inlined, frozen signature function). ``meta_graph`` is set for checkpoints and TF1
+    SavedModels, whose collections (saver, variables) are needed to restore weights.
+    """
+
+    ref: ArtifactRef
+    kind: str  # "checkpoint" | "saved_model_v1" | "saved_model_v2" | "graphdef"
+    location: str  # the resolved path that was loaded (prefix, version dir, file)
+    graph_def: Any  # tf GraphDef
+    meta_graph: Any | None
+    signature: Signature | None
+    available_signatures: dict[str, list[str]] = field(default_factory=dict)  # tag set -> keys
+    checkpoint_prefix: str | None = None
+    tf_version_written: str = ""
+    inlined_by_loader: bool = False  # TF2: tftrace inlined the signature function (adds Identity plumbing)
+    variable_values: dict[str, np.ndarray] = field(default_factory=dict)  # TF2: values of the inlined variables
+    table_values: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)  # TF2: (keys, values)
+    notes: list[str] = field(default_factory=list)
+    _reader: Any = None
+
+    def variable_value(self, name: str) -> np.ndarray | None:
+        """Value of a variable (by node name or checkpoint key), or None if unknown."""
+        if name in self.variable_values:
+            return self.variable_values[name]
+        if self.checkpoint_prefix is None:
+            return None
+        if self._reader is None:
+            try:  # not tf.train.load_checkpoint: on ram:// it takes the prefix for a directory
+                self._reader = tf().compat.v1.train.NewCheckpointReader(self.checkpoint_prefix)
+            except Exception as exc:  # TF raises DataLossError, NotFoundError, ... for damaged files
+                raise TftraceError(
+                    f"cannot read the weights of {self.checkpoint_prefix}: {str(exc).splitlines()[0][:300]}",
+                    "re-copy the checkpoint's .index and .data-* files",
+                ) from exc
+        for key in (name, name.split(":")[0]):
+            if self._reader.has_tensor(key):
+                return np.asarray(self._reader.get_tensor(key))
+        return None
+
+    def describe(self) -> str:
+        sig = f", signature {self.signature.key!r}" if self.signature else ""
+        return f"{self.kind} at {self.location}{sig}"
+
+
+# --------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------
+# loading
+
+
+def load(ref: ArtifactRef | str, *, allow_unsafe_ops: bool = False) -> Artifact:
+    """Detect and load an artifact statically (no session, no weights restored into a graph).
+
+    One kind is not static: a TF2 SavedModel is inlined through ``tf.saved_model.load``, which
+    runs the model's resource initialisers and restore functions. Those are checked first and a
+    model whose loading reaches outside the computation is refused unless ``allow_unsafe_ops``.
+    """
+    if isinstance(ref, str):
+        ref = ArtifactRef(ref)
+    kind, location = detect(ref.path)
+    if kind == "capture":
+        raise TftraceError(
+            f"{ref.path} is a capture directory, not a model",
+            "open it with tracer.captures.Capture.open, or pass the model it was captured from",
+        )
+    if kind == "incomplete_capture":
+        raise TftraceError(
+            f"incomplete capture at {ref.path}: manifest.json is missing",
+            "the capture was interrupted or is still running; re-run the capture with --force",
+        )
+    if kind == "saved_model":
+        artifact = _load_saved_model(ref, location, allow_unsafe_ops)
+    else:
+        artifact = {"checkpoint": _load_checkpoint, "graphdef": _load_graphdef}[kind](ref, location)
+    _check_ops_known(artifact.graph_def)
+    _note_device_pins(artifact)
+    if ref.signature_from is not None or ref.borrowed is not None:
+        if artifact.signature is None or artifact.signature.from_user:
+            from .graph import borrow_signature  # noqa: PLC0415 - graphload imports this module
+
+            borrow_signature(artifact, allow_unsafe_ops=allow_unsafe_ops)
+        else:  # it has its own: what it would have borrowed from is no part of it
+            artifact.ref = ref.lender()
+    return artifact
+
+
+def _read_bytes(path: str) -> bytes:
+    try:
+        return _gfile().GFile(path, "rb").read()
+    except Exception as exc:  # gfile raises several error types for unreadable files
+        raise TftraceError(f"cannot read {path}: {exc}", "check that the file exists and is readable") from exc
+
+
+def _parse(proto: Any, data: bytes, path: str, what: str, text: bool = False) -> Any:
+    from google.protobuf import text_format  # noqa: PLC0415 - comes with TF
+
+    try:
+        if text:
+            text_format.Parse(data.decode("utf-8"), proto)
+        else:
+            proto.ParseFromString(data)
+    except Exception as exc:  # protobuf's DecodeError and text_format.ParseError
+        raise TftraceError(
+            f"{path} is not a valid {what} ({type(exc).__name__}: {str(exc)[:200]}); the file is truncated or corrupt",
+            "re-export or re-copy it",
+        ) from exc
+    return proto
+
+
+def _load_checkpoint(ref: ArtifactRef, prefix: str) -> Artifact:
+    from tensorflow.core.protobuf import meta_graph_pb2  # noqa: PLC0415
+
+    gfile = _gfile()
+    meta_path = prefix + ".meta"
+    if not gfile.exists(meta_path):
+        raise TftraceError(
+            f"checkpoint {prefix} has no graph: {meta_path} is missing",
+            "tftrace needs the .meta file written by tf.compat.v1.train.Saver (write_meta_graph=True); "
+            "or give the SavedModel or frozen GraphDef exported from it",
+        )
+    index_ok = gfile.exists(prefix + ".index")
+    data_ok = bool(gfile.glob(prefix + ".data-*"))
+    weights = prefix
+    notes = []
+    v1_shards = gfile.glob(prefix + V1_SHARDS) if not index_ok else []
+    if v1_shards or (not index_ok and gfile.exists(prefix) and not gfile.isdir(prefix)):
+        # SaverDef.V1 (TF < 1.0 wrote it by default; TF Serving's bad_half_plus_two ships one):
+        # no .index, the tensors in PREFIX-00000-of-0000N, or in PREFIX itself when unsharded.
+        # TensorFlow still reads it, given the shard pattern.
+        weights = prefix + V1_SHARDS if v1_shards else prefix
+        notes.append(f"a V1-format checkpoint (no .index; weights read from {posixpath.basename(weights)})")
+    elif not (index_ok and data_ok):
+        missing = [s for s, ok in ((".index", index_ok), (".data-*", data_ok)) if not ok]
+        what = "only the graph (a .meta file)" if not (index_ok or data_ok) else "an incomplete V2 checkpoint"
+        raise TftraceError(
+            f"checkpoint {prefix} is {what}: the .meta is there but {' and '.join(prefix + m for m in missing)} "
+            f"{'are' if len(missing) > 1 else 'is'} missing, so the weights cannot be read",
+            "copy the complete checkpoint (.meta, .index and every .data-* shard), "
+            "or give the SavedModel or frozen GraphDef exported from it",
+        )
+    meta = _parse(meta_graph_pb2.MetaGraphDef(), _read_bytes(meta_path), meta_path, "MetaGraphDef")
+    signature = _pick_signature(ref, {"(checkpoint .meta)": meta}, meta, required=False)
+    return Artifact(
+        ref=ref,
+        kind="checkpoint",
+        location=prefix,
+        graph_def=meta.graph_def,
+        meta_graph=meta,
+        signature=signature or _user_signature(ref),
+        available_signatures={"(checkpoint .meta)": signature_keys(meta)},
+        checkpoint_prefix=weights,
+        tf_version_written=meta.meta_info_def.tensorflow_version,
+        notes=notes,
+    )
+
+
+def _load_saved_model(ref: ArtifactRef, directory: str, allow_unsafe_ops: bool) -> Artifact:
+    from tensorflow.core.protobuf import saved_model_pb2  # noqa: PLC0415
+
+    pb = posixpath.join(directory, "saved_model.pb")
+    text = not _gfile().exists(pb)
+    if text:
+        pb = posixpath.join(directory, "saved_model.pbtxt")
+    saved = _parse(saved_model_pb2.SavedModel(), _read_bytes(pb), pb, "SavedModel", text=text)
+    by_tags = {",".join(sorted(mg.meta_info_def.tags)): mg for mg in saved.meta_graphs}
+    wanted = ",".join(sorted(t.strip() for t in ref.tag.split(",") if t.strip()))
+    refuse_ambiguous_tags(directory, [",".join(sorted(mg.meta_info_def.tags)) for mg in saved.meta_graphs], wanted)
+    if wanted not in by_tags:
+        raise TftraceError(
+            f"{directory} has no tag set {ref.tag!r}; it has {', '.join(repr(t) for t in by_tags) or 'none'}",
+            "choose one with --tag",
+        )
+    meta = by_tags[wanted]
+    available = {tags: signature_keys(mg) for tags, mg in by_tags.items()}
+    is_v2 = len(meta.object_graph_def.nodes) > 0 and len(meta.graph_def.library.function) > 0
+    variables_prefix = posixpath.join(directory, "variables", "variables")
+    has_variables = _gfile().exists(variables_prefix + ".index")
+    if is_v2:
+        from .tf2_inline import load_saved_model_v2  # noqa: PLC0415 - circular: it builds an Artifact
+
+        if not allow_unsafe_ops:
+            _refuse_unsafe_at_load(directory, meta)
+
+        return load_saved_model_v2(ref, directory, meta, available)
+    # None at all (exported without a signature_def_map) is like a checkpoint's .meta: the other
+    # side lends one, or the "no signature" error lists the candidates.
+    required = not (ref.outputs or ref.input_names or not signature_keys(meta))
+    signature = _pick_signature(ref, by_tags, meta, required=required)
+    return Artifact(
+        ref=ref,
+        kind="saved_model_v1",
+        location=directory,
+        graph_def=meta.graph_def,
+        meta_graph=meta,
+        signature=signature or _user_signature(ref),
+        available_signatures=available,
+        checkpoint_prefix=variables_prefix if has_variables else None,
+        tf_version_written=meta.meta_info_def.tensorflow_version,
+    )
+
+
+def _refuse_unsafe_at_load(directory: str, meta: Any) -> None:
+    """Checked before ``tf.saved_model.load``: what loading this TF2 SavedModel would run."""
+    found = unsafe_at_load_v2(meta) + unconfined_assets(directory, [(a.tensor_info.name, a.filename) for a in meta.asset_file_def])
+    if found:
+        raise TftraceError(
+            f"refusing to load {directory}: loading this TF2 SavedModel runs its resource initialisers and "
+            f"restore functions, which would execute ops with effects outside the computation: {describe_unsafe(found)}",
+            "tftrace reads a TF2 SavedModel by loading it, so every command needs this: "
+            "if you trust the model, pass --allow-unsafe-ops",
+        )
+
+
+def _load_graphdef(ref: ArtifactRef, path: str) -> Artifact:
+    from tensorflow.core.framework import graph_pb2  # noqa: PLC0415
+
+    text = path.endswith(".pbtxt")
+    graph_def = _parse(graph_pb2.GraphDef(), _read_bytes(path), path, "GraphDef", text=text)
+    return Artifact(
+        ref=ref,
+        kind="graphdef",
+        location=path,
+        graph_def=graph_def,
+        meta_graph=None,
+        signature=_user_signature(ref),
+    )
+
+
+def _pick_signature(ref: ArtifactRef, by_tags: dict[str, Any], meta: Any, required: bool) -> Signature | None:
+    if ref.outputs or ref.input_names:
+        return None  # the user said what to trace
+    if ref.signature not in meta.signature_def:
+        if not required and not signature_keys(meta):
+            return None
+        listing = "; ".join(f"tags {tags!r}: {', '.join(signature_keys(mg)) or 'none'}" for tags, mg in by_tags.items())
+        raise TftraceError(
+            f"no signature {ref.signature!r} (available — {listing})",
+            "choose one with --signature, or name tensors with --outputs/--input-names",
+        )
+    sig_def = meta.signature_def[ref.signature]
+
+    def spec(info: Any) -> TensorSpec:
+        dtype = tf().dtypes.as_dtype(info.dtype).base_dtype.name if info.dtype else "unknown"
+        shape = None if info.tensor_shape.unknown_rank else tuple(
+            (d.size if d.size >= 0 else None) for d in info.tensor_shape.dim
+        )
+        if not info.name:
+            raise TftraceError(
+                f"signature {ref.signature!r} uses a composite (sparse/ragged) tensor, which tftrace cannot feed",
+                "choose a signature with dense tensors via --signature",
+            )
+        return TensorSpec(info.name, dtype, shape)
+
+    return Signature(
+        key=ref.signature,
+        inputs={k: spec(v) for k, v in sorted(sig_def.inputs.items())},
+        outputs={k: spec(v) for k, v in sorted(sig_def.outputs.items())},
+        method_name=sig_def.method_name,
+    )
+
+
+def signature_keys(meta: Any) -> list[str]:
+    """The signatures a user can choose; TF2's ``__saved_model_init_op`` only initialises tables."""
+    return sorted(k for k in meta.signature_def if k != "__saved_model_init_op")
+
+
+def _tensor_name(name: str) -> str:
+    return name if ":" in name else name + ":0"
+
+
+def _user_signature(ref: ArtifactRef) -> Signature | None:
+    """A signature from --outputs/--input-names; dtypes and shapes are filled in by the op graph."""
+    if not ref.outputs:
+        return None
+    unknown = TensorSpec("", "unknown", None)
+    return Signature(
+        key="(from --outputs)",
+        inputs={n.split(":")[0]: TensorSpec(_tensor_name(n), unknown.dtype, None) for n in ref.input_names},
+        outputs={n.split(":")[0]: TensorSpec(_tensor_name(n), unknown.dtype, None) for n in ref.outputs},
+        from_user=True,
+    )
+
+
+def _check_ops_known(graph_def: Any) -> None:
+    from tensorflow.python.framework import op_def_registry  # noqa: PLC0415
+
+    library = {f.signature.name for f in graph_def.library.function}
+    unknown: dict[str, str] = {}
+    nodes = list(graph_def.node) + [n for f in graph_def.library.function for n in f.node_def]
+    for node in nodes:
+        if node.op not in library and op_def_registry.get(node.op) is None:
+            unknown.setdefault(node.op, node.name)
+    if unknown:
+        listed = ", ".join(f"{op} (node {name!r})" for op, name in sorted(unknown.items()))
+        raise TftraceError(
+            f"the graph uses ops unknown to TensorFlow {tf().__version__}: {listed}",
+            "load their custom-op library first (tf.load_op_library) or use the TensorFlow build the model was made with",
+        )
+
+
+def _note_device_pins(artifact: Artifact) -> None:
+    pinned = sorted({n.device for n in artifact.graph_def.node if "GPU" in n.device.upper()})
+    if pinned:
+        count = sum(1 for n in artifact.graph_def.node if "GPU" in n.device.upper())
+        artifact.notes.append(
+            f"{count} ops are pinned to {', '.join(pinned)}; where that device is missing they run "
+            "elsewhere through soft placement"
+        )

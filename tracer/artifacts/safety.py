@@ -1,0 +1,339 @@
+"""Refusing to run graphs that reach outside the computation: an allow-list.
+
+Models come from other teams. A graph can write files (``WriteFile``, ``SaveV2``), read any
+file (``ReadFile``, ``RestoreV2``, text-file tables, datasets, readers), send debug dumps to a
+URL, print to a file, or call back into Python (``PyFunc``), and a session runs whatever the
+fetched outputs, a SavedModel's init op and its saver's restore op depend on; loading a TF2
+SavedModel even runs its resource initialisers (:func:`unsafe_at_load_v2`). Before a capture
+runs anything, every op reachable from what will run must be *known to compute from its inputs
+alone*: an op TensorFlow registers as stateless and that names no file or URL
+(:mod:`tracer.safe_ops`, derived from the op registry by :mod:`tracer.artifacts.safe_ops_gen`), or a
+stateful op allowed here with its reason (:data:`STATEFUL_ALLOWED`: variables, random numbers,
+tables, TensorArrays, loop frames, asserts). Everything else is named and the run refused unless
+``--allow-unsafe-ops``; a deny-list leaks every op nobody thought of. The static ``diff-graph``
+never runs a TF1 graph.
+
+Reading is allowed in one case: when the file name is a tensor the *loader* feeds with a path
+inside the artifact (the saver's filename tensor, which gets the SavedModel's own
+``variables/`` prefix; an asset tensor, which gets a file in ``assets/`` -- checked to stay
+there, :func:`unconfined_assets`; the arguments the TF2 loader passes to an initialiser). That
+is how every variable restore and every vocabulary table works, and the graph cannot redirect it.
+
+The scan follows tensors, not ops: it starts from the tensors actually fetched (and the ops
+actually run as targets) and stops only at the tensors actually fed, because feeding ``x:0``
+does not stop op ``x`` from running for ``x:1``. Functions are followed whether they are called
+through a ``func`` attribute or as a node's op type (a Defun call).
+
+Works on GraphDef protos by attribute access only: no TensorFlow import.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+from collections.abc import Iterable
+from typing import Any
+
+from .safe_ops import STATELESS_OPS
+
+__all__ = ["UNSAFE_OPS", "STATEFUL_ALLOWED", "FILE_NAME_INPUT", "find_unsafe_ops", "unsafe_at_load_v2",
+           "unconfined_assets", "refuse_ambiguous_tags", "describe_unsafe", "op_allowed"]
+
+NOT_KNOWN = "not known to compute from its inputs alone"
+
+# Why an op is refused, where we know more than NOT_KNOWN (for the message only: what is
+# refused is everything not allowed).
+UNSAFE_OPS: dict[str, str] = {
+    "WriteFile": "writes a file",
+    "ReadFile": "reads a file",
+    "MatchingFiles": "lists files",
+    "Save": "writes a checkpoint",
+    "SaveV2": "writes a checkpoint",
+    "SaveSlices": "writes a checkpoint",
+    "MergeV2Checkpoints": "writes and deletes checkpoint files",
+    "ShardedFilename": "builds checkpoint file names for writing",
+    "Restore": "reads a checkpoint file",
+    "RestoreV2": "reads a checkpoint file",
+    "RestoreSlice": "reads a checkpoint file",
+    "PyFunc": "calls arbitrary Python code",
+    "PyFuncStateless": "calls arbitrary Python code",
+    "EagerPyFunc": "calls arbitrary Python code",
+    "ImmutableConst": "memory-maps a file",
+    "InitializeTableFromTextFile": "reads a file",
+    "InitializeTableFromTextFileV2": "reads a file",
+    "CreateSummaryFileWriter": "writes event files",
+    "CreateSummaryDbWriter": "writes a summary database",
+    "WriteSummary": "writes event files",
+    "WriteScalarSummary": "writes event files",
+    "WriteRawProtoSummary": "writes event files",
+    "DebugIdentity": "writes debug dumps to its debug_urls",
+    "DebugIdentityV2": "writes debug dumps",
+    "DebugIdentityV3": "writes debug dumps to its debug_urls",
+    "DebugNanCount": "writes debug dumps to its debug_urls",
+    "DebugNumericSummary": "writes debug dumps to its debug_urls",
+    "TFRecordDataset": "reads files",
+    "TFRecordDatasetV2": "reads files",
+    "TextLineDataset": "reads files",
+    "FixedLengthRecordDataset": "reads files",
+    "FixedLengthRecordDatasetV2": "reads files",
+    "DatasetToTFRecord": "writes a file",
+    "CacheDataset": "writes and reads a cache file",
+    "CacheDatasetV2": "writes and reads a cache file",
+    "WholeFileReader": "reads files",
+    "WholeFileReaderV2": "reads files",
+    "DecodeProtoV2": "reads proto descriptors from a file",
+    "EncodeProto": "reads proto descriptors from a file",
+}
+
+# Stateful ops (or registry-stateless ones excluded by name) allowed anyway, and why.
+_VARIABLES = "a variable of the model: holds its weights, restored from its own checkpoint"
+_RANDOM = "draws random numbers: no effect outside the computation"
+_TABLES = "a lookup table of the model: filled by its init op from constants or its own assets"
+_ARRAYS = "a TensorArray or stack: per-run scratch memory of a loop"
+_CONTROL = "control flow: runs its function bodies, which are checked too"
+STATEFUL_ALLOWED: dict[str, str] = {
+    **dict.fromkeys((
+        "Variable", "VariableV2", "VarHandleOp", "ReadVariableOp", "AssignVariableOp", "AssignAddVariableOp",
+        "AssignSubVariableOp", "Assign", "AssignAdd", "AssignSub", "VarIsInitializedOp", "IsVariableInitialized",
+        "ResourceGather", "ResourceGatherNd", "DestroyResourceOp", "_ReadVariablesOp", "_VarHandlesOp",
+    ), _VARIABLES),
+    **dict.fromkeys((
+        "RandomUniform", "RandomUniformInt", "RandomStandardNormal", "TruncatedNormal", "ParameterizedTruncatedNormal",
+        "RandomShuffle", "Multinomial", "RandomGamma", "RandomPoisson", "RandomPoissonV2", "RandomCrop",
+        "StatefulUniform", "StatefulUniformInt", "StatefulUniformFullInt", "StatefulStandardNormal",
+        "StatefulStandardNormalV2", "StatefulTruncatedNormal", "StatefulRandomBinomial", "RngReadAndSkip", "RngSkip",
+        "NonDeterministicInts",
+    ), _RANDOM),
+    **dict.fromkeys((
+        "HashTable", "HashTableV2", "MutableHashTable", "MutableHashTableV2", "MutableHashTableOfTensors",
+        "MutableHashTableOfTensorsV2", "MutableDenseHashTable", "MutableDenseHashTableV2", "AnonymousHashTable",
+        "AnonymousMutableHashTable", "AnonymousMutableHashTableOfTensors", "AnonymousMutableDenseHashTable",
+        "LookupTableFind", "LookupTableFindV2", "LookupTableSize", "LookupTableSizeV2", "LookupTableImport",
+        "LookupTableImportV2", "LookupTableInsert", "LookupTableInsertV2", "LookupTableExport", "LookupTableExportV2",
+        "LookupTableRemoveV2", "InitializeTable", "InitializeTableV2",
+    ), _TABLES),
+    **dict.fromkeys((
+        "TensorArrayV3", "TensorArrayReadV3", "TensorArrayWriteV3", "TensorArrayGatherV3", "TensorArrayScatterV3",
+        "TensorArraySizeV3", "TensorArrayCloseV3", "TensorArrayConcatV3", "TensorArraySplitV3", "TensorArrayGradV3",
+        "TensorArrayGradWithShape", "StackV2", "StackPushV2", "StackPopV2", "StackCloseV2",
+    ), _ARRAYS),
+    **dict.fromkeys(("StatefulPartitionedCall", "If", "While", "Case"), _CONTROL),
+    "Assert": "fails the run when its condition is false: no effect outside",
+    "Print": "logs its inputs to stderr",
+    "PrintV2": "prints to stderr/stdout/the log (to a file:// stream it is refused)",
+    "Timestamp": "reads the clock",
+}
+
+# Ops that only *read* a file, and which input names it: safe when that input is a trusted tensor.
+FILE_NAME_INPUT: dict[str, int] = {
+    "ReadFile": 0,
+    "Restore": 0,
+    "RestoreV2": 0,
+    "RestoreSlice": 0,
+    "InitializeTableFromTextFile": 1,
+    "InitializeTableFromTextFileV2": 1,
+}
+
+_DESCRIPTOR_OPS = ("DecodeProtoV2", "EncodeProto")  # fine with the compiled-in descriptors (local://)
+# tfdbg v1 ops: they write only to their ``debug_urls`` (file://, grpc://); with none they compute
+_DEBUG_URL_OPS = ("DebugIdentity", "DebugNanCount", "DebugNumericSummary")
+
+
+def _op_name(tensor: str) -> str:
+    return tensor.lstrip("^").split(":")[0]
+
+
+def _tensor_name(tensor: str) -> str:
+    """``x`` and ``x:0`` name the same tensor; control inputs (``^x``) name none."""
+    return tensor if ":" in tensor else f"{tensor}:0"
+
+
+def find_unsafe_ops(
+    graph_def: Any, roots: Iterable[str], allowed_inputs: Iterable[str] = (), trusted_files: Iterable[str] = ()
+) -> list[tuple[str, str, str]]:
+    """``(node name, op type, why)`` for every op not allowed that running ``roots`` would execute.
+
+    ``roots``: tensors that will be fetched (``y:0``) or ops run as targets (``init_all``: a
+    name without ``:`` is taken as an op that runs); ``allowed_inputs``: fed tensors, which stop
+    the scan for that tensor only (the op still runs when another of its outputs, or a control
+    edge, is needed); ``trusted_files``: fed tensors that hold a path inside the artifact (see
+    the module docstring), which file-*reading* ops may read. Ops inside functions called from
+    running nodes count too.
+    """
+    nodes = {n.name: n for n in graph_def.node}
+    functions = {f.signature.name: f for f in graph_def.library.function}
+    fed = {_tensor_name(t) for t in allowed_inputs if not t.startswith("^")}
+    trusted = frozenset(_tensor_name(t) for t in trusted_files)
+    found: list[tuple[str, str, str]] = []
+    ran: set[str] = set()
+    needed: set[str] = set()
+    ops = [r for r in roots if ":" not in r]
+    tensors = [r for r in roots if ":" in r]
+    while ops or tensors:
+        if tensors:
+            tensor = _tensor_name(tensors.pop().lstrip("^"))
+            if tensor in needed or tensor in fed:
+                continue
+            needed.add(tensor)
+            ops.append(_op_name(tensor))
+            continue
+        name = _op_name(ops.pop())
+        if name in ran:
+            continue
+        ran.add(name)
+        if name not in nodes:
+            continue  # the graph's own check (artifacts) names inputs that do not exist
+        node = nodes[name]
+        found.extend(_check(node, name, trusted, functions))
+        for fn_name in _called_functions(node, functions):
+            found.extend(_scan_function(functions, fn_name, name, set()))
+        for i in node.input:
+            (ops if i.startswith("^") else tensors).append(i)
+    return sorted(set(found))
+
+
+def op_allowed(op: str) -> bool:
+    """Whether an op type computes from its inputs alone (attributes aside: see :func:`_check`)."""
+    return op in STATELESS_OPS or op in STATEFUL_ALLOWED
+
+
+def _check(node: Any, label: str, trusted: frozenset[str], functions: dict[str, Any]) -> list[tuple[str, str, str]]:
+    op = node.op
+    if op in functions:
+        return []  # a call of a library function: its body is scanned (_called_functions)
+    if op in FILE_NAME_INPUT and trusted:
+        index = FILE_NAME_INPUT[op]
+        if index < len(node.input) and not node.input[index].startswith("^") and _tensor_name(node.input[index]) in trusted:
+            return []  # reads the file the loader names: the artifact's own variables or assets
+    if op == "PrintV2" and "output_stream" in node.attr:
+        stream = node.attr["output_stream"].s.decode("utf-8", "replace")
+        if stream.startswith("file://"):
+            return [(label, op, f"prints to {stream}")]
+    if op in _DEBUG_URL_OPS:
+        urls = [u.decode("utf-8", "replace") for u in node.attr["debug_urls"].list.s] if "debug_urls" in node.attr else []
+        if not urls:
+            return []  # no dump destination: it only summarises its input (NaN counts, min/max)
+        return [(label, op, UNSAFE_OPS[op])]
+    if op in _DESCRIPTOR_OPS:
+        source = node.attr["descriptor_source"].s.decode("utf-8", "replace") if "descriptor_source" in node.attr else ""
+        if source in ("", "local://"):
+            return []  # the descriptors compiled into TensorFlow: no file
+        return [(label, op, f"reads proto descriptors from {source!r}")]
+    if op_allowed(op):
+        return []
+    return [(label, op, UNSAFE_OPS.get(op, NOT_KNOWN))]
+
+
+def _called_functions(node: Any, functions: dict[str, Any]) -> list[str]:
+    """Library functions a node runs: through ``func`` attributes, or as its op type (a Defun call)."""
+    names = [node.op] if node.op in functions else []
+    for value in node.attr.values():
+        if value.WhichOneof("value") == "func":
+            names.append(value.func.name)
+        elif value.WhichOneof("value") == "list":
+            names.extend(f.name for f in value.list.func)
+    return names
+
+
+def _scan_function(
+    functions: dict[str, Any], fn_name: str, caller: str, visiting: set[str], trust_args: bool = False
+) -> list[tuple[str, str, str]]:
+    """Unsafe ops in a library function and everything it calls.
+
+    ``trust_args``: the function is one the TF2 loader calls itself, passing the artifact's own
+    files (asset paths, the checkpoint prefix) as arguments, so reading a file named by an
+    argument is allowed there; functions it calls get no such trust (their arguments can be
+    any constant the caller chose).
+    """
+    if fn_name in visiting or fn_name not in functions:
+        return []
+    visiting.add(fn_name)
+    function = functions[fn_name]
+    args = frozenset(_tensor_name(a.name) for a in function.signature.input_arg) if trust_args else frozenset()
+    found = []
+    for node in function.node_def:
+        found.extend(_check(node, f"{caller}/{fn_name}/{node.name}", args, functions))
+        for inner in _called_functions(node, functions):
+            found.extend(_scan_function(functions, inner, caller, visiting))
+    return found
+
+
+def unsafe_at_load_v2(meta_graph: Any) -> list[tuple[str, str, str]]:
+    """Unsafe ops that ``tf.saved_model.load`` itself would run for a TF2 SavedModel.
+
+    Loading is not static: the loader creates and initialises every restored resource (the
+    ``_create_resource``/``_initialize`` functions of the object graph; ``_destroy_resource``
+    runs at exit) and calls custom saveables' restore functions. A model can put any op there,
+    so these functions are checked *before* loading. The save functions every TF2 SavedModel
+    carries (``SaveV2``, ``MergeV2Checkpoints``) are not run by loading and are not reported.
+    """
+    nodes = list(meta_graph.object_graph_def.nodes)
+    functions = {f.signature.name: f for f in meta_graph.graph_def.library.function}
+    called: set[tuple[str, str]] = set()
+    for node in nodes:
+        for child in node.children:
+            if child.local_name in ("_create_resource", "_initialize", "_destroy_resource") and child.node_id < len(nodes):
+                called.update((child.local_name, fn) for fn in _concrete_functions(nodes[child.node_id]))
+        for key, saveable in node.saveable_objects.items():
+            if saveable.restore_function < len(nodes):
+                called.update((f"restore {key}", fn) for fn in _concrete_functions(nodes[saveable.restore_function]))
+    found: list[tuple[str, str, str]] = []
+    for role, fn_name in sorted(called):
+        found.extend(_scan_function(functions, fn_name, role, set(), trust_args=True))
+    return sorted(set(found))
+
+
+def _concrete_functions(node: Any) -> list[str]:
+    kind = node.WhichOneof("kind")
+    if kind == "function":
+        return list(node.function.concrete_functions)
+    if kind == "bare_concrete_function":
+        return [node.bare_concrete_function.concrete_function_name]
+    return []
+
+
+def unconfined_assets(directory: str, assets: Iterable[tuple[str, str]]) -> list[tuple[str, str, str]]:
+    """``(tensor, "asset", why)`` for every asset the loader would feed with a path outside the
+    model's ``assets/`` directory.
+
+    ``assets``: ``(tensor name, AssetFileDef.filename)`` pairs. TensorFlow's loaders join the
+    file name to ``<model>/assets`` (``os.path.join``), so an absolute name replaces the
+    directory and ``../`` climbs out of it; a symlink in ``assets/`` points anywhere. Such a
+    tensor is not the model's own file, and the ops reading it would read someone else's.
+    """
+    root = posixpath.join(directory, "assets")
+    local = "://" not in directory
+    real_root = os.path.realpath(root) if local else root
+    found = []
+    for tensor, filename in assets:
+        if posixpath.isabs(filename) or "\\" in filename or ".." in filename.split("/") or "://" in filename:
+            found.append((tensor, "asset", f"the loader would feed it {filename!r}, outside the model's assets/"))
+            continue
+        if local:
+            real = os.path.realpath(posixpath.join(root, filename))
+            if os.path.commonpath([real, real_root]) != real_root:
+                found.append((tensor, "asset", f"assets/{filename} leads to {real}, outside the model's assets/"))
+    return sorted(set(found))
+
+
+def refuse_ambiguous_tags(directory: str, tag_sets: list[str], wanted: str) -> None:
+    """Refuse a SavedModel with two meta graphs for the wanted tag set.
+
+    TensorFlow's loader (``loader_impl.get_meta_graph_def_from_tags``) loads the *first* meta
+    graph whose tags match, so a check of any other one would check a graph that never runs.
+    Which one a reader means is ambiguous, so neither is picked.
+    """
+    if tag_sets.count(wanted) > 1:
+        from ..errors import TftraceError  # noqa: PLC0415 - keeps this module's imports minimal
+
+        raise TftraceError(
+            f"refusing to load {directory}: it holds {tag_sets.count(wanted)} meta graphs tagged {wanted!r}; "
+            "TensorFlow loads the first, and which one was meant is ambiguous",
+            "re-export the model with one meta graph per tag set",
+        )
+
+
+def describe_unsafe(found: list[tuple[str, str, str]], limit: int = 8) -> str:
+    shown = "; ".join(f"{name!r} ({op}: {why})" for name, op, why in found[:limit])
+    more = f"; and {len(found) - limit} more" if len(found) > limit else ""
+    return shown + more

@@ -1,0 +1,233 @@
+"""TF2 SavedModels: inline the signature function so every op is a plain graph node.
+
+A TF2 signature is one opaque ``StatefulPartitionedCall``; its ops are only visible once the
+function is inlined. TensorFlow's own inliner also freezes the variables, which changes what
+Grappler does at run time (see :func:`load_saved_model_v2`), so they are thawed back into
+resource variables named after the model's own variables.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from typing import Any
+
+import numpy as np
+
+from .._tf import tf
+from .loader import Artifact, ArtifactRef, Signature, TensorSpec, signature_keys
+from ..errors import TftraceError
+
+__all__ = ["load_saved_model_v2"]
+
+
+def load_saved_model_v2(ref: ArtifactRef, directory: str, meta: Any, available: dict[str, list[str]]) -> Artifact:
+    """Inline the signature function so its internal ops are plain graph nodes.
+
+    TensorFlow's own inliner (``convert_variables_to_constants_v2``) also freezes the variables,
+    and constants change what Grappler does at run time (a batch norm with constant parameters
+    is folded into Mul/Add), which would make tftrace report a difference the real model never
+    has. So the variables are thawed again (:func:`_thaw_variables`): every weight stays a
+    resource variable read by ReadVariableOp, initialised from its value when a session opens.
+    """
+    from tensorflow.python.framework.convert_to_constants import (  # noqa: PLC0415
+        convert_variables_to_constants_v2,
+    )
+
+    if ref.signature not in meta.signature_def:
+        raise TftraceError(
+            f"{directory} has no signature {ref.signature!r}; it has {', '.join(signature_keys(meta)) or 'none'}",
+            "choose one with --signature",
+        )
+    tags = [t.strip() for t in ref.tag.split(",") if t.strip()]
+    try:
+        loaded = tf().saved_model.load(directory, tags=tags)
+        function = loaded.signatures[ref.signature]
+        frozen = convert_variables_to_constants_v2(function)
+    except Exception as exc:  # TF raises many types while loading a foreign model
+        raise TftraceError(
+            f"TensorFlow could not load the TF2 SavedModel {directory}: {type(exc).__name__}: {str(exc)[:300]}",
+            "check that it loads with tf.saved_model.load in this TensorFlow version",
+        ) from exc
+    graph_def, values = _thaw_variables(frozen.graph.as_graph_def())
+    graph_def, values = _name_variables(graph_def, values, _variable_names(function))
+    tables = _thaw_tables(graph_def, function)
+    sig_def = meta.signature_def[ref.signature]
+    inputs: dict[str, TensorSpec] = {}
+    placeholders = [t for t in frozen.inputs if t.dtype != tf().resource]
+    arg_names = [spec.name for spec in _flat_input_specs(function)]
+    for key in sorted(sig_def.inputs):
+        match = next((t for t, n in zip(placeholders, arg_names) if n == key), None)
+        if match is None:
+            match = next((t for t in placeholders if t.op.name == key), None)
+        if match is None:
+            raise TftraceError(
+                f"cannot find the placeholder of signature input {key!r} in the frozen function",
+                "report this model to tftrace's maintainers; meanwhile export a TF1 SavedModel or frozen GraphDef",
+            )
+        inputs[key] = _spec_of(match)
+    structured = function.structured_outputs
+    keys = sorted(structured) if isinstance(structured, dict) else [f"output_{i}" for i in range(len(frozen.outputs))]
+    if len(keys) != len(frozen.outputs):  # nest.flatten orders a dict by key, as zip assumes
+        raise TftraceError(
+            f"signature {ref.signature!r} of {directory} returns nested outputs tftrace cannot map",
+            "export a signature that returns a flat dict of tensors",
+        )
+    outputs = {key: _spec_of(t) for key, t in zip(keys, frozen.outputs)}
+    return Artifact(
+        ref=ref,
+        kind="saved_model_v2",
+        location=directory,
+        graph_def=graph_def,
+        meta_graph=None,
+        signature=Signature(ref.signature, inputs, outputs, sig_def.method_name),
+        available_signatures=available,
+        tf_version_written=meta.meta_info_def.tensorflow_version,
+        inlined_by_loader=True,
+        variable_values=values,
+        table_values=tables,
+        notes=["TF2 signature function inlined for tracing (its variables kept as variables)"],
+    )
+
+
+def _thaw_variables(graph_def: Any) -> tuple[Any, dict[str, np.ndarray]]:
+    """Turn the constants an inliner made of variables back into resource variables.
+
+    A frozen variable shows as ``Const -> Identity* -> Identity named '.../ReadVariableOp'``;
+    it becomes ``VarHandleOp -> Identity* -> ReadVariableOp`` and its value is returned for the
+    session to assign. Constants that were constants stay constants.
+    """
+    from tensorflow.core.framework import types_pb2  # noqa: PLC0415
+    from tensorflow.python.framework import tensor_util  # noqa: PLC0415
+
+    nodes = {n.name: n for n in graph_def.node}
+    values: dict[str, np.ndarray] = {}
+    for node in graph_def.node:
+        if node.op != "Identity" or not re.search(r"ReadVariableOp(_\d+)?$", node.name) or not node.input:
+            continue
+        chain, src = [], nodes.get(node.input[0].split(":")[0])
+        while src is not None and src.op == "Identity" and src.input:
+            chain.append(src)
+            src = nodes.get(src.input[0].split(":")[0])
+        if src is None or src.op not in ("Const", "VarHandleOp"):
+            continue
+        dtype = src.attr["dtype"].type
+        if src.op == "Const":
+            value = tensor_util.MakeNdarray(src.attr["value"].tensor)
+            values[src.name] = value
+            src.op = "VarHandleOp"
+            del src.attr["value"]
+            src.attr["shape"].shape.CopyFrom(tensor_util.make_tensor_proto(value).tensor_shape)
+            src.attr["shared_name"].s = src.name.encode("utf-8")
+            src.attr["container"].s = b""
+        for identity in chain:
+            identity.attr["T"].type = types_pb2.DT_RESOURCE
+        node.op = "ReadVariableOp"
+        del node.attr["T"]
+        node.attr["dtype"].type = dtype
+    return graph_def, values
+
+
+def _thaw_tables(graph_def: Any, function: Any) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Give lookup tables back to the inlined graph, with their contents.
+
+    The inliner freezes variables but leaves every other captured resource as a ``Placeholder``
+    of dtype resource (``unknown``), which a session cannot run. A placeholder that feeds a table
+    lookup becomes a ``HashTableV2`` and the loaded table's contents are exported, for the
+    session to initialise it (``InitializeTableV2``) as it does the variables. Lookups of a
+    static table behave the same on any table holding the same pairs.
+    """
+    from tensorflow.core.framework import types_pb2  # noqa: PLC0415
+
+    captured = {internal.op.name: external for external, internal in function.graph.captures}
+    dtypes = _lookup_dtypes(graph_def)
+    tables: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    for node in graph_def.node:
+        if node.op != "Placeholder" or node.attr["dtype"].type != types_pb2.DT_RESOURCE:
+            continue
+        if node.name not in dtypes or node.name not in captured:
+            continue  # some other resource: the session will say it must be fed
+        key_dtype, value_dtype = dtypes[node.name]
+        try:
+            keys, values = tf().raw_ops.LookupTableExportV2(
+                table_handle=captured[node.name], Tkeys=tf().as_dtype(key_dtype), Tvalues=tf().as_dtype(value_dtype))
+        except Exception:  # noqa: BLE001 - a resource that is not an exportable table
+            continue
+        tables[node.name] = (keys.numpy(), values.numpy())
+        node.op = "HashTableV2"
+        node.attr.clear()
+        node.attr["key_dtype"].type = key_dtype
+        node.attr["value_dtype"].type = value_dtype
+        node.attr["shared_name"].s = node.name.encode("utf-8")
+        node.attr["container"].s = b""
+        node.attr["use_node_name_sharing"].b = False
+    return tables
+
+
+def _lookup_dtypes(graph_def: Any) -> dict[str, tuple[int, int]]:
+    """Resource placeholder -> (key dtype, value dtype) of a table lookup it feeds, through Identities."""
+    nodes = {n.name: n for n in graph_def.node}
+
+    def source(name: str) -> str:
+        node = nodes.get(name)
+        while node is not None and node.op == "Identity" and node.input:
+            name = node.input[0].split(":")[0]
+            node = nodes.get(name)
+        return name
+
+    found = {}
+    for node in graph_def.node:
+        if node.op == "LookupTableFindV2" and node.input:
+            found[source(node.input[0].split(":")[0])] = (node.attr["Tin"].type, node.attr["Tout"].type)
+    return found
+
+
+def _variable_names(function: Any) -> dict[str, str]:
+    """Inlining names a captured variable after the function's placeholder (``unknown_7``);
+    map those back to the variable's own name (``block2/conv/weights``) so users recognise it."""
+    by_handle = {id(v.handle): v.name.split(":")[0] for v in function.variables}
+    names = {}
+    for external, internal in function.graph.captures:
+        if id(external) in by_handle:
+            names[internal.op.name] = by_handle[id(external)]
+    return names
+
+
+def _name_variables(
+    graph_def: Any, values: dict[str, np.ndarray], names: dict[str, str]
+) -> tuple[Any, dict[str, np.ndarray]]:
+    """Rename the thawed variables (node, readers' inputs, colocation attrs); a name that is
+    already taken, or given to two variables, is left as TensorFlow made it."""
+    taken = {node.name for node in graph_def.node}
+    wanted = Counter(new for old, new in names.items() if old in values)
+    rename = {old: new for old, new in names.items() if old in values and new not in taken and wanted[new] == 1}
+    if not rename:
+        return graph_def, values
+
+    def renamed_input(text: str) -> str:
+        control = text.startswith("^")
+        op, sep, slot = text.lstrip("^").partition(":")
+        return ("^" if control else "") + rename.get(op, op) + sep + slot
+
+    for node in graph_def.node:
+        node.name = rename.get(node.name, node.name)
+        node.input[:] = [renamed_input(i) for i in node.input]
+        if node.op == "VarHandleOp":
+            node.attr["shared_name"].s = node.name.encode("utf-8")
+        if "_class" in node.attr:
+            locs = [x.decode("utf-8") for x in node.attr["_class"].list.s]
+            node.attr["_class"].list.s[:] = [
+                ("loc:@" + rename.get(x[5:], x[5:]) if x.startswith("loc:@") else x).encode("utf-8") for x in locs
+            ]
+    return graph_def, {rename.get(k, k): v for k, v in values.items()}
+
+
+def _flat_input_specs(function: Any) -> list[Any]:
+    args, kwargs = function.structured_input_signature
+    specs = list(tf().nest.flatten(args)) + [kwargs[k] for k in sorted(kwargs)]
+    return specs
+
+
+def _spec_of(tensor: Any) -> TensorSpec:
+    shape = None if tensor.shape.rank is None else tuple(tensor.shape.as_list())
+    return TensorSpec(tensor.name, tensor.dtype.name, shape)

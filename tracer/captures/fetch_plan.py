@@ -1,0 +1,257 @@
+"""What the instrumented runs of a capture fetch, decided before anything is written.
+
+Every tensor of the op graph is either planned (in topological order, with its estimated size
+per run) or left uncaptured with a reason; ops whose value does not depend on the feed are
+fetched once. ``chunked`` splits the plan so one run's fetch stays under ``--max-memory``.
+
+Tensors downstream of a ``Switch`` output (the branches of a TF1 ``tf.cond``, or of a TF2
+``If``/``StatelessIf`` inlined and lowered to Switch/Merge) run only when the predicate sends
+data that way; TensorFlow refuses the *whole* ``session.run`` when one fetched tensor is dead
+("Retval[0] does not have value"). So the plan knows each tensor's *branch* (the Switch ports it
+runs under) and :class:`BranchSchedule` fetches the predicates first, then only the branches
+they chose: a branch that did not run is never fetched. No TensorFlow here: the plan is made
+from the op graph alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..comparison.align import relevant_slots
+from ..errors import TftraceError
+from ..opgraph import EXIT_OPS, FRAME_OPS, OpGraph, tensor_op, tensor_slot
+
+__all__ = ["FetchPlan", "fetch_plan", "chunked", "refit_sizes", "check_fetched", "branch_of", "BranchSchedule", "DEAD_BRANCH_REASON"]
+
+WHILE_FRAME_REASON = "inside a while-loop frame: a session cannot fetch it"
+DEAD_BRANCH_REASON = "in a cond branch that did not run on these inputs (dead: TensorFlow has no value for it)"
+SWITCH_OPS = frozenset({"Switch", "RefSwitch"})
+MERGE_OPS = frozenset({"Merge", "RefMerge"})
+Branch = frozenset  # of (Switch op, output port): a tensor runs only when all of them carry data
+CONST_SOURCES = {"Const", "VariableV2", "Variable", "VarHandleOp", "ReadVariableOp", "Identity"}
+
+
+@dataclass
+class FetchPlan:
+    """What the instrumented runs fetch, decided before the capture directory is opened."""
+
+    names: list[str]  # capturable tensors, topological order
+    sizes: dict[str, int]  # estimated bytes per run of the first batch
+    constant: set[str]  # ops whose value does not depend on the feed: fetched in run 0 only
+    uncaptured: dict[str, str] = field(default_factory=dict)  # name -> reason
+    max_memory: int = 0
+    branches: dict[str, Branch] = field(default_factory=dict)  # conditional tensors only (unconditional: absent)
+    switches: dict[str, tuple[Branch, str]] = field(default_factory=dict)  # cond Switch -> (its branch, predicate)
+
+
+def fetch_plan(opgraph: OpGraph, ranges: list[tuple[int, int]], max_memory: int) -> FetchPlan:
+    in_loops = _while_frame_ops(opgraph)
+    names: list[str] = []
+    uncaptured: dict[str, str] = {}
+    for name, info in opgraph.tensors():
+        if tensor_op(name) in in_loops and info["capturable"]:
+            info["capturable"], info["reason"] = False, WHILE_FRAME_REASON  # the manifest's graph says so too
+        if not info["capturable"]:
+            uncaptured[name] = info["reason"]
+        elif tensor_slot(name) not in relevant_slots(opgraph, tensor_op(name)):
+            # e.g. FusedBatchNorm's reserve-space outputs in inference: undefined, and Grappler
+            # may rewrite the op so they no longer exist.
+            uncaptured[name] = "an output nothing in the model reads"
+        else:
+            names.append(name)
+    rows0 = ranges[0][1] - ranges[0][0]
+    sizes = {n: _estimate_bytes(opgraph.output_info(n), rows0) for n in names}
+    chunked(names, sizes, max_memory)  # a tensor alone above the limit is refused now, before any writing
+    every = branch_of(opgraph)
+    branches = {n: b for n, b in every.items() if b and n in sizes}
+    used = {switch for b in branches.values() for switch, _ in b}
+    switches = {s: (every[opgraph.data_inputs(s)[0]], opgraph.data_inputs(s)[1]) for s in sorted(used)}
+    return FetchPlan(names, sizes, _constant_ops(opgraph), uncaptured, max_memory, branches, switches)
+
+
+def branch_of(opgraph: OpGraph) -> dict[str, Branch]:
+    """Tensor -> the Switch output ports it runs under (empty: it runs whenever the graph does).
+
+    TensorFlow's executor marks a Switch's untaken output *dead*; an op with a dead input (data
+    or control) is dead, except a Merge, which is dead only when all its inputs are. So a
+    tensor's branch is the union of its inputs' branches plus the Switch port it comes from,
+    and a Merge's is the intersection of its inputs'. Two tensors with the same branch are dead
+    on the same inputs. A while loop's Switch (predicate from a ``LoopCond``) is not a branch:
+    its Exit runs whenever the loop does. NextIteration back edges are skipped.
+    """
+    out: dict[str, Branch] = {}
+    op_branch: dict[str, Branch] = {}
+    for op in opgraph.topo_order():
+        node = opgraph.node(op)
+        inputs = [out[t] for t in node["inputs"] if t in out]
+        controls = [op_branch[c] for c in node["control_inputs"] if c in op_branch]
+        if node["op"] in MERGE_OPS:
+            mine = frozenset.intersection(*inputs) if inputs else frozenset()
+        else:
+            mine = frozenset().union(*inputs, *controls)
+        op_branch[op] = mine
+        loop_switch = node["op"] in SWITCH_OPS and len(node["inputs"]) > 1 and tensor_op(node["inputs"][1]) in opgraph \
+            and opgraph.op_type(tensor_op(node["inputs"][1])) == "LoopCond"
+        for slot in range(len(node["outputs"])):
+            port = {(op, slot)} if node["op"] in SWITCH_OPS and not loop_switch else set()
+            out[f"{op}:{slot}"] = mine | port
+    return out
+
+
+class BranchSchedule:
+    """Which of one run's tensors to fetch next, decided from the cond predicates fetched so far.
+
+    Dead branches are known *before* fetching: the unconditional tensors are fetched with the
+    predicates of the outermost conds; a branch whose every Switch port agrees with its
+    predicate is then fetched with the next level's predicates, one whose port disagrees is
+    dead and never fetched. Nested conds cost one run per level, not one per branch. A branch
+    whose predicate cannot be fetched is left to :meth:`leftover` (fetched alone).
+    """
+
+    def __init__(self, names: list[str], plan: FetchPlan) -> None:
+        self.plan = plan
+        self.pending: dict[Branch, list[str]] = {}
+        self.first: list[str] | None = []
+        for name in names:
+            branch = plan.branches.get(name, frozenset())
+            (self.pending.setdefault(branch, []) if branch else self.first).append(name)
+        self.preds: dict[str, bool | None] = {}  # Switch -> which port carries data (None: unknown)
+        self.asked: set[str] = set()
+
+    def next(self) -> tuple[list[str], list[str], dict[str, list[str]]] | None:
+        """``(names to fetch, dead names, predicate tensor -> its Switches)``, or None when done."""
+        ready, dead = self.first or [], []
+        self.first = None
+        for branch in list(self.pending):
+            live = self.live(branch)
+            if live is not None:
+                (ready if live else dead).extend(self.pending.pop(branch))
+        wanted = {switch for branch in self.pending for switch, _ in branch}
+        preds: dict[str, list[str]] = {}  # one predicate feeds every Switch of a lowered If
+        for switch, (own, pred) in self.plan.switches.items():
+            if switch in wanted and switch not in self.asked and self.live(own):
+                preds.setdefault(pred, []).append(switch)
+                self.asked.add(switch)
+        if not ready and not dead and not preds:
+            return None
+        return ready, dead, preds
+
+    def live(self, branch: Branch) -> bool | None:
+        """True when every port of ``branch`` carries data, False when one does not, None: unknown."""
+        known = True
+        for switch, port in branch:
+            taken = self.preds.get(switch)
+            if taken is None:
+                known = False
+            elif taken != bool(port):
+                return False
+        return True if known else None
+
+    def record(self, switch: str, value: Any) -> None:
+        """A fetched predicate: its Switch sends data to port 1 when it is true."""
+        self.preds[switch] = bool(np.asarray(value).reshape(-1)[0]) if np.size(value) == 1 else None
+
+    def leftover(self) -> list[tuple[Branch, list[str]]]:
+        """Branches whose predicates could not be fetched: to be fetched one branch at a time."""
+        left = list(self.pending.items())
+        self.pending = {}
+        return left
+
+
+def _while_frame_ops(opgraph: OpGraph) -> set[str]:
+    """Ops executing inside a TF1 while-loop frame, reached through data *and* control edges.
+
+    Constants in a loop body hang off the loop's pivot by a control edge only; fetching one
+    fails at run time ("Retval has already been set"), so they are listed, not fetched.
+    """
+    inside: set[str] = set()
+    stack = [op for op in opgraph.g if opgraph.op_type(op) in FRAME_OPS]
+    while stack:
+        op = stack.pop()
+        if op in inside or opgraph.op_type(op) in EXIT_OPS:
+            continue
+        inside.add(op)
+        stack.extend(opgraph.g.successors(op))
+    return inside
+
+
+def _constant_ops(opgraph: OpGraph) -> set[str]:
+    """Ops whose outputs do not depend on what is fed: fetched once, not per batch."""
+    fed = opgraph.fed_ops()
+    constant: set[str] = set()
+    for op in opgraph.topo_order():
+        node = opgraph.node(op)
+        inputs = [tensor_op(t) for t in node["inputs"]]
+        if op in fed or node["op"] in ("Placeholder", "PlaceholderWithDefault"):
+            continue
+        if all(src in constant for src in inputs) and (inputs or node["op"] in CONST_SOURCES):
+            constant.add(op)
+    return constant
+
+
+def _estimate_bytes(info: dict[str, Any], rows: int) -> int:
+    shape = info["shape"]
+    if shape is None:
+        return 4 * max(rows, 1)
+    count = 1
+    for i, dim in enumerate(shape):
+        count *= (rows if i == 0 else 1) if dim is None else dim
+    try:
+        itemsize = np.dtype(info["dtype"]).itemsize
+    except TypeError:
+        itemsize = 8
+    return count * itemsize
+
+
+def refit_sizes(plan: FetchPlan, measured: dict[str, int]) -> None:
+    """Replace the static estimates by the sizes a traced plain run measured on these inputs.
+
+    A shape known only at run time (``tf.fill`` sized from an input value, a dynamic
+    ``Reshape``) has no static size: the estimate counts its unknown dimensions as 1. The
+    plain run's step statistics hold every executed tensor's real shape, so the fetch is
+    chunked by what will come back, and a tensor that alone exceeds ``--max-memory`` is refused
+    here, before the capture directory is opened. Tensors the plain run did not execute keep
+    their estimate and are checked as they come back (:func:`check_fetched`).
+    """
+    for name, size in measured.items():
+        if name in plan.sizes:
+            plan.sizes[name] = size
+    for name in plan.names:
+        if plan.sizes[name] > plan.max_memory:
+            raise _too_big(name, plan.sizes[name], plan.max_memory, "on these inputs (its shape is set at run time)")
+
+
+def check_fetched(plan: FetchPlan, name: str, nbytes: int) -> None:
+    """A fetched tensor, before it is written: over ``--max-memory`` stops the capture (exit 2);
+    under it, its real size is what later runs chunk by."""
+    if nbytes > plan.max_memory:
+        raise _too_big(name, nbytes, plan.max_memory, "as fetched (its shape is set at run time)",
+                       "; nothing of it was written, and the capture is left incomplete")
+    if nbytes > plan.sizes.get(name, 0):
+        plan.sizes[name] = nbytes
+
+
+def _too_big(name: str, size: int, limit: int, how: str, after: str = "") -> TftraceError:
+    return TftraceError(f"tensor {name} is {size:,} bytes per run {how}, more than --max-memory {limit:,}{after}",
+                        "raise --max-memory, or lower --batch-size or the input values that size it")
+
+
+def chunked(names: list[str], sizes: dict[str, int], limit: int) -> list[list[str]]:
+    chunks: list[list[str]] = [[]]
+    used = 0
+    for name in names:
+        size = sizes[name]
+        if size > limit:
+            raise TftraceError(
+                f"tensor {name} alone needs about {size:,} bytes per run, more than --max-memory {limit:,}",
+                "raise --max-memory, or lower --batch-size",
+            )
+        if used + size > limit and chunks[-1]:
+            chunks.append([])
+            used = 0
+        chunks[-1].append(name)
+        used += size
+    return chunks

@@ -1,0 +1,229 @@
+"""The examples fed to a side: read from the user's file or generated from the signature.
+
+Generated inputs follow one documented rule so that two sides — two processes, two machines —
+given the same seed see the same bytes: for each signature input key, a NumPy
+``default_rng([seed, crc32(key)])`` draws
+
+* floating inputs: standard normal N(0, 1), drawn in float64 and rounded to the input dtype;
+* integer inputs: uniform integers in [0, 10);
+* boolean inputs: fair coin flips.
+
+The first dimension of every input is the example axis when the signature leaves it unknown
+(``None``). A signature whose input shapes are all fully known has no batch axis (TF Serving's
+``half_plus_two_tf2`` takes ``x`` of shape ``[1]``, ``half_plus_three`` a scalar): its examples
+are stacked along a new first axis, ``[count, *shape]``, and each run feeds one of them
+(``per_example``). Drawn that way, example ``i`` holds the same numbers as row ``i`` of a
+batched signature whose rows have as many elements, so the two can be compared row by row.
+A file's arrays may differ from the signature's per-example shape by axes of size 1 only
+(``[N]`` for ``[?, 1]``, ``[N, 1]`` for a scalar): they are reshaped, never otherwise.
+Strings (serialized ``tf.Example`` protos) cannot be invented and need ``--inputs``.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..artifacts.loader import TensorSpec
+from ..errors import TftraceError
+
+__all__ = ["Examples", "make_examples", "batches", "same_rows"]
+
+
+@dataclass
+class Examples:
+    arrays: dict[str, np.ndarray]  # signature input key -> all examples
+    count: int  # number of examples (rows); 0 for signatures without inputs
+    batch_major: bool  # False when the signature fixes the first dimension (no batching possible)
+    source: str  # "generated (seed N)" or the file name
+    per_example: bool = False  # no batch axis: arrays are [count, *shape], each run feeds one example
+
+    def feed(self, key: str, start: int, stop: int) -> np.ndarray:
+        """What input ``key`` is fed in the run over examples ``[start, stop)``."""
+        array = self.arrays[key]
+        if self.batch_major:
+            return array[start:stop]
+        return array[start] if self.per_example else array
+
+
+def same_rows(shape_a: Sequence[int | None], shape_b: Sequence[int | None]) -> bool:
+    """Whether two per-example shapes hold the same elements in the same order: equal once their
+    axes of size 1 are dropped (``[1]``, ``[]`` and ``[1, 1]`` are one number)."""
+    return [d for d in shape_a if d != 1] == [d for d in shape_b if d != 1]
+
+
+def batches(count: int, batch_size: int | None) -> list[tuple[int, int]]:
+    """Row ranges ``[start, stop)`` of each run: ceil(count / batch_size) runs, in order."""
+    if count == 0:
+        return [(0, 0)]
+    size = batch_size or count
+    return [(start, min(count, start + size)) for start in range(0, count, size)]
+
+
+def make_examples(
+    inputs: dict[str, TensorSpec],
+    examples: int,
+    seed: int,
+    inputs_file: str | None,
+    alternatives: Sequence[str] = (),
+) -> Examples:
+    """The examples for a signature's ``inputs``: read from ``inputs_file`` or generated.
+
+    ``alternatives`` are the model's signatures that take only generable tensors, named in the
+    error when this one takes strings, so the user learns the way out in one message.
+    """
+    if not inputs:
+        return Examples({}, 0, False, "none (the signature takes no inputs)")
+    fixed = [k for k, s in inputs.items() if s.shape is not None and len(s.shape) > 0 and s.shape[0] is not None]
+    unbatched = all(s.shape is not None and None not in s.shape for s in inputs.values())
+    if inputs_file:
+        arrays, per_example = _read_file(inputs_file, inputs, unbatched)
+        source = Path(inputs_file).name
+    else:
+        per_example = unbatched
+        arrays = {key: _generate(key, spec, examples, seed, alternatives, per_example) for key, spec in inputs.items()}
+        source = f"generated (seed {seed}, N(0,1) floats)"
+    counts = {k: (a.shape[0] if a.ndim else 1) for k, a in arrays.items()}
+    if len(set(counts.values())) > 1:
+        raise TftraceError(
+            f"the inputs disagree on the number of examples: {counts}",
+            "give every input the same first dimension (one row per example)",
+        )
+    count = next(iter(counts.values()))
+    if per_example:
+        return Examples(arrays, count, batch_major=False, source=source, per_example=True)
+    return Examples(arrays, count, batch_major=not fixed and all(a.ndim > 0 for a in arrays.values()), source=source)
+
+
+def _generate(
+    key: str, spec: TensorSpec, examples: int, seed: int, alternatives: Sequence[str], per_example: bool = False
+) -> np.ndarray:
+    dtype = spec.dtype
+    if dtype in ("string", "variant", "resource") or dtype.startswith("qu") or dtype.startswith("qi"):
+        way_out = (
+            f"or capture a signature that takes tensors: --signature {' or --signature '.join(alternatives)}"
+            if alternatives
+            else "(no signature of this model takes only tensors tftrace could generate)"
+        )
+        raise TftraceError(
+            f"input {key!r} is a {dtype} tensor (e.g. serialized tf.Example protos), which tftrace cannot invent",
+            f"pass real examples with --inputs FILE.npz (one array per input key), {way_out}",
+        )
+    if spec.shape is None:
+        raise TftraceError(
+            f"input {key!r} has an unknown shape (not even its rank is known), so tftrace cannot generate it",
+            "pass real examples with --inputs FILE.npz",
+        )
+    shape = list(spec.shape)
+    if per_example:
+        shape = [examples, *shape]  # the examples' own axis: one per run
+    elif shape and shape[0] is None:
+        shape[0] = examples
+    if any(d is None for d in shape):
+        axes = [i for i, d in enumerate(shape) if d is None]
+        raise TftraceError(
+            f"input {key!r} has unknown dimensions at axes {axes} (shape {list(spec.shape)})",
+            "pass real examples with --inputs FILE.npz",
+        )
+    rng = np.random.default_rng([seed, zlib.crc32(key.encode("utf-8"))])
+    np_dtype = _numpy_dtype(dtype)
+    if np_dtype.kind == "f" or dtype == "bfloat16":
+        return rng.standard_normal(shape).astype(np_dtype)
+    if np_dtype.kind in "iu":
+        return rng.integers(0, 10, size=shape).astype(np_dtype)
+    if np_dtype.kind == "b":
+        return rng.random(shape) < 0.5
+    raise TftraceError(f"input {key!r} has dtype {dtype}, which tftrace cannot generate", "pass --inputs FILE.npz")
+
+
+def _numpy_dtype(name: str) -> np.dtype:
+    if name == "bfloat16":
+        import ml_dtypes  # noqa: PLC0415 - installed with TensorFlow, needed only for bf16 inputs
+
+        return np.dtype(ml_dtypes.bfloat16)
+    try:
+        return np.dtype(name)
+    except TypeError as exc:
+        raise TftraceError(f"dtype {name!r} is not supported as an input", "pass inputs of a numeric dtype") from exc
+
+
+def _read_file(path: str, inputs: dict[str, TensorSpec], unbatched: bool) -> tuple[dict[str, np.ndarray], bool]:
+    """The file's arrays, fitted to ``inputs``, and whether they are one example per run (a
+    signature without a batch axis given arrays with one more, example, axis)."""
+    if not Path(path).is_file():
+        raise TftraceError(f"inputs file {path} does not exist", "give an .npz with one array per signature input")
+    try:
+        loaded = np.load(path, allow_pickle=False)
+    except (ValueError, OSError) as exc:
+        raise TftraceError(f"cannot read inputs file {path}: {exc}", "write it with numpy.savez or numpy.save") from exc
+    if isinstance(loaded, np.ndarray):
+        if len(inputs) != 1:
+            raise TftraceError(
+                f"{path} holds one array but the signature has {len(inputs)} inputs ({', '.join(inputs)})",
+                "write an .npz with numpy.savez(path, **{key: array}) using those keys",
+            )
+        arrays = {next(iter(inputs)): loaded}
+    else:
+        with loaded:
+            arrays = {k: loaded[k] for k in loaded.files}
+        missing = sorted(set(inputs) - set(arrays))
+        extra = sorted(set(arrays) - set(inputs))
+        if missing or extra:
+            raise TftraceError(
+                f"{path} has keys {sorted(arrays)} but the signature expects {sorted(inputs)}"
+                + (f" (missing: {', '.join(missing)})" if missing else "")
+                + (f" (unexpected: {', '.join(extra)})" if extra else ""),
+                "name the arrays after the signature input keys",
+            )
+    stacked = {key for key, spec in inputs.items()
+               if unbatched and not _fits(arrays[key], spec) and _fits_rows(arrays[key], spec.shape)}
+    if stacked and stacked != set(inputs):
+        raise TftraceError(
+            f"{path} holds several examples for {', '.join(sorted(stacked))} but one for "
+            f"{', '.join(sorted(set(inputs) - stacked))}",
+            "give every input the same number of examples along a first, example, axis",
+        )
+    for key, spec in inputs.items():
+        array = arrays[key]
+        if stacked:
+            arrays[key] = array.reshape((array.shape[0], *spec.shape))
+        elif spec.shape and spec.shape[0] is None and not _fits(array, spec) and _fits_rows(array, spec.shape[1:]):
+            arrays[key] = array.reshape((array.shape[0], *spec.shape[1:]))  # [N] for [?, 1], or back
+        _check_fits(key, arrays[key], spec, stacked=bool(stacked))
+    return arrays, bool(stacked)
+
+
+def _fits(array: np.ndarray, spec: TensorSpec) -> bool:
+    return spec.shape is None or (
+        array.ndim == len(spec.shape) and all(e is None or e == g for e, g in zip(spec.shape, array.shape)))
+
+
+def _fits_rows(array: np.ndarray, per_example: Sequence[int | None] | None) -> bool:
+    """``array`` is examples along axis 0, each holding ``per_example``'s elements (up to size-1 axes)."""
+    return (per_example is not None and None not in per_example and array.ndim >= 1
+            and same_rows(array.shape[1:], per_example))
+
+
+def _check_fits(key: str, array: np.ndarray, spec: TensorSpec, stacked: bool = False) -> None:
+    """Refuse an array the signature cannot take (``stacked``: each of its rows is one example)."""
+    expected = _numpy_dtype(spec.dtype) if spec.dtype != "string" else None
+    if expected is None:
+        if array.dtype.kind not in "SUO":
+            raise TftraceError(f"input {key!r} is {array.dtype}, the signature expects strings", "pass bytes/str arrays")
+    elif array.dtype != expected:
+        raise TftraceError(
+            f"input {key!r} is {array.dtype}, the signature expects {spec.dtype}",
+            f"convert it, e.g. array.astype('{spec.dtype}')",
+        )
+    if spec.shape is None or stacked:
+        return  # stacked: reshaped to [count, *shape] above
+    if array.ndim != len(spec.shape) or any(e is not None and e != g for e, g in zip(spec.shape, array.shape)):
+        shown = "[" + ", ".join("?" if d is None else str(d) for d in spec.shape) + "]"
+        raise TftraceError(
+            f"input {key!r} has shape {list(array.shape)}, the signature expects {shown}",
+            "reshape the array to fit (the first axis is the example axis)",
+        )

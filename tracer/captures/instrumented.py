@@ -1,0 +1,278 @@
+"""The instrumented run of a capture: every planned tensor fetched, batch by batch and chunk
+by chunk, and streamed to the capture directory.
+
+Cond branches that did not run are known from their predicates before they are fetched
+(:class:`tracer.captures.fetch_plan.BranchSchedule`); a chunk TensorFlow refuses is bisected,
+never re-fetched one tensor at a time; a tensor over ``--max-memory`` stops the capture before
+it is written; a pass-through op's output that repeats its input's bytes is stored once.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .._tf import tf
+from .inputs import Examples
+from ..opgraph import OpGraph, tensor_op, tensor_slot
+from ._events import emit
+from ._format import bitwise_equal
+from .fetch_plan import DEAD_BRANCH_REASON, BranchSchedule, FetchPlan, check_fetched, chunked
+from .runtime import Runtime, tf_error_text
+from .session_runs import feed_for, traced_run
+from .store import CaptureWriter
+
+__all__ = ["instrumented_runs", "PASS_THROUGH_OPS"]
+
+
+def instrumented_runs(
+    runtime: Runtime, examples: Examples, ranges: list[tuple[int, int]], writer: CaptureWriter, plan: FetchPlan
+) -> dict:
+    """Fetch every planned tensor, batch by batch, chunk by chunk, streaming each to disk."""
+    opgraph = runtime.opgraph
+    layout: dict[str, str] = {}
+    output_keys: dict[str, list[str]] = {}
+    for key, spec in runtime.signature.outputs.items():
+        output_keys.setdefault(spec.name, []).append(key)
+    outputs_per_run: list[dict[str, np.ndarray]] = []
+    executed_ops: Counter = Counter()
+    executed_nodes: dict[str, str] = {}
+    chunk_count = branch_chunks = 0
+    t0 = time.perf_counter()
+    written = 0
+    for run_index, (start, stop) in enumerate(ranges):
+        wanted = plan.names if run_index == 0 else [n for n in plan.names if tensor_op(n) not in plan.constant and n in layout]
+        feed = feed_for(runtime, examples, start, stop)
+        where = _Where(run_index, start, stop, examples.count, examples.batch_major or examples.per_example,
+                       examples.per_example)
+        outputs: dict[str, np.ndarray] = {}
+        schedule = BranchSchedule(wanted, plan)
+        chunks = 0
+        for step in _fetch_steps(schedule, plan, writer, layout):  # lazily: each step follows the predicates
+            chunks += 1
+            fetched, values, failed, ops, nodes = _run_chunk(runtime, step.names, feed, run_index == 0, step.branch)
+            for name, reason in failed.items():
+                if name not in step.extra:
+                    writer.mark_uncaptured(name, reason)
+                    layout.pop(name, None)
+            executed_ops |= ops
+            executed_nodes.update(nodes)
+            stored: dict[str, np.ndarray] = {}  # this chunk's tensors, for pass-through ops to be compared with
+            for name, value in zip(fetched, values):
+                value = np.asarray(value)
+                for switch in step.preds.get(name, ()):
+                    schedule.record(switch, value)
+                if name in step.extra:
+                    continue
+                check_fetched(plan, name, value.nbytes)  # before a byte of it is written
+                written += value.nbytes
+                for key in output_keys.get(name, ()):
+                    outputs[key] = value
+                _store(writer, name, value, where, opgraph, plan.constant, layout, stored)
+                stored[name] = value
+            del values, stored  # peak memory: one chunk's tensors (plus what the writer still has to write)
+        if chunks > chunk_count:
+            chunk_count = chunks
+            branch_chunks = max(0, chunks - len(chunked(wanted, plan.sizes, plan.max_memory)))
+        outputs_per_run.append(outputs)
+        emit("progress", done=run_index + 1, total=len(ranges), bytes=written)
+    return {
+        "layout": layout,
+        "chunks": chunk_count,
+        "branch_chunks": branch_chunks,
+        "seconds": time.perf_counter() - t0,
+        "outputs": outputs_per_run,
+        "executed_ops": executed_ops,
+        "executed_nodes": executed_nodes,
+    }
+
+
+@dataclass
+class _Step:
+    """One chunk of one run: what to fetch, and which of it only decides cond branches."""
+
+    names: list[str]
+    branch: bool = False  # the tensors of one branch whose predicate could not be fetched
+    preds: dict[str, list[str]] = field(default_factory=dict)  # predicate tensor -> the Switches it decides
+    extra: frozenset[str] = frozenset()  # predicates fetched only for that: not stored
+
+
+def _fetch_steps(schedule: BranchSchedule, plan: FetchPlan, writer: CaptureWriter, layout: dict[str, str]
+                 ) -> Iterator[_Step]:
+    """One run's chunks, following the :class:`BranchSchedule`.
+
+    Dead branches are recorded as such without a fetch; the live ones are fetched (under
+    --max-memory) together with the next level's predicates; the branches whose predicates could
+    not be fetched come last, one branch per chunk.
+    """
+    while (step := schedule.next()) is not None:
+        ready, dead, preds = step
+        for name in dead:
+            writer.mark_uncaptured(name, DEAD_BRANCH_REASON)
+            layout.pop(name, None)
+        chunks = chunked(ready, plan.sizes, plan.max_memory) if ready else []
+        extra = [p for p in preds if p not in ready]
+        if extra:
+            chunks = chunks or [[]]
+            chunks[0] = extra + chunks[0]
+        for i, chunk in enumerate(chunks):
+            yield _Step(chunk, preds=preds if i == 0 else {}, extra=frozenset(extra) if i == 0 else frozenset())
+    for _, names in schedule.leftover():
+        for chunk in chunked(names, plan.sizes, plan.max_memory):
+            yield _Step(chunk, branch=True)
+
+
+def _fetch_errors() -> tuple[type[Exception], ...]:
+    """The errors TF raises for a fetch it cannot serve (as opposed to running out of memory)."""
+    e = tf().errors
+    return (e.OutOfRangeError, e.InvalidArgumentError, e.NotFoundError, e.InternalError, e.FailedPreconditionError)
+
+
+def _run_chunk(
+    runtime: Runtime, chunk: list[str], feed: dict, traced: bool, branch: bool = False
+) -> tuple[list[str], list[Any], dict[str, str], Counter, dict[str, str]]:
+    """Fetch a chunk; returns (fetched names, values, refused name -> reason, executed ops, nodes).
+
+    The plain run already succeeded on this feed, so when TF refuses the chunk it is refusing a
+    fetch. A ``branch`` chunk holds one cond branch whose predicate could not be fetched
+    (:func:`fetch_plan.branch_of`): its tensors all run or all are dead, so its first tensor
+    decides — dead, and the whole chunk is a dead branch (one extra run, not one per tensor).
+    Any other refusal is found by bisection: k refused tensors cost O(k log n) runs, never one
+    run per tensor of the graph (a detector's ~2,300 took 8 minutes that way).
+    """
+    errors = _fetch_errors()
+    try:
+        return _fetch(runtime, chunk, feed, traced)
+    except errors as exc:
+        if len(chunk) == 1:
+            return [], [], {chunk[0]: _dead_or_refused(exc)}, Counter(), {}
+    if branch:
+        try:
+            _fetch(runtime, chunk[:1], feed, traced=False)
+        except errors as exc:
+            if _is_dead(exc):
+                return [], [], dict.fromkeys(chunk, DEAD_BRANCH_REASON), Counter(), {}
+    half = len(chunk) // 2
+    names: list[str] = []
+    values: list[Any] = []
+    failed: dict[str, str] = {}
+    ops: Counter = Counter()
+    nodes: dict[str, str] = {}
+    for part in (chunk[:half], chunk[half:]):
+        got, vals, refused, part_ops, part_nodes = _run_chunk(runtime, part, feed, traced, branch)
+        names += got
+        values += vals
+        failed.update(refused)
+        ops |= part_ops
+        nodes.update(part_nodes)
+    return names, values, failed, ops, nodes
+
+
+def _fetch(runtime: Runtime, chunk: list[str], feed: dict, traced: bool
+           ) -> tuple[list[str], list[Any], dict[str, str], Counter, dict[str, str]]:
+    fetches = [runtime.graph.get_tensor_by_name(n) for n in chunk]
+    if traced:
+        values, ops, nodes = traced_run(runtime, fetches, feed)
+        return chunk, values, {}, ops, nodes
+    return chunk, runtime.session.run(fetches, feed_dict=feed), {}, Counter(), {}
+
+
+def _is_dead(exc: Exception) -> bool:
+    """TF's refusal of a tensor its executor marked dead (the untaken side of a Switch)."""
+    return "does not have value" in str(getattr(exc, "message", exc))
+
+
+def _dead_or_refused(exc: Exception) -> str:
+    return DEAD_BRANCH_REASON if _is_dead(exc) else _refusal(exc)
+
+
+def _refusal(exc: Exception) -> str:
+    return f"TensorFlow cannot fetch it: {tf_error_text(exc, limit=200)}"
+
+
+@dataclass(frozen=True)
+class _Where:
+    """Which run a fetched value comes from, and where its rows go."""
+
+    run_index: int
+    start: int
+    stop: int
+    count: int  # examples in the whole capture
+    batch_major: bool  # the examples are rows of the inputs
+    per_example: bool = False  # one example per run, without a batch axis: each value is stored as a row
+
+
+def _store(
+    writer: CaptureWriter,
+    name: str,
+    value: np.ndarray,
+    where: _Where,
+    opgraph: OpGraph,
+    constant: set[str],
+    layout: dict[str, str],
+    stored: dict[str, np.ndarray],
+) -> None:
+    """Rows of batch-major tensors go to their example indices; others are kept once.
+
+    A tensor is batch-major when its first axis is the example axis: left open by its static
+    shape (unknown first dimension, or unknown rank: shape inference gives up after a while
+    loop or a cond) and equal to this run's rows. Later runs must agree, or it is uncaptured.
+    A pass-through op's output that repeats its input's bytes is stored once (``same_as``).
+    """
+    static = opgraph.output_info(name)["shape"]
+    rows = where.stop - where.start
+    same_as = _same_bytes_input(opgraph, name, value, stored)
+    if where.per_example and tensor_op(name) not in constant:
+        value, static = value[np.newaxis], None  # this run's example, as row start of [count, *shape]
+    if where.run_index == 0:
+        batch_major = (
+            where.batch_major
+            and tensor_op(name) not in constant
+            and (static is None or (len(static) > 0 and static[0] is None))
+            and value.ndim > 0
+            and value.shape[0] == rows
+        )
+        layout[name] = "rows" if batch_major else ("const" if tensor_op(name) in constant else "whole")
+        if not batch_major:
+            writer.write_whole(name, value, same_as=same_as)
+            return
+    kind = layout.get(name)
+    if kind == "rows":
+        if value.ndim == 0 or value.shape[0] != rows:
+            writer.mark_uncaptured(name, f"its first axis is not the example axis in every run (shape {value.shape})")
+            layout.pop(name)
+            return
+        writer.write_rows(name, value, where.start, where.count, same_as=same_as)
+    elif kind == "whole" and not writer.stored_equals(name, value):
+        layout[name] = "varies"  # e.g. a Shape op: its value depends on the batch, kept from run 0
+
+
+# Ops whose output can be their input unchanged: compared byte for byte, stored once when it is.
+PASS_THROUGH_OPS = frozenset({
+    "Identity", "IdentityN", "Snapshot", "StopGradient", "PreventGradient", "RefIdentity", "ReadVariableOp",
+    "Reshape", "Squeeze", "ExpandDims", "EnsureShape", "CheckNumerics", "CheckNumericsV2", "PlaceholderWithDefault",
+    "Cast", "Merge", "RefMerge", "Switch", "RefSwitch", "Enter", "Exit", "Print", "PrintV2",
+})
+
+
+def _same_bytes_input(opgraph: OpGraph, name: str, value: np.ndarray, stored: dict[str, np.ndarray]) -> str | None:
+    """The input, already stored, whose exact bytes (dtype and shape too) a pass-through op's
+    output repeats; None when it has none. Compared, never assumed: a Reshape may change the
+    shape, a Cast the dtype, a Switch may pass nothing."""
+    op = tensor_op(name)
+    kind = opgraph.op_type(op)
+    if kind not in PASS_THROUGH_OPS:
+        return None
+    inputs = opgraph.data_inputs(op)
+    if kind == "IdentityN":
+        inputs = inputs[tensor_slot(name) : tensor_slot(name) + 1]
+    for source in inputs:
+        other = stored.get(source)
+        if other is not None and bitwise_equal(value, other):
+            return source
+    return None

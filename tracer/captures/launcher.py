@@ -1,0 +1,240 @@
+"""In the parent: start a child process for one side and follow it.
+
+The parent never imports TensorFlow. It builds the child's environment from the side
+(:func:`tracer.runspec.child_env`), passes the job as a JSON file, shows the child's progress,
+and turns the child's fate into either a result or one :class:`TftraceError`: a user error the
+child reported, a crash (with the tail of its stderr), a timeout, or an interruption.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from ..errors import TftraceError
+from ..jsonvalues import dumps
+from ..runspec import Side, child_env
+from .orphan import PARENT_PID_ENV
+
+if TYPE_CHECKING:
+    from .reader import Capture
+
+__all__ = ["run_child", "capture"]
+
+PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
+STDERR_TAIL_LINES = 15
+PROGRESS_AFTER_S = 1.0  # no progress bar for captures quicker than this
+HEARTBEAT_S = 0.25  # how often a quiet child is checked on (deadline, progress bar)
+# --env families a replayed side may set: TensorFlow's and its math and GPU libraries' knobs.
+REPLAY_ENV_PREFIXES = ("TF_", "XLA_", "CUDA_", "CUDNN_", "NCCL_", "NVIDIA_", "OMP_", "KMP_", "MKL_", "ONEDNN_", "DNNL_",
+                       "OPENBLAS_")
+
+
+def run_child(
+    job: dict[str, Any],
+    side: Side,
+    *,
+    label: str,
+    console: Console | None = None,
+    on_event: Callable[[dict[str, Any]], None] | None = None,
+) -> None:
+    """Run ``python -m tracer.captures.worker`` for ``job``; raise TftraceError if it fails."""
+    if job.get("mode") == "isolate":
+        _refuse_code_loading_env(side)
+    env = child_env(side)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (PACKAGE_ROOT, env.get("PYTHONPATH", "")) if p)
+    env[PARENT_PID_ENV] = str(os.getpid())  # the child stops itself if this process is SIGKILLed
+    console = console or Console(stderr=True)
+    # No named file in the temp directory: the job goes through the child's stdin and its stderr
+    # into a file without a name (unlinked at once), so a SIGKILLed tftrace leaves nothing behind.
+    with tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace", prefix="tftrace-stderr-") as stderr_file:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tracer.captures.worker", "-"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=stderr_file,
+            env=env,
+            start_new_session=True,  # so a timeout or Ctrl-C can stop the whole child group
+        )
+        try:
+            _send_job(proc, dumps(job))
+            error = _follow(proc, side.timeout_s, label, console, on_event)
+        finally:
+            assert proc.stdout is not None
+            proc.stdout.close()
+        stderr_file.seek(0)
+        tail = stderr_file.read().strip().splitlines()[-STDERR_TAIL_LINES:]
+    if error is not None:
+        raise TftraceError(error["problem"], error.get("fix", ""))
+    if proc.returncode != 0:
+        how = f"was killed by signal {-proc.returncode}" if proc.returncode < 0 else f"exited with {proc.returncode}"
+        shown = "\n".join("    " + line for line in tail) or "    (no output)"
+        raise TftraceError(
+            f"the child process running {label} {how}; the tail of its stderr:\n{shown}\n",
+            "fix what it reports (re-run with --debug for the full picture); any partial output is left incomplete",
+        )
+
+
+def _send_job(proc: subprocess.Popen, text: str) -> None:
+    """Write the job to the child's stdin (it reads it whole before anything else) and close it."""
+    assert proc.stdin is not None
+    try:
+        proc.stdin.write(text.encode("utf-8"))
+        proc.stdin.close()
+    except BrokenPipeError:
+        pass  # the child died at start: its exit status and stderr tell why
+
+
+def _refuse_code_loading_env(side: Side) -> None:
+    """An isolation job replays a side read from a file (a capture's manifest, a report's job),
+    which may come from anyone; its ``--env`` values would reach the child's environment, and
+    some variables make the child run code (``LD_PRELOAD``, ``PYTHONPATH`` with a
+    ``sitecustomize.py``...). Only TensorFlow's own knob families are replayed from a file;
+    anything else must already be set, to the same value, in the user's own environment.
+    """
+    foreign = sorted(key for key, value in side.knobs.env
+                     if not key.startswith(REPLAY_ENV_PREFIXES) and os.environ.get(key) != value)
+    if foreign:
+        raise TftraceError(
+            f"the side to replay asks for {', '.join(foreign)} in the child's environment, as recorded in a "
+            "capture or report file; tftrace replays only TF_*/CUDA_*/OMP_*-style variables from files, because "
+            "others can make the child run code",
+            f"if you trust the file, set them in your own shell first (e.g. export {foreign[0]}=...) and re-run",
+        )
+
+
+def _follow(
+    proc: subprocess.Popen,
+    timeout_s: float | None,
+    label: str,
+    console: Console,
+    on_event: Callable[[dict[str, Any]], None] | None,
+) -> dict[str, Any] | None:
+    """Read the child's JSON lines until it exits; returns its reported error, if any.
+
+    The progress bar (runs done, bytes written) appears only once the child has run for
+    PROGRESS_AFTER_S, so quick captures do not flicker, and only on a terminal.
+    """
+    error = None
+    started = time.monotonic()
+    deadline = None if timeout_s is None else started + timeout_s
+    progress = Progress(
+        TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} runs"),
+        TextColumn("{task.fields[mb]:.1f} MB"), TimeElapsedColumn(),
+        console=console, transient=True, disable=not console.is_terminal,
+    )
+    task = progress.add_task(label, total=None, mb=0.0)
+    try:
+        for line in _lines(proc, deadline):
+            if not progress.live.is_started and time.monotonic() - started > PROGRESS_AFTER_S:
+                progress.start()
+            if not line.strip():
+                continue  # a heartbeat or an empty line
+            try:
+                event = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # stray prints from TF or user code in the child
+            if not isinstance(event, dict):
+                continue
+            if on_event:
+                on_event(event)
+            if event.get("event") == "error":
+                error = event
+            elif event.get("event") == "stage":
+                progress.update(task, description=f"{label}: {event.get('text', '')}")
+            elif event.get("event") == "progress":
+                progress.update(task, completed=event["done"], total=event["total"], mb=event["bytes"] / 1e6)
+    except KeyboardInterrupt:
+        _kill(proc)
+        raise
+    except TimeoutError:
+        _kill(proc)
+        raise TftraceError(
+            f"{label} did not finish within --timeout {timeout_s:g} s and was stopped",
+            "raise --timeout, or lower --examples/--batch-size",
+        ) from None
+    finally:
+        progress.stop()
+    return error
+
+
+def _lines(proc: subprocess.Popen, deadline: float | None) -> Iterator[str]:
+    """The child's stdout, line by line, until it exits; raises TimeoutError at the deadline.
+
+    Reads the raw pipe (``os.read`` after ``select``), so no line can sit in a Python buffer
+    while ``select`` says there is nothing to read. Yields ``""`` after every quiet
+    HEARTBEAT_S, so the caller can bring up the progress bar while the child is busy.
+    """
+    assert proc.stdout is not None
+    fd = proc.stdout.fileno()
+    selector = selectors.DefaultSelector()
+    selector.register(fd, selectors.EVENT_READ)
+    pending = b""
+    try:
+        while True:
+            wait = HEARTBEAT_S if deadline is None else min(HEARTBEAT_S, deadline - time.monotonic())
+            if wait <= 0:
+                raise TimeoutError
+            if selector.select(timeout=wait):
+                chunk = os.read(fd, 1 << 16)
+                if not chunk:  # EOF: the child closed stdout, so it is exiting
+                    break
+                *lines, pending = (pending + chunk).split(b"\n")
+                yield from (line.decode("utf-8", "replace") for line in lines)
+            elif proc.poll() is not None:
+                break
+            else:
+                yield ""
+        if pending:
+            yield pending.decode("utf-8", "replace")
+        while proc.poll() is None:  # stdout is closed; wait for the exit status within the deadline
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError
+            time.sleep(0.05)
+    finally:
+        selector.close()
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=5)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass  # already gone
+        proc.wait()
+
+
+def capture(
+    side: Side,
+    out_dir: str | os.PathLike[str],
+    *,
+    force: bool = False,
+    console: Console | None = None,
+    on_event: Callable[[dict[str, Any]], None] | None = None,
+) -> Capture:
+    """Capture one side into ``out_dir`` in a child process; returns the opened Capture.
+
+    ``on_event`` receives every event the child reports (``stage``, ``progress``, ``error``).
+    """
+    from .reader import Capture  # noqa: PLC0415 - TF-free, but only needed here
+
+    out = os.path.abspath(os.fspath(out_dir))
+    job = {"mode": "capture", "side": side.to_json(), "out_dir": out, "force": force}
+    run_child(job, side, label=f"capture {os.path.basename(side.artifact.path.rstrip('/'))} [{side.label()}]",
+              console=console, on_event=on_event)
+    return Capture.open(out)

@@ -1,0 +1,496 @@
+"""Writing capture directories: one side's tensors on disk, crash-safely.
+
+A capture directory holds ``tensors/*.npy`` (one file per captured tensor, all examples' rows
+in it) and ``manifest.json``. The manifest is written *last*, atomically, after every file it
+describes is durable, so its presence is the only proof that a capture finished: a directory
+without it is an interrupted or running capture and every reader
+(:class:`~tracer.captures.reader.Capture`, re-exported here) refuses it. A tensor whose bytes
+are those of a tensor stored before it (a variable and its ``/read`` Identity) is stored
+once: its file is a hard link to the other's, and its record says ``alias_of``. This module
+never imports TensorFlow, because captures are compared and rendered on machines that may
+not have it.
+"""
+
+from __future__ import annotations
+
+import errno
+import functools
+import json
+import os
+import secrets
+import shutil
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import Any, BinaryIO, Concatenate, ParamSpec, TypeVar
+
+import numpy as np
+
+from ..errors import TftraceError
+from ..jsonvalues import jsonable
+from ..safewrite import open_new
+from ._directory import prepare_directory, release_lock
+from ._entry import Entry, add_interval
+from ._flusher import Flusher
+from ._format import (
+    FORMAT,
+    FORMAT_VERSION,
+    MANIFEST,
+    TENSORS,
+    Unstorable,
+    atomic_write,
+    bitwise_equal,
+    fsync,
+    npy_header,
+    open_npy,
+    to_storage,
+    write_at,
+)
+from ._jobs import FileJobs
+from ._names import safe_filename
+from ._stats import Stats, file_stats
+from .reader import Capture
+
+__all__ = ["Capture", "CaptureWriter", "safe_filename", "FORMAT", "FORMAT_VERSION"]
+
+
+# --------------------------------------------------------------------------- a full disk
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+_DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+def _reports_full_disk(
+    method: Callable[Concatenate[CaptureWriter, _P], _R],
+) -> Callable[Concatenate[CaptureWriter, _P], _R]:
+    """Turn "no space left" into the user's error, with how far the capture got.
+
+    A full disk is the environment, not a bug: the capture stops with a TftraceError (exit 2);
+    no manifest is written, so the partial directory stays incomplete and is refused later.
+    """
+
+    @functools.wraps(method)
+    def wrapper(self: CaptureWriter, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        try:
+            return method(self, *args, **kwargs)
+        except OSError as exc:
+            if exc.errno not in _DISK_FULL:
+                raise
+            raise TftraceError(
+                f"disk full at {self.bytes_written:,} bytes written to {self.path} ({exc.strerror})",
+                f"free space on that file system or choose another --out; the partial capture in {self.path} has "
+                "no manifest.json and is refused as incomplete (delete it, or re-run with --force)",
+            ) from exc
+
+    return wrapper
+
+
+# --------------------------------------------------------------------------- writer
+
+
+class CaptureWriter:
+    """Streams one side's tensors into a capture directory; ``finalize`` makes it readable.
+
+    Batch-major tensors arrive batch by batch through :meth:`write_rows` into one ``.npy``
+    each; files are opened, written and closed per call because a model has thousands of
+    tensors. Their bytes are written, and their statistics taken, by background threads
+    (:mod:`._jobs`), so an array handed over must not change until :meth:`sync` or
+    ``finalize``; another thread makes each file durable as soon as it is written
+    (``durable=False`` skips that: the capture then survives a killed process, not a power
+    cut). Not thread-safe itself. Use as a context manager: leaving the block by an exception
+    (or without ``finalize``) aborts, so no manifest is written and readers refuse the
+    directory.
+    """
+
+    def __init__(self, out_dir: str | Path, *, force: bool = False, durable: bool = True) -> None:
+        self.path = Path(out_dir)
+        self._force = force
+        self._entries: dict[str, Entry] = {}
+        self._plain: dict[str, Entry] = {}  # signature key -> the plain run's output (see write_plain_output)
+        self._uncaptured: dict[str, str] = {}
+        self._used: set[str] = set()  # case-folded file names in use
+        self._lock_token: bytes | None = None
+        self._state = "open"
+        self._header_bytes = 0  # written in this thread; the rest by the jobs
+        self._jobs = FileJobs()  # its threads start with the first job
+        self._prepare()
+        self._flusher = Flusher() if durable else None
+
+    @property
+    def bytes_written(self) -> int:
+        """Data and headers on disk so far (what a full disk message reports)."""
+        return self._header_bytes + self._jobs.done_bytes
+
+    # ---- directory and lock
+
+    @_reports_full_disk
+    def _prepare(self) -> None:
+        self._lock_token = prepare_directory(self.path, self._force)
+
+    def _release(self) -> None:
+        release_lock(self.path, self._lock_token)
+        self._lock_token = None
+
+    # ---- writing
+
+    def _check_open(self) -> None:
+        if self._state != "open":
+            raise RuntimeError(f"the capture writer for {self.path} is already {self._state}")
+
+    def _claim_filename(self, tensor_name: str) -> str:
+        filename = safe_filename(tensor_name)
+        if filename.casefold() in self._used:  # a 48-bit hash collision: use the full hash
+            filename = safe_filename(tensor_name, digest_chars=64)
+        self._used.add(filename.casefold())
+        return filename
+
+    @_reports_full_disk
+    def write_rows(
+        self, tensor_name: str, rows: np.ndarray, row_offset: int, total_rows: int, *, same_as: str | None = None
+    ) -> None:
+        """Store rows ``[row_offset, row_offset + len(rows))`` of a batch-major tensor.
+
+        ``same_as`` names a tensor whose rows ``[row_offset, ...)``, already stored, hold the
+        very same bytes (the caller compared them): the rows are then not written again, the
+        two files being one (see :meth:`_share`). A tensor whose trailing shape or dtype
+        changes between batches (data-dependent shapes, e.g. detections per batch) is not an
+        error of the caller but a property of the model: it is recorded as uncaptured with the
+        reason, its file deleted, later batches ignored. Overlapping rows, a changed
+        ``total_rows`` or rows past the end are caller bugs (ValueError). Rows never written
+        make the tensor uncaptured at ``finalize``.
+        """
+        self._check_open()
+        if tensor_name in self._uncaptured:
+            return
+        rows = np.asarray(rows)
+        if rows.ndim == 0 or row_offset < 0 or row_offset + len(rows) > total_rows:
+            raise ValueError(f"rows {row_offset}+{rows.shape} do not fit a {total_rows}-row tensor {tensor_name!r}")
+        try:
+            dtype_name, stored = to_storage(rows)
+        except Unstorable as exc:
+            self.mark_uncaptured(tensor_name, str(exc))
+            return
+        span = (row_offset, row_offset + len(rows))
+        entry = self._entries.get(tensor_name)
+        if entry is None:
+            entry = Entry(self._claim_filename(tensor_name), dtype_name, stored.dtype, (total_rows, *stored.shape[1:]),
+                           batch_major=True, stats=Stats(dtype_name))
+            self._entries[tensor_name] = entry
+            if self._share(entry, same_as, span):
+                add_interval(entry.rows, *span)
+                return
+            if span == (0, total_rows):  # all rows at once: one plain write, nothing preallocated
+                self._write_new(entry, stored)
+                add_interval(entry.rows, *span)
+                return
+            self._write_empty(self._file(entry), entry)
+        elif not entry.batch_major or entry.shape[0] != total_rows:
+            raise ValueError(f"tensor {tensor_name!r} was stored as {entry.shape}, not {total_rows} rows")
+        elif entry.dtype_name != dtype_name or entry.shape[1:] != stored.shape[1:]:
+            what = "dtype" if entry.dtype_name != dtype_name else "shape"
+            before = (entry.dtype_name, entry.shape[1:]) if what == "dtype" else entry.shape[1:]
+            now = (dtype_name, stored.shape[1:]) if what == "dtype" else stored.shape[1:]
+            self.mark_uncaptured(tensor_name, f"{what} varies between batches: rows of {before} then {now}")
+            return
+        elif stored.dtype.itemsize > entry.stored.itemsize:  # longer strings than any before
+            self._widen_string_file(entry, stored.dtype)
+        if not add_interval(entry.rows, *span):
+            raise ValueError(f"rows {span[0]}:{span[1]} of {tensor_name!r} were already written")
+        if entry.link_of is not None and self._root(same_as) == entry.link_of and self._entries[entry.link_of].covers(*span):
+            return  # the rows are in the shared file already
+        self._own_file(entry)
+        row_bytes = int(np.prod(entry.shape[1:], dtype=object)) * entry.stored.itemsize
+        data = stored.astype(entry.stored, copy=False)
+        offset = entry.header_len + row_offset * row_bytes
+        self._jobs.submit(entry.filename, functools.partial(self._write_at, entry, offset, data), data.nbytes)
+
+    def _write_empty(self, path: Path, entry: Entry) -> None:
+        """A header plus a sparse, zero-filled body: rows are written into it in place."""
+        header = npy_header(entry.stored, entry.shape)
+        with os.fdopen(open_new(path, exclusive=True), "wb") as f:  # never through a planted link
+            f.write(header)
+            self._header_bytes += len(header)
+            f.truncate(len(header) + int(np.prod(entry.shape, dtype=object)) * entry.stored.itemsize)
+        entry.header_len = len(header)
+
+    def _write_new(self, entry: Entry, stored: np.ndarray) -> None:
+        """A new file holding the whole tensor: created here (so it can be linked to at once),
+        its body written by a job (never seen by readers before the manifest names it)."""
+        header = npy_header(entry.stored, entry.shape)
+        f = os.fdopen(open_new(self._file(entry), exclusive=True), "wb")  # noqa: SIM115 - the job closes it
+        try:
+            f.write(header)
+        except BaseException:
+            f.close()
+            raise
+        self._header_bytes += len(header)
+        entry.header_len = len(header)
+        data = stored.astype(entry.stored, copy=False)
+        self._jobs.submit(entry.filename, functools.partial(self._write_body, entry, f, data), data.nbytes)
+
+    def _write_body(self, entry: Entry, f: BinaryIO, data: np.ndarray) -> int:
+        """Job: the body of a new file, then its statistics and durability; returns the bytes."""
+        with f:  # not np.save: its short writes on a full disk carry no errno
+            f.write(np.ascontiguousarray(data).reshape(-1).view(np.uint8).data)
+        self._written(entry, data)
+        return data.nbytes
+
+    def _write_at(self, entry: Entry, offset: int, data: np.ndarray) -> int:
+        """Job: rows into their place in an existing file, then statistics and durability."""
+        write_at(self._file(entry), offset, data)
+        self._written(entry, data)
+        return data.nbytes
+
+    def _written(self, entry: Entry, data: np.ndarray) -> None:
+        """In a job, after bytes reached a tensor's file: fold them into its stats, queue it for fsync."""
+        if entry.stats is not None:
+            entry.stats.add(data)
+        if self._flusher is not None:
+            self._flusher.submit(self._file(entry))
+
+    def _widen_string_file(self, entry: Entry, wider: np.dtype) -> None:
+        self._jobs.wait(entry.filename)
+        old = open_npy(self._file(entry), entry.shape, entry.stored)
+        tmp = self._file(entry).with_name(f"{entry.filename}.{secrets.token_hex(8)}.tmp")
+        entry.stored = wider
+        self._write_empty(tmp, entry)
+        if old.size:
+            write_at(tmp, entry.header_len, old.astype(wider))
+        del old
+        os.replace(tmp, self._file(entry))
+        if self._flusher is not None:
+            self._flusher.submit(self._file(entry))
+
+    @_reports_full_disk
+    def write_whole(self, tensor_name: str, array: np.ndarray, *, same_as: str | None = None) -> None:
+        """Store a non-batch tensor (constant, weight) once.
+
+        ``same_as`` names an already stored tensor holding the very same bytes (the caller
+        compared them): this one's file is then a hard link to that one's (see :meth:`_share`).
+        """
+        self._check_open()
+        if tensor_name in self._uncaptured:
+            return
+        if tensor_name in self._entries:
+            raise ValueError(f"tensor {tensor_name!r} was already stored")
+        arr = np.asarray(array)
+        try:
+            dtype_name, stored = to_storage(arr)
+        except Unstorable as exc:
+            self.mark_uncaptured(tensor_name, str(exc))
+            return
+        stored = np.require(stored, requirements="C")  # never Fortran order: the reader insists on C
+        entry = Entry(self._claim_filename(tensor_name), dtype_name, stored.dtype, stored.shape, batch_major=False,
+                       stats=Stats(dtype_name))
+        self._entries[tensor_name] = entry
+        if not self._share(entry, same_as, None):
+            self._write_new(entry, stored)
+
+    @_reports_full_disk
+    def write_plain_output(self, key: str, array: np.ndarray) -> None:
+        """Store a signature output as the *plain* run computed it (signature outputs fetched,
+        nothing else), under its signature key.
+
+        Fetching every tensor can change what runs (a fetched conv is not fused), so the
+        instrumented value of an output is not always what production computes; this one is.
+        Kept apart from the graph's tensors (the manifest's ``plain_outputs``), in ``tensors/``.
+        """
+        self._check_open()
+        if key in self._plain:
+            raise ValueError(f"the plain output {key!r} was already stored")
+        try:
+            dtype_name, stored = to_storage(np.asarray(array))
+        except Unstorable:
+            return  # not storable (e.g. a resource): compared as the instrumented run computed it
+        stored = np.require(stored, requirements="C")
+        entry = Entry(self._claim_filename(f"plain output/{key}"), dtype_name, stored.dtype, stored.shape,
+                      batch_major=False, stats=Stats(dtype_name))
+        self._plain[key] = entry
+        self._write_new(entry, stored)
+
+    # ---- tensors stored once
+
+    def _root(self, name: str | None) -> str | None:
+        """The stored tensor that owns ``name``'s bytes (itself, or what its file links to)."""
+        entry = self._entries.get(name) if name is not None else None
+        if entry is None:
+            return None
+        return name if entry.link_of is None else entry.link_of
+
+    def _share(self, entry: Entry, same_as: str | None, span: tuple[int, int] | None) -> bool:
+        """Make a new tensor's file a hard link to the file of ``same_as``'s owner, if that file
+        already holds the bytes (whole, or rows ``span``); False when it must be written."""
+        root = self._root(same_as)
+        if root is None:
+            return False
+        owner = self._entries[root]
+        if not entry.can_share(owner) or (span is not None and not owner.covers(*span)):
+            return False
+        try:
+            os.link(self._file(owner), self._file(entry))
+        except OSError as exc:
+            if exc.errno in _DISK_FULL:
+                raise
+            return False  # a file system without hard links (or too many): store a copy
+        entry.header_len, entry.link_of, entry.stats = owner.header_len, root, None
+        return True
+
+    def _own_file(self, entry: Entry) -> None:
+        """Before writing bytes of its own into a linked file: give the tensor a private copy."""
+        if entry.link_of is None:
+            return
+        self._jobs.wait(self._entries[entry.link_of].filename)  # the shared bytes, complete
+        path = self._file(entry)
+        tmp = path.with_name(f"{entry.filename}.{secrets.token_hex(8)}.tmp")
+        with open(path, "rb") as src, os.fdopen(open_new(tmp, exclusive=True), "wb") as dst:
+            shutil.copyfileobj(src, dst)
+        os.replace(tmp, path)
+        entry.link_of = None
+        if self._flusher is not None:
+            self._flusher.submit(path)
+
+    def _orphan_links(self, gone: str) -> None:
+        """A tensor whose file others link to is dropped: the first of them owns the bytes now."""
+        heir = None
+        for name, entry in self._entries.items():
+            if entry.link_of == gone:
+                entry.link_of, heir = (None, name) if heir is None else (heir, heir)
+
+    @_reports_full_disk
+    def mark_uncaptured(self, tensor_name: str, reason: str) -> None:
+        """Record why a tensor is missing; deletes anything already stored for it.
+
+        The first reason is kept (it is the informative one); later writes are ignored.
+        """
+        self._check_open()
+        if not reason:
+            raise ValueError("an uncaptured tensor needs a reason")
+        entry = self._entries.pop(tensor_name, None)
+        if entry is not None:
+            self._jobs.wait(entry.filename)  # no job may write it once it is gone
+            self._file(entry).unlink(missing_ok=True)
+            self._used.discard(entry.filename.casefold())
+            self._orphan_links(tensor_name)
+        self._uncaptured.setdefault(tensor_name, reason)
+
+    @property
+    def uncaptured(self) -> dict[str, str]:
+        """A copy of tensor name -> reason for everything not captured so far."""
+        return dict(self._uncaptured)
+
+    @_reports_full_disk
+    def stored_equals(self, tensor_name: str, array: np.ndarray) -> bool:
+        """Whether a stored whole tensor holds exactly ``array``: shape, dtype and bytes, so a NaN
+        equals itself and -0.0 differs from 0.0 (the same test as a pass-through op's)."""
+        entry = self._entries.get(tensor_name)
+        if entry is None or entry.batch_major:
+            return False
+        self._jobs.wait(self._entries[self._root(tensor_name)].filename)  # the bytes, complete
+        try:
+            dtype_name, stored = to_storage(np.asarray(array))
+        except Unstorable:
+            return False
+        if dtype_name != entry.dtype_name or stored.shape != entry.shape or stored.dtype != entry.stored:
+            return False
+        return bitwise_equal(open_npy(self._file(entry), entry.shape, entry.stored), stored)
+
+    def _file(self, entry: Entry) -> Path:
+        return self.path / TENSORS / entry.filename
+
+    # ---- finishing
+
+    @_reports_full_disk
+    def sync(self) -> float:
+        """Wait until every byte handed over so far is written and durable; returns the seconds waited.
+
+        ``finalize`` does it too; calling it first lets a caller time it for its manifest.
+        """
+        self._check_open()
+        started = time.perf_counter()
+        self._jobs.wait_all()
+        if self._flusher is not None:
+            self._flusher.wait()
+        return time.perf_counter() - started
+
+    @_reports_full_disk
+    def finalize(self, manifest: Mapping[str, Any]) -> Path:
+        """Write ``manifest.json`` (last, atomically) and release the lock; returns its path.
+
+        Adds ``format``, ``format_version``, ``tensors`` (name -> record, in write order),
+        ``uncaptured`` (name -> reason) and ``plain_outputs`` (signature key -> record, when
+        any were stored) to a copy of ``manifest``, which must not hold those
+        keys and must be plain JSON (checked before anything is changed, so a caller can fix
+        it and call again); non-finite floats in it are written as ``"inf"``/``"-inf"``/``"nan"``.
+        """
+        self._check_open()
+        reserved = {"format", "format_version", "tensors", "uncaptured", "plain_outputs"} & set(manifest)
+        if reserved:
+            raise ValueError(f"the manifest must not set {sorted(reserved)}: the writer fills them in")
+        manifest = jsonable(manifest, numpy=False)  # a model's NaN/inf are data: strict JSON strings (tracer.jsonvalues)
+        json.dumps(manifest, allow_nan=False)  # TypeError now, not after the work
+        self.sync()  # every job done (statistics complete), every file durable: before the manifest
+        for name, entry in list(self._entries.items()):
+            covered = sum(end - start for start, end in entry.rows)
+            if entry.batch_major and covered != entry.shape[0]:
+                self.mark_uncaptured(
+                    name, f"only {covered} of {entry.shape[0]} rows were written (a batch failed or was skipped)"
+                )
+        records: dict[str, dict[str, Any]] = {}
+        for name, entry in self._entries.items():
+            records[name] = self._record(entry, records)
+        out = {**manifest, "format": FORMAT, "format_version": FORMAT_VERSION}
+        out["tensors"], out["uncaptured"] = records, dict(self._uncaptured)
+        if self._plain:
+            out["plain_outputs"] = {key: self._record(entry, {}) for key, entry in self._plain.items()}
+        if self._flusher is not None:  # the data is durable (sync above); so must be the names of its files
+            fsync(self.path / TENSORS)
+        target = self.path / MANIFEST
+        text = json.dumps(out, indent=1, allow_nan=False)
+        atomic_write(target, text)
+        self._header_bytes += len(text.encode("utf-8"))
+        self._stop()
+        self._state = "finalized"
+        return target
+
+    def _record(self, entry: Entry, earlier: dict[str, dict[str, Any]]) -> dict[str, Any]:
+        """Summarise one stored tensor for the manifest (``earlier``: the records before it)."""
+        if entry.link_of is not None:
+            stats = earlier[entry.link_of]["stats"]  # the same bytes: the same statistics
+        elif entry.stats is not None:
+            stats = entry.stats.to_json()
+        else:  # bytes it shared before it took a private copy were never seen here
+            stats = file_stats(open_npy(self._file(entry), entry.shape, entry.stored), entry.dtype_name)
+        record = {
+            "file": f"{TENSORS}/{entry.filename}",
+            "dtype": entry.dtype_name,
+            "stored_dtype": entry.stored.str,
+            "shape": list(entry.shape),
+            "size_bytes": int(np.prod(entry.shape, dtype=object)) * entry.stored.itemsize,
+            "batch_major": entry.batch_major,
+            "stats": stats,
+        }
+        if entry.link_of is not None:
+            record["alias_of"] = entry.link_of
+        return record
+
+    def _stop(self) -> None:
+        self._jobs.close()
+        if self._flusher is not None:
+            self._flusher.stop()
+        self._release()
+
+    def abort(self) -> None:
+        """Give up: release the lock, write no manifest (readers will refuse the directory)."""
+        if self._state == "open":
+            self._stop()
+            self._state = "aborted"
+
+    def __enter__(self) -> CaptureWriter:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.abort()  # after finalize this does nothing; otherwise the capture is incomplete

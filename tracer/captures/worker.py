@@ -1,0 +1,272 @@
+"""The capture child: run one side plainly, then instrumented, and stream every tensor to disk.
+
+Started by :mod:`tracer.captures.launcher` as ``python -m tracer.captures.worker -`` (the job
+JSON on stdin, so no job file outlives a SIGKILLed tftrace; a JOB.json path works too) with
+the side's environment already in place (TF reads it at import). It speaks to the parent in
+JSON lines on stdout (``progress``, ``error``) and exits 0, or 3 for a user error.
+
+Order matters for the observer effect: the *plain* run (signature outputs only) comes first,
+warmed up and timed; then the *instrumented* run (:mod:`tracer.captures.instrumented`) fetches
+every capturable tensor. Both runs ask
+for the partition graphs, so the manifest records which op types really executed in each, and
+the difference of the final outputs between them. The plain run's outputs are stored too
+(the manifest's ``plain_outputs``): they are what production computes, and what compare
+compares its outputs and verdict on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .._tf import tf
+from ..errors import TftraceError
+from .inputs import Examples, batches, make_examples
+from ..runspec import Side
+from ..safewrite import refuse_link_dir
+from ._events import emit
+from .fetch_plan import fetch_plan, refit_sizes
+from .fingerprint import environment_fingerprint
+from .instrumented import instrumented_runs
+from .observer import observer_effect
+from .orphan import exit_with_parent
+from .runtime import Runtime, determinism_fix, open_runtime, tf_error_text
+from .session_runs import feed_for, traced_run
+from .store import CaptureWriter
+
+__all__ = ["run_capture", "main", "emit"]  # emit: from ._events, for older importers
+
+
+
+def run_capture(side: Side, out_dir: str, force: bool) -> None:
+    """Validate everything that can be wrong with the request, then run and write.
+
+    Every user error that does not need the tensors (the output directory, the device, the
+    session config, the inputs, a tensor larger than --max-memory) is raised *before* the
+    capture directory is touched, so fixing a flag and re-running needs no --force.
+    """
+    t_start = time.perf_counter()
+    emit("stage", text="loading model")
+    _refuse_out_dir_early(out_dir, force)
+    runtime = open_runtime(side)
+    load_s = time.perf_counter() - t_start
+    takes_strings = any(spec.dtype == "string" for spec in runtime.signature.inputs.values())
+    examples = make_examples(
+        runtime.signature.inputs, side.inputs.examples, side.inputs.seed, side.inputs.inputs_file,
+        alternatives=_tensor_signatures(runtime.artifact) if takes_strings and not side.inputs.inputs_file else (),
+    )
+    notes = list(runtime.notes)
+    batch_size = side.batch_size if examples.batch_major else (1 if examples.per_example else None)
+    if examples.per_example:
+        notes.append(f"the signature has no batch axis: ran the {examples.count} example(s) one per run")
+    elif side.batch_size and not examples.batch_major and examples.count:
+        notes.append(f"the signature fixes its input shapes: ran all {examples.count} example(s) in one run")
+    ranges = batches(examples.count, batch_size)
+    plan = fetch_plan(runtime.opgraph, ranges, side.max_memory)
+    emit("stage", text="plain run")
+    plain = _plain_runs(runtime, examples, ranges, side.timing_runs)
+    refit_sizes(plan, plain["sizes"])  # shapes known only at run time: measured, refused before writing
+    emit("stage", text="instrumented run")
+    with CaptureWriter(out_dir, force=force, durable=side.durable) as writer:
+        for name, reason in plan.uncaptured.items():
+            writer.mark_uncaptured(name, reason)
+        instrumented = instrumented_runs(runtime, examples, ranges, writer, plan)
+        branches = instrumented["branch_chunks"]
+        if instrumented["chunks"] - branches > 1:
+            notes.append(
+                f"fetched in {instrumented['chunks'] - branches} chunks to stay under --max-memory "
+                f"{side.max_memory:,}: each chunk is its own session.run over the same inputs with a different "
+                "fetch set, which Grappler may optimise differently"
+            )
+        if branches:
+            notes.append(
+                f"{branches} more fetch chunk(s) for cond branches, each after the predicates that decide it (a "
+                "branch that does not run is never fetched): each is its own session.run over the same inputs "
+                "with a different fetch set, which Grappler may optimise differently"
+            )
+        observer = observer_effect(runtime.signature.outputs, runtime.opgraph, plain, instrumented)
+        for key, value in _plain_outputs(runtime, plain["outputs"], ranges, instrumented["layout"]).items():
+            writer.write_plain_output(key, value)
+        manifest = {
+            "spec": side.with_(artifact=runtime.artifact.ref).to_json(),  # with a borrowed signature, resolved
+            "artifact": {
+                "kind": runtime.artifact.kind,
+                "location": runtime.artifact.location,
+                "tf_version_written": runtime.artifact.tf_version_written,
+                "inlined_by_loader": runtime.artifact.inlined_by_loader,
+            },
+            "signature": runtime.signature.to_json(),
+            "graph": runtime.opgraph.to_json(),
+            "examples": {"count": examples.count, "source": examples.source, "batch_major": examples.batch_major,
+                         **({"per_example": True} if examples.per_example else {})},
+            "batch_size": batch_size or examples.count,
+            "runs": [list(r) for r in ranges],
+            "tensor_layout": instrumented["layout"],
+            "fetch_chunks": instrumented["chunks"],
+            "session_config": runtime.config_text,
+            "observer_effect": observer,
+            "timings": {
+                "load_s": round(load_s, 4),
+                "plain_latency_ms": plain["latency_ms"],
+                "instrumented_s": round(instrumented["seconds"], 4),
+            },
+            "environment": environment_fingerprint(runtime.session),
+            "notes": notes,
+        }
+        manifest["environment"]["onednn"]["ops_executed"] = sorted(
+            op for op in observer["executed_ops"]["plain"] if op.startswith("_Mkl")
+        )
+        manifest["timings"]["sync_s"] = round(writer.sync(), 4)  # the last background writes and fsyncs
+        manifest["timings"]["total_s"] = round(time.perf_counter() - t_start, 4)  # all but writing the manifest
+        writer.finalize(manifest)
+    runtime.close()
+
+
+def _refuse_out_dir_early(out_dir: str, force: bool) -> None:
+    """Refuse a non-empty --out before spending seconds on loading the model.
+
+    Opening a :class:`CaptureWriter` on a non-empty directory without ``force`` raises its own
+    precise message (not empty / interrupted / another capture running) without changing
+    anything; the writer opened later repeats the check under its lock.
+    """
+    path = Path(out_dir)
+    refuse_link_dir(path)  # --out a link: refused before the model loads, with or without --force
+    if force or not path.is_dir() or not any(path.iterdir()):
+        return
+    writer = CaptureWriter(path, force=False)  # returns only if the directory emptied meanwhile
+    writer.abort()
+    (path / "tensors").rmdir()  # leave it as empty as it was
+
+
+def _tensor_signatures(artifact: Any) -> list[str]:
+    """Signature keys whose inputs are all tensors tftrace can generate (no strings)."""
+    meta = artifact.meta_graph
+    if meta is None and artifact.kind == "saved_model_v2":
+        from tensorflow.python.saved_model import loader_impl  # noqa: PLC0415
+
+        tags = {t.strip() for t in artifact.ref.tag.split(",") if t.strip()}
+        saved = loader_impl.parse_saved_model(artifact.location)
+        meta = next((m for m in saved.meta_graphs if set(m.meta_info_def.tags) == tags), None)
+    if meta is None:
+        return []
+    string = tf().string.as_datatype_enum
+    return sorted(key for key, sig in meta.signature_def.items() if all(i.dtype != string for i in sig.inputs.values()))
+
+
+# ---- plain run -------------------------------------------------------------------------------
+
+
+def _plain_runs(runtime: Runtime, examples: Examples, ranges: list[tuple[int, int]], timing_runs: int) -> dict:
+    """The side as it runs in production: signature outputs only, warmed up, then timed.
+
+    One traced warm-up (the executed op types), ``timing_runs`` timed runs of the first batch
+    (the last one's outputs are that batch's plain outputs), then one run per further batch.
+    A failure here is the model failing on these inputs (not tftrace's fetching), so it is
+    reported as the user's problem with TensorFlow's own message.
+    """
+    outputs = [runtime.graph.get_tensor_by_name(s.name) for s in runtime.signature.outputs.values()]
+    keys = list(runtime.signature.outputs)
+    feed0 = feed_for(runtime, examples, *ranges[0])
+    try:
+        sizes: dict[str, int] = {}
+        _, executed_ops, executed_nodes = traced_run(runtime, outputs, feed0, sizes)  # also the warm-up
+        times = []
+        for _ in range(timing_runs):  # at least 1 (Side checks it)
+            t0 = time.perf_counter()
+            first = runtime.session.run(outputs, feed_dict=feed0)
+            times.append((time.perf_counter() - t0) * 1000)
+        # the last timed run is the first batch's plain run: the observer effect needs one per batch, not one more
+        rest = [traced_run(runtime, outputs, feed_for(runtime, examples, *r), sizes, partitions=False)[0]
+                for r in ranges[1:]]  # untimed: each batch's tensor sizes measured too
+        per_run = [dict(zip(keys, values)) for values in [first, *rest]]
+    except tf().errors.OpError as exc:
+        raise TftraceError(
+            f"the model fails on these inputs ({type(exc).__name__}): {tf_error_text(exc)}",
+            determinism_fix(runtime.side, exc)
+            or "check the inputs against the signature (tftrace fed them as given), or capture another signature",
+        ) from exc
+    return {
+        "outputs": per_run,
+        "executed_ops": executed_ops,
+        "executed_nodes": executed_nodes,
+        "sizes": sizes,  # bytes of every tensor the plain runs executed, the most over the batches
+        "latency_ms": {
+            "median": round(statistics.median(times), 4),
+            "min": round(min(times), 4),
+            "max": round(max(times), 4),
+            "runs": len(times),
+            "batch_rows": ranges[0][1] - ranges[0][0],
+        },
+    }
+
+
+def _plain_outputs(
+    runtime: Runtime, per_run: list[dict[str, Any]], ranges: list[tuple[int, int]], layout: dict[str, str]
+) -> dict[str, np.ndarray]:
+    """Each signature output of the plain runs as one array, laid out as its captured tensor:
+    the runs' rows in example order ("rows"), or the one value every run computes ("whole",
+    "const"). An output whose layout is unknown or varies between runs is left out (compared as
+    instrumented); with a single run there is nothing to assemble."""
+    out: dict[str, np.ndarray] = {}
+    for key, spec in runtime.signature.outputs.items():
+        values = [np.asarray(run[key]) for run in per_run]
+        kind = layout.get(spec.name)
+        if len(values) == 1:
+            out[key] = values[0]
+        elif kind == "rows" and all(v.ndim > 0 and v.shape[0] == b - a for v, (a, b) in zip(values, ranges)):
+            out[key] = np.concatenate(values, axis=0)
+        elif kind in ("whole", "const"):
+            out[key] = values[0]
+    return out
+
+
+# ---- instrumented run ------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    exit_with_parent()  # a SIGKILLed tftrace cannot stop its children itself
+    if argv[0] == "-":  # the launcher's way: no job file is left behind if tftrace is SIGKILLed
+        job = json.loads(sys.stdin.buffer.read().decode("utf-8"))
+        sys.stdin.close()
+    else:
+        with open(argv[0], encoding="utf-8") as fh:
+            job = json.loads(fh.read())
+    try:
+        if job["mode"] == "capture":
+            run_capture(Side.from_json(job["side"]), job["out_dir"], bool(job.get("force")))
+        else:
+            from .isolate_worker import run_isolation  # noqa: PLC0415
+
+            run_isolation(job)
+    except TftraceError as exc:
+        emit("error", problem=exc.problem, fix=exc.fix)
+        return 3
+    except MemoryError:
+        emit("error", problem="the capture ran out of memory", fix="lower --max-memory or --batch-size")
+        return 3
+    except OSError as exc:
+        if exc.errno == 28:  # ENOSPC
+            emit("error", problem=f"disk full while writing the capture ({exc})", fix="free space or choose another --out")
+            return 3
+        traceback.print_exc()
+        return 4
+    except Exception:  # noqa: BLE001 - the parent shows this traceback's tail
+        traceback.print_exc()
+        return 4
+    return 0
+
+
+if __name__ == "__main__":
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # the result is on disk: skip TensorFlow's teardown, which takes a second of the user's time

@@ -1,0 +1,198 @@
+"""Stage 7 — walk A's graph in topological order and say where the numbers start to differ.
+
+Every op gets one status:
+
+* ``identical`` — bitwise equal outputs;
+* ``within_tolerance`` — not bitwise equal, but within ``atol + rtol·|a|`` everywhere;
+* ``origin`` — beyond tolerance although every input is within tolerance: the difference
+  starts here;
+* ``propagated`` — beyond tolerance and an input already was;
+* ``rewritten`` — part of an export rewrite, judged through the rewrite's output instead;
+* ``unmatched`` / ``not_captured`` / ``not_compared`` — with the reason.
+
+"Every input" looks *through* ops that were not compared (rewritten, unmatched, uncaptured) to
+the nearest compared tensors above them: a folded batch norm is judged against the activation
+that fed its conv, a cast region against the tensor that fed its first cast.
+
+Two kinds of origin are reported: *bitwise* (differs at all while its inputs are bitwise equal —
+``first_divergence``) and *tolerance* (``first_divergence_beyond_tolerance``). Amplification is an
+op's relative L2 error over the largest relative error among its inputs. Measured run-to-run
+noise of a side (``--repeat``) raises the bar: a difference no larger than the noise is never an
+origin, and when such differences are all there is the verdict is ``within_noise``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .align import ROLE_REWRITTEN, ROLE_UNMATCHED, Alignment
+from ..metrics.arrays import TensorMetrics
+from ..opgraph import OpGraph, tensor_op
+
+__all__ = ["Tolerance", "NodeResult", "Divergence", "classify", "STATUSES"]
+
+STATUSES = ("identical", "within_tolerance", "origin", "propagated", "rewritten", "unmatched", "not_captured",
+            "not_compared")
+WORST_FIRST = ("propagated", "origin", "within_tolerance", "identical")
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """Defaults: ``rtol=1e-5`` is ~80 float32 ulps, beyond the reassociation noise of sums of a
+    few thousand terms; ``atol=1e-6`` keeps values near zero (post-ReLU, softmax tails) from
+    turning rounding into "relative" errors. The users' reported 1e-3 shifts are far above both."""
+
+    atol: float = 1e-6
+    rtol: float = 1e-5
+    overrides: tuple[tuple[str, float, float], ...] = ()  # (op or tensor name, atol, rtol)
+
+    def for_tensor(self, tensor: str) -> tuple[float, float]:
+        for name, atol, rtol in self.overrides:
+            if name in (tensor, tensor_op(tensor)):
+                return atol, rtol
+        return self.atol, self.rtol
+
+    def to_json(self) -> dict[str, Any]:
+        return {"atol": self.atol, "rtol": self.rtol, "overrides": {n: [a, r] for n, a, r in self.overrides}}
+
+
+@dataclass
+class NodeResult:
+    name: str
+    status: str
+    tensor: str | None = None  # the judged A tensor (worst relevant output)
+    metrics: TensorMetrics | None = None
+    bitwise_origin: bool = False
+    amplification: float | None = None
+    frontier: list[str] = field(default_factory=list)  # A ops whose tensors are this op's effective inputs
+    reason: str = ""
+    within_noise: bool = False  # differs, but no more than the sides' own run-to-run noise
+
+
+@dataclass
+class Divergence:
+    nodes: dict[str, NodeResult]  # in topological order
+    origins: list[NodeResult]  # ranked: tolerance origins first, then by relative error
+    first_bitwise: NodeResult | None
+    first_beyond_tolerance: NodeResult | None
+
+    @property
+    def verdict(self) -> str:
+        statuses = {n.status for n in self.nodes.values()}
+        if statuses & {"origin", "propagated"}:
+            return "diverged"
+        if any(n.within_noise for n in self.nodes.values()):
+            return "within_noise"  # beyond tolerance somewhere, but never beyond what a side does by itself
+        if "within_tolerance" in statuses or self.first_bitwise is not None:
+            return "within_tolerance"
+        return "identical"
+
+
+def classify(
+    graph: OpGraph,
+    alignment: Alignment,
+    metrics: dict[str, TensorMetrics],
+    tolerance: Tolerance,
+    noise: dict[str, float] | None = None,
+) -> Divergence:
+    """``metrics``: A tensor -> metrics for every comparable pair; ``noise``: A tensor -> max abs
+    run-to-run difference measured on either side (absent = no repeats were run)."""
+    noise = noise or {}
+    results: dict[str, NodeResult] = {}
+    for op in graph.topo_order():
+        node = alignment.nodes.get(op)
+        results[op] = _judge_outputs(op, node, metrics, tolerance, noise)
+    for op in graph.topo_order():
+        result = results[op]
+        if result.status not in ("identical", "within_tolerance", "beyond"):
+            continue
+        result.frontier = _frontier(graph, op, results)
+        inputs = [results[f] for f in result.frontier]
+        inputs_identical = all(r.status == "identical" for r in inputs)
+        inputs_ok = all(r.status in ("identical", "within_tolerance") for r in inputs)
+        if result.status != "identical" and inputs_identical and not result.within_noise:
+            result.bitwise_origin = True
+        if result.status == "beyond":
+            result.status = "origin" if inputs_ok else "propagated"
+        result.amplification = _amplification(result, inputs)
+    ordered = list(results.values())
+    bitwise = [r for r in ordered if r.bitwise_origin]
+    beyond = [r for r in ordered if r.status == "origin"]
+    origins = sorted(
+        {id(r): r for r in beyond + bitwise}.values(),
+        key=lambda r: (r.status != "origin", -_rel(r)),
+    )
+    return Divergence(results, origins, bitwise[0] if bitwise else None, beyond[0] if beyond else None)
+
+
+def _judge_outputs(
+    op: str, node: Any, metrics: dict[str, TensorMetrics], tolerance: Tolerance, noise: dict[str, float]
+) -> NodeResult:
+    if node is None or node.role == ROLE_UNMATCHED:
+        return NodeResult(op, "unmatched", reason=node.note if node else "no counterpart in B")
+    if node.role == ROLE_REWRITTEN:
+        first = next((p for p in node.tensors if p.a in metrics), None)
+        return NodeResult(op, "rewritten", first.a if first else None, metrics.get(first.a) if first else None,
+                          reason=node.note)
+    judged = [p for p in node.tensors if p.comparable and p.a in metrics]
+    if not judged:
+        notes = [p.note for p in node.tensors if p.note]
+        status = "not_captured" if any(n.startswith(("A:", "B:")) for n in notes) or not node.tensors else "not_compared"
+        return NodeResult(op, status, node.tensors[0].a if node.tensors else None, reason="; ".join(notes))
+    worst: NodeResult | None = None
+    for pair in judged:
+        m = metrics[pair.a]
+        atol, rtol = tolerance.for_tensor(pair.a)
+        own_noise = noise.get(pair.a, 0.0)
+        noisy = not m.identical and own_noise > 0 and m.max_abs <= own_noise and not (m.nan_mismatch or m.inf_mismatch)
+        if m.identical:
+            status = "identical"
+        elif noisy or m.within(atol, rtol):
+            status = "within_tolerance"
+        else:
+            status = "beyond"
+        candidate = NodeResult(op, status, pair.a, m, within_noise=noisy,
+                               reason="within the run-to-run noise of the sides" if noisy else "")
+        if worst is None or _severity(candidate) > _severity(worst):
+            worst = candidate
+    assert worst is not None
+    return worst
+
+
+def _severity(r: NodeResult) -> tuple[int, float]:
+    rank = {"identical": 0, "within_tolerance": 1, "beyond": 2}[r.status]
+    return rank, _rel(r)
+
+
+def _rel(r: NodeResult) -> float:
+    if r.metrics is None:
+        return 0.0
+    value = r.metrics.rel_l2
+    return value if value == value else float("inf")  # NaN sorts as worst
+
+
+def _frontier(graph: OpGraph, op: str, results: dict[str, NodeResult]) -> list[str]:
+    """The nearest judged ops above ``op``, looking through ops that were not judged."""
+    out: list[str] = []
+    seen: set[str] = set()
+    stack = [tensor_op(t) for t in graph.data_inputs(op)]
+    while stack:
+        src = stack.pop()
+        if src in seen or src not in results:
+            continue
+        seen.add(src)
+        if results[src].status in ("identical", "within_tolerance", "beyond", "origin", "propagated"):
+            out.append(src)
+        else:
+            stack.extend(tensor_op(t) for t in graph.data_inputs(src))
+    return sorted(out)
+
+
+def _amplification(result: NodeResult, inputs: list[NodeResult]) -> float | None:
+    if result.metrics is None or result.status == "identical":
+        return None
+    worst_in = max((_rel(r) for r in inputs), default=0.0)
+    if worst_in <= 0.0:
+        return None  # nothing upstream to amplify: this op is where the difference starts
+    return _rel(result) / worst_in

@@ -1,0 +1,487 @@
+"""Stage 8 — does an origin op's own kernel differ, given identical inputs?
+
+For each origin, both sides replay the op alone with **A's captured inputs** fed to both
+(:mod:`tracer.captures.isolate_worker`, one child per side, in that side's environment). If the
+two replays still differ, the kernel itself computes differently (``own_error``: a different
+algorithm, precision, or batch-dependent blocking); if they agree, the op only inherited a
+difference too small to judge at its inputs (``inherited``).
+
+Each replay is also a second run of the op, in a fresh process, on inputs its side already
+computed once: comparing a replay with the side's captured value measures that side's
+run-to-run noise at no extra cost. An op whose result changes between runs on identical inputs
+is ``nondeterministic`` (on a GPU: cuDNN autotuning per process, atomics), never an own-kernel
+difference: so is a difference between two sides that run the same op with the same settings,
+which only nondeterminism can produce. An op whose inputs were bitwise identical but whose
+replays agree with each other, with no measured noise to account for the captured difference,
+is ``not_reproduced``: the data cannot tell more, and the report says so.
+
+B's inputs are found by walking up from B's tensor to the nearest B tensors paired with A
+tensors, so a rewritten region (a cast-wrapped MatMul, a folded conv) is replayed whole.
+An origin that stands for a rewrite *group* (a folded batch norm: A's conv + batch norm against
+B's conv with rescaled weights + bias; a fused chain against its fused op) is replayed from the
+group's own data inputs on both sides: its members are paired only to be shown, never to be
+fed, because a fold legitimately changes them (A's unscaled conv output fed to B's bias add
+would compare a scaled convolution with an unscaled one).
+When a side's model is not on this machine (captured on the GPU server), its replay is not run
+here; the report carries the ``tftrace isolate`` command that runs it there, and the A tensors
+the replays are fed (``work/feeds``, a small capture directory), so the report directory alone
+is what travels.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .align import ROLE_REWRITTEN, Alignment, CaptureView
+from ..captures.launcher import run_child
+from ..captures.reader import Capture
+from .divergence import NodeResult
+from ..errors import TftraceError
+from ..diff.match import VARIABLE_OPS
+from ..captures.inputs import same_rows
+from ..jsonvalues import dumps, loads
+from ..metrics.arrays import compare_arrays
+from ..opgraph import EXIT_OPS, OpGraph, tensor_op
+from ..runspec import Side
+from ..safewrite import write_file
+
+__all__ = ["IsolationResult", "isolate_origins", "replay_plan", "group_members", "origin_feeds", "run_job",
+           "evaluate", "isolate_remote", "same_run_settings", "reads_variable", "load_state_variables"]
+
+GROUP_REWRITES = ("batchnorm_folded", "fused")  # an origin that stands for several A ops (and B ops)
+VARIABLE_READS = frozenset({"ReadVariableOp", "Identity", "Snapshot"})  # of a variable: its loaded value
+
+
+@dataclass
+class IsolationResult:
+    verdict: str  # own_error | inherited | nondeterministic | not_reproduced | not_run
+    max_abs: float | None = None
+    max_rel: float | None = None
+    detail: str = ""
+    command: str | None = None
+    noise_max_abs: float | None = None  # the larger replay-vs-capture difference of one side (None: not measured)
+    load_state: bool = False  # a variable whose value differs from one load of the model to the next
+    rel_l2: float | None = None  # ||a-b|| / ||a||: max rel is inflated by near-zero elements
+
+    def to_json(self) -> dict[str, Any]:
+        return {"verdict": self.verdict, "max_abs": self.max_abs, "max_rel": self.max_rel, "rel_l2": self.rel_l2,
+                "detail": self.detail, "command": self.command, "noise_max_abs": self.noise_max_abs,
+                "load_state": self.load_state}
+
+
+def replay_plan(graph: OpGraph, tensor: str, to_a: dict[str, str]) -> dict[str, str]:
+    """Tensors of ``graph`` to feed (-> the A tensor whose captured value feeds it) to recompute
+    ``tensor`` alone: the nearest ancestors that have an A counterpart.
+
+    Control edges are followed too, and they need more than a value: an op that something waits
+    on must *run*, so its own inputs are needed even when its output is fed. An inlined TF2
+    function is the common case: its body waits on a NoOp that waits on the Identity of each
+    input, so the placeholder behind it must be fed though no data path reaches it.
+    """
+    feeds: dict[str, str] = {}
+    seen: set[tuple[bool, str]] = set()
+    stack: list[tuple[bool, str]] = [(True, tensor_op(tensor))]  # (must run, op) or (False, tensor)
+    while stack:
+        item = stack.pop()
+        if item in seen:
+            continue
+        seen.add(item)
+        must_run, name = item
+        if not must_run:
+            if name in to_a:
+                feeds[name] = to_a[name]
+            else:
+                stack.append((True, tensor_op(name)))
+            continue
+        if name not in graph:
+            continue
+        if graph.op_type(name) in ("Placeholder", "PlaceholderWithDefault"):
+            stack.append((False, f"{name}:0"))
+            continue
+        node = graph.node(name)
+        stack.extend((False, t) for t in node["inputs"])
+        stack.extend((True, tensor_op(c)) for c in node["control_inputs"])
+    return feeds
+
+
+def group_members(alignment: Alignment, graph_a: OpGraph, op: str) -> list[str]:
+    """The A ops of the rewrite group that origin ``op`` stands for, upstream of it: the conv,
+    weights and batch-norm parameters of a folded batch norm, the earlier ops of a fused chain.
+
+    They are found by walking up A's data inputs through ops the alignment marked as rewritten
+    members of the same kind; where the walk stops are the group's own data inputs (the conv's
+    input). Empty for an origin that is not a group.
+    """
+    node = alignment.nodes.get(op)
+    if node is None or node.rewrite not in GROUP_REWRITES:
+        return []
+    members: list[str] = []
+    stack = [op]
+    while stack:
+        name = stack.pop()
+        for tensor in graph_a.data_inputs(name) if name in graph_a else []:
+            source = tensor_op(tensor)
+            member = alignment.nodes.get(source)
+            if (source not in members and member is not None and member.role == ROLE_REWRITTEN
+                    and member.rewrite == node.rewrite):
+                members.append(source)
+                stack.append(source)
+    return members
+
+
+def origin_feeds(alignment: Alignment, graphs: dict[str, OpGraph], node: str, fetches: dict[str, str],
+                 to_a: dict[str, dict[str, str]]) -> tuple[dict[str, dict[str, str]], dict[str, Any] | None]:
+    """Each side's feeds (its tensor -> the A tensor whose captured value feeds it) to replay
+    origin ``node`` (fetching ``fetches[side]``), and its rewrite group (None if not a group).
+
+    ``to_a[side]`` lists the tensors of that side that may be fed. A group's members are never
+    fed, on either side: both replay the whole group from its own data inputs.
+    """
+    members = group_members(alignment, graphs["a"], node)
+    held = {t for m in members for p in alignment.nodes[m].tensors for t in (p.a, p.b) if t}
+    feeds = {key: replay_plan(graphs[key], fetches[key],
+                              {t: s for t, s in to_a[key].items() if t not in held and s not in held})
+             for key in ("a", "b")}
+    if not members:
+        return feeds, None
+    group = {"kind": alignment.nodes[node].rewrite, "a_members": members,
+             "a_inputs": sorted(feeds["a"]), "b_inputs": sorted(feeds["b"])}
+    return feeds, group
+
+
+def isolate_origins(
+    origins: list[NodeResult],
+    alignment: Alignment,
+    view_a: CaptureView,
+    view_b: CaptureView,
+    workdir: str,
+    console: Any = None,
+    *,
+    allow_unsafe_ops: dict[str, bool],
+) -> dict[str, IsolationResult]:
+    """Plan the replays of both sides, run those whose model is on this machine, evaluate.
+
+    Every job is also written to ``workdir/isolation_<side>.job.json``: a side whose model is
+    elsewhere is replayed there by ``tftrace isolate MODEL --from REPORT_DIR``. Whether a side's
+    replay may run unsafe ops is ``allow_unsafe_ops[side]``, decided by this command: a capture
+    (perhaps made elsewhere) records its own flag, and that record is never trusted.
+    """
+    if not origins:
+        return {}
+    os.makedirs(workdir, exist_ok=True)
+    to_a = {"a": {p.a: p.a for n in alignment.nodes.values() for p in n.tensors if p.comparable},
+            "b": alignment.b_to_a()}
+    index, ops = [], {"a": [], "b": []}
+    same_settings = same_run_settings(view_a.capture.manifest, view_b.capture.manifest)
+    for i, result in enumerate(origins):
+        node = alignment.nodes[result.name]
+        pair = next(p for p in node.tensors if p.a == result.tensor)
+        assert pair.b is not None
+        a_op, b_op = view_a.graph.op_type(result.name), view_b.graph.op_type(tensor_op(pair.b))
+        plans, group = origin_feeds(alignment, {"a": view_a.graph, "b": view_b.graph}, result.name,
+                                    {"a": result.tensor, "b": pair.b}, to_a)
+        index.append({"id": i, "node": result.name, "a_tensor": result.tensor, "b_tensor": pair.b,
+                      "a_op": a_op, "b_op": b_op,
+                      # B's captured value is B's op on A's inputs only when those inputs were bitwise A's
+                      "inputs_identical": result.bitwise_origin,
+                      "reads_variable": reads_variable(view_a.graph, result.name),
+                      "same_op_same_settings": same_settings and not node.rewrite
+                      and _replayed_alone_alike(view_a.graph, view_b.graph, result.name, tensor_op(pair.b), plans)})
+        if group:
+            index[-1]["group"] = group
+        for key, fetch in (("a", result.tensor), ("b", pair.b)):
+            ops[key].append({"id": i, "a_tensor": result.tensor, "fetch": fetch, "feeds": plans[key]})
+    feeds_dir = write_feeds(view_a.capture, ops, os.path.join(workdir, FEEDS))
+    _write_json(os.path.join(workdir, "isolation_index.json"),
+                {"capture_a": str(view_a.capture.path), "capture_b": str(view_b.capture.path), "feeds": FEEDS,
+                 "ops": index})
+    for key, view in (("a", view_a), ("b", view_b)):
+        spec = {**view.capture.manifest["spec"], "allow_unsafe_ops": False}  # decided by whoever runs the job
+        job = {"mode": "isolate", "side": spec, "feeds_from": feeds_dir,
+               "ops": ops[key], "runs": view.capture.manifest["runs"],
+               "count": view.capture.manifest["examples"]["count"], "out_dir": os.path.join(workdir, f"isolation_{key}")}
+        _write_json(os.path.join(workdir, f"isolation_{key}.job.json"), job)
+        if _local_side(view) is not None:
+            run_job(job, console=console, allow_unsafe_ops=allow_unsafe_ops[key])
+    return evaluate(workdir)
+
+
+FEEDS = "feeds"  # in the work directory: the capture of A's tensors that the replays need
+
+
+def write_feeds(capture_a: Capture, ops: dict[str, list[dict[str, Any]]], path: str) -> str:
+    """Copy the A tensors the replays need (each origin's fed inputs and its A output, which
+    judges whether A replays reproducibly) into a small capture directory of their own.
+
+    The report directory then carries what ``tftrace isolate --from`` needs on another machine,
+    whether A was captured here or given as a capture directory from elsewhere, without the
+    whole captures (hundreds of MB for a ResNet at batch 8). Returns the path.
+    """
+    from ..captures.store import CaptureWriter  # noqa: PLC0415
+
+    manifest = capture_a.manifest
+    layout = manifest.get("tensor_layout", {})
+    wanted = dict.fromkeys(name for side in ops.values() for op in side
+                           for name in (*op["feeds"].values(), op["a_tensor"]))
+    count = int(manifest["examples"]["count"])
+    with CaptureWriter(path, force=True, durable=False) as writer:
+        for name in wanted:
+            if not capture_a.has(name):
+                continue
+            value = np.asarray(capture_a.tensor(name))
+            if layout.get(name) == "rows":
+                writer.write_rows(name, value, 0, count)
+            else:
+                writer.write_whole(name, value)
+        writer.finalize({
+            "spec": {**manifest["spec"], "allow_unsafe_ops": False},
+            "examples": dict(manifest["examples"]),
+            "runs": [list(r) for r in manifest["runs"]],
+            "tensor_layout": {name: layout[name] for name in wanted if name in layout and capture_a.has(name)},
+            "notes": [f"the tensors of {capture_a.path} that isolating its report's origins needs"],
+        })
+    return path
+
+
+def run_job(job: dict[str, Any], *, allow_unsafe_ops: bool, console: Any = None,
+            artifact_path: str | None = None, max_memory: int | None = None) -> None:
+    """Replay one side's ops in a child process (optionally against a local copy of the model).
+
+    A job file may come from anyone (a report attached to an issue), so whether unsafe ops may
+    run is this caller's ``allow_unsafe_ops``, whatever the job's side says, and the memory
+    limit is never raised by it: at most ``max_memory`` (default: a side's default limit).
+    """
+    side = Side.from_json(job["side"]).with_(allow_unsafe_ops=allow_unsafe_ops)
+    ceiling = max_memory if max_memory is not None else Side.__dataclass_fields__["max_memory"].default
+    side = side.with_(max_memory=min(side.max_memory, ceiling))
+    if artifact_path is not None:
+        side = side.with_(artifact=replace(side.artifact, path=artifact_path))
+    job = {**job, "side": side.to_json()}
+    run_child(job, side, label=f"isolate {len(job['ops'])} op(s) [{side.label()}]", console=console)
+
+
+def evaluate(workdir: str) -> dict[str, IsolationResult]:
+    """Judge every planned origin from the replays present in ``workdir``."""
+    index = loads(Path(workdir, "isolation_index.json").read_text(encoding="utf-8"))
+    capture_a = Capture.open(_capture_a_path(workdir, index))
+    capture_b = _open_optional(_capture_path(workdir, index.get("capture_b"), "b"))
+    results = {}
+    for op in index["ops"]:
+        replays = {k: Path(workdir, f"isolation_{k}", f"{op['id']}.npy") for k in ("a", "b")}
+        missing = [k for k, path in replays.items() if not path.exists()]
+        if missing:
+            report_dir = os.path.dirname(os.path.abspath(workdir.rstrip("/")))
+            results[op["node"]] = IsolationResult(
+                "not_run",
+                detail=(f"side {', '.join(m.upper() for m in missing)} was captured from a model that is not on this "
+                        "machine; run the command where it is, then `tftrace report` shows the result"),
+                command=" ".join(["tftrace", "isolate", "MODEL", "--from", shlex.quote(report_dir),
+                                  "--side", missing[0]]),
+            )
+            continue
+        ra, rb = np.load(replays["a"]), np.load(replays["b"])
+        results[op["node"]] = _judge(ra, rb, op, capture_a, capture_b)
+    return results
+
+
+def _run_to_run(capture: Capture | None, tensor: str, replay: np.ndarray) -> float | None:
+    """max |captured - replayed| of one side's op on the same inputs, or None when not measurable."""
+    if capture is None or not capture.has(tensor):
+        return None
+    captured = np.asarray(capture.tensor(tensor))
+    if captured.shape != replay.shape:
+        return None
+    m = compare_arrays(captured, replay)
+    return 0.0 if m.identical else m.max_abs
+
+
+def _judge(ra: np.ndarray, rb: np.ndarray, op: dict[str, Any], capture_a: Capture | None,
+           capture_b: Capture | None = None) -> IsolationResult:
+    if ra.shape != rb.shape and ra.shape[:1] == rb.shape[:1] and same_rows(ra.shape[1:], rb.shape[1:]):
+        rb = rb.reshape(ra.shape)  # B has no batch axis: its rows hold A's rows' elements
+    if ra.shape != rb.shape:
+        return IsolationResult("own_error", detail=f"replayed shapes differ: {ra.shape} vs {rb.shape}")
+    m = compare_arrays(ra, rb)
+    moved = {"A": _run_to_run(capture_a, op["a_tensor"], ra)}
+    if op.get("inputs_identical"):
+        moved["B"] = _run_to_run(capture_b, op["b_tensor"], rb)
+    measured = {side: v for side, v in moved.items() if v is not None}
+    noise = max(measured.values()) if measured else None
+    noisy = [side for side, v in measured.items() if v > 0]
+    moved_text = "; ".join(f"{side}'s replay differs from {side}'s captured value by up to {measured[side]:.3g}"
+                           for side in noisy)
+    if op.get("reads_variable") and noisy:
+        return IsolationResult(
+            "nondeterministic", m.max_abs, m.max_rel,
+            f"the variable's value changes from one load of the model to the next ({moved_text}): it is set when the "
+            "model loads (an initialiser that runs at load time, e.g. for a variable the checkpoint does not hold), "
+            "not computed by a kernel and not changed by an export",
+            noise_max_abs=noise, load_state=True)
+    if m.identical and noisy:
+        verdict = "nondeterministic"
+        detail = ("replayed alone on identical inputs, both sides compute the same result, but the op's result changes "
+                  f"from run to run ({moved_text}): the difference is run-to-run nondeterminism, not this op's kernel")
+    elif m.identical and op.get("inputs_identical"):
+        verdict = "not_reproduced"
+        detail = ("the captured runs differ here although this op's inputs were bitwise identical, yet its replays "
+                  "on those inputs agree bit for bit: the difference came from the runs, not from this op's kernel "
+                  "(run-to-run nondeterminism, or the op computed differently inside the whole graph); "
+                  "`--repeat 3` measures the noise of every tensor")
+    elif m.identical:
+        verdict = "inherited"
+        detail = "given A's inputs, B's kernel computes A's result bit for bit: the difference is inherited"
+    elif op.get("same_op_same_settings"):
+        verdict = "nondeterministic"
+        detail = (f"the same {op.get('a_op') or 'op'} with the same settings on identical inputs gives results that "
+                  f"differ by up to {m.max_abs:.3g} between processes: only run-to-run nondeterminism does that"
+                  + (f" ({moved_text})" if noisy else ""))
+    elif noise and m.max_abs <= noise:
+        verdict = "nondeterministic"
+        detail = (f"given identical inputs the sides' results differ by up to {m.max_abs:.3g}, no more than the op "
+                  f"moves from run to run on one side ({moved_text})")
+    else:
+        verdict = "own_error"
+        rel_l2 = f", rel L2 {m.rel_l2:.3g}" if m.kind == "float" else ""
+        detail = f"given identical inputs, {_b_computation(op)} by up to {m.max_abs:.3g} (rel {m.max_rel:.3g}{rel_l2})"
+        if noisy:
+            detail += f"; beyond its run-to-run noise ({moved_text})"
+    return IsolationResult(verdict, m.max_abs, m.max_rel, detail, noise_max_abs=noise,
+                           rel_l2=m.rel_l2 if m.kind == "float" else None)
+
+
+def reads_variable(graph: OpGraph, op: str) -> bool:
+    """Whether ``op`` is a variable or a read of one: its value comes from loading the model."""
+    kind = graph.op_type(op)
+    if kind in VARIABLE_OPS:
+        return True
+    return kind in VARIABLE_READS and any(graph.op_type(tensor_op(t)) in VARIABLE_OPS
+                                          for t in graph.data_inputs(op) if tensor_op(t) in graph)
+
+
+def _replayed_alone_alike(graph_a: OpGraph, graph_b: OpGraph, op_a: str, op_b: str,
+                          plans: dict[str, dict[str, str]]) -> bool:
+    """Both replays run exactly one op, of the same type and attributes, on fed inputs: then
+    nothing but the kernel's own run-to-run behaviour can make them differ. A replay that
+    recomputes more (a whole while loop, an unpaired constant) may carry a real difference."""
+    a, b = graph_a.node(op_a), graph_b.node(op_b)
+    if a["op"] != b["op"] or a["op"] in EXIT_OPS or a["attrs"] != b["attrs"]:
+        return False
+    return set(graph_a.data_inputs(op_a)) <= set(plans["a"]) and set(graph_b.data_inputs(op_b)) <= set(plans["b"])
+
+
+def load_state_variables(isolation: dict[str, IsolationResult], graph: OpGraph) -> set[str]:
+    """The variables whose value isolation found to change from load to load (and their reads):
+    a difference there is the model's loading, never an export's ``const_changed``."""
+    found: set[str] = set()
+    for name, result in isolation.items():
+        if result.load_state and name in graph:
+            found.add(name)
+            found.update(tensor_op(t) for t in graph.data_inputs(name))
+    return found
+
+
+def same_run_settings(manifest_a: dict[str, Any], manifest_b: dict[str, Any]) -> bool:
+    """Whether the two captures ran with the same device, batch size, knobs and build, so that the
+    same op on the same inputs can only differ from run to run (the artifacts may differ)."""
+    def settings(manifest: dict[str, Any]) -> Any:
+        spec, env = manifest.get("spec") or {}, manifest.get("environment") or {}
+        gpus = [g.get("device_name") for g in env.get("gpus") or [] if isinstance(g, dict)]
+        return (spec.get("device"), manifest.get("batch_size"), dumps(spec.get("knobs"), sort_keys=True),
+                env.get("tensorflow"), env.get("tf_git_version"), dumps(env.get("build"), sort_keys=True),
+                gpus, (env.get("cpu") or {}).get("model"), dumps(env.get("onednn", {}).get("enabled")),
+                env.get("tf32_enabled"), env.get("op_determinism"))
+    return settings(manifest_a) == settings(manifest_b)
+
+
+def _b_computation(op: dict[str, Any]) -> str:
+    """What differs: B's kernel for the same op, or what an export rewrite put in its place
+    (e.g. A's MatMul is B's Cast back from a bfloat16 MatMul: B's replay runs all of it)."""
+    a_op = op.get("a_op")  # (absent from the index of a report made before it was recorded)
+    group = op.get("group")
+    if group:
+        what = "folded batch norm" if group["kind"] == "batchnorm_folded" else "fused op"
+        inputs = ", ".join(f"`{t}`" for t in group.get("a_inputs", [])) or "the same inputs"
+        return (f"B's {what} (`{tensor_op(op['b_tensor'])}`, {op['b_op']}, with the ops between it and its inputs) "
+                f"differs from A's {a_op} and the {len(group['a_members'])} op(s) {what.split()[0]} into it "
+                f"(from `{group['a_members'][0]}`), both replayed whole from the group's inputs ({inputs})")
+    if a_op in EXIT_OPS and op["b_op"] == a_op:
+        return ("B's while loop that ends here (replayed whole: a session cannot fetch the ops inside a loop) "
+                "differs from A's")
+    if a_op in (None, op["b_op"]):
+        return f"B's {op['b_op']} kernel differs from A's"
+    return (f"B's replacement for it (`{tensor_op(op['b_tensor'])}`, {op['b_op']}, with the ops between it and "
+            f"those inputs) differs from A's {a_op}")
+
+
+def _write_json(path: str, doc: dict[str, Any]) -> None:
+    write_file(path, dumps(doc))  # strict JSON, non-finite numbers as strings (tracer.jsonvalues)
+
+
+def _local_side(view: CaptureView) -> Side | None:
+    side = Side.from_json(view.capture.manifest["spec"])
+    path = side.artifact.path
+    if "://" in path or os.path.exists(path):
+        return side
+    return None
+
+
+def _capture_a_path(workdir: str, index: dict[str, Any]) -> str:
+    """Where the replays' A tensors are: the report's own copy of them (``work/feeds``, found
+    relative to wherever the report directory was copied), or, for a report made before it
+    carried them, A's capture where it was recorded or inside the report directory."""
+    feeds = index.get("feeds")
+    if isinstance(feeds, str) and feeds == FEEDS:  # never a path taken from the file: it may come from anyone
+        return os.path.join(workdir, FEEDS)
+    recorded = str(index.get("capture_a", ""))
+    moved = os.path.join(os.path.dirname(os.path.abspath(workdir.rstrip("/"))), "captures", "a")
+    return recorded if recorded and os.path.isdir(recorded) else moved
+
+
+def _capture_path(workdir: str, recorded: str | None, side: str) -> str | None:
+    """B's capture, for its noise: where it was recorded, or inside the report directory after a
+    copy (``--keep-captures``); None when it is not here (isolation still judges without it)."""
+    if recorded and os.path.isdir(recorded):
+        return recorded
+    moved = os.path.join(os.path.dirname(os.path.abspath(workdir.rstrip("/"))), "captures", side)
+    return moved if os.path.isdir(moved) else None
+
+
+def _open_optional(path: str | None) -> Capture | None:
+    """B's capture only adds a noise measurement: when it is gone, isolation still judges."""
+    if path is None:
+        return None
+    try:
+        return Capture.open(path)
+    except TftraceError:
+        return None
+
+
+def isolate_remote(model: str, report_dir: str, side_key: str | None = None, console: Any = None, *,
+                   allow_unsafe_ops: bool = False, max_memory: int | None = None) -> dict[str, IsolationResult]:
+    """``tftrace isolate``: replay the pending side of a report on this machine, against MODEL."""
+    workdir = os.path.join(report_dir, "work")
+    jobs = {k: Path(workdir, f"isolation_{k}.job.json") for k in ("a", "b")}
+    if not any(p.exists() for p in jobs.values()):
+        raise TftraceError(f"{report_dir} has no isolation jobs", "run tftrace compare with --isolate N > 0 first")
+    if side_key is None:
+        pending = [k for k, p in jobs.items() if p.exists() and not Path(workdir, f"isolation_{k}").is_dir()]
+        side_key = pending[0] if pending else "b"
+    if not jobs[side_key].exists():
+        raise TftraceError(f"{report_dir} has no isolation job for side {side_key.upper()}", "choose --side a or b")
+    job = loads(jobs[side_key].read_text(encoding="utf-8"))
+    index = loads(Path(workdir, "isolation_index.json").read_text(encoding="utf-8"))
+    job["feeds_from"] = _capture_a_path(workdir, index)
+    if not os.path.isdir(job["feeds_from"]):
+        raise TftraceError(
+            f"{report_dir} does not hold the A tensors its replays are fed (no {job['feeds_from']})",
+            "copy the whole report directory written by tftrace compare, its work/ folder included",
+        )
+    job["out_dir"] = os.path.join(workdir, f"isolation_{side_key}")
+    run_job(job, console=console, artifact_path=model, allow_unsafe_ops=allow_unsafe_ops, max_memory=max_memory)
+    return evaluate(workdir)

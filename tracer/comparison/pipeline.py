@@ -1,0 +1,454 @@
+"""``tftrace compare``: two sides in, the first divergence and a report out.
+
+Each side is an artifact (captured here, in a child process, with its own options) or a capture
+directory made earlier, possibly on another machine. From there on everything works on the two
+capture directories, without TensorFlow: graph diff from the manifests' op graphs (weights
+compared through the captured values), alignment, metrics, divergence; then isolation replays
+the top origins in children again, and the report is written.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from rich.console import Console
+
+from .align import Alignment, CaptureView, align
+from ..captures.launcher import capture as capture_side
+from ..captures.reader import Capture
+from .divergence import Divergence, Tolerance, classify
+from ..errors import TftraceError
+from ..diff.rewrites import GraphDiff, diff_graphs
+from ..captures.inputs import same_rows
+from .isolate import IsolationResult, isolate_origins, load_state_variables
+from ..metrics.arrays import TensorMetrics, compare_arrays
+from ..opgraph import tensor_op
+from ..runspec import InputSpec, Side
+from ..safewrite import claim, output_directory, write_file
+
+__all__ = ["Comparison", "compare", "directory_size", "open_or_capture", "plain_output_metrics"]
+
+VERDICTS = ("identical", "within_tolerance", "within_noise", "diverged")  # best to worst
+
+
+@dataclass
+class Comparison:
+    """Everything a comparison found; ``bool(comparison)`` is True when nothing diverged."""
+
+    view_a: CaptureView
+    view_b: CaptureView
+    diff: GraphDiff
+    alignment: Alignment
+    metrics: dict[str, TensorMetrics]
+    divergence: Divergence
+    tolerance: Tolerance
+    isolation: dict[str, IsolationResult] = field(default_factory=dict)
+    out_dir: Path | None = None
+    command: str = ""
+    noise: dict[str, Any] | None = None
+    noise_per_tensor: dict[str, float] = field(default_factory=dict)  # A tensor -> run-to-run max |diff| (--repeat)
+    noise_per_output: dict[str, float] = field(default_factory=dict)  # signature key -> the same, plain outputs
+    report: dict[str, Any] = field(default_factory=dict)
+    notices: list[str] = field(default_factory=list)  # e.g. "Graphviz is missing: no graph drawn"
+    # signature key -> A's plain output vs B's (what production computes; see plain_output_metrics)
+    plain_outputs: dict[str, TensorMetrics] = field(default_factory=dict)
+    kept_captures: dict[str, bool] = field(default_factory=lambda: {"a": True, "b": True})
+
+    @property
+    def verdict(self) -> str:
+        """The worse of the op-by-op verdict (the instrumented runs) and the plain outputs' one:
+        a difference observation hides is still a difference in production."""
+        return max(self.divergence.verdict, self.outputs_verdict, key=VERDICTS.index)
+
+    @property
+    def outputs_verdict(self) -> str:
+        """The verdict of the plain runs' outputs alone ("identical" when none were compared)."""
+        found = "identical"
+        for key, m in self.plain_outputs.items():
+            atol, rtol = self.tolerance.for_tensor(self.view_a.graph.outputs.get(key, key))
+            noise = self.noise_per_output.get(key, 0.0)
+            here = ("identical" if m.identical else "within_tolerance" if m.within(atol, rtol)
+                    else "within_noise" if 0 < m.max_abs <= noise and not (m.nan_mismatch or m.inf_mismatch)
+                    else "diverged")
+            found = max(found, here, key=VERDICTS.index)
+        return found
+
+    def __bool__(self) -> bool:
+        return self.verdict != "diverged"
+
+    def output_metrics(self) -> dict[str, tuple[str, str, TensorMetrics | None]]:
+        out = {}
+        for key, ta in self.view_a.graph.outputs.items():
+            tb = self.view_b.graph.outputs.get(key, "")
+            out[key] = (ta, tb, self.metrics.get(ta))
+        return out
+
+
+def open_or_capture(
+    target: str | Side, out_dir: Path, name: str, *, console: Console | None, shared_inputs: InputSpec | None = None,
+    allow_unsafe_ops: bool = False,
+) -> Capture:
+    """A capture directory is opened; an artifact (or a Side) is captured into ``out_dir/captures/name``."""
+    if isinstance(target, str):
+        if os.path.isdir(target) and os.path.exists(os.path.join(target, "manifest.json")):
+            return Capture.open(target)
+        if os.path.isdir(os.path.join(target, "tensors")) and not os.path.exists(os.path.join(target, "saved_model.pb")):
+            Capture.open(target)  # raises the "incomplete capture" error
+        from ..artifacts.loader import ArtifactRef  # noqa: PLC0415
+
+        target = Side(ArtifactRef(target), allow_unsafe_ops=allow_unsafe_ops)
+    if shared_inputs is not None:
+        target = replace(target, inputs=shared_inputs)
+    claim(out_dir, ["captures"])  # before it exists: --force after a killed run may delete it
+    return capture_side(target, out_dir / "captures" / name, force=True, console=console)
+
+
+def compare(
+    a: str | Side,
+    b: str | Side,
+    out_dir: str | os.PathLike[str],
+    *,
+    tolerance: Tolerance | None = None,
+    isolate: int = 5,
+    force: bool = False,
+    console: Console | None = None,
+    command: str = "",
+    signature_map: dict[str, str] | None = None,
+    repeat: int = 1,
+    allow_unsafe_ops: bool = False,
+    keep_captures: bool = False,
+) -> Comparison:
+    """Capture (or open) both sides, align, measure, find where they diverge, isolate, report.
+
+    ``out_dir`` is locked for this run (a second run into it exits 2 naming this one's pid),
+    and ``force`` replaces only what tftrace recorded writing there (:mod:`tracer.safewrite`).
+    """
+    out = Path(out_dir).absolute()
+    with output_directory(out, force, "report"):
+        return _compare(a, b, out, tolerance=tolerance, isolate=isolate, console=console, command=command,
+                        signature_map=signature_map, repeat=repeat, allow_unsafe_ops=allow_unsafe_ops,
+                        keep_captures=keep_captures)
+
+
+def _compare(
+    a: str | Side,
+    b: str | Side,
+    out: Path,
+    *,
+    tolerance: Tolerance | None,
+    isolate: int,
+    console: Console | None,
+    command: str,
+    signature_map: dict[str, str] | None,
+    repeat: int,
+    allow_unsafe_ops: bool,
+    keep_captures: bool,
+) -> Comparison:
+    """:func:`compare` inside its prepared, locked ``out`` directory.
+
+    Sides captured here are written to ``out_dir/captures`` and, unless ``keep_captures``,
+    deleted once the report is written: the report directory keeps what the report and a later
+    ``tftrace isolate --from`` need (the origins' A tensors in ``work/feeds``), small enough to
+    attach to an issue. Captures given as directories are never touched.
+
+    ``allow_unsafe_ops`` lets sides given as paths run ops with outside effects (when captured
+    here, and when their origins are replayed); a :class:`Side` carries its own flag. A capture
+    directory's recorded flag is never used: it may come from anyone.
+    """
+    permits = {key: t.allow_unsafe_ops if isinstance(t, Side) else allow_unsafe_ops for key, t in (("a", a), ("b", b))}
+    a, b = _lend_signatures(a, b, allow_unsafe_ops)
+    console = console or Console(stderr=True)
+    cap_a = open_or_capture(a, out, "a", console=console, allow_unsafe_ops=allow_unsafe_ops)
+    shared = _inputs_from(cap_a, out, signature_map or {}) if not _is_capture(b) else None
+    try:
+        cap_b = open_or_capture(b, out, "b", console=console, shared_inputs=shared, allow_unsafe_ops=allow_unsafe_ops)
+    except TftraceError as exc:
+        if shared is None or "the signature expects" not in exc.problem:
+            raise
+        raise TftraceError(
+            f"the two signatures cannot be paired: B cannot take A's examples ({exc.problem})",
+            "map keys with --map A_KEY=B_KEY[,...], or choose matching signatures with --a-signature/--b-signature",
+        ) from exc
+    view_a, view_b = CaptureView(cap_a), CaptureView(cap_b)
+    _apply_signature_map(view_a, view_b, signature_map or {})
+    _require_pairable(view_a, view_b)
+    _require_same_examples(view_a, view_b)
+    diff = diff_graphs(
+        view_a.graph, view_b.graph, _values(cap_a, view_a), _values(cap_b, view_b),
+        a_inlined_by_loader=cap_a.manifest.get("artifact", {}).get("inlined_by_loader", False),
+        b_inlined_by_loader=cap_b.manifest.get("artifact", {}).get("inlined_by_loader", False),
+    )
+    alignment = align(view_a, view_b, diff)
+    tolerance = tolerance or Tolerance()
+    metrics = _metrics(cap_a, cap_b, alignment, tolerance)
+    noise = _noise(a, b, cap_a, cap_b, alignment, out, repeat, console, signature_map or {})
+    divergence = classify(view_a.graph, alignment, metrics, tolerance, noise.per_tensor)
+    top = [r for r in divergence.origins if r.metrics is not None][: max(0, isolate)]
+    if top:
+        claim(out, ["work"])
+    isolation = isolate_origins(top, alignment, view_a, view_b, str(out / "work"), console,
+                                allow_unsafe_ops=permits) if top else {}
+    loaded = load_state_variables(isolation, view_a.graph)
+    if loaded:  # the same weights loaded twice came out different: not an export rewrite
+        diff.rewrites[:] = [r for r in diff.rewrites if not (r.kind == "const_changed" and set(r.a_nodes) <= loaded)]
+    # An origin whose own kernel differs given identical inputs outranks one that only inherited.
+    own = {name for name, iso in isolation.items() if iso.verdict == "own_error"}
+    divergence.origins.sort(key=lambda r: r.name not in own)
+    made_here = out / "captures"
+    kept = {key: keep_captures or not _inside(cap.path, made_here) for key, cap in (("a", cap_a), ("b", cap_b))}
+    comparison = Comparison(view_a, view_b, diff, alignment, metrics, divergence, tolerance, isolation, out, command,
+                            noise=noise.summary, noise_per_tensor=noise.per_tensor, noise_per_output=noise.per_output,
+                            kept_captures=kept,
+                            plain_outputs=plain_output_metrics(view_a, view_b, metrics, tolerance, signature_map or {}))
+    from ..report.build import build_report, write_reports  # noqa: PLC0415
+
+    comparison.report = build_report(comparison)
+    if not keep_captures and made_here.is_dir():
+        shutil.rmtree(made_here)  # before the report: a report.json present means the directory is as it stays
+    comparison.notices = list(write_reports(comparison.report, out).get("notices", []))
+    return comparison
+
+
+def directory_size(path: str | os.PathLike[str]) -> int:
+    """Bytes under ``path`` as they occupy a disk or an archive: a hard-linked file once."""
+    seen: set[tuple[int, int]] = set()
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            st = os.lstat(os.path.join(root, name))
+            if (st.st_dev, st.st_ino) not in seen:
+                seen.add((st.st_dev, st.st_ino))
+                total += st.st_size
+    return total
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    return Path(path).absolute().is_relative_to(folder.absolute())
+
+
+def plain_output_metrics(
+    view_a: CaptureView, view_b: CaptureView, metrics: dict[str, TensorMetrics], tolerance: Tolerance,
+    signature_map: dict[str, str],
+) -> dict[str, TensorMetrics]:
+    """Signature key -> A's plain output vs B's: the outputs as production computes them.
+
+    Fetching every tensor can change the kernels that run (a fetched conv is not fused; a
+    preserved op is not converted to bfloat16), so the instrumented outputs may not be what a
+    plain ``session.run`` returns. Compared for each output whose instrumented pair was
+    compared (the same layout question) and whose plain value both captures stored with the
+    same shape; the others stay compared as instrumented (see the report's ``compared_as``).
+    """
+    out: dict[str, TensorMetrics] = {}
+    for key, ta in view_a.graph.outputs.items():
+        if ta not in metrics:
+            continue
+        va = view_a.capture.plain_output(key)
+        vb = view_b.capture.plain_output(signature_map.get(key, key))
+        if va is None or vb is None or va.shape != vb.shape:
+            continue
+        _, rtol = tolerance.for_tensor(ta)
+        out[key] = compare_arrays(va, vb, rtols=(rtol,))
+    return out
+
+
+@dataclass
+class _Noise:
+    per_tensor: dict[str, float]  # A tensor -> the larger run-to-run max |diff| of the two sides
+    summary: dict[str, Any] | None
+    per_output: dict[str, float] = field(default_factory=dict)  # A's signature key -> the same, plain outputs
+
+
+def _noise(
+    a: str | Side, b: str | Side, cap_a: Capture, cap_b: Capture, alignment: Alignment, out: Path, repeat: int,
+    console: Console, signature_map: dict[str, str],
+) -> _Noise:
+    """``--repeat K``: capture each side K-1 more times, in fresh processes, and measure how much
+    every tensor moves by itself. Sides given as capture directories cannot be repeated here."""
+    if repeat <= 1:
+        return _Noise({}, None)
+    per_tensor: dict[str, float] = {}
+    per_output: dict[str, float] = {}
+    a_keys = {b_key: a_key for a_key, b_key in signature_map.items()}  # B's output key -> A's (--map)
+    summary: dict[str, Any] = {"repeats": repeat}
+    for name, target, base in (("a", a, cap_a), ("b", b, cap_b)):
+        if _is_capture(target):
+            summary[name] = {"skipped": "given as a capture directory: re-run it to measure its noise"}
+            continue
+        side = Side.from_json(base.manifest["spec"])  # exactly what ran, the examples included
+        worst, noisy = 0.0, 0
+        for i in range(1, repeat):
+            claim(out, ["captures"])
+            again = capture_side(side, out / "captures" / f"{name}_repeat{i}", force=True, console=console)
+            for node in alignment.nodes.values():
+                for pair in node.tensors:
+                    own = pair.a if name == "a" else pair.b
+                    if not pair.comparable or own is None or not again.has(own):
+                        continue
+                    m = compare_arrays(base.tensor(own), again.tensor(own))
+                    if not m.identical:
+                        noisy += 1
+                        per_tensor[pair.a] = max(per_tensor.get(pair.a, 0.0), m.max_abs)
+                        worst = max(worst, m.max_abs)
+            for key in base.manifest["graph"]["outputs"]:  # the plain runs' outputs move by themselves too
+                first, later = base.plain_output(key), again.plain_output(key)
+                if first is not None and later is not None and first.shape == later.shape:
+                    m = compare_arrays(first, later)
+                    moved = 0.0 if m.identical else m.max_abs
+                    a_key = key if name == "a" else a_keys.get(key, key)
+                    per_output[a_key] = max(per_output.get(a_key, 0.0), moved)
+        summary[name] = {"max_abs": worst, "tensors_that_moved": noisy}
+    return _Noise(per_tensor, summary, per_output)
+
+
+
+def _lend_signatures(a: str | Side, b: str | Side, allow_unsafe_ops: bool) -> tuple[str | Side, str | Side]:
+    """Each side to be captured may borrow the other's signature when it has none of its own (a
+    TF1 training checkpoint against its SavedModel): its ArtifactRef names the other side, and
+    the capture child uses it only if needed (see :func:`tracer.artifacts.graph.borrow_signature`)."""
+    from ..artifacts.loader import ArtifactRef  # noqa: PLC0415
+
+    def ref(target: str | Side) -> ArtifactRef:
+        return ArtifactRef(target) if isinstance(target, str) else target.artifact.lender()
+
+    def lend(target: str | Side, other: str | Side) -> str | Side:
+        if isinstance(target, str) and (_is_capture(target) or os.path.isdir(os.path.join(target, "tensors"))):
+            return target  # a capture (open_or_capture refuses an incomplete one)
+        side = target if isinstance(target, Side) else Side(ArtifactRef(target), allow_unsafe_ops=allow_unsafe_ops)
+        if side.artifact.signature_from is not None or side.artifact.borrowed is not None:
+            return side
+        return side.with_(artifact=replace(side.artifact, signature_from=ref(other)))
+
+    return lend(a, b), lend(b, a)
+
+
+def _is_capture(target: str | Side) -> bool:
+    return isinstance(target, str) and os.path.exists(os.path.join(target, "manifest.json"))
+
+
+def _inputs_from(cap: Capture, out: Path, signature_map: dict[str, str]) -> InputSpec:
+    """Feed B the very examples A saw (under B's key names when ``--map`` renames them)."""
+    arrays = {
+        signature_map.get(key, key): np.asarray(cap.tensor(t))
+        for key, t in cap.manifest["graph"]["inputs"].items()
+        if cap.has(t)
+    }
+    path = out / "inputs_from_a.npz"
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    write_file(path, buffer.getvalue())
+    examples = int(cap.manifest["examples"]["count"]) or 1
+    return InputSpec(inputs_file=str(path), seed=0, examples=examples)
+
+
+def _values(cap: Capture, view: CaptureView):  # noqa: ANN202 - a ValueSource
+    """Weights by op name from the captured tensors (a resource variable's value is its read)."""
+    readers = {}
+    for op in view.graph.topo_order():
+        if view.graph.op_type(op) == "ReadVariableOp":
+            readers.setdefault(tensor_op(view.graph.data_inputs(op)[0]), f"{op}:0")
+
+    def value(op: str) -> np.ndarray | None:
+        name = readers.get(op, f"{op}:0")
+        return np.asarray(cap.tensor(name)) if cap.has(name) else None
+
+    return value
+
+
+def _apply_signature_map(view_a: CaptureView, view_b: CaptureView, mapping: dict[str, str]) -> None:
+    for key_a, key_b in mapping.items():
+        for role in ("inputs", "outputs"):
+            sig_b = getattr(view_b.graph, role)
+            if key_b in sig_b and key_a in getattr(view_a.graph, role):
+                sig_b[key_a] = sig_b.pop(key_b)
+
+
+def _require_pairable(view_a: CaptureView, view_b: CaptureView) -> None:
+    ga, gb = view_a.graph, view_b.graph
+    problems = []
+    for role in ("inputs", "outputs"):
+        ka, kb = set(getattr(ga, role)), set(getattr(gb, role))
+        if ka != kb:
+            problems.append(f"{role}: A has {sorted(ka)}, B has {sorted(kb)}")
+    common_outputs = set(ga.outputs) & set(gb.outputs)
+    if not common_outputs or (set(ga.inputs) != set(gb.inputs)):
+        raise TftraceError(
+            "the two signatures cannot be paired (" + "; ".join(problems) + ")",
+            "map keys with --map A_KEY=B_KEY[,...], or choose matching signatures with --a-signature/--b-signature",
+        )
+
+
+def _require_same_examples(view_a: CaptureView, view_b: CaptureView) -> None:
+    na = view_a.capture.manifest["examples"]["count"]
+    nb = view_b.capture.manifest["examples"]["count"]
+    if na != nb:
+        raise TftraceError(
+            f"the two sides ran different numbers of examples ({na} vs {nb})",
+            "capture both with the same --examples/--inputs",
+        )
+    for key, ta in view_a.graph.inputs.items():
+        tb = view_b.graph.inputs.get(key)
+        if tb is None or not (view_a.capture.has(ta) and view_b.capture.has(tb)):
+            continue
+        xa, xb = view_a.capture.tensor(ta), view_b.capture.tensor(tb)
+        if xa.shape[:1] == xb.shape[:1] and same_rows(xa.shape[1:], xb.shape[1:]):
+            xb = xb.reshape(xa.shape)  # one side has no batch axis: its examples are rows too
+        if xa.shape != xb.shape or not np.array_equal(xa, xb):
+            raise TftraceError(
+                f"the two sides were fed different examples for input {key!r} "
+                f"(shapes {list(xa.shape)} and {list(xb.shape)})",
+                "capture both with the same --inputs file, or the same --seed and --examples",
+            )
+
+
+def _metrics(cap_a: Capture, cap_b: Capture, alignment: Alignment, tolerance: Tolerance) -> dict[str, TensorMetrics]:
+    out: dict[str, TensorMetrics] = {}
+    for node in alignment.nodes.values():
+        for pair in node.tensors:
+            if pair.comparable and pair.b is not None:
+                _, rtol = tolerance.for_tensor(pair.a)
+                # each pair is read once here: its mapped pages are given back as it is scanned
+                ta, tb = cap_a.tensor(pair.a), cap_b.tensor(pair.b)
+                tb = tb.reshape(ta.shape) if tb.shape != ta.shape else tb  # paired row by row (align)
+                out[pair.a] = compare_arrays(ta, tb, rtols=(rtol,), release=True)
+    return out
+
+
+def load_report(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read a report.json someone else may have made: strict JSON, contract fields type-checked."""
+    report_path = Path(path) / "report.json" if Path(path).is_dir() else Path(path)
+    if not report_path.exists():
+        raise TftraceError(f"{report_path} does not exist", "point at a directory written by tftrace compare --out")
+
+    def refuse_constant(token: str) -> Any:
+        raise ValueError(f"{token} is not JSON")
+
+    try:
+        report = json.loads(report_path.read_text(encoding="utf-8"), parse_constant=refuse_constant)
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise TftraceError(f"{report_path} is not valid JSON ({str(exc)[:200]})", "re-run tftrace compare to rewrite it") from exc
+    if not isinstance(report, dict) or "schema_version" not in report:
+        raise TftraceError(f"{report_path} is not a tftrace report", "re-run tftrace compare to rewrite it")
+    expected = {"verdict": str, "sides": dict, "nodes": dict, "origins": list, "outputs": dict}
+    for key, kind in expected.items():
+        if not isinstance(report.get(key), kind):
+            raise TftraceError(
+                f"{report_path} is not a valid tftrace report: \"{key}\" must be a {kind.__name__}",
+                "re-run tftrace compare to rewrite it",
+            )
+    for key in ("first_divergence", "first_divergence_beyond_tolerance"):
+        if report.get(key) is not None and not isinstance(report[key], dict):
+            raise TftraceError(
+                f"{report_path} is not a valid tftrace report: \"{key}\" must be an object or null",
+                "re-run tftrace compare to rewrite it",
+            )
+    if report["verdict"] not in ("identical", "within_tolerance", "within_noise", "diverged"):
+        raise TftraceError(f"{report_path} is not a valid tftrace report: unknown \"verdict\"",
+                           "re-run tftrace compare to rewrite it")
+    return report

@@ -1,0 +1,259 @@
+"""The three answers of ``tftrace diagnose`` — why, how to prevent it, what it costs — from the
+measured experiments and the cause catalogue (:mod:`tracer.causes`).
+
+Only factors whose experiment *diverged* (beyond tolerance) are named: a factor that moved the
+numbers by less than the tolerance, or not at all, is in the experiment table, not in the
+answers. Statements are measurements of this model on this machine: the size of the change,
+the op it starts at, the latencies. "Still leaves a difference" is measured too: another
+factor still diverged in an experiment whose two sides both ran with this remedy's setting.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..causes import CAUSES
+from .experiments import FACTORS
+from .recipe import recipe_text
+
+__all__ = ["build_answers", "FACTOR_TITLES"]
+
+FACTOR_TITLES = {
+    "repeat": "Run-to-run nondeterminism", "batch": "Batch size", "export": "Checkpoint vs SavedModel export",
+    "observation": "Observation", "onednn": "oneDNN", "remapping": "Grappler remapping", "xla": "XLA",
+    "mixed_precision": "bfloat16 mixed precision", "threads": "Intra-op threads",
+    "serving_batching": "TF Serving batching", "serving_session_config": "TF Serving session config",
+    "device": "CPU vs GPU", "autotune": "cuDNN autotuning", "determinism": "Op determinism", "tf32": "TensorFloat-32",
+    "layout_optimizer": "Grappler layout optimizer", "atomics": "GPU atomics",
+}
+FACTOR_CAUSE = {
+    "batch": "batch", "export": "export", "observation": "observation", "onednn": "onednn", "remapping": "grappler",
+    "xla": "xla", "mixed_precision": "mixed_precision", "serving_batching": "serving_batching",
+    "serving_session_config": "grappler", "device": "build", "autotune": "autotune", "determinism": "autotune",
+    "tf32": "tf32", "layout_optimizer": "grappler", "atomics": "atomics",
+}
+# Remedies that are a setting: another experiment ran "with the remedy" when both its sides
+# had the remedy side's value of this setting.
+SETTING_REMEDIES = {"onednn", "remapping", "xla", "mixed_precision", "threads", "autotune", "determinism", "tf32",
+                    "layout_optimizer"}
+SHAPE_REMEDIES = {"batch", "serving_batching"}  # any one fixed shape: both sides at the same batch size
+NO_SETTING = {
+    "repeat": "find what differs between the runs: with state-changing ops, reset the state (reload the model) "
+              "before each comparison; otherwise make the kernels deterministic "
+              "(`tf.config.experimental.enable_op_determinism()`) and fix the thread counts",
+    "observation": "capture both sides the same way and judge the final outputs of the plain runs; "
+                   "the instrumented values show where a difference starts, not its exact size",
+    "device": "compare CPU and GPU results with a tolerance; they run different kernels",
+}
+
+
+def _effect(exp: dict[str, Any]) -> float:
+    value = exp.get("max_abs_output_diff")
+    return float("inf") if value is None or isinstance(value, str) else float(value)
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "an unmeasurable amount (NaN/Inf or changed shapes)"
+    if isinstance(value, str):
+        return value
+    return f"{value:.3g}"
+
+
+def _where(exp: dict[str, Any]) -> str:
+    first = exp.get("first_divergence")
+    if not first:
+        return ""
+    text = f"; it starts at `{first['node']}` ({first['op']})"
+    if first.get("observed") == "fetch-alone replays":
+        converted = exp.get("converted_ops") or []
+        text = (f"; observed op by op (each tensor fetched alone, so the rewrite can act above it), the first "
+                f"tensor that differs is `{first['node']}` ({first['op']})")
+        if converted:
+            text += f", inside the converted region that begins at `{converted[0]}`"
+        return text
+    verdict = first.get("isolation")
+    if verdict == "own_error":
+        text += ", whose own kernel differs given identical inputs"
+    elif verdict == "inherited":
+        text += ", which only inherits a difference too small to judge above it"
+    elif verdict == "nondeterministic":
+        text += ", whose result changes from run to run on identical inputs"
+    return text
+
+
+def _discrete_text(exp: dict[str, Any]) -> str:
+    """`detection_classes`: 2 values changed, ... — what no tolerance can cover."""
+    changes = exp.get("discrete_changes") or {}
+    return "; ".join(f"`{key}` ({c.get('dtype')}): {c.get('changed')} value(s) changed" for key, c in changes.items())
+
+
+def _nondeterminism_explains(factor: str, exp: dict[str, Any], diverged: dict[str, list[dict[str, Any]]]) -> float | None:
+    """For the export factor: the fresh-process repeat's effect, when the static diff found no
+    rewrite and one side alone already differs from run to run — then the export is not the cause."""
+    if factor != "export" or exp.get("rewrite_count") != 0:
+        return None
+    repeats = [e for e in diverged.get("repeat", []) if e.get("name") == "repeat_fresh_process"
+               and not e.get("attribution")]
+    return max((_effect(e) for e in repeats), default=None)
+
+
+def _why(factor: str, exps: list[dict[str, Any]], diverged: dict[str, list[dict[str, Any]]] | None = None) -> str:
+    worst = max(exps, key=_effect)
+    discrete = _discrete_text(worst)
+    discrete = f" Discrete outputs changed ({discrete}): no tolerance covers a changed class or count." if discrete else ""
+    repeat_effect = _nondeterminism_explains(factor, worst, diverged or {})
+    if repeat_effect is not None:
+        return (f"{FACTOR_TITLES[factor]}: the outputs differ by up to {_fmt(worst['max_abs_output_diff'])}, but the "
+                f"two graphs are the same (graph diff: no rewrite) and a fresh-process repeat of one side alone "
+                f"differs by up to {_fmt(repeat_effect)}: this is run-to-run nondeterminism, not the export "
+                f"(see {FACTOR_TITLES['repeat']}).{discrete}")
+    a, b = (worst.get("a") or {}).get("describe", "A"), (worst.get("b") or {}).get("describe", "B")
+    if worst.get("attribution") == "state":
+        ops = ", ".join(f"`{n}`" for n in worst.get("state_ops", [])[:3])
+        return (f"State: the graph changes its variables when it runs ({ops}), so the second run starts from "
+                f"another state and answers differently (by up to {_fmt(worst['max_abs_output_diff'])}). This is the "
+                "model's state, not kernel nondeterminism.")
+    if worst.get("attribution") == "random":
+        ops = ", ".join(f"`{n}`" for n in worst.get("state_ops", [])[:3])
+        return (f"Random ops: the graph draws random numbers ({ops}), so repeated runs differ by design "
+                f"(by up to {_fmt(worst['max_abs_output_diff'])}).")
+    cause = CAUSES.get(FACTOR_CAUSE.get(factor, ""))
+    because = f" Cause: {cause.title}." if cause else ""
+    others = f" ({len(exps)} experiments of this factor diverged; the largest is shown)" if len(exps) > 1 else ""
+    return (f"{FACTOR_TITLES[factor]}: {a} vs {b} changes the outputs by up to "
+            f"{_fmt(worst['max_abs_output_diff'])}{_where(worst)}.{because}{others}{discrete}")
+
+
+def _settings_agree(exp: dict[str, Any], factor: str, value: Any | None) -> bool:
+    settings = exp.get("settings") or {}
+    a, b = (settings.get("a") or {}).get(factor), (settings.get("b") or {}).get(factor)
+    return a is not None and a == b and (value is None or a == value)
+
+
+def _still_leaves(factor: str, exp: dict[str, Any], diverged: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """Other diverged factors measured with this factor's remedy in effect on both sides."""
+    if factor in SETTING_REMEDIES:
+        setting, value, same_cause = factor, ((exp.get("settings") or {}).get("b") or {}).get(factor), {factor}
+    elif factor in SHAPE_REMEDIES:
+        setting, value, same_cause = "batch", None, SHAPE_REMEDIES  # any one fixed shape will do
+    else:
+        return []
+    return [FACTOR_TITLES[other] for other, exps in diverged.items()
+            if other not in same_cause and any(_settings_agree(e, setting, value) for e in exps)]
+
+
+def _prevent(factor: str, exps: list[dict[str, Any]], diverged: dict[str, list[dict[str, Any]]]) -> str:
+    worst = max(exps, key=_effect)
+    if worst.get("attribution") in ("state", "random"):
+        return ("State: compare runs that start from the same state (reload the model, or reset its variables) — "
+                "repeats of a stateful graph are not a determinism test.")
+    if _nondeterminism_explains(factor, worst, diverged) is not None:
+        return (f"{FACTOR_TITLES[factor]}: nothing to change in the export (no rewrite); make the runs deterministic "
+                f"as for {FACTOR_TITLES['repeat']}.")
+    remedy = worst.get("remedy") or NO_SETTING.get(factor)
+    if remedy is None:
+        cause = CAUSES.get(FACTOR_CAUSE.get(factor, ""))
+        remedy = cause.remedy if cause else "keep this factor the same on both sides"
+    text = f"{FACTOR_TITLES[factor]}: {remedy}."
+    left = _still_leaves(factor, worst, diverged)
+    if left:
+        text += f" This still leaves a difference from {', '.join(left)} (measured with this setting on both sides)."
+    if factor == "autotune":
+        text += " Turning autotuning off alone only narrows the gap: the heuristic choice is still per shape."
+    effect = _effect(worst)
+    if worst.get("discrete_changes"):
+        text += f" A tolerance is no remedy here: discrete outputs changed ({_discrete_text(worst)})."
+    elif effect != float("inf"):
+        text += f" Or accept it: a tolerance above {effect:.2g} covers what was measured."
+    return text
+
+
+def _latency_text(lat: dict[str, Any], basis: str) -> str:
+    """``3.9 ms (3.6–6.7 ms over 5 runs)``; per example: the run, then its share per example."""
+    spread = f" ({lat['min']:.3g}–{lat['max']:.3g} ms over {lat['runs']} runs)" if "min" in lat else ""
+    text = f"{lat['median']:.3g} ms{spread}"
+    rows = int(lat.get("batch_rows") or 1)
+    if basis == "per example" and rows > 1:
+        text += f" per run of {rows} = {lat['per_row_median']:.3g} ms per example"
+    return text
+
+
+def _overlap(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    if not all(k in a and k in b for k in ("min", "max")):
+        return False
+    return a["min"] <= b["max"] and b["min"] <= a["max"]
+
+
+def _pct(pct: float) -> str:
+    return f"costs {pct:+.1f}%" if pct >= 0 else f"is {-pct:.1f}% faster"
+
+
+def _cost(factor: str, exps: list[dict[str, Any]], noise_pct: float | None) -> str | None:
+    measured = [e for e in exps if e.get("cost_pct") is not None and e.get("latency_ms") and not e.get("attribution")]
+    if not measured or factor in ("repeat", "observation"):  # nothing to set, so nothing to pay
+        return None
+    worst = max(measured, key=_effect)
+    lat, basis, pct = worst["latency_ms"], worst.get("latency_basis", "per run"), worst["cost_pct"]
+    a, b = worst["a"]["describe"], worst["b"]["describe"]
+    both = f"{a}: {_latency_text(lat['a'], basis)}; {b}: {_latency_text(lat['b'], basis)}"
+    if noise_pct is not None:
+        quiet = abs(pct) <= noise_pct
+        noise = f" — within the timing noise (±{noise_pct:.1f}% between two identical runs)" if quiet else ""
+    else:
+        noise = " — within the timing noise (the two ranges overlap)" if basis == "per run" and \
+            _overlap(lat["a"], lat["b"]) else ""
+    title = FACTOR_TITLES[factor]
+    if factor == "batch":
+        return (f"{title}: {both}. Per example, batch {lat['b'].get('batch_rows')} {_pct(pct)} compared with batch "
+                f"{lat['a'].get('batch_rows')}: the throughput at stake when every request must run at one fixed "
+                "shape.")
+    if factor == "serving_batching":
+        return (f"{title}: {both}. Padding a request {_pct(pct)} in latency; turning batching off instead costs the "
+                "server the throughput of merged requests.")
+    if worst.get("remedy"):
+        return f"{title}: {both}. Choosing {b} {_pct(pct)} on this machine{noise}."
+    return f"{title}: no setting to pay for; {both} ({pct:+.1f}%){noise}."
+
+
+def _noise_pct(ran: list[dict[str, Any]]) -> float | None:
+    """How much two captures of one side differ in median latency: the floor below which a
+    measured cost means nothing (the fresh-process repeat measures exactly that)."""
+    repeats = [abs(e["cost_pct"]) for e in ran if e["name"] == "repeat_fresh_process" and e.get("cost_pct") is not None]
+    return repeats[0] if repeats else None
+
+
+def _noise_line(noise_pct: float | None) -> list[str]:
+    if noise_pct is None:
+        return []
+    return [f"Timing noise: two captures of the same side differ by {noise_pct:.1f}% in median latency on this "
+            "machine now (repeat in a fresh process); smaller costs are not significant."]
+
+
+def build_answers(experiments: list[dict[str, Any]], tolerance: dict[str, Any]) -> dict[str, Any]:
+    """``{"why", "prevent", "cost", "source": "diagnosis", "factors"}`` from the experiment results."""
+    diverged: dict[str, list[dict[str, Any]]] = {}
+    recipe = next((e for e in experiments if e.get("factor") == "recipe"), None)
+    experiments = [e for e in experiments if e.get("factor") != "recipe"]
+    for exp in experiments:
+        if exp.get("verdict") == "diverged":
+            diverged.setdefault(exp["factor"], []).append(exp)
+    order = sorted(diverged, key=lambda f: -max(_effect(e) for e in diverged[f]))
+    ran = [e for e in experiments if not e.get("skipped")]
+    noise_pct = _noise_pct(ran)
+    if not order:
+        return {
+            "why": [f"None of the {len(ran)} experiments that ran changes the outputs beyond the tolerance "
+                    f"(atol {tolerance.get('atol')}, rtol {tolerance.get('rtol')}): on this machine the factors tested "
+                    f"({', '.join(sorted({FACTOR_TITLES[e['factor']] for e in ran}))}) do not explain a difference."],
+            "prevent": [], "cost": [], "source": "diagnosis", "factors": [],
+        }
+    return {
+        "why": [_why(f, diverged[f], diverged) for f in order],
+        "prevent": [_prevent(f, diverged[f], diverged) for f in order] + ([recipe_text(recipe)] if recipe else []),
+        "cost": [c for c in (_cost(f, diverged[f], noise_pct) for f in order) if c] + _noise_line(noise_pct),
+        "source": "diagnosis",
+        "timing_noise_pct": noise_pct,
+        "factors": order,
+        "factor_descriptions": {f: FACTORS[f] for f in order},
+    }

@@ -1,0 +1,367 @@
+"""One experiment's measured outcome: verdict, output difference, first divergence, latencies.
+
+Three ways to measure, by the experiment's kind:
+
+* ``compare`` — :func:`tracer.compare.compare` on the two captures (alignment, divergence,
+  isolation of the origins). A capture observes everything, and observing stops Grappler from
+  rewriting what it observes, so when either side's plain run differs from its instrumented
+  run (the capture's observer effect) the outputs are also compared as the plain runs compute
+  them (fetch-alone replays), and the verdict is the worse of the two. When only the plain runs
+  differ, the difference is localised op by op with fetch-alone replays (:mod:`tracer.replays`).
+* ``repeat_process`` — the same outputs fetched again in one process; a difference in a graph
+  that changes its own variables is attributed to that state.
+* ``observation`` — the base capture's plain run vs its instrumented run.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from rich.console import Console
+
+from ..captures.reader import Capture
+from ..comparison.pipeline import Comparison, compare
+from ..comparison.divergence import Tolerance, classify
+from .experiments import FACTORS, Planned, Run
+from ..metrics.arrays import TensorMetrics, compare_arrays
+from ..opgraph import OpGraph, tensor_op
+from .replays import replay_alone, state_changing_ops
+
+__all__ = ["evaluate", "side_settings", "latency"]
+
+VERDICT_ORDER = ("identical", "within_tolerance", "within_noise", "diverged")
+_AMP_CAST = re.compile(r"^(?P<src>.+)-(?P<slot>\d+)-CastTo(?P<to>Bf16|Fp16|Fp32)-\d+-AutoMixedPrecision$")
+
+
+def evaluate(p: Planned, cap_a: Capture | None, cap_b: Capture | None, out: Path, tolerance: Tolerance,
+             quiet: Console, command: str, *, quick: bool = False) -> dict[str, Any]:
+    """Measure one planned experiment (``quick``: no plain-output replays once the captures
+    already show a divergence)."""
+    result = _skeleton(p, cap_a, cap_b)
+    if p.kind == "skipped" or cap_a is None or cap_b is None:
+        return result
+    allow = _allows_unsafe_ops(p)
+    if p.kind == "compare":
+        _compare(result, p, cap_a, cap_b, out, tolerance, quiet, command, quick, allow)
+    elif p.kind == "repeat_process":
+        _repeat(result, p, cap_a, out, tolerance, quiet, allow)
+    else:
+        _observation(result, cap_a, out, tolerance, quiet, allow)
+    _costs(result, p)
+    return result
+
+
+def _allows_unsafe_ops(p: Planned) -> bool:
+    """Replays of this experiment's captures may run unsafe ops only if its own sides could:
+    the flag comes from the sides diagnose planned, never from a capture's manifest."""
+    runs = [r for r in (p.a, p.b) if r is not None]
+    return bool(runs) and all(r.side.allow_unsafe_ops for r in runs)
+
+
+def _skeleton(p: Planned, cap_a: Capture | None, cap_b: Capture | None) -> dict[str, Any]:
+    def side(run: Run | None, cap: Capture | None) -> dict[str, Any] | None:
+        if run is None:
+            return None
+        return {"describe": run.describe, "label": run.side.label(), "capture": str(cap.path) if cap else None}
+
+    return {
+        "name": p.name, "factor": p.factor, "title": FACTORS.get(p.factor, "; ".join(p.notes)),
+        "a": side(p.a, cap_a), "b": side(p.b, cap_b),
+        "verdict": None, "max_abs_output_diff": None, "outputs": {}, "first_divergence": None,
+        "latency_ms": None, "latency_basis": "per example" if p.per_row else "per run", "cost_pct": None,
+        "remedy": p.remedy, "skipped": p.skipped, "notes": list(p.notes), "attribution": None,
+        "settings": {"a": side_settings(cap_a), "b": side_settings(cap_b)} if cap_a and cap_b else None,
+        "report_dir": None,
+    }
+
+
+def side_settings(cap: Capture) -> dict[str, Any]:
+    """The value each factor had in a capture, as it really ran (oneDNN from the fingerprint)."""
+    manifest = cap.manifest
+    spec, env = manifest["spec"], manifest["environment"]
+    knobs, grappler = spec.get("knobs") or {}, (spec.get("knobs") or {}).get("grappler") or {}
+    enabled = (env.get("onednn") or {}).get("enabled")
+    tf_env = env.get("tf_env") or {}
+    return {
+        "onednn": None if enabled is None else ("on" if enabled else "off"),
+        "remapping": grappler.get("remapping", "on"),
+        "layout_optimizer": grappler.get("layout_optimizer", "on"),
+        "mixed_precision": grappler.get("auto_mixed_precision_onednn_bfloat16", "off"),
+        "xla": "on" if knobs.get("xla") == "on" or (knobs.get("xla") != "off" and "--tf_xla_auto_jit"
+                                                      in tf_env.get("TF_XLA_FLAGS", "")) else "off",
+        "threads": str((knobs.get("threads") or ["default"])[0]),
+        "batch": manifest.get("batch_size"),
+        "export": manifest["artifact"]["kind"],
+        "device": spec.get("device", "cpu"),
+        "autotune": knobs["autotune"] if knobs.get("autotune", "default") != "default"
+        else tf_env.get("TF_CUDNN_USE_AUTOTUNE", "on"),
+        "determinism": bool(knobs.get("determinism")),
+        "tf32": knobs.get("tf32", "default"),
+    }
+
+
+def latency(cap: Capture) -> dict[str, Any]:
+    lat = dict(cap.manifest["timings"]["plain_latency_ms"])
+    lat["per_row_median"] = lat["median"] / max(1, int(lat.get("batch_rows") or 1))
+    return lat
+
+
+def _costs(result: dict[str, Any], p: Planned) -> None:
+    lat = result["latency_ms"]
+    if not lat:
+        return
+    key = "per_row_median" if p.per_row else "median"
+    a, b = lat["a"][key], lat["b"][key]
+    result["cost_pct"] = round((b - a) / a * 100.0, 2) if a > 0 else None
+
+
+def _verdict(metrics: dict[str, TensorMetrics], tolerance: Tolerance) -> str:
+    if all(m.identical for m in metrics.values()):
+        return "identical"
+    return "within_tolerance" if all(m.within(tolerance.atol, tolerance.rtol) for m in metrics.values()) else "diverged"
+
+
+def _max_abs(metrics: dict[str, TensorMetrics]) -> float | None:
+    values = [None if (m.nan_mismatch or m.inf_mismatch) else m.max_abs for m in metrics.values()]
+    return None if any(v is None for v in values) else max(values, default=0.0)
+
+
+def _worse(*verdicts: str) -> str:
+    return max(verdicts, key=VERDICT_ORDER.index)
+
+
+# ---- compare ---------------------------------------------------------------------------------
+
+
+def _compare(result: dict[str, Any], p: Planned, cap_a: Capture, cap_b: Capture, out: Path, tolerance: Tolerance,
+             quiet: Console, command: str, quick: bool, allow: bool) -> None:
+    comparison = compare(str(cap_a.path), str(cap_b.path), out, tolerance=tolerance, force=True, console=quiet,
+                         command=command, allow_unsafe_ops=allow)
+    report = comparison.report
+    result["_report"] = report
+    result["report_dir"] = str(out)
+    result["latency_ms"] = {"a": latency(cap_a), "b": latency(cap_b)}
+    # as captured (instrumented): the plain outputs are compared below, by fetch-alone replays
+    outputs = {k: (o.get("instrumented") or o)["max_abs"] for k, o in report["outputs"].items()}
+    result["outputs"] = outputs
+    result["verdict"] = report.get("verdict_ops", report["verdict"])
+    result["max_abs_output_diff"] = _max_of(outputs.values())
+    result["first_divergence"] = _first(report)
+    result["rewrite_count"] = len(report.get("rewrites") or [])
+    result["discrete_changes"] = discrete_changes(report)
+    if all(c.manifest["observer_effect"]["outputs_identical"] for c in (cap_a, cap_b)):
+        return  # plain == instrumented on both sides: the captured outputs are the plain outputs
+    if quick and result["verdict"] == "diverged":
+        result["notes"].append("--quick: the outputs are compared as captured (instrumented); a side's plain run "
+                               "differs from its instrumented run, so the plain outputs may differ by another amount")
+        return
+    plain = _plain_outputs(cap_a, cap_b, out / "plain", quiet, tolerance, allow)
+    plain_verdict = _verdict(plain, tolerance)
+    result["plain_outputs"] = {"verdict": plain_verdict, "max_abs": {k: m.max_abs for k, m in plain.items()}}
+    result["notes"].append("a side's plain run differs from its instrumented run, so the outputs were also compared "
+                           "as the plain runs compute them (each output fetched alone); the verdict is the worse one")
+    result["instrumented_max_abs_output_diff"] = result["max_abs_output_diff"]
+    plain_max = _max_abs(plain)
+    result["max_abs_output_diff"] = None if plain_max is None or result["max_abs_output_diff"] is None \
+        else max(plain_max, result["max_abs_output_diff"])
+    if result["verdict"] != "diverged" and plain_verdict == "diverged":
+        result["first_divergence"], result["converted_ops"] = _unobserved(comparison, cap_a, cap_b, out / "walk",
+                                                                          quiet, tolerance, allow)
+    result["verdict"] = _worse(result["verdict"], plain_verdict)
+
+
+def discrete_changes(report: dict[str, Any]) -> dict[str, dict[str, int]]:
+    """Integer and boolean outputs that differ (classes, counts, indices): how many values changed.
+
+    A class that flips from 3 to 4 is not "off by 1": no tolerance covers it, so such outputs are
+    reported as changed detections, never folded into a tolerance.
+    """
+    changes = {}
+    for key, out in (report.get("outputs") or {}).items():
+        if not isinstance(out, dict) or out.get("identical") is not False:
+            continue
+        node = (report.get("nodes") or {}).get(str(out.get("a_tensor") or "").rsplit(":", 1)[0]) or {}
+        dtype = str(node.get("dtype") or "") if node.get("tensor") == out.get("a_tensor") else ""
+        if dtype.startswith(("int", "uint", "bool")):
+            changes[key] = {"changed": int(out.get("mismatch_count") or 0), "dtype": dtype}
+    return changes
+
+
+def _max_of(values: Any) -> float | None:
+    numbers = []
+    for v in values:
+        if v is None or isinstance(v, str):
+            return None
+        numbers.append(float(v))
+    return max(numbers, default=0.0)
+
+
+def _first(report: dict[str, Any]) -> dict[str, Any] | None:
+    """The report's first divergence (the first bitwise origin, as in report.json), with the
+    first origin beyond tolerance beside it when that is another op."""
+    first = report.get("first_divergence") or report.get("first_divergence_beyond_tolerance")
+    if not first:
+        return None
+    out = _origin_summary(first)
+    beyond = report.get("first_divergence_beyond_tolerance")
+    if beyond and beyond["node"] != first["node"]:
+        out["beyond_tolerance"] = _origin_summary(beyond)
+    return out
+
+
+def _origin_summary(origin: dict[str, Any]) -> dict[str, Any]:
+    iso = origin.get("isolation") or {}
+    return {"node": origin["node"], "op": origin["op"], "max_abs": origin.get("max_abs"),
+            "max_rel": origin.get("max_rel"), "level": origin.get("level"), "rewrite": origin.get("rewrite"),
+            "isolation": iso.get("verdict"), "isolation_detail": iso.get("detail"), "observed": "captures"}
+
+
+def _plain_outputs(cap_a: Capture, cap_b: Capture, work: Path, quiet: Console,
+                   tolerance: Tolerance, allow: bool) -> dict[str, TensorMetrics]:
+    """Each signature output as the plain run computes it, compared key by key."""
+    values = []
+    for name, cap in (("a", cap_a), ("b", cap_b)):
+        outputs = cap.manifest["graph"]["outputs"]
+        if cap.manifest["observer_effect"]["outputs_identical"]:
+            values.append({k: np.asarray(cap.tensor(t)) for k, t in outputs.items()})
+            continue
+        source = cap_a.manifest["graph"]["outputs"]
+        replay = replay_alone(cap, cap_a, {t: source[k] for k, t in outputs.items()}, work / name, console=quiet,
+                              allow_unsafe_ops=allow)
+        values.append({k: replay.values[0][t] for k, t in outputs.items()})
+    return {k: compare_arrays(values[0][k], values[1][k], rtols=(tolerance.rtol,)) for k in values[0] if k in values[1]}
+
+
+def _unobserved(comparison: Comparison, cap_a: Capture, cap_b: Capture, work: Path, quiet: Console,
+                tolerance: Tolerance, allow: bool) -> tuple[dict[str, Any] | None, list[str]]:
+    """Observed, the sides agree; plain, they do not: fetch every tensor alone on both sides
+    (first batch only) and walk the graph for the first one that differs."""
+    layout = cap_a.manifest.get("tensor_layout", {})
+    pairs = [(pair.a, pair.b) for node in comparison.alignment.nodes.values() for pair in node.tensors
+             if pair.comparable and pair.b and cap_a.has(pair.a) and cap_b.has(pair.b)
+             and layout.get(pair.a) in ("rows", "whole")]
+    metrics = dict(comparison.metrics)
+    if pairs:
+        ra = replay_alone(cap_a, cap_a, {a: a for a, _ in pairs}, work / "a", first_run_only=True, console=quiet,
+                          allow_unsafe_ops=allow)
+        rb = replay_alone(cap_b, cap_a, {b: a for a, b in pairs}, work / "b", first_run_only=True, console=quiet,
+                          allow_unsafe_ops=allow)
+        for a, b in pairs:
+            va, vb = ra.values[0][a], rb.values[0][b]
+            if va.shape == vb.shape:
+                metrics[a] = compare_arrays(va, vb, rtols=(tolerance.rtol,))
+    divergence = classify(comparison.view_a.graph, comparison.alignment, metrics, tolerance)
+    origin = divergence.first_bitwise or divergence.first_beyond_tolerance
+    converted = _converted_ops(comparison.view_a.graph, cap_a, cap_b)
+    if origin is None or origin.metrics is None:
+        return None, converted
+    first = {"node": origin.name, "op": comparison.view_a.graph.op_type(origin.name), "max_abs": origin.metrics.max_abs,
+             "max_rel": origin.metrics.max_rel, "level": "tolerance" if origin.status == "origin" else "bitwise",
+             "rewrite": None, "isolation": None, "observed": "fetch-alone replays",
+             "isolation_detail": "not isolated: an op observed alone is kept as it is, so its own rewrite cannot be "
+                                 "replayed; the difference comes from the rewritten ops just above it"}
+    return first, converted
+
+
+def _converted_ops(graph: OpGraph, *caps: Capture) -> list[str]:
+    """Ops the mixed-precision rewrite ran in low precision in a plain run, in topological order.
+
+    Read off the casts Grappler inserted (``<op>-<slot>-CastToBf16-0-AutoMixedPrecision``):
+    the ops between a tensor cast down and a tensor cast back up. Empty without such casts.
+    """
+    down, up = set(), set()
+    for cap in caps:
+        for name, op in cap.manifest["observer_effect"].get("executed_nodes_plain", {}).items():
+            match = _AMP_CAST.match(name) if op == "Cast" else None
+            if match and match["src"] in graph:
+                (up if match["to"] == "Fp32" else down).add(match["src"])
+    if not down:
+        return []
+    import networkx as nx  # noqa: PLC0415 - only for this walk
+
+    below = set().union(*(nx.descendants(graph.g, op) for op in down))
+    above = set(up).union(*(nx.ancestors(graph.g, op) for op in up)) if up else below
+    region = below & above
+    return [op for op in graph.topo_order() if op in region and graph.op_type(op) not in ("Const", "Identity")]
+
+
+# ---- repeat in one process, observation ------------------------------------------------------
+
+
+def _repeat(result: dict[str, Any], p: Planned, cap: Capture, out: Path, tolerance: Tolerance, quiet: Console,
+            allow: bool) -> None:
+    outputs = cap.manifest["graph"]["outputs"]
+    replay = replay_alone(cap, cap, {t: t for t in outputs.values()}, out / "replays", repeats=p.repeats, console=quiet,
+                          allow_unsafe_ops=allow)
+    metrics: dict[str, TensorMetrics] = {}
+    for key, tensor in outputs.items():
+        first = replay.values[0][tensor]
+        worst = max((compare_arrays(first, r[tensor], rtols=(tolerance.rtol,)) for r in replay.values[1:]),
+                    key=lambda m: (not m.identical, m.max_abs))
+        metrics[key] = worst
+    result["outputs"] = {k: m.max_abs for k, m in metrics.items()}
+    result["verdict"] = _verdict(metrics, tolerance)
+    result["max_abs_output_diff"] = _max_abs(metrics)
+    lat = latency(cap)
+    result["latency_ms"] = {"a": lat, "b": lat}
+    result["notes"].append("one configuration: both latencies are the base capture's")
+    stateful = state_changing_ops(cap.manifest["graph"])
+    if result["verdict"] != "identical" and (stateful["state"] or stateful["random"]):
+        result["attribution"] = "state" if stateful["state"] else "random"
+        result["state_ops"] = stateful["state"] or stateful["random"]
+    elif result["verdict"] != "identical":
+        result["first_divergence"] = _first_moving(cap, out / "replays_all", quiet, allow)
+
+
+def _first_moving(cap: Capture, work: Path, quiet: Console, allow: bool) -> dict[str, Any] | None:
+    """The first tensor (topological order) that differs between two same-process replays."""
+    graph = OpGraph.from_json(cap.manifest["graph"])
+    layout = cap.manifest.get("tensor_layout", {})
+    names = [n for n in cap.tensor_names if layout.get(n) in ("rows", "whole")]
+    order = {op: i for i, op in enumerate(graph.topo_order())}
+    names.sort(key=lambda n: order.get(tensor_op(n), len(order)))
+    if not names:
+        return None
+    replay = replay_alone(cap, cap, {n: n for n in names}, work, repeats=2, first_run_only=True, console=quiet,
+                          allow_unsafe_ops=allow)
+    for name in names:
+        m = compare_arrays(replay.values[0][name], replay.values[1][name])
+        if not m.identical:
+            return {"node": tensor_op(name), "op": graph.op_type(tensor_op(name)), "max_abs": m.max_abs,
+                    "max_rel": m.max_rel, "level": "bitwise", "rewrite": None, "isolation": None,
+                    "isolation_detail": None, "observed": "same-process replays"}
+    return None
+
+
+def _observation(result: dict[str, Any], cap: Capture, out: Path, tolerance: Tolerance, quiet: Console,
+                 allow: bool) -> None:
+    observer = cap.manifest["observer_effect"]
+    outputs = cap.manifest["graph"]["outputs"]
+    if observer["outputs_identical"]:
+        result["verdict"], result["max_abs_output_diff"] = "identical", 0.0
+        result["outputs"] = {k: 0.0 for k in outputs}
+    else:
+        replay = replay_alone(cap, cap, {t: t for t in outputs.values()}, out / "plain", console=quiet,
+                              allow_unsafe_ops=allow)
+        metrics = {k: compare_arrays(replay.values[0][t], np.asarray(cap.tensor(t)), rtols=(tolerance.rtol,))
+                   for k, t in outputs.items()}
+        result["outputs"] = {k: m.max_abs for k, m in metrics.items()}
+        result["verdict"], result["max_abs_output_diff"] = _verdict(metrics, tolerance), _max_abs(metrics)
+    changed = sorted(set(observer.get("only_in_plain", [])) | set(observer.get("only_in_instrumented", [])))
+    if changed:
+        plain_only = ", ".join(observer.get("only_in_plain", [])) or "none"
+        instrumented_only = ", ".join(observer.get("only_in_instrumented", [])) or "none"
+        result["notes"].append(f"executed op types only in the plain run: {plain_only}; "
+                               f"only in the instrumented run: {instrumented_only}")
+    timings = cap.manifest["timings"]
+    plain = latency(cap)
+    runs = len(cap.manifest["runs"])
+    per_run = timings["instrumented_s"] * 1000.0 / max(1, runs)
+    result["latency_ms"] = {"a": plain, "b": {"median": round(per_run, 4), "runs": runs,
+                                              "batch_rows": plain.get("batch_rows"), "per_row_median": per_run / max(
+                                                  1, int(plain.get("batch_rows") or 1)),
+                                              "note": "one instrumented run per batch, fetching every tensor and "
+                                                      "writing it to disk; not warmed up"}}

@@ -1,0 +1,124 @@
+"""The verified recipe: every remedy ``tftrace diagnose`` measured, applied together and run.
+
+Diagnose answers "how to prevent it" one factor at a time, but a user applies the remedies
+together, and remedies interact (op determinism does not make batch sizes agree; a fixed
+batch shape does not make autotuning repeatable). The recipe is that combination, *run*: the
+model and its SavedModel (or a second process of the model) at one fixed batch shape, with
+every measured remedy's setting on both sides. Its verdict says whether the combination makes
+the two bit-identical or names what still differs; its latency next to the base side's at the
+same batch size is what the combination costs on this machine. Nothing here runs anything:
+:mod:`tracer.diagnose` captures and evaluates the pair like any other experiment.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from .experiments import PlanContext, Planned, Run
+from ..runspec import Side
+
+__all__ = ["Recipe", "plan_recipe", "recipe_facts", "recipe_text", "SETTING_FACTORS"]
+
+# Factors whose remedy is a setting: experiment B holds it (experiments.py puts the remedy on B).
+SETTING_FACTORS = ("onednn", "remapping", "xla", "mixed_precision", "threads", "autotune", "determinism", "tf32",
+                   "layout_optimizer")
+SHAPE_FACTORS = ("batch", "serving_batching")  # removed by one fixed batch shape on both sides
+NONDETERMINISM_FACTORS = ("repeat", "atomics")  # removed, where a kernel allows, by op determinism
+
+
+@dataclass(frozen=True)
+class Recipe:
+    planned: Planned  # the pair, as an experiment named "recipe"
+    reference: Run  # the base side at the recipe's batch size without any remedy: the cost baseline
+    applied: tuple[str, ...]  # each setting, in words
+    not_removable: tuple[str, ...]  # diverged factors that no setting removes (a rewrite, CPU vs GPU)
+
+
+def plan_recipe(planned: list[Planned], results: list[dict[str, Any]], ctx: PlanContext) -> Recipe | None:
+    """The pair of runs with every measured remedy on both sides, or None when nothing diverged."""
+    diverged = {r["name"]: r for r in results if r.get("verdict") == "diverged" and not r.get("attribution")}
+    if not diverged:
+        return None
+    side, applied, left, fixed_shape = ctx.base, [], [], False
+    for p in planned:
+        result = diverged.get(p.name)
+        if result is None or p.a is None or p.b is None:
+            continue
+        if p.factor in SETTING_FACTORS:  # named even when the base side already had B's value
+            side = _adopt(side, p.a.side, p.b.side)
+            if p.b.describe not in applied:
+                applied.append(p.b.describe)
+        elif p.factor in SHAPE_FACTORS:
+            fixed_shape = True
+        elif p.factor in NONDETERMINISM_FACTORS:
+            if not side.knobs.determinism:
+                side = side.with_(knobs=replace(side.knobs, determinism=True))
+            if "op determinism on" not in applied:
+                applied.append("op determinism on")
+        elif p.factor == "export" and result.get("rewrite_count") == 0:
+            continue  # the same graph: what differs is run-to-run, handled with the repeat factor
+        else:
+            left.append(p.name)
+    batch = max(ctx.batch_sizes) if fixed_shape else side.batch_size
+    if fixed_shape:
+        applied.append(f"one fixed batch shape (batch {batch} on both sides)")
+    side = side.with_(batch_size=batch)
+    a = Run(side, f"recipe: {ctx.model_kind}, batch {batch}")
+    b = (Run(side.with_(artifact=ctx.savedmodel), f"recipe: SavedModel, batch {batch}") if ctx.savedmodel
+         else Run(side, f"recipe: {ctx.model_kind}, batch {batch}, a second process", instance=1))
+    reference = Run(ctx.base.with_(batch_size=batch), f"{ctx.base.device}, batch {batch}")
+    notes = (f"every measured remedy on both sides: {', '.join(applied) or 'none needed a setting'}",)
+    return Recipe(Planned("recipe", "recipe", "compare", a, b, notes=notes), reference, tuple(applied), tuple(left))
+
+
+def _adopt(side: Side, a: Side, b: Side) -> Side:
+    """``side`` with every knob on which B (the remedy) differs from A set to B's value."""
+    knobs = side.knobs
+    for f in fields(knobs):
+        va, vb = getattr(a.knobs, f.name), getattr(b.knobs, f.name)
+        if va == vb:
+            continue
+        if f.name == "grappler":  # a tuple of (option, value): take only the options B changed
+            changed = dict(vb).items() - dict(va).items()
+            vb = tuple(sorted((dict(knobs.grappler) | dict(changed)).items()))
+        knobs = replace(knobs, **{f.name: vb})
+    return side.with_(knobs=knobs)
+
+
+def recipe_facts(recipe: Recipe, result: dict[str, Any], reference_latency: dict[str, Any] | None) -> dict[str, Any]:
+    """What the recipe's experiment adds to its result: what was applied, what no setting removes,
+    and the combined cost against the base side at the same batch size."""
+    facts: dict[str, Any] = {"applied": list(recipe.applied), "not_removable": list(recipe.not_removable),
+                             "reference_latency_ms": reference_latency, "combined_cost_pct": None}
+    recipe_latency = (result.get("latency_ms") or {}).get("a")
+    if reference_latency and recipe_latency and reference_latency.get("median"):
+        ref, now = reference_latency["median"], recipe_latency["median"]
+        facts["combined_cost_pct"] = round((now - ref) / ref * 100.0, 2)
+    return facts
+
+
+def recipe_text(result: dict[str, Any]) -> str:
+    """The one line that ends "how to prevent it": the combination, what it achieved, its cost."""
+    applied = ", ".join(result.get("applied") or []) or "no setting (every difference was of another kind)"
+    a = (result.get("a") or {}).get("describe", "A")
+    b = (result.get("b") or {}).get("describe", "B")
+    verdict = result.get("verdict")
+    if verdict == "identical":
+        outcome = "bit-identical"
+    else:
+        diff = result.get("max_abs_output_diff")
+        first = result.get("first_divergence") or {}
+        where = f", starting at `{first['node']}` ({first['op']})" if first.get("node") else ""
+        size = f"{diff:.3g}" if isinstance(diff, float) else "an unmeasurable amount"
+        outcome = f"{'within tolerance' if verdict == 'within_tolerance' else 'still different'}: up to {size}{where}"
+    text = f"Verified recipe (measured): {applied}, applied together — {a} vs {b}: {outcome}."
+    left = result.get("not_removable") or []
+    if left:
+        text += f" No setting removes what {', '.join(f'`{n}`' for n in left)} measured."
+    pct, ref = result.get("combined_cost_pct"), result.get("reference_latency_ms") or {}
+    lat = (result.get("latency_ms") or {}).get("a") or {}
+    if pct is not None:
+        text += (f" Together they cost {pct:+.1f}% latency on this machine ({ref.get('median'):.3g} ms without → "
+                 f"{lat.get('median'):.3g} ms with, medians of {lat.get('runs', '?')} runs).")
+    return text

@@ -1,0 +1,121 @@
+"""Fetch-alone replays: run a captured side again, fetching one tensor per ``session.run``.
+
+A capture observes a side by fetching every tensor at once, and observing changes what
+Grappler may do: a fetched tensor is kept as it is, so nothing that produces it is fused, and
+the bfloat16 mixed-precision rewrite converts nothing (every op is "preserved"). Three
+questions of ``tftrace diagnose`` need runs that are *not* observed that way:
+
+* **repeat in the same process** — the same fetches twice in one session: each signature
+  output fetched alone, then all of them again, in one child process;
+* **plain outputs** — when a side's plain run differs from its instrumented run (the capture's
+  observer effect), its outputs as the plain run computes them: each output fetched alone;
+* **localising an unobserved difference** — when two sides agree while observed but not when
+  plain, each tensor fetched alone on both sides: the tensor is then kept as it is, but
+  everything above it is free to be rewritten, so the first tensor that differs sits right
+  below the first rewritten op.
+
+The replays run in the isolation child (:mod:`tracer.captures.isolate_worker`), which feeds
+tensors from a capture and fetches one tensor per run; here the feeds are the signature
+inputs, taken from the reference capture so both sides see the same examples.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..captures.reader import Capture
+from ..errors import TftraceError
+from ..comparison.isolate import run_job
+
+__all__ = ["Replay", "replay_alone", "signature_feeds", "state_changing_ops"]
+
+# Ops that change the model's state (or draw random numbers) each time they run: two runs of a
+# graph holding them differ because of the state, not because a kernel is nondeterministic.
+STATE_OPS = {
+    "Assign", "AssignAdd", "AssignSub", "AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp",
+    "ScatterUpdate", "ScatterAdd", "ScatterSub", "ScatterMul", "ScatterDiv", "ScatterMin", "ScatterMax",
+    "ScatterNdUpdate", "ScatterNdAdd", "ScatterNdSub", "ResourceScatterUpdate", "ResourceScatterAdd",
+    "ResourceScatterSub", "ResourceScatterMul", "ResourceScatterDiv", "ResourceScatterMin", "ResourceScatterMax",
+    "ResourceScatterNdUpdate", "ResourceScatterNdAdd", "ResourceScatterNdSub", "CountUpTo", "ResourceCountUpTo",
+    "QueueEnqueueV2", "QueueDequeueV2", "IteratorGetNext", "StackPushV2", "TensorArrayWriteV3",
+}
+RANDOM_OPS = {
+    "RandomUniform", "RandomUniformInt", "RandomStandardNormal", "TruncatedNormal", "RandomShuffle", "Multinomial",
+    "RandomGamma", "RandomPoisson", "RandomPoissonV2", "ParameterizedTruncatedNormal", "RandomCrop",
+}
+STATEFUL_RANDOM_PREFIXES = ("StatefulUniform", "StatefulStandardNormal", "StatefulTruncatedNormal", "StatefulRandom")
+
+
+@dataclass
+class Replay:
+    """The values of each fetched tensor, per repeat: ``values[repeat][tensor]``."""
+
+    values: list[dict[str, np.ndarray]]
+    rows: int  # examples covered (all runs, or the first run only)
+
+
+def signature_feeds(side: Capture, source: Capture) -> dict[str, str]:
+    """This side's signature input tensors -> the source capture's tensors for the same keys."""
+    ours = side.manifest["graph"]["inputs"]
+    theirs = source.manifest["graph"]["inputs"]
+    missing = sorted(set(ours) - set(theirs))
+    if missing:
+        raise TftraceError(f"cannot feed input(s) {missing} from {source.path}: its signature lacks them",
+                           "diagnose needs both sides to take the same signature inputs")
+    return {tensor: theirs[key] for key, tensor in ours.items()}
+
+
+def replay_alone(
+    side: Capture,
+    source: Capture,
+    fetches: dict[str, str],
+    workdir: str | os.PathLike[str],
+    *,
+    repeats: int = 1,
+    first_run_only: bool = False,
+    console: Any = None,
+    allow_unsafe_ops: bool,
+) -> Replay:
+    """Fetch each tensor alone, ``repeats`` times over, in one child process of ``side``.
+
+    ``fetches`` maps this side's tensor -> the source capture's tensor that stands for it (its
+    layout says whether the value is per example). Inputs are fed from ``source``.
+    ``allow_unsafe_ops`` is the caller's decision; the one ``side``'s manifest records is not trusted.
+    """
+    if repeats < 1 or not fetches:
+        raise ValueError(f"need at least one repeat and one fetch, got {repeats} and {len(fetches)}")
+    runs = [list(r) for r in side.manifest["runs"]]
+    if first_run_only:
+        runs = runs[:1]
+    rows = sum(stop - start for start, stop in runs)
+    feeds = signature_feeds(side, source)
+    names = list(fetches)
+    ops = [{"id": r * len(names) + j, "a_tensor": fetches[name], "fetch": name, "feeds": feeds}
+           for r in range(repeats) for j, name in enumerate(names)]
+    out_dir = Path(workdir).absolute()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    job = {"mode": "isolate", "side": side.manifest["spec"], "feeds_from": str(source.path), "ops": ops,
+           "runs": runs, "count": rows, "out_dir": str(out_dir)}
+    run_job(job, console=console, allow_unsafe_ops=allow_unsafe_ops)
+    values = [{name: np.load(out_dir / f"{r * len(names) + j}.npy") for j, name in enumerate(names)}
+              for r in range(repeats)]
+    return Replay(values, rows)
+
+
+def state_changing_ops(graph: dict[str, Any]) -> dict[str, list[str]]:
+    """``{"state": [...], "random": [...]}``: ops of a manifest's op graph that make two runs of
+    the same feed differ by design."""
+    nodes = graph.get("nodes", [])
+    items = nodes.values() if isinstance(nodes, dict) else nodes
+    found: dict[str, list[str]] = {"state": [], "random": []}
+    for node in items:
+        if node["op"] in STATE_OPS or node["op"].startswith("ResourceApply") or node["op"].startswith("Apply"):
+            found["state"].append(node["name"])
+        elif node["op"] in RANDOM_OPS or node["op"].startswith(STATEFUL_RANDOM_PREFIXES):
+            found["random"].append(node["name"])
+    return found

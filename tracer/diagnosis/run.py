@@ -1,0 +1,452 @@
+"""``tftrace diagnose``: run the experiment matrix and answer why, how to prevent it, what it costs.
+
+Order of work, chosen so that latencies are honest and nothing runs twice:
+
+1. check every input that can be checked without TensorFlow (``--only``, the batching file, the
+   session config file, batch sizes against the number of examples);
+2. capture the base side (the model at the reference batch size, default settings): its
+   fingerprint decides the rest of the plan (is oneDNN on here, does a GPU exist, is the
+   signature batch-major);
+3. capture every other side the plan needs, **one at a time** — each capture times its plain
+   runs, and a second process on the same cores would slow them down;
+4. compare, replay and isolate, two at a time (nothing is timed any more);
+5. turn the results into the answers (:mod:`tracer.answers`), write ``diagnosis.json`` and the
+   report of the most informative experiment with the answers on top.
+
+Experiments, and which side is the remedy, are defined in :mod:`tracer.experiments`;
+fetch-alone replays (same-process repeats, plain outputs, unobserved differences) in
+:mod:`tracer.replays`; each experiment's own comparison is in ``DIR/experiments/<name>/``.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import io
+import json
+import os
+import re
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from rich.console import Console
+
+from .. import __version__
+from .answers import build_answers
+from ..artifacts.loader import ArtifactRef
+from ..captures.launcher import capture as capture_side
+from ..captures.reader import Capture
+from ..comparison.divergence import Tolerance
+from ..errors import TftraceError
+from .experiments import FACTORS, GPU_FACTORS, QUICK_FACTORS, PlanContext, Planned, Run, plan_experiments
+from .gpus import gpu_unavailable_reason
+from .outcomes import evaluate, latency
+from .recipe import Recipe, plan_recipe, recipe_facts
+from ..report.build import jsonable, write_reports
+from ..safewrite import claim, output_directory, write_file
+from ..runspec import InputSpec, Side
+from .serving import BatchingParameters, pad_requests, padding_groups, read_batching_parameters
+
+__all__ = ["DiagnoseOptions", "Diagnosis", "diagnose", "run_diagnosis", "parse_factors"]
+
+SCHEMA_VERSION = 1
+PARALLEL = 2  # comparisons and replays at once; captures always run alone
+SERVING_REQUESTS = 2  # request rows emulated per allowed batch size
+CHEAP_FACTORS = ("repeat", "export", "observation")  # usually identical: no isolation children
+
+
+@dataclass(frozen=True)
+class DiagnoseOptions:
+    model: ArtifactRef
+    out_dir: Path
+    savedmodel: ArtifactRef | None = None
+    batch_sizes: tuple[int, ...] = (1, 8)
+    device: str = "cpu"
+    inputs_file: str | None = None
+    examples: int | None = None  # default: the largest batch size (at least 2)
+    seed: int = 0
+    quick: bool = False
+    only: tuple[str, ...] = ()
+    serving_batching: str | None = None
+    serving_session_config: str | None = None
+    tolerance: Tolerance = field(default_factory=Tolerance)
+    timing_runs: int | None = None  # default 5 with --quick, 10 without
+    allow_unsafe_ops: bool = False  # see tracer.safety: refused by default, on every side
+    force: bool = False
+    command: str = ""
+
+
+@dataclass
+class Diagnosis:
+    """What ``diagnose`` found; ``bool(diagnosis)`` is True when no experiment diverged."""
+
+    doc: dict[str, Any]  # diagnosis.json
+    out_dir: Path
+    report_experiment: str | None = None  # the experiment whose report is DIR/report.html
+
+    @property
+    def experiments(self) -> list[dict[str, Any]]:
+        return self.doc["experiments"]
+
+    @property
+    def answers(self) -> dict[str, Any]:
+        return self.doc["answers"]
+
+    @property
+    def diverged(self) -> list[str]:
+        return [e["name"] for e in self.experiments if e["verdict"] == "diverged"]
+
+    def __bool__(self) -> bool:
+        return not self.diverged
+
+
+def parse_factors(text: str | None) -> tuple[str, ...]:
+    """``--only batch,onednn`` -> the factors in matrix order; unknown names are refused."""
+    names = tuple(dict.fromkeys(p.strip() for p in (text or "").split(",") if p.strip()))
+    unknown = [n for n in names if n not in FACTORS]
+    if unknown:
+        raise TftraceError(f"--only: unknown factor(s) {', '.join(unknown)}",
+                           f"choose from {', '.join(FACTORS)}")
+    return tuple(f for f in FACTORS if f in names)
+
+
+def diagnose(
+    model: str | ArtifactRef,
+    out_dir: str | os.PathLike[str],
+    *,
+    savedmodel: str | ArtifactRef | None = None,
+    batch_sizes: tuple[int, ...] = (1, 8),
+    device: str = "cpu",
+    inputs_file: str | None = None,
+    examples: int | None = None,
+    seed: int = 0,
+    quick: bool = False,
+    only: tuple[str, ...] | str = (),
+    serving_batching: str | None = None,
+    serving_session_config: str | None = None,
+    atol: float = 1e-6,
+    rtol: float = 1e-5,
+    timing_runs: int | None = None,
+    allow_unsafe_ops: bool = False,
+    force: bool = False,
+    console: Console | None = None,
+) -> Diagnosis:
+    """Run the experiment matrix on ``model`` (and ``savedmodel``); see the module docstring.
+
+    ``model``/``savedmodel`` are paths or :class:`ArtifactRef` (for another tag or signature);
+    ``only`` names factors of :data:`tracer.experiments.FACTORS`. Progress goes to ``console``
+    (stderr by default); the result is also in ``out_dir/diagnosis.json``.
+    """
+    ref = model if isinstance(model, ArtifactRef) else ArtifactRef(str(model))
+    sm = savedmodel if isinstance(savedmodel, ArtifactRef) or savedmodel is None else ArtifactRef(str(savedmodel))
+    options = DiagnoseOptions(
+        model=ref, out_dir=Path(out_dir), savedmodel=sm, batch_sizes=tuple(batch_sizes), device=device,
+        inputs_file=inputs_file, examples=examples, seed=seed, quick=quick,
+        only=parse_factors(only) if isinstance(only, str) else parse_factors(",".join(only)),
+        serving_batching=serving_batching, serving_session_config=serving_session_config,
+        tolerance=Tolerance(atol, rtol), timing_runs=timing_runs, allow_unsafe_ops=allow_unsafe_ops, force=force,
+    )
+    return run_diagnosis(options, console)
+
+
+class _Progress:
+    """One line per step on the (stderr) console: which capture or experiment runs now."""
+
+    def __init__(self, console: Console, total: int) -> None:
+        self.console, self.total, self.done, self.started = console, total, 0, time.monotonic()
+
+    def step(self, text: str) -> None:
+        self.done += 1
+        count = f"{self.done}/{self.total}" if self.total else str(self.done)
+        elapsed = time.monotonic() - self.started
+        self.console.print(f"[{count}] {text}  ({elapsed:.0f} s)", highlight=False, markup=False)
+
+    def start(self, text: str) -> None:
+        """An experiment starts (two run at once, so their results come back in any order)."""
+        self.console.print(f"  -> {text}", highlight=False, markup=False)
+
+
+class _Captures:
+    """Each distinct run captured once, in ``DIR/captures/NN_<what>``."""
+
+    def __init__(self, root: Path, quiet: Console) -> None:
+        self.root, self.quiet = root, quiet
+        self.done: dict[str, Capture] = {}
+
+    def has(self, run: Run) -> bool:
+        return run.key() in self.done
+
+    def get(self, run: Run) -> Capture:
+        key = run.key()
+        if key not in self.done:
+            slug = re.sub(r"[^A-Za-z0-9]+", "_", run.describe).strip("_")[:60] or "side"
+            path = self.root / f"{len(self.done):02d}_{slug}"
+            self.done[key] = capture_side(run.side, path, force=True, console=self.quiet)
+        return self.done[key]
+
+
+def run_diagnosis(options: DiagnoseOptions, console: Console | None = None) -> Diagnosis:
+    """The five steps of the module docstring; raises TftraceError for the user's mistakes.
+
+    ``--out`` is locked for the run and ``--force`` replaces only what tftrace recorded
+    writing there (:mod:`tracer.safewrite`)."""
+    out = options.out_dir.absolute()
+    started = time.monotonic()
+    batching = _check_inputs(options)  # a mistake in the options is reported before --out is touched
+    session_config = _read_session_config(options.serving_session_config)
+    with output_directory(out, options.force, "diagnosis"):
+        claim(out, ["captures", "experiments"])
+        return _run_diagnosis(options, out, console, started, batching, session_config)
+
+
+def _run_diagnosis(options: DiagnoseOptions, out: Path, console: Console | None, started: float,
+                   batching: BatchingParameters | None, session_config: tuple[str, str] | None) -> Diagnosis:
+    console = console or Console(stderr=True)
+    quiet = Console(file=io.StringIO())  # the children's own progress bars would fight ours
+    factors = options.only or (QUICK_FACTORS if options.quick else tuple(FACTORS))
+    captures = _Captures(out / "captures", quiet)
+    base_side = _base_side(options)
+    progress = _Progress(console, 0)  # the total is known once the plan is
+    progress.step(f"capturing the base side: {base_side.artifact.path} [{base_side.label()}]")
+    base = captures.get(Run(base_side, f"{base_side.device}, batch {base_side.batch_size}"))
+    _check_example_count(base, options)
+    ctx = _plan_context(options, base, base_side, factors, batching, session_config, out)
+    planned = plan_experiments(ctx)
+    planned += _not_selected(factors, ctx.gpu, "not selected by --only" if options.only else "not part of --quick")
+    runs = _runs_to_capture(planned, captures)
+    progress.total = 1 + len(runs) + sum(p.kind != "skipped" for p in planned)
+    t_captures = time.monotonic()
+    for run, names in runs:
+        progress.step(f"capturing {run.describe} [{run.side.label()}] for {', '.join(names)}")
+        captures.get(run)
+    t_experiments = time.monotonic()
+    results = _evaluate_all(planned, captures, options, out, quiet, progress)
+    recipe = plan_recipe(planned, results, ctx)
+    if recipe is not None:
+        results.append(_run_recipe(recipe, captures, options, out, quiet, progress))
+    answers = build_answers(results, options.tolerance.to_json())
+    doc = _document(options, base, results, answers, {
+        "total_s": round(time.monotonic() - started, 2), "base_s": round(t_captures - started, 2),
+        "captures_s": round(t_experiments - t_captures, 2), "experiments_s": round(time.monotonic() - t_experiments, 2),
+    })
+    shown = _write_report(doc, results, out)
+    doc["report_experiment"] = shown
+    doc["timings"]["total_s"] = round(time.monotonic() - started, 2)
+    write_file(out / "diagnosis.json", json.dumps(jsonable(doc), indent=1, allow_nan=False))
+    return Diagnosis(doc, out, shown)
+
+
+# ---- inputs ----------------------------------------------------------------------------------
+
+
+def _check_inputs(options: DiagnoseOptions) -> BatchingParameters | None:
+    sizes = options.batch_sizes
+    if not sizes or any(n < 1 for n in sizes):
+        raise TftraceError(f"--batch-sizes {','.join(map(str, sizes))} must be positive integers",
+                           "e.g. --batch-sizes 1,8")
+    if options.examples is not None and options.examples < max(sizes) and not options.inputs_file:
+        raise TftraceError(
+            f"--examples {options.examples} is smaller than batch size {max(sizes)}: that batch would run "
+            f"{options.examples} row(s)", f"use --examples {max(sizes)} or more, or smaller --batch-sizes")
+    if options.timing_runs is not None and options.timing_runs < 5:
+        raise TftraceError(f"{options.timing_runs} timed runs cannot give a median with a spread", "use 5 or more")
+    if options.serving_batching is None:
+        return None
+    params = read_batching_parameters(options.serving_batching)
+    if not params.emulated_sizes():
+        raise TftraceError(f"the batching parameters file {options.serving_batching} allows no batch above 1",
+                           "there is nothing to emulate: allow a batch size above 1")
+    return params
+
+
+def _read_session_config(path: str | None) -> tuple[str, str] | None:
+    if path is None:
+        return None
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return path, fh.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TftraceError(f"cannot read the session config {path}: {exc}", "pass a text ConfigProto file") from exc
+
+
+def _base_side(options: DiagnoseOptions) -> Side:
+    sizes = tuple(sorted(set(options.batch_sizes)))
+    examples = options.examples or max(2, max(sizes))
+    model = options.model
+    if options.savedmodel is not None and model.signature_from is None and model.borrowed is None:
+        model = replace(model, signature_from=options.savedmodel.lender())  # a checkpoint has no signature of its own
+    return Side(
+        artifact=model, device=options.device, batch_size=sizes[0],
+        inputs=InputSpec(inputs_file=options.inputs_file, seed=options.seed, examples=examples),
+        timing_runs=options.timing_runs or (5 if options.quick else 10),
+        allow_unsafe_ops=options.allow_unsafe_ops,
+    )
+
+
+def _check_example_count(base: Capture, options: DiagnoseOptions) -> None:
+    count = int(base.manifest["examples"]["count"])
+    if options.inputs_file and base.manifest["examples"]["batch_major"] and count < max(options.batch_sizes):
+        raise TftraceError(f"{options.inputs_file} holds {count} example(s), fewer than batch size "
+                           f"{max(options.batch_sizes)}", "give more examples, or smaller --batch-sizes")
+
+
+def _plan_context(options: DiagnoseOptions, base: Capture, base_side: Side, factors: tuple[str, ...],
+                  batching: BatchingParameters | None, session_config: tuple[str, str] | None,
+                  out: Path) -> PlanContext:
+    env = base.manifest["environment"]
+    gpu_needed = any(f in GPU_FACTORS for f in factors)
+    ctx = PlanContext(
+        base=base_side, model_kind=base.manifest["artifact"]["kind"], savedmodel=options.savedmodel,
+        batch_sizes=tuple(sorted(set(options.batch_sizes))), factors=factors, quick=options.quick,
+        batch_major=bool(base.manifest["examples"]["batch_major"]), onednn_on=env["onednn"].get("enabled"),
+        xla_on="--tf_xla_auto_jit" in env.get("tf_env", {}).get("TF_XLA_FLAGS", ""),
+        gpu=gpu_unavailable_reason(env, ask_tensorflow=gpu_needed),
+        serving_batching=options.serving_batching, session_config=session_config,
+    )
+    if batching is not None and ctx.batch_major and "serving_batching" in factors:
+        ctx.serving_inputs = _serving_inputs(base, batching, out)
+    return ctx
+
+
+def _serving_inputs(base: Capture, params: BatchingParameters, out: Path) -> dict[int, tuple[str, int]]:
+    """Padded input files: each request row followed by copies of itself (TF Serving's padding)."""
+    inputs = base.manifest["graph"]["inputs"]
+    requests = min(SERVING_REQUESTS, int(base.manifest["examples"]["count"]))
+    arrays = {key: np.asarray(base.tensor(t))[:requests] for key, t in inputs.items()}
+    files: dict[int, tuple[str, int]] = {}
+    for copies, sizes in padding_groups(params.emulated_sizes()):
+        path = out / f"serving_inputs_x{copies}.npz"
+        buffer = io.BytesIO()
+        np.savez(buffer, **pad_requests(arrays, copies))
+        write_file(path, buffer.getvalue())
+        for size in sizes:
+            files[size] = (str(path), requests * copies)
+    return files
+
+
+def _not_selected(factors: tuple[str, ...], gpu_reason: str | None, why: str) -> list[Planned]:
+    """The rest of the matrix, listed as skipped so the table shows what was not tested."""
+    out = []
+    for factor in FACTORS:
+        if factor in factors:
+            continue
+        reason = gpu_reason if factor in GPU_FACTORS and gpu_reason and gpu_reason.startswith("no GPU") else why
+        out.append(Planned(factor, factor, "skipped", skipped=reason))
+    return out
+
+
+def _runs_to_capture(planned: list[Planned], captures: _Captures) -> list[tuple[Run, list[str]]]:
+    """Distinct runs still to capture -> the experiments that need them; session configs first,
+    so a config TensorFlow refuses stops the diagnosis before minutes are spent."""
+    needed: dict[str, tuple[Run, list[str]]] = {}
+    for p in planned:
+        for run in (p.a, p.b):
+            if run is None or p.kind == "skipped" or captures.has(run):
+                continue
+            needed.setdefault(run.key(), (run, []))[1].append(p.name)
+    return sorted(needed.values(), key=lambda item: item[0].side.knobs.session_config_text is None)
+
+
+# ---- experiments -----------------------------------------------------------------------------
+
+
+def _evaluate_all(planned: list[Planned], captures: _Captures, options: DiagnoseOptions, out: Path,
+                  quiet: Console, progress: _Progress) -> list[dict[str, Any]]:
+    def one(p: Planned) -> dict[str, Any]:
+        progress.start(f"{p.name}: {p.a.describe if p.a else ''} vs {p.b.describe if p.b else ''}")
+        cap_a = captures.get(p.a) if p.a else None
+        cap_b = captures.get(p.b) if p.b else None
+        result = evaluate(p, cap_a, cap_b, out / "experiments" / p.name, options.tolerance, quiet, options.command,
+                          quick=options.quick)
+        progress.step(_summary_line(result))
+        return result
+
+    # Longest first (comparisons likely to isolate origins, then replays in a child), so the two
+    # workers finish together.
+    runnable = sorted((p for p in planned if p.kind != "skipped"),
+                      key=lambda p: (p.factor in CHEAP_FACTORS, p.kind == "compare"))
+    pool = ThreadPoolExecutor(max_workers=PARALLEL)
+    try:
+        done = dict(zip((p.name for p in runnable), pool.map(one, runnable)))
+    finally:  # on an error or Ctrl-C, start nothing more (running children finish their job)
+        pool.shutdown(wait=True, cancel_futures=True)
+    return [done[p.name] if p.name in done else evaluate(p, None, None, out, options.tolerance, quiet, "")
+            for p in planned]
+
+
+def _run_recipe(recipe: Recipe, captures: _Captures, options: DiagnoseOptions, out: Path, quiet: Console,
+                progress: _Progress) -> dict[str, Any]:
+    """One more pair: every measured remedy together (tracer.recipe), and its combined cost."""
+    p = recipe.planned
+    progress.total += 3
+    for run in (p.a, p.b, recipe.reference):
+        progress.step(f"capturing {run.describe} [{run.side.label()}] for the verified recipe")
+        captures.get(run)
+    result = evaluate(p, captures.get(p.a), captures.get(p.b), out / "experiments" / p.name, options.tolerance, quiet,
+                      options.command, quick=options.quick)
+    result.update(recipe_facts(recipe, result, latency(captures.get(recipe.reference))))
+    progress.step(_summary_line(result))
+    return result
+
+
+def _summary_line(result: dict[str, Any]) -> str:
+    first = result.get("first_divergence")
+    where = f", first at {first['node']} ({first['op']})" if first else ""
+    diff = result.get("max_abs_output_diff")
+    size = f", max |Δ| {diff:.3g}" if isinstance(diff, float) else ""
+    return f"{result['name']}: {str(result['verdict']).replace('_', ' ')}{size}{where}"
+
+
+# ---- outputs ---------------------------------------------------------------------------------
+
+
+def _document(options: DiagnoseOptions, base: Capture, results: list[dict[str, Any]], answers: dict[str, Any],
+              timings: dict[str, float]) -> dict[str, Any]:
+    env = base.manifest["environment"]
+    public = [{k: v for k, v in r.items() if not k.startswith("_")} for r in results]
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "tool": {"name": "tftrace", "version": __version__},
+        "command": options.command,
+        "created_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "model": options.model.to_json(),
+        "savedmodel": options.savedmodel.to_json() if options.savedmodel else None,
+        "batch_sizes": sorted(set(options.batch_sizes)),
+        "device": options.device,
+        "quick": options.quick,
+        "examples": base.manifest["examples"],
+        "tolerance": options.tolerance.to_json(),
+        "environment": {"tensorflow": env.get("tensorflow"), "cpu": env.get("cpu"), "onednn": env.get("onednn"),
+                        "gpus": env.get("gpus"), "build": env.get("build")},
+        "remedy_side": "b",
+        "cost_formula": "cost_pct = (latency_b - latency_a) / latency_a * 100, per example when the sides run "
+                        "different batch sizes; B is the remedy where the factor has one",
+        "experiments": public,
+        "answers": answers,
+        "timings": timings,
+    }
+
+
+def _write_report(doc: dict[str, Any], results: list[dict[str, Any]], out: Path) -> str | None:
+    """DIR/report.* from the most informative comparison, with the diagnosis on top."""
+    candidates = [r for r in results if r.get("_report")]
+    if not candidates:
+        return None
+
+    def rank(r: dict[str, Any]) -> tuple:
+        first = r.get("first_divergence") or {}
+        diff = r.get("max_abs_output_diff")
+        return (r["verdict"] == "diverged", bool(first), first.get("isolation") == "own_error",
+                float("inf") if diff is None else float(diff))
+
+    chosen = max(candidates, key=rank)
+    report = dict(chosen["_report"])
+    report["answers"] = doc["answers"]
+    report["diagnosis"] = {"experiments": doc["experiments"], "answers": doc["answers"], "shown": chosen["name"],
+                           "command": doc["command"], "environment": doc["environment"]}
+    report["command"] = doc["command"] or report.get("command", "")
+    write_reports(jsonable(report), out)
+    return chosen["name"]

@@ -1,0 +1,367 @@
+"""Stage 3 — classify every difference between two op graphs as a rewrite.
+
+The ops are paired by :mod:`tracer.diff.match`; this module explains what is left. Export
+patterns are recognised first, because one pattern touches many nodes and should be reported
+once, with its members named: ``batchnorm_folded`` (a batch norm gone, its conv's weights
+rescaled), ``cast_inserted`` (an op switched to a narrower dtype with Casts around it), ``fused``
+(a chain replaced by one fused op), ``variable_frozen`` (a variable became a constant of the
+same value, exact). What no pattern explains is reported per node: ``op_changed``,
+``attr_changed``, ``const_changed``, ``rewired``, ``node_added``, ``node_removed``.
+
+Weights are compared by value: constants through the digest stored in the op graph, variables
+through a :data:`ValueSource` (a checkpoint reader statically, the captured tensors in a
+comparison), so a folded or quantised weight is never mistaken for an unchanged one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .match import PLUMBING, VARIABLE_OPS, canonical_tensor, match_graphs
+from ..opgraph import OpGraph, tensor_op, tensor_slot
+
+__all__ = ["Rewrite", "GraphDiff", "diff_graphs", "ValueSource", "REWRITE_KINDS"]
+
+ValueSource = Callable[[str], "np.ndarray | None"]
+REWRITE_KINDS = (
+    "node_added", "node_removed", "op_changed", "attr_changed", "const_changed", "rewired",
+    "variable_frozen", "batchnorm_folded", "cast_inserted", "fused",
+)
+BATCH_NORM_OPS = {"FusedBatchNorm", "FusedBatchNormV2", "FusedBatchNormV3", "BatchNormWithGlobalNormalization"}
+LINEAR_OPS = {"Conv2D", "Conv3D", "DepthwiseConv2dNative", "MatMul", "BatchMatMulV2"}
+PASS_THROUGH = {"Identity", "ReadVariableOp", "Snapshot"}
+TYPE_ATTRS = {"T", "dtype", "SrcT", "DstT", "Tidx", "U"}
+IGNORED_ATTRS = {"value", "shared_name", "container", "_class"}
+WEIGHT_OPS = VARIABLE_OPS | PASS_THROUGH | {"Const", "Placeholder"}
+
+
+@dataclass
+class Rewrite:
+    kind: str
+    a_nodes: list[str]
+    b_nodes: list[str]
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "a_nodes": self.a_nodes, "b_nodes": self.b_nodes, "detail": self.detail}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Rewrite:
+        return cls(d["kind"], list(d["a_nodes"]), list(d["b_nodes"]), dict(d.get("detail", {})))
+
+
+@dataclass
+class GraphDiff:
+    pairs: dict[str, tuple[str, str]]  # a op -> (b op, how it was matched)
+    only_in_a: list[str]
+    only_in_b: list[str]
+    rewrites: list[Rewrite]
+
+    @property
+    def matched(self) -> int:
+        return len(self.pairs)
+
+    def renamed(self) -> dict[str, str]:
+        return {a: b for a, (b, _) in self.pairs.items() if a != b}
+
+    def rewrites_of(self, a_node: str) -> list[Rewrite]:
+        return [r for r in self.rewrites if a_node in r.a_nodes]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "matched": self.matched,
+            "only_in_a": self.only_in_a,
+            "only_in_b": self.only_in_b,
+            "rewrites": [r.to_json() for r in self.rewrites],
+            "renamed": self.renamed(),
+        }
+
+
+def diff_graphs(
+    a: OpGraph,
+    b: OpGraph,
+    values_a: ValueSource | None = None,
+    values_b: ValueSource | None = None,
+    *,
+    b_inlined_by_loader: bool = False,
+    a_inlined_by_loader: bool = False,
+) -> GraphDiff:
+    """Match two op graphs and explain every difference.
+
+    ``*_inlined_by_loader``: tftrace itself inlined that side's TF2 signature function, which
+    adds Identity/NoOp plumbing around the call: not a rewrite of the export.
+    """
+    ctx = _Context(a, b, values_a or _none, values_b or _none, a_inlined_by_loader or b_inlined_by_loader)
+    rewrites = ctx.batchnorm_folds() + ctx.cast_regions() + ctx.fusions() + ctx.per_pair() + ctx.unmatched()
+    order = {name: i for i, name in enumerate(a.topo_order())}
+    rewrites.sort(key=lambda r: (min((order.get(n, 1 << 30) for n in r.a_nodes), default=1 << 30), r.kind))
+    only_a = [n for n in a.topo_order() if n not in ctx.pairs]
+    only_b = [n for n in b.topo_order() if n not in ctx.inverse]
+    return GraphDiff(ctx.pairs, only_a, only_b, rewrites)
+
+
+def _none(_: str) -> None:
+    return None
+
+
+class _Context:
+    """The matching plus the bookkeeping of which nodes a reported rewrite already explains."""
+
+    def __init__(self, a: OpGraph, b: OpGraph, va: ValueSource, vb: ValueSource, inlined_by_loader: bool) -> None:
+        self.a, self.b, self.va, self.vb = a, b, va, vb
+        self.inlined_by_loader = inlined_by_loader
+        self.pairs = match_graphs(a, b)
+        self.inverse = {y: x for x, (y, _) in self.pairs.items()}
+        self.done_a: set[str] = set()
+        self.done_b: set[str] = set()
+        self.cast_nodes: set[str] = set()  # B casts of recognised cast regions
+        self.fed_a, self.fed_b = a.fed_ops(), b.fed_ops()
+
+    # ---- helpers ---------------------------------------------------------------------------
+
+    def partner(self, x: str) -> str | None:
+        return self.pairs[x][0] if x in self.pairs else None
+
+    def source_chain(self, g: OpGraph, tensor: str, through: set[str] | None = None) -> list[str]:
+        """The op producing ``tensor`` and the pass-through ops above it (``w/read`` -> ``w``);
+        ``through`` adds ops to look through (the casts of a recognised cast region)."""
+        chain = []
+        op = tensor_op(tensor)
+        while op in g:
+            chain.append(op)
+            passes = g.op_type(op) in PASS_THROUGH or op in (through or ())
+            if not passes or not g.data_inputs(op):
+                break
+            op = tensor_op(g.data_inputs(op)[0])
+        return chain
+
+    def digest(self, g: OpGraph, op: str, values: ValueSource) -> str | None:
+        node = g.node(op)
+        if node["op"] == "Const":
+            value = node["attrs"].get("value") or {}
+            return value.get("sha1")
+        array = values(op)
+        return None if array is None else hashlib.sha1(np.ascontiguousarray(array).tobytes()).hexdigest()
+
+    def max_change(self, x: str, y: str) -> float | None:
+        va, vb = self.va(x), self.vb(y)
+        if va is None or vb is None or np.shape(va) != np.shape(vb) or np.asarray(va).dtype.kind not in "fiu":
+            return None
+        return float(np.max(np.abs(np.asarray(va, np.float64) - np.asarray(vb, np.float64)), initial=0.0))
+
+    # ---- export patterns -------------------------------------------------------------------
+
+    def batchnorm_folds(self) -> list[Rewrite]:
+        out = []
+        for bn in self.a.topo_order():
+            if self.a.op_type(bn) not in BATCH_NORM_OPS:
+                continue
+            partner = self.partner(bn)
+            if partner is not None and self.b.op_type(partner) in BATCH_NORM_OPS:
+                continue  # still a batch norm in B: not folded
+            inputs = self.a.data_inputs(bn)
+            conv = tensor_op(inputs[0])
+            conv_b = self.partner(conv)
+            if self.a.op_type(conv) not in LINEAR_OPS or conv_b is None:
+                continue
+            a_nodes = [bn, conv] + self.source_chain(self.a, self.a.data_inputs(conv)[1])
+            for param in inputs[1:]:
+                a_nodes += [n for n in self.source_chain(self.a, param) if n not in self.pairs or n == bn]
+            b_nodes = [conv_b] + self.source_chain(self.b, self.b.data_inputs(conv_b)[1])
+            if partner is not None:
+                b_nodes.append(partner)
+                for tensor in self.b.data_inputs(partner)[1:]:
+                    b_nodes += [n for n in self.source_chain(self.b, tensor) if n not in self.inverse]
+            weights_a = self.source_chain(self.a, self.a.data_inputs(conv)[1])[-1]
+            weights_b = self.source_chain(self.b, self.b.data_inputs(conv_b)[1])[-1]
+            detail = {
+                "batch_norm": bn,
+                "conv": conv,
+                "epsilon": self.a.node(bn)["attrs"].get("epsilon"),
+                "replaced_by": self.b.op_type(partner) if partner else None,
+                "weights_max_abs_change": self.max_change(weights_a, weights_b),
+            }
+            out.append(Rewrite("batchnorm_folded", _unique(a_nodes), _unique(b_nodes), detail))
+            self.done_a.update(a_nodes)
+            self.done_b.update(b_nodes)
+        return out
+
+    def cast_regions(self) -> list[Rewrite]:
+        regions: dict[str, list[str]] = {}
+        for cast in self.b.topo_order():
+            if self.b.op_type(cast) != "Cast" or cast in self.inverse:
+                continue
+            neighbours = [tensor_op(t) for t in self.b.data_inputs(cast)] + list(self.b.g.successors(cast))
+            core = next((n for n in neighbours if n in self.inverse and _type_attrs_differ(self.a, self.b, self.inverse[n], n)), None)
+            if core is not None:
+                regions.setdefault(core, []).append(cast)
+        out = []
+        for core, casts in regions.items():
+            x = self.inverse[core]
+            detail = {
+                "op": x,
+                "dtype_a": self.a.node(x)["attrs"].get("T"),
+                "dtype_b": self.b.node(core)["attrs"].get("T"),
+                "casts": casts,
+            }
+            out.append(Rewrite("cast_inserted", [x], casts + [core], detail))
+            self.done_a.add(x)
+            self.done_b.update(casts + [core])
+            self.cast_nodes.update(casts)
+        return out
+
+    def fusions(self) -> list[Rewrite]:
+        out = []
+        for y in self.b.topo_order():
+            op = self.b.op_type(y)
+            if not (op.startswith(("_Fused", "_MklFused", "_MklNativeFused")) or op == "FusedConv2DBiasActivation"):
+                continue
+            x = self.inverse.get(y)
+            if x is None:
+                continue
+            chain = self._fused_chain(x)
+            detail = {"fused_op": op, "fused_ops": self.b.node(y)["attrs"].get("fused_ops"), "chain": chain}
+            out.append(Rewrite("fused", chain, [y], detail))
+            self.done_a.update(chain)
+            self.done_b.add(y)
+        return out
+
+    def _fused_chain(self, x: str) -> list[str]:
+        """The A ops one fused B op replaced, in order. Grappler's remapper names the fused op
+        after the *last* op of the chain (so readers keep their inputs), other tools after the
+        first: walk from the matched op up the main data input and down its single reader, over
+        ops left unmatched (weights and plumbing stay outside the chain)."""
+        chain = [x]
+        while self.a.data_inputs(chain[0]):
+            producer = tensor_op(self.a.data_inputs(chain[0])[0])
+            if producer not in self.a or producer in self.pairs or self.a.op_type(producer) in WEIGHT_OPS:
+                break
+            if [n for n in self.a.g.successors(producer) if not self.a.g.edges[producer, n]["control"]] != [chain[0]]:
+                break
+            chain.insert(0, producer)
+        while True:
+            readers = [n for n in self.a.g.successors(chain[-1]) if not self.a.g.edges[chain[-1], n]["control"]]
+            if len(readers) != 1 or readers[0] in self.pairs:
+                break
+            chain.append(readers[0])
+        return chain
+
+    # ---- what no pattern explains ----------------------------------------------------------
+
+    def per_pair(self) -> list[Rewrite]:
+        out: list[Rewrite] = []
+        for x in self.a.topo_order():
+            if x not in self.pairs or x in self.done_a:
+                continue
+            y = self.partner(x)
+            assert y is not None
+            if y in self.done_b:
+                continue
+            out += self._value_rewrites(x, y)
+            na, nb = self.a.node(x), self.b.node(y)
+            if x in self.fed_a and y in self.fed_b:
+                out += _fed_changes(x, y, na, nb)  # fed: only what may be fed matters, not how it was made
+                continue
+            weights = VARIABLE_OPS | {"Const"}
+            if na["op"] != nb["op"]:
+                if not ({na["op"], nb["op"]} <= weights or {na["op"], nb["op"]} <= PLUMBING):  # variable vs constant: values decide
+                    out.append(Rewrite("op_changed", [x], [y], {"a_op": na["op"], "b_op": nb["op"]}))
+                continue
+            plumbing = {na["op"], nb["op"]} <= PLUMBING  # pass-throughs: only where they lead matters
+            changed = {} if plumbing else _attr_changes(na, nb)
+            if changed:
+                out.append(Rewrite("attr_changed", [x], [y], {"attrs": changed}))
+            rewired = self._rewired_inputs(x, y)
+            if rewired:
+                out.append(Rewrite("rewired", [x], [y], {"inputs": rewired}))
+        return out
+
+    def _value_rewrites(self, x: str, y: str) -> list[Rewrite]:
+        op_a, op_b = self.a.op_type(x), self.b.op_type(y)
+        weights = VARIABLE_OPS | {"Const"}
+        if op_a not in weights or op_b not in weights:
+            return []
+        da, db = self.digest(self.a, x, self.va), self.digest(self.b, y, self.vb)
+        if da is not None and db is not None and da != db:
+            return [Rewrite("const_changed", [x], [y], {"max_abs_change": self.max_change(x, y)})]
+        if op_a in VARIABLE_OPS and op_b == "Const":
+            a_nodes = [x] + [n for n in self.a.g.successors(x) if self.a.op_type(n) in PASS_THROUGH and n not in self.pairs]
+            self.done_a.update(a_nodes)
+            exact = da is not None and da == db
+            return [Rewrite("variable_frozen", a_nodes, [y], {"exact": exact, "verified_by_value": da is not None})]
+        return []
+
+    def _rewired_inputs(self, x: str, y: str) -> list[dict[str, Any]]:
+        ins_a, ins_b = self.a.data_inputs(x), self.b.data_inputs(y)
+        changes = []
+        for index in range(max(len(ins_a), len(ins_b))):
+            ta = ins_a[index] if index < len(ins_a) else None
+            tb = ins_b[index] if index < len(ins_b) else None
+            if ta is not None and tb is not None:
+                if tensor_op(ta) not in self.a and tensor_op(tb) not in self.b:
+                    continue  # both pruned away: this op is fed, its inputs never run
+                if self._same_source(ta, tb):
+                    continue
+            changes.append({"index": index, "a": ta, "b": tb})
+        return changes
+
+    def _same_source(self, ta: str, tb: str) -> bool:
+        """Do two input tensors come from paired ops (looking through pass-throughs and casts)?"""
+        ca, cb = canonical_tensor(self.a, ta), canonical_tensor(self.b, tb)
+        if self.partner(tensor_op(ca)) == tensor_op(cb) and tensor_slot(ca) == tensor_slot(cb):
+            return True
+        src_a = self.source_chain(self.a, ta)
+        src_b = self.source_chain(self.b, tb, through=self.cast_nodes)
+        for na in src_a:
+            partner = self.partner(na)
+            if partner is not None:
+                return partner in src_b and (na != src_a[0] or tensor_slot(ta) == tensor_slot(tb))
+        return False
+
+    def unmatched(self) -> list[Rewrite]:
+        out = []
+        for x in self.a.topo_order():
+            if x not in self.pairs and x not in self.done_a and not self._loader_plumbing(self.a, x):
+                out.append(Rewrite("node_removed", [x], [], {"op": self.a.op_type(x)}))
+        for y in self.b.topo_order():
+            if y not in self.inverse and y not in self.done_b and not self._loader_plumbing(self.b, y):
+                out.append(Rewrite("node_added", [], [y], {"op": self.b.op_type(y)}))
+        return out
+
+    def _loader_plumbing(self, g: OpGraph, op: str) -> bool:
+        """Identity nodes that tftrace's own inlining of a TF2 function added (not the export)."""
+        return self.inlined_by_loader and g.op_type(op) in PLUMBING | {"NoOp"}
+
+
+def _fed_changes(x: str, y: str, na: dict[str, Any], nb: dict[str, Any]) -> list[Rewrite]:
+    """A signature input on both sides (a Placeholder in one export, an Identity in another):
+    its value is fed, so only the dtypes and shapes it accepts can differ in a way that matters."""
+    ta = [(o["dtype"], o["shape"]) for o in na["outputs"]]
+    tb = [(o["dtype"], o["shape"]) for o in nb["outputs"]]
+    if ta == tb:
+        return []
+    changed = {"outputs": {"a": [list(t) for t in ta], "b": [list(t) for t in tb]}}
+    return [Rewrite("attr_changed", [x], [y], {"attrs": changed})]
+
+
+def _type_attrs_differ(a: OpGraph, b: OpGraph, x: str, y: str) -> bool:
+    ta, tb = a.node(x)["attrs"], b.node(y)["attrs"]
+    return any(ta.get(k) != tb.get(k) for k in TYPE_ATTRS if k in ta or k in tb)
+
+
+def _attr_changes(na: dict[str, Any], nb: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    keys = (set(na["attrs"]) | set(nb["attrs"])) - IGNORED_ATTRS
+    return {
+        k: {"a": na["attrs"].get(k), "b": nb["attrs"].get(k)}
+        for k in sorted(keys)
+        if na["attrs"].get(k) != nb["attrs"].get(k)
+    }
+
+
+def _unique(names: list[str]) -> list[str]:
+    return list(dict.fromkeys(names))

@@ -1,0 +1,49 @@
+"""The static half of a comparison: load two artifacts and diff their inference subgraphs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from ..artifacts.loader import Artifact, ArtifactRef, Signature, load
+from ..artifacts.graph import build_opgraph, value_source
+from .rewrites import GraphDiff, diff_graphs
+from ..opgraph import OpGraph
+
+__all__ = ["StaticDiff", "diff_artifacts"]
+
+
+@dataclass
+class StaticDiff:
+    a: Artifact
+    b: Artifact
+    graph_a: OpGraph
+    graph_b: OpGraph
+    signature_a: Signature
+    signature_b: Signature
+    diff: GraphDiff
+
+
+def diff_artifacts(a: ArtifactRef | str, b: ArtifactRef | str, *, allow_unsafe_ops: bool = False) -> StaticDiff:
+    """Load both artifacts and classify every rewrite between them (imports TensorFlow).
+
+    TF1 graphs are only parsed; a TF2 SavedModel is loaded to be inlined, which runs its
+    initialisers, so one whose loading reaches outside the computation is refused unless
+    ``allow_unsafe_ops``.
+    """
+    ref_a = ArtifactRef(a) if isinstance(a, str) else a
+    ref_b = ArtifactRef(b) if isinstance(b, str) else b
+    # a side without a signature (a TF1 training checkpoint) borrows the other's
+    ref_a, ref_b = (replace(ref_a, signature_from=ref_a.signature_from or ref_b.lender()),
+                    replace(ref_b, signature_from=ref_b.signature_from or ref_a.lender()))
+    art_a, art_b = load(ref_a, allow_unsafe_ops=allow_unsafe_ops), load(ref_b, allow_unsafe_ops=allow_unsafe_ops)
+    graph_a, sig_a = build_opgraph(art_a)
+    graph_b, sig_b = build_opgraph(art_b)
+    diff = diff_graphs(
+        graph_a,
+        graph_b,
+        value_source(art_a),
+        value_source(art_b),
+        a_inlined_by_loader=art_a.inlined_by_loader,
+        b_inlined_by_loader=art_b.inlined_by_loader,
+    )
+    return StaticDiff(art_a, art_b, graph_a, graph_b, sig_a, sig_b, diff)

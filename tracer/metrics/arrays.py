@@ -1,0 +1,247 @@
+"""How far apart two captured tensors are: one read of each element, bounded memory.
+
+Every pair of captured tensors goes through :func:`compare_arrays`, and a tensor can be hundreds
+of MB (a memory-mapped ``.npy``). So the flattened arrays are walked in blocks of
+``chunk_elems``: peak extra memory is a few block-sized buffers per worker thread (only for
+inputs that must be converted), never the tensor. Float pairs go through a block kernel that
+computes every metric in one read of the block: compiled with numba
+(:mod:`tracer.metrics.kernel`), or, when numba cannot be imported, its numpy definition
+(:mod:`tracer.metrics.block`), which gives the same bits, only slower. How it stays exact:
+
+- sums (the norms behind ``rel_l2``, ``cosine``, ``sqnr_db``, ``mean_abs``) are accumulated in
+  float64, each block in 16 lanes in position order, and the lanes of all blocks are added
+  exactly (``math.fsum``): the total does not depend on which worker took which block;
+- maxima (``max_abs``, ``max_rel``, the excess at each recorded rtol, ``ulp_max``) and the top
+  ``k_worst`` are exact: cheap bounds in the tensor's own precision (8 float32 per instruction)
+  say which few elements could change them, and only those are evaluated in float64;
+- most pairs in a trace are identical, and a bitwise-identical stretch costs one integer pass
+  plus the norm of A.
+
+Conventions, decided once:
+
+- ``identical``: same dtype and the same bits everywhere. ``-0.0`` vs ``0.0`` and two NaNs with
+  different payloads are *not* identical.
+- ``mismatch_count``: positions whose bits differ, except that NaN vs NaN (any payload) counts
+  as equal. So ``-0.0`` vs ``0.0`` is one mismatch with ``|a-b| = 0``, and 1 ULP apart.
+- ULPs: bit patterns are mapped to one monotonic integer line on which ``-0.0`` sits one step
+  below ``+0.0``; the distance is the number of steps. Needs both sides in the same float dtype
+  (float16, bfloat16, float32, float64); otherwise both sides are compared in float64 and
+  ``ulp_max`` is -1.
+- The finite-value metrics (``max_abs`` ... ``sqnr_db``, the size ranking of ``worst``) use the
+  positions where both sides are finite; NaN/Inf are counted in ``nan_*``/``inf_*``, and
+  NaN/Inf mismatches head ``worst`` (in position order).
+- Exact kinds (integers, bool, strings, complex, anything else): ``identical``,
+  ``mismatch_count`` and ``worst`` are measured (integers ranked by ``|a-b|``, the rest by
+  position). Integer pairs also say how far apart they are: ``max_abs`` is the exact largest
+  ``|a-b|`` (no overflow: int64, or Python ints for 64-bit inputs; rounded once to a float)
+  and ``max_rel`` the largest ``|a-b| / max(|a|, |b|)``, so "700 mismatches" never shows next
+  to "max abs 0". Otherwise ``max_abs`` and ``max_rel`` are 0.0; for every exact kind
+  ``mean_abs`` and ``rel_l2`` are 0.0, ``cosine`` 1.0, ``sqnr_db`` +inf and ``ulp_max`` -1
+  (not applicable). Within a tolerance still means ``mismatch_count == 0``: an index or a
+  count is right or wrong.
+- ``histogram``: over the pairs where both sides are finite, the count of ``|a-b| = 0``, then
+  one count per decade of ``|a-b|`` from 1e-12 to 1e3 (clipped at both ends), ``|a-b|`` as the
+  compared precision has it (float32 for float16/bfloat16/float32 pairs, like the ranking of
+  ``worst``); the report's per-node ``diff_histogram`` (:meth:`TensorMetrics.diff_histogram`).
+- JSON has no literal for non-finite floats: :meth:`TensorMetrics.to_json` writes them as the
+  strings ``"inf"``, ``"-inf"``, ``"nan"`` and :meth:`TensorMetrics.from_json` reads them back.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import mmap
+import os
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+
+from .result import TensorMetrics, within_tolerance
+from .scan import _block, _count, _cross, _ExactScan, _flat, _FloatScan, _is_float, _pair_is_float, _Scan
+
+__all__ = [
+    "TensorMetrics",
+    "compare_arrays",
+    "within_tolerance",
+    "summary_stats",
+    "DEFAULT_CHUNK_ELEMS",
+]
+
+# 256 Ki elements (1 MiB of float32) per block: the kernel walks a block in L1-sized pieces, so
+# the block only sets how often Python is entered (a few us per block) and how finely the two
+# workers share a tensor.
+DEFAULT_CHUNK_ELEMS = 1 << 18
+MIN_BLOCK = 1 << 15  # smaller tensors are one block
+
+
+# --------------------------------------------------------------------------- driver
+
+
+def compare_arrays(
+    a: np.ndarray,
+    b: np.ndarray,
+    *,
+    k_worst: int = 5,
+    chunk_elems: int = DEFAULT_CHUNK_ELEMS,
+    rtols: Sequence[float] = (),
+    workers: int | None = None,
+    release: bool = False,
+) -> TensorMetrics:
+    """Compare A (the reference) with B element by element; see the module docstring.
+
+    Shapes must be equal (callers align rows first). Each value in ``rtols`` records the exact
+    answer to ``within(atol, rtol)`` for every ``atol``, for a few extra passes per block.
+    ``workers`` threads (default: up to 2, by the CPUs available) take the next block whenever
+    they are free (a helper that starts late on a busy machine only gets fewer), each with its
+    own buffers and totals; the result does not depend on their number or timing.
+    ``release``: the caller reads these inputs once (``tftrace compare``), so the pages of a
+    read-only memory-mapped input are given back block by block once scanned: the process holds
+    a few blocks of it, not the tensor (the page cache keeps the file; a later read maps it again).
+    """
+    a, b = np.asarray(a), np.asarray(b)  # a memmap stays mapped; only its subclass is dropped
+    if a.shape != b.shape:
+        raise ValueError(f"cannot compare different shapes: A {a.shape} vs B {b.shape}")
+    if chunk_elems < 1 or k_worst < 0:
+        raise ValueError(f"need chunk_elems >= 1 and k_worst >= 0, got {chunk_elems}, {k_worst}")
+    block = _block_size(a.size, chunk_elems)
+    starts = range(0, a.size, block)
+    workers = max(1, min(_cores() if workers is None else workers, len(starts)))
+    floats, rtols = _pair_is_float(a.dtype, b.dtype), tuple(dict.fromkeys(rtols))
+
+    def scan() -> _Scan:
+        if floats:
+            return _FloatScan(a.dtype, b.dtype, k_worst, rtols, block, lambda: _cross(a, b, block))
+        return _ExactScan(a.dtype, b.dtype, k_worst)
+
+    scans = [scan() for _ in range(workers)]
+    fa, fb = _flat(a), _flat(b)
+    take = _Blocks(starts)
+    mapped = [m for m in (_Mapped.of(a), _Mapped.of(b)) if m is not None] if release else []
+
+    def run(j: int) -> None:  # worker j takes the next block whenever it is free: increasing order
+        with np.errstate(all="ignore"):  # overflow and 0/0 are expected, and handled explicitly
+            for s in take:
+                scans[j].feed(s, _block(a, fa, s, s + block), _block(b, fb, s, s + block))
+                for m in mapped:
+                    m.release(s, s + block)
+
+    helpers = [_pool().submit(run, j) for j in range(1, workers)]
+    run(0)  # the calling thread is worker 0: it does not wait for a helper that starts late
+    for done in helpers:
+        done.result()  # re-raises a worker's exception here
+    for other in scans[1:]:
+        scans[0].merge(other)
+    with np.errstate(all="ignore"):
+        return scans[0].result(a.shape, a.dtype == b.dtype)
+
+
+def _block_size(n: int, chunk_elems: int) -> int:
+    """``chunk_elems``, or less for a tensor of a few blocks: an eighth of it (a multiple of
+    ``MIN_BLOCK``), so two workers share it evenly. Depends on nothing else (not on the workers):
+    the sums are per block, and the result must not change with the number of workers."""
+    share = -(-n // 8 // MIN_BLOCK) * MIN_BLOCK
+    return max(1, min(chunk_elems, max(share, MIN_BLOCK), n))
+
+
+class _Blocks:
+    """The block starts, handed out one at a time to whichever worker asks (thread-safe)."""
+
+    def __init__(self, starts: range) -> None:
+        self._starts, self._lock = iter(starts), threading.Lock()
+
+    def __iter__(self) -> _Blocks:
+        return self
+
+    def __next__(self) -> int:
+        with self._lock:
+            return next(self._starts)
+
+
+class _Mapped:
+    """A C-contiguous array over a read-only file mapping (``np.memmap`` mode "r"), whose pages
+    can be dropped from this process (``MADV_DONTNEED``: nothing is lost, a read refaults)."""
+
+    def __init__(self, arr: np.ndarray, root: np.memmap) -> None:
+        self.mm = root.base
+        self.start = root.ctypes.data - root.offset % mmap.ALLOCATIONGRANULARITY  # the mapping's
+        self.data, self.itemsize = arr.ctypes.data, arr.itemsize
+
+    @classmethod
+    def of(cls, arr: np.ndarray) -> _Mapped | None:
+        root = arr
+        while root is not None and not (isinstance(root, np.memmap) and isinstance(root.base, mmap.mmap)):
+            root = root.base if isinstance(root.base, np.ndarray) else None
+        if root is None or root.mode != "r" or not arr.flags.c_contiguous or not hasattr(mmap, "MADV_DONTNEED"):
+            return None
+        return cls(arr, root)
+
+    def release(self, i: int, j: int) -> None:
+        """Drop the whole pages holding elements ``[i, j)``."""
+        page = mmap.PAGESIZE
+        lo = (self.data + i * self.itemsize - self.start) // page * page
+        hi = min(-(-(self.data + j * self.itemsize - self.start) // page) * page, len(self.mm))
+        if hi > lo:
+            self.mm.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
+
+
+@functools.cache
+def _cores() -> int:
+    """Worker threads: the kernel releases the GIL, so a second core takes half the blocks."""
+    try:
+        return min(2, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return min(2, os.cpu_count() or 1)
+
+
+_POOL: list[ThreadPoolExecutor] = []  # made on first use, not at import; kept for the process
+_POOL_LOCK = threading.Lock()
+
+
+def _pool() -> ThreadPoolExecutor:
+    with _POOL_LOCK:
+        if not _POOL:
+            _POOL.append(ThreadPoolExecutor(3, thread_name_prefix="tftrace-metrics"))
+        return _POOL[0]
+
+
+# --------------------------------------------------------------------------- summaries
+
+
+def summary_stats(a: np.ndarray, chunk_elems: int = DEFAULT_CHUNK_ELEMS) -> dict[str, Any]:
+    """``{"min", "max", "mean", "nan", "inf"}`` over the finite values, read in chunks.
+
+    Integers and bool work too (min/max as ints); complex values are summarised by magnitude;
+    strings and other non-numbers give ``{}``. min/max/mean are None when nothing is finite.
+    """
+    a = np.asarray(a)
+    dt = a.dtype
+    floaty = _is_float(dt) or dt.kind == "c"
+    if not (floaty or dt.kind in "biu"):
+        return {}
+    flat = _flat(a)
+    lo: Any = None
+    hi: Any = None
+    total, count, nan, inf = 0.0, 0, 0, 0
+    for s in range(0, a.size, chunk_elems):
+        c = _block(a, flat, s, s + chunk_elems)
+        if floaty:
+            c = c if dt.kind in "fc" else c.astype(np.float32 if dt.itemsize <= 2 else np.float64)
+            bad_nan, bad_inf = _count(np.isnan(c)), _count(np.isinf(c))
+            nan, inf = nan + bad_nan, inf + bad_inf
+            c = np.abs(c) if dt.kind == "c" else c  # |z| may overflow: filtered just below
+            c = c[np.isfinite(c)] if bad_nan or bad_inf or dt.kind == "c" else c
+        elif dt.kind == "b":
+            c = c.view(np.uint8)
+        if c.size:
+            conv: Callable[[Any], Any] = float if floaty else int
+            cmin, cmax = conv(c.min()), conv(c.max())
+            lo, hi = (cmin, cmax) if lo is None else (min(lo, cmin), max(hi, cmax))
+            total += float(np.add.reduce(c, dtype=np.float64))
+            count += int(c.size)
+    mean = total / count if count else None
+    mean = mean if mean is None or math.isfinite(mean) else None
+    return {"min": lo, "max": hi, "mean": mean, "nan": nan, "inf": inf}
