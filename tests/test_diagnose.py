@@ -20,7 +20,8 @@ from tracer.artifacts.loader import ArtifactRef
 from tracer.errors import TftraceError
 from tracer.diagnosis.experiments import FACTORS, GPU_FACTORS, QUICK_FACTORS, PlanContext, plan_experiments
 from tracer.runspec import InputSpec, Side
-from tracer.diagnosis.serving import pad_requests, padding_groups, parse_batching_parameters, round_up_to_allowed
+from tracer.diagnosis.serving import (batching_parameters_class, pad_requests, padding_groups, parse_batching_parameters,
+                                      round_up_to_allowed)
 
 REPEATED_STYLE = """# TF Serving --batching_parameters_file
 max_batch_size { value: 8 }
@@ -30,7 +31,7 @@ allowed_batch_sizes: 2
 allowed_batch_sizes: 8
 pad_variable_length_inputs: true
 """
-LIST_STYLE = "max_batch_size: 8; allowed_batch_sizes: [2, 8], num_batch_threads { value: 4 }"
+LIST_STYLE = "max_batch_size < value: 8 >; allowed_batch_sizes: [2, 8], num_batch_threads: { value: 4 }"
 FULL_ONLY = ("repeat,batch,export,onednn,mixed_precision,serving_batching,"
              "device,autotune,determinism,tf32,layout_optimizer,atomics")
 
@@ -50,23 +51,51 @@ def test_batching_file_in_both_repeated_field_styles():
 
 
 @pytest.mark.parametrize(
-    ("text", "fragment"),
+    ("text", "fragment", "fix"),
     [
-        ("max_batch_size { value: 8 ", "unclosed '{' (no matching '}') at line 1, column 16"),
-        ("allowed_batch_sizes: [2, 8", "expected ',', found the end of the file"),
-        ("max_batch_size 8", "expected ':' or '{' after 'max_batch_size'"),
-        ("allowed_batch_sizes: 8, 2\nmax_batch_size: 8", "expected a field name, found '2' at line 1"),
-        ("max_batch_size: 8\nallowed_batch_sizes: [2, 4]",
-         "last allowed_batch_sizes entry (4) must equal max_batch_size (8)"),
-        ("max_batch_size: 8\nallowed_batch_sizes: [8, 2]", "must increase strictly"),
-        ("max_batch_size { value: 8 value: 9 }", "must hold exactly one `value: ...`"),
+        ("max_batch_size { value: 8 ", 'at line 1, column 25: does not parse: Expected "}"', "protobuf text format"),
+        ("allowed_batch_sizes: [2, 8", 'at line 1, column 27: does not parse', 'Expected ","'),
+        ("max_batch_size: 8\nallowed_batch_sizes: 8", 'at line 1, column 17: does not parse',
+         "`max_batch_size { value: ... }`: max_batch_size is a google.protobuf.Int64Value message"),
+        ("allowed_batch_sizes: 8, 2\nmax_batch_size { value: 8 }",
+         'line 1, column 25: does not parse: Message type "tensorflow.serving.BatchingParameters" has no field named "2"',
+         "allowed_batch_sizes: [2, 8]"),
+        ("# batching\nallowed_batch_size: 8", 'line 2, column 1: does not parse: Message type '
+         '"tensorflow.serving.BatchingParameters" has no field named "allowed_batch_size"',
+         "its fields: max_batch_size, batch_timeout_micros"),
+        ("max_batch_size { value: 8 }\nallowed_batch_sizes: [2, 4]",
+         "last allowed_batch_sizes entry (4) must equal max_batch_size (8)", "TF Serving refuses it the same way"),
+        ("max_batch_size { value: 8 }\nallowed_batch_sizes: [8, 2]", "must increase strictly", "TF Serving refuses it the same way"),
+        ("max_batch_size { value: 8 value: 9 }", 'should not have multiple "value" fields', "protobuf text format"),
+        ("max_batch_size { value: 8 }\nallowed_batch_sizes: [0, 8]",
+         "at line 2: allowed_batch_sizes entry 0 is not a positive integer", "protobuf text format"),
+        ("pad_variable_length_inputs: yes", "line 1, column 29", 'Expected "true" or "false"'),
     ],
 )
-def test_batching_files_the_server_would_refuse_are_refused(text, fragment):
+def test_batching_files_the_server_would_refuse_are_refused(text, fragment, fix):
     with pytest.raises(TftraceError) as info:
         parse_batching_parameters(text, "b.txt")
     assert fragment in str(info.value), str(info.value)
+    assert fix in str(info.value), str(info.value)
     assert "b.txt" in str(info.value)
+
+
+def test_batching_file_is_read_with_tf_servings_message_type():
+    """The message type holds every BatchingParameters field of TF Serving's proto, with its
+    number and type, so fields the emulation does not use are read too (and kept)."""
+    cls = batching_parameters_class()
+    fields = {f.name: (f.number, f.message_type.full_name if f.message_type else f.type)
+              for f in cls.DESCRIPTOR.fields}
+    assert cls.DESCRIPTOR.full_name == "tensorflow.serving.BatchingParameters"
+    assert fields["max_batch_size"] == (1, "google.protobuf.Int64Value")
+    assert fields["allowed_batch_sizes"][0] == 6 and cls.DESCRIPTOR.fields_by_name["allowed_batch_sizes"].is_repeated
+    assert fields["enable_large_batch_splitting"] == (8, "google.protobuf.BoolValue")
+    params = parse_batching_parameters("max_batch_size { value: 8 }\nenable_large_batch_splitting { value: true }\n"
+                                       "max_execution_batch_size { value: 4 }\nallowed_batch_sizes: [2, 4]\n"
+                                       'thread_pool_name { value: "batch" }', "b.txt")
+    assert params.allowed_batch_sizes == (2, 4) and params.emulated_sizes() == (2, 4)
+    assert params.other == {"thread_pool_name": "batch", "enable_large_batch_splitting": True,
+                            "max_execution_batch_size": 4}
 
 
 def test_padding_repeats_each_request_row_as_the_server_pads():
@@ -144,7 +173,9 @@ def test_unparsable_batching_file_is_refused_before_anything_runs(tmp_path):
     bad = tmp_path / "batching.txt"
     bad.write_text("max_batch_size { value: 8\nallowed_batch_sizes: 2\n")
     proc = run_cli("diagnose", "any_model", "--serving-batching", str(bad), "--out", str(tmp_path / "d"))
-    assert_user_error(proc, "does not parse: unclosed '{'", "line 1, column 16", "protobuf text format")
+    # the brace left open: protobuf reads the next line inside the wrapper message, as TF Serving would
+    assert_user_error(proc, 'at line 2, column 1: does not parse: Message type "google.protobuf.Int64Value" has no '
+                      'field named "allowed_batch_sizes"', "protobuf text format")
     assert not (tmp_path / "d").exists()
 
 

@@ -1,6 +1,7 @@
 """TF Serving's batching, without TF Serving: its parameters file, and how it pads a request.
 
-``--batching_parameters_file`` is a text-format ``BatchingParameters`` proto::
+``--batching_parameters_file`` is a text-format ``tensorflow.serving.BatchingParameters``
+message::
 
     max_batch_size { value: 8 }
     batch_timeout_micros { value: 0 }
@@ -9,11 +10,22 @@
     allowed_batch_sizes: 8          # or: allowed_batch_sizes: [2, 8]
     pad_variable_length_inputs: true
 
-It is read here by a small text-proto reader (no TensorFlow or protobuf schema needed), which
-accepts what protobuf's text format accepts for these fields: comments, optional ``:`` before
-``{``, ``,``/``;`` separators, repeated fields written one per line or as a ``[..]`` list, and
-scalars with or without the ``{ value: N }`` wrapper. Anything else is refused with the line
-and column, because a file the server would refuse must not be emulated as if it worked.
+It is parsed by protobuf's own ``text_format`` into TF Serving's own message type, so a file is
+accepted exactly when the server's ``TextFormat`` parser accepts it (a wrapper field written
+``max_batch_size: 8``, a misspelt field, an unclosed brace are refused with the line and column,
+because a file the server would refuse must not be emulated as if it worked).
+
+Where the message type comes from: the ``tensorflow-serving-api`` wheel (2.21.0 on PyPI) ships
+the ``apis`` and ``config`` protos but not ``session_bundle_config_pb2``, and it depends on the
+``tensorflow`` distribution (it would install beside ``tensorflow-cpu``); TF's own protos would
+import TensorFlow into a process that must not need it. So :func:`batching_parameters_class`
+builds the descriptor here, field for field (names, numbers, types) from ``message
+BatchingParameters`` in ``tensorflow_serving/servables/tensorflow/session_bundle_config.proto``
+of the tensorflow/serving repository, as it stands since TF Serving 2.3 (read in the copy of
+the fork marevol/serving at commit 98e4bc4477ab16c54fdc62fe50cbce45c86f73b8: fields 1-9; the
+two upstream copies the search index holds, 75d29e28 and 03f8b6b5, are older releases with fields
+1-6 and 1-7). It lives in a private descriptor pool, so a real ``session_bundle_config_pb2``
+imported later does not clash.
 
 How the server pads (tensorflow_serving/batching/batching_session.cc, ``MergeInputTensors``):
 the merged batch is rounded up to the smallest allowed batch size that holds it, and the
@@ -24,8 +36,8 @@ row — which is what :func:`pad_requests` builds, one request of one row at a t
 
 from __future__ import annotations
 
+import functools
 import math
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,16 +45,49 @@ import numpy as np
 
 from ..errors import TftraceError
 
-__all__ = ["BatchingParameters", "parse_batching_parameters", "read_batching_parameters", "pad_requests",
-           "padding_groups", "round_up_to_allowed"]
+__all__ = ["BatchingParameters", "BATCHING_FIELDS", "batching_parameters_class", "parse_batching_parameters",
+           "read_batching_parameters", "pad_requests", "padding_groups", "round_up_to_allowed"]
 
-INT_FIELDS = ("max_batch_size", "batch_timeout_micros", "max_enqueued_batches", "num_batch_threads",
-              "max_execution_batch_size")
-KNOWN_FIELDS = (*INT_FIELDS, "allowed_batch_sizes", "pad_variable_length_inputs", "thread_pool_name",
-                "enable_large_batch_splitting")
-_TOKEN = re.compile(r"""\s+|\#[^\n]*|(?P<str>"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*')|(?P<word>[A-Za-z_][\w.]*)"""
-                    r"""|(?P<num>[-+]?(?:0[xX][0-9a-fA-F]+|\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?))"""
-                    r"""|(?P<punct>[{}\[\]:,;<>])""")
+PROTO_FILE = "tensorflow_serving/servables/tensorflow/session_bundle_config.proto"
+MESSAGE = "tensorflow.serving.BatchingParameters"
+# message BatchingParameters of PROTO_FILE: (name, number, type); "int64[]" is `repeated int64`,
+# a dotted type is a message (the google.protobuf wrappers).
+BATCHING_FIELDS: tuple[tuple[str, int, str], ...] = (
+    ("max_batch_size", 1, "google.protobuf.Int64Value"),
+    ("batch_timeout_micros", 2, "google.protobuf.Int64Value"),
+    ("max_enqueued_batches", 3, "google.protobuf.Int64Value"),
+    ("num_batch_threads", 4, "google.protobuf.Int64Value"),
+    ("thread_pool_name", 5, "google.protobuf.StringValue"),
+    ("allowed_batch_sizes", 6, "int64[]"),
+    ("pad_variable_length_inputs", 7, "bool"),
+    ("enable_large_batch_splitting", 8, "google.protobuf.BoolValue"),
+    ("max_execution_batch_size", 9, "google.protobuf.Int64Value"),
+)
+EXAMPLE = ("e.g. `max_batch_size { value: 8 }` (the wrapped fields take `{ value: N }`), `allowed_batch_sizes: 2` "
+           "(one line per size, or `allowed_batch_sizes: [2, 8]`), `pad_variable_length_inputs: true`")
+
+
+@functools.cache
+def batching_parameters_class() -> type:
+    """TF Serving's ``BatchingParameters`` message class, built from :data:`BATCHING_FIELDS`."""
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, wrappers_pb2  # noqa: PLC0415
+
+    kinds = descriptor_pb2.FieldDescriptorProto
+    pool = descriptor_pool.DescriptorPool()
+    pool.AddSerializedFile(wrappers_pb2.DESCRIPTOR.serialized_pb)
+    proto = descriptor_pb2.FileDescriptorProto(name=PROTO_FILE, package=MESSAGE.rsplit(".", 1)[0], syntax="proto3",
+                                               dependency=[wrappers_pb2.DESCRIPTOR.name])
+    message = proto.message_type.add(name=MESSAGE.rsplit(".", 1)[1])
+    for name, number, kind in BATCHING_FIELDS:
+        entry = message.field.add(name=name, number=number, json_name=name, label=kinds.LABEL_OPTIONAL)
+        if kind == "int64[]":
+            entry.type, entry.label = kinds.TYPE_INT64, kinds.LABEL_REPEATED
+        elif kind == "bool":
+            entry.type = kinds.TYPE_BOOL
+        else:
+            entry.type, entry.type_name = kinds.TYPE_MESSAGE, f".{kind}"
+    pool.Add(proto)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName(MESSAGE))
 
 
 @dataclass(frozen=True)
@@ -70,133 +115,55 @@ class BatchingParameters:
                 "pad_variable_length_inputs": self.pad_variable_length_inputs, "other": dict(self.other)}
 
 
-class _Reader:
-    """Tokens of a text proto, with positions for the error messages."""
+def _refuse(path: str, what: str, line: int | None, column: int | None = None, text: str = "") -> TftraceError:
+    """A refused file: the line (and column), what is wrong, and how to write it instead."""
+    where = "" if line is None else f" at line {line}" + ("" if column is None else f", column {column}")
+    source = text.splitlines()[line - 1] if text and line and line <= len(text.splitlines()) else ""
+    wrapped = [name for name, _, kind in BATCHING_FIELDS if "." in kind and name in source.split("#", 1)[0]]
+    if wrapped and 'Expected "{"' in what:  # the commonest slip: `max_batch_size: 8` for a wrapper field
+        kind = dict((n, k) for n, _, k in BATCHING_FIELDS)[wrapped[0]]
+        fix = f"write `{wrapped[0]} {{ value: ... }}`: {wrapped[0]} is a {kind} message"
+    else:
+        fix = (f"write TF Serving's BatchingParameters in protobuf text format, {EXAMPLE}; its fields: "
+               + ", ".join(name for name, _, _ in BATCHING_FIELDS))
+    return TftraceError(f"the batching parameters file {path}{where}: {what}", fix)
 
-    def __init__(self, text: str, path: str) -> None:
-        self.path = path
-        self.tokens: list[tuple[str, str, int]] = []  # (kind, text, offset)
-        self.text = text
-        pos = 0
-        while pos < len(text):
-            match = _TOKEN.match(text, pos)
-            if match is None:
-                raise self.error(f"unexpected character {text[pos]!r}", pos)
-            if match.lastgroup:
-                self.tokens.append((match.lastgroup, match.group(), pos))
-            pos = match.end()
-        self.i = 0
 
-    def error(self, what: str, offset: int | None = None) -> TftraceError:
-        if offset is None:
-            offset = self.tokens[self.i][2] if self.i < len(self.tokens) else len(self.text)
-        line = self.text.count("\n", 0, offset) + 1
-        column = offset - (self.text.rfind("\n", 0, offset) + 1) + 1
-        return TftraceError(
-            f"the batching parameters file {self.path} does not parse: {what} at line {line}, column {column}",
-            "write it in protobuf text format, e.g. `max_batch_size { value: 8 }` and `allowed_batch_sizes: 2` "
-            "(one line per size, or `allowed_batch_sizes: [2, 8]`)",
-        )
-
-    def peek(self) -> tuple[str, str, int] | None:
-        return self.tokens[self.i] if self.i < len(self.tokens) else None
-
-    def take(self, *texts: str) -> bool:
-        token = self.peek()
-        if token is not None and token[0] == "punct" and token[1] in texts:
-            self.i += 1
-            return True
-        return False
-
-    def expect(self, *texts: str) -> None:
-        if not self.take(*texts):
-            token = self.peek()
-            raise self.error(f"expected {' or '.join(repr(t) for t in texts)}, found "
-                             f"{repr(token[1]) if token else 'the end of the file'}")
-
-    def message(self, closing: str | None, opened_at: int = 0) -> list[tuple[str, Any, int]]:
-        """``name: scalar``, ``name: [a, b]`` and ``name { ... }`` entries up to ``closing``."""
-        entries: list[tuple[str, Any, int]] = []
-        while True:
-            token = self.peek()
-            if token is None:
-                if closing is not None:
-                    opening = self.text[opened_at]
-                    raise self.error(f"unclosed {opening!r} (no matching {closing!r})", opened_at)
-                return entries
-            if token[0] == "punct" and token[1] == closing:
-                self.i += 1
-                return entries
-            if token[0] != "word":
-                raise self.error(f"expected a field name, found {token[1]!r}")
-            self.i += 1
-            name, offset = token[1], token[2]
-            colon = self.take(":")
-            if self.take("{", "<"):
-                brace = self.tokens[self.i - 1]
-                entries.append((name, self.message("}" if brace[1] == "{" else ">", brace[2]), offset))
-            elif colon and self.take("["):
-                entries.extend((name, value, offset) for value in self.list_values())
-            elif colon:
-                entries.append((name, self.scalar(), offset))
-            else:
-                raise self.error(f"expected ':' or '{{' after {name!r}")
-            self.take(",", ";")
-
-    def list_values(self) -> list[Any]:
-        values: list[Any] = []
-        if self.take("]"):
-            return values
-        while True:
-            values.append(self.scalar())
-            if self.take("]"):
-                return values
-            self.expect(",")
-
-    def scalar(self) -> Any:
-        token = self.peek()
-        if token is None or token[0] == "punct":
-            raise self.error(f"expected a value, found {repr(token[1]) if token else 'the end of the file'}")
-        self.i += 1
-        kind, text, _ = token
-        if kind == "str":
-            return text[1:-1]
-        if kind == "num":
-            return int(text, 0) if re.fullmatch(r"[-+]?(0[xX][0-9a-fA-F]+|\d+)", text) else float(text)
-        return {"true": True, "True": True, "t": True, "false": False, "False": False, "f": False}.get(text, text)
+def _line_of(text: str, name: str) -> int | None:
+    """The first line that sets ``name`` (protobuf has parsed it, so only its value is wrong)."""
+    return next((i for i, line in enumerate(text.splitlines(), 1) if name in line.split("#", 1)[0]), None)
 
 
 def parse_batching_parameters(text: str, path: str = "<text>") -> BatchingParameters:
     """Parse and check a ``BatchingParameters`` text proto the way TF Serving would accept it."""
-    reader = _Reader(text, path)
+    from google.protobuf import text_format  # noqa: PLC0415
+
+    message = batching_parameters_class()()
+    try:
+        text_format.Parse(text, message)
+    except text_format.ParseError as exc:
+        what = str(exc).split(" : ", 1)[-1] if exc.GetLine() is not None else str(exc)
+        raise _refuse(path, f"does not parse: {what}", exc.GetLine(), exc.GetColumn(), text) from None
     values: dict[str, Any] = {}
-    allowed: list[int] = []
-    for name, value, offset in reader.message(None):
-        if isinstance(value, list):  # a wrapper message: { value: N }
-            inner = [v for n, v, _ in value if n == "value"]
-            if len(inner) != 1 or len(value) != 1:
-                raise reader.error(f"{name} {{ ... }} must hold exactly one `value: ...`", offset)
-            value = inner[0]
-        if name == "allowed_batch_sizes":
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise reader.error(f"allowed_batch_sizes entry {value!r} is not a positive integer", offset)
-            allowed.append(value)
-        elif name in INT_FIELDS:
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise reader.error(f"{name} {value!r} is not a non-negative integer", offset)
-            values[name] = value
-        elif name in ("pad_variable_length_inputs", "enable_large_batch_splitting"):
-            if not isinstance(value, bool):
-                raise reader.error(f"{name} must be true or false, not {value!r}", offset)
-            values[name] = value
-        else:
-            values[name] = value  # thread_pool_name and fields of newer TF Serving releases
+    for name, _, kind in BATCHING_FIELDS:
+        if kind == "int64[]":
+            values[name] = tuple(getattr(message, name))
+            bad = [v for v in values[name] if v < 1]
+            if bad:
+                raise _refuse(path, f"allowed_batch_sizes entry {bad[0]} is not a positive integer",
+                              _line_of(text, name))
+        elif kind == "bool":
+            values[name] = getattr(message, name)
+        elif message.HasField(name):
+            values[name] = getattr(message, name).value
+            if kind == "google.protobuf.Int64Value" and values[name] < 0:
+                raise _refuse(path, f"{name} {values[name]} is not a non-negative integer", _line_of(text, name))
     params = BatchingParameters(
         max_batch_size=values.pop("max_batch_size", None),
-        allowed_batch_sizes=tuple(allowed),
+        allowed_batch_sizes=values.pop("allowed_batch_sizes"),
         batch_timeout_micros=values.pop("batch_timeout_micros", None),
         num_batch_threads=values.pop("num_batch_threads", None),
-        pad_variable_length_inputs=bool(values.pop("pad_variable_length_inputs", False)),
+        pad_variable_length_inputs=values.pop("pad_variable_length_inputs"),
         other=values,
         path=path,
     )
