@@ -169,6 +169,80 @@ def test_the_plan_shares_runs_and_puts_the_remedy_on_side_b():
     assert onednn_on["tf32"].skipped == "no GPU: a CPU-only build"
 
 
+def _runnable_context(**changes):
+    """A context in which every factor can run: a GPU, a batching file, a session config."""
+    return _context(serving_batching="batching.txt", serving_inputs={2: ("padded.npz", 4)},
+                    session_config=("session.pbtxt", "intra_op_parallelism_threads: 1"), **changes)
+
+
+def _diverged(p, diff=1e-3):
+    lat = {"median": 2.0, "min": 1.9, "max": 2.2, "runs": 5, "batch_rows": 1, "per_row_median": 2.0}
+    return {"name": p.name, "factor": p.factor, "verdict": "diverged", "max_abs_output_diff": diff,
+            "first_divergence": None, "a": {"describe": p.a.describe}, "b": {"describe": p.b.describe},
+            "latency_ms": {"a": lat, "b": dict(lat, median=3.0, per_row_median=3.0)},
+            "latency_basis": "per example" if p.per_row else "per run", "cost_pct": 50.0, "remedy": p.remedy,
+            "skipped": None, "settings": None}
+
+
+def test_every_registered_factor_has_its_texts_and_its_answers():
+    from tracer.causes import CAUSES
+    from tracer.diagnosis.plan import Factor
+
+    planned = plan_experiments(_runnable_context())
+    for key, factor in FACTORS.items():
+        assert isinstance(factor, Factor) and factor.key == key
+        assert factor.title and factor.description, key
+        assert factor.cause is None or factor.cause in CAUSES, key
+        assert factor.remedy != "setting" or factor.setting is not None, key  # "still leaves" reads it per side
+        ran = [p for p in planned if p.factor == key and p.kind != "skipped"]
+        assert ran, key
+        for p in ran:  # a remedy to name: the experiment's own setting, the factor's text, or its cause's
+            assert p.remedy or factor.prevent or factor.cause, p.name
+        answers = build_answers([_diverged(p) for p in ran], {"atol": 1e-6, "rtol": 1e-5})
+        assert answers["factors"] == [key]
+        assert answers["why"][0].startswith(f"{factor.title}: ") and answers["prevent"][0].startswith(f"{factor.title}: ")
+        assert answers["factor_descriptions"] == {key: factor.description}
+        costs = [line for line in answers["cost"] if not line.startswith("Timing noise: ")]
+        assert bool(costs) != factor.costless, key  # a cost line exactly when there is something to set
+        if costs:
+            assert costs[0].startswith(f"{factor.title}: ") and "+50.0%" in costs[0], (key, costs)
+
+
+def test_a_factor_declared_only_in_the_registry_appears_in_the_matrix(monkeypatch):
+    """What a newcomer writes to add an experiment: one record. The plan, --only, the skipped rows,
+    the settings read from a capture, the answers and the verified recipe all pick it up."""
+    from tracer.diagnosis import experiments, run
+    from tracer.diagnosis.outcomes import side_settings
+    from tracer.diagnosis.plan import Factor, Planned, Run, with_knobs
+    from tracer.diagnosis.recipe import plan_recipe
+
+    def fp8(ctx):
+        return [Planned("fp8", "fp8", "compare", Run(ctx.base, "fp32"), Run(with_knobs(ctx.base, tf32="off"), "fp8 off"),
+                        remedy="no fp8 anywhere")]
+
+    factor = Factor("fp8", "FP8 matmuls", "fp8 on vs off", fp8, cause="mixed_precision", remedy="setting",
+                    setting=lambda m: m["spec"]["knobs"].get("tf32", "default"))
+    monkeypatch.setitem(experiments.FACTORS, "fp8", factor)
+    ctx = _context(factors=tuple(FACTORS))
+    planned = {p.name: p for p in plan_experiments(ctx)}
+    assert planned["fp8"].kind == "compare" and planned["fp8"].b.side.knobs.tf32 == "off"
+    assert run.parse_factors("batch,fp8") == ("batch", "fp8")
+    assert [p.name for p in run._not_selected(("batch",), None, "not selected by --only") if p.factor == "fp8"] == ["fp8"]
+
+    class Cap:
+        manifest = {"spec": {"knobs": {"tf32": "off"}, "device": "cpu"}, "environment": {}, "batch_size": 1,
+                    "artifact": {"kind": "checkpoint"}}
+
+    assert side_settings(Cap())["fp8"] == "off"
+    answers = build_answers([_diverged(planned["fp8"])], {"atol": 1e-6, "rtol": 1e-5})
+    assert answers["why"][0].startswith("FP8 matmuls: fp32 vs fp8 off changes the outputs by up to 0.001.")
+    assert "Cause: mixed precision computes parts of the model" in answers["why"][0]
+    assert answers["prevent"][0].startswith("FP8 matmuls: no fp8 anywhere.")
+    assert answers["cost"][0].startswith("FP8 matmuls: fp32: 2 ms") and "Choosing fp8 off costs +50.0%" in answers["cost"][0]
+    recipe = plan_recipe(list(planned.values()), [{"name": "fp8", "factor": "fp8", "verdict": "diverged"}], ctx)
+    assert recipe.applied == ("fp8 off",) and recipe.planned.a.side.knobs.tf32 == "off"
+
+
 def test_unparsable_batching_file_is_refused_before_anything_runs(tmp_path):
     bad = tmp_path / "batching.txt"
     bad.write_text("max_batch_size { value: 8\nallowed_batch_sizes: 2\n")

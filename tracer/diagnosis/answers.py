@@ -18,33 +18,16 @@ from .recipe import recipe_text
 
 __all__ = ["build_answers", "FACTOR_TITLES"]
 
-FACTOR_TITLES = {
-    "repeat": "Run-to-run nondeterminism", "batch": "Batch size", "export": "Checkpoint vs SavedModel export",
-    "observation": "Observation", "onednn": "oneDNN", "remapping": "Grappler remapping", "xla": "XLA",
-    "mixed_precision": "bfloat16 mixed precision", "threads": "Intra-op threads",
-    "serving_batching": "TF Serving batching", "serving_session_config": "TF Serving session config",
-    "device": "CPU vs GPU", "autotune": "cuDNN autotuning", "determinism": "Op determinism", "tf32": "TensorFloat-32",
-    "layout_optimizer": "Grappler layout optimizer", "atomics": "GPU atomics",
+FACTOR_TITLES = {key: factor.title for key, factor in FACTORS.items()}  # a view of the registry, for callers
+SHAPE_SETTING = "batch"  # a "shape" remedy holds when both sides ran at one batch size, whatever it is
+DEFAULT_COST = {  # the cost sentence of a factor without its own ``cost_text``: B is a remedy, or just the varied run
+    True: "{title}: {both}. Choosing {b} {pct} on this machine{noise}.",
+    False: "{title}: no setting to pay for; {both} ({signed}){noise}.",
 }
-FACTOR_CAUSE = {
-    "batch": "batch", "export": "export", "observation": "observation", "onednn": "onednn", "remapping": "grappler",
-    "xla": "xla", "mixed_precision": "mixed_precision", "serving_batching": "serving_batching",
-    "serving_session_config": "grappler", "device": "build", "autotune": "autotune", "determinism": "autotune",
-    "tf32": "tf32", "layout_optimizer": "grappler", "atomics": "atomics",
-}
-# Remedies that are a setting: another experiment ran "with the remedy" when both its sides
-# had the remedy side's value of this setting.
-SETTING_REMEDIES = {"onednn", "remapping", "xla", "mixed_precision", "threads", "autotune", "determinism", "tf32",
-                    "layout_optimizer"}
-SHAPE_REMEDIES = {"batch", "serving_batching"}  # any one fixed shape: both sides at the same batch size
-NO_SETTING = {
-    "repeat": "find what differs between the runs: with state-changing ops, reset the state (reload the model) "
-              "before each comparison; otherwise make the kernels deterministic "
-              "(`tf.config.experimental.enable_op_determinism()`) and fix the thread counts",
-    "observation": "capture both sides the same way and judge the final outputs of the plain runs; "
-                   "the instrumented values show where a difference starts, not its exact size",
-    "device": "compare CPU and GPU results with a tolerance; they run different kernels",
-}
+
+
+def _title(factor: str) -> str:
+    return FACTORS[factor].title
 
 
 def _effect(exp: dict[str, Any]) -> float:
@@ -91,7 +74,7 @@ def _discrete_text(exp: dict[str, Any]) -> str:
 def _nondeterminism_explains(factor: str, exp: dict[str, Any], diverged: dict[str, list[dict[str, Any]]]) -> float | None:
     """For the export factor: the fresh-process repeat's effect, when the static diff found no
     rewrite and one side alone already differs from run to run — then the export is not the cause."""
-    if factor != "export" or exp.get("rewrite_count") != 0:
+    if not FACTORS[factor].same_graph_is_nondeterminism or exp.get("rewrite_count") != 0:
         return None
     repeats = [e for e in diverged.get("repeat", []) if e.get("name") == "repeat_fresh_process"
                and not e.get("attribution")]
@@ -104,10 +87,10 @@ def _why(factor: str, exps: list[dict[str, Any]], diverged: dict[str, list[dict[
     discrete = f" Discrete outputs changed ({discrete}): no tolerance covers a changed class or count." if discrete else ""
     repeat_effect = _nondeterminism_explains(factor, worst, diverged or {})
     if repeat_effect is not None:
-        return (f"{FACTOR_TITLES[factor]}: the outputs differ by up to {_fmt(worst['max_abs_output_diff'])}, but the "
+        return (f"{_title(factor)}: the outputs differ by up to {_fmt(worst['max_abs_output_diff'])}, but the "
                 f"two graphs are the same (graph diff: no rewrite) and a fresh-process repeat of one side alone "
                 f"differs by up to {_fmt(repeat_effect)}: this is run-to-run nondeterminism, not the export "
-                f"(see {FACTOR_TITLES['repeat']}).{discrete}")
+                f"(see {_title('repeat')}).{discrete}")
     a, b = (worst.get("a") or {}).get("describe", "A"), (worst.get("b") or {}).get("describe", "B")
     if worst.get("attribution") == "state":
         ops = ", ".join(f"`{n}`" for n in worst.get("state_ops", [])[:3])
@@ -118,10 +101,10 @@ def _why(factor: str, exps: list[dict[str, Any]], diverged: dict[str, list[dict[
         ops = ", ".join(f"`{n}`" for n in worst.get("state_ops", [])[:3])
         return (f"Random ops: the graph draws random numbers ({ops}), so repeated runs differ by design "
                 f"(by up to {_fmt(worst['max_abs_output_diff'])}).")
-    cause = CAUSES.get(FACTOR_CAUSE.get(factor, ""))
+    cause = CAUSES.get(FACTORS[factor].cause or "")
     because = f" Cause: {cause.title}." if cause else ""
     others = f" ({len(exps)} experiments of this factor diverged; the largest is shown)" if len(exps) > 1 else ""
-    return (f"{FACTOR_TITLES[factor]}: {a} vs {b} changes the outputs by up to "
+    return (f"{_title(factor)}: {a} vs {b} changes the outputs by up to "
             f"{_fmt(worst['max_abs_output_diff'])}{_where(worst)}.{because}{others}{discrete}")
 
 
@@ -133,13 +116,14 @@ def _settings_agree(exp: dict[str, Any], factor: str, value: Any | None) -> bool
 
 def _still_leaves(factor: str, exp: dict[str, Any], diverged: dict[str, list[dict[str, Any]]]) -> list[str]:
     """Other diverged factors measured with this factor's remedy in effect on both sides."""
-    if factor in SETTING_REMEDIES:
+    remedy = FACTORS[factor].remedy
+    if remedy == "setting":
         setting, value, same_cause = factor, ((exp.get("settings") or {}).get("b") or {}).get(factor), {factor}
-    elif factor in SHAPE_REMEDIES:
-        setting, value, same_cause = "batch", None, SHAPE_REMEDIES  # any one fixed shape will do
+    elif remedy == "shape":  # any one fixed shape will do
+        setting, value, same_cause = SHAPE_SETTING, None, {k for k, f in FACTORS.items() if f.remedy == "shape"}
     else:
         return []
-    return [FACTOR_TITLES[other] for other, exps in diverged.items()
+    return [_title(other) for other, exps in diverged.items()
             if other not in same_cause and any(_settings_agree(e, setting, value) for e in exps)]
 
 
@@ -149,18 +133,17 @@ def _prevent(factor: str, exps: list[dict[str, Any]], diverged: dict[str, list[d
         return ("State: compare runs that start from the same state (reload the model, or reset its variables) — "
                 "repeats of a stateful graph are not a determinism test.")
     if _nondeterminism_explains(factor, worst, diverged) is not None:
-        return (f"{FACTOR_TITLES[factor]}: nothing to change in the export (no rewrite); make the runs deterministic "
-                f"as for {FACTOR_TITLES['repeat']}.")
-    remedy = worst.get("remedy") or NO_SETTING.get(factor)
+        return (f"{_title(factor)}: nothing to change in the export (no rewrite); make the runs deterministic "
+                f"as for {_title('repeat')}.")
+    remedy = worst.get("remedy") or FACTORS[factor].prevent
     if remedy is None:
-        cause = CAUSES.get(FACTOR_CAUSE.get(factor, ""))
+        cause = CAUSES.get(FACTORS[factor].cause or "")
         remedy = cause.remedy if cause else "keep this factor the same on both sides"
-    text = f"{FACTOR_TITLES[factor]}: {remedy}."
+    text = f"{_title(factor)}: {remedy}."
     left = _still_leaves(factor, worst, diverged)
     if left:
         text += f" This still leaves a difference from {', '.join(left)} (measured with this setting on both sides)."
-    if factor == "autotune":
-        text += " Turning autotuning off alone only narrows the gap: the heuristic choice is still per shape."
+    text += FACTORS[factor].prevent_note
     effect = _effect(worst)
     if worst.get("discrete_changes"):
         text += f" A tolerance is no remedy here: discrete outputs changed ({_discrete_text(worst)})."
@@ -191,7 +174,7 @@ def _pct(pct: float) -> str:
 
 def _cost(factor: str, exps: list[dict[str, Any]], noise_pct: float | None) -> str | None:
     measured = [e for e in exps if e.get("cost_pct") is not None and e.get("latency_ms") and not e.get("attribution")]
-    if not measured or factor in ("repeat", "observation"):  # nothing to set, so nothing to pay
+    if not measured or FACTORS[factor].costless:  # nothing to set, so nothing to pay
         return None
     worst = max(measured, key=_effect)
     lat, basis, pct = worst["latency_ms"], worst.get("latency_basis", "per run"), worst["cost_pct"]
@@ -203,17 +186,9 @@ def _cost(factor: str, exps: list[dict[str, Any]], noise_pct: float | None) -> s
     else:
         noise = " — within the timing noise (the two ranges overlap)" if basis == "per run" and \
             _overlap(lat["a"], lat["b"]) else ""
-    title = FACTOR_TITLES[factor]
-    if factor == "batch":
-        return (f"{title}: {both}. Per example, batch {lat['b'].get('batch_rows')} {_pct(pct)} compared with batch "
-                f"{lat['a'].get('batch_rows')}: the throughput at stake when every request must run at one fixed "
-                "shape.")
-    if factor == "serving_batching":
-        return (f"{title}: {both}. Padding a request {_pct(pct)} in latency; turning batching off instead costs the "
-                "server the throughput of merged requests.")
-    if worst.get("remedy"):
-        return f"{title}: {both}. Choosing {b} {_pct(pct)} on this machine{noise}."
-    return f"{title}: no setting to pay for; {both} ({pct:+.1f}%){noise}."
+    template = FACTORS[factor].cost_text or DEFAULT_COST[bool(worst.get("remedy"))]
+    return template.format(title=_title(factor), both=both, pct=_pct(pct), signed=f"{pct:+.1f}%", a=a, b=b,
+                           a_rows=lat["a"].get("batch_rows"), b_rows=lat["b"].get("batch_rows"), noise=noise)
 
 
 def _noise_pct(ran: list[dict[str, Any]]) -> float | None:
@@ -245,7 +220,7 @@ def build_answers(experiments: list[dict[str, Any]], tolerance: dict[str, Any]) 
         return {
             "why": [f"None of the {len(ran)} experiments that ran changes the outputs beyond the tolerance "
                     f"(atol {tolerance.get('atol')}, rtol {tolerance.get('rtol')}): on this machine the factors tested "
-                    f"({', '.join(sorted({FACTOR_TITLES[e['factor']] for e in ran}))}) do not explain a difference."],
+                    f"({', '.join(sorted({_title(e['factor']) for e in ran}))}) do not explain a difference."],
             "prevent": [], "cost": [], "source": "diagnosis", "factors": [],
         }
     return {
@@ -255,5 +230,5 @@ def build_answers(experiments: list[dict[str, Any]], tolerance: dict[str, Any]) 
         "source": "diagnosis",
         "timing_noise_pct": noise_pct,
         "factors": order,
-        "factor_descriptions": {f: FACTORS[f] for f in order},
+        "factor_descriptions": {f: FACTORS[f].description for f in order},
     }

@@ -1,4 +1,4 @@
-"""The experiment matrix of ``tftrace diagnose``: pairs of sides that differ in one factor.
+"""The experiment matrix of ``tftrace diagnose``: one :class:`~.plan.Factor` record per factor.
 
 Every experiment names side **A** (the reference) and side **B**. Where the factor has a
 setting that removes the difference, B is that setting — the *remedy* — so an experiment's
@@ -10,115 +10,79 @@ how B's latency compares with A's.
 Sides are :class:`Run` values, and two experiments that need the same run (the base side at the
 reference batch size, oneDNN on for both the oneDNN and the bfloat16 experiments) name equal
 runs, so the orchestrator captures each run once. Nothing here runs anything.
+
+**Adding an experiment** is one edit, here: write the function that builds its pairs of sides
+from the :class:`PlanContext` (side B the remedy; skipped experiments with the reason when the
+context cannot run it), and add one ``Factor(...)`` to :data:`FACTORS` with its title,
+description, cause (a key of :data:`tracer.causes.CAUSES`), what kind of remedy B is, its
+``setting`` reader and, where the defaults do not fit, its cost sentence. ``--only``, the
+skipped rows, the answers (why / prevent / cost), the verified recipe and the scheduling all
+read the record; ``tests/test_diagnose.py::test_a_factor_declared_only_in_the_registry_*``
+checks that a new record is enough.
 """
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
-from ..artifacts.loader import ArtifactRef
 from ..runspec import InputSpec, Side
+from .plan import Factor, PlanContext, Planned, Run, at_batch, with_grappler, with_knobs
 
-__all__ = ["FACTORS", "QUICK_FACTORS", "GPU_FACTORS", "Run", "Planned", "PlanContext", "plan_experiments",
-           "with_grappler"]
+__all__ = ["FACTORS", "QUICK_FACTORS", "GPU_FACTORS", "FACTOR_TITLES", "Factor", "Run", "Planned", "PlanContext",
+           "plan_experiments", "with_grappler"]
 
-FACTORS: dict[str, str] = {
-    "repeat": "the same side run twice: in one process, and in a fresh process",
-    "batch": "batch 1 vs each other batch size, rows aligned",
-    "export": "checkpoint vs SavedModel, at each batch size",
-    "observation": "the instrumented run (every tensor fetched) vs the plain run",
-    "onednn": "oneDNN custom ops on vs off (TF_ENABLE_ONEDNN_OPTS)",
-    "remapping": "Grappler's remapper (fusions) on vs off",
-    "xla": "XLA auto-clustering on vs off",
-    "mixed_precision": "bfloat16 auto-mixed-precision on vs off (TF Serving's --mixed_precision=bfloat16)",
-    "threads": "the default intra-op thread count vs 1",
-    "serving_batching": "a request padded into each allowed batch size, as TF Serving pads, vs alone",
-    "serving_session_config": "the session config TF Serving would use vs the default session",
-    "device": "CPU vs GPU",
-    "autotune": "cuDNN autotuning on vs off (TF_CUDNN_USE_AUTOTUNE)",
-    "determinism": "op determinism off vs on",
-    "tf32": "TensorFloat-32 on vs off",
-    "layout_optimizer": "Grappler's layout optimizer on vs off",
-    "atomics": "the same GPU run repeated at a fixed shape",
-}
-QUICK_FACTORS = ("repeat", "batch", "export", "onednn")
-GPU_FACTORS = ("device", "autotune", "determinism", "tf32", "layout_optimizer", "atomics")
 GPU_REPEATS = 5  # atomics: enough runs to see a nondeterministic sum at least once, in practice
-
-
-@dataclass(frozen=True)
-class Run:
-    """One side to capture; ``instance`` tells apart deliberate re-runs of an identical side."""
-
-    side: Side
-    describe: str  # what this side is, in the words of the experiment ("oneDNN on")
-    instance: int = 0
-
-    def key(self) -> str:
-        return json.dumps(self.side.to_json(), sort_keys=True) + f"#{self.instance}"
-
-
-@dataclass(frozen=True)
-class Planned:
-    name: str
-    factor: str
-    kind: str  # compare | repeat_process | observation | skipped
-    a: Run | None = None
-    b: Run | None = None
-    skipped: str | None = None
-    remedy: str | None = None  # the exact setting side B stands for, when B is a remedy
-    notes: tuple[str, ...] = ()
-    repeats: int = 2  # repeat_process: runs in the one process
-    per_row: bool = False  # latency compared per example (the sides run different batch sizes)
-
-
-@dataclass
-class PlanContext:
-    """What the plan depends on, known once the base side has been captured."""
-
-    base: Side  # the model at the reference batch size, default knobs
-    model_kind: str  # the base capture's artifact kind
-    savedmodel: ArtifactRef | None
-    batch_sizes: tuple[int, ...]  # sorted; the first is the reference
-    factors: tuple[str, ...]  # selected, in FACTORS order
-    quick: bool
-    batch_major: bool  # False: the signature fixes the batch dimension
-    onednn_on: bool | None  # oneDNN state of the base side (the capture's fingerprint)
-    xla_on: bool  # the base environment already auto-clusters
-    gpu: str | None  # None = a GPU is visible; else why the GPU experiments are skipped
-    serving_inputs: dict[int, tuple[str, int]] = field(default_factory=dict)  # size -> (padded .npz, rows)
-    serving_batching: str | None = None  # the file, or None
-    session_config: tuple[str, str] | None = None  # (path, text)
-
-
-def with_grappler(side: Side, **options: str) -> Side:
-    merged = dict(side.knobs.grappler) | options
-    return side.with_(knobs=replace(side.knobs, grappler=tuple(sorted(merged.items()))))
-
-
-def _knobs(side: Side, **changes: Any) -> Side:
-    return side.with_(knobs=replace(side.knobs, **changes))
 
 
 def plan_experiments(ctx: PlanContext) -> list[Planned]:
     """Every experiment of the selected factors, in FACTORS order; unrunnable ones as skipped."""
-    builders = {"repeat": _repeat, "batch": _batch, "export": _export, "observation": _observation,
-                "onednn": _onednn, "remapping": _remapping, "xla": _xla, "mixed_precision": _mixed_precision,
-                "threads": _threads, "serving_batching": _serving_batching,
-                "serving_session_config": _session_config}
     planned: list[Planned] = []
-    for factor in ctx.factors:
-        if factor in GPU_FACTORS:
-            planned += _gpu(ctx, factor)
-        else:
-            planned += builders[factor](ctx)
+    for key in ctx.factors:
+        factor = FACTORS[key]
+        if factor.gpu and ctx.gpu is not None:
+            planned.append(Planned(key, key, "skipped", skipped=ctx.gpu))
+            continue
+        planned += [replace(p, per_row=True) if factor.per_example_cost and p.kind != "skipped" else p
+                    for p in factor.plan(ctx)]
     return planned
 
 
+# ---- what a capture says a factor was (the ``setting`` readers) ------------------------------
+
+
+def _knobs_of(manifest: dict[str, Any]) -> dict[str, Any]:
+    return manifest["spec"].get("knobs") or {}
+
+
+def _grappler_option(option: str, default: str) -> Any:
+    return lambda m: (_knobs_of(m).get("grappler") or {}).get(option, default)
+
+
+def _tf_env(manifest: dict[str, Any]) -> dict[str, str]:
+    return manifest["environment"].get("tf_env") or {}
+
+
+def _onednn_setting(m: dict[str, Any]) -> str | None:
+    enabled = (m["environment"].get("onednn") or {}).get("enabled")  # from the fingerprint: as it really ran
+    return None if enabled is None else ("on" if enabled else "off")
+
+
+def _xla_setting(m: dict[str, Any]) -> str:
+    xla = _knobs_of(m).get("xla")
+    return "on" if xla == "on" or (xla != "off" and "--tf_xla_auto_jit" in _tf_env(m).get("TF_XLA_FLAGS", "")) else "off"
+
+
+def _autotune_setting(m: dict[str, Any]) -> str:
+    autotune = _knobs_of(m).get("autotune", "default")
+    return autotune if autotune != "default" else _tf_env(m).get("TF_CUDNN_USE_AUTOTUNE", "on")
+
+
+# ---- how each factor's pairs of sides are built ----------------------------------------------
+
+
 def _base(ctx: PlanContext) -> Run:
-    return Run(ctx.base, f"{ctx.base.device}, batch {ctx.base.batch_size}")
+    return at_batch(ctx.base)
 
 
 def _repeat(ctx: PlanContext) -> list[Planned]:
@@ -140,9 +104,7 @@ def _batch(ctx: PlanContext) -> list[Planned]:
         return [Planned(f"batch_{ref}_vs_{n}", "batch", "skipped",
                         skipped="the signature fixes its input shapes, so the batch size cannot change")
                 for n in others]
-    base = _base(ctx)
-    return [Planned(f"batch_{ref}_vs_{n}", "batch", "compare", base,
-                    Run(ctx.base.with_(batch_size=n), f"{ctx.base.device}, batch {n}"), per_row=True,
+    return [Planned(f"batch_{ref}_vs_{n}", "batch", "compare", _base(ctx), at_batch(ctx.base, n),
                     remedy=f"one fixed batch shape everywhere (TF Serving `allowed_batch_sizes: [{n}]`, "
                            f"tests at batch {n})")
             for n in others]
@@ -175,8 +137,8 @@ def _observation(ctx: PlanContext) -> list[Planned]:
 def _onednn_pair(ctx: PlanContext) -> tuple[Run, Run]:
     """(oneDNN on, oneDNN off); the base side stands for whichever it already is."""
     base = _base(ctx)
-    on = Run(_knobs(ctx.base, onednn="on"), "oneDNN on (TF_ENABLE_ONEDNN_OPTS=1)")
-    off = Run(_knobs(ctx.base, onednn="off"), "oneDNN off (TF_ENABLE_ONEDNN_OPTS=0)")
+    on = Run(with_knobs(ctx.base, onednn="on"), "oneDNN on (TF_ENABLE_ONEDNN_OPTS=1)")
+    off = Run(with_knobs(ctx.base, onednn="off"), "oneDNN off (TF_ENABLE_ONEDNN_OPTS=0)")
     if ctx.onednn_on is True:
         on = replace(base, describe="oneDNN on (this machine's setting)")
     elif ctx.onednn_on is False:
@@ -198,9 +160,9 @@ def _remapping(ctx: PlanContext) -> list[Planned]:
 
 
 def _xla(ctx: PlanContext) -> list[Planned]:
-    on = Run(_knobs(ctx.base, xla="on"), "XLA auto-clustering on")
+    on = Run(with_knobs(ctx.base, xla="on"), "XLA auto-clustering on")
     off = replace(_base(ctx), describe="XLA off (this machine's setting)") if not ctx.xla_on \
-        else Run(_knobs(ctx.base, xla="off"), "XLA off")
+        else Run(with_knobs(ctx.base, xla="off"), "XLA off")
     return [Planned("xla", "xla", "compare", on, off,
                     remedy="no `--tf_xla_auto_jit`/`jit_compile` on any side (or the same jit setting everywhere)")]
 
@@ -220,7 +182,7 @@ def _mixed_precision(ctx: PlanContext) -> list[Planned]:
 
 
 def _threads(ctx: PlanContext) -> list[Planned]:
-    one = Run(_knobs(ctx.base, threads=(1, 0)), "intra-op threads 1")
+    one = Run(with_knobs(ctx.base, threads=(1, 0)), "intra-op threads 1")
     return [Planned("threads", "threads", "compare", replace(_base(ctx), describe="default intra-op threads"), one,
                     remedy="`intra_op_parallelism_threads: 1` in the session config")]
 
@@ -257,33 +219,111 @@ def _session_config(ctx: PlanContext) -> list[Planned]:
                         skipped="give TF Serving's session config with --serving-session-config FILE")]
     path, text = ctx.session_config
     side = _serving_artifact(ctx)
-    served = Run(_knobs(side, session_config_text=text, session_config_path=path), f"session config {path}")
+    served = Run(with_knobs(side, session_config_text=text, session_config_path=path), f"session config {path}")
     return [Planned("serving_session_config", "serving_session_config", "compare", Run(side, "the default session"),
                     served, remedy=f"run the tests with the same session config ({path})")]
 
 
-def _gpu(ctx: PlanContext, factor: str) -> list[Planned]:
-    if ctx.gpu is not None:
-        return [Planned(factor, factor, "skipped", skipped=ctx.gpu)]
-    gpu = ctx.base if ctx.base.device.startswith("gpu") else ctx.base.with_(device="gpu")
-    on_gpu = Run(gpu, f"{gpu.device}, batch {gpu.batch_size}")
-    if factor == "device":
-        cpu = ctx.base.with_(device="cpu")
-        return [Planned("cpu_vs_gpu", factor, "compare", Run(cpu, "CPU"), replace(on_gpu, describe="GPU"))]
-    if factor == "atomics":
-        return [Planned("gpu_repeat", factor, "repeat_process", on_gpu, on_gpu, repeats=GPU_REPEATS,
-                        notes=(f"each output fetched alone {GPU_REPEATS} times in one process at a fixed shape",))]
-    pairs = {
-        "autotune": (Run(_knobs(gpu, autotune="on"), "cuDNN autotune on"),
-                     Run(_knobs(gpu, autotune="off"), "cuDNN autotune off"),
+def _gpu_side(ctx: PlanContext) -> Side:
+    return ctx.base if ctx.base.device.startswith("gpu") else ctx.base.with_(device="gpu")
+
+
+def _gpu_pair(key: str, a: Run, b: Run, remedy: str) -> list[Planned]:
+    return [Planned(key, key, "compare", a, b, remedy=remedy)]
+
+
+def _device(ctx: PlanContext) -> list[Planned]:
+    cpu = ctx.base.with_(device="cpu")
+    return [Planned("cpu_vs_gpu", "device", "compare", Run(cpu, "CPU"), replace(at_batch(_gpu_side(ctx)), describe="GPU"))]
+
+
+def _autotune(ctx: PlanContext) -> list[Planned]:
+    gpu = _gpu_side(ctx)
+    return _gpu_pair("autotune", Run(with_knobs(gpu, autotune="on"), "cuDNN autotune on"),
+                     Run(with_knobs(gpu, autotune="off"), "cuDNN autotune off"),
                      "`tf.config.experimental.enable_op_determinism()`; `TF_CUDNN_USE_AUTOTUNE=0` alone only "
-                     "narrows the gap"),
-        "determinism": (on_gpu, Run(_knobs(gpu, determinism=True), "op determinism on"),
-                        "`tf.config.experimental.enable_op_determinism()` before the model runs"),
-        "tf32": (Run(_knobs(gpu, tf32="on"), "TF32 on"), Run(_knobs(gpu, tf32="off"), "TF32 off"),
-                 "`tf.config.experimental.enable_tensor_float_32_execution(False)`"),
-        "layout_optimizer": (on_gpu, Run(with_grappler(gpu, layout_optimizer="off"), "layout optimizer off"),
-                             "`rewrite_options { layout_optimizer: OFF }` in the session config"),
-    }
-    a, b, remedy = pairs[factor]
-    return [Planned(factor, factor, "compare", a, b, remedy=remedy)]
+                     "narrows the gap")
+
+
+def _determinism(ctx: PlanContext) -> list[Planned]:
+    gpu = _gpu_side(ctx)
+    return _gpu_pair("determinism", at_batch(gpu), Run(with_knobs(gpu, determinism=True), "op determinism on"),
+                     "`tf.config.experimental.enable_op_determinism()` before the model runs")
+
+
+def _tf32(ctx: PlanContext) -> list[Planned]:
+    gpu = _gpu_side(ctx)
+    return _gpu_pair("tf32", Run(with_knobs(gpu, tf32="on"), "TF32 on"), Run(with_knobs(gpu, tf32="off"), "TF32 off"),
+                     "`tf.config.experimental.enable_tensor_float_32_execution(False)`")
+
+
+def _layout_optimizer(ctx: PlanContext) -> list[Planned]:
+    gpu = _gpu_side(ctx)
+    return _gpu_pair("layout_optimizer", at_batch(gpu),
+                     Run(with_grappler(gpu, layout_optimizer="off"), "layout optimizer off"),
+                     "`rewrite_options { layout_optimizer: OFF }` in the session config")
+
+
+def _atomics(ctx: PlanContext) -> list[Planned]:
+    on_gpu = at_batch(_gpu_side(ctx))
+    return [Planned("gpu_repeat", "atomics", "repeat_process", on_gpu, on_gpu, repeats=GPU_REPEATS,
+                    notes=(f"each output fetched alone {GPU_REPEATS} times in one process at a fixed shape",))]
+
+
+# ---- the registry: one record per factor, in the order of the matrix -------------------------
+
+FACTORS: dict[str, Factor] = {f.key: f for f in (
+    Factor("repeat", "Run-to-run nondeterminism", "the same side run twice: in one process, and in a fresh process",
+           _repeat, remedy="determinism", costless=True, quick=True, cheap=True,
+           prevent="find what differs between the runs: with state-changing ops, reset the state (reload the model) "
+                   "before each comparison; otherwise make the kernels deterministic "
+                   "(`tf.config.experimental.enable_op_determinism()`) and fix the thread counts"),
+    Factor("batch", "Batch size", "batch 1 vs each other batch size, rows aligned", _batch, cause="batch",
+           remedy="shape", per_example_cost=True, quick=True, setting=lambda m: m.get("batch_size"),
+           cost_text="{title}: {both}. Per example, batch {b_rows} {pct} compared with batch {a_rows}: the throughput "
+                     "at stake when every request must run at one fixed shape."),
+    Factor("export", "Checkpoint vs SavedModel export", "checkpoint vs SavedModel, at each batch size", _export,
+           cause="export", quick=True, cheap=True, setting=lambda m: m["artifact"]["kind"],
+           same_graph_is_nondeterminism=True),
+    Factor("observation", "Observation", "the instrumented run (every tensor fetched) vs the plain run", _observation,
+           cause="observation", costless=True, cheap=True,
+           prevent="capture both sides the same way and judge the final outputs of the plain runs; "
+                   "the instrumented values show where a difference starts, not its exact size"),
+    Factor("onednn", "oneDNN", "oneDNN custom ops on vs off (TF_ENABLE_ONEDNN_OPTS)", _onednn, cause="onednn",
+           remedy="setting", quick=True, setting=_onednn_setting),
+    Factor("remapping", "Grappler remapping", "Grappler's remapper (fusions) on vs off", _remapping, cause="grappler",
+           remedy="setting", setting=_grappler_option("remapping", "on")),
+    Factor("xla", "XLA", "XLA auto-clustering on vs off", _xla, cause="xla", remedy="setting", setting=_xla_setting),
+    Factor("mixed_precision", "bfloat16 mixed precision",
+           "bfloat16 auto-mixed-precision on vs off (TF Serving's --mixed_precision=bfloat16)", _mixed_precision,
+           cause="mixed_precision", remedy="setting",
+           setting=_grappler_option("auto_mixed_precision_onednn_bfloat16", "off")),
+    Factor("threads", "Intra-op threads", "the default intra-op thread count vs 1", _threads, remedy="setting",
+           setting=lambda m: str((_knobs_of(m).get("threads") or ["default"])[0])),
+    Factor("serving_batching", "TF Serving batching",
+           "a request padded into each allowed batch size, as TF Serving pads, vs alone", _serving_batching,
+           cause="serving_batching", remedy="shape",
+           cost_text="{title}: {both}. Padding a request {pct} in latency; turning batching off instead costs the "
+                     "server the throughput of merged requests."),
+    Factor("serving_session_config", "TF Serving session config",
+           "the session config TF Serving would use vs the default session", _session_config, cause="grappler"),
+    Factor("device", "CPU vs GPU", "CPU vs GPU", _device, cause="build", gpu=True,
+           setting=lambda m: m["spec"].get("device", "cpu"),
+           prevent="compare CPU and GPU results with a tolerance; they run different kernels"),
+    Factor("autotune", "cuDNN autotuning", "cuDNN autotuning on vs off (TF_CUDNN_USE_AUTOTUNE)", _autotune,
+           cause="autotune", remedy="setting", gpu=True, setting=_autotune_setting,
+           prevent_note=" Turning autotuning off alone only narrows the gap: the heuristic choice is still per shape."),
+    Factor("determinism", "Op determinism", "op determinism off vs on", _determinism, cause="autotune",
+           remedy="setting", gpu=True, setting=lambda m: bool(_knobs_of(m).get("determinism"))),
+    Factor("tf32", "TensorFloat-32", "TensorFloat-32 on vs off", _tf32, cause="tf32", remedy="setting", gpu=True,
+           setting=lambda m: _knobs_of(m).get("tf32", "default")),
+    Factor("layout_optimizer", "Grappler layout optimizer", "Grappler's layout optimizer on vs off", _layout_optimizer,
+           cause="grappler", remedy="setting", gpu=True, setting=_grappler_option("layout_optimizer", "on")),
+    Factor("atomics", "GPU atomics", "the same GPU run repeated at a fixed shape", _atomics, cause="atomics",
+           remedy="determinism", gpu=True),
+)}
+
+# Views of the registry, for callers that want one attribute of every factor.
+QUICK_FACTORS = tuple(k for k, f in FACTORS.items() if f.quick)
+GPU_FACTORS = tuple(k for k, f in FACTORS.items() if f.gpu)
+FACTOR_TITLES = {k: f.title for k, f in FACTORS.items()}

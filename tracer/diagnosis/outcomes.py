@@ -2,12 +2,12 @@
 
 Three ways to measure, by the experiment's kind:
 
-* ``compare`` — :func:`tracer.compare.compare` on the two captures (alignment, divergence,
+* ``compare`` — :func:`tracer.comparison.pipeline.compare` on the two captures (alignment, divergence,
   isolation of the origins). A capture observes everything, and observing stops Grappler from
   rewriting what it observes, so when either side's plain run differs from its instrumented
   run (the capture's observer effect) the outputs are also compared as the plain runs compute
   them (fetch-alone replays), and the verdict is the worse of the two. When only the plain runs
-  differ, the difference is localised op by op with fetch-alone replays (:mod:`tracer.replays`).
+  differ, the difference is localised op by op with fetch-alone replays (:mod:`tracer.diagnosis.replays`).
 * ``repeat_process`` — the same outputs fetched again in one process; a difference in a graph
   that changes its own variables is attributed to that state.
 * ``observation`` — the base capture's plain run vs its instrumented run.
@@ -23,16 +23,17 @@ import numpy as np
 from rich.console import Console
 
 from ..captures.reader import Capture
-from ..comparison.pipeline import Comparison, compare
+from ..comparison.pipeline import VERDICTS, Comparison, compare
 from ..comparison.divergence import Tolerance, classify
-from .experiments import FACTORS, Planned, Run
+from .experiments import FACTORS
+from .plan import Planned, Run
 from ..metrics.arrays import TensorMetrics, compare_arrays
 from ..opgraph import OpGraph, tensor_op
 from .replays import replay_alone, state_changing_ops
 
 __all__ = ["evaluate", "side_settings", "latency"]
 
-VERDICT_ORDER = ("identical", "within_tolerance", "within_noise", "diverged")
+REPLAYABLE_LAYOUTS = ("rows", "whole")  # tensors whose value a fetch-alone replay of the first batch reproduces
 _AMP_CAST = re.compile(r"^(?P<src>.+)-(?P<slot>\d+)-CastTo(?P<to>Bf16|Fp16|Fp32)-\d+-AutoMixedPrecision$")
 
 
@@ -68,7 +69,7 @@ def _skeleton(p: Planned, cap_a: Capture | None, cap_b: Capture | None) -> dict[
         return {"describe": run.describe, "label": run.side.label(), "capture": str(cap.path) if cap else None}
 
     return {
-        "name": p.name, "factor": p.factor, "title": FACTORS.get(p.factor, "; ".join(p.notes)),
+        "name": p.name, "factor": p.factor, "title": FACTORS[p.factor].description if p.factor in FACTORS else "; ".join(p.notes),
         "a": side(p.a, cap_a), "b": side(p.b, cap_b),
         "verdict": None, "max_abs_output_diff": None, "outputs": {}, "first_divergence": None,
         "latency_ms": None, "latency_basis": "per example" if p.per_row else "per run", "cost_pct": None,
@@ -79,28 +80,8 @@ def _skeleton(p: Planned, cap_a: Capture | None, cap_b: Capture | None) -> dict[
 
 
 def side_settings(cap: Capture) -> dict[str, Any]:
-    """The value each factor had in a capture, as it really ran (oneDNN from the fingerprint)."""
-    manifest = cap.manifest
-    spec, env = manifest["spec"], manifest["environment"]
-    knobs, grappler = spec.get("knobs") or {}, (spec.get("knobs") or {}).get("grappler") or {}
-    enabled = (env.get("onednn") or {}).get("enabled")
-    tf_env = env.get("tf_env") or {}
-    return {
-        "onednn": None if enabled is None else ("on" if enabled else "off"),
-        "remapping": grappler.get("remapping", "on"),
-        "layout_optimizer": grappler.get("layout_optimizer", "on"),
-        "mixed_precision": grappler.get("auto_mixed_precision_onednn_bfloat16", "off"),
-        "xla": "on" if knobs.get("xla") == "on" or (knobs.get("xla") != "off" and "--tf_xla_auto_jit"
-                                                      in tf_env.get("TF_XLA_FLAGS", "")) else "off",
-        "threads": str((knobs.get("threads") or ["default"])[0]),
-        "batch": manifest.get("batch_size"),
-        "export": manifest["artifact"]["kind"],
-        "device": spec.get("device", "cpu"),
-        "autotune": knobs["autotune"] if knobs.get("autotune", "default") != "default"
-        else tf_env.get("TF_CUDNN_USE_AUTOTUNE", "on"),
-        "determinism": bool(knobs.get("determinism")),
-        "tf32": knobs.get("tf32", "default"),
-    }
+    """The value each factor had in a capture, as it really ran (each factor's ``setting`` reader)."""
+    return {key: factor.setting(cap.manifest) for key, factor in FACTORS.items() if factor.setting is not None}
 
 
 def latency(cap: Capture) -> dict[str, Any]:
@@ -130,7 +111,7 @@ def _max_abs(metrics: dict[str, TensorMetrics]) -> float | None:
 
 
 def _worse(*verdicts: str) -> str:
-    return max(verdicts, key=VERDICT_ORDER.index)
+    return max(verdicts, key=VERDICTS.index)
 
 
 # ---- compare ---------------------------------------------------------------------------------
@@ -212,11 +193,18 @@ def _first(report: dict[str, Any]) -> dict[str, Any] | None:
     return out
 
 
+def _first_record(node: str, op: str, max_abs: Any, max_rel: Any, level: Any, observed: str, *, rewrite: Any = None,
+                  isolation: str | None = None, isolation_detail: str | None = None) -> dict[str, Any]:
+    """An experiment's ``first_divergence``: one shape, however the difference was observed."""
+    return {"node": node, "op": op, "max_abs": max_abs, "max_rel": max_rel, "level": level, "rewrite": rewrite,
+            "isolation": isolation, "isolation_detail": isolation_detail, "observed": observed}
+
+
 def _origin_summary(origin: dict[str, Any]) -> dict[str, Any]:
     iso = origin.get("isolation") or {}
-    return {"node": origin["node"], "op": origin["op"], "max_abs": origin.get("max_abs"),
-            "max_rel": origin.get("max_rel"), "level": origin.get("level"), "rewrite": origin.get("rewrite"),
-            "isolation": iso.get("verdict"), "isolation_detail": iso.get("detail"), "observed": "captures"}
+    return _first_record(origin["node"], origin["op"], origin.get("max_abs"), origin.get("max_rel"),
+                         origin.get("level"), "captures", rewrite=origin.get("rewrite"), isolation=iso.get("verdict"),
+                         isolation_detail=iso.get("detail"))
 
 
 def _plain_outputs(cap_a: Capture, cap_b: Capture, work: Path, quiet: Console,
@@ -242,7 +230,7 @@ def _unobserved(comparison: Comparison, cap_a: Capture, cap_b: Capture, work: Pa
     layout = cap_a.manifest.get("tensor_layout", {})
     pairs = [(pair.a, pair.b) for node in comparison.alignment.nodes.values() for pair in node.tensors
              if pair.comparable and pair.b and cap_a.has(pair.a) and cap_b.has(pair.b)
-             and layout.get(pair.a) in ("rows", "whole")]
+             and layout.get(pair.a) in REPLAYABLE_LAYOUTS]
     metrics = dict(comparison.metrics)
     if pairs:
         ra = replay_alone(cap_a, cap_a, {a: a for a, _ in pairs}, work / "a", first_run_only=True, console=quiet,
@@ -258,11 +246,11 @@ def _unobserved(comparison: Comparison, cap_a: Capture, cap_b: Capture, work: Pa
     converted = _converted_ops(comparison.view_a.graph, cap_a, cap_b)
     if origin is None or origin.metrics is None:
         return None, converted
-    first = {"node": origin.name, "op": comparison.view_a.graph.op_type(origin.name), "max_abs": origin.metrics.max_abs,
-             "max_rel": origin.metrics.max_rel, "level": "tolerance" if origin.status == "origin" else "bitwise",
-             "rewrite": None, "isolation": None, "observed": "fetch-alone replays",
-             "isolation_detail": "not isolated: an op observed alone is kept as it is, so its own rewrite cannot be "
-                                 "replayed; the difference comes from the rewritten ops just above it"}
+    first = _first_record(origin.name, comparison.view_a.graph.op_type(origin.name), origin.metrics.max_abs,
+                          origin.metrics.max_rel, "tolerance" if origin.status == "origin" else "bitwise",
+                          "fetch-alone replays",
+                          isolation_detail="not isolated: an op observed alone is kept as it is, so its own rewrite "
+                                           "cannot be replayed; the difference comes from the rewritten ops just above it")
     return first, converted
 
 
@@ -320,7 +308,7 @@ def _first_moving(cap: Capture, work: Path, quiet: Console, allow: bool) -> dict
     """The first tensor (topological order) that differs between two same-process replays."""
     graph = OpGraph.from_json(cap.manifest["graph"])
     layout = cap.manifest.get("tensor_layout", {})
-    names = [n for n in cap.tensor_names if layout.get(n) in ("rows", "whole")]
+    names = [n for n in cap.tensor_names if layout.get(n) in REPLAYABLE_LAYOUTS]
     order = {op: i for i, op in enumerate(graph.topo_order())}
     names.sort(key=lambda n: order.get(tensor_op(n), len(order)))
     if not names:
@@ -330,9 +318,8 @@ def _first_moving(cap: Capture, work: Path, quiet: Console, allow: bool) -> dict
     for name in names:
         m = compare_arrays(replay.values[0][name], replay.values[1][name])
         if not m.identical:
-            return {"node": tensor_op(name), "op": graph.op_type(tensor_op(name)), "max_abs": m.max_abs,
-                    "max_rel": m.max_rel, "level": "bitwise", "rewrite": None, "isolation": None,
-                    "isolation_detail": None, "observed": "same-process replays"}
+            return _first_record(tensor_op(name), graph.op_type(tensor_op(name)), m.max_abs, m.max_rel, "bitwise",
+                                 "same-process replays")
     return None
 
 

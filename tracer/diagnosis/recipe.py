@@ -7,7 +7,9 @@ model and its SavedModel (or a second process of the model) at one fixed batch s
 every measured remedy's setting on both sides. Its verdict says whether the combination makes
 the two bit-identical or names what still differs; its latency next to the base side's at the
 same batch size is what the combination costs on this machine. Nothing here runs anything:
-:mod:`tracer.diagnose` captures and evaluates the pair like any other experiment.
+:mod:`tracer.diagnosis.run` captures and evaluates the pair like any other experiment. What each
+factor's remedy is (a setting on side B, one fixed shape, op determinism) is its record's
+``remedy`` in :mod:`tracer.diagnosis.experiments`.
 """
 
 from __future__ import annotations
@@ -15,16 +17,11 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from .experiments import PlanContext, Planned, Run
 from ..runspec import Side
+from .experiments import FACTORS
+from .plan import PlanContext, Planned, Run, at_batch
 
-__all__ = ["Recipe", "plan_recipe", "recipe_facts", "recipe_text", "SETTING_FACTORS"]
-
-# Factors whose remedy is a setting: experiment B holds it (experiments.py puts the remedy on B).
-SETTING_FACTORS = ("onednn", "remapping", "xla", "mixed_precision", "threads", "autotune", "determinism", "tf32",
-                   "layout_optimizer")
-SHAPE_FACTORS = ("batch", "serving_batching")  # removed by one fixed batch shape on both sides
-NONDETERMINISM_FACTORS = ("repeat", "atomics")  # removed, where a kernel allows, by op determinism
+__all__ = ["Recipe", "plan_recipe", "recipe_facts", "recipe_text"]
 
 
 @dataclass(frozen=True)
@@ -45,18 +42,19 @@ def plan_recipe(planned: list[Planned], results: list[dict[str, Any]], ctx: Plan
         result = diverged.get(p.name)
         if result is None or p.a is None or p.b is None:
             continue
-        if p.factor in SETTING_FACTORS:  # named even when the base side already had B's value
+        factor = FACTORS[p.factor]
+        if factor.remedy == "setting":  # side B holds it; named even when the base side already had B's value
             side = _adopt(side, p.a.side, p.b.side)
             if p.b.describe not in applied:
                 applied.append(p.b.describe)
-        elif p.factor in SHAPE_FACTORS:
+        elif factor.remedy == "shape":  # removed by one fixed batch shape on both sides
             fixed_shape = True
-        elif p.factor in NONDETERMINISM_FACTORS:
+        elif factor.remedy == "determinism":  # removed, where a kernel allows, by op determinism
             if not side.knobs.determinism:
                 side = side.with_(knobs=replace(side.knobs, determinism=True))
             if "op determinism on" not in applied:
                 applied.append("op determinism on")
-        elif p.factor == "export" and result.get("rewrite_count") == 0:
+        elif factor.same_graph_is_nondeterminism and result.get("rewrite_count") == 0:
             continue  # the same graph: what differs is run-to-run, handled with the repeat factor
         else:
             left.append(p.name)
@@ -67,7 +65,7 @@ def plan_recipe(planned: list[Planned], results: list[dict[str, Any]], ctx: Plan
     a = Run(side, f"recipe: {ctx.model_kind}, batch {batch}")
     b = (Run(side.with_(artifact=ctx.savedmodel), f"recipe: SavedModel, batch {batch}") if ctx.savedmodel
          else Run(side, f"recipe: {ctx.model_kind}, batch {batch}, a second process", instance=1))
-    reference = Run(ctx.base.with_(batch_size=batch), f"{ctx.base.device}, batch {batch}")
+    reference = at_batch(ctx.base, batch)
     notes = (f"every measured remedy on both sides: {', '.join(applied) or 'none needed a setting'}",)
     return Recipe(Planned("recipe", "recipe", "compare", a, b, notes=notes), reference, tuple(applied), tuple(left))
 

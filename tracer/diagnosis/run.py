@@ -10,12 +10,13 @@ Order of work, chosen so that latencies are honest and nothing runs twice:
 3. capture every other side the plan needs, **one at a time** — each capture times its plain
    runs, and a second process on the same cores would slow them down;
 4. compare, replay and isolate, two at a time (nothing is timed any more);
-5. turn the results into the answers (:mod:`tracer.answers`), write ``diagnosis.json`` and the
-   report of the most informative experiment with the answers on top.
+5. turn the results into the answers (:mod:`tracer.diagnosis.answers`), write ``diagnosis.json``
+   and the report of the most informative experiment with the answers on top.
 
-Experiments, and which side is the remedy, are defined in :mod:`tracer.experiments`;
-fetch-alone replays (same-process repeats, plain outputs, unobserved differences) in
-:mod:`tracer.replays`; each experiment's own comparison is in ``DIR/experiments/<name>/``.
+Experiments, and which side is the remedy, are declared in :mod:`tracer.diagnosis.experiments`
+(one record per factor); fetch-alone replays (same-process repeats, plain outputs, unobserved
+differences) are in :mod:`tracer.diagnosis.replays`; each experiment's own comparison is in
+``DIR/experiments/<name>/``.
 """
 
 from __future__ import annotations
@@ -41,9 +42,10 @@ from ..captures.launcher import capture as capture_side
 from ..captures.reader import Capture
 from ..comparison.divergence import Tolerance
 from ..errors import TftraceError
-from .experiments import FACTORS, GPU_FACTORS, QUICK_FACTORS, PlanContext, Planned, Run, plan_experiments
+from .experiments import FACTORS, plan_experiments
 from .gpus import gpu_unavailable_reason
 from .outcomes import evaluate, latency
+from .plan import PlanContext, Planned, Run, at_batch
 from .recipe import Recipe, plan_recipe, recipe_facts
 from ..report.build import jsonable, write_reports
 from ..safewrite import claim, output_directory, write_file
@@ -55,7 +57,6 @@ __all__ = ["DiagnoseOptions", "Diagnosis", "diagnose", "run_diagnosis", "parse_f
 SCHEMA_VERSION = 1
 PARALLEL = 2  # comparisons and replays at once; captures always run alone
 SERVING_REQUESTS = 2  # request rows emulated per allowed batch size
-CHEAP_FACTORS = ("repeat", "export", "observation")  # usually identical: no isolation children
 
 
 @dataclass(frozen=True)
@@ -137,7 +138,7 @@ def diagnose(
     """Run the experiment matrix on ``model`` (and ``savedmodel``); see the module docstring.
 
     ``model``/``savedmodel`` are paths or :class:`ArtifactRef` (for another tag or signature);
-    ``only`` names factors of :data:`tracer.experiments.FACTORS`. Progress goes to ``console``
+    ``only`` names factors of :data:`tracer.diagnosis.experiments.FACTORS`. Progress goes to ``console``
     (stderr by default); the result is also in ``out_dir/diagnosis.json``.
     """
     ref = model if isinstance(model, ArtifactRef) else ArtifactRef(str(model))
@@ -206,12 +207,12 @@ def _run_diagnosis(options: DiagnoseOptions, out: Path, console: Console | None,
                    batching: BatchingParameters | None, session_config: tuple[str, str] | None) -> Diagnosis:
     console = console or Console(stderr=True)
     quiet = Console(file=io.StringIO())  # the children's own progress bars would fight ours
-    factors = options.only or (QUICK_FACTORS if options.quick else tuple(FACTORS))
+    factors = options.only or tuple(k for k, f in FACTORS.items() if f.quick or not options.quick)
     captures = _Captures(out / "captures", quiet)
     base_side = _base_side(options)
     progress = _Progress(console, 0)  # the total is known once the plan is
     progress.step(f"capturing the base side: {base_side.artifact.path} [{base_side.label()}]")
-    base = captures.get(Run(base_side, f"{base_side.device}, batch {base_side.batch_size}"))
+    base = captures.get(at_batch(base_side))
     _check_example_count(base, options)
     ctx = _plan_context(options, base, base_side, factors, batching, session_config, out)
     planned = plan_experiments(ctx)
@@ -297,7 +298,7 @@ def _plan_context(options: DiagnoseOptions, base: Capture, base_side: Side, fact
                   batching: BatchingParameters | None, session_config: tuple[str, str] | None,
                   out: Path) -> PlanContext:
     env = base.manifest["environment"]
-    gpu_needed = any(f in GPU_FACTORS for f in factors)
+    gpu_needed = any(FACTORS[f].gpu for f in factors)
     ctx = PlanContext(
         base=base_side, model_kind=base.manifest["artifact"]["kind"], savedmodel=options.savedmodel,
         batch_sizes=tuple(sorted(set(options.batch_sizes))), factors=factors, quick=options.quick,
@@ -333,7 +334,7 @@ def _not_selected(factors: tuple[str, ...], gpu_reason: str | None, why: str) ->
     for factor in FACTORS:
         if factor in factors:
             continue
-        reason = gpu_reason if factor in GPU_FACTORS and gpu_reason and gpu_reason.startswith("no GPU") else why
+        reason = gpu_reason if FACTORS[factor].gpu and gpu_reason and gpu_reason.startswith("no GPU") else why
         out.append(Planned(factor, factor, "skipped", skipped=reason))
     return out
 
@@ -367,7 +368,7 @@ def _evaluate_all(planned: list[Planned], captures: _Captures, options: Diagnose
     # Longest first (comparisons likely to isolate origins, then replays in a child), so the two
     # workers finish together.
     runnable = sorted((p for p in planned if p.kind != "skipped"),
-                      key=lambda p: (p.factor in CHEAP_FACTORS, p.kind == "compare"))
+                      key=lambda p: (FACTORS[p.factor].cheap, p.kind == "compare"))
     pool = ThreadPoolExecutor(max_workers=PARALLEL)
     try:
         done = dict(zip((p.name for p in runnable), pool.map(one, runnable)))
