@@ -188,9 +188,11 @@ def test_every_registered_factor_has_its_texts_and_its_answers():
     from tracer.causes import CAUSES
     from tracer.diagnosis.plan import Factor
 
-    planned = plan_experiments(_runnable_context())
+    ctx = _runnable_context()
+    planned = plan_experiments(ctx)
     for key, factor in FACTORS.items():
         assert isinstance(factor, Factor) and factor.key == key
+        assert {p.factor for p in factor.plan(ctx)} == {key}, key  # its experiments are filed under it
         assert factor.title and factor.description, key
         assert factor.cause is None or factor.cause in CAUSES, key
         assert factor.remedy != "setting" or factor.setting is not None, key  # "still leaves" reads it per side
