@@ -43,19 +43,20 @@ from ..captures.launcher import run_child
 from ..captures.reader import Capture
 from .divergence import NodeResult
 from ..errors import TftraceError
-from ..diff.match import VARIABLE_OPS
+from ..diff.kinds import KINDS, kind_of
 from ..captures.inputs import same_rows
 from ..jsonvalues import dumps, loads
 from ..metrics.arrays import compare_arrays
-from ..opgraph import EXIT_OPS, OpGraph, tensor_op
+from ..opgraph import OpGraph, tensor_op
+from ..optypes import EXIT_OPS, PASS_THROUGH, PLACEHOLDER_OPS, VARIABLE_OPS
 from ..runspec import Side
 from ..safewrite import write_file
 
 __all__ = ["IsolationResult", "isolate_origins", "replay_plan", "group_members", "origin_feeds", "run_job",
            "evaluate", "isolate_remote", "same_run_settings", "reads_variable", "load_state_variables"]
 
-GROUP_REWRITES = ("batchnorm_folded", "fused")  # an origin that stands for several A ops (and B ops)
-VARIABLE_READS = frozenset({"ReadVariableOp", "Identity", "Snapshot"})  # of a variable: its loaded value
+GROUP_REWRITES = tuple(k.name for k in KINDS.values() if k.group)  # an origin that stands for several A ops (and B ops)
+VARIABLE_READS = PASS_THROUGH  # of a variable: its loaded value
 
 
 @dataclass
@@ -101,7 +102,7 @@ def replay_plan(graph: OpGraph, tensor: str, to_a: dict[str, str]) -> dict[str, 
             continue
         if name not in graph:
             continue
-        if graph.op_type(name) in ("Placeholder", "PlaceholderWithDefault"):
+        if graph.op_type(name) in PLACEHOLDER_OPS:
             stack.append((False, f"{name}:0"))
             continue
         node = graph.node(name)
@@ -405,7 +406,7 @@ def _b_computation(op: dict[str, Any]) -> str:
     a_op = op.get("a_op")  # (absent from the index of a report made before it was recorded)
     group = op.get("group")
     if group:
-        what = "folded batch norm" if group["kind"] == "batchnorm_folded" else "fused op"
+        what = getattr(kind_of(group["kind"]), "group", None) or "fused op"
         inputs = ", ".join(f"`{t}`" for t in group.get("a_inputs", [])) or "the same inputs"
         return (f"B's {what} (`{tensor_op(op['b_tensor'])}`, {op['b_op']}, with the ops between it and its inputs) "
                 f"differs from A's {a_op} and the {len(group['a_members'])} op(s) {what.split()[0]} into it "
