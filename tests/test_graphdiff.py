@@ -496,7 +496,8 @@ def test_origins_in_rewrites_point_at_their_kinds_cause() -> None:
 
     def causes(*kinds: str) -> list[str]:
         origins = [{"node": f"n{i}", "op": "MatMul", "rewrite": k} for i, k in enumerate(kinds)]
-        return explain_comparison({"verdict": "beyond_tolerance", "sides": {"a": {}, "b": {}}, "origins": origins})["causes"]
+        report = {"verdict": "beyond_tolerance", "sides": {"a": {}, "b": {}}, "origins": origins}
+        return explain_comparison(report)["causes"]
 
     assert causes("batchnorm_folded") == ["export"]
     assert causes("fused", "cast_inserted") == ["mixed_precision"]

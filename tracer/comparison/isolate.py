@@ -83,7 +83,8 @@ def replay_plan(graph: OpGraph, tensor: str, to_a: dict[str, str]) -> dict[str, 
     Control edges are followed too, and they need more than a value: an op that something waits
     on must *run*, so its own inputs are needed even when its output is fed. An inlined TF2
     function is the common case: its body waits on a NoOp that waits on the Identity of each
-    input, so the placeholder behind it must be fed though no data path reaches it.
+    input, so the placeholder behind it must be fed though no data path reaches it. (Hand-written:
+    it walks tensors and ops, stopping at fed tensors but not at ops that must run; networkx has no such walk.)
     """
     feeds: dict[str, str] = {}
     seen: set[tuple[bool, str]] = set()
@@ -117,7 +118,8 @@ def group_members(alignment: Alignment, graph_a: OpGraph, op: str) -> list[str]:
 
     They are found by walking up A's data inputs through ops the alignment marked as rewritten
     members of the same kind; where the walk stops are the group's own data inputs (the conv's
-    input). Empty for an origin that is not a group.
+    input). Empty for an origin that is not a group. (Hand-written, not ``nx.ancestors``: the
+    order found is the report's ``a_members`` order, whose first names the group in texts.)
     """
     node = alignment.nodes.get(op)
     if node is None or node.rewrite not in GROUP_REWRITES:
