@@ -431,3 +431,74 @@ def test_numbered_names_structure_cannot_tell_apart_fall_back_to_their_names() -
     diff = diff_graphs(branches("Add"), branches("Mul"))
     assert diff.pairs["Relu"] == ("Relu", "name") and diff.pairs["Relu_1"] == ("Relu_1", "name")
     assert [(r.kind, r.a_nodes) for r in diff.rewrites] == [("op_changed", ["y"])]
+
+
+# --------------------------------------------------------------------------- the registry of kinds
+
+
+def test_rewrite_registry_is_complete() -> None:
+    """Every kind a detector in tracer/diff/rewrites.py emits (``Rewrite("kind", ...)``) has one
+    record, and every record is complete: a detector pass that exists, a cause from the catalogue
+    (or none: exact), its own display rank; the kinds that pair tensors their own way say how."""
+    import ast  # noqa: PLC0415
+    import inspect  # noqa: PLC0415
+
+    from tracer.causes import CAUSES  # noqa: PLC0415
+    from tracer.diff import kinds, rewrites  # noqa: PLC0415
+
+    tree = ast.parse(inspect.getsource(rewrites))
+    emitted = {call.args[0].value for call in ast.walk(tree)
+               if isinstance(call, ast.Call) and getattr(call.func, "id", None) == "Rewrite"
+               and call.args and isinstance(call.args[0], ast.Constant)}
+    assert emitted == set(kinds.KINDS) == set(REWRITE_KINDS)
+    assert REWRITE_KINDS == tuple(kinds.KINDS)
+    for name, kind in kinds.KINDS.items():
+        assert kind.name == name
+        assert kind.detector in kinds.PASSES and callable(getattr(rewrites._Context, kind.detector))
+        assert kind.cause is None or kind.cause in CAUSES, name
+        assert kind.pairs is None or callable(kind.pairs)
+        assert kind.group is None or kind.pairs is not None, name  # a group is paired as a whole
+    assert sorted(k.order for k in kinds.KINDS.values()) == list(range(len(kinds.KINDS)))
+    assert {k.name for k in kinds.KINDS.values() if k.exact} == {"variable_frozen"}
+    assert all(callable(getattr(rewrites._Context, p)) for p in kinds.PASSES)
+
+
+def test_a_new_kind_is_added_in_one_place(monkeypatch: Any) -> None:
+    """A record is all alignment, the causes and the listings need: registered here only, a
+    made-up kind pairs A's op with the B tensor its record names, points at its cause, and is
+    listed at its rank; an exact kind marks no op as rewritten."""
+    from tracer.causes import explain_comparison  # noqa: PLC0415
+    from tracer.comparison.align import _rewrite_kind, _rewrite_roles  # noqa: PLC0415
+    from tracer.diff.kinds import KINDS, RewriteKind, display_rank  # noqa: PLC0415
+
+    def pairs(rewrite: Rewrite, ga: OpGraph, gb: OpGraph, diff: GraphDiff) -> Any:
+        return {"a/pre": "part of the toy"}, {"a/out": ("b/out:1", "toy pairing")}
+
+    monkeypatch.setitem(KINDS, "toy", RewriteKind("toy", "per_pair", "xla", -1, pairs, "toy group"))
+    graph = OpGraph.from_json({"inputs": {}, "outputs": {}, "nodes": []})
+    diff = GraphDiff({}, [], [], [Rewrite("toy", ["a/pre", "a/out"], ["b/out"]),
+                                  Rewrite("variable_frozen", ["a/out"], ["b/w"])])
+    members, special = _rewrite_roles(graph, graph, diff)
+    assert members == {"a/pre": ("toy", "part of the toy")}
+    assert special == {"a/out": ("b/out:1", "toy pairing", "toy")}
+    assert _rewrite_kind(diff, "a/out") == "toy"
+    assert sorted(["fused", "toy", "variable_frozen", "unknown"], key=display_rank) == [
+        "toy", "fused", "variable_frozen", "unknown"]
+    report = {"verdict": "beyond_tolerance", "sides": {"a": {}, "b": {}},
+              "origins": [{"node": "a/out", "op": "MatMul", "rewrite": "toy"}]}
+    assert explain_comparison(report)["causes"] == ["xla"]
+
+
+def test_origins_in_rewrites_point_at_their_kinds_cause() -> None:
+    """A cast-wrapped origin points at mixed precision (also beside other rewrites), a fold at
+    the export, a frozen variable (exact) at nothing."""
+    from tracer.causes import explain_comparison  # noqa: PLC0415
+
+    def causes(*kinds: str) -> list[str]:
+        origins = [{"node": f"n{i}", "op": "MatMul", "rewrite": k} for i, k in enumerate(kinds)]
+        report = {"verdict": "beyond_tolerance", "sides": {"a": {}, "b": {}}, "origins": origins}
+        return explain_comparison(report)["causes"]
+
+    assert causes("batchnorm_folded") == ["export"]
+    assert causes("fused", "cast_inserted") == ["mixed_precision"]
+    assert causes("variable_frozen") == []

@@ -106,6 +106,53 @@ def test_index_arithmetic_offset_by_the_batch_position_is_batch_dependent() -> N
     assert g.shape_derived_ops() == {"shape", "n", "rows", "offset", "index", "index/flat"}
 
 
+def test_ops_in_while_frames_cross_control_edges_and_stop_at_exit() -> None:
+    """Inside a TF1 while-loop frame: the Enter, what it reaches through data *and* control
+    edges (a loop-body constant hangs off the pivot by a control edge only), never the Exit or
+    what reads it; the capture's fetch plan marks exactly those as not capturable."""
+    from tracer.captures.fetch_plan import WHILE_FRAME_REASON, fetch_plan  # noqa: PLC0415
+
+    g = OpGraph.from_json({"inputs": {"x": "x:0"}, "outputs": {"y": "after:0"}, "nodes": [
+        node("x", "Placeholder"),
+        node("loop/enter", "Enter", ["x:0"]),
+        node("loop/merge", "Merge", ["loop/enter:0", "loop/next:0"]),
+        node("loop/pivot", "Identity", ["loop/merge:0"]),
+        node("loop/one", "Const", control=["loop/pivot"]),
+        node("loop/body", "AddV2", ["loop/pivot:0", "loop/one:0"]),
+        node("loop/next", "NextIteration", ["loop/body:0"]),
+        node("loop/exit", "Exit", ["loop/merge:0"]),
+        node("after", "Relu", ["loop/exit:0"]),
+    ]})
+    inside = {"loop/enter", "loop/merge", "loop/pivot", "loop/one", "loop/body", "loop/next"}
+    assert g.while_frame_ops() == inside
+    plan = fetch_plan(g, [(0, 2)], 1 << 30)
+    assert {tensor_op(t) for t, why in plan.uncaptured.items() if why == WHILE_FRAME_REASON} == inside
+    assert plan.names == ["x:0", "loop/exit:0", "after:0"]
+
+
+def test_state_changing_ops_follow_tensorflows_kernels() -> None:
+    """One list for the observer and diagnose's replays: what writes a variable or a resource
+    that outlives the run counts; a stack or TensorArray (per-step containers) does not."""
+    from tracer.captures.observer import stateful_ops  # noqa: PLC0415
+    from tracer.diagnosis.replays import state_changing_ops  # noqa: PLC0415
+    from tracer.optypes import changes_state  # noqa: PLC0415
+
+    assert [changes_state(t) for t in ("AssignAddVariableOp", "ScatterMin", "CountUpTo", "ResourceApplyAdam",
+                                       "QueueDequeueV2", "StackPushV2", "TensorArrayWriteV3", "MatMul")] == [
+        True, True, True, True, True, False, False, False]
+    doc = {"inputs": {"x": "x:0"}, "outputs": {"y": "y:0"}, "nodes": [
+        node("x", "Placeholder"),
+        node("count", "VariableV2"),
+        node("bump", "CountUpTo", ["count:0"]),
+        node("ta", "TensorArrayV3", ["x:0"]),
+        node("ta/write", "TensorArrayWriteV3", ["ta:0", "x:0"]),
+        node("noise", "RandomUniform", ["x:0"]),
+        node("y", "AddN", ["x:0", "bump:0", "ta/write:0", "noise:0"]),
+    ]}
+    assert stateful_ops(OpGraph.from_json(doc)) == ["bump"]
+    assert state_changing_ops(doc) == {"state": ["bump"], "random": ["noise"]}
+
+
 def test_json_round_trip_keeps_everything() -> None:
     doc = {"inputs": {"x": "x:0"}, "outputs": {"y": "y:0"}, "nodes": [
         node("x", "Placeholder"), node("s/neg", "Neg", ["x:0"]), node("y", "Identity", ["s/neg:0"], control=["x"]),

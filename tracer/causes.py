@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from .diff.kinds import kind_of
+
 __all__ = ["Cause", "CAUSES", "explain_comparison"]
 
 
@@ -67,8 +69,6 @@ CAUSES: dict[str, Cause] = {c.key: c for c in (
           "compare fresh loads, or reset the state before each run; this is not numerical nondeterminism", "none"),
 )}
 
-EXPORT_REWRITES = {"batchnorm_folded", "const_changed", "cast_inserted", "fused", "attr_changed", "op_changed",
-                   "rewired", "node_added", "node_removed"}
 KNOB_CAUSES = {"onednn": "onednn", "autotune": "autotune", "determinism": "autotune", "tf32": "tf32", "xla": "xla",
                "grappler": "grappler", "session_config_path": "grappler", "threads": "build"}
 
@@ -132,11 +132,12 @@ def explain_comparison(report: dict[str, Any]) -> dict[str, Any]:
                 "source": "compare", "causes": []}
     own = first and (first.get("isolation") or {}).get("verdict") == "own_error"
     found.update(_nondeterminism(report, first, (a, b)))
-    rewritten = [o for o in origins if o.get("rewrite") in EXPORT_REWRITES]
+    # an origin in a rewrite points at its kind's cause (tracer.diff.kinds); exact kinds at none
+    rewritten = [o for o in origins if getattr(kind_of(o.get("rewrite")), "cause", None)]
     if rewritten:
         kinds = sorted({o["rewrite"] for o in rewritten})
-        mixed = "cast_inserted" in kinds
-        found["mixed_precision" if mixed else "export"] = (
+        causes = {kind.cause for kind in map(kind_of, kinds) if kind and kind.cause}  # several: the catalogue's first
+        found[min(causes, key=list(CAUSES).index)] = (
             f"{len(rewritten)} origin(s) sit in export rewrites ({', '.join(kinds)}), e.g. `{rewritten[0]['node']}`."
         )
     if a.get("batch_size") != b.get("batch_size"):

@@ -25,25 +25,13 @@ from typing import Any
 import networkx as nx
 
 from .jsonvalues import jsonable
+from .optypes import EXIT_OPS, FRAME_OPS, LOOP_BACK_EDGE_OPS, OFFSET_CARRIERS, SHAPE_READERS
 
-__all__ = ["OpGraph", "tensor_op", "tensor_slot", "NOT_FETCHABLE_DTYPES", "EXIT_OPS", "FRAME_OPS"]
+__all__ = ["OpGraph", "tensor_op", "tensor_slot", "NOT_FETCHABLE_DTYPES", "WHILE_FRAME_REASON", "EXIT_OPS", "FRAME_OPS",
+           "reachable", "ops_in_while_frames"]
 
 NOT_FETCHABLE_DTYPES = {"resource": "a resource handle holds no values", "variant": "a variant tensor has no array form"}
-FRAME_OPS = {"Enter", "RefEnter"}
-EXIT_OPS = frozenset({"Exit", "RefExit"})  # where a while-loop frame ends
-# Ops whose output depends on their input's shape, not its values.
-SHAPE_READERS = frozenset({"Shape", "ShapeN", "Size", "Rank", "TensorArraySizeV3", "TensorListLength",
-                           "TensorListElementShape", "ZerosLike", "OnesLike"})
-# Integer ops that carry a batch-position offset from an input into their values (``idx + row*K``,
-# with ``row`` from a Range over the batch): input index -> carries, None = every input.
-OFFSET_CARRIERS: dict[str, frozenset[int] | None] = {
-    **dict.fromkeys(("Add", "AddV2", "Sub", "Mul", "FloorDiv", "FloorMod", "TruncateDiv", "TruncateMod", "Div",
-                     "Maximum", "Minimum", "Neg", "Abs", "Cast", "Identity", "AddN", "Pack"), None),
-    **dict.fromkeys(("Reshape", "ExpandDims", "Squeeze", "BroadcastTo", "Tile", "StridedSlice", "Slice",
-                     "Transpose"), frozenset({0})),
-}
-CONTROL_FLOW_V1_OPS = {"Enter", "RefEnter", "Exit", "RefExit", "NextIteration", "RefNextIteration", "Merge", "RefMerge",
-                       "Switch", "RefSwitch", "LoopCond"}
+WHILE_FRAME_REASON = "inside a while-loop frame: a session cannot fetch it"
 SMALL_CONST_ELEMENTS = 16
 
 
@@ -90,7 +78,7 @@ class OpGraph:
             dag = nx.DiGraph()
             dag.add_nodes_from(self.g.nodes)
             dag.add_edges_from(
-                (u, v) for u, v in self.g.edges if self.g.nodes[u]["op"] not in ("NextIteration", "RefNextIteration")
+                (u, v) for u, v in self.g.edges if self.g.nodes[u]["op"] not in LOOP_BACK_EDGE_OPS
             )
             self._order = list(nx.lexicographical_topological_sort(dag))
         return self._order
@@ -141,21 +129,22 @@ class OpGraph:
         return {**dict.fromkeys(sorted(derived), "shape"), **dict.fromkeys(sorted(self._offset_by(derived)), "offset")}
 
     def _offset_by(self, derived: set[str]) -> set[str]:
-        """Integer ops whose values take an offset from ``derived`` ops, to a fixed point."""
-        marked: set[str] = set()
-        stack = list(derived)
-        while stack:
-            for _, dst, data in self.g.out_edges(stack.pop(), data=True):
-                node = self.g.nodes[dst]
-                if data.get("control") or dst in marked or dst in derived or node["op"] not in OFFSET_CARRIERS:
-                    continue
-                carries = OFFSET_CARRIERS[node["op"]]
-                if carries is not None and not any(index in carries for _, index in data["tensors"]):
-                    continue
-                if node["outputs"] and node["outputs"][0]["dtype"].startswith(("int", "uint")):
-                    marked.add(dst)
-                    stack.append(dst)
-        return marked
+        """Integer ops whose values take an offset from ``derived`` ops: those reached from them
+        along data edges that carry it (:data:`OFFSET_CARRIERS`), never re-entering ``derived``."""
+        def carries(src: str, dst: str) -> bool:
+            data, node = self.g.edges[src, dst], self.g.nodes[dst]
+            if data.get("control") or dst in derived or node["op"] not in OFFSET_CARRIERS:
+                return False
+            inputs = OFFSET_CARRIERS[node["op"]]
+            if inputs is not None and not any(index in inputs for _, index in data["tensors"]):
+                return False
+            return bool(node["outputs"]) and node["outputs"][0]["dtype"].startswith(("int", "uint"))
+
+        return reachable(nx.subgraph_view(self.g, filter_edge=carries), derived) - derived
+
+    def while_frame_ops(self) -> set[str]:
+        """Ops that execute inside a TF1 while-loop frame (see :func:`ops_in_while_frames`)."""
+        return ops_in_while_frames(self.g)
 
     # ---- serialisation ---------------------------------------------------------------------
 
@@ -190,26 +179,42 @@ class OpGraph:
                 raise KeyError(tensor)
         keep = _ancestors(by_name, [tensor_op(t) for t in outputs.values()], {_canonical(t) for t in inputs.values()})
         g = nx.DiGraph()
-        in_frame = _ops_in_while_frames(by_name, keep)
         for name in keep:
-            g.add_node(name, **_node_data(by_name[name], in_frame))
+            g.add_node(name, **_node_data(by_name[name]))
         _add_edges(g)
+        for name in ops_in_while_frames(g):
+            for info in g.nodes[name]["outputs"]:
+                if info["capturable"]:
+                    info["capturable"], info["reason"] = False, WHILE_FRAME_REASON
         return cls(g, {k: _canonical(v) for k, v in inputs.items()}, {k: _canonical(v) for k, v in outputs.items()})
+
+
+def reachable(g: nx.DiGraph, sources: Iterable[str]) -> set[str]:
+    """``sources`` (those in ``g``) and every node reachable from them: one breadth-first search
+    from all of them at once. ``g`` may be a ``networkx.subgraph_view`` that filters nodes or edges."""
+    start = [s for s in sources if s in g]
+    return set().union(*nx.bfs_layers(g, start)) if start else set()
 
 
 def _reach(g: nx.DiGraph, sources: set[str], passes: Callable[[str], bool]) -> set[str]:
     """``sources`` and every op reached from them along data edges, entering only ops that ``passes``."""
-    reached, stack = set(sources), list(sources)
-    while stack:
-        for _, dst, data in g.out_edges(stack.pop(), data=True):
-            if not data.get("control") and dst not in reached and passes(dst):
-                reached.add(dst)
-                stack.append(dst)
-    return reached
+    data_edges = nx.subgraph_view(g, filter_node=lambda n: n in sources or passes(n),
+                                  filter_edge=lambda u, v: not g.edges[u, v].get("control"))
+    return set(sources) | reachable(data_edges, sources)
+
+
+def ops_in_while_frames(g: nx.DiGraph) -> set[str]:
+    """Ops that execute inside a TF1 while-loop frame, whose tensors a session cannot fetch: the
+    Enter ops and everything reached from them along data *and* control edges (loop-body
+    constants hang off the loop's pivot by a control edge only) without passing an Exit."""
+    frame = nx.subgraph_view(g, filter_node=lambda n: g.nodes[n]["op"] not in EXIT_OPS)
+    return reachable(frame, (n for n, op in g.nodes(data="op") if op in FRAME_OPS))
 
 
 def _ancestors(by_name: dict[str, Any], roots: Iterable[str], fed: set[str]) -> set[str]:
-    """Ops needed to compute ``roots`` when the ``fed`` tensors are supplied by the caller."""
+    """Ops needed to compute ``roots`` when the ``fed`` tensors are supplied by the caller.
+    Hand-written, not ``nx.ancestors``: it walks the ``tf.Graph`` itself (a .meta with every
+    training and saving op) before any networkx graph exists, and stops at fed *tensors*."""
     keep: set[str] = set()
     stack = list(roots)
     while stack:
@@ -229,25 +234,7 @@ def _ancestors(by_name: dict[str, Any], roots: Iterable[str], fed: set[str]) -> 
     return keep
 
 
-def _ops_in_while_frames(by_name: dict[str, Any], keep: set[str]) -> set[str]:
-    """Ops that execute inside a TF1 while-loop frame: their tensors cannot be fetched."""
-    inside: set[str] = set()
-    stack = [c.name for op in by_name.values() if op.type in FRAME_OPS for out in op.outputs for c in out.consumers()]
-    stack += [c.name for op in by_name.values() if op.type in FRAME_OPS for c in getattr(op, "_control_outputs", ())]
-    while stack:
-        name = stack.pop()
-        if name in inside:
-            continue
-        op = by_name[name]
-        if op.type in EXIT_OPS:
-            continue
-        inside.add(name)
-        stack.extend(c.name for out in op.outputs for c in out.consumers())
-        stack.extend(c.name for c in getattr(op, "_control_outputs", ()))  # loop-body constants hang on control edges
-    return inside & keep | {n for n in keep if by_name[n].type in FRAME_OPS}
-
-
-def _node_data(op: Any, in_frame: set[str]) -> dict[str, Any]:
+def _node_data(op: Any) -> dict[str, Any]:
     outputs = []
     for tensor in op.outputs:
         dtype = tensor.dtype.base_dtype.name
@@ -255,8 +242,6 @@ def _node_data(op: Any, in_frame: set[str]) -> dict[str, Any]:
         reason = ""
         if dtype in NOT_FETCHABLE_DTYPES:
             reason = NOT_FETCHABLE_DTYPES[dtype]
-        elif op.name in in_frame:
-            reason = "inside a while-loop frame: a session cannot fetch it"
         outputs.append({"dtype": dtype, "shape": shape, "capturable": not reason, "reason": reason})
     node_def = op.node_def
     attrs = {key: attr_to_json(value) for key, value in sorted(node_def.attr.items()) if not key.startswith("_")}

@@ -19,8 +19,9 @@ from dataclasses import replace
 
 from .loader import Artifact, ArtifactRef, Signature, TensorSpec, load
 from ..errors import TftraceError
-from ..diff.match import VARIABLE_OPS, match_graphs
+from ..diff.match import match_graphs
 from ..opgraph import OpGraph, tensor_op, tensor_slot
+from ..optypes import BOOKKEEPING_OPS, PLACEHOLDER_OPS, SHAPE_OPS, VARIABLE_OPS
 
 __all__ = ["import_graph", "resolve_signature", "build_opgraph", "value_source", "borrow_signature"]
 
@@ -84,13 +85,6 @@ def resolve_signature(artifact: Artifact, graph: Any) -> Signature:
     return Signature(sig.key, filled(inputs, "input"), outputs, sig.method_name, sig.from_user, sig.borrowed_from)
 
 
-# Ops a .meta holds for saving, restoring, initialising and training: never what to trace.
-BOOKKEEPING_OPS = {
-    "Assign", "AssignAdd", "AssignSub", "AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp",
-    "VarIsInitializedOp", "IsVariableInitialized", "SaveV2", "RestoreV2", "MergeV2Checkpoints", "ShardedFilename",
-    "NoOp", "ScalarSummary", "HistogramSummary", "ImageSummary", "MergeSummary", "TensorSummaryV2", "Assert",
-    "Print", "PrintV2",
-}
 BOOKKEEPING_SCOPE = re.compile(
     r"^(save|init|init_all_tables|gradients|report_uninitialized_variables|global_step)(_\d+)?(/|$)"
 )
@@ -116,7 +110,7 @@ def _candidates(by_name: dict[str, Any]) -> tuple[list[str], list[str]]:
     bookkeeping is left out. Best first: what needs fewer placeholders (a prediction needs the
     images, a loss the labels too), then what lies deeper in the graph."""
     useful = {name: op for name, op in by_name.items() if not _bookkeeping(op)}
-    inputs = [name for name, op in useful.items() if op.type in ("Placeholder", "PlaceholderWithDefault")]
+    inputs = [name for name, op in useful.items() if op.type in PLACEHOLDER_OPS]
     needs: dict[str, frozenset[str]] = {}
     depth: dict[str, int] = {}
     for op in (o for o in by_name.values()):  # creation order: producers first (a TF1 graph)
@@ -137,11 +131,9 @@ def _candidates(by_name: dict[str, Any]) -> tuple[list[str], list[str]]:
     return inputs, [name for *_, name in ranked]
 
 
-SHAPE_OPS = {"Shape", "ShapeN", "Size", "Rank"}  # read an input's shape, never its values
-
-
 def _ancestors(by_name: dict[str, Any], roots: list[str]) -> set[str]:
-    """The ops the given ops depend on (themselves included), through data and control edges."""
+    """The ops the given ops depend on (themselves included), through data and control edges.
+    Walks the ``tf.Graph`` itself: no networkx graph of the whole .meta exists (or is worth building) here."""
     seen: set[str] = set()
     stack = list(roots)
     while stack:
@@ -306,7 +298,7 @@ def value_source(artifact: Artifact) -> Callable[[str], np.ndarray | None]:
             return None
         if node.op == "Const":
             return tensor_util.MakeNdarray(node.attr["value"].tensor)
-        if node.op in ("VariableV2", "Variable", "VarHandleOp"):
+        if node.op in VARIABLE_OPS:
             shared = node.attr["shared_name"].s.decode("utf-8", "replace") if "shared_name" in node.attr else ""
             return artifact.variable_value(shared or name)
         return None

@@ -22,16 +22,13 @@ import numpy as np
 
 from ..comparison.align import relevant_slots
 from ..errors import TftraceError
-from ..opgraph import EXIT_OPS, FRAME_OPS, OpGraph, tensor_op, tensor_slot
+from ..opgraph import WHILE_FRAME_REASON, OpGraph, tensor_op, tensor_slot
+from ..optypes import LOOP_COND_OP, MERGE_OPS, PLACEHOLDER_OPS, SWITCH_OPS, WEIGHT_SOURCES
 
 __all__ = ["FetchPlan", "fetch_plan", "chunked", "refit_sizes", "check_fetched", "branch_of", "BranchSchedule", "DEAD_BRANCH_REASON"]
 
-WHILE_FRAME_REASON = "inside a while-loop frame: a session cannot fetch it"
 DEAD_BRANCH_REASON = "in a cond branch that did not run on these inputs (dead: TensorFlow has no value for it)"
-SWITCH_OPS = frozenset({"Switch", "RefSwitch"})
-MERGE_OPS = frozenset({"Merge", "RefMerge"})
 Branch = frozenset  # of (Switch op, output port): a tensor runs only when all of them carry data
-CONST_SOURCES = {"Const", "VariableV2", "Variable", "VarHandleOp", "ReadVariableOp", "Identity"}
 
 
 @dataclass
@@ -48,7 +45,7 @@ class FetchPlan:
 
 
 def fetch_plan(opgraph: OpGraph, ranges: list[tuple[int, int]], max_memory: int) -> FetchPlan:
-    in_loops = _while_frame_ops(opgraph)
+    in_loops = opgraph.while_frame_ops()  # constants in a loop body too: fetching one fails at run time
     names: list[str] = []
     uncaptured: dict[str, str] = {}
     for name, info in opgraph.tensors():
@@ -94,7 +91,7 @@ def branch_of(opgraph: OpGraph) -> dict[str, Branch]:
             mine = frozenset().union(*inputs, *controls)
         op_branch[op] = mine
         loop_switch = node["op"] in SWITCH_OPS and len(node["inputs"]) > 1 and tensor_op(node["inputs"][1]) in opgraph \
-            and opgraph.op_type(tensor_op(node["inputs"][1])) == "LoopCond"
+            and opgraph.op_type(tensor_op(node["inputs"][1])) == LOOP_COND_OP
         for slot in range(len(node["outputs"])):
             port = {(op, slot)} if node["op"] in SWITCH_OPS and not loop_switch else set()
             out[f"{op}:{slot}"] = mine | port
@@ -161,23 +158,6 @@ class BranchSchedule:
         return left
 
 
-def _while_frame_ops(opgraph: OpGraph) -> set[str]:
-    """Ops executing inside a TF1 while-loop frame, reached through data *and* control edges.
-
-    Constants in a loop body hang off the loop's pivot by a control edge only; fetching one
-    fails at run time ("Retval has already been set"), so they are listed, not fetched.
-    """
-    inside: set[str] = set()
-    stack = [op for op in opgraph.g if opgraph.op_type(op) in FRAME_OPS]
-    while stack:
-        op = stack.pop()
-        if op in inside or opgraph.op_type(op) in EXIT_OPS:
-            continue
-        inside.add(op)
-        stack.extend(opgraph.g.successors(op))
-    return inside
-
-
 def _constant_ops(opgraph: OpGraph) -> set[str]:
     """Ops whose outputs do not depend on what is fed: fetched once, not per batch."""
     fed = opgraph.fed_ops()
@@ -185,9 +165,9 @@ def _constant_ops(opgraph: OpGraph) -> set[str]:
     for op in opgraph.topo_order():
         node = opgraph.node(op)
         inputs = [tensor_op(t) for t in node["inputs"]]
-        if op in fed or node["op"] in ("Placeholder", "PlaceholderWithDefault"):
+        if op in fed or node["op"] in PLACEHOLDER_OPS:
             continue
-        if all(src in constant for src in inputs) and (inputs or node["op"] in CONST_SOURCES):
+        if all(src in constant for src in inputs) and (inputs or node["op"] in WEIGHT_SOURCES):
             constant.add(op)
     return constant
 

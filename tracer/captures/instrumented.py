@@ -20,6 +20,7 @@ import numpy as np
 from .._tf import tf
 from .inputs import Examples
 from ..opgraph import OpGraph, tensor_op, tensor_slot
+from ..optypes import MAYBE_UNCHANGED_OPS
 from ._events import emit
 from ._format import bitwise_equal
 from .fetch_plan import DEAD_BRANCH_REASON, BranchSchedule, FetchPlan, check_fetched, chunked
@@ -27,7 +28,7 @@ from .runtime import Runtime, tf_error_text
 from .session_runs import feed_for, traced_run
 from .store import CaptureWriter
 
-__all__ = ["instrumented_runs", "PASS_THROUGH_OPS"]
+__all__ = ["instrumented_runs"]
 
 
 def instrumented_runs(
@@ -252,13 +253,6 @@ def _store(
         layout[name] = "varies"  # e.g. a Shape op: its value depends on the batch, kept from run 0
 
 
-# Ops whose output can be their input unchanged: compared byte for byte, stored once when it is.
-PASS_THROUGH_OPS = frozenset({
-    "Identity", "IdentityN", "Snapshot", "StopGradient", "PreventGradient", "RefIdentity", "ReadVariableOp",
-    "Reshape", "Squeeze", "ExpandDims", "EnsureShape", "CheckNumerics", "CheckNumericsV2", "PlaceholderWithDefault",
-    "Cast", "Merge", "RefMerge", "Switch", "RefSwitch", "Enter", "Exit", "Print", "PrintV2",
-})
-
 
 def _same_bytes_input(opgraph: OpGraph, name: str, value: np.ndarray, stored: dict[str, np.ndarray]) -> str | None:
     """The input, already stored, whose exact bytes (dtype and shape too) a pass-through op's
@@ -266,7 +260,7 @@ def _same_bytes_input(opgraph: OpGraph, name: str, value: np.ndarray, stored: di
     shape, a Cast the dtype, a Switch may pass nothing."""
     op = tensor_op(name)
     kind = opgraph.op_type(op)
-    if kind not in PASS_THROUGH_OPS:
+    if kind not in MAYBE_UNCHANGED_OPS:  # output can be its input unchanged: stored once when it is
         return None
     inputs = opgraph.data_inputs(op)
     if kind == "IdentityN":

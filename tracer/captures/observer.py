@@ -12,22 +12,15 @@ from typing import Any
 import numpy as np
 
 from ..opgraph import OpGraph
+from ..optypes import changes_state
 
-__all__ = ["observer_effect", "stateful_ops", "STATE_MUTATING_OPS"]
-
-# Ops that change a variable: a model built on them (a counter, a running statistic) answers
-# differently on every run because of its state, not because of observation or nondeterminism.
-STATE_MUTATING_OPS = {
-    "Assign", "AssignAdd", "AssignSub", "AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp",
-    "ScatterUpdate", "ScatterAdd", "ScatterSub", "ScatterMul", "ScatterDiv", "ScatterNdUpdate", "ScatterNdAdd",
-    "ResourceScatterUpdate", "ResourceScatterAdd", "ResourceScatterSub", "ResourceScatterNdUpdate",
-    "ResourceScatterNdAdd", "ResourceApplyGradientDescent", "ApplyGradientDescent",
-}
-
+__all__ = ["observer_effect", "stateful_ops"]
 
 def stateful_ops(opgraph: OpGraph) -> list[str]:
-    """Ops of the inference subgraph that modify variables, in topological order."""
-    return [op for op in opgraph.topo_order() if opgraph.op_type(op) in STATE_MUTATING_OPS]
+    """Ops of the inference subgraph that change state a later run sees (a counter, a running
+    statistic: the model then answers differently on every run because of its state, not because
+    of observation or nondeterminism), in topological order."""
+    return [op for op in opgraph.topo_order() if changes_state(opgraph.op_type(op))]
 
 
 def _max_abs_diff(a: np.ndarray, b: np.ndarray | None) -> tuple[bool, float | None]:

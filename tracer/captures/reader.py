@@ -15,10 +15,12 @@ from __future__ import annotations
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any
 
+import networkx as nx
 import numpy as np
 
 from ..errors import TftraceError
 from ..jsonvalues import is_number, loads
+from ..optypes import LOOP_BACK_EDGE_OPS
 from ._format import (
     EXTENDED,
     FORMAT,
@@ -387,32 +389,19 @@ def _validate_graph(root: Path, graph: dict[str, Any]) -> None:
     _refuse_cycles(nodes, bad)
 
 
-LOOP_BACK_EDGE_OPS = frozenset({"NextIteration", "RefNextIteration"})  # a TF1 while loop's only cycle
-
-
 def _refuse_cycles(nodes: list[dict[str, Any]], bad: Any) -> None:
-    """Kahn's algorithm over data and control edges between the listed nodes, without the loop
-    back edges (as :meth:`tracer.opgraph.OpGraph.topo_order`, which a cycle would break)."""
-    names = {n["name"] for n in nodes}
+    """A cycle over data and control edges between the listed nodes, without the loop back
+    edges (as :meth:`tracer.opgraph.OpGraph.topo_order`, which a cycle would break), is refused."""
     forward = {n["name"] for n in nodes if n["op"] not in LOOP_BACK_EDGE_OPS}  # sources of forward edges
-    preds = {n["name"]: {_op(t) for t in [*n["inputs"], *n["control_inputs"]]} & forward for n in nodes}
-    succs: dict[str, list[str]] = {name: [] for name in names}
-    for name, sources in preds.items():
-        for src in sources:
-            succs[src].append(name)
-    waiting = {name: len(sources) for name, sources in preds.items()}
-    ready = [name for name, n in waiting.items() if n == 0]
-    done = 0
-    while ready:
-        name = ready.pop()
-        done += 1
-        for nxt in succs[name]:
-            waiting[nxt] -= 1
-            if waiting[nxt] == 0:
-                ready.append(nxt)
-    if done != len(names):
-        stuck = sorted(name for name, n in waiting.items() if n > 0)[:3]
-        raise bad(f"it has a cycle (through {', '.join(map(repr, stuck))})")
+    g = nx.DiGraph()
+    g.add_nodes_from(n["name"] for n in nodes)
+    g.add_edges_from((src, n["name"]) for n in nodes
+                     for src in {_op(t) for t in [*n["inputs"], *n["control_inputs"]]} & forward)
+    try:
+        cycle = nx.find_cycle(g)
+    except nx.NetworkXNoCycle:
+        return
+    raise bad(f"it has a cycle (through {', '.join(map(repr, sorted({src for src, _ in cycle})[:3]))})")
 
 
 def _op(tensor: str) -> str:

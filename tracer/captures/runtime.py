@@ -20,6 +20,7 @@ from ..artifacts.graph import build_opgraph
 from ..errors import TftraceError
 from ..artifacts.safety import describe_unsafe, find_unsafe_ops, unconfined_assets
 from ..opgraph import OpGraph
+from ..optypes import VARIABLE_OPS
 from ..runspec import Side, parse_device
 
 __all__ = ["Runtime", "open_runtime", "load_checked", "apply_process_knobs", "session_config", "tf_error_text", "determinism_fix"]
@@ -282,7 +283,7 @@ def _restore(artifact: Artifact, session: Any, side: Side) -> None:
     if artifact.variable_values or artifact.table_values:  # a TF2 function's variables and tables
         _initialise_tf2_resources(artifact, session)
         return
-    variables = [op.name for op in session.graph.get_operations() if op.type in ("VariableV2", "VarHandleOp")]
+    variables = [op.name for op in session.graph.get_operations() if op.type in VARIABLE_OPS]
     if variables:
         raise TftraceError(
             f"the GraphDef {artifact.location} still holds variables ({', '.join(variables[:5])}) but no weights",

@@ -16,10 +16,10 @@ import numpy as np
 from .._tf import tf
 from .inputs import Examples
 from .runtime import Runtime
+from ..optypes import RUNTIME_PLUMBING
 
 __all__ = ["RUNTIME_PLUMBING", "feed_for", "traced_run"]
 
-RUNTIME_PLUMBING = ("_Send", "_Recv", "_HostSend", "_HostRecv", "_Arg", "_Retval", "_DeviceArg", "_DeviceRetval")
 
 
 def feed_for(runtime: Runtime, examples: Examples, start: int, stop: int) -> dict[Any, np.ndarray]:

@@ -26,9 +26,11 @@ from typing import Any
 
 import numpy as np
 
+from ..diff.kinds import is_exact, kind_of
 from ..diff.rewrites import GraphDiff
 from ..captures.inputs import same_rows
 from ..opgraph import OpGraph, tensor_op, tensor_slot
+from ..optypes import WEIGHT_OPS
 
 __all__ = ["TensorPair", "NodeAlignment", "Alignment", "align", "CaptureView"]
 
@@ -136,7 +138,7 @@ def align(a: CaptureView, b: CaptureView, diff: GraphDiff) -> Alignment:
 
 
 def _rewrite_kind(diff: GraphDiff, op: str) -> str | None:
-    kinds = [r.kind for r in diff.rewrites_of(op) if r.kind != "variable_frozen"]
+    kinds = [r.kind for r in diff.rewrites_of(op) if not is_exact(r.kind)]
     return kinds[0] if kinds else None
 
 
@@ -144,34 +146,13 @@ def _rewrite_roles(ga: OpGraph, gb: OpGraph, diff: GraphDiff) -> tuple[dict[str,
     """A ops judged only as part of a rewrite, and A ops paired to a B tensor the diff implies."""
     members: dict[str, tuple[str, str]] = {}
     special: dict[str, tuple[str, str, str]] = {}
-    for rewrite in diff.rewrites:
-        if rewrite.kind == "batchnorm_folded":
-            bn = rewrite.detail["batch_norm"]
-            for op in rewrite.a_nodes:
-                if op != bn:
-                    members[op] = ("batchnorm_folded", f"folded with {bn} into B's conv: judged through {bn}")
-            if bn not in diff.pairs:
-                conv_b = diff.pairs.get(rewrite.detail["conv"], (None,))[0]
-                readers = [n for n in gb.g.successors(conv_b)] if conv_b else []
-                if len(readers) == 1:
-                    special[bn] = (f"{readers[0]}:0", "fold group", "batchnorm_folded")
-            else:
-                special[bn] = (f"{diff.pairs[bn][0]}:0", "fold group", "batchnorm_folded")
-        elif rewrite.kind == "cast_inserted":
-            op = rewrite.detail["op"]
-            core = rewrite.b_nodes[-1]
-            dtype_a = ga.node(op)["outputs"][0]["dtype"]
-            back = [
-                c for c in rewrite.detail.get("casts", [])
-                if tensor_op(gb.data_inputs(c)[0]) == core and gb.node(c)["outputs"][0]["dtype"] == dtype_a
-            ]
-            special[op] = (f"{back[0] if back else core}:0", "cast region", "cast_inserted")
-        elif rewrite.kind == "fused":
-            chain = rewrite.detail.get("chain") or rewrite.a_nodes
-            fused_b = rewrite.b_nodes[0]
-            special[chain[-1]] = (f"{fused_b}:0", "fused", "fused")
-            for op in chain[:-1]:
-                members[op] = ("fused", f"fused into B's {gb.op_type(fused_b)} {fused_b}")
+    for rewrite in diff.rewrites:  # each kind's record says how its tensors pair (tracer.diff.kinds)
+        kind = kind_of(rewrite.kind)
+        if kind is None or kind.pairs is None:
+            continue
+        kind_members, stands_for = kind.pairs(rewrite, ga, gb, diff)
+        members.update({op: (kind.name, note) for op, note in kind_members.items()})
+        special.update({op: (tensor, reason, kind.name) for op, (tensor, reason) in stands_for.items()})
     return members, special
 
 
@@ -233,7 +214,7 @@ def _pair_by_value(a: CaptureView, b: CaptureView, nodes: dict[str, NodeAlignmen
     if not leftovers:
         return
     for op, node in nodes.items():
-        if node.role != ROLE_UNMATCHED or a.graph.op_type(op) in ("Const", "VariableV2", "VarHandleOp"):
+        if node.role != ROLE_UNMATCHED or a.graph.op_type(op) in WEIGHT_OPS:
             continue
         name = f"{op}:0"
         if not a.captured(name):

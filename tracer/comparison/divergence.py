@@ -173,7 +173,8 @@ def _rel(r: NodeResult) -> float:
 
 
 def _frontier(graph: OpGraph, op: str, results: dict[str, NodeResult]) -> list[str]:
-    """The nearest judged ops above ``op``, looking through ops that were not judged."""
+    """The nearest judged ops above ``op``, looking through ops that were not judged. (A walk
+    that stops at the first judged op on each path: networkx has no such boundary search.)"""
     out: list[str] = []
     seen: set[str] = set()
     stack = [tensor_op(t) for t in graph.data_inputs(op)]

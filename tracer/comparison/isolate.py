@@ -43,19 +43,20 @@ from ..captures.launcher import run_child
 from ..captures.reader import Capture
 from .divergence import NodeResult
 from ..errors import TftraceError
-from ..diff.match import VARIABLE_OPS
+from ..diff.kinds import KINDS, kind_of
 from ..captures.inputs import same_rows
 from ..jsonvalues import dumps, loads
 from ..metrics.arrays import compare_arrays
-from ..opgraph import EXIT_OPS, OpGraph, tensor_op
+from ..opgraph import OpGraph, tensor_op
+from ..optypes import EXIT_OPS, PASS_THROUGH, PLACEHOLDER_OPS, VARIABLE_OPS
 from ..runspec import Side
 from ..safewrite import write_file
 
 __all__ = ["IsolationResult", "isolate_origins", "replay_plan", "group_members", "origin_feeds", "run_job",
            "evaluate", "isolate_remote", "same_run_settings", "reads_variable", "load_state_variables"]
 
-GROUP_REWRITES = ("batchnorm_folded", "fused")  # an origin that stands for several A ops (and B ops)
-VARIABLE_READS = frozenset({"ReadVariableOp", "Identity", "Snapshot"})  # of a variable: its loaded value
+GROUP_REWRITES = tuple(k.name for k in KINDS.values() if k.group)  # an origin that stands for several A ops (and B ops)
+VARIABLE_READS = PASS_THROUGH  # of a variable: its loaded value
 
 
 @dataclass
@@ -82,7 +83,8 @@ def replay_plan(graph: OpGraph, tensor: str, to_a: dict[str, str]) -> dict[str, 
     Control edges are followed too, and they need more than a value: an op that something waits
     on must *run*, so its own inputs are needed even when its output is fed. An inlined TF2
     function is the common case: its body waits on a NoOp that waits on the Identity of each
-    input, so the placeholder behind it must be fed though no data path reaches it.
+    input, so the placeholder behind it must be fed though no data path reaches it. (Hand-written:
+    it walks tensors and ops, stopping at fed tensors but not at ops that must run; networkx has no such walk.)
     """
     feeds: dict[str, str] = {}
     seen: set[tuple[bool, str]] = set()
@@ -101,7 +103,7 @@ def replay_plan(graph: OpGraph, tensor: str, to_a: dict[str, str]) -> dict[str, 
             continue
         if name not in graph:
             continue
-        if graph.op_type(name) in ("Placeholder", "PlaceholderWithDefault"):
+        if graph.op_type(name) in PLACEHOLDER_OPS:
             stack.append((False, f"{name}:0"))
             continue
         node = graph.node(name)
@@ -116,7 +118,8 @@ def group_members(alignment: Alignment, graph_a: OpGraph, op: str) -> list[str]:
 
     They are found by walking up A's data inputs through ops the alignment marked as rewritten
     members of the same kind; where the walk stops are the group's own data inputs (the conv's
-    input). Empty for an origin that is not a group.
+    input). Empty for an origin that is not a group. (Hand-written, not ``nx.ancestors``: the
+    order found is the report's ``a_members`` order, whose first names the group in texts.)
     """
     node = alignment.nodes.get(op)
     if node is None or node.rewrite not in GROUP_REWRITES:
@@ -405,7 +408,7 @@ def _b_computation(op: dict[str, Any]) -> str:
     a_op = op.get("a_op")  # (absent from the index of a report made before it was recorded)
     group = op.get("group")
     if group:
-        what = "folded batch norm" if group["kind"] == "batchnorm_folded" else "fused op"
+        what = getattr(kind_of(group["kind"]), "group", None) or "fused op"
         inputs = ", ".join(f"`{t}`" for t in group.get("a_inputs", [])) or "the same inputs"
         return (f"B's {what} (`{tensor_op(op['b_tensor'])}`, {op['b_op']}, with the ops between it and its inputs) "
                 f"differs from A's {a_op} and the {len(group['a_members'])} op(s) {what.split()[0]} into it "

@@ -31,25 +31,9 @@ import numpy as np
 from ..captures.reader import Capture
 from ..errors import TftraceError
 from ..comparison.isolate import run_job
+from ..optypes import changes_state, draws_random
 
 __all__ = ["Replay", "replay_alone", "signature_feeds", "state_changing_ops"]
-
-# Ops that change the model's state (or draw random numbers) each time they run: two runs of a
-# graph holding them differ because of the state, not because a kernel is nondeterministic.
-STATE_OPS = {
-    "Assign", "AssignAdd", "AssignSub", "AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp",
-    "ScatterUpdate", "ScatterAdd", "ScatterSub", "ScatterMul", "ScatterDiv", "ScatterMin", "ScatterMax",
-    "ScatterNdUpdate", "ScatterNdAdd", "ScatterNdSub", "ResourceScatterUpdate", "ResourceScatterAdd",
-    "ResourceScatterSub", "ResourceScatterMul", "ResourceScatterDiv", "ResourceScatterMin", "ResourceScatterMax",
-    "ResourceScatterNdUpdate", "ResourceScatterNdAdd", "ResourceScatterNdSub", "CountUpTo", "ResourceCountUpTo",
-    "QueueEnqueueV2", "QueueDequeueV2", "IteratorGetNext", "StackPushV2", "TensorArrayWriteV3",
-}
-RANDOM_OPS = {
-    "RandomUniform", "RandomUniformInt", "RandomStandardNormal", "TruncatedNormal", "RandomShuffle", "Multinomial",
-    "RandomGamma", "RandomPoisson", "RandomPoissonV2", "ParameterizedTruncatedNormal", "RandomCrop",
-}
-STATEFUL_RANDOM_PREFIXES = ("StatefulUniform", "StatefulStandardNormal", "StatefulTruncatedNormal", "StatefulRandom")
-
 
 @dataclass
 class Replay:
@@ -114,8 +98,8 @@ def state_changing_ops(graph: dict[str, Any]) -> dict[str, list[str]]:
     items = nodes.values() if isinstance(nodes, dict) else nodes
     found: dict[str, list[str]] = {"state": [], "random": []}
     for node in items:
-        if node["op"] in STATE_OPS or node["op"].startswith("ResourceApply") or node["op"].startswith("Apply"):
+        if changes_state(node["op"]):  # the state or the random draws of one run carry into the next
             found["state"].append(node["name"])
-        elif node["op"] in RANDOM_OPS or node["op"].startswith(STATEFUL_RANDOM_PREFIXES):
+        elif draws_random(node["op"]):
             found["random"].append(node["name"])
     return found

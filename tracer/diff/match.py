@@ -27,14 +27,9 @@ from collections import defaultdict
 from collections.abc import Callable
 
 from ..opgraph import OpGraph, tensor_op, tensor_slot
+from ..optypes import PASS_THROUGH, WEIGHT_SOURCES
 
-__all__ = ["match_graphs", "WEIGHT_SOURCES", "VARIABLE_OPS"]
-
-VARIABLE_OPS = {"VariableV2", "Variable", "VarHandleOp"}
-WEIGHT_SOURCES = VARIABLE_OPS | {"Const", "Identity", "ReadVariableOp"}
-# Ops that pass a value through unchanged (a variable read included): inlining and export add,
-# drop and swap them (TF1 ``w/read`` Identity vs TF2 ReadVariableOp).
-PLUMBING = {"Identity", "Snapshot", "ReadVariableOp"}
+__all__ = ["match_graphs", "canonical_tensor", "canonical_inputs", "name_stem"]
 
 
 def canonical_tensor(g: OpGraph, tensor: str) -> str:
@@ -42,7 +37,7 @@ def canonical_tensor(g: OpGraph, tensor: str) -> str:
     seen = 0
     while seen < 10_000:
         op = tensor_op(tensor)
-        if op not in g or g.op_type(op) not in PLUMBING or not g.data_inputs(op):
+        if op not in g or g.op_type(op) not in PASS_THROUGH or not g.data_inputs(op):
             return tensor
         tensor = g.data_inputs(op)[0]
         seen += 1
@@ -124,7 +119,7 @@ def _pair_plumbing(a: OpGraph, b: OpGraph, pairs: dict[str, tuple[str, str]], pa
             continue
         for tx, ty in zip(ins_x, ins_y):
             px, py = tensor_op(tx), tensor_op(ty)
-            while px in a and py in b and a.op_type(px) in PLUMBING and b.op_type(py) in PLUMBING:
+            while px in a and py in b and a.op_type(px) in PASS_THROUGH and b.op_type(py) in PASS_THROUGH:
                 if not pair(px, py, "structure") or not a.data_inputs(px) or not b.data_inputs(py):
                     break
                 px, py = tensor_op(a.data_inputs(px)[0]), tensor_op(b.data_inputs(py)[0])
@@ -133,8 +128,8 @@ def _pair_plumbing(a: OpGraph, b: OpGraph, pairs: dict[str, tuple[str, str]], pa
         changed = False
         taken = {v for v, _ in pairs.values()}
         for x, (y, _) in list(pairs.items()):
-            free_x = [n for n in a.g.successors(x) if a.op_type(n) in PLUMBING and n not in pairs]
-            free_y = [n for n in b.g.successors(y) if b.op_type(n) in PLUMBING and n not in taken]
+            free_x = [n for n in a.g.successors(x) if a.op_type(n) in PASS_THROUGH and n not in pairs]
+            free_y = [n for n in b.g.successors(y) if b.op_type(n) in PASS_THROUGH and n not in taken]
             if len(free_x) == 1 and len(free_y) == 1 and pair(free_x[0], free_y[0], "structure"):
                 taken.add(free_y[0])
                 changed = True
@@ -156,7 +151,7 @@ def _spread(
         for x, (y, _) in list(pairs.items()):
             # backwards: producer of input i <-> producer of input i
             ins_x, ins_y = canonical_inputs(a, x), canonical_inputs(b, y)
-            if len(ins_x) == len(ins_y) and (a.op_type(x) == b.op_type(y) or {a.op_type(x), b.op_type(y)} <= PLUMBING):
+            if len(ins_x) == len(ins_y) and (a.op_type(x) == b.op_type(y) or {a.op_type(x), b.op_type(y)} <= PASS_THROUGH):
                 for tx, ty in zip(ins_x, ins_y):
                     px, py = tensor_op(tx), tensor_op(ty)
                     if px in a and py in b and tensor_slot(tx) == tensor_slot(ty) and _compatible(a, b, px, py):
@@ -175,7 +170,7 @@ def _consumers(g: OpGraph) -> dict[str, dict[tuple[int, int, str], list[str]]]:
     through Identity plumbing (which is itself never a consumer here)."""
     table: dict[str, dict[tuple[int, int, str], list[str]]] = defaultdict(lambda: defaultdict(list))
     for dst in g.topo_order():
-        if g.op_type(dst) in PLUMBING:
+        if g.op_type(dst) in PASS_THROUGH:
             continue
         for index, tensor in enumerate(canonical_inputs(g, dst)):
             src = tensor_op(tensor)

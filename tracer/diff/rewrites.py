@@ -8,6 +8,9 @@ rescaled), ``cast_inserted`` (an op switched to a narrower dtype with Casts arou
 same value, exact). What no pattern explains is reported per node: ``op_changed``,
 ``attr_changed``, ``const_changed``, ``rewired``, ``node_added``, ``node_removed``.
 
+Each kind has one record in :mod:`tracer.diff.kinds` (which pass here detects it, how
+alignment pairs it, its cause, its display order); the passes run in that module's order.
+
 Weights are compared by value: constants through the digest stored in the op graph, variables
 through a :data:`ValueSource` (a checkpoint reader statically, the captured tensors in a
 comparison), so a folded or quantised weight is never mistaken for an unchanged one.
@@ -22,22 +25,16 @@ from typing import Any
 
 import numpy as np
 
-from .match import PLUMBING, VARIABLE_OPS, canonical_tensor, match_graphs
+from .kinds import PASSES, REWRITE_KINDS
+from .match import canonical_tensor, match_graphs
 from ..opgraph import OpGraph, tensor_op, tensor_slot
+from ..optypes import BATCH_NORM_OPS, CHAIN_BOUNDARY_OPS, LINEAR_OPS, PASS_THROUGH, VARIABLE_OPS, WEIGHT_OPS, is_fused_op
 
 __all__ = ["Rewrite", "GraphDiff", "diff_graphs", "ValueSource", "REWRITE_KINDS"]
 
 ValueSource = Callable[[str], "np.ndarray | None"]
-REWRITE_KINDS = (
-    "node_added", "node_removed", "op_changed", "attr_changed", "const_changed", "rewired",
-    "variable_frozen", "batchnorm_folded", "cast_inserted", "fused",
-)
-BATCH_NORM_OPS = {"FusedBatchNorm", "FusedBatchNormV2", "FusedBatchNormV3", "BatchNormWithGlobalNormalization"}
-LINEAR_OPS = {"Conv2D", "Conv3D", "DepthwiseConv2dNative", "MatMul", "BatchMatMulV2"}
-PASS_THROUGH = {"Identity", "ReadVariableOp", "Snapshot"}
 TYPE_ATTRS = {"T", "dtype", "SrcT", "DstT", "Tidx", "U"}
 IGNORED_ATTRS = {"value", "shared_name", "container", "_class"}
-WEIGHT_OPS = VARIABLE_OPS | PASS_THROUGH | {"Const", "Placeholder"}
 
 
 @dataclass
@@ -97,7 +94,7 @@ def diff_graphs(
     adds Identity/NoOp plumbing around the call: not a rewrite of the export.
     """
     ctx = _Context(a, b, values_a or _none, values_b or _none, a_inlined_by_loader or b_inlined_by_loader)
-    rewrites = ctx.batchnorm_folds() + ctx.cast_regions() + ctx.fusions() + ctx.per_pair() + ctx.unmatched()
+    rewrites = [r for detector in PASSES for r in getattr(ctx, detector)()]  # the registry's passes (kinds.py)
     order = {name: i for i, name in enumerate(a.topo_order())}
     rewrites.sort(key=lambda r: (min((order.get(n, 1 << 30) for n in r.a_nodes), default=1 << 30), r.kind))
     only_a = [n for n in a.topo_order() if n not in ctx.pairs]
@@ -219,7 +216,7 @@ class _Context:
         out = []
         for y in self.b.topo_order():
             op = self.b.op_type(y)
-            if not (op.startswith(("_Fused", "_MklFused", "_MklNativeFused")) or op == "FusedConv2DBiasActivation"):
+            if not is_fused_op(op):
                 continue
             x = self.inverse.get(y)
             if x is None:
@@ -239,7 +236,7 @@ class _Context:
         chain = [x]
         while self.a.data_inputs(chain[0]):
             producer = tensor_op(self.a.data_inputs(chain[0])[0])
-            if producer not in self.a or producer in self.pairs or self.a.op_type(producer) in WEIGHT_OPS:
+            if producer not in self.a or producer in self.pairs or self.a.op_type(producer) in CHAIN_BOUNDARY_OPS:
                 break
             if [n for n in self.a.g.successors(producer) if not self.a.g.edges[producer, n]["control"]] != [chain[0]]:
                 break
@@ -267,12 +264,11 @@ class _Context:
             if x in self.fed_a and y in self.fed_b:
                 out += _fed_changes(x, y, na, nb)  # fed: only what may be fed matters, not how it was made
                 continue
-            weights = VARIABLE_OPS | {"Const"}
             if na["op"] != nb["op"]:
-                if not ({na["op"], nb["op"]} <= weights or {na["op"], nb["op"]} <= PLUMBING):  # variable vs constant: values decide
+                if not ({na["op"], nb["op"]} <= WEIGHT_OPS or {na["op"], nb["op"]} <= PASS_THROUGH):  # variable vs constant: values decide
                     out.append(Rewrite("op_changed", [x], [y], {"a_op": na["op"], "b_op": nb["op"]}))
                 continue
-            plumbing = {na["op"], nb["op"]} <= PLUMBING  # pass-throughs: only where they lead matters
+            plumbing = {na["op"], nb["op"]} <= PASS_THROUGH  # pass-throughs: only where they lead matters
             changed = {} if plumbing else _attr_changes(na, nb)
             if changed:
                 out.append(Rewrite("attr_changed", [x], [y], {"attrs": changed}))
@@ -283,8 +279,7 @@ class _Context:
 
     def _value_rewrites(self, x: str, y: str) -> list[Rewrite]:
         op_a, op_b = self.a.op_type(x), self.b.op_type(y)
-        weights = VARIABLE_OPS | {"Const"}
-        if op_a not in weights or op_b not in weights:
+        if op_a not in WEIGHT_OPS or op_b not in WEIGHT_OPS:
             return []
         da, db = self.digest(self.a, x, self.va), self.digest(self.b, y, self.vb)
         if da is not None and db is not None and da != db:
@@ -335,7 +330,7 @@ class _Context:
 
     def _loader_plumbing(self, g: OpGraph, op: str) -> bool:
         """Identity nodes that tftrace's own inlining of a TF2 function added (not the export)."""
-        return self.inlined_by_loader and g.op_type(op) in PLUMBING | {"NoOp"}
+        return self.inlined_by_loader and g.op_type(op) in PASS_THROUGH | {"NoOp"}
 
 
 def _fed_changes(x: str, y: str, na: dict[str, Any], nb: dict[str, Any]) -> list[Rewrite]:

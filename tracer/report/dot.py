@@ -181,7 +181,8 @@ def neighbourhood(index: OpIndex, seeds: Iterable[int], hops: int = 2, cap: int 
     """Ops within ``hops`` data edges of each seed (either direction), at most ``cap`` per seed.
 
     Nearer ops first; among equally near ones the worse status and then the earlier op win,
-    so the cap drops identical side branches before it drops the path of the error.
+    so the cap drops identical side branches before it drops the path of the error. (Hand-written:
+    ``nx.bfs_layers`` cannot rank and cap each layer.)
     """
     chosen: dict[int, None] = {}
     for seed in seeds:

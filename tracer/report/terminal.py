@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from ..diff.kinds import display_rank
 from ..diff.rewrites import GraphDiff
 from ..opgraph import EXIT_OPS
 from ..text import printable, printable_tree
@@ -15,11 +16,6 @@ from .summary import (first_divergences, mismatch_note, noise_lines, nonfinite_c
                       observed_beside, outputs_not_compared, relative_text, unobserved_divergence)
 
 __all__ = ["print_graph_diff", "print_comparison"]
-
-# Kinds that change numbers go first; exact ones last.
-KIND_ORDER = ["const_changed", "batchnorm_folded", "cast_inserted", "fused", "op_changed", "attr_changed",
-              "rewired", "node_added", "node_removed", "variable_frozen"]
-
 
 def print_graph_diff(console: Console, diff: GraphDiff, label_a: str, label_b: str) -> None:
     counts = Counter(r.kind for r in diff.rewrites)
@@ -33,14 +29,14 @@ def print_graph_diff(console: Console, diff: GraphDiff, label_a: str, label_b: s
     if not diff.rewrites:
         console.print("[green]No rewrites in the inference subgraph.[/]")
         return
-    summary = ", ".join(f"{counts[k]} {k}" for k in KIND_ORDER if counts[k])
+    summary = ", ".join(f"{counts[k]} {k}" for k in sorted(counts, key=display_rank))  # the registry's order
     console.print(f"Rewrites: {summary}", highlight=False)
     table = Table(show_lines=False)
     table.add_column("kind")
     table.add_column("A")
     table.add_column("B")
     table.add_column("detail", overflow="fold")
-    ranked = sorted(diff.rewrites, key=lambda r: KIND_ORDER.index(r.kind) if r.kind in KIND_ORDER else 99)
+    ranked = sorted(diff.rewrites, key=lambda r: display_rank(r.kind))
     for rewrite in ranked[:60]:
         table.add_row(
             rewrite.kind,

@@ -1,0 +1,152 @@
+"""Every list of TensorFlow op types tftrace reasons about, in one place, each saying what it is for.
+
+Op types are TensorFlow's names (``NodeDef.op``); a list here is a fact about TensorFlow's ops
+(what an op does to a value, to a while-loop frame, to state kept between runs), so every
+stage reads it from here rather than writing its own. Lists that are a *policy* rather than a
+fact stay with the policy: the generated allow-list of ops safe to load
+(:mod:`tracer.artifacts.safe_ops`) and the reasons the safety check gives per op
+(:mod:`tracer.artifacts.safety`).
+
+Adding an op type: find the list whose comment says what the op does, add it there; a list
+that is a union of others (e.g. :data:`WEIGHT_OPS`) follows by itself.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "VARIABLE_OPS", "WEIGHT_OPS", "PASS_THROUGH", "WEIGHT_SOURCES", "PLACEHOLDER_OPS", "CHAIN_BOUNDARY_OPS",
+    "BATCH_NORM_OPS", "LINEAR_OPS", "FUSED_OP_PREFIXES", "FUSED_OPS", "is_fused_op",
+    "FRAME_OPS", "EXIT_OPS", "LOOP_BACK_EDGE_OPS", "SWITCH_OPS", "MERGE_OPS", "LOOP_COND_OP",
+    "SHAPE_OPS", "SHAPE_READERS", "OFFSET_CARRIERS", "MAYBE_UNCHANGED_OPS",
+    "STATE_CHANGING_OPS", "STATE_CHANGING_PREFIXES", "changes_state", "RANDOM_OPS", "STATEFUL_RANDOM_PREFIXES",
+    "draws_random", "BOOKKEEPING_OPS", "RUNTIME_PLUMBING",
+]
+
+# ---- variables, weights and what reads them -------------------------------------------------
+
+# Ops that own a variable (TF1 ref variables, TF2 resource handles): their value comes from a
+# checkpoint, so it is compared by value, never by the op that holds it.
+VARIABLE_OPS = frozenset({"VariableV2", "Variable", "VarHandleOp"})
+# Ops that hold a weight: a variable, or a constant (what freezing turns a variable into).
+WEIGHT_OPS = VARIABLE_OPS | {"Const"}
+# Ops that pass a value through unchanged, a variable read included: inlining and export add,
+# drop and swap them (TF1 ``w/read`` Identity vs TF2 ReadVariableOp), so graph matching and the
+# diff look through them. (Was written twice: graphdiff.PASS_THROUGH and graphmatch.PLUMBING,
+# the same three ops.) Reading a variable through one of them reads its loaded value.
+PASS_THROUGH = frozenset({"Identity", "Snapshot", "ReadVariableOp"})
+# Ops that can stand for one weight on either side of two exports (a variable, the constant it
+# was frozen into, or a read of either): matched to each other by structure; and the ops whose
+# value does not depend on the feed when they have no inputs (fetched once per capture).
+WEIGHT_SOURCES = VARIABLE_OPS | {"Const", "Identity", "ReadVariableOp"}
+# Ops whose value the caller feeds (one with a default may also be left unfed).
+PLACEHOLDER_OPS = frozenset({"Placeholder", "PlaceholderWithDefault"})
+# Ops a fused chain never extends over: weights, their reads, and the graph's inputs.
+CHAIN_BOUNDARY_OPS = WEIGHT_OPS | PASS_THROUGH | {"Placeholder"}
+
+# ---- export rewrites -------------------------------------------------------------------------
+
+# Batch norms an export may fold into the linear op before them (rescaling its weights).
+BATCH_NORM_OPS = frozenset({"FusedBatchNorm", "FusedBatchNormV2", "FusedBatchNormV3", "BatchNormWithGlobalNormalization"})
+# Linear ops a batch norm can be folded into.
+LINEAR_OPS = frozenset({"Conv2D", "Conv3D", "DepthwiseConv2dNative", "MatMul", "BatchMatMulV2"})
+# Ops that replace a chain of ops by one kernel: Grappler's remapper (``_Fused*``), oneDNN's
+# (``_MklFused*``, ``_MklNativeFused*``), and TF-TRT/contrib's fused conv.
+FUSED_OP_PREFIXES = ("_Fused", "_MklFused", "_MklNativeFused")
+FUSED_OPS = frozenset({"FusedConv2DBiasActivation"})
+
+
+def is_fused_op(op_type: str) -> bool:
+    """Whether ``op_type`` is one kernel standing for a chain of ops (see :data:`FUSED_OP_PREFIXES`)."""
+    return op_type.startswith(FUSED_OP_PREFIXES) or op_type in FUSED_OPS
+
+
+# ---- TF1 control flow --------------------------------------------------------------------------
+
+# Where a TF1 while-loop frame begins: everything reached from them runs inside the frame.
+FRAME_OPS = frozenset({"Enter", "RefEnter"})
+# Where a while-loop frame ends: the loop's result, fetchable again.
+EXIT_OPS = frozenset({"Exit", "RefExit"})
+# The back edge of a TF1 while loop: its only cycle, left out of every topological order.
+LOOP_BACK_EDGE_OPS = frozenset({"NextIteration", "RefNextIteration"})
+# A cond's (or a loop's) branch point, and where branches join again.
+SWITCH_OPS = frozenset({"Switch", "RefSwitch"})
+MERGE_OPS = frozenset({"Merge", "RefMerge"})
+# The predicate of a while loop: a Switch reading it is the loop's, not a cond's.
+LOOP_COND_OP = "LoopCond"
+
+# ---- what an op does to values -----------------------------------------------------------------
+
+# Ops that read an input's shape, never its values (which placeholders a signature needs).
+SHAPE_OPS = frozenset({"Shape", "ShapeN", "Size", "Rank"})
+# Ops whose output depends on their input's shape, not its values (batch-size metadata).
+SHAPE_READERS = SHAPE_OPS | {"TensorArraySizeV3", "TensorListLength", "TensorListElementShape", "ZerosLike", "OnesLike"}
+# Integer ops that carry a batch-position offset from an input into their values (``idx + row*K``,
+# with ``row`` from a Range over the batch): input index -> carries, None = every input.
+OFFSET_CARRIERS: dict[str, frozenset[int] | None] = {
+    **dict.fromkeys(("Add", "AddV2", "Sub", "Mul", "FloorDiv", "FloorMod", "TruncateDiv", "TruncateMod", "Div",
+                     "Maximum", "Minimum", "Neg", "Abs", "Cast", "Identity", "AddN", "Pack"), None),
+    **dict.fromkeys(("Reshape", "ExpandDims", "Squeeze", "BroadcastTo", "Tile", "StridedSlice", "Slice",
+                     "Transpose"), frozenset({0})),
+}
+# Ops whose output can be their input unchanged (byte for byte): the capture compares and
+# stores such an output once. Includes :data:`PASS_THROUGH`, which always is.
+MAYBE_UNCHANGED_OPS = PASS_THROUGH | {
+    "IdentityN", "StopGradient", "PreventGradient", "RefIdentity",
+    "Reshape", "Squeeze", "ExpandDims", "EnsureShape", "CheckNumerics", "CheckNumericsV2", "PlaceholderWithDefault",
+    "Cast", "Merge", "RefMerge", "Switch", "RefSwitch", "Enter", "Exit", "Print", "PrintV2",
+}
+
+# ---- state kept between runs -------------------------------------------------------------------
+
+# Ops that change state which outlives one ``session.run``: two runs of a graph holding one
+# differ because of the state, not because a kernel is nondeterministic or was observed.
+# One list for the capture's observer effect and diagnose's replays, which disagreed: the
+# observer's lacked ScatterMin/Max, ScatterNdSub, ResourceScatterMul/Div/Min/Max,
+# ResourceScatterNdSub, CountUpTo (its op def: "Increments 'ref' until it reaches 'limit'"),
+# queues and iterators, which all update a variable or a resource that persists across runs;
+# the replays' listed StackPushV2 and TensorArrayWriteV3, which do not: TensorFlow keeps a
+# stack and a TensorArray "in a per-step container" (core/kernels/stack.cc,
+# tensor_array_ops.cc), created afresh by every run, so a loop's scratch memory carries
+# nothing from one run to the next. Optimiser updates are matched by prefix below.
+STATE_CHANGING_OPS = frozenset({
+    "Assign", "AssignAdd", "AssignSub", "AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp",
+    "ScatterUpdate", "ScatterAdd", "ScatterSub", "ScatterMul", "ScatterDiv", "ScatterMin", "ScatterMax",
+    "ScatterNdUpdate", "ScatterNdAdd", "ScatterNdSub", "ResourceScatterUpdate", "ResourceScatterAdd",
+    "ResourceScatterSub", "ResourceScatterMul", "ResourceScatterDiv", "ResourceScatterMin", "ResourceScatterMax",
+    "ResourceScatterNdUpdate", "ResourceScatterNdAdd", "ResourceScatterNdSub", "CountUpTo", "ResourceCountUpTo",
+    "QueueEnqueueV2", "QueueDequeueV2", "IteratorGetNext",
+})
+# Optimiser updates (``ApplyGradientDescent``, ``ResourceApplyAdam``, ...): they write variables.
+STATE_CHANGING_PREFIXES = ("Apply", "ResourceApply")
+
+
+def changes_state(op_type: str) -> bool:
+    """Whether running ``op_type`` changes state that the next run sees (:data:`STATE_CHANGING_OPS`)."""
+    return op_type in STATE_CHANGING_OPS or op_type.startswith(STATE_CHANGING_PREFIXES)
+
+
+# Ops that draw random numbers: two runs differ by design.
+RANDOM_OPS = frozenset({
+    "RandomUniform", "RandomUniformInt", "RandomStandardNormal", "TruncatedNormal", "RandomShuffle", "Multinomial",
+    "RandomGamma", "RandomPoisson", "RandomPoissonV2", "ParameterizedTruncatedNormal", "RandomCrop",
+})
+STATEFUL_RANDOM_PREFIXES = ("StatefulUniform", "StatefulStandardNormal", "StatefulTruncatedNormal", "StatefulRandom")
+
+
+def draws_random(op_type: str) -> bool:
+    """Whether ``op_type`` draws random numbers from a generator that advances on every run."""
+    return op_type in RANDOM_OPS or op_type.startswith(STATEFUL_RANDOM_PREFIXES)
+
+
+# ---- ops that are never what to trace ----------------------------------------------------------
+
+# Ops a .meta holds for saving, restoring, initialising and training: never what to trace.
+BOOKKEEPING_OPS = frozenset({
+    "Assign", "AssignAdd", "AssignSub", "AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp",
+    "VarIsInitializedOp", "IsVariableInitialized", "SaveV2", "RestoreV2", "MergeV2Checkpoints", "ShardedFilename",
+    "NoOp", "ScalarSummary", "HistogramSummary", "ImageSummary", "MergeSummary", "TensorSummaryV2", "Assert",
+    "Print", "PrintV2",
+})
+# Op-type prefixes the runtime adds to a partitioned graph (sends, receives, function args): in
+# step statistics, never ops of the model.
+RUNTIME_PLUMBING = ("_Send", "_Recv", "_HostSend", "_HostRecv", "_Arg", "_Retval", "_DeviceArg", "_DeviceRetval")
