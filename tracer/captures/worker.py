@@ -30,7 +30,7 @@ import numpy as np
 from .._tf import tf
 from ..errors import TftraceError
 from .inputs import Examples, batches, make_examples
-from ..runspec import Side
+from ..runspec import Side, job_side
 from ..safewrite import refuse_link_dir
 from ._events import emit
 from .fetch_plan import fetch_plan, refit_sizes
@@ -242,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
             job = json.loads(fh.read())
     try:
         if job["mode"] == "capture":
-            run_capture(Side.from_json(job["side"]), job["out_dir"], bool(job.get("force")))
+            run_capture(job_side(job), job["out_dir"], bool(job.get("force")))
         else:
             from .isolate_worker import run_isolation  # noqa: PLC0415
 

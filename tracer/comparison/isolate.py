@@ -48,7 +48,7 @@ from ..captures.inputs import same_rows
 from ..jsonvalues import dumps, loads
 from ..metrics.arrays import compare_arrays
 from ..opgraph import EXIT_OPS, OpGraph, tensor_op
-from ..runspec import Side
+from ..runspec import Side, spec_without_permissions
 from ..safewrite import write_file
 
 __all__ = ["IsolationResult", "isolate_origins", "replay_plan", "group_members", "origin_feeds", "run_job",
@@ -202,7 +202,7 @@ def isolate_origins(
                 {"capture_a": str(view_a.capture.path), "capture_b": str(view_b.capture.path), "feeds": FEEDS,
                  "ops": index})
     for key, view in (("a", view_a), ("b", view_b)):
-        spec = {**view.capture.manifest["spec"], "allow_unsafe_ops": False}  # decided by whoever runs the job
+        spec = spec_without_permissions(view.capture.manifest["spec"])  # decided by whoever runs the job
         job = {"mode": "isolate", "side": spec, "feeds_from": feeds_dir,
                "ops": ops[key], "runs": view.capture.manifest["runs"],
                "count": view.capture.manifest["examples"]["count"], "out_dir": os.path.join(workdir, f"isolation_{key}")}
@@ -240,7 +240,7 @@ def write_feeds(capture_a: Capture, ops: dict[str, list[dict[str, Any]]], path: 
             else:
                 writer.write_whole(name, value)
         writer.finalize({
-            "spec": {**manifest["spec"], "allow_unsafe_ops": False},
+            "spec": spec_without_permissions(manifest["spec"]),
             "examples": dict(manifest["examples"]),
             "runs": [list(r) for r in manifest["runs"]],
             "tensor_layout": {name: layout[name] for name in wanted if name in layout and capture_a.has(name)},
