@@ -44,7 +44,7 @@ from ..captures.reader import Capture
 from .divergence import NodeResult
 from ..errors import TftraceError
 from ..diff.match import VARIABLE_OPS
-from ..captures.inputs import same_rows
+from ..captures.inputs import batched_alike, same_rows
 from ..jsonvalues import dumps, loads
 from ..metrics.arrays import compare_arrays
 from ..opgraph import EXIT_OPS, OpGraph, tensor_op
@@ -392,11 +392,11 @@ def same_run_settings(manifest_a: dict[str, Any], manifest_b: dict[str, Any]) ->
     def settings(manifest: dict[str, Any]) -> Any:
         spec, env = manifest.get("spec") or {}, manifest.get("environment") or {}
         gpus = [g.get("device_name") for g in env.get("gpus") or [] if isinstance(g, dict)]
-        return (spec.get("device"), manifest.get("batch_size"), dumps(spec.get("knobs"), sort_keys=True),
+        return (spec.get("device"), dumps(spec.get("knobs"), sort_keys=True),
                 env.get("tensorflow"), env.get("tf_git_version"), dumps(env.get("build"), sort_keys=True),
                 gpus, (env.get("cpu") or {}).get("model"), dumps(env.get("onednn", {}).get("enabled")),
                 env.get("tf32_enabled"), env.get("op_determinism"))
-    return settings(manifest_a) == settings(manifest_b)
+    return settings(manifest_a) == settings(manifest_b) and batched_alike(manifest_a, manifest_b)
 
 
 def _b_computation(op: dict[str, Any]) -> str:
