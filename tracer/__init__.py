@@ -128,8 +128,9 @@ def diagnose(model: str | ArtifactRef, out_dir: str, *, console: Any = None, **o
     batch_sizes, quick, only, ...); an unknown one is a TftraceError naming them. Progress goes to
     ``console`` (stderr by default).
     """
+    from .diagnosis.cli import diagnose_options  # noqa: PLC0415
     from .diagnosis.run import run_diagnosis  # noqa: PLC0415
-    from .options import check_keywords, diagnose_options  # noqa: PLC0415
+    from .options import check_keywords  # noqa: PLC0415
 
     check_keywords("diagnose", options)
     return run_diagnosis(diagnose_options(model, out_dir, options), console)

@@ -28,8 +28,7 @@ if TYPE_CHECKING:
     from .runspec import Side
 
 __all__ = ["Option", "OPTIONS", "GROUPS", "add_options", "side_values", "values_from_args", "build_side",
-           "artifact_ref", "check_keywords", "api_keywords", "options_for", "converted", "compare_settings",
-           "diagnose_options"]
+           "artifact_ref", "check_keywords", "api_keywords", "options_for", "converted", "compare_settings"]
 
 SIDE_NAMES = {"a": " of A", "b": " of B"}
 
@@ -425,28 +424,3 @@ def compare_settings(values: Mapping[str, Any]) -> dict[str, Any]:
     return {"tolerance": Tolerance(c["atol"], c["rtol"], c["tol"] or ()), "isolate": c["isolate"],
             "signature_map": c["signature_map"] or {}, "repeat": c["repeat"], "keep_captures": bool(c["keep_captures"]),
             "allow_unsafe_ops": bool(values.get("allow_unsafe_ops"))}
-
-
-def diagnose_options(model: str, out_dir: str, values: Mapping[str, Any], command: str = "") -> Any:
-    """The :class:`tracer.diagnosis.run.DiagnoseOptions` of ``tftrace diagnose`` and ``tracer.diagnose``."""
-    from pathlib import Path  # noqa: PLC0415
-
-    from .comparison.divergence import Tolerance  # noqa: PLC0415
-    from .diagnosis.run import DiagnoseOptions, parse_factors  # noqa: PLC0415
-    from .runspec import parse_device  # noqa: PLC0415
-
-    c = converted("diagnose", values)
-    parse_device(c["device"])
-    ref = artifact_ref(model, values)
-    only = c["only"]
-    return DiagnoseOptions(
-        model=ref, out_dir=Path(out_dir),
-        savedmodel=artifact_ref(c["savedmodel"], {k: v for k, v in values.items() if k in ("tag", "signature")})
-        if c["savedmodel"] else None,
-        batch_sizes=c["batch_sizes"], device=c["device"], inputs_file=c["inputs_file"], examples=c["examples"],
-        seed=c["seed"], quick=bool(c["quick"]),
-        only=parse_factors(only if isinstance(only, str) or only is None else ",".join(only)),
-        serving_batching=c["serving_batching"], serving_session_config=c["serving_session_config"],
-        tolerance=Tolerance(c["atol"], c["rtol"]), timing_runs=c["timing_runs"],
-        allow_unsafe_ops=bool(c["allow_unsafe_ops"]), force=bool(c["force"]), command=command,
-    )

@@ -17,7 +17,7 @@ from rich.table import Table
 
 from ..errors import EXIT_DIVERGED, EXIT_OK
 
-__all__ = ["add_diagnose_parser", "run_diagnose_command", "print_diagnosis"]
+__all__ = ["add_diagnose_parser", "diagnose_options", "run_diagnose_command", "print_diagnosis"]
 
 
 def add_diagnose_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -36,8 +36,35 @@ def add_diagnose_parser(subparsers: Any) -> argparse.ArgumentParser:
     return parser
 
 
+def diagnose_options(model: Any, out_dir: str, values: dict[str, Any], command: str = "") -> Any:
+    """The :class:`tracer.diagnosis.run.DiagnoseOptions` of ``tftrace diagnose`` and ``tracer.diagnose``,
+    from option values named as :mod:`tracer.options` declares them (API keywords)."""
+    from pathlib import Path  # noqa: PLC0415
+
+    from ..comparison.divergence import Tolerance  # noqa: PLC0415
+    from ..options import artifact_ref, converted  # noqa: PLC0415
+    from ..runspec import parse_device  # noqa: PLC0415
+    from .run import DiagnoseOptions, parse_factors  # noqa: PLC0415
+
+    c = converted("diagnose", values)
+    parse_device(c["device"])
+    ref = artifact_ref(model, values)
+    only = c["only"]
+    return DiagnoseOptions(
+        model=ref, out_dir=Path(out_dir),
+        savedmodel=artifact_ref(c["savedmodel"], {k: v for k, v in values.items() if k in ("tag", "signature")})
+        if c["savedmodel"] else None,
+        batch_sizes=c["batch_sizes"], device=c["device"], inputs_file=c["inputs_file"], examples=c["examples"],
+        seed=c["seed"], quick=bool(c["quick"]),
+        only=parse_factors(only if isinstance(only, str) or only is None else ",".join(only)),
+        serving_batching=c["serving_batching"], serving_session_config=c["serving_session_config"],
+        tolerance=Tolerance(c["atol"], c["rtol"]), timing_runs=c["timing_runs"],
+        allow_unsafe_ops=bool(c["allow_unsafe_ops"]), force=bool(c["force"]), command=command,
+    )
+
+
 def run_diagnose_command(args: argparse.Namespace, console: Console) -> int:
-    from ..options import diagnose_options, values_from_args  # noqa: PLC0415
+    from ..options import values_from_args  # noqa: PLC0415
     from .run import run_diagnosis  # noqa: PLC0415
 
     command = " ".join(["tftrace"] + [shlex.quote(a) for a in sys.argv[1:]])
