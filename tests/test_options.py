@@ -159,3 +159,36 @@ def test_batch_size_10_and_8_over_8_examples_is_batched_alike() -> None:
     per_example = {"batch_size": 1, "runs": [[i, i + 1] for i in range(8)]}
     assert not batched_alike(per_example, b) and batched_alike(per_example, {"runs": [[i, i + 1] for i in range(8)]})
     assert run_batch_size({"batch_size": 6}) == 6 and batched_alike({"batch_size": 6}, {"batch_size": 6})
+
+
+# One value per API keyword of the comparison and diagnose options (not its default).
+SETTINGS = {
+    "atol": 1.0, "rtol": 1.0, "tol": ["dense/MatMul=1e-4,1e-3"], "isolate": 0, "signature_map": "y=output", "repeat": 3,
+    "keep_captures": True, "allow_unsafe_ops": True, "force": True, "savedmodel": "exported/", "batch_sizes": "2,4",
+    "quick": True, "only": "batch,onednn", "serving_batching": "batching.txt", "serving_session_config": "config.txt",
+}
+
+
+def test_every_api_keyword_changes_what_its_command_builds() -> None:
+    """Each keyword the API takes reaches what the command runs: the Side, the comparison's
+    settings or diagnose's options (a keyword accepted and then dropped would be a silent no-op)."""
+    from tracer.diagnosis.cli import diagnose_options  # noqa: PLC0415
+    from tracer.options import compare_settings  # noqa: PLC0415
+
+    samples = {**{k: given for k, (given, _) in SAMPLES.items()}, **SETTINGS}
+    for command, build in (
+        ("capture", lambda values: build_side("m", values)),
+        ("compare", lambda values: (build_side("m", values), compare_settings(values))),
+        ("diagnose", lambda values: diagnose_options("m", "out", values)),
+    ):
+        for keyword in api_keywords(command):
+            if keyword in ("force", "session_config") and command != "diagnose":
+                continue  # force is capture's and compare's own parameter; session_config: a file, tested above
+            assert keyword in samples, f"add a sample for {keyword}"
+            assert build({keyword: samples[keyword]}) != build({}), (command, keyword)
+    settings = compare_settings({"tol": ["dense/MatMul=1e-4,1e-3"], "signature_map": {"y": "output"}})
+    assert settings["tolerance"].overrides == (("dense/MatMul", 1e-4, 1e-3),) and settings["signature_map"] == {"y": "output"}
+    options = diagnose_options("m", "out", {"batch_sizes": (2, 4), "only": ("onednn", "batch"), "tag": "t"})
+    assert options.batch_sizes == (2, 4) and options.only == ("batch", "onednn") and options.model.tag == "t"
+    with pytest.raises(TftraceError, match="is not a list of integers"):
+        diagnose_options("m", "out", {"batch_sizes": "1,x"})
