@@ -107,6 +107,22 @@ def test_the_same_index_is_compared_when_both_sides_batch_alike(offset_model: Pa
     assert code == 0 and report["nodes"][OFFSET_ADD]["status"] == "identical"
 
 
+@pytest.mark.slow
+def test_batch_sizes_10_and_8_over_8_examples_are_batched_alike(offset_model: Path, tmp_path: Path) -> None:
+    """``--a-batch-size 10 --b-batch-size 8`` over 8 examples: both sides run the 8 examples in one
+    run, so the index offset by the row's position is the same on both and is compared, and the
+    report shows the batch that ran, 8, on both. Before, A's manifest said batch 10, and alignment
+    called the sides batched alike by their runs but differently by their batch sizes: the AddV2
+    was left not compared and the report said batch 10 vs 8."""
+    code, report, _ = _compare(tmp_path, offset_model, offset_model, "--examples", "8",
+                               "--a-batch-size", "10", "--b-batch-size", "8")
+    assert code == 0 and report["verdict"] == "identical"
+    assert report["sides"]["a"]["batch_size"] == report["sides"]["b"]["batch_size"] == 8
+    assert report["nodes"][OFFSET_ADD]["status"] == "identical"
+    manifest = json.loads((tmp_path / "captures" / "a" / "manifest.json").read_text(encoding="utf-8"))
+    assert manifest["runs"] == [[0, 8]] and manifest["batch_size"] == 8 and manifest["spec"]["batch_size"] == 10
+
+
 HALF_PLUS_MODELS = """
 import os, sys
 os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"

@@ -59,12 +59,12 @@ def synthetic(out: Path, scale: float, model: str, env: dict[str, str] | None = 
               allow_unsafe_ops: bool = False) -> Path:
     """x -> Mul(x, scale) -> Identity -> y, four examples in one run, written as the worker would.
 
-    ``model`` is the path the spec records (isolation replays it when it exists here).
+    ``model`` is the path the spec records (isolation replays it when it exists here);
+    ``allow_unsafe_ops`` writes the flag an older tftrace recorded in the spec (never read back).
     """
     values = {"x:0": X, "scale:0": np.float32(scale), "mul:0": X * np.float32(scale), "y:0": X * np.float32(scale)}
     layout = {"x:0": "rows", "scale:0": "const", "mul:0": "rows", "y:0": "rows"}
-    side = Side(ArtifactRef(model), knobs=Knobs(env=tuple(sorted((env or {}).items()))),
-                allow_unsafe_ops=allow_unsafe_ops)
+    side = Side(ArtifactRef(model), knobs=Knobs(env=tuple(sorted((env or {}).items()))))
     with CaptureWriter(out) as writer:
         for name, value in values.items():
             if layout[name] == "rows":  # y is an Identity: stored once, as an alias of mul
@@ -73,7 +73,7 @@ def synthetic(out: Path, scale: float, model: str, env: dict[str, str] | None = 
                 writer.write_whole(name, value)
         spec = {"name": "y:0", "dtype": "float32", "shape": [None, 4]}
         writer.finalize({
-            "spec": side.to_json(),
+            "spec": {**side.to_json(), **({"allow_unsafe_ops": True} if allow_unsafe_ops else {})},
             "artifact": {"kind": "saved_model_v1", "location": model, "tf_version_written": "2.21.0",
                          "inlined_by_loader": False},
             "signature": {"key": "serving_default", "method_name": "", "from_user": False,

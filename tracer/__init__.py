@@ -43,31 +43,25 @@ def diff_graphs(a: str | ArtifactRef, b: str | ArtifactRef, *, allow_unsafe_ops:
     return diff_artifacts(a, b, allow_unsafe_ops=allow_unsafe_ops)
 
 
-def _side(target: str | Side, **options: Any) -> Side:
-    from .artifacts.loader import ArtifactRef  # noqa: PLC0415
-    from .runspec import InputSpec, Knobs, Side  # noqa: PLC0415
+def _side(target: str | Side, options: dict[str, Any], specific: dict[str, Any] | None = None) -> Side:
+    """A Side from API keywords (see :data:`tracer.options.OPTIONS`); a Side is kept as given."""
+    from .options import build_side, side_values  # noqa: PLC0415
 
-    if not isinstance(target, str):
-        return target
-    knob_names = {"onednn", "autotune", "determinism", "tf32", "xla", "threads", "grappler", "env"}
-    knobs = {k: options.pop(k) for k in list(options) if k in knob_names}
-    for key in ("grappler", "env"):
-        if isinstance(knobs.get(key), dict):
-            knobs[key] = tuple(sorted(knobs[key].items()))
-    inputs = {k: options.pop(k) for k in ("inputs_file", "seed", "examples") if k in options}
-    ref = {k: options.pop(k) for k in ("tag", "signature") if k in options}
-    return Side(ArtifactRef(target, **ref), knobs=Knobs(**knobs), inputs=InputSpec(**inputs), **options)
+    return target if not isinstance(target, str) else build_side(target, side_values(options, specific))
 
 
 def capture(artifact: str | Side, out_dir: str, *, force: bool = False, **side: Any) -> Capture:
     """Run one side in a child process and record every intermediate tensor into ``out_dir``.
 
-    ``side`` options: device, batch_size, onednn, autotune, determinism, tf32, xla, threads,
-    grappler (dict), env (dict), inputs_file, seed, examples, tag, signature, max_memory.
+    ``side``: the keywords of :func:`tracer.options.api_keywords` ``("capture")`` (device, batch_size,
+    onednn, ..., grappler and env as dicts, inputs_file, seed, examples, tag, signature, max_memory,
+    allow_unsafe_ops); an unknown one is a TftraceError naming them.
     """
     from .captures.launcher import capture as _capture  # noqa: PLC0415
+    from .options import check_keywords  # noqa: PLC0415
 
-    return _capture(_side(artifact, **side), out_dir, force=force)
+    check_keywords("capture", side)
+    return _capture(_side(artifact, side), out_dir, force=force)
 
 
 def compare(
@@ -75,20 +69,21 @@ def compare(
     b_options: dict | None = None, force: bool = True, **options: Any,
 ) -> Comparison:
     """Compare two sides (artifacts or capture directories); ``bool(result)`` is True when no
-    divergence beyond tolerance was found. ``options``: atol, rtol, isolate, keep_captures (keep
-    the sides captured here in ``out_dir/captures``, to read their tensors afterwards), plus side options
-    applied to both sides; ``a_options``/``b_options`` override per side."""
+    divergence beyond tolerance was found. ``options``: atol, rtol, tol, isolate, signature_map,
+    repeat, keep_captures (keep the sides captured here in ``out_dir/captures``, to read their
+    tensors afterwards), allow_unsafe_ops, plus side options applied to both sides;
+    ``a_options``/``b_options`` override side options per side (:func:`tracer.options.api_keywords`
+    lists them; an unknown keyword is a TftraceError naming them)."""
     from .comparison.pipeline import compare as _compare  # noqa: PLC0415
-    from .comparison.divergence import Tolerance  # noqa: PLC0415
+    from .options import check_keywords, compare_settings  # noqa: PLC0415
 
-    tol = Tolerance(atol=options.pop("atol", 1e-6), rtol=options.pop("rtol", 1e-5))
-    isolate = options.pop("isolate", 5)
-    keep_captures = bool(options.pop("keep_captures", False))
-    side_a = a if _is_capture(a) else _side(a, **{**options, **(a_options or {})})
-    side_b = b if _is_capture(b) else _side(b, **{**options, **(b_options or {})})
+    check_keywords("compare", options)
+    for name, specific in (("a_options", a_options), ("b_options", b_options)):
+        check_keywords("compare", specific or {}, per_side=True, where=f" {name}")
+    side_a = a if _is_capture(a) else _side(a, options, a_options)
+    side_b = b if _is_capture(b) else _side(b, options, b_options)
     out = out_dir or tempfile.mkdtemp(prefix="tftrace-")
-    return _compare(side_a, side_b, out, tolerance=tol, isolate=isolate, force=force, keep_captures=keep_captures,
-                    allow_unsafe_ops=bool(options.get("allow_unsafe_ops", False)))
+    return _compare(side_a, side_b, out, force=force, **compare_settings(options))
 
 
 def _is_capture(target: Any) -> bool:
@@ -126,11 +121,16 @@ def assert_equivalent(a: str | Side, b: str | Side, *, rtol: float = 1e-5, atol:
     )
 
 
-def diagnose(model: str, out_dir: str, **options: Any) -> Any:
+def diagnose(model: str | ArtifactRef, out_dir: str, *, console: Any = None, **options: Any) -> Any:
     """Run the experiment matrix on ``model`` and answer why / how to prevent / what it costs.
 
-    See :func:`tracer.diagnosis.run.diagnose` for the options (savedmodel, batch_sizes, quick, only, ...).
+    ``options``: the keywords of :func:`tracer.options.api_keywords` ``("diagnose")`` (savedmodel,
+    batch_sizes, quick, only, ...); an unknown one is a TftraceError naming them. Progress goes to
+    ``console`` (stderr by default).
     """
-    from .diagnosis.run import diagnose as _diagnose  # noqa: PLC0415
+    from .diagnosis.cli import diagnose_options  # noqa: PLC0415
+    from .diagnosis.run import run_diagnosis  # noqa: PLC0415
+    from .options import check_keywords  # noqa: PLC0415
 
-    return _diagnose(model, out_dir, **options)
+    check_keywords("diagnose", options)
+    return run_diagnosis(diagnose_options(model, out_dir, options), console)

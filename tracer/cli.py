@@ -24,37 +24,11 @@ from .text import printable
 __all__ = ["main", "build_parser"]
 
 
-def _split(text: str | None) -> tuple[str, ...]:
-    return tuple(p.strip() for p in (text or "").split(",") if p.strip())
-
-
-def _add_artifact_options(parser: argparse.ArgumentParser, prefix: str = "", who: str = "") -> None:
-    dest = prefix.replace("-", "_")
-    parser.add_argument(f"--{prefix}tag", dest=f"{dest}tag", default=None,
-                        help=f"SavedModel tag set{who}, comma-separated (default: serve)")
-    parser.add_argument(f"--{prefix}signature", dest=f"{dest}signature", default=None,
-                        help=f"signature key{who} (default: serving_default)")
-    parser.add_argument(f"--{prefix}outputs", dest=f"{dest}outputs", default=None,
-                        help=f"tensors to trace{who} when the graph has no signature: NAME[,NAME...]")
-    parser.add_argument(f"--{prefix}input-names", dest=f"{dest}input_names", default=None,
-                        help=f"tensors fed{who} when the graph has no signature: NAME[,NAME...]")
-
-
 def artifact_ref(args: argparse.Namespace, path: str, side: str = ""):  # noqa: ANN201 - avoids importing at parse time
-    """An ArtifactRef from shared options, overridden by the per-side ones (``--a-tag``)."""
-    from .artifacts.loader import ArtifactRef  # noqa: PLC0415
+    """An ArtifactRef from the shared options, overridden by the per-side ones (``--a-tag``)."""
+    from .options import artifact_ref as ref, values_from_args  # noqa: PLC0415
 
-    def pick(name: str) -> str | None:
-        specific = getattr(args, f"{side}_{name}", None) if side else None
-        return specific if specific is not None else getattr(args, name, None)
-
-    return ArtifactRef(
-        path=path,
-        tag=pick("tag") or "serve",
-        signature=pick("signature") or "serving_default",
-        outputs=_split(pick("outputs")),
-        input_names=_split(pick("input_names")),
-    )
+    return ref(path, values_from_args(args, args.command, side))
 
 
 def _cmd_diff_graph(args: argparse.Namespace, console: Console) -> int:
@@ -73,98 +47,11 @@ def _cmd_diff_graph(args: argparse.Namespace, console: Console) -> int:
     return EXIT_OK
 
 
-def _add_side_options(parser: argparse.ArgumentParser, prefix: str = "", who: str = "") -> None:
-    """Every capture knob, once per side (``--a-onednn``) or unprefixed for ``capture``."""
-    d = prefix.replace("-", "_")
-    add = parser.add_argument
-    add(f"--{prefix}device", dest=f"{d}device", default=None, help=f"cpu, gpu or gpu:N{who} (default cpu)")
-    add(f"--{prefix}batch-size", dest=f"{d}batch_size", type=int, default=None,
-        help=f"examples per run{who} (default: all examples in one run)")
-    add(f"--{prefix}onednn", dest=f"{d}onednn", choices=("on", "off", "default"), default=None,
-        help=f"TF_ENABLE_ONEDNN_OPTS{who} (default: inherit; TF's default depends on the CPU)")
-    add(f"--{prefix}autotune", dest=f"{d}autotune", choices=("on", "off", "default"), default=None,
-        help=f"TF_CUDNN_USE_AUTOTUNE{who}")
-    add(f"--{prefix}determinism", dest=f"{d}determinism", action="store_true", default=None,
-        help=f"tf.config.experimental.enable_op_determinism(){who}")
-    add(f"--{prefix}tf32", dest=f"{d}tf32", choices=("on", "off", "default"), default=None,
-        help=f"TensorFloat-32 on Ampere+ GPUs{who}")
-    add(f"--{prefix}xla", dest=f"{d}xla", choices=("on", "off", "default"), default=None,
-        help=f"XLA auto-clustering{who}")
-    add(f"--{prefix}threads", dest=f"{d}threads", default=None, help=f"INTRA[,INTER] op threads{who}")
-    add(f"--{prefix}grappler", dest=f"{d}grappler", default=None,
-        help=f"Grappler options KEY=on|off,...{who} (remapping, layout_optimizer, constant_folding, "
-             "arithmetic_optimization, auto_mixed_precision, auto_mixed_precision_onednn_bfloat16, disable_meta_optimizer)")
-    add(f"--{prefix}session-config", dest=f"{d}session_config", default=None,
-        help=f"a text ConfigProto{who}, as TF Serving's --tensorflow_session_config_file")
-    add(f"--{prefix}env", dest=f"{d}env", action="append", default=None, metavar="KEY=VALUE",
-        help=f"any other environment variable{who} (repeatable)")
-    add(f"--{prefix}timeout", dest=f"{d}timeout", type=float, default=None, help=f"seconds before the child is stopped{who}")
-
-
-def _add_input_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--inputs", default=None, help="an .npz (keys = signature input keys) or .npy (one-input model)")
-    parser.add_argument("--examples", type=int, default=8, help="how many examples to generate (default 8)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of generated inputs (default 0)")
-    parser.add_argument("--timing-runs", type=int, default=1,
-                        help="timed plain runs after the warm-up; their median is the latency the report shows "
-                             "(default 1; tftrace diagnose measures costs with its own)")
-    parser.add_argument("--max-memory", type=int, default=2 << 30,
-                        help="bytes fetched per session.run before the fetch set is split, as measured on the "
-                             "inputs; also the most a checkpoint's weights may take (default 2 GiB)")
-    parser.add_argument("--force", action="store_true",
-                        help="replace what tftrace wrote in an existing output directory (never other files)")
-    parser.add_argument("--allow-unsafe-ops", action="store_true",
-                        help="run graphs that read/write files or call Python (refused by default: models come from others)")
-
-
 def side_from_args(args: argparse.Namespace, path: str, side: str = ""):  # noqa: ANN201
-    """Build a Side from the shared options and the per-side overrides."""
-    from .runspec import InputSpec, Knobs, Side, parse_grappler  # noqa: PLC0415
+    """A Side from the shared options and the per-side overrides (``--a-batch-size``)."""
+    from .options import build_side, values_from_args  # noqa: PLC0415
 
-    def pick(name: str, default=None):  # noqa: ANN001, ANN202
-        specific = getattr(args, f"{side}_{name}", None) if side else None
-        value = specific if specific is not None else getattr(args, name, None)
-        return default if value is None else value
-
-    threads = None
-    if pick("threads"):
-        parts = [p for p in str(pick("threads")).split(",") if p]
-        try:
-            numbers = [int(p) for p in parts]
-        except ValueError:
-            raise TftraceError(f"--threads {pick('threads')!r} is not INTRA[,INTER]", "e.g. --threads 1 or --threads 4,2") from None
-        threads = (numbers[0], numbers[1] if len(numbers) > 1 else 0)
-    config_path = pick("session_config")
-    config_text = None
-    if config_path:
-        try:
-            with open(config_path, encoding="utf-8") as fh:
-                config_text = fh.read()
-        except OSError as exc:
-            raise TftraceError(f"cannot read session config {config_path}: {exc.strerror}", "check the path") from exc
-    env = []
-    for item in pick("env", []) or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise TftraceError(f"--env {item!r} is not KEY=VALUE", "e.g. --env TF_GPU_ALLOCATOR=cuda_malloc_async")
-        env.append((key, value))
-    knobs = Knobs(
-        onednn=pick("onednn", "default"), autotune=pick("autotune", "default"),
-        determinism=bool(pick("determinism", False)), tf32=pick("tf32", "default"), xla=pick("xla", "default"),
-        threads=threads, grappler=parse_grappler(pick("grappler")), session_config_text=config_text,
-        session_config_path=config_path, env=tuple(sorted(env)),
-    )
-    return Side(
-        artifact=artifact_ref(args, path, side),
-        device=pick("device", "cpu"),
-        batch_size=pick("batch_size"),
-        knobs=knobs,
-        inputs=InputSpec(inputs_file=args.inputs, seed=args.seed, examples=args.examples),
-        max_memory=args.max_memory,
-        timing_runs=args.timing_runs,
-        timeout_s=pick("timeout"),
-        allow_unsafe_ops=bool(getattr(args, "allow_unsafe_ops", False)),
-    )
+    return build_side(path, values_from_args(args, args.command, side))
 
 
 def _cmd_capture(args: argparse.Namespace, console: Console) -> int:
@@ -187,49 +74,19 @@ def _cmd_capture(args: argparse.Namespace, console: Console) -> int:
     return EXIT_OK
 
 
-def _tolerance(args: argparse.Namespace):  # noqa: ANN202
-    from .comparison.divergence import Tolerance  # noqa: PLC0415
-
-    overrides = []
-    for item in args.tol or []:
-        name, sep, values = item.rpartition("=")
-        parts = values.split(",")
-        try:
-            if not sep or len(parts) != 2:
-                raise ValueError
-            overrides.append((name, float(parts[0]), float(parts[1])))
-        except ValueError:
-            raise TftraceError(f"--tol {item!r} is not NAME=ATOL,RTOL", "e.g. --tol dense/MatMul=1e-4,1e-3") from None
-    return Tolerance(args.atol, args.rtol, tuple(overrides))
-
-
-def _signature_map(text: str | None) -> dict[str, str]:
-    mapping = {}
-    for item in _split(text):
-        a, sep, b = item.partition("=")
-        if not sep:
-            raise TftraceError(f"--map item {item!r} is not A_KEY=B_KEY", "e.g. --map y=output")
-        mapping[a] = b
-    return mapping
-
-
 def _cmd_compare(args: argparse.Namespace, console: Console) -> int:
     from .comparison.pipeline import compare  # noqa: PLC0415
+    from .options import compare_settings, values_from_args  # noqa: PLC0415
     from .report.terminal import print_comparison  # noqa: PLC0415
 
     result = compare(
         side_from_args(args, args.a, "a") if not _is_capture_dir(args.a) else args.a,
         side_from_args(args, args.b, "b") if not _is_capture_dir(args.b) else args.b,
         args.out,
-        tolerance=_tolerance(args),
-        isolate=args.isolate,
         force=args.force,
         console=Console(stderr=True),
         command=_command_line(),
-        signature_map=_signature_map(args.map),
-        repeat=args.repeat,
-        allow_unsafe_ops=args.allow_unsafe_ops,
-        keep_captures=args.keep_captures,
+        **compare_settings(values_from_args(args, "compare")),
     )
     print_comparison(console, result.report, result.out_dir)
     _print_report_size(console, result)
@@ -309,6 +166,9 @@ def _command_line() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """tftrace's parser: the positional arguments here, every option from :mod:`tracer.options`."""
+    from .options import add_options  # noqa: PLC0415
+
     parser = argparse.ArgumentParser(
         prog="tftrace",
         description="Find where two runs of a TensorFlow model start to give different numbers, and why.",
@@ -320,43 +180,18 @@ def build_parser() -> argparse.ArgumentParser:
     diff = sub.add_parser("diff-graph", help="list the rewrites between two artifacts' inference graphs (static)")
     diff.add_argument("a", help="artifact A: checkpoint dir/prefix, SavedModel dir, or .pb/.pbtxt GraphDef")
     diff.add_argument("b", help="artifact B")
-    diff.add_argument("--json", action="store_true", help="print the machine-readable diff (DESIGN.md contract)")
-    diff.add_argument("--allow-unsafe-ops", action="store_true",
-                      help="load a TF2 SavedModel whose loading runs ops with outside effects (TF1 graphs never run here)")
-    _add_artifact_options(diff)
-    _add_artifact_options(diff, "a-", " of A")
-    _add_artifact_options(diff, "b-", " of B")
+    add_options(diff, "diff-graph")
     diff.set_defaults(func=_cmd_diff_graph)
 
     cap = sub.add_parser("capture", help="run one side and record every intermediate tensor into a directory")
     cap.add_argument("model", help="the artifact to run")
-    cap.add_argument("--out", required=True, help="the capture directory to write")
-    _add_artifact_options(cap)
-    _add_side_options(cap)
-    _add_input_options(cap)
+    add_options(cap, "capture")
     cap.set_defaults(func=_cmd_capture)
 
     cmp_ = sub.add_parser("compare", help="find the op where two sides first diverge; write report.json/.html/.md")
     cmp_.add_argument("a", help="side A: an artifact or a capture directory")
     cmp_.add_argument("b", help="side B: an artifact or a capture directory")
-    cmp_.add_argument("--out", default="tftrace-report", help="report directory (default ./tftrace-report)")
-    cmp_.add_argument("--atol", type=float, default=1e-6, help="absolute tolerance (default 1e-6)")
-    cmp_.add_argument("--rtol", type=float, default=1e-5,
-                      help="relative tolerance (default 1e-5, ~80 float32 ulps: above summation-order noise)")
-    cmp_.add_argument("--tol", action="append", metavar="NAME=ATOL,RTOL", help="per-op/tensor tolerance (repeatable)")
-    cmp_.add_argument("--isolate", type=int, default=5, help="replay the top N origins alone (default 5; 0 = off)")
-    cmp_.add_argument("--map", default=None, help="pair signature keys that differ: A_KEY=B_KEY[,...]")
-    cmp_.add_argument("--keep-captures", action="store_true",
-                      help="keep the sides captured here in OUT/captures (by default only what the report and "
-                           "tftrace isolate --from need is kept: a report small enough to attach)")
-    cmp_.add_argument("--repeat", type=int, default=1,
-                      help="run each side K times (fresh processes) to measure its own noise; noise is never an origin")
-    _add_artifact_options(cmp_)
-    for prefix, who in (("a-", " of A"), ("b-", " of B")):
-        _add_artifact_options(cmp_, prefix, who)
-        _add_side_options(cmp_, prefix, who)
-    _add_side_options(cmp_)
-    _add_input_options(cmp_)
+    add_options(cmp_, "compare")
     cmp_.set_defaults(func=_cmd_compare)
 
     iso = sub.add_parser("isolate", help="replay a report's origin ops on this machine (the side whose model is here)")
@@ -364,10 +199,7 @@ def build_parser() -> argparse.ArgumentParser:
     iso.add_argument("--from", dest="from_dir", required=True,
                      help="the report directory (copied here whole: it carries the A tensors the replays are fed)")
     iso.add_argument("--side", choices=("a", "b"), default=None, help="which side to replay (default: the pending one)")
-    iso.add_argument("--allow-unsafe-ops", action="store_true",
-                     help="let the replay run ops with outside effects (never taken from the report or its captures)")
-    iso.add_argument("--max-memory", type=int, default=None,
-                     help="bytes the replay may fetch at once (default 2 GiB; a received report can only lower it)")
+    add_options(iso, "isolate")
     iso.set_defaults(func=_cmd_isolate)
 
     from .diagnosis.cli import add_diagnose_parser  # noqa: PLC0415 - parsers only, no TensorFlow

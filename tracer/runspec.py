@@ -16,7 +16,7 @@ from typing import Any
 from .artifacts.loader import ArtifactRef
 from .errors import TftraceError
 
-__all__ = ["Knobs", "Side", "InputSpec", "GRAPPLER_KEYS", "child_env", "parse_grappler", "parse_device",
+__all__ = ["Knobs", "Side", "InputSpec", "GRAPPLER_KEYS", "child_env", "job_side", "spec_without_permissions", "parse_grappler", "parse_device",
            "XLA_AUTO_JIT_FLAGS"]
 
 GRAPPLER_KEYS = (
@@ -101,7 +101,9 @@ class Side:
     # One by default (at a large batch each is a full run); diagnose measures costs with its own 5-10.
     timing_runs: int = 1
     timeout_s: float | None = None
-    allow_unsafe_ops: bool = False  # run graphs that write/read files or call Python (see tracer.safety)
+    # A permission of this run (see tracer.safety): passed to the child beside the side's JSON,
+    # never in it, so no manifest, report or job file records it and none can grant it.
+    allow_unsafe_ops: bool = False
     durable: bool = True  # fsync every tensor file before the manifest: a capture survives a power cut, not only a kill
 
     def __post_init__(self) -> None:
@@ -125,6 +127,7 @@ class Side:
         return replace(self, **changes)
 
     def to_json(self) -> dict[str, Any]:
+        """What ran (a capture's manifest ``spec``); the permission ``allow_unsafe_ops`` is not in it."""
         knobs = asdict(self.knobs)
         knobs["grappler"] = dict(self.knobs.grappler)
         knobs["env"] = dict(self.knobs.env)
@@ -138,7 +141,6 @@ class Side:
             "max_memory": self.max_memory,
             "timing_runs": self.timing_runs,
             "timeout_s": self.timeout_s,
-            "allow_unsafe_ops": self.allow_unsafe_ops,
             "durable": self.durable,
         }
 
@@ -156,10 +158,19 @@ class Side:
             inputs=InputSpec(**d.get("inputs", {})),
             max_memory=int(d.get("max_memory", 2 << 30)),
             timing_runs=int(d.get("timing_runs", 1)),
-            timeout_s=d.get("timeout_s"),
-            allow_unsafe_ops=bool(d.get("allow_unsafe_ops", False)),
+            timeout_s=d.get("timeout_s"),  # an older manifest's "allow_unsafe_ops" is never read: not a permission
             durable=bool(d.get("durable", True)),
         )
+
+
+def spec_without_permissions(spec: dict[str, Any]) -> dict[str, Any]:
+    """A side's JSON (a manifest's ``spec``) without the ``allow_unsafe_ops`` an older tftrace recorded."""
+    return {k: v for k, v in spec.items() if k != "allow_unsafe_ops"}
+
+
+def job_side(job: dict[str, Any]) -> Side:
+    """The side of a child's job, with the permission the launcher passed beside it (only ``true`` grants it)."""
+    return Side.from_json(job["side"]).with_(allow_unsafe_ops=job.get("allow_unsafe_ops") is True)
 
 
 def parse_device(device: str) -> tuple[str, int]:

@@ -22,16 +22,17 @@ Strings (serialized ``tf.Example`` protos) cannot be invented and need ``--input
 from __future__ import annotations
 
 import zlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from ..artifacts.loader import TensorSpec
 from ..errors import TftraceError
 
-__all__ = ["Examples", "make_examples", "batches", "same_rows"]
+__all__ = ["Examples", "make_examples", "batches", "same_rows", "run_batch_size", "batched_alike"]
 
 
 @dataclass
@@ -62,6 +63,27 @@ def batches(count: int, batch_size: int | None) -> list[tuple[int, int]]:
         return [(0, 0)]
     size = batch_size or count
     return [(start, min(count, start + size)) for start in range(0, count, size)]
+
+
+def run_batch_size(manifest: Mapping[str, Any]) -> int:
+    """The batch a capture's model ran: the most examples one of its runs fed (``runs``), not the
+    batch size asked for (``--batch-size 10`` over 8 examples runs a batch of 8). A manifest
+    without ``runs`` (a minimal one) has only its recorded ``batch_size``."""
+    runs = manifest.get("runs")
+    if runs:
+        return max(int(stop) - int(start) for start, stop in runs)
+    return int(manifest.get("batch_size") or 0)
+
+
+def batched_alike(manifest_a: Mapping[str, Any], manifest_b: Mapping[str, Any]) -> bool:
+    """Whether two captures grouped their examples into runs the same way, so that every value
+    computed over a run (a shape, a reduction over the batch, an index offset by a row's position)
+    covers the same examples on both sides. The one definition: compare, the report, the causes
+    and isolation all ask this."""
+    runs_a, runs_b = manifest_a.get("runs"), manifest_b.get("runs")
+    if runs_a and runs_b:
+        return [list(map(int, r)) for r in runs_a] == [list(map(int, r)) for r in runs_b]
+    return run_batch_size(manifest_a) == run_batch_size(manifest_b)
 
 
 def make_examples(

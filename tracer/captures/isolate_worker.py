@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import TftraceError
-from ..runspec import Side
+from ..runspec import job_side
 from ..safewrite import write_file
 from .reader import Capture
 from .runtime import open_runtime
@@ -25,7 +25,7 @@ __all__ = ["run_isolation"]
 
 
 def run_isolation(job: dict[str, Any]) -> None:
-    side = Side.from_json(job["side"])
+    side = job_side(job)
     source = Capture.open(job["feeds_from"])
     layout = source.manifest.get("tensor_layout", {})
     runs = [tuple(r) for r in job["runs"]]

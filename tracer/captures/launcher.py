@@ -50,9 +50,13 @@ def run_child(
     console: Console | None = None,
     on_event: Callable[[dict[str, Any]], None] | None = None,
 ) -> None:
-    """Run ``python -m tracer.captures.worker`` for ``job``; raise TftraceError if it fails."""
+    """Run ``python -m tracer.captures.worker`` for ``job``; raise TftraceError if it fails.
+
+    ``side``'s permission (``allow_unsafe_ops``) travels beside the job's side, never inside it:
+    the child reads it from here, while a side read back from a file never carries one."""
     if job.get("mode") == "isolate":
         _refuse_code_loading_env(side)
+    job = {**job, "allow_unsafe_ops": side.allow_unsafe_ops}
     env = child_env(side)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (PACKAGE_ROOT, env.get("PYTHONPATH", "")) if p)
     env[PARENT_PID_ENV] = str(os.getpid())  # the child stops itself if this process is SIGKILLed

@@ -29,8 +29,8 @@ import numpy as np
 
 from .._tf import tf
 from ..errors import TftraceError
-from .inputs import Examples, batches, make_examples
-from ..runspec import Side
+from .inputs import Examples, batches, make_examples, run_batch_size
+from ..runspec import Side, job_side
 from ..safewrite import refuse_link_dir
 from ._events import emit
 from .fetch_plan import fetch_plan, refit_sizes
@@ -107,7 +107,7 @@ def run_capture(side: Side, out_dir: str, force: bool) -> None:
             "graph": runtime.opgraph.to_json(),
             "examples": {"count": examples.count, "source": examples.source, "batch_major": examples.batch_major,
                          **({"per_example": True} if examples.per_example else {})},
-            "batch_size": batch_size or examples.count,
+            "batch_size": run_batch_size({"runs": ranges}),  # the batch that ran, not the one asked for
             "runs": [list(r) for r in ranges],
             "tensor_layout": instrumented["layout"],
             "fetch_chunks": instrumented["chunks"],
@@ -242,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
             job = json.loads(fh.read())
     try:
         if job["mode"] == "capture":
-            run_capture(Side.from_json(job["side"]), job["out_dir"], bool(job.get("force")))
+            run_capture(job_side(job), job["out_dir"], bool(job.get("force")))
         else:
             from .isolate_worker import run_isolation  # noqa: PLC0415
 

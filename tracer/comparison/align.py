@@ -28,7 +28,7 @@ import numpy as np
 
 from ..diff.kinds import is_exact, kind_of
 from ..diff.rewrites import GraphDiff
-from ..captures.inputs import same_rows
+from ..captures.inputs import batched_alike, same_rows
 from ..opgraph import OpGraph, tensor_op, tensor_slot
 from ..optypes import WEIGHT_OPS
 
@@ -44,8 +44,6 @@ class CaptureView:
         self.capture = capture
         self.graph = OpGraph.from_json(capture.manifest["graph"])
         self.layout: dict[str, str] = capture.manifest.get("tensor_layout", {})
-        self.batch_size: int = int(capture.manifest.get("batch_size") or 0)
-        self.runs: list[list[int]] = capture.manifest.get("runs") or []  # [start, stop) of each run's examples
 
     @functools.cached_property
     def shape_derived(self) -> dict[str, str]:
@@ -173,14 +171,15 @@ def _pair(a: CaptureView, b: CaptureView, ta: str, tb: str, reason: str) -> Tens
     if not b.captured(tb):
         return TensorPair(ta, tb, reason, False, f"B: {b.uncaptured_reason(tb)}")
     la, lb = a.layout.get(ta, "rows"), b.layout.get(tb, "rows")
-    if "varies" in (la, lb) and a.runs != b.runs:
+    alike = batched_alike(a.capture.manifest, b.capture.manifest)
+    if "varies" in (la, lb) and not alike:
         # Kept from the first run only (a shape, or a sum over the batch): that value covers
         # the same examples on both sides only when they batch them alike.
         return TensorPair(ta, tb, reason, False,
                           "its value depends on which examples share a run (a shape, or a reduction over the batch), "
                           "and A and B batch them differently")
     ra, rb = a.record(ta), b.record(tb)
-    if a.batch_size != b.batch_size:
+    if not alike:
         if la == lb == "whole" and ra["dtype"].startswith(("int", "uint")):
             return TensorPair(ta, tb, reason, False, "shape metadata: depends on the batch size")
         kind = a.shape_derived.get(tensor_op(ta))

@@ -44,12 +44,12 @@ from ..captures.reader import Capture
 from .divergence import NodeResult
 from ..errors import TftraceError
 from ..diff.kinds import KINDS, kind_of
-from ..captures.inputs import same_rows
+from ..captures.inputs import batched_alike, same_rows
 from ..jsonvalues import dumps, loads
 from ..metrics.arrays import compare_arrays
 from ..opgraph import OpGraph, tensor_op
 from ..optypes import EXIT_OPS, PASS_THROUGH, PLACEHOLDER_OPS, VARIABLE_OPS
-from ..runspec import Side
+from ..runspec import Side, spec_without_permissions
 from ..safewrite import write_file
 
 __all__ = ["IsolationResult", "isolate_origins", "replay_plan", "group_members", "origin_feeds", "run_job",
@@ -205,7 +205,7 @@ def isolate_origins(
                 {"capture_a": str(view_a.capture.path), "capture_b": str(view_b.capture.path), "feeds": FEEDS,
                  "ops": index})
     for key, view in (("a", view_a), ("b", view_b)):
-        spec = {**view.capture.manifest["spec"], "allow_unsafe_ops": False}  # decided by whoever runs the job
+        spec = spec_without_permissions(view.capture.manifest["spec"])  # decided by whoever runs the job
         job = {"mode": "isolate", "side": spec, "feeds_from": feeds_dir,
                "ops": ops[key], "runs": view.capture.manifest["runs"],
                "count": view.capture.manifest["examples"]["count"], "out_dir": os.path.join(workdir, f"isolation_{key}")}
@@ -243,7 +243,7 @@ def write_feeds(capture_a: Capture, ops: dict[str, list[dict[str, Any]]], path: 
             else:
                 writer.write_whole(name, value)
         writer.finalize({
-            "spec": {**manifest["spec"], "allow_unsafe_ops": False},
+            "spec": spec_without_permissions(manifest["spec"]),
             "examples": dict(manifest["examples"]),
             "runs": [list(r) for r in manifest["runs"]],
             "tensor_layout": {name: layout[name] for name in wanted if name in layout and capture_a.has(name)},
@@ -395,11 +395,11 @@ def same_run_settings(manifest_a: dict[str, Any], manifest_b: dict[str, Any]) ->
     def settings(manifest: dict[str, Any]) -> Any:
         spec, env = manifest.get("spec") or {}, manifest.get("environment") or {}
         gpus = [g.get("device_name") for g in env.get("gpus") or [] if isinstance(g, dict)]
-        return (spec.get("device"), manifest.get("batch_size"), dumps(spec.get("knobs"), sort_keys=True),
+        return (spec.get("device"), dumps(spec.get("knobs"), sort_keys=True),
                 env.get("tensorflow"), env.get("tf_git_version"), dumps(env.get("build"), sort_keys=True),
                 gpus, (env.get("cpu") or {}).get("model"), dumps(env.get("onednn", {}).get("enabled")),
                 env.get("tf32_enabled"), env.get("op_determinism"))
-    return settings(manifest_a) == settings(manifest_b)
+    return settings(manifest_a) == settings(manifest_b) and batched_alike(manifest_a, manifest_b)
 
 
 def _b_computation(op: dict[str, Any]) -> str:

@@ -281,7 +281,8 @@ def _noise(
         if _is_capture(target):
             summary[name] = {"skipped": "given as a capture directory: re-run it to measure its noise"}
             continue
-        side = Side.from_json(base.manifest["spec"])  # exactly what ran, the examples included
+        side = Side.from_json(base.manifest["spec"])  # exactly what ran, the examples included; the permission
+        side = side.with_(allow_unsafe_ops=isinstance(target, Side) and target.allow_unsafe_ops)  # is not recorded
         worst, noisy = 0.0, 0
         for i in range(1, repeat):
             claim(out, ["captures"])

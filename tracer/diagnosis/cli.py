@@ -15,13 +15,14 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from ..errors import EXIT_DIVERGED, EXIT_OK, TftraceError
+from ..errors import EXIT_DIVERGED, EXIT_OK
 
-__all__ = ["add_diagnose_parser", "run_diagnose_command", "print_diagnosis"]
+__all__ = ["add_diagnose_parser", "diagnose_options", "run_diagnose_command", "print_diagnosis"]
 
 
 def add_diagnose_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register ``diagnose`` on the subcommand parsers of ``tftrace``."""
+    from ..options import add_options  # noqa: PLC0415
     from .experiments import FACTORS, QUICK_FACTORS  # noqa: PLC0415
 
     parser = subparsers.add_parser(
@@ -30,82 +31,44 @@ def add_diagnose_parser(subparsers: Any) -> argparse.ArgumentParser:
                     "prevent it, and what preventing it costs on this machine.",
     )
     parser.add_argument("model", help="the model: a checkpoint or a SavedModel")
-    parser.add_argument("--savedmodel", default=None,
-                        help="the SavedModel exported from MODEL (adds checkpoint vs SavedModel)")
-    parser.add_argument("--batch-sizes", default="1,8", help="batch sizes; the smallest is the reference (default 1,8)")
-    parser.add_argument("--device", default="cpu", help="cpu, gpu or gpu:N for the base side (default cpu)")
-    parser.add_argument("--inputs", default=None,
-                        help="an .npz (keys = signature input keys) or .npy (one-input model)")
-    parser.add_argument("--examples", type=int, default=None,
-                        help="examples to generate (default: the largest batch size, at least 2)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of generated inputs (default 0)")
-    parser.add_argument("--out", default="tftrace-diagnosis", help="output directory (default ./tftrace-diagnosis)")
-    parser.add_argument("--quick", action="store_true",
-                        help=f"only {', '.join(QUICK_FACTORS)}; five timed runs per side")
-    parser.add_argument("--only", default=None, metavar="F1,F2", help=f"only these factors: {', '.join(FACTORS)}")
-    parser.add_argument("--serving-batching", default=None, metavar="FILE",
-                        help="TF Serving's --batching_parameters_file, emulated with the server's padding")
-    parser.add_argument("--serving-session-config", default=None, metavar="FILE",
-                        help="TF Serving's --tensorflow_session_config_file (a text ConfigProto)")
-    parser.add_argument("--atol", type=float, default=1e-6, help="absolute tolerance of the verdicts (default 1e-6)")
-    parser.add_argument("--rtol", type=float, default=1e-5, help="relative tolerance of the verdicts (default 1e-5)")
-    parser.add_argument("--timing-runs", type=int, default=None,
-                        help="timed plain runs per side after one warm-up (default 5 with --quick, else 10)")
-    parser.add_argument("--tag", default=None, help="SavedModel tag set, comma-separated (default: serve)")
-    parser.add_argument("--signature", default=None, help="signature key (default: serving_default)")
-    parser.add_argument("--outputs", default=None,
-                        help="tensors of MODEL to trace when it has no signature: NAME[,NAME...] (a checkpoint "
-                             "given with --savedmodel borrows the SavedModel's signature without them)")
-    parser.add_argument("--input-names", default=None,
-                        help="tensors of MODEL fed when it has no signature: NAME[,NAME...]")
-    parser.add_argument("--force", action="store_true", help="replace an existing output directory")
-    parser.add_argument("--allow-unsafe-ops", action="store_true",
-                        help="run graphs that read/write files or call Python (refused by default)")
+    add_options(parser, "diagnose", factors=", ".join(FACTORS), quick_factors=", ".join(QUICK_FACTORS))
     parser.set_defaults(func=run_diagnose_command)
     return parser
 
 
-def _batch_sizes(text: str) -> tuple[int, ...]:
-    try:
-        sizes = tuple(int(p) for p in text.split(",") if p.strip())
-    except ValueError:
-        raise TftraceError(f"--batch-sizes {text!r} is not a list of integers", "e.g. --batch-sizes 1,8") from None
-    if not sizes:
-        raise TftraceError("--batch-sizes is empty", "e.g. --batch-sizes 1,8")
-    return sizes
+def diagnose_options(model: Any, out_dir: str, values: dict[str, Any], command: str = "") -> Any:
+    """The :class:`tracer.diagnosis.run.DiagnoseOptions` of ``tftrace diagnose`` and ``tracer.diagnose``,
+    from option values named as :mod:`tracer.options` declares them (API keywords)."""
+    from pathlib import Path  # noqa: PLC0415
+
+    from ..comparison.divergence import Tolerance  # noqa: PLC0415
+    from ..options import artifact_ref, converted  # noqa: PLC0415
+    from ..runspec import parse_device  # noqa: PLC0415
+    from .run import DiagnoseOptions, parse_factors  # noqa: PLC0415
+
+    c = converted("diagnose", values)
+    parse_device(c["device"])
+    ref = artifact_ref(model, values)
+    only = c["only"]
+    return DiagnoseOptions(
+        model=ref, out_dir=Path(out_dir),
+        savedmodel=artifact_ref(c["savedmodel"], {k: v for k, v in values.items() if k in ("tag", "signature")})
+        if c["savedmodel"] else None,
+        batch_sizes=c["batch_sizes"], device=c["device"], inputs_file=c["inputs_file"], examples=c["examples"],
+        seed=c["seed"], quick=bool(c["quick"]),
+        only=parse_factors(only if isinstance(only, str) or only is None else ",".join(only)),
+        serving_batching=c["serving_batching"], serving_session_config=c["serving_session_config"],
+        tolerance=Tolerance(c["atol"], c["rtol"]), timing_runs=c["timing_runs"],
+        allow_unsafe_ops=bool(c["allow_unsafe_ops"]), force=bool(c["force"]), command=command,
+    )
 
 
 def run_diagnose_command(args: argparse.Namespace, console: Console) -> int:
-    from pathlib import Path  # noqa: PLC0415
+    from ..options import values_from_args  # noqa: PLC0415
+    from .run import run_diagnosis  # noqa: PLC0415
 
-    from ..artifacts.loader import ArtifactRef  # noqa: PLC0415
-    from .run import DiagnoseOptions, parse_factors, run_diagnosis  # noqa: PLC0415
-    from ..comparison.divergence import Tolerance  # noqa: PLC0415
-    from ..runspec import parse_device  # noqa: PLC0415
-
-    parse_device(args.device)
-    ref = {"tag": args.tag or "serve", "signature": args.signature or "serving_default"}
-    names = {key: tuple(p.strip() for p in (getattr(args, key) or "").split(",") if p.strip())
-             for key in ("outputs", "input_names")}
-    options = DiagnoseOptions(
-        model=ArtifactRef(args.model, **ref, **names),
-        out_dir=Path(args.out),
-        savedmodel=ArtifactRef(args.savedmodel, **ref) if args.savedmodel else None,
-        batch_sizes=_batch_sizes(args.batch_sizes),
-        device=args.device,
-        inputs_file=args.inputs,
-        examples=args.examples,
-        seed=args.seed,
-        quick=args.quick,
-        only=parse_factors(args.only),
-        serving_batching=args.serving_batching,
-        serving_session_config=args.serving_session_config,
-        tolerance=Tolerance(args.atol, args.rtol),
-        timing_runs=args.timing_runs,
-        allow_unsafe_ops=args.allow_unsafe_ops,
-        force=args.force,
-        command=" ".join(["tftrace"] + [shlex.quote(a) for a in sys.argv[1:]]),
-    )
+    command = " ".join(["tftrace"] + [shlex.quote(a) for a in sys.argv[1:]])
+    options = diagnose_options(args.model, args.out, values_from_args(args, "diagnose"), command)
     diagnosis = run_diagnosis(options, Console(stderr=True, highlight=False))
     print_diagnosis(console, diagnosis.doc, diagnosis.out_dir)
     return EXIT_OK if diagnosis else EXIT_DIVERGED

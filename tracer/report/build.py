@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .. import __version__
+from ..captures.inputs import run_batch_size
 from ..causes import explain_comparison
 from ..jsonvalues import jsonable
 from ..opgraph import tensor_op
@@ -75,7 +76,7 @@ def _side(view: Any, kept: bool = True) -> dict[str, Any]:
     spec = manifest.get("spec", {})
     knobs = {k: v for k, v in (spec.get("knobs") or {}).items() if v not in (None, "default", False, {}, [])}
     knobs.pop("session_config_text", None)
-    batch = manifest.get("batch_size")
+    batch = run_batch_size(manifest)  # the batch that ran (--batch-size 10 over 8 examples ran 8)
     # a signature without a batch axis ran each example alone, paired row by row with the other side
     per_example = bool(manifest.get("examples", {}).get("per_example"))
     batching = "one example per run (the signature has no batch axis)" if per_example else f"batch {batch}"
