@@ -10,7 +10,7 @@ import os
 import tempfile
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from ._version import __version__
 
 from .errors import TftraceError
 
@@ -78,8 +78,9 @@ def compare(
     divergence beyond tolerance was found. ``options``: atol, rtol, isolate, keep_captures (keep
     the sides captured here in ``out_dir/captures``, to read their tensors afterwards), plus side options
     applied to both sides; ``a_options``/``b_options`` override per side."""
-    from .comparison.pipeline import compare as _compare  # noqa: PLC0415
     from .comparison.divergence import Tolerance  # noqa: PLC0415
+    from .comparison.pipeline import comparing  # noqa: PLC0415
+    from .report.build import report_comparison  # noqa: PLC0415
 
     tol = Tolerance(atol=options.pop("atol", 1e-6), rtol=options.pop("rtol", 1e-5))
     isolate = options.pop("isolate", 5)
@@ -87,8 +88,9 @@ def compare(
     side_a = a if _is_capture(a) else _side(a, **{**options, **(a_options or {})})
     side_b = b if _is_capture(b) else _side(b, **{**options, **(b_options or {})})
     out = out_dir or tempfile.mkdtemp(prefix="tftrace-")
-    return _compare(side_a, side_b, out, tolerance=tol, isolate=isolate, force=force, keep_captures=keep_captures,
-                    allow_unsafe_ops=bool(options.get("allow_unsafe_ops", False)))
+    with comparing(side_a, side_b, out, tolerance=tol, isolate=isolate, force=force, keep_captures=keep_captures,
+                   allow_unsafe_ops=bool(options.get("allow_unsafe_ops", False))) as result:
+        return report_comparison(result)
 
 
 def _is_capture(target: Any) -> bool:

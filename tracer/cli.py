@@ -214,10 +214,11 @@ def _signature_map(text: str | None) -> dict[str, str]:
 
 
 def _cmd_compare(args: argparse.Namespace, console: Console) -> int:
-    from .comparison.pipeline import compare  # noqa: PLC0415
+    from .comparison.pipeline import comparing  # noqa: PLC0415
+    from .report.build import report_comparison  # noqa: PLC0415
     from .report.terminal import print_comparison  # noqa: PLC0415
 
-    result = compare(
+    with comparing(
         side_from_args(args, args.a, "a") if not _is_capture_dir(args.a) else args.a,
         side_from_args(args, args.b, "b") if not _is_capture_dir(args.b) else args.b,
         args.out,
@@ -230,7 +231,8 @@ def _cmd_compare(args: argparse.Namespace, console: Console) -> int:
         repeat=args.repeat,
         allow_unsafe_ops=args.allow_unsafe_ops,
         keep_captures=args.keep_captures,
-    )
+    ) as result:
+        report_comparison(result)
     print_comparison(console, result.report, result.out_dir)
     _print_report_size(console, result)
     _print_notices(result.notices)
@@ -255,8 +257,8 @@ def _print_report_size(console: Console, result: Any) -> None:
 def _cmd_report(args: argparse.Namespace, console: Console) -> int:
     from pathlib import Path  # noqa: PLC0415
 
-    from .comparison.pipeline import load_report  # noqa: PLC0415
     from .report.build import write_reports  # noqa: PLC0415
+    from .report.contract import load_report  # noqa: PLC0415
     from .report.terminal import print_comparison  # noqa: PLC0415
     from .safewrite import lock_directory  # noqa: PLC0415
 
@@ -274,9 +276,9 @@ def _cmd_report(args: argparse.Namespace, console: Console) -> int:
 def _cmd_isolate(args: argparse.Namespace, console: Console) -> int:
     from pathlib import Path  # noqa: PLC0415
 
-    from .comparison.pipeline import load_report  # noqa: PLC0415
     from .comparison.isolate import isolate_remote  # noqa: PLC0415
     from .report.build import merge_isolation, write_reports  # noqa: PLC0415
+    from .report.contract import load_report  # noqa: PLC0415
     from .report.terminal import print_comparison  # noqa: PLC0415
     from .safewrite import lock_directory  # noqa: PLC0415
 

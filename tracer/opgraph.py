@@ -26,7 +26,7 @@ import networkx as nx
 
 from .jsonvalues import jsonable
 
-__all__ = ["OpGraph", "tensor_op", "tensor_slot", "NOT_FETCHABLE_DTYPES", "EXIT_OPS", "FRAME_OPS"]
+__all__ = ["OpGraph", "tensor_op", "tensor_slot", "relevant_slots", "NOT_FETCHABLE_DTYPES", "EXIT_OPS", "FRAME_OPS"]
 
 NOT_FETCHABLE_DTYPES = {"resource": "a resource handle holds no values", "variant": "a variant tensor has no array form"}
 FRAME_OPS = {"Enter", "RefEnter"}
@@ -195,6 +195,15 @@ class OpGraph:
             g.add_node(name, **_node_data(by_name[name], in_frame))
         _add_edges(g)
         return cls(g, {k: _canonical(v) for k, v in inputs.items()}, {k: _canonical(v) for k, v in outputs.items()})
+
+
+def relevant_slots(graph: OpGraph, op: str) -> list[int]:
+    """Output slots read downstream or returned by the signature (slot 0 if none are): the ones a capture
+    fetches and an alignment pairs."""
+    used = {slot for _, _, data in graph.g.out_edges(op, data=True) for slot, _ in data["tensors"]}
+    used |= {tensor_slot(t) for t in graph.outputs.values() if tensor_op(t) == op}
+    outputs = graph.node(op)["outputs"]
+    return sorted(s for s in used if s < len(outputs)) or ([0] if outputs else [])
 
 
 def _reach(g: nx.DiGraph, sources: set[str], passes: Callable[[str], bool]) -> set[str]:

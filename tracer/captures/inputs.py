@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..artifacts.loader import TensorSpec
+from ..artifacts.records import TensorSpec
 from ..errors import TftraceError
 
 __all__ = ["Examples", "make_examples", "batches", "same_rows"]
