@@ -6,7 +6,6 @@ without it; loading and running a model (in child processes) need it.
 
 from __future__ import annotations
 
-import os
 import tempfile
 from typing import TYPE_CHECKING, Any
 
@@ -94,7 +93,9 @@ def compare(
 
 
 def _is_capture(target: Any) -> bool:
-    return isinstance(target, str) and os.path.isfile(os.path.join(target, "manifest.json"))
+    from .captures.reader import is_capture_dir  # noqa: PLC0415
+
+    return isinstance(target, str) and is_capture_dir(target)
 
 
 def assert_equivalent(a: str | Side, b: str | Side, *, rtol: float = 1e-5, atol: float = 1e-6, **options: Any) -> Comparison:

@@ -299,9 +299,9 @@ def _print_notices(notices: list[str]) -> None:
 
 
 def _is_capture_dir(path: str) -> bool:
-    import os  # noqa: PLC0415
+    from .captures.reader import is_capture_dir  # noqa: PLC0415
 
-    return os.path.isfile(os.path.join(path, "manifest.json"))
+    return is_capture_dir(path)
 
 
 def _command_line() -> str:

@@ -26,7 +26,7 @@ from rich.console import Console
 
 from .align import Alignment, CaptureView, align
 from ..captures.launcher import capture as capture_side
-from ..captures.reader import Capture
+from ..captures.reader import Capture, is_capture_dir
 from .divergence import Divergence, Tolerance, classify
 from ..errors import TftraceError
 from ..diff.rewrites import GraphDiff, diff_graphs
@@ -104,7 +104,7 @@ def open_or_capture(
 ) -> Capture:
     """A capture directory is opened; an artifact (or a Side) is captured into ``out_dir/captures/name``."""
     if isinstance(target, str):
-        if os.path.isdir(target) and os.path.exists(os.path.join(target, "manifest.json")):
+        if is_capture_dir(target):
             return Capture.open(target)
         if os.path.isdir(os.path.join(target, "tensors")) and not os.path.exists(os.path.join(target, "saved_model.pb")):
             Capture.open(target)  # raises the "incomplete capture" error
@@ -356,7 +356,7 @@ def _lend_signatures(a: str | Side, b: str | Side, allow_unsafe_ops: bool) -> tu
 
 
 def _is_capture(target: str | Side) -> bool:
-    return isinstance(target, str) and os.path.exists(os.path.join(target, "manifest.json"))
+    return isinstance(target, str) and is_capture_dir(target)
 
 
 def _inputs_from(cap: Capture, out: Path, signature_map: dict[str, str]) -> InputSpec:
