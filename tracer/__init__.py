@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from .captures.reader import Capture
     from .comparison.pipeline import Comparison
     from .runspec import Side
-    from .diff.static import StaticDiff
+    from .comparison.static import StaticDiff
 
 
 def load(path: str | ArtifactRef, *, allow_unsafe_ops: bool = False) -> Artifact:
@@ -37,7 +37,7 @@ def load(path: str | ArtifactRef, *, allow_unsafe_ops: bool = False) -> Artifact
 
 def diff_graphs(a: str | ArtifactRef, b: str | ArtifactRef, *, allow_unsafe_ops: bool = False) -> StaticDiff:
     """Classify every rewrite between two artifacts' inference subgraphs."""
-    from .diff.static import diff_artifacts  # noqa: PLC0415
+    from .comparison.static import diff_artifacts  # noqa: PLC0415
 
     return diff_artifacts(a, b, allow_unsafe_ops=allow_unsafe_ops)
 

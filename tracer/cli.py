@@ -59,7 +59,7 @@ def artifact_ref(args: argparse.Namespace, path: str, side: str = ""):  # noqa: 
 
 def _cmd_diff_graph(args: argparse.Namespace, console: Console) -> int:
     from .report.terminal import print_graph_diff  # noqa: PLC0415
-    from .diff.static import diff_artifacts  # noqa: PLC0415
+    from .comparison.static import diff_artifacts  # noqa: PLC0415
 
     result = diff_artifacts(artifact_ref(args, args.a, "a"), artifact_ref(args, args.b, "b"),
                             allow_unsafe_ops=args.allow_unsafe_ops)

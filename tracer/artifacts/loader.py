@@ -16,6 +16,7 @@ call it.
 from __future__ import annotations
 
 import posixpath
+from collections.abc import Callable
 from typing import Any
 
 from .._tf import tf
@@ -35,7 +36,12 @@ __all__ = [
     "TensorSpec",
     "detect",
     "load",
+    "load_lender",
+    "Lender",
 ]
+
+# the lending side (a signature_from ref) -> its signature and op graph, or None when it has none
+Lender = Callable[[ArtifactRef, bool], "tuple[Signature, OpGraph] | None"]
 
 V1_SHARDS = "-?????-of-?????"  # the shard names of a sharded SaverDef.V1 checkpoint
 
@@ -44,12 +50,15 @@ V1_SHARDS = "-?????-of-?????"  # the shard names of a sharded SaverDef.V1 checkp
 # loading
 
 
-def load(ref: ArtifactRef | str, *, allow_unsafe_ops: bool = False) -> Artifact:
+def load(ref: ArtifactRef | str, *, allow_unsafe_ops: bool = False, lender: Lender | None = None) -> Artifact:
     """Detect and load an artifact statically (no session, no weights restored into a graph).
 
     One kind is not static: a TF2 SavedModel is inlined through ``tf.saved_model.load``, which
     runs the model's resource initialisers and restore functions. Those are checked first and a
     model whose loading reaches outside the computation is refused unless ``allow_unsafe_ops``.
+
+    An artifact without a signature of its own borrows the one of ``ref.signature_from``:
+    ``lender`` reads that side's signature and op graph (by default :func:`load_lender` loads it).
     """
     if isinstance(ref, str):
         ref = ArtifactRef(ref)
@@ -72,21 +81,17 @@ def load(ref: ArtifactRef | str, *, allow_unsafe_ops: bool = False) -> Artifact:
     _note_device_pins(artifact)
     if ref.signature_from is not None or ref.borrowed is not None:
         if artifact.signature is None or artifact.signature.from_user:
-            lent = None if ref.borrowed is not None else _lender(ref.signature_from, allow_unsafe_ops)
+            lent = None if ref.borrowed is not None else (lender or load_lender)(ref.signature_from, allow_unsafe_ops)
             borrow_signature(artifact, lent)
         else:  # it has its own: what it would have borrowed from is no part of it
             artifact.ref = ref.lender()
     return artifact
 
 
-def _lender(ref: ArtifactRef, allow_unsafe_ops: bool) -> tuple[Signature, OpGraph] | None:
-    """The lending side's resolved signature and op graph (for :func:`borrow_signature`): from a
-    capture's manifest (no TensorFlow work), or by loading the artifact statically."""
-    if detect(ref.path)[0] == "capture":
-        from ..captures.reader import Capture  # noqa: PLC0415 - a capture lends what it recorded
-
-        manifest = Capture.open(ref.path).manifest
-        return Signature.from_json(manifest["signature"]), OpGraph.from_json(manifest["graph"])
+def load_lender(ref: ArtifactRef, allow_unsafe_ops: bool) -> tuple[Signature, OpGraph] | None:
+    """The lending artifact's resolved signature and op graph (for :func:`borrow_signature`), by
+    loading it statically: the ``lender`` of :func:`load` unless its caller reads lenders another way
+    (a capture directory lends what it recorded: :func:`tracer.captures.runtime.load_checked`)."""
     lender = load(ref.lender(), allow_unsafe_ops=allow_unsafe_ops)
     if lender.signature is None:
         return None

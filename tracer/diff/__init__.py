@@ -1,2 +1,3 @@
 """Stage 3 — the static diff: pair two op graphs (``match``), classify what differs as export
-rewrites (``rewrites``), and run both on two artifacts (``static``)."""
+rewrites (``rewrites``). Both work on op graphs alone; loading two artifacts to diff them is
+:mod:`tracer.comparison.static`."""
