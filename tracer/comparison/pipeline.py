@@ -60,8 +60,10 @@ class Comparison:
     noise: dict[str, Any] | None = None
     noise_per_tensor: dict[str, float] = field(default_factory=dict)  # A tensor -> run-to-run max |diff| (--repeat)
     noise_per_output: dict[str, float] = field(default_factory=dict)  # signature key -> the same, plain outputs
+    # set when the report is written (tracer.report.build.report_comparison): report.json's dict,
+    # and what writing it noticed, e.g. "Graphviz is missing: no graph drawn"
     report: dict[str, Any] = field(default_factory=dict)
-    notices: list[str] = field(default_factory=list)  # e.g. "Graphviz is missing: no graph drawn"
+    notices: list[str] = field(default_factory=list)
     # signature key -> A's plain output vs B's (what production computes; see plain_output_metrics)
     plain_outputs: dict[str, TensorMetrics] = field(default_factory=dict)
     kept_captures: dict[str, bool] = field(default_factory=lambda: {"a": True, "b": True})
