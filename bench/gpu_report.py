@@ -9,10 +9,11 @@ and the raw rounds. ``complete`` is false while the run is going on or when it w
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
+
+from tracer.safewrite import write_file
 
 from .notes import _capture_limits, _capture_notes
 from .results import Row, _capture_rows, markdown_table
@@ -57,9 +58,7 @@ def write_gpu_results(path: Path, figs: dict[str, Any], meta: dict[str, Any]) ->
     data = {**gpu_headline(figs), "passed": {r.figure: r.passed for r in rows}, "table": [asdict(r) for r in rows],
             **{k: v for k, v in meta.items() if k != "started_epoch"}, "raw": figs}
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1, default=str) + "\n")
-    os.replace(tmp, path)
+    write_file(path, json.dumps(data, indent=1, default=str) + "\n")
 
 
 def load_gpu_results(path: Path) -> dict[str, Any] | None:

@@ -28,13 +28,14 @@ def high_water_mb() -> float:
 def main(argv: Sequence[str] | None = None) -> int:
     a, b, out = list(sys.argv[1:] if argv is None else argv)
     # everything the compare imports comes first, so the baseline is read after it
-    import tracer.report.build
     import tracer.report.render  # noqa: F401
-    from tracer.comparison.pipeline import compare
+    from tracer.comparison.pipeline import comparing
+    from tracer.report.build import report_comparison
 
     baseline = high_water_mb()
     t0 = time.perf_counter()
-    result = compare(a, b, out, isolate=0, force=True)
+    with comparing(a, b, out, isolate=0, force=True) as result:
+        report_comparison(result)
     seconds = time.perf_counter() - t0
     print(json.dumps({"baseline_mb": baseline, "peak_mb": high_water_mb(), "compare_s": seconds,
                       "verdict": result.verdict}), flush=True)

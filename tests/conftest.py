@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -89,3 +90,38 @@ def slim_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
     subprocess.run([sys.executable, str(REPO / "tests" / "fixtures" / "slim_export.py"), str(out)], cwd=REPO,
                    check=True, capture_output=True, timeout=300)
     return out
+
+
+# ------------------------------------------------------------------ every report written satisfies the schema
+
+_CHECKED: dict[Path, int] = {}  # report.json -> the mtime it was checked at
+
+
+def written_report_errors(path: Path) -> list[str]:
+    """How a report.json breaks tracer/schemas/report.schema.json (the whole schema), as lines."""
+    from tracer.report.contract import report_errors  # noqa: PLC0415
+
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    return [f"{path}: {'/'.join(map(str, e.absolute_path)) or '(top)'}: {e.message[:300]}" for e in report_errors(doc)]
+
+
+@pytest.fixture(autouse=True)
+def _written_reports_satisfy_the_schema(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """After each test: every report.json tftrace wrote under the test temp directories (claimed in
+    its output directory's ownership record and signed by tftrace) satisfies the published schema,
+    in full. Reports planted by hand (hostile ones) carry no such record."""
+    yield
+    problems: list[str] = []
+    for path in tmp_path_factory.getbasetemp().rglob("report.json"):
+        try:
+            stamp = path.stat(follow_symlinks=False).st_mtime_ns
+            owned = json.loads((path.parent / ".tftrace-owned.json").read_text(encoding="utf-8"))["paths"]
+            doc = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if _CHECKED.get(path) == stamp or "report.json" not in owned or not isinstance(doc, dict):
+            continue
+        _CHECKED[path] = stamp
+        if (doc.get("tool") or {}).get("name") == "tftrace":
+            problems += written_report_errors(path)
+    assert not problems, "a report tftrace wrote breaks tracer/schemas/report.schema.json:\n" + "\n".join(problems[:20])

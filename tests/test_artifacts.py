@@ -346,7 +346,7 @@ def test_outputs_alone_feed_the_placeholders_they_need(tf: Any, frozen: Path) ->
 
 def test_frozen_export_against_its_checkpoint(tf: Any, models: dict[str, Path], frozen: Path) -> None:
     """Every variable became a constant of exactly the checkpoint's value; nothing else changed."""
-    from tracer.diff.static import diff_artifacts  # noqa: PLC0415
+    from tracer.comparison.static import diff_artifacts  # noqa: PLC0415
     from tracer.artifacts.loader import ArtifactRef  # noqa: PLC0415
 
     result = diff_artifacts(str(models["detector_ckpt"]),

@@ -34,7 +34,7 @@ def tf() -> Any:
 @pytest.fixture(scope="module")
 def diffs(tf: Any, models: dict[str, Path]) -> dict[str, Any]:
     """The checkpoint against each of its exports: name -> GraphDiff."""
-    from tracer.diff.static import diff_artifacts  # noqa: PLC0415
+    from tracer.comparison.static import diff_artifacts  # noqa: PLC0415
 
     ckpt = str(models["detector_ckpt"])
     names = ("detector", "detector_folded", "detector_bf16", "detector_planted", "detector_tf2")

@@ -283,7 +283,8 @@ SAFE_REPORTS: dict[str, Callable[[dict[str, Any]], Any]] = {
     "rewrites of the wrong shape": lambda r: r.update(rewrites=[{"kind": 1, "a_nodes": "x"}]),
     "edges of the wrong shape": lambda r: r.update(edges=[[1], "x", ["mul", "nowhere"]]),
 }
-# tracer/comparison/pipeline.py::load_report checks report.json where it is read (was change request R2).
+# tracer/report/contract.py::load_report checks report.json against tracer/schemas/report.schema.json where it is
+# read (was change request R2).
 REFUSED_REPORTS: dict[str, tuple[Callable[[dict[str, Any]], Any], str]] = {
     "nodes is a list": (lambda r: r.update(nodes=[1, 2]), '"nodes"'),
     "verdict is a number": (lambda r: r.update(verdict=7), '"verdict"'),
@@ -415,7 +416,8 @@ def test_fuzz_capture_open_and_read(pair: dict[str, Path], tmp_path_factory: pyt
 def test_fuzz_compare_on_mutated_captures(pair: dict[str, Path], tmp_path_factory: pytest.TempPathFactory,
                                           data: st.DataObject) -> None:
     """Past the reader: a mutated manifest that opens must compare, or be refused, end to end."""
-    from tracer.comparison.pipeline import compare  # noqa: PLC0415
+    from tracer.comparison.pipeline import comparing  # noqa: PLC0415
+    from tracer.report.build import report_comparison  # noqa: PLC0415
 
     root = tmp_path_factory.mktemp("fuzz")
     side = data.draw(st.sampled_from(["a", "b"]))
@@ -423,7 +425,8 @@ def test_fuzz_compare_on_mutated_captures(pair: dict[str, Path], tmp_path_factor
     manifest = json.loads((caps[side] / "manifest.json").read_text())
     (caps[side] / "manifest.json").write_text(json.dumps(_mutate(manifest, data)))
     try:
-        compare(str(caps["a"]), str(caps["b"]), root / "report", isolate=0)
+        with comparing(str(caps["a"]), str(caps["b"]), root / "report", isolate=0) as comparison:
+            report_comparison(comparison)
     except TftraceError:
         pass
 
@@ -431,7 +434,7 @@ def test_fuzz_compare_on_mutated_captures(pair: dict[str, Path], tmp_path_factor
 @settings(FUZZ, max_examples=EXAMPLES["report"] * SCALE)
 @given(data=st.data())
 def test_fuzz_load_report(pair: dict[str, Path], tmp_path_factory: pytest.TempPathFactory, data: st.DataObject) -> None:
-    from tracer.comparison.pipeline import load_report  # noqa: PLC0415
+    from tracer.report.contract import load_report  # noqa: PLC0415
 
     report = json.loads((pair["report"] / "report.json").read_text())
     out = tmp_path_factory.mktemp("report")

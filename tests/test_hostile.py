@@ -887,7 +887,7 @@ def reliability_rows() -> tuple[list[Row], list[Row]]:
             (f"{fz}test_hostile_report_json_renders_safely",)),
         Row("hostile report.json with wrong top-level types, missing keys, NaN, 100,000-deep nesting",
             len(REFUSED_REPORTS) + len(REFUSED_REPORT_TEXTS),
-            "`tftrace: error: REPORT/report.json is not a valid tftrace report: \"nodes\" must be a dict. Re-run tftrace "
+            "`tftrace: error: REPORT/report.json is not a valid tftrace report: \"nodes\" must be an object. Re-run tftrace "
             "compare to rewrite it.` (exit 2)", "report.json is left as it was, no report.html written",
             (f"{fz}test_hostile_report_json_is_refused_with_a_clear_message", f"{fz}test_malformed_report_json_text_is_refused")),
         Row("report strings that are console markup (`[/oops]`, `[link=…]`)", 1,

@@ -20,7 +20,6 @@ import pytest
 
 from conftest import REPO, assert_user_error, run_cli
 from tracer.captures import CaptureWriter
-from tracer.captures._format import atomic_write
 from tracer.errors import TftraceError
 from tracer.safewrite import LOCK, OWNED, claim, lock_directory, open_new, output_directory, write_file
 
@@ -73,7 +72,7 @@ def test_planted_link_at_the_old_predictable_temp_name_is_never_used(tmp_path: P
 
 
 def test_manifest_and_tensor_file_are_never_written_through_a_link(tmp_path: Path) -> None:
-    """The capture writer's manifest (atomic_write) and tensor files (open_new)."""
+    """The capture writer's manifest (write_file, durable) and tensor files (open_new)."""
     outside = tmp_path / "outside"
     outside.mkdir()
     cap = tmp_path / "cap"
@@ -81,7 +80,7 @@ def test_manifest_and_tensor_file_are_never_written_through_a_link(tmp_path: Pat
     (cap / "manifest.json").symlink_to(outside / EVIL)
     (cap / "tensors" / "x.npy").symlink_to(outside / "x.npy")
     with pytest.raises(TftraceError, match="manifest.json is a symbolic link; tftrace never writes through a link"):
-        atomic_write(cap / "manifest.json", "{}")
+        write_file(cap / "manifest.json", "{}", durable=True)
     for exclusive in (True, False):
         with pytest.raises(TftraceError, match=r"x\.npy is a symbolic link"):
             open_new(cap / "tensors" / "x.npy", exclusive=exclusive)

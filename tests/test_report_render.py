@@ -34,7 +34,8 @@ from tracer.report.dot import (
 from tracer.report.html import script_json
 from tracer.report.markdown import MD_LIMIT, md_code, md_text, render_markdown
 from tracer.report.render import inline_svg, render_report
-from tracer.report.summary import environment_rows, flatten, fmt, json_safe, num, rewrite_detail, side_facts
+from tracer.report.numbers import fmt, num
+from tracer.report.summary import environment_rows, flatten, json_safe, rewrite_detail, side_facts
 from tracer.report.terminal import print_comparison
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -17,7 +17,8 @@ from rich.console import Console
 
 from tracer.causes import explain_comparison
 from tracer.metrics.arrays import compare_arrays
-from tracer.report.build import examples_digest, rel_to_peak
+from tracer.comparison.pipeline import examples_digest
+from tracer.report.build import rel_to_peak
 from tracer.report.markdown import render_markdown
 from tracer.report.render import render_report
 from tracer.report.summary import side_rows

@@ -251,10 +251,10 @@ def test_stats_find_a_nan_past_the_first_chunk() -> None:
 def test_every_file_is_fsynced_before_the_manifest_is_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     synced: list[tuple[int, int]] = []  # files (inodes: an alias is its tensor's file) made durable
     at_manifest: list[set[tuple[int, int]]] = []
-    real_fsync, real_atomic_write = _flusher.fsync, store_module.atomic_write
+    real_fsync, real_write_file = _flusher.fsync, store_module.write_file
     monkeypatch.setattr(_flusher, "fsync", lambda path: (real_fsync(path), synced.append(_inode(path))))
-    monkeypatch.setattr(store_module, "atomic_write",
-                        lambda path, text: (at_manifest.append(set(synced)), real_atomic_write(path, text)))
+    monkeypatch.setattr(store_module, "write_file",
+                        lambda path, text, **kw: (at_manifest.append(set(synced)), real_write_file(path, text, **kw)))
     with CaptureWriter(tmp_path / "cap") as writer:
         for start, stop in ((0, 2), (2, 6)):
             writer.write_rows("rows:0", ROWS[start:stop], start, 6)

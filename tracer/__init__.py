@@ -6,11 +6,10 @@ without it; loading and running a model (in child processes) need it.
 
 from __future__ import annotations
 
-import os
 import tempfile
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from ._version import __version__
 
 from .errors import TftraceError
 
@@ -23,7 +22,7 @@ if TYPE_CHECKING:
     from .captures.reader import Capture
     from .comparison.pipeline import Comparison
     from .runspec import Side
-    from .diff.static import StaticDiff
+    from .comparison.static import StaticDiff
 
 
 def load(path: str | ArtifactRef, *, allow_unsafe_ops: bool = False) -> Artifact:
@@ -38,7 +37,7 @@ def load(path: str | ArtifactRef, *, allow_unsafe_ops: bool = False) -> Artifact
 
 def diff_graphs(a: str | ArtifactRef, b: str | ArtifactRef, *, allow_unsafe_ops: bool = False) -> StaticDiff:
     """Classify every rewrite between two artifacts' inference subgraphs."""
-    from .diff.static import diff_artifacts  # noqa: PLC0415
+    from .comparison.static import diff_artifacts  # noqa: PLC0415
 
     return diff_artifacts(a, b, allow_unsafe_ops=allow_unsafe_ops)
 
@@ -74,8 +73,9 @@ def compare(
     tensors afterwards), allow_unsafe_ops, plus side options applied to both sides;
     ``a_options``/``b_options`` override side options per side (:func:`tracer.options.api_keywords`
     lists them; an unknown keyword is a TftraceError naming them)."""
-    from .comparison.pipeline import compare as _compare  # noqa: PLC0415
+    from .comparison.pipeline import comparing  # noqa: PLC0415
     from .options import check_keywords, compare_settings  # noqa: PLC0415
+    from .report.build import report_comparison  # noqa: PLC0415
 
     check_keywords("compare", options)
     for name, specific in (("a_options", a_options), ("b_options", b_options)):
@@ -83,11 +83,14 @@ def compare(
     side_a = a if _is_capture(a) else _side(a, options, a_options)
     side_b = b if _is_capture(b) else _side(b, options, b_options)
     out = out_dir or tempfile.mkdtemp(prefix="tftrace-")
-    return _compare(side_a, side_b, out, force=force, **compare_settings(options))
+    with comparing(side_a, side_b, out, force=force, **compare_settings(options)) as result:
+        return report_comparison(result)
 
 
 def _is_capture(target: Any) -> bool:
-    return isinstance(target, str) and os.path.isfile(os.path.join(target, "manifest.json"))
+    from .captures.reader import is_capture_dir  # noqa: PLC0415
+
+    return isinstance(target, str) and is_capture_dir(target)
 
 
 def assert_equivalent(a: str | Side, b: str | Side, *, rtol: float = 1e-5, atol: float = 1e-6, **options: Any) -> Comparison:

@@ -33,7 +33,7 @@ def artifact_ref(args: argparse.Namespace, path: str, side: str = ""):  # noqa: 
 
 def _cmd_diff_graph(args: argparse.Namespace, console: Console) -> int:
     from .report.terminal import print_graph_diff  # noqa: PLC0415
-    from .diff.static import diff_artifacts  # noqa: PLC0415
+    from .comparison.static import diff_artifacts  # noqa: PLC0415
 
     result = diff_artifacts(artifact_ref(args, args.a, "a"), artifact_ref(args, args.b, "b"),
                             allow_unsafe_ops=args.allow_unsafe_ops)
@@ -75,11 +75,12 @@ def _cmd_capture(args: argparse.Namespace, console: Console) -> int:
 
 
 def _cmd_compare(args: argparse.Namespace, console: Console) -> int:
-    from .comparison.pipeline import compare  # noqa: PLC0415
+    from .comparison.pipeline import comparing  # noqa: PLC0415
     from .options import compare_settings, values_from_args  # noqa: PLC0415
+    from .report.build import report_comparison  # noqa: PLC0415
     from .report.terminal import print_comparison  # noqa: PLC0415
 
-    result = compare(
+    with comparing(
         side_from_args(args, args.a, "a") if not _is_capture_dir(args.a) else args.a,
         side_from_args(args, args.b, "b") if not _is_capture_dir(args.b) else args.b,
         args.out,
@@ -87,7 +88,8 @@ def _cmd_compare(args: argparse.Namespace, console: Console) -> int:
         console=Console(stderr=True),
         command=_command_line(),
         **compare_settings(values_from_args(args, "compare")),
-    )
+    ) as result:
+        report_comparison(result)
     print_comparison(console, result.report, result.out_dir)
     _print_report_size(console, result)
     _print_notices(result.notices)
@@ -112,8 +114,8 @@ def _print_report_size(console: Console, result: Any) -> None:
 def _cmd_report(args: argparse.Namespace, console: Console) -> int:
     from pathlib import Path  # noqa: PLC0415
 
-    from .comparison.pipeline import load_report  # noqa: PLC0415
     from .report.build import write_reports  # noqa: PLC0415
+    from .report.contract import load_report  # noqa: PLC0415
     from .report.terminal import print_comparison  # noqa: PLC0415
     from .safewrite import lock_directory  # noqa: PLC0415
 
@@ -131,9 +133,9 @@ def _cmd_report(args: argparse.Namespace, console: Console) -> int:
 def _cmd_isolate(args: argparse.Namespace, console: Console) -> int:
     from pathlib import Path  # noqa: PLC0415
 
-    from .comparison.pipeline import load_report  # noqa: PLC0415
     from .comparison.isolate import isolate_remote  # noqa: PLC0415
     from .report.build import merge_isolation, write_reports  # noqa: PLC0415
+    from .report.contract import load_report  # noqa: PLC0415
     from .report.terminal import print_comparison  # noqa: PLC0415
     from .safewrite import lock_directory  # noqa: PLC0415
 
@@ -154,9 +156,9 @@ def _print_notices(notices: list[str]) -> None:
 
 
 def _is_capture_dir(path: str) -> bool:
-    import os  # noqa: PLC0415
+    from .captures.reader import is_capture_dir  # noqa: PLC0415
 
-    return os.path.isfile(os.path.join(path, "manifest.json"))
+    return is_capture_dir(path)
 
 
 def _command_line() -> str:

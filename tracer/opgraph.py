@@ -27,8 +27,8 @@ import networkx as nx
 from .jsonvalues import jsonable
 from .optypes import EXIT_OPS, FRAME_OPS, LOOP_BACK_EDGE_OPS, OFFSET_CARRIERS, SHAPE_READERS
 
-__all__ = ["OpGraph", "tensor_op", "tensor_slot", "NOT_FETCHABLE_DTYPES", "WHILE_FRAME_REASON", "EXIT_OPS", "FRAME_OPS",
-           "reachable", "ops_in_while_frames"]
+__all__ = ["OpGraph", "tensor_op", "tensor_slot", "relevant_slots", "NOT_FETCHABLE_DTYPES", "WHILE_FRAME_REASON",
+           "EXIT_OPS", "FRAME_OPS", "reachable", "ops_in_while_frames"]
 
 NOT_FETCHABLE_DTYPES = {"resource": "a resource handle holds no values", "variant": "a variant tensor has no array form"}
 WHILE_FRAME_REASON = "inside a while-loop frame: a session cannot fetch it"
@@ -194,6 +194,15 @@ def reachable(g: nx.DiGraph, sources: Iterable[str]) -> set[str]:
     from all of them at once. ``g`` may be a ``networkx.subgraph_view`` that filters nodes or edges."""
     start = [s for s in sources if s in g]
     return set().union(*nx.bfs_layers(g, start)) if start else set()
+
+
+def relevant_slots(graph: OpGraph, op: str) -> list[int]:
+    """Output slots read downstream or returned by the signature (slot 0 if none are): the ones a capture
+    fetches and an alignment pairs."""
+    used = {slot for _, _, data in graph.g.out_edges(op, data=True) for slot, _ in data["tensors"]}
+    used |= {tensor_slot(t) for t in graph.outputs.values() if tensor_op(t) == op}
+    outputs = graph.node(op)["outputs"]
+    return sorted(s for s in used if s < len(outputs)) or ([0] if outputs else [])
 
 
 def _reach(g: nx.DiGraph, sources: set[str], passes: Callable[[str], bool]) -> set[str]:

@@ -13,7 +13,7 @@ import os
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from .artifacts.loader import ArtifactRef
+from .artifacts.records import ArtifactRef
 from .errors import TftraceError
 
 __all__ = ["Knobs", "Side", "InputSpec", "GRAPPLER_KEYS", "child_env", "job_side", "spec_without_permissions", "parse_grappler", "parse_device",

@@ -36,7 +36,7 @@ try:
 except ImportError:  # not POSIX: directories are not locked there (dir_fd writes need POSIX too)
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["OWNED", "LOCK", "write_file", "open_new", "start_owned", "claim", "clear_owned",
+__all__ = ["OWNED", "LOCK", "write_file", "replacing", "open_new", "start_owned", "claim", "clear_owned",
            "lock_directory", "refuse_link_dir"]
 
 OWNED = ".tftrace-owned.json"
@@ -120,6 +120,28 @@ def write_file(path: str | os.PathLike[str], data: str | bytes, *, durable: bool
     finally:
         os.close(dfd)
     return path
+
+
+@contextlib.contextmanager
+def replacing(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """For a file built in place rather than handed over whole (a memory-mapped ``.npy`` widened,
+    a linked file copied): yields a random temporary name beside ``path`` for the caller to create
+    (with :func:`open_new`, ``exclusive``), then renames it over ``path``, refusing a link there as
+    :func:`write_file` does. On an error the temporary file is removed and ``path`` is untouched."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name[:100]}.{secrets.token_hex(8)}.tmp")
+    try:
+        yield tmp
+        dfd = _open_dir(path.parent)
+        try:
+            _check_target(dfd, path)
+            os.replace(tmp.name, path.name, src_dir_fd=dfd, dst_dir_fd=dfd)
+        finally:
+            os.close(dfd)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def open_new(path: Path, *, exclusive: bool = False) -> int:

@@ -14,10 +14,10 @@ from typing import Any
 
 import numpy as np
 
-from .._tf import tf
 from dataclasses import replace
 
-from .loader import Artifact, ArtifactRef, Signature, TensorSpec, load
+from .._tf import tf
+from .records import Artifact, Signature, TensorSpec
 from ..errors import TftraceError
 from ..diff.match import match_graphs
 from ..opgraph import OpGraph, tensor_op, tensor_slot
@@ -156,7 +156,7 @@ def _placeholders_needed(by_name: dict[str, Any], roots: list[str]) -> list[str]
 # borrowing the other side's signature
 
 
-def borrow_signature(artifact: Artifact, *, allow_unsafe_ops: bool = False) -> None:
+def borrow_signature(artifact: Artifact, lent: tuple[Signature, OpGraph] | None) -> None:
     """Give a graph without a signature (a TF1 training checkpoint) the other side's.
 
     Each of the lender's signature tensors is found in this graph by its name when an op of that
@@ -165,8 +165,10 @@ def borrow_signature(artifact: Artifact, *, allow_unsafe_ops: bool = False) -> N
     ``--outputs``/``--input-names`` the user's tensors stay what is traced; they only take the
     lender's keys where they are the tensors found, so the two sides pair without ``--map``.
     Sets ``artifact.signature``, records the result in ``artifact.ref.borrowed`` (replays then
-    need not load the lender) and says in one note which signature was borrowed. A lender without a signature lends nothing: the
-    caller's "no signature" error lists this graph's candidates.
+    need not load the lender) and says in one note which signature was borrowed. ``lent`` is the
+    lender's signature and op graph (the loader reads them: :func:`tracer.artifacts.loader.load`);
+    a lender without a signature (None) lends nothing: the caller's "no signature" error lists
+    this graph's candidates.
     """
     ref = artifact.ref
     if ref.borrowed is not None:  # resolved when this side was captured: the names are this graph's
@@ -174,7 +176,6 @@ def borrow_signature(artifact: Artifact, *, allow_unsafe_ops: bool = False) -> N
         artifact.notes.append(_borrow_note(ref.borrowed, "as recorded"))
         return
     assert ref.signature_from is not None
-    lent = _lender(ref.signature_from, allow_unsafe_ops)
     if lent is None:
         return
     lender_sig, lender_graph = lent
@@ -225,23 +226,6 @@ def _borrow_note(sig: Signature, how: str) -> str:
     pairs = "; ".join(f"{role} {', '.join(f'{k}={v.name}' for k, v in specs.items())}"
                       for role, specs in (("inputs", sig.inputs), ("outputs", sig.outputs)))
     return f"no signature of its own: borrowed signature {sig.key!r} of {sig.borrowed_from} ({pairs}; found {how})"
-
-
-def _lender(ref: ArtifactRef, allow_unsafe_ops: bool) -> tuple[Signature, OpGraph] | None:
-    """The lending side's resolved signature and op graph: from a capture's manifest (no
-    TensorFlow work), or by loading the artifact statically."""
-    from .loader import detect  # noqa: PLC0415
-
-    if detect(ref.path)[0] == "capture":
-        from ..captures.reader import Capture  # noqa: PLC0415
-
-        manifest = Capture.open(ref.path).manifest
-        return Signature.from_json(manifest["signature"]), OpGraph.from_json(manifest["graph"])
-    lender = load(ref.lender(), allow_unsafe_ops=allow_unsafe_ops)
-    if lender.signature is None:
-        return None
-    graph, sig = build_opgraph(lender)
-    return sig, graph
 
 
 def _structural_partners(by_name: dict[str, Any], graph: Any, lender: OpGraph) -> dict[str, str]:

@@ -17,16 +17,17 @@ from __future__ import annotations
 
 import posixpath
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
 from typing import Any
 
-import numpy as np
-
 from .._tf import tf
+from .graph import borrow_signature, build_opgraph
 from .kinds import detect
 from .kinds import io_gfile as _gfile
+from .records import Artifact, ArtifactRef, Signature, TensorSpec, signature_keys
 from ..errors import TftraceError
+from ..opgraph import OpGraph
 from .safety import describe_unsafe, refuse_ambiguous_tags, unconfined_assets, unsafe_at_load_v2
+from .tf2_inline import load_saved_model_v2
 
 __all__ = [
     "ArtifactRef",
@@ -35,169 +36,29 @@ __all__ = [
     "TensorSpec",
     "detect",
     "load",
+    "load_lender",
+    "Lender",
 ]
+
+# the lending side (a signature_from ref) -> its signature and op graph, or None when it has none
+Lender = Callable[[ArtifactRef, bool], "tuple[Signature, OpGraph] | None"]
 
 V1_SHARDS = "-?????-of-?????"  # the shard names of a sharded SaverDef.V1 checkpoint
 
 
-@dataclass(frozen=True)
-class TensorSpec:
-    """One signature input or output: the graph tensor it names, its dtype and static shape."""
-
-    name: str  # "images:0"
-    dtype: str  # "float32", "string", ...
-    shape: tuple[int | None, ...] | None  # None = unknown rank
-
-    def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "dtype": self.dtype, "shape": None if self.shape is None else list(self.shape)}
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> TensorSpec:
-        shape = d.get("shape")
-        return cls(d["name"], d["dtype"], None if shape is None else tuple(shape))
-
-
-@dataclass(frozen=True)
-class Signature:
-    """The inputs and outputs to trace, keyed the way the SignatureDef keys them."""
-
-    key: str
-    inputs: dict[str, TensorSpec]
-    outputs: dict[str, TensorSpec]
-    method_name: str = ""
-    from_user: bool = False  # built from --outputs/--input-names rather than a SignatureDef
-    borrowed_from: str = ""  # the other side's artifact, when this graph had none of its own
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "key": self.key,
-            "method_name": self.method_name,
-            "from_user": self.from_user,
-            "borrowed_from": self.borrowed_from,
-            "inputs": {k: v.to_json() for k, v in self.inputs.items()},
-            "outputs": {k: v.to_json() for k, v in self.outputs.items()},
-        }
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> Signature:
-        return cls(
-            key=d["key"],
-            method_name=d.get("method_name", ""),
-            from_user=bool(d.get("from_user", False)),
-            borrowed_from=str(d.get("borrowed_from", "")),
-            inputs={k: TensorSpec.from_json(v) for k, v in d["inputs"].items()},
-            outputs={k: TensorSpec.from_json(v) for k, v in d["outputs"].items()},
-        )
-
-
-@dataclass(frozen=True)
-class ArtifactRef:
-    """What the user typed: enough to load the same artifact again in a child process."""
-
-    path: str
-    tag: str = "serve"  # comma-separated tag set of a SavedModel
-    signature: str = "serving_default"
-    outputs: tuple[str, ...] = ()  # --outputs, for graphs without a signature
-    input_names: tuple[str, ...] = ()  # --input-names
-    # The other side of a comparison: where a graph without a signature borrows one (a TF1
-    # training checkpoint compared with the SavedModel exported from it).
-    signature_from: ArtifactRef | None = None
-    # That borrowed signature once resolved in this graph, so replays need not load the other side.
-    borrowed: Signature | None = field(default=None, compare=False)
-
-    def to_json(self) -> dict[str, Any]:
-        doc: dict[str, Any] = {
-            "path": self.path,
-            "tag": self.tag,
-            "signature": self.signature,
-            "outputs": list(self.outputs),
-            "input_names": list(self.input_names),
-        }
-        if self.signature_from is not None:
-            doc["signature_from"] = self.signature_from.to_json()
-        if self.borrowed is not None:
-            doc["borrowed"] = self.borrowed.to_json()
-        return doc
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> ArtifactRef:
-        return cls(
-            path=d["path"],
-            tag=d.get("tag", "serve"),
-            signature=d.get("signature", "serving_default"),
-            outputs=tuple(d.get("outputs", ())),
-            input_names=tuple(d.get("input_names", ())),
-            signature_from=ArtifactRef.from_json(d["signature_from"]) if d.get("signature_from") else None,
-            borrowed=Signature.from_json(d["borrowed"]) if d.get("borrowed") else None,
-        )
-
-    def lender(self) -> ArtifactRef:
-        """This artifact as the one another side borrows a signature from (never a chain)."""
-        return replace(self, signature_from=None, borrowed=None)
-
-
-WeightReader = Callable[[str], "np.ndarray | None"]
-
-
-@dataclass
-class Artifact:
-    """A loaded artifact: the graph to run, what to feed and fetch, and where weights come from.
-
-    ``graph_def`` is the graph as it will be imported for running (for a TF2 SavedModel: the
-    inlined, frozen signature function). ``meta_graph`` is set for checkpoints and TF1
-    SavedModels, whose collections (saver, variables) are needed to restore weights.
-    """
-
-    ref: ArtifactRef
-    kind: str  # "checkpoint" | "saved_model_v1" | "saved_model_v2" | "graphdef"
-    location: str  # the resolved path that was loaded (prefix, version dir, file)
-    graph_def: Any  # tf GraphDef
-    meta_graph: Any | None
-    signature: Signature | None
-    available_signatures: dict[str, list[str]] = field(default_factory=dict)  # tag set -> keys
-    checkpoint_prefix: str | None = None
-    tf_version_written: str = ""
-    inlined_by_loader: bool = False  # TF2: tftrace inlined the signature function (adds Identity plumbing)
-    variable_values: dict[str, np.ndarray] = field(default_factory=dict)  # TF2: values of the inlined variables
-    table_values: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)  # TF2: (keys, values)
-    notes: list[str] = field(default_factory=list)
-    _reader: Any = None
-
-    def variable_value(self, name: str) -> np.ndarray | None:
-        """Value of a variable (by node name or checkpoint key), or None if unknown."""
-        if name in self.variable_values:
-            return self.variable_values[name]
-        if self.checkpoint_prefix is None:
-            return None
-        if self._reader is None:
-            try:  # not tf.train.load_checkpoint: on ram:// it takes the prefix for a directory
-                self._reader = tf().compat.v1.train.NewCheckpointReader(self.checkpoint_prefix)
-            except Exception as exc:  # TF raises DataLossError, NotFoundError, ... for damaged files
-                raise TftraceError(
-                    f"cannot read the weights of {self.checkpoint_prefix}: {str(exc).splitlines()[0][:300]}",
-                    "re-copy the checkpoint's .index and .data-* files",
-                ) from exc
-        for key in (name, name.split(":")[0]):
-            if self._reader.has_tensor(key):
-                return np.asarray(self._reader.get_tensor(key))
-        return None
-
-    def describe(self) -> str:
-        sig = f", signature {self.signature.key!r}" if self.signature else ""
-        return f"{self.kind} at {self.location}{sig}"
-
-
-# --------------------------------------------------------------------------------------------
 # --------------------------------------------------------------------------------------------
 # loading
 
 
-def load(ref: ArtifactRef | str, *, allow_unsafe_ops: bool = False) -> Artifact:
+def load(ref: ArtifactRef | str, *, allow_unsafe_ops: bool = False, lender: Lender | None = None) -> Artifact:
     """Detect and load an artifact statically (no session, no weights restored into a graph).
 
     One kind is not static: a TF2 SavedModel is inlined through ``tf.saved_model.load``, which
     runs the model's resource initialisers and restore functions. Those are checked first and a
     model whose loading reaches outside the computation is refused unless ``allow_unsafe_ops``.
+
+    An artifact without a signature of its own borrows the one of ``ref.signature_from``:
+    ``lender`` reads that side's signature and op graph (by default :func:`load_lender` loads it).
     """
     if isinstance(ref, str):
         ref = ArtifactRef(ref)
@@ -220,12 +81,22 @@ def load(ref: ArtifactRef | str, *, allow_unsafe_ops: bool = False) -> Artifact:
     _note_device_pins(artifact)
     if ref.signature_from is not None or ref.borrowed is not None:
         if artifact.signature is None or artifact.signature.from_user:
-            from .graph import borrow_signature  # noqa: PLC0415 - graphload imports this module
-
-            borrow_signature(artifact, allow_unsafe_ops=allow_unsafe_ops)
+            lent = None if ref.borrowed is not None else (lender or load_lender)(ref.signature_from, allow_unsafe_ops)
+            borrow_signature(artifact, lent)
         else:  # it has its own: what it would have borrowed from is no part of it
             artifact.ref = ref.lender()
     return artifact
+
+
+def load_lender(ref: ArtifactRef, allow_unsafe_ops: bool) -> tuple[Signature, OpGraph] | None:
+    """The lending artifact's resolved signature and op graph (for :func:`borrow_signature`), by
+    loading it statically: the ``lender`` of :func:`load` unless its caller reads lenders another way
+    (a capture directory lends what it recorded: :func:`tracer.captures.runtime.load_checked`)."""
+    lender = load(ref.lender(), allow_unsafe_ops=allow_unsafe_ops)
+    if lender.signature is None:
+        return None
+    graph, sig = build_opgraph(lender)
+    return sig, graph
 
 
 def _read_bytes(path: str) -> bytes:
@@ -320,7 +191,6 @@ def _load_saved_model(ref: ArtifactRef, directory: str, allow_unsafe_ops: bool) 
     variables_prefix = posixpath.join(directory, "variables", "variables")
     has_variables = _gfile().exists(variables_prefix + ".index")
     if is_v2:
-        from .tf2_inline import load_saved_model_v2  # noqa: PLC0415 - circular: it builds an Artifact
 
         if not allow_unsafe_ops:
             _refuse_unsafe_at_load(directory, meta)
@@ -402,10 +272,6 @@ def _pick_signature(ref: ArtifactRef, by_tags: dict[str, Any], meta: Any, requir
         method_name=sig_def.method_name,
     )
 
-
-def signature_keys(meta: Any) -> list[str]:
-    """The signatures a user can choose; TF2's ``__saved_model_init_op`` only initialises tables."""
-    return sorted(k for k in meta.signature_def if k != "__saved_model_init_op")
 
 
 def _tensor_name(name: str) -> str:

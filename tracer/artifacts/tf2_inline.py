@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from .._tf import tf
-from .loader import Artifact, ArtifactRef, Signature, TensorSpec, signature_keys
+from .records import Artifact, ArtifactRef, Signature, TensorSpec, signature_keys
 from ..errors import TftraceError
 
 __all__ = ["load_saved_model_v2"]

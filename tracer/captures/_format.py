@@ -15,7 +15,6 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import TftraceError
-from ..safewrite import write_file
 
 FORMAT = "tftrace-capture"
 FORMAT_VERSION = 1
@@ -161,11 +160,6 @@ def fsync(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def atomic_write(path: Path, text: str) -> None:
-    """Write via a temp file + fsync + rename: readers see the old state or the whole new file."""
-    write_file(path, text, durable=True)
 
 
 def damaged(root: Path, detail: str) -> TftraceError:

@@ -20,9 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from ..comparison.align import relevant_slots
 from ..errors import TftraceError
-from ..opgraph import WHILE_FRAME_REASON, OpGraph, tensor_op, tensor_slot
+from ..opgraph import WHILE_FRAME_REASON, OpGraph, relevant_slots, tensor_op, tensor_slot
 from ..optypes import LOOP_COND_OP, MERGE_OPS, PLACEHOLDER_OPS, SWITCH_OPS, WEIGHT_SOURCES
 
 __all__ = ["FetchPlan", "fetch_plan", "chunked", "refit_sizes", "check_fetched", "branch_of", "BranchSchedule", "DEAD_BRANCH_REASON"]

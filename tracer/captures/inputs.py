@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from ..artifacts.loader import TensorSpec
+from ..artifacts.records import TensorSpec
 from ..errors import TftraceError
 
 __all__ = ["Examples", "make_examples", "batches", "same_rows", "run_batch_size", "batched_alike"]

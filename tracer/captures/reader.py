@@ -12,6 +12,7 @@ hand-made manifest never surfaces as a crash deep inside the comparison.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any
 
@@ -38,10 +39,17 @@ from ._format import (
     widen,
 )
 
-__all__ = ["Capture", "MissingKey"]
+__all__ = ["Capture", "MissingKey", "is_capture_dir"]
 
 MAX_MANIFEST_BYTES = 1 << 30  # a real manifest of a 10,000-op model is a few MB
 LAYOUTS = frozenset({"rows", "const", "whole", "varies"})
+
+
+def is_capture_dir(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is a complete capture directory: it holds ``manifest.json``, which the
+    store writes last (one without it is an interrupted capture, refused by :meth:`Capture.open`).
+    The one test of it: the CLI, the API and the pipeline tell captures from artifacts by it."""
+    return os.path.isfile(os.path.join(path, MANIFEST))
 
 
 class MissingKey(TftraceError, KeyError):

@@ -15,13 +15,14 @@ from typing import Any
 import numpy as np
 
 from .._tf import tf
-from ..artifacts.loader import Artifact, Signature, detect, load
+from ..artifacts.loader import Artifact, ArtifactRef, Signature, detect, load, load_lender
 from ..artifacts.graph import build_opgraph
 from ..errors import TftraceError
 from ..artifacts.safety import describe_unsafe, find_unsafe_ops, unconfined_assets
 from ..opgraph import OpGraph
 from ..optypes import VARIABLE_OPS
 from ..runspec import Side, parse_device
+from .reader import Capture, is_capture_dir
 
 __all__ = ["Runtime", "open_runtime", "load_checked", "apply_process_knobs", "session_config", "tf_error_text", "determinism_fix"]
 
@@ -184,9 +185,20 @@ def refuse_oversized_weights(side: Side) -> None:
 def load_checked(side: Side) -> Artifact:
     """Load the side's artifact statically, refusing it *before* any of it runs when running it
     would reach outside the computation (see :mod:`tracer.safety`), unless ``allow_unsafe_ops``."""
-    artifact = load(side.artifact, allow_unsafe_ops=side.allow_unsafe_ops)  # a TF2 load is checked
+    # a TF2 load is checked; a side without a signature may borrow a capture's (from its manifest)
+    artifact = load(side.artifact, allow_unsafe_ops=side.allow_unsafe_ops, lender=_lender)
     _refuse_unsafe(artifact, side)
     return artifact
+
+
+def _lender(ref: ArtifactRef, allow_unsafe_ops: bool) -> tuple[Signature, OpGraph] | None:
+    """What the other side lends a side without a signature of its own: a capture directory's
+    recorded signature and op graph, read from its manifest (no TensorFlow work), else the
+    artifact's, loaded statically (:func:`tracer.artifacts.loader.load`'s own way)."""
+    if not is_capture_dir(ref.path):
+        return load_lender(ref, allow_unsafe_ops)
+    manifest = Capture.open(ref.path).manifest
+    return Signature.from_json(manifest["signature"]), OpGraph.from_json(manifest["graph"])
 
 
 def _refuse_unsafe(artifact: Artifact, side: Side) -> None:

@@ -17,7 +17,6 @@ import errno
 import functools
 import json
 import os
-import secrets
 import shutil
 import time
 from collections.abc import Callable, Mapping
@@ -29,7 +28,7 @@ import numpy as np
 
 from ..errors import TftraceError
 from ..jsonvalues import jsonable
-from ..safewrite import open_new
+from ..safewrite import open_new, replacing, write_file
 from ._directory import prepare_directory, release_lock
 from ._entry import Entry, add_interval
 from ._flusher import Flusher
@@ -39,7 +38,6 @@ from ._format import (
     MANIFEST,
     TENSORS,
     Unstorable,
-    atomic_write,
     bitwise_equal,
     fsync,
     npy_header,
@@ -253,13 +251,12 @@ class CaptureWriter:
     def _widen_string_file(self, entry: Entry, wider: np.dtype) -> None:
         self._jobs.wait(entry.filename)
         old = open_npy(self._file(entry), entry.shape, entry.stored)
-        tmp = self._file(entry).with_name(f"{entry.filename}.{secrets.token_hex(8)}.tmp")
         entry.stored = wider
-        self._write_empty(tmp, entry)
-        if old.size:
-            write_at(tmp, entry.header_len, old.astype(wider))
-        del old
-        os.replace(tmp, self._file(entry))
+        with replacing(self._file(entry)) as tmp:
+            self._write_empty(tmp, entry)
+            if old.size:
+                write_at(tmp, entry.header_len, old.astype(wider))
+            del old
         if self._flusher is not None:
             self._flusher.submit(self._file(entry))
 
@@ -343,10 +340,8 @@ class CaptureWriter:
             return
         self._jobs.wait(self._entries[entry.link_of].filename)  # the shared bytes, complete
         path = self._file(entry)
-        tmp = path.with_name(f"{entry.filename}.{secrets.token_hex(8)}.tmp")
-        with open(path, "rb") as src, os.fdopen(open_new(tmp, exclusive=True), "wb") as dst:
+        with replacing(path) as tmp, open(path, "rb") as src, os.fdopen(open_new(tmp, exclusive=True), "wb") as dst:
             shutil.copyfileobj(src, dst)
-        os.replace(tmp, path)
         entry.link_of = None
         if self._flusher is not None:
             self._flusher.submit(path)
@@ -448,7 +443,7 @@ class CaptureWriter:
             fsync(self.path / TENSORS)
         target = self.path / MANIFEST
         text = json.dumps(out, indent=1, allow_nan=False)
-        atomic_write(target, text)
+        write_file(target, text, durable=True)  # temp file + fsync + rename: the old state or the whole file
         self._header_bytes += len(text.encode("utf-8"))
         self._stop()
         self._state = "finalized"

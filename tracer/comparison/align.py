@@ -29,7 +29,7 @@ import numpy as np
 from ..diff.kinds import is_exact, kind_of
 from ..diff.rewrites import GraphDiff
 from ..captures.inputs import batched_alike, same_rows
-from ..opgraph import OpGraph, tensor_op, tensor_slot
+from ..opgraph import OpGraph, relevant_slots, tensor_op
 from ..optypes import WEIGHT_OPS
 
 __all__ = ["TensorPair", "NodeAlignment", "Alignment", "align", "CaptureView"]
@@ -89,14 +89,6 @@ class Alignment:
     def b_to_a(self) -> dict[str, str]:
         """B tensor -> A tensor, for comparable pairs (isolation feeds through this)."""
         return {p.b: p.a for n in self.nodes.values() for p in n.tensors if p.b and p.comparable}
-
-
-def relevant_slots(graph: OpGraph, op: str) -> list[int]:
-    """Output slots read downstream or returned by the signature (slot 0 if none are)."""
-    used = {slot for _, _, data in graph.g.out_edges(op, data=True) for slot, _ in data["tensors"]}
-    used |= {tensor_slot(t) for t in graph.outputs.values() if tensor_op(t) == op}
-    outputs = graph.node(op)["outputs"]
-    return sorted(s for s in used if s < len(outputs)) or ([0] if outputs else [])
 
 
 def align(a: CaptureView, b: CaptureView, diff: GraphDiff) -> Alignment:

@@ -29,11 +29,10 @@ from typing import Any
 from .align import ROLE_REWRITTEN, ROLE_UNMATCHED, Alignment
 from ..metrics.arrays import TensorMetrics
 from ..opgraph import OpGraph, tensor_op
+from .statuses import STATUSES
 
 __all__ = ["Tolerance", "NodeResult", "Divergence", "classify", "STATUSES"]
 
-STATUSES = ("identical", "within_tolerance", "origin", "propagated", "rewritten", "unmatched", "not_captured",
-            "not_compared")
 WORST_FIRST = ("propagated", "origin", "within_tolerance", "identical")
 
 

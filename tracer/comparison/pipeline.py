@@ -1,18 +1,22 @@
-"""``tftrace compare``: two sides in, the first divergence and a report out.
+"""``tftrace compare``'s stages in order: two sides in, a :class:`Comparison` out.
 
 Each side is an artifact (captured here, in a child process, with its own options) or a capture
 directory made earlier, possibly on another machine. From there on everything works on the two
 capture directories, without TensorFlow: graph diff from the manifests' op graphs (weights
 compared through the captured values), alignment, metrics, divergence; then isolation replays
-the top origins in children again, and the report is written.
+the top origins in children again. The result is handed back; writing it down is the caller's
+(the CLI, the API, diagnose: :func:`tracer.report.build.report_comparison`), so this stage
+never imports the report stage.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import io
-import json
 import os
 import shutil
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -22,7 +26,7 @@ from rich.console import Console
 
 from .align import Alignment, CaptureView, align
 from ..captures.launcher import capture as capture_side
-from ..captures.reader import Capture
+from ..captures.reader import Capture, is_capture_dir
 from .divergence import Divergence, Tolerance, classify
 from ..errors import TftraceError
 from ..diff.rewrites import GraphDiff, diff_graphs
@@ -32,10 +36,11 @@ from ..metrics.arrays import TensorMetrics, compare_arrays
 from ..opgraph import tensor_op
 from ..runspec import InputSpec, Side
 from ..safewrite import claim, output_directory, write_file
+from .statuses import VERDICTS
 
-__all__ = ["Comparison", "compare", "directory_size", "open_or_capture", "plain_output_metrics"]
+__all__ = ["Comparison", "compare", "comparing", "directory_size", "examples_digest", "open_or_capture",
+           "plain_output_metrics"]
 
-VERDICTS = ("identical", "within_tolerance", "within_noise", "diverged")  # best to worst
 
 
 @dataclass
@@ -55,11 +60,15 @@ class Comparison:
     noise: dict[str, Any] | None = None
     noise_per_tensor: dict[str, float] = field(default_factory=dict)  # A tensor -> run-to-run max |diff| (--repeat)
     noise_per_output: dict[str, float] = field(default_factory=dict)  # signature key -> the same, plain outputs
+    # set when the report is written (tracer.report.build.report_comparison): report.json's dict,
+    # and what writing it noticed, e.g. "Graphviz is missing: no graph drawn"
     report: dict[str, Any] = field(default_factory=dict)
-    notices: list[str] = field(default_factory=list)  # e.g. "Graphviz is missing: no graph drawn"
+    notices: list[str] = field(default_factory=list)
     # signature key -> A's plain output vs B's (what production computes; see plain_output_metrics)
     plain_outputs: dict[str, TensorMetrics] = field(default_factory=dict)
     kept_captures: dict[str, bool] = field(default_factory=lambda: {"a": True, "b": True})
+    # "a"/"b" -> examples_digest of the side, taken while its capture is still on disk
+    examples_digests: dict[str, str | None] = field(default_factory=dict)
 
     @property
     def verdict(self) -> str:
@@ -97,7 +106,7 @@ def open_or_capture(
 ) -> Capture:
     """A capture directory is opened; an artifact (or a Side) is captured into ``out_dir/captures/name``."""
     if isinstance(target, str):
-        if os.path.isdir(target) and os.path.exists(os.path.join(target, "manifest.json")):
+        if is_capture_dir(target):
             return Capture.open(target)
         if os.path.isdir(os.path.join(target, "tensors")) and not os.path.exists(os.path.join(target, "saved_model.pb")):
             Capture.open(target)  # raises the "incomplete capture" error
@@ -110,7 +119,8 @@ def open_or_capture(
     return capture_side(target, out_dir / "captures" / name, force=True, console=console)
 
 
-def compare(
+@contextlib.contextmanager
+def comparing(
     a: str | Side,
     b: str | Side,
     out_dir: str | os.PathLike[str],
@@ -124,17 +134,25 @@ def compare(
     repeat: int = 1,
     allow_unsafe_ops: bool = False,
     keep_captures: bool = False,
-) -> Comparison:
-    """Capture (or open) both sides, align, measure, find where they diverge, isolate, report.
+) -> Iterator[Comparison]:
+    """Capture (or open) both sides, align, measure, find where they diverge, isolate; yield the
+    :class:`Comparison` while ``out_dir`` is still this run's, so the caller writes the report
+    into it (``with comparing(...) as c: report_comparison(c)``) before another run may.
 
     ``out_dir`` is locked for this run (a second run into it exits 2 naming this one's pid),
     and ``force`` replaces only what tftrace recorded writing there (:mod:`tracer.safewrite`).
     """
     out = Path(out_dir).absolute()
     with output_directory(out, force, "report"):
-        return _compare(a, b, out, tolerance=tolerance, isolate=isolate, console=console, command=command,
-                        signature_map=signature_map, repeat=repeat, allow_unsafe_ops=allow_unsafe_ops,
-                        keep_captures=keep_captures)
+        yield _compare(a, b, out, tolerance=tolerance, isolate=isolate, console=console, command=command,
+                       signature_map=signature_map, repeat=repeat, allow_unsafe_ops=allow_unsafe_ops,
+                       keep_captures=keep_captures)
+
+
+def compare(a: str | Side, b: str | Side, out_dir: str | os.PathLike[str], **options: Any) -> Comparison:
+    """:func:`comparing` for a caller that writes no report (``out_dir`` then holds no report.json)."""
+    with comparing(a, b, out_dir, **options) as comparison:
+        return comparison
 
 
 def _compare(
@@ -154,7 +172,7 @@ def _compare(
     """:func:`compare` inside its prepared, locked ``out`` directory.
 
     Sides captured here are written to ``out_dir/captures`` and, unless ``keep_captures``,
-    deleted once the report is written: the report directory keeps what the report and a later
+    deleted before the comparison is handed back: the report directory keeps what the report and a later
     ``tftrace isolate --from`` need (the origins' A tensors in ``work/feeds``), small enough to
     attach to an issue. Captures given as directories are never touched.
 
@@ -206,14 +224,25 @@ def _compare(
     comparison = Comparison(view_a, view_b, diff, alignment, metrics, divergence, tolerance, isolation, out, command,
                             noise=noise.summary, noise_per_tensor=noise.per_tensor, noise_per_output=noise.per_output,
                             kept_captures=kept,
-                            plain_outputs=plain_output_metrics(view_a, view_b, metrics, tolerance, signature_map or {}))
-    from ..report.build import build_report, write_reports  # noqa: PLC0415
-
-    comparison.report = build_report(comparison)
+                            plain_outputs=plain_output_metrics(view_a, view_b, metrics, tolerance, signature_map or {}),
+                            examples_digests={"a": examples_digest(view_a), "b": examples_digest(view_b)})
     if not keep_captures and made_here.is_dir():
         shutil.rmtree(made_here)  # before the report: a report.json present means the directory is as it stays
-    comparison.notices = list(write_reports(comparison.report, out).get("notices", []))
     return comparison
+
+
+def examples_digest(view: CaptureView) -> str | None:
+    """SHA-256 over the examples a side ran on (its signature inputs, in key order), so two
+    sides fed the same values from differently named files are seen to agree."""
+    digest = hashlib.sha256()
+    inputs = view.capture.manifest.get("graph", {}).get("inputs", {})
+    for key, tensor in sorted(inputs.items()):
+        if not view.capture.has(tensor):
+            return None
+        value = np.ascontiguousarray(view.capture.tensor(tensor))
+        digest.update(f"{key}:{value.dtype.str}:{value.shape}".encode())
+        digest.update(value.tobytes())
+    return digest.hexdigest() if inputs else None
 
 
 def directory_size(path: str | os.PathLike[str]) -> int:
@@ -330,7 +359,7 @@ def _lend_signatures(a: str | Side, b: str | Side, allow_unsafe_ops: bool) -> tu
 
 
 def _is_capture(target: str | Side) -> bool:
-    return isinstance(target, str) and os.path.exists(os.path.join(target, "manifest.json"))
+    return isinstance(target, str) and is_capture_dir(target)
 
 
 def _inputs_from(cap: Capture, out: Path, signature_map: dict[str, str]) -> InputSpec:
@@ -419,37 +448,3 @@ def _metrics(cap_a: Capture, cap_b: Capture, alignment: Alignment, tolerance: To
                 tb = tb.reshape(ta.shape) if tb.shape != ta.shape else tb  # paired row by row (align)
                 out[pair.a] = compare_arrays(ta, tb, rtols=(rtol,), release=True)
     return out
-
-
-def load_report(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Read a report.json someone else may have made: strict JSON, contract fields type-checked."""
-    report_path = Path(path) / "report.json" if Path(path).is_dir() else Path(path)
-    if not report_path.exists():
-        raise TftraceError(f"{report_path} does not exist", "point at a directory written by tftrace compare --out")
-
-    def refuse_constant(token: str) -> Any:
-        raise ValueError(f"{token} is not JSON")
-
-    try:
-        report = json.loads(report_path.read_text(encoding="utf-8"), parse_constant=refuse_constant)
-    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
-        raise TftraceError(f"{report_path} is not valid JSON ({str(exc)[:200]})", "re-run tftrace compare to rewrite it") from exc
-    if not isinstance(report, dict) or "schema_version" not in report:
-        raise TftraceError(f"{report_path} is not a tftrace report", "re-run tftrace compare to rewrite it")
-    expected = {"verdict": str, "sides": dict, "nodes": dict, "origins": list, "outputs": dict}
-    for key, kind in expected.items():
-        if not isinstance(report.get(key), kind):
-            raise TftraceError(
-                f"{report_path} is not a valid tftrace report: \"{key}\" must be a {kind.__name__}",
-                "re-run tftrace compare to rewrite it",
-            )
-    for key in ("first_divergence", "first_divergence_beyond_tolerance"):
-        if report.get(key) is not None and not isinstance(report[key], dict):
-            raise TftraceError(
-                f"{report_path} is not a valid tftrace report: \"{key}\" must be an object or null",
-                "re-run tftrace compare to rewrite it",
-            )
-    if report["verdict"] not in ("identical", "within_tolerance", "within_noise", "diverged"):
-        raise TftraceError(f"{report_path} is not a valid tftrace report: unknown \"verdict\"",
-                           "re-run tftrace compare to rewrite it")
-    return report

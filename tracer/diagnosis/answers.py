@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..causes import CAUSES
+from ..report.numbers import figure
 from .experiments import FACTORS
 from .recipe import recipe_text
 
@@ -36,11 +37,7 @@ def _effect(exp: dict[str, Any]) -> float:
 
 
 def _fmt(value: Any) -> str:
-    if value is None:
-        return "an unmeasurable amount (NaN/Inf or changed shapes)"
-    if isinstance(value, str):
-        return value
-    return f"{value:.3g}"
+    return figure(value, absent="an unmeasurable amount (NaN/Inf or changed shapes)")
 
 
 def _where(exp: dict[str, Any]) -> str:

@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..errors import EXIT_DIVERGED, EXIT_OK
+from ..report.numbers import figure
 
 __all__ = ["add_diagnose_parser", "diagnose_options", "run_diagnose_command", "print_diagnosis"]
 
@@ -74,18 +75,10 @@ def run_diagnose_command(args: argparse.Namespace, console: Console) -> int:
     return EXIT_OK if diagnosis else EXIT_DIVERGED
 
 
-def _num(value: Any, digits: int = 3) -> str:
-    if value is None:
-        return "—"
-    if isinstance(value, str):
-        return value
-    return f"{value:.{digits}g}"
-
-
 def _latency(lat: dict[str, Any] | None, basis: str) -> str:
     if not lat:
         return "—"
-    return _num(lat.get("per_row_median" if basis == "per example" else "median"))
+    return figure(lat.get("per_row_median" if basis == "per example" else "median"))
 
 
 def print_diagnosis(console: Console, doc: dict[str, Any], out_dir: Any) -> None:
@@ -111,7 +104,7 @@ def print_diagnosis(console: Console, doc: dict[str, Any], out_dir: Any) -> None
         cost = "—" if exp.get("cost_pct") is None else f"{exp['cost_pct']:+.1f}%"
         cost += " /ex" if basis == "per example" and exp.get("cost_pct") is not None else ""
         table.add_row(exp["name"], f"[{colours.get(verdict, 'white')}]{verdict.replace('_', ' ')}[/]",
-                      _num(exp.get("max_abs_output_diff")), where, _latency(lat.get("a"), basis),
+                      figure(exp.get("max_abs_output_diff")), where, _latency(lat.get("a"), basis),
                       _latency(lat.get("b"), basis), cost)
     console.print(table)
     for reason, names in skipped.items():

@@ -2,7 +2,7 @@
 
 Three ways to measure, by the experiment's kind:
 
-* ``compare`` — :func:`tracer.comparison.pipeline.compare` on the two captures (alignment, divergence,
+* ``compare`` — :func:`tracer.comparison.pipeline.comparing` on the two captures (alignment, divergence,
   isolation of the origins). A capture observes everything, and observing stops Grappler from
   rewriting what it observes, so when either side's plain run differs from its instrumented
   run (the capture's observer effect) the outputs are also compared as the plain runs compute
@@ -23,12 +23,14 @@ import numpy as np
 from rich.console import Console
 
 from ..captures.reader import Capture
-from ..comparison.pipeline import VERDICTS, Comparison, compare
+from ..comparison.pipeline import Comparison, comparing
 from ..comparison.divergence import Tolerance, classify
+from ..comparison.statuses import VERDICTS
 from .experiments import FACTORS
 from .plan import Planned, Run
 from ..metrics.arrays import TensorMetrics, compare_arrays
 from ..opgraph import OpGraph, tensor_op
+from ..report.build import report_comparison
 from .replays import replay_alone, state_changing_ops
 
 __all__ = ["evaluate", "side_settings", "latency"]
@@ -119,8 +121,9 @@ def _worse(*verdicts: str) -> str:
 
 def _compare(result: dict[str, Any], p: Planned, cap_a: Capture, cap_b: Capture, out: Path, tolerance: Tolerance,
              quiet: Console, command: str, quick: bool, allow: bool) -> None:
-    comparison = compare(str(cap_a.path), str(cap_b.path), out, tolerance=tolerance, force=True, console=quiet,
-                         command=command, allow_unsafe_ops=allow)
+    with comparing(str(cap_a.path), str(cap_b.path), out, tolerance=tolerance, force=True, console=quiet,
+                   command=command, allow_unsafe_ops=allow) as comparison:
+        report_comparison(comparison)
     report = comparison.report
     result["_report"] = report
     result["report_dir"] = str(out)

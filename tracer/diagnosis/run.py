@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 from rich.console import Console
 
-from .. import __version__
+from .._version import __version__
 from .answers import build_answers
 from ..artifacts.loader import ArtifactRef
 from ..captures.launcher import capture as capture_side
@@ -47,7 +47,8 @@ from .gpus import gpu_unavailable_reason
 from .outcomes import evaluate, latency
 from .plan import PlanContext, Planned, Run, at_batch
 from .recipe import Recipe, plan_recipe, recipe_facts
-from ..report.build import jsonable, write_reports
+from ..jsonvalues import jsonable
+from ..report.build import write_reports
 from ..safewrite import claim, output_directory, write_file
 from ..runspec import InputSpec, Side
 from .serving import BatchingParameters, pad_requests, padding_groups, read_batching_parameters

@@ -1,5 +1,6 @@
 """Stage 3 — the static diff: pair two op graphs (``match``), classify what differs as export
-rewrites (``rewrites``), and run both on two artifacts (``static``).
+rewrites (``rewrites``). Both work on op graphs alone; loading two artifacts to diff them is
+:mod:`tracer.comparison.static`.
 
 Every rewrite kind has one record in ``kinds`` (:data:`tracer.diff.kinds.KINDS`): its detector,
 how alignment pairs its tensors, the cause it points at, its display order. Alignment, the

@@ -8,15 +8,12 @@ temporary name and renamed, so a report directory never holds a half-written rep
 from __future__ import annotations
 
 import datetime as _dt
-import hashlib
 import json
 import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
-from .. import __version__
+from .._version import __version__
 from ..captures.inputs import run_batch_size
 from ..causes import explain_comparison
 from ..jsonvalues import jsonable
@@ -27,29 +24,9 @@ if TYPE_CHECKING:
     from ..comparison.pipeline import Comparison
     from ..comparison.divergence import NodeResult
 
-__all__ = ["build_report", "write_reports", "merge_isolation", "SCHEMA_VERSION", "jsonable", "atomic_write_text",
-           "examples_digest", "rel_to_peak"]
+__all__ = ["build_report", "report_comparison", "write_reports", "merge_isolation", "SCHEMA_VERSION", "rel_to_peak"]
 
 SCHEMA_VERSION = 1
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Kept for callers: :func:`tracer.safewrite.write_file` (no link followed, random temp name)."""
-    write_file(path, text)
-
-
-def examples_digest(view: Any) -> str | None:
-    """SHA-256 over the examples a side ran on (its signature inputs, in key order), so two
-    sides fed the same values from differently named files are seen to agree."""
-    digest = hashlib.sha256()
-    inputs = view.capture.manifest.get("graph", {}).get("inputs", {})
-    for key, tensor in sorted(inputs.items()):
-        if not view.capture.has(tensor):
-            return None
-        value = np.ascontiguousarray(view.capture.tensor(tensor))
-        digest.update(f"{key}:{value.dtype.str}:{value.shape}".encode())
-        digest.update(value.tobytes())
-    return digest.hexdigest() if inputs else None
 
 
 def float_only(m: Any, field: str) -> float | None:
@@ -71,7 +48,7 @@ def rel_to_peak(view: Any, tensor: str | None, m: Any) -> float | None:
     return m.max_abs / peak if peak > 0 else (0.0 if m.max_abs == 0 else math.inf)
 
 
-def _side(view: Any, kept: bool = True) -> dict[str, Any]:
+def _side(view: Any, kept: bool = True, digest: str | None = None) -> dict[str, Any]:
     manifest = view.capture.manifest
     spec = manifest.get("spec", {})
     knobs = {k: v for k, v in (spec.get("knobs") or {}).items() if v not in (None, "default", False, {}, [])}
@@ -92,7 +69,7 @@ def _side(view: Any, kept: bool = True) -> dict[str, Any]:
         "capture_kept": kept,  # false: captured for this report only, deleted after it (--keep-captures keeps it)
         "environment": manifest.get("environment", {}),
         "timings": manifest.get("timings", {}),
-        "examples": {**manifest.get("examples", {}), "digest": examples_digest(view)},
+        "examples": {**manifest.get("examples", {}), "digest": digest},
         "notes": manifest.get("notes", []),
         "signature": {k: (manifest.get("signature") or {}).get(k) for k in ("key", "from_user", "borrowed_from")},
     }
@@ -251,7 +228,8 @@ def build_report(comparison: Comparison) -> dict[str, Any]:
         "verdict_ops": div.verdict,  # op by op, over the captured (instrumented) tensors
         "verdict_outputs": comparison.outputs_verdict,  # the plain runs' outputs
         "tolerance": comparison.tolerance.to_json(),
-        "sides": {"a": _side(view_a, comparison.kept_captures["a"]), "b": _side(view_b, comparison.kept_captures["b"])},
+        "sides": {key: _side(view, comparison.kept_captures[key], comparison.examples_digests.get(key))
+                  for key, view in (("a", view_a), ("b", view_b))},
         "first_divergence": _origin(div.first_bitwise, comparison) if div.first_bitwise else None,
         "first_divergence_beyond_tolerance": (
             _origin(div.first_beyond_tolerance, comparison) if div.first_beyond_tolerance else None
@@ -275,6 +253,18 @@ def build_report(comparison: Comparison) -> dict[str, Any]:
     return jsonable(report)
 
 
+def report_comparison(comparison: Comparison) -> Comparison:
+    """Write a comparison down: its report.json dict (kept as ``comparison.report``) and the
+    files of :func:`write_reports` in its ``out_dir`` (their notices kept as ``comparison.notices``).
+
+    Called inside :func:`tracer.comparison.pipeline.comparing`, while the directory is still locked.
+    """
+    assert comparison.out_dir is not None
+    comparison.report = build_report(comparison)
+    comparison.notices = list(write_reports(comparison.report, comparison.out_dir).get("notices", []))
+    return comparison
+
+
 def write_reports(report: dict[str, Any], out_dir: Path) -> dict[str, Any]:
     """report.html/.md/divergence.svg, then report.json; returns the paths and any notices
     (e.g. Graphviz missing: the HTML is still written, without the graph)."""
@@ -287,7 +277,7 @@ def write_reports(report: dict[str, Any], out_dir: Path) -> dict[str, Any]:
     written: dict[str, Any] = dict(render_report(report, out_dir))
     written["json"] = out_dir / "report.json"
     # report.json last: its presence marks a complete report directory.
-    atomic_write_text(written["json"], json.dumps(report, indent=1, allow_nan=False))
+    write_file(written["json"], json.dumps(report, indent=1, allow_nan=False))
     return written
 
 

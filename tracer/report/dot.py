@@ -26,7 +26,9 @@ from typing import Any
 import graphviz
 import networkx as nx
 
-from .summary import STATUS_LABELS, STATUSES, fmt, num, scope_of, severity, short_name
+from ..comparison.statuses import STATUS_LABELS, STATUSES
+from .numbers import fmt, num
+from .summary import scope_of, severity, short_name
 
 __all__ = [
     "Style",

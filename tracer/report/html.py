@@ -22,16 +22,15 @@ from typing import Any
 import jinja2
 from markupsafe import Markup, escape
 
+from ..comparison.statuses import STATUS_LABELS, STATUSES
 from .dot import PROPAGATED_SHADES, STYLES, OpIndex, legend
+from .numbers import fmt
 from .plots import error_growth_svg, histogram_svg
 from .summary import (
     diagnosis_rows,
-    STATUS_LABELS,
-    STATUSES,
     answers,
     environment_rows,
     first_divergences,
-    fmt,
     headline_divergence,
     isolation_text,
     json_safe,

@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..text import printable
+from .numbers import fmt
 from .summary import (
     answers,
     diagnosis_rows,
     environment_rows,
     first_divergences,
-    fmt,
     headline_divergence,
     isolation_text,
     mismatch_note,

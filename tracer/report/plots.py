@@ -13,7 +13,8 @@ from html import escape
 from typing import Any
 
 from .dot import STYLES, OpIndex
-from .summary import STATUS_LABELS, fmt, num
+from ..comparison.statuses import STATUS_LABELS
+from .numbers import fmt, num
 
 __all__ = ["error_growth_svg", "histogram_svg", "PLOT_STATUS_COLOURS"]
 

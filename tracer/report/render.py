@@ -23,7 +23,8 @@ from .html import PageView, build_html
 from .markdown import render_markdown
 from ..safewrite import write_file
 from ..text import printable_tree
-from .summary import fmt, headline_divergence, json_safe, severity
+from .numbers import fmt
+from .summary import headline_divergence, json_safe, severity
 
 __all__ = ["render_report", "RenderResult", "INSTALL_GRAPHVIZ"]
 

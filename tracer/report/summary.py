@@ -8,20 +8,19 @@ page is what the user opens to find out what went wrong.
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+from ..comparison.statuses import STATUS_LABELS, STATUSES
 from ..jsonvalues import jsonable
+from .numbers import fmt, num
 
 __all__ = [
     "mismatch_note",
     "STATUSES",
     "STATUS_LABELS",
     "severity",
-    "num",
-    "fmt",
     "short_name",
     "scope_of",
     "flatten",
@@ -47,45 +46,12 @@ __all__ = [
     "json_safe",
 ]
 
-# Worst first: the order a scope box uses to pick the colour of its worst op.
-STATUSES: tuple[str, ...] = (
-    "origin",
-    "propagated",
-    "unmatched",
-    "rewritten",
-    "within_tolerance",
-    "not_captured",
-    "not_compared",
-    "identical",
-)
-STATUS_LABELS: dict[str, str] = {
-    "origin": "origin",
-    "propagated": "propagated",
-    "unmatched": "unmatched",
-    "rewritten": "rewritten at export",
-    "within_tolerance": "within tolerance",
-    "not_captured": "not captured",
-    "not_compared": "not compared",
-    "identical": "identical",
-}
-
 
 def severity(status: str | None) -> int:
     """Higher is worse; unknown statuses rank just above ``identical`` so they stay visible."""
     if status in STATUSES:
         return len(STATUSES) - STATUSES.index(status)
     return 1
-
-
-def num(value: Any) -> float | None:
-    """A report float: numbers pass, ``"inf"``/``"-inf"``/``"nan"`` become floats, anything else None."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, (int, float)):
-        return float(value)
-    if isinstance(value, str) and value.strip().lower() in ("inf", "-inf", "+inf", "nan", "infinity", "-infinity"):
-        return float(value.strip().lower().replace("infinity", "inf"))
-    return None
 
 
 def mismatch_note(origin: dict[str, Any]) -> str:
@@ -97,22 +63,6 @@ def mismatch_note(origin: dict[str, Any]) -> str:
     if not str(origin.get("dtype") or "").startswith(("int", "uint", "bool")):
         return ""
     return f", {n:,} element{'s differ' if n != 1 else ' differs'}"
-
-
-def fmt(value: Any, digits: int = 3) -> str:
-    """A compact human number: 3 significant digits, ``∞``/``NaN`` spelled out, ``—`` for absent."""
-    x = num(value)
-    if x is None:
-        return "—" if value is None else str(value)
-    if math.isnan(x):
-        return "NaN"
-    if math.isinf(x):
-        return "∞" if x > 0 else "−∞"
-    if x == 0:
-        return "0"
-    if x.is_integer() and abs(x) < 1e6:
-        return str(int(x))
-    return f"{x:.{digits}g}"
 
 
 def short_name(name: str) -> str:

@@ -12,6 +12,7 @@ from ..diff.kinds import display_rank
 from ..diff.rewrites import GraphDiff
 from ..opgraph import EXIT_OPS
 from ..text import printable, printable_tree
+from .numbers import figure
 from .summary import (first_divergences, mismatch_note, noise_lines, nonfinite_context, not_captured_text,
                       observed_beside, outputs_not_compared, relative_text, unobserved_divergence)
 
@@ -62,19 +63,13 @@ def _detail(detail: dict) -> str:
         if key == "attrs":
             value = "; ".join(f"{k}: {v['a']!r} → {v['b']!r}" for k, v in value.items())
         elif isinstance(value, float):
-            value = f"{value:.3g}"
+            value = figure(value)
         parts.append(f"{key}={value}")
     return ", ".join(parts)
 
 
 VERDICT_STYLE = {"identical": "bold green", "within_tolerance": "bold yellow", "within_noise": "bold yellow",
                  "diverged": "bold red"}
-
-
-def _num(value: object) -> str:
-    if isinstance(value, (int, float)):
-        return f"{value:.3g}"
-    return str(value) if value is not None else "—"
 
 
 def print_comparison(console: Console, report: dict, out_dir: object = None) -> None:
@@ -105,7 +100,7 @@ def print_comparison(console: Console, report: dict, out_dir: object = None) -> 
                                              "the op alone does not)"}.get(iso.get("verdict"), "not isolated")
             if iso.get("load_state"):
                 verdict_iso = "its value changes from one load of the model to the next (set at load, not restored)"
-            console.print(f"{title}: {origin['node']} ({origin['op']}), max abs {_num(origin['max_abs'])}, "
+            console.print(f"{title}: {origin['node']} ({origin['op']}), max abs {figure(origin['max_abs'])}, "
                           f"{relative_text(origin)}{mismatch_note(origin)} — {verdict_iso}", highlight=False,
                           markup=False)
     origins = report.get("origins") or []
@@ -115,7 +110,7 @@ def print_comparison(console: Console, report: dict, out_dir: object = None) -> 
             table.add_column(col)
         for origin in origins[:8]:
             table.add_row(str(origin.get("rank")), escape(str(origin["node"])), escape(str(origin["op"])),
-                          _num(origin["max_abs"]), _num(origin["max_rel"]), _num(origin.get("rel_to_peak")),
+                          figure(origin["max_abs"]), figure(origin["max_rel"]), figure(origin.get("rel_to_peak")),
                           escape(str((origin.get("isolation") or {}).get("verdict", "—"))),
                           escape(str(origin.get("rewrite") or "")))
         console.print(table)
@@ -130,8 +125,8 @@ def print_comparison(console: Console, report: dict, out_dir: object = None) -> 
         nonfinite = (out.get("nan_mismatch") or 0) + (out.get("inf_mismatch") or 0)
         compared = out["identical"] is not None
         row = [escape(str(key)), str(out["identical"]) if compared else "not compared",
-               str(out["within_tolerance"]) if compared else "—", _num(out["max_abs"]),
-               _num(out["max_rel"]), _num(out.get("rel_to_peak")), str(nonfinite) if nonfinite else ""]
+               str(out["within_tolerance"]) if compared else "—", figure(out["max_abs"]),
+               figure(out["max_rel"]), figure(out.get("rel_to_peak")), str(nonfinite) if nonfinite else ""]
         outputs.add_row(*row, *([escape(beside[key] or "")] if any(beside.values()) else []))
     console.print(outputs)
     unobserved = unobserved_divergence(report)

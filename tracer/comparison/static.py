@@ -1,4 +1,6 @@
-"""The static half of a comparison: load two artifacts and diff their inference subgraphs."""
+"""The static half of a comparison (``tftrace diff-graph``): load two artifacts and diff their
+inference subgraphs. It sits with the comparison, above both stages it joins, so that the diff
+stage itself (:mod:`tracer.diff`) works on op graphs and never imports the loader."""
 
 from __future__ import annotations
 
@@ -6,7 +8,7 @@ from dataclasses import dataclass, replace
 
 from ..artifacts.loader import Artifact, ArtifactRef, Signature, load
 from ..artifacts.graph import build_opgraph, value_source
-from .rewrites import GraphDiff, diff_graphs
+from ..diff.rewrites import GraphDiff, diff_graphs
 from ..opgraph import OpGraph
 
 __all__ = ["StaticDiff", "diff_artifacts"]

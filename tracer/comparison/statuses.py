@@ -1,0 +1,27 @@
+"""The words a comparison gives each op and the whole result: one list of each.
+
+The classifier (:mod:`tracer.comparison.divergence`) assigns them, the report stage colours,
+counts and labels them, and ``tracer/schemas/report.schema.json`` lists them as the contract
+(a test holds the schema to these lists). Plain data: importing it imports nothing else, so a
+re-render of a report (``tftrace report``) can use it without the comparison's numerics.
+"""
+
+from __future__ import annotations
+
+__all__ = ["STATUSES", "STATUS_LABELS", "VERDICTS"]
+
+# An op's status, worst first (the order a scope box uses to pick the colour of its worst op) -> its label.
+STATUS_LABELS: dict[str, str] = {
+    "origin": "origin",
+    "propagated": "propagated",
+    "unmatched": "unmatched",
+    "rewritten": "rewritten at export",
+    "within_tolerance": "within tolerance",
+    "not_captured": "not captured",
+    "not_compared": "not compared",
+    "identical": "identical",
+}
+STATUSES: tuple[str, ...] = tuple(STATUS_LABELS)
+
+# A comparison's verdict, best to worst: the worse of two verdicts is the later one.
+VERDICTS: tuple[str, ...] = ("identical", "within_tolerance", "within_noise", "diverged")
