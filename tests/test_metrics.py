@@ -270,6 +270,26 @@ def test_overflowing_float32_differences_stay_exact() -> None:
     assert m.max_abs == 2 * float(np.float32(3e38)) and m.max_rel == 2.0
 
 
+@needs_bf16
+@pytest.mark.parametrize(("a", "b", "dtype"), [
+    ([520192, 0, 0, 65536], [1, 0, 0, 1.00117e-07], "bfloat16"),  # found by hypothesis
+    ([-3122.055193507378, 16841.95001608635, 18523.872338916353, -4433.371589412735],
+     [-0.0041718249967549435, 0.0, -0.010662565674625325, 0.0], "float64"),
+    ([158720.0, -36096.0, -32256.0], [-0.03369140625, 0.193359375, -0.0], "bfloat16"),
+])
+def test_cosine_when_b_is_tiny_next_to_a(a: list[float], b: list[float], dtype: str) -> None:
+    """|b|^2 = |a|^2 - 2 a.d + |d|^2 cancels here: the cosine must not trust it (it was 3e-5
+    off for the first pair, 2e-4 for the second), whatever the chunking."""
+    dt = BF16 if dtype == "bfloat16" else np.dtype(dtype)
+    xa, xb = np.array(a, dt), np.array(b, dt)
+    a64, b64 = xa.astype(np.float64), xb.astype(np.float64)
+    exact = float(a64 @ b64) / math.sqrt(float(a64 @ a64) * float(b64 @ b64))
+    for chunk in (1, 2, 4):
+        m = compare_arrays(xa, xb, chunk_elems=chunk, rtols=RTOLS)
+        assert abs(m.cosine - exact) <= 1e-9, (chunk, m.cosine, exact)
+        check_against_reference(m, xa, xb)
+
+
 def test_many_sign_changes_in_one_block() -> None:
     rng = np.random.default_rng(1)
     a = rng.standard_normal(5000).astype(np.float32)

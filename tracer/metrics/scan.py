@@ -193,18 +193,31 @@ class _FloatScan(_Scan):
         ``a ~ b`` the form ``1 - cos = (|d|^2 - (|a|-|b|)^2) / (2|a||b|)`` keeps full precision.
         When neither form is good to 1e-6 (``|b|`` tiny next to ``|a|`` or ``|d|``: cancellation
         in the sums) a second pass sums ``b.b`` and ``a.b`` in float64.
+
+        The error of a sum is ``eps`` times the sum of its terms' sizes: ``|a|^2``, ``|d|^2``,
+        and at most ``|a||d|`` for ``a.d`` (Cauchy-Schwarz; ``|a.d|`` itself may have cancelled).
+        Both estimates include the error of ``|b|``: ``|b|^2`` comes out of a cancellation of
+        sums as large as ``(|a| + |d|)^2``, so it is only good to ``eps (|a| + |d|)^2 / |b|^2``
+        relative (``rel_bb``). Leaving that out once let ``a = [520192, 0, 0, 65536]`` vs
+        ``b = [1, 0, 0, 1e-7]`` (bfloat16) through with a cosine 3e-5 off (``|b|^2`` came out
+        1.00006 instead of 1).
         """
         if saa == 0:
             return 1.0 if sdd == 0 else 0.0  # b = -d exactly
         eps = self.eps
         sbb = saa - 2 * sda + sdd
-        if sbb > 100 * eps * (saa + 2 * abs(sda) + sdd):
-            na, nb, nd = math.sqrt(saa), math.sqrt(sbb), math.sqrt(sdd)
+        na, nd = math.sqrt(saa), math.sqrt(sdd)
+        if sbb > 100 * eps * (na + nd) ** 2:
+            rel_bb = eps * (na + nd) ** 2 / sbb  # |b| is good to half of this
+            nb = math.sqrt(sbb)
+            a_minus_b = (2 * sda - sdd) / (na + nb)
+            one_minus = (sdd - a_minus_b * a_minus_b) / (2 * na * nb)
+            # a relative error r of |b| moves 1 - cos by r |1 - cos| and a_minus_b^2 by 2r of it
             near = eps * sdd * (5 + 2 * nd / (na + nb)) / (2 * na * nb)
-            direct = eps * (saa + abs(sda)) / (na * nb)
+            near += rel_bb * (abs(one_minus) + a_minus_b * a_minus_b / (na * nb))
+            direct = eps * (saa + na * nd) / (na * nb) + rel_bb
             if near <= min(direct, 1e-6):
-                a_minus_b = (2 * sda - sdd) / (na + nb)
-                return min(1.0, max(-1.0, 1 - (sdd - a_minus_b * a_minus_b) / (2 * na * nb)))
+                return min(1.0, max(-1.0, 1 - one_minus))
             if direct <= 1e-6:
                 return min(1.0, max(-1.0, (saa - sda) / (na * nb)))
         sbb, sab = self.rescan()
