@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from tracer.captures.reader import Capture
-from tracer.metrics.arrays import compare_arrays
+from tracer.metrics import compare_arrays
 
 from .procs import median, run_child
 from .workspace import Model, Workspace

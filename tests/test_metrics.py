@@ -19,7 +19,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tracer.metrics.arrays import TensorMetrics, compare_arrays, summary_stats, within_tolerance
+from tracer.metrics import METRICS, TensorMetrics, compare_arrays, summary_stats, within_tolerance
+from tracer.metrics.result import MEASURED, exact_result
 
 try:  # installed with TensorFlow; metrics must work without it
     import ml_dtypes
@@ -378,6 +379,25 @@ def test_json_round_trip_keeps_inf_and_nan() -> None:
     assert math.isnan(back.worst[0][1]) and back.excess_at_rtol == m.excess_at_rtol
     ints = compare_arrays(np.array(["inf", "x"]), np.array(["nan", "x"]))
     assert TensorMetrics.from_json(json.loads(json.dumps(ints.to_json()))).worst == (((0,), "inf", "nan"),)
+
+
+def test_every_metric_is_declared_once_and_the_rest_follows() -> None:
+    """The declarations drive the result of both kinds, the JSON encoding and the display."""
+    names = [m.name for m in METRICS]
+    assert names == ["identical", "mismatch_count", "max_abs", "max_rel", "mean_abs", "rel_l2", "ulp_max",
+                     "cosine", "sqnr_db", "nan_mismatch", "inf_mismatch", "nan_a", "nan_b", "inf_a", "inf_b"]
+    assert [m.name for m in METRICS if m.type == "float"] == ["max_abs", "max_rel", "mean_abs", "rel_l2", "cosine",
+                                                              "sqnr_db"]
+    exact = compare_arrays(np.array([1, 5], np.int32), np.array([1, 2], np.int32))
+    for m in METRICS:  # exact kinds: measured, or the declared constant
+        if m.exact is not MEASURED:
+            assert getattr(exact, m.name) == m.exact, m.name
+    assert (exact.mismatch_count, exact.max_abs, exact.max_rel) == (1, 3.0, 0.6)
+    f = compare_arrays(np.array([1, 2, 3], np.float32), np.array([1, 2, 3.5], np.float32))
+    assert f.describe().startswith("identical False, mismatches 1, max abs 0.5, max rel 0.142857, mean abs 0.166667")
+    assert "SQNR dB 17.4819" in f.describe() and json.loads(json.dumps(f.to_json()))["sqnr_db"] == f.sqnr_db
+    with pytest.raises(ValueError, match="must measure"):
+        exact_result({"identical": True}, dtype_a="int32", dtype_b="int32", shape=(1,), worst=())
 
 
 # --------------------------------------------------------------------------- tolerances

@@ -46,7 +46,7 @@ from ..errors import TftraceError
 from ..diff.match import VARIABLE_OPS
 from ..captures.inputs import same_rows
 from ..jsonvalues import dumps, loads
-from ..metrics.arrays import compare_arrays
+from ..metrics import compare_arrays
 from ..opgraph import EXIT_OPS, OpGraph, tensor_op
 from ..runspec import Side
 from ..safewrite import write_file

@@ -26,7 +26,7 @@ from ..captures.reader import Capture
 from ..comparison.pipeline import Comparison, compare
 from ..comparison.divergence import Tolerance, classify
 from .experiments import FACTORS, Planned, Run
-from ..metrics.arrays import TensorMetrics, compare_arrays
+from ..metrics import TensorMetrics, compare_arrays
 from ..opgraph import OpGraph, tensor_op
 from .replays import replay_alone, state_changing_ops
 
