@@ -89,7 +89,12 @@ def _topk(vals: np.ndarray, k: int) -> np.ndarray:
 
 
 def _index(flat: int, shape: tuple[int, ...]) -> tuple[int, ...]:
-    return tuple(int(i) for i in np.unravel_index(flat, shape))
+    """``np.unravel_index`` (C order) in Python ints: a few worst entries per call, no array."""
+    out = []
+    for dim in reversed(shape):
+        flat, i = divmod(flat, dim)
+        out.append(i)
+    return tuple(reversed(out))
 
 
 def _count(mask: np.ndarray) -> int:
