@@ -348,6 +348,49 @@ def test_extra_memory_is_bounded_by_the_chunk_not_the_tensor(tmp_path: Path) -> 
     assert peak < 4 << 20, peak  # well under one side's 8 MiB
 
 
+def test_small_tensors_are_compared_by_the_calling_thread_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Below HELPER_MIN elements a helper thread's start costs more than it takes over."""
+    from tracer.metrics import arrays  # noqa: PLC0415
+
+    a = np.linspace(-3, 3, arrays.HELPER_MIN - 1, dtype=np.float32)
+    b = a * np.float32(1.001)
+    expected = compare_arrays(a, b, workers=1, rtols=RTOLS)
+
+    def no_pool() -> None:
+        raise AssertionError("a small tensor asked for a helper thread")
+
+    monkeypatch.setattr(arrays, "_pool", no_pool)
+    assert compare_arrays(a, b, rtols=RTOLS) == expected
+    with pytest.raises(AssertionError, match="helper"):
+        compare_arrays(a, b, rtols=RTOLS, workers=2)  # asked for explicitly: still honoured
+
+
+def test_a_helper_that_never_starts_is_not_waited_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a busy machine a helper may start after the calling thread took every block: it is
+    dropped, and the result is the one worker's."""
+    import threading  # noqa: PLC0415
+    from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415
+
+    from tracer.metrics import arrays  # noqa: PLC0415
+
+    rng = np.random.default_rng(4)
+    a = rng.standard_normal(200_000).astype(np.float32)
+    b = a + rng.standard_normal(200_000).astype(np.float32) * 1e-4
+    expected = compare_arrays(a, b, workers=1, chunk_elems=20_000, rtols=RTOLS)
+    busy, gate = ThreadPoolExecutor(1), threading.Event()
+    busy.submit(gate.wait)  # its one thread is taken: whatever is submitted next waits
+    monkeypatch.setattr(arrays, "_pool", lambda: busy)
+    got: list[TensorMetrics] = []
+    t = threading.Thread(target=lambda: got.append(compare_arrays(a, b, workers=2, chunk_elems=20_000, rtols=RTOLS)))
+    t.start()
+    t.join(timeout=30)
+    waited = t.is_alive()  # still waiting for the helper that cannot start
+    gate.set()
+    busy.shutdown()
+    t.join()
+    assert not waited and got == [expected]
+
+
 def test_release_gives_back_mapped_pages_and_changes_nothing(tmp_path: Path) -> None:
     from tracer.metrics.arrays import _Mapped  # noqa: PLC0415
 
