@@ -96,9 +96,11 @@ def compare_arrays(
 
     Shapes must be equal (callers align rows first). Each value in ``rtols`` records the exact
     answer to ``within(atol, rtol)`` for every ``atol``, for a few extra passes per block.
-    ``workers`` threads (default: up to 2, by the CPUs available) take the next block whenever
-    they are free (a helper that starts late on a busy machine only gets fewer), each with its
-    own buffers and totals; the result does not depend on their number or timing.
+    ``workers`` threads (default: up to 2, by the CPUs available, for tensors of ``HELPER_MIN``
+    elements or more; 1 below) take the next block whenever they are free (a helper that starts
+    late on a busy machine only gets fewer, and one that has not started when the last block is
+    taken is dropped), each with its own buffers and totals; the result does not depend on their
+    number or timing.
     ``release``: the caller reads these inputs once (``tftrace compare``), so the pages of a
     read-only memory-mapped input are given back block by block once scanned: the process holds
     a few blocks of it, not the tensor (the page cache keeps the file; a later read maps it again).
