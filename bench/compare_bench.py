@@ -15,6 +15,11 @@ pass first), rounds interleaved, medians. GB/s counts the bytes of both sides.
 ``compare_arrays`` also runs on one worker thread (``workers=1``), not a target: the time per
 element of one core, against which the two-worker figure shows how much the second core adds.
 
+The physical floor, measured in the same run: the machine's read bandwidth (a buffer far larger
+than the caches, summed as integers by one thread and by two, before and after the rounds; the
+best figure), and the bytes of both sides divided by it: no comparison that reads every element
+once can take less (``floor_s``; ``over_floor``: how many times the floor each contender takes).
+
 Peak memory: ``tftrace compare A B`` (isolation off, report included) in its own process,
 which reads its own high-water mark (``VmHWM``) before and after; against the captured bytes.
 """
@@ -25,6 +30,7 @@ import functools
 import json
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -32,12 +38,12 @@ from typing import Any
 import numpy as np
 
 from tracer.captures.reader import Capture
-from tracer.metrics.arrays import compare_arrays
+from tracer.metrics import compare_arrays
 
 from .procs import median, run_child
 from .workspace import Model, Workspace
 
-__all__ = ["make_captures", "measure_peak_rss", "measure_throughput"]
+__all__ = ["make_captures", "measure_bandwidth", "measure_peak_rss", "measure_throughput"]
 
 FLOATS = ("float16", "float32", "float64")
 Pair = tuple[str, np.ndarray, np.ndarray]
@@ -102,12 +108,29 @@ def _race(contenders: dict[str, Callable[[Sequence[Pair]], None]], pairs: Sequen
     return times
 
 
+def measure_bandwidth(mib: int = 512, rounds: int = 5) -> dict[str, float]:
+    """Read bandwidth in GB/s (best of ``rounds``): ``mib`` MiB summed as int64 by one thread,
+    and by two threads each summing half (numpy releases the GIL inside the sum)."""
+    buf = np.ones(mib << 17, np.int64)  # written once: every page is backed before the timing
+    halves = np.array_split(buf, 2)
+    best = {"one_thread": 0.0, "two_threads": 0.0}
+    with ThreadPoolExecutor(2) as pool:
+        for _ in range(rounds):
+            t0 = time.perf_counter()
+            np.add.reduce(buf)
+            best["one_thread"] = max(best["one_thread"], buf.nbytes / (time.perf_counter() - t0) / 1e9)
+            t0 = time.perf_counter()
+            list(pool.map(np.add.reduce, halves))
+            best["two_threads"] = max(best["two_threads"], buf.nbytes / (time.perf_counter() - t0) / 1e9)
+    return best
+
+
 def measure_throughput(captures: dict[str, Path], rounds: int) -> dict[str, Any]:
     a, b, c = (Capture.open(captures[k]) for k in "abc")
     ab, ac = _pairs(a, b), _pairs(a, c)
     differing = [p for p in ab if not compare_arrays(p[1], p[2]).identical]
     identical = [p for p in ac if compare_arrays(p[1], p[2]).identical]
-    out: dict[str, Any] = {}
+    out: dict[str, Any] = {"bandwidth_before": measure_bandwidth()}
     for label, pairs, peer_name, peer in (("differing", differing, "naive_abs_max", _naive),
                                           ("identical", identical, "numpy_subtract", _floor)):
         nbytes = sum(x.nbytes + y.nbytes for _n, x, y in pairs)
@@ -122,6 +145,13 @@ def measure_throughput(captures: dict[str, Path], rounds: int) -> dict[str, Any]
             "ratio": med[peer_name] / med["tftrace"], "peer": peer_name, "raw_seconds": times,
         }
     out["pairs_total"] = {"a_vs_b": len(ab), "a_vs_c": len(ac)}
+    out["bandwidth_after"] = measure_bandwidth()
+    best = max(*out["bandwidth_before"].values(), *out["bandwidth_after"].values())
+    out["read_gb_per_s"] = best
+    for label in ("differing", "identical"):
+        fig = out[label]
+        fig["read_gb_per_s"], fig["floor_s"] = best, fig["bytes"] / best / 1e9
+        fig["over_floor"] = {k: v / fig["floor_s"] for k, v in fig["seconds"].items()} if fig["floor_s"] else {}
     return out
 
 

@@ -94,6 +94,11 @@ def _compare_limits(d: dict[str, Any], i: dict[str, Any]) -> str:
             f"the peer costs {peer:.2f} ns on one. To reach the target, one core's work per element would have to "
             f"be at most {2 / target:g}x the peer's, and the two workers would have to scale perfectly."
         )
+    if "floor_s" in d:  # runs before the floor was recorded have none
+        lines += [f"- **Floor** ({label.lower()}): reading both sides once at the {fig['read_gb_per_s']:.1f} GB/s "
+                  f"measured in this run takes {fig['floor_s']:.2f} s; `compare_arrays` takes "
+                  f"{fig['over_floor']['tftrace']:.1f}x that, the peer {fig['over_floor'][fig['peer']]:.1f}x."
+                  for label, fig in (("Differing", d), ("Identical", i))]
     if not lines:
         return ""
     return "\n".join(["What limits the compare figures, measured in this run:", "", *lines, ""])
@@ -138,13 +143,13 @@ def notes(figs: dict[str, Any], gpu: str = "") -> str:
         f"(what `compare` runs: every metric plus the tolerance excess) against `np.abs(a - b).max()`. "
         f"Identical: {i['pairs']} pairs ({i['bytes'] / 1e9:.2f} GB) against numpy's `a - b`."),
         "",
-        ("How `compare_arrays` gets there: one compiled kernel (numba, `tracer/metrics_kernel.py`) reads "
+        ("How `compare_arrays` gets there: one compiled kernel (numba, `tracer/metrics/kernel.py`) reads "
         "each element once from memory, in L1-sized pieces of a block, and re-reads the piece from the cache "
         "in a few vectorised loops (bits and ULPs; the float64 sums; the decade histogram with cheap bounds "
         "in float32, 8 per instruction); only the rare chunks whose bounds say an element could raise a "
         "maximum or enter the worst list are evaluated exactly in float64. Two threads share the blocks "
-        "(the kernel releases the GIL), so a busy second core lowers the ratio. The identical case stops "
-        "after the integer pass and the norm of A."),
+        "of tensors of 256 Ki elements and more (the kernel releases the GIL), so a busy second core lowers "
+        "the ratio. The identical case stops after the integer pass and the norm of A."),
         "",
         _compare_limits(d, i),
         "### Memory of a compare",

@@ -57,6 +57,11 @@ def test_quick_bench_runs_end_to_end(tmp_path: Path) -> None:
     assert t["differing"]["elements"] * 8 == t["differing"]["bytes"]  # float32 pairs: 4 bytes a side
     # oneDNN on vs off: the first convolution agrees bitwise, every later one differs
     assert t["differing"]["pairs"] + t["identical"]["pairs"] <= t["pairs_total"]["a_vs_b"] + t["pairs_total"]["a_vs_c"]
+    # the physical floor of the same run: both sides' bytes at the best read bandwidth measured
+    best = max(*t["bandwidth_before"].values(), *t["bandwidth_after"].values())
+    assert t["read_gb_per_s"] == best > 0
+    assert t["differing"]["floor_s"] == t["differing"]["bytes"] / best / 1e9
+    assert set(t["identical"]["over_floor"]) == set(t["identical"]["seconds"])
 
     e2e = raw["end_to_end"]
     assert e2e["runs"][0]["verdict"] == "identical" and e2e["runs"][0]["exit_code"] == 0 and e2e["html"]
@@ -74,6 +79,7 @@ def test_quick_bench_runs_end_to_end(tmp_path: Path) -> None:
     for row in data["table"]:
         assert f"| {row['figure']} | {row['measured']} |" in text
     assert f"on {data['finished']} in" in text
+    assert "- **Floor** (differing): reading both sides once at the" in text
 
 
 def test_readme_speed_summary_is_the_committed_results() -> None:

@@ -6,7 +6,7 @@ import numpy as np
 
 from tracer.comparison.align import ROLE_COMPARED, ROLE_REWRITTEN, Alignment, NodeAlignment, TensorPair
 from tracer.comparison.divergence import Tolerance, classify
-from tracer.metrics.arrays import compare_arrays
+from tracer.metrics import compare_arrays
 from tracer.opgraph import OpGraph
 
 

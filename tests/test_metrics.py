@@ -19,7 +19,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tracer.metrics.arrays import TensorMetrics, compare_arrays, summary_stats, within_tolerance
+from tracer.metrics import METRICS, TensorMetrics, compare_arrays, summary_stats, within_tolerance
+from tracer.metrics.result import MEASURED, exact_result
 
 try:  # installed with TensorFlow; metrics must work without it
     import ml_dtypes
@@ -270,6 +271,26 @@ def test_overflowing_float32_differences_stay_exact() -> None:
     assert m.max_abs == 2 * float(np.float32(3e38)) and m.max_rel == 2.0
 
 
+@needs_bf16
+@pytest.mark.parametrize(("a", "b", "dtype"), [
+    ([520192, 0, 0, 65536], [1, 0, 0, 1.00117e-07], "bfloat16"),  # found by hypothesis
+    ([-3122.055193507378, 16841.95001608635, 18523.872338916353, -4433.371589412735],
+     [-0.0041718249967549435, 0.0, -0.010662565674625325, 0.0], "float64"),
+    ([158720.0, -36096.0, -32256.0], [-0.03369140625, 0.193359375, -0.0], "bfloat16"),
+])
+def test_cosine_when_b_is_tiny_next_to_a(a: list[float], b: list[float], dtype: str) -> None:
+    """|b|^2 = |a|^2 - 2 a.d + |d|^2 cancels here: the cosine must not trust it (it was 3e-5
+    off for the first pair, 2e-4 for the second), whatever the chunking."""
+    dt = BF16 if dtype == "bfloat16" else np.dtype(dtype)
+    xa, xb = np.array(a, dt), np.array(b, dt)
+    a64, b64 = xa.astype(np.float64), xb.astype(np.float64)
+    exact = float(a64 @ b64) / math.sqrt(float(a64 @ a64) * float(b64 @ b64))
+    for chunk in (1, 2, 4):
+        m = compare_arrays(xa, xb, chunk_elems=chunk, rtols=RTOLS)
+        assert abs(m.cosine - exact) <= 1e-9, (chunk, m.cosine, exact)
+        check_against_reference(m, xa, xb)
+
+
 def test_many_sign_changes_in_one_block() -> None:
     rng = np.random.default_rng(1)
     a = rng.standard_normal(5000).astype(np.float32)
@@ -327,6 +348,49 @@ def test_extra_memory_is_bounded_by_the_chunk_not_the_tensor(tmp_path: Path) -> 
     assert peak < 4 << 20, peak  # well under one side's 8 MiB
 
 
+def test_small_tensors_are_compared_by_the_calling_thread_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Below HELPER_MIN elements a helper thread's start costs more than it takes over."""
+    from tracer.metrics import arrays  # noqa: PLC0415
+
+    a = np.linspace(-3, 3, arrays.HELPER_MIN - 1, dtype=np.float32)
+    b = a * np.float32(1.001)
+    expected = compare_arrays(a, b, workers=1, rtols=RTOLS)
+
+    def no_pool() -> None:
+        raise AssertionError("a small tensor asked for a helper thread")
+
+    monkeypatch.setattr(arrays, "_pool", no_pool)
+    assert compare_arrays(a, b, rtols=RTOLS) == expected
+    with pytest.raises(AssertionError, match="helper"):
+        compare_arrays(a, b, rtols=RTOLS, workers=2)  # asked for explicitly: still honoured
+
+
+def test_a_helper_that_never_starts_is_not_waited_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a busy machine a helper may start after the calling thread took every block: it is
+    dropped, and the result is the one worker's."""
+    import threading  # noqa: PLC0415
+    from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415
+
+    from tracer.metrics import arrays  # noqa: PLC0415
+
+    rng = np.random.default_rng(4)
+    a = rng.standard_normal(200_000).astype(np.float32)
+    b = a + rng.standard_normal(200_000).astype(np.float32) * 1e-4
+    expected = compare_arrays(a, b, workers=1, chunk_elems=20_000, rtols=RTOLS)
+    busy, gate = ThreadPoolExecutor(1), threading.Event()
+    busy.submit(gate.wait)  # its one thread is taken: whatever is submitted next waits
+    monkeypatch.setattr(arrays, "_pool", lambda: busy)
+    got: list[TensorMetrics] = []
+    t = threading.Thread(target=lambda: got.append(compare_arrays(a, b, workers=2, chunk_elems=20_000, rtols=RTOLS)))
+    t.start()
+    t.join(timeout=30)
+    waited = t.is_alive()  # still waiting for the helper that cannot start
+    gate.set()
+    busy.shutdown()
+    t.join()
+    assert not waited and got == [expected]
+
+
 def test_release_gives_back_mapped_pages_and_changes_nothing(tmp_path: Path) -> None:
     from tracer.metrics.arrays import _Mapped  # noqa: PLC0415
 
@@ -358,6 +422,25 @@ def test_json_round_trip_keeps_inf_and_nan() -> None:
     assert math.isnan(back.worst[0][1]) and back.excess_at_rtol == m.excess_at_rtol
     ints = compare_arrays(np.array(["inf", "x"]), np.array(["nan", "x"]))
     assert TensorMetrics.from_json(json.loads(json.dumps(ints.to_json()))).worst == (((0,), "inf", "nan"),)
+
+
+def test_every_metric_is_declared_once_and_the_rest_follows() -> None:
+    """The declarations drive the result of both kinds, the JSON encoding and the display."""
+    names = [m.name for m in METRICS]
+    assert names == ["identical", "mismatch_count", "max_abs", "max_rel", "mean_abs", "rel_l2", "ulp_max",
+                     "cosine", "sqnr_db", "nan_mismatch", "inf_mismatch", "nan_a", "nan_b", "inf_a", "inf_b"]
+    assert [m.name for m in METRICS if m.type == "float"] == ["max_abs", "max_rel", "mean_abs", "rel_l2", "cosine",
+                                                              "sqnr_db"]
+    exact = compare_arrays(np.array([1, 5], np.int32), np.array([1, 2], np.int32))
+    for m in METRICS:  # exact kinds: measured, or the declared constant
+        if m.exact is not MEASURED:
+            assert getattr(exact, m.name) == m.exact, m.name
+    assert (exact.mismatch_count, exact.max_abs, exact.max_rel) == (1, 3.0, 0.6)
+    f = compare_arrays(np.array([1, 2, 3], np.float32), np.array([1, 2, 3.5], np.float32))
+    assert f.describe().startswith("identical False, mismatches 1, max abs 0.5, max rel 0.142857, mean abs 0.166667")
+    assert "SQNR dB 17.4819" in f.describe() and json.loads(json.dumps(f.to_json()))["sqnr_db"] == f.sqnr_db
+    with pytest.raises(ValueError, match="must measure"):
+        exact_result({"identical": True}, dtype_a="int32", dtype_b="int32", shape=(1,), worst=())
 
 
 # --------------------------------------------------------------------------- tolerances

@@ -25,8 +25,7 @@ from hypothesis import strategies as st
 from test_metrics import BF16, FLOATS, RTOLS, float_pairs, needs_bf16
 
 from tracer.metrics import block as metrics_block, scan as metrics_scan
-from tracer.metrics.arrays import TensorMetrics, compare_arrays
-from tracer.metrics.result import HISTOGRAM_DECADES
+from tracer.metrics import HISTOGRAM_DECADES, TensorMetrics, compare_arrays
 
 REPO = Path(__file__).resolve().parents[1]
 needs_numba = pytest.mark.skipif(metrics_scan._compiled is None, reason="numba is not installed")

@@ -16,7 +16,7 @@ from tracer.captures.observer import _max_abs_diff
 from tracer.captures.store import Capture, CaptureWriter
 from tracer.errors import TftraceError
 from tracer.jsonvalues import dumps, is_number, loads, number
-from tracer.metrics.arrays import compare_arrays
+from tracer.metrics import compare_arrays
 from tracer.opgraph import OpGraph
 from tracer.report.markdown import render_markdown
 from tracer.report.render import render_report

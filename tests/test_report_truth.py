@@ -16,7 +16,7 @@ import pytest
 from rich.console import Console
 
 from tracer.causes import explain_comparison
-from tracer.metrics.arrays import compare_arrays
+from tracer.metrics import compare_arrays
 from tracer.comparison.pipeline import examples_digest
 from tracer.report.build import rel_to_peak
 from tracer.report.markdown import render_markdown

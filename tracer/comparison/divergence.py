@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .align import ROLE_REWRITTEN, ROLE_UNMATCHED, Alignment
-from ..metrics.arrays import TensorMetrics
+from ..metrics import TensorMetrics
 from ..opgraph import OpGraph, tensor_op
 from .statuses import STATUSES
 

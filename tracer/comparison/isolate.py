@@ -46,7 +46,7 @@ from ..errors import TftraceError
 from ..diff.kinds import KINDS, kind_of
 from ..captures.inputs import batched_alike, same_rows
 from ..jsonvalues import dumps, loads
-from ..metrics.arrays import compare_arrays
+from ..metrics import compare_arrays
 from ..opgraph import OpGraph, tensor_op
 from ..optypes import EXIT_OPS, PASS_THROUGH, PLACEHOLDER_OPS, VARIABLE_OPS
 from ..runspec import Side, spec_without_permissions

@@ -32,7 +32,7 @@ from ..errors import TftraceError
 from ..diff.rewrites import GraphDiff, diff_graphs
 from ..captures.inputs import same_rows
 from .isolate import IsolationResult, isolate_origins, load_state_variables
-from ..metrics.arrays import TensorMetrics, compare_arrays
+from ..metrics import TensorMetrics, compare_arrays
 from ..opgraph import tensor_op
 from ..runspec import InputSpec, Side
 from ..safewrite import claim, output_directory, write_file

@@ -28,7 +28,7 @@ from ..comparison.divergence import Tolerance, classify
 from ..comparison.statuses import VERDICTS
 from .experiments import FACTORS
 from .plan import Planned, Run
-from ..metrics.arrays import TensorMetrics, compare_arrays
+from ..metrics import TensorMetrics, compare_arrays
 from ..opgraph import OpGraph, tensor_op
 from ..report.build import report_comparison
 from .replays import replay_alone, state_changing_ops

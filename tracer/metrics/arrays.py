@@ -76,6 +76,7 @@ __all__ = [
 # workers share a tensor.
 DEFAULT_CHUNK_ELEMS = 1 << 18
 MIN_BLOCK = 1 << 15  # smaller tensors are one block
+HELPER_MIN = 1 << 18  # by default, smaller tensors are compared by the calling thread alone
 
 
 # --------------------------------------------------------------------------- driver
@@ -95,9 +96,11 @@ def compare_arrays(
 
     Shapes must be equal (callers align rows first). Each value in ``rtols`` records the exact
     answer to ``within(atol, rtol)`` for every ``atol``, for a few extra passes per block.
-    ``workers`` threads (default: up to 2, by the CPUs available) take the next block whenever
-    they are free (a helper that starts late on a busy machine only gets fewer), each with its
-    own buffers and totals; the result does not depend on their number or timing.
+    ``workers`` threads (default: up to 2, by the CPUs available, for tensors of ``HELPER_MIN``
+    elements or more; 1 below) take the next block whenever they are free (a helper that starts
+    late on a busy machine only gets fewer, and one that has not started when the last block is
+    taken is dropped), each with its own buffers and totals; the result does not depend on their
+    number or timing.
     ``release``: the caller reads these inputs once (``tftrace compare``), so the pages of a
     read-only memory-mapped input are given back block by block once scanned: the process holds
     a few blocks of it, not the tensor (the page cache keeps the file; a later read maps it again).
@@ -109,7 +112,9 @@ def compare_arrays(
         raise ValueError(f"need chunk_elems >= 1 and k_worst >= 0, got {chunk_elems}, {k_worst}")
     block = _block_size(a.size, chunk_elems)
     starts = range(0, a.size, block)
-    workers = max(1, min(_cores() if workers is None else workers, len(starts)))
+    if workers is None:  # a helper's start (tens of us, ms on a busy machine) is not worth a small tensor
+        workers = _cores() if a.size >= HELPER_MIN else 1
+    workers = max(1, min(workers, len(starts)))
     floats, rtols = _pair_is_float(a.dtype, b.dtype), tuple(dict.fromkeys(rtols))
 
     def scan() -> _Scan:
@@ -117,22 +122,25 @@ def compare_arrays(
             return _FloatScan(a.dtype, b.dtype, k_worst, rtols, block, lambda: _cross(a, b, block))
         return _ExactScan(a.dtype, b.dtype, k_worst)
 
-    scans = [scan() for _ in range(workers)]
+    scans: list[_Scan] = []  # one per worker that started (in any order)
     fa, fb = _flat(a), _flat(b)
     take = _Blocks(starts)
     mapped = [m for m in (_Mapped.of(a), _Mapped.of(b)) if m is not None] if release else []
 
-    def run(j: int) -> None:  # worker j takes the next block whenever it is free: increasing order
+    def run() -> None:  # a worker takes the next block whenever it is free: increasing order
+        mine = scan()
+        scans.append(mine)
         with np.errstate(all="ignore"):  # overflow and 0/0 are expected, and handled explicitly
             for s in take:
-                scans[j].feed(s, _block(a, fa, s, s + block), _block(b, fb, s, s + block))
+                mine.feed(s, _block(a, fa, s, s + block), _block(b, fb, s, s + block))
                 for m in mapped:
                     m.release(s, s + block)
 
-    helpers = [_pool().submit(run, j) for j in range(1, workers)]
-    run(0)  # the calling thread is worker 0: it does not wait for a helper that starts late
-    for done in helpers:
-        done.result()  # re-raises a worker's exception here
+    helpers = [_pool().submit(run) for _ in range(1, workers)]
+    run()  # the calling thread is a worker too: it does not wait for a helper to start
+    for done in helpers:  # a helper not started by now would find no block left: it is dropped
+        if not done.cancel():
+            done.result()  # re-raises a worker's exception here
     for other in scans[1:]:
         scans[0].merge(other)
     with np.errstate(all="ignore"):

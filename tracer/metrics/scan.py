@@ -20,7 +20,7 @@ import numpy as np
 
 from . import block as metrics_block
 from .block import LANES, W_A, W_B, W_CLS, W_KEY, W_POS, WLEN, BlockState, histogram_edges
-from .result import TensorMetrics, Worst
+from .result import TensorMetrics, Totals, Worst, exact_result, float_result
 
 # dtype -> (its bits as a signed int, mask of everything but the sign, mask of the exponent)
 _BITS = {
@@ -89,7 +89,12 @@ def _topk(vals: np.ndarray, k: int) -> np.ndarray:
 
 
 def _index(flat: int, shape: tuple[int, ...]) -> tuple[int, ...]:
-    return tuple(int(i) for i in np.unravel_index(flat, shape))
+    """``np.unravel_index`` (C order) in Python ints: a few worst entries per call, no array."""
+    out = []
+    for dim in reversed(shape):
+        flat, i = divmod(flat, dim)
+        out.append(i)
+    return tuple(reversed(out))
 
 
 def _count(mask: np.ndarray) -> int:
@@ -186,51 +191,23 @@ class _FloatScan(_Scan):
             self.st.worst[row] = (cls, -neg, pos, a, b)
         self.st.ints[WLEN] = len(entries)
 
-    def cosine(self, saa: float, sdd: float, sda: float) -> float:
-        """Cosine similarity from the three sums, or from an exact second pass when needed.
-
-        With ``d = a - b``: ``|b|^2 = |a|^2 - 2 a.d + |d|^2`` and ``a.b = |a|^2 - a.d``; near
-        ``a ~ b`` the form ``1 - cos = (|d|^2 - (|a|-|b|)^2) / (2|a||b|)`` keeps full precision.
-        When neither form is good to 1e-6 (``|b|`` tiny next to ``|a|`` or ``|d|``: cancellation
-        in the sums) a second pass sums ``b.b`` and ``a.b`` in float64.
-        """
-        if saa == 0:
-            return 1.0 if sdd == 0 else 0.0  # b = -d exactly
-        eps = self.eps
-        sbb = saa - 2 * sda + sdd
-        if sbb > 100 * eps * (saa + 2 * abs(sda) + sdd):
-            na, nb, nd = math.sqrt(saa), math.sqrt(sbb), math.sqrt(sdd)
-            near = eps * sdd * (5 + 2 * nd / (na + nb)) / (2 * na * nb)
-            direct = eps * (saa + abs(sda)) / (na * nb)
-            if near <= min(direct, 1e-6):
-                a_minus_b = (2 * sda - sdd) / (na + nb)
-                return min(1.0, max(-1.0, 1 - (sdd - a_minus_b * a_minus_b) / (2 * na * nb)))
-            if direct <= 1e-6:
-                return min(1.0, max(-1.0, (saa - sda) / (na * nb)))
-        sbb, sab = self.rescan()
-        return 0.0 if sbb == 0 else min(1.0, max(-1.0, sab / math.sqrt(saa * sbb)))
-
     def result(self, shape: tuple[int, ...], same_dtype: bool) -> TensorMetrics:
         st = self.st
         lanes = st.lanes[0] if len(st.lanes) == 1 else np.concatenate(st.lanes or [np.zeros((4, 1))], axis=1)
         saa, sdd, sda, sabs = (_exact_sum(row) for row in lanes.tolist())
-        n = st.ints.tolist()
-        nfin, fmax = n[metrics_block.NFIN], st.fmax.tolist()
+        n, fmax = st.ints.tolist(), st.fmax.tolist()
         self.worst = self._entries()
-        size = math.prod(shape)
-        return TensorMetrics(
-            kind="float", dtype_a=self.pair.name_a, dtype_b=self.pair.name_b, shape=tuple(shape),
-            size=size, identical=n[metrics_block.DIFFER] == 0 and same_dtype,
-            mismatch_count=n[metrics_block.MISMATCH], max_abs=fmax[0], max_rel=fmax[1],
-            mean_abs=sabs / nfin if nfin else 0.0,
-            rel_l2=math.sqrt(sdd / saa) if saa > 0 else (0.0 if sdd == 0 else math.inf),
-            ulp_max=int(st.ulp[0]) if self.pair.ulps else -1, cosine=self.cosine(saa, sdd, sda),
-            sqnr_db=(10 * math.log10(saa / sdd) if saa > 0 else -math.inf) if sdd > 0 else math.inf,
-            nan_mismatch=n[metrics_block.NAN_MIS], inf_mismatch=n[metrics_block.INF_MIS],
-            nan_a=n[metrics_block.NAN_A], nan_b=n[metrics_block.NAN_B], inf_a=n[metrics_block.INF_A],
-            inf_b=n[metrics_block.INF_B], worst=self._worst_out(shape),
-            excess_at_rtol=tuple(zip(self.rtol_keys, fmax[2:], strict=True)),
-            histogram=tuple(st.hist.tolist()) if size else (),
+        mb = metrics_block
+        totals = Totals(
+            saa=saa, sdd=sdd, sda=sda, sabs=sabs, nfin=n[mb.NFIN], differ=n[mb.DIFFER], mismatch=n[mb.MISMATCH],
+            nan_mismatch=n[mb.NAN_MIS], inf_mismatch=n[mb.INF_MIS], nan_a=n[mb.NAN_A], nan_b=n[mb.NAN_B],
+            inf_a=n[mb.INF_A], inf_b=n[mb.INF_B], max_abs=fmax[0], max_rel=fmax[1],
+            ulp_max=int(st.ulp[0]) if self.pair.ulps else -1, same_dtype=same_dtype, eps=self.eps, rescan=self.rescan,
+        )
+        return float_result(
+            totals, dtype_a=self.pair.name_a, dtype_b=self.pair.name_b, shape=tuple(shape),
+            worst=self._worst_out(shape), excess_at_rtol=tuple(zip(self.rtol_keys, fmax[2:], strict=True)),
+            histogram=tuple(st.hist.tolist()) if math.prod(shape) else (),
         )
 
 
@@ -329,13 +306,10 @@ class _ExactScan(_Scan):
         self._add_worst(o.worst)
 
     def result(self, shape: tuple[int, ...], same_dtype: bool) -> TensorMetrics:
-        return TensorMetrics(
-            kind="exact", dtype_a=_dtname(self.da), dtype_b=_dtname(self.db), shape=tuple(shape),
-            size=math.prod(shape), identical=self.identical and same_dtype,
-            mismatch_count=self.mismatch, max_abs=float(self.max_abs), max_rel=self.max_rel, mean_abs=0.0, rel_l2=0.0,
-            ulp_max=-1, cosine=1.0, sqnr_db=math.inf, nan_mismatch=0, inf_mismatch=0, nan_a=0,
-            nan_b=0, inf_a=0, inf_b=0, worst=self._worst_out(shape),
-        )
+        measured = {"identical": self.identical and same_dtype, "mismatch_count": self.mismatch,
+                    "max_abs": float(self.max_abs), "max_rel": self.max_rel}
+        return exact_result(measured, dtype_a=_dtname(self.da), dtype_b=_dtname(self.db), shape=tuple(shape),
+                            worst=self._worst_out(shape))
 
 
 def _bits_differ(ra: np.ndarray, rb: np.ndarray) -> np.ndarray:
