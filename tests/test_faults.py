@@ -39,9 +39,16 @@ SIGNALS = {"SIGINT": signal.SIGINT, "SIGTERM": signal.SIGTERM}
 # --------------------------------------------------------------------------- helpers
 
 
+def _foreground_signals() -> None:
+    """Ctrl-C reaches a foreground command: a test run started in the background (``make test &``)
+    hands its children SIGINT ignored, and tftrace rightly keeps what it inherits."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _start(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "tracer.cli", *args], cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env={**os.environ, "COLUMNS": "200", **(env or {})})
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "COLUMNS": "200", **(env or {})},
+                            preexec_fn=_foreground_signals)
 
 
 def _parent_of(pid: int) -> int | None:
