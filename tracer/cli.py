@@ -115,6 +115,9 @@ def _add_input_options(parser: argparse.ArgumentParser) -> None:
                         help="replace what tftrace wrote in an existing output directory (never other files)")
     parser.add_argument("--allow-unsafe-ops", action="store_true",
                         help="run graphs that read/write files or call Python (refused by default: models come from others)")
+    parser.add_argument("--keep-weights", action="store_true",
+                        help="store the variables' values in the capture too (by default a large variable restored "
+                             "from the checkpoint keeps only a digest; differing values are read back from the model)")
 
 
 def side_from_args(args: argparse.Namespace, path: str, side: str = ""):  # noqa: ANN201
@@ -164,6 +167,7 @@ def side_from_args(args: argparse.Namespace, path: str, side: str = ""):  # noqa
         timing_runs=args.timing_runs,
         timeout_s=pick("timeout"),
         allow_unsafe_ops=bool(getattr(args, "allow_unsafe_ops", False)),
+        keep_weights=bool(getattr(args, "keep_weights", False)),
     )
 
 

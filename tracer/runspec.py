@@ -103,6 +103,7 @@ class Side:
     timeout_s: float | None = None
     allow_unsafe_ops: bool = False  # run graphs that write/read files or call Python (see tracer.safety)
     durable: bool = True  # fsync every tensor file before the manifest: a capture survives a power cut, not only a kill
+    keep_weights: bool = False  # store the variables' values too, not only digests of what the checkpoint holds
 
     def __post_init__(self) -> None:
         parse_device(self.device)
@@ -140,6 +141,7 @@ class Side:
             "timeout_s": self.timeout_s,
             "allow_unsafe_ops": self.allow_unsafe_ops,
             "durable": self.durable,
+            "keep_weights": self.keep_weights,
         }
 
     @classmethod
@@ -159,6 +161,7 @@ class Side:
             timeout_s=d.get("timeout_s"),
             allow_unsafe_ops=bool(d.get("allow_unsafe_ops", False)),
             durable=bool(d.get("durable", True)),
+            keep_weights=bool(d.get("keep_weights", False)),
         )
 
 

@@ -12,6 +12,7 @@ hand-made manifest never surfaces as a crash deep inside the comparison.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any
 
@@ -35,10 +36,14 @@ from ._format import (
     storage_matches,
     widen,
 )
+from ._packed import CODEC, MAX_LEVEL, PACKED_SUFFIX, PREDICTORS
+from ._unpack import read_packed
+from ._values import artifact_values
 
 __all__ = ["Capture", "MissingKey"]
 
 MAX_MANIFEST_BYTES = 1 << 30  # a real manifest of a 10,000-op model is a few MB
+DECODED_CACHE_BYTES = 64 << 20  # packed tensors decoded lately: their readers (predicted tensors) come next
 LAYOUTS = frozenset({"rows", "const", "whole", "varies"})
 
 
@@ -66,12 +71,14 @@ class Capture:
     Create it with :meth:`open`, which does the validation; the constructor trusts its input.
     """
 
-    def __init__(self, path: Path, manifest: dict[str, Any], files: dict[str, Path],
+    def __init__(self, path: Path, manifest: dict[str, Any], files: dict[str, Path | None],
                  plain_files: dict[str, Path] | None = None) -> None:
         self.path = path
         self.manifest = manifest
         self._files = files
         self._plain_files = plain_files or {}
+        self._decoded: OrderedDict[str, np.ndarray] = OrderedDict()  # LRU, at most DECODED_CACHE_BYTES
+        self._from_artifact: dict[str, np.ndarray] = {}
 
     @classmethod
     def open(cls, path: str | Path) -> Capture:
@@ -150,8 +157,42 @@ class Capture:
         so callers only ever see plain numpy dtypes; strings come back as a bytes (``S``) array.
         """
         record = self.record(name)
-        stored = open_npy(self._files[name], tuple(record["shape"]), np.dtype(record["stored_dtype"]))
-        return widen(stored, record["dtype"])
+        owner = record.get("alias_of") or name  # an alias holds its tensor's very values
+        return widen(self._stored(owner), record["dtype"])
+
+    def digest(self, name: str) -> str | None:
+        """The sha256 of a tensor kept only by digest (its values left in the artifact), else None."""
+        record = self.record(name)
+        return self.manifest["tensors"][record.get("alias_of") or name].get("digest")
+
+    def _stored(self, name: str) -> np.ndarray:
+        """A tensor's stored values: mapped ``.npy``, decoded packed chunks, or read from the artifact."""
+        record = self.manifest["tensors"][name]
+        if record.get("values") == "artifact":
+            if name not in self._from_artifact:
+                self._from_artifact.update(artifact_values(self, name))
+            return self._from_artifact[name]
+        stored_dtype = np.dtype(record["stored_dtype"])
+        encoding = record.get("encoding")
+        if encoding is None:
+            return open_npy(self._files[name], tuple(record["shape"]), stored_dtype)
+        if name in self._decoded:
+            self._decoded.move_to_end(name)
+            return self._decoded[name]
+        try:
+            value = read_packed(self._files[name], record, encoding, stored_dtype, self._input_rows)
+        except ValueError as exc:
+            raise damaged(self.path, f"tensor {name!r}: {exc}") from exc
+        self._decoded[name] = value
+        while sum(v.nbytes for v in self._decoded.values()) > DECODED_CACHE_BYTES and len(self._decoded) > 1:
+            self._decoded.popitem(last=False)
+        return value
+
+    def _input_rows(self, name: str, r0: int | None, r1: int | None) -> np.ndarray:
+        """Rows ``[r0, r1)`` of a prediction's input (all of a non-batch-major one)."""
+        record = self.manifest["tensors"][name]
+        value = self._stored(record.get("alias_of") or name)
+        return value[r0:r1] if r0 is not None and record["batch_major"] else value
 
     def plain_output(self, key: str) -> np.ndarray | None:
         """Signature output ``key`` as the plain run computed it (only the signature outputs
@@ -199,11 +240,37 @@ def _validate_manifest(root: Path, manifest: Any) -> dict[str, Path]:
         raise damaged(root, "an uncaptured reason is not a string")
     _validate_parts(root, manifest)
     tensors_dir = root.resolve() / TENSORS
-    files = {name: _validate_record(root, tensors_dir, name, rec) for name, rec in manifest["tensors"].items()}
+    files = {name: _validate_record(root, tensors_dir, name, rec, version) for name, rec in manifest["tensors"].items()}
+    levels: dict[str, int] = {}
     for name, rec in manifest["tensors"].items():
         if "alias_of" in rec:
             _validate_alias(root, manifest["tensors"], name, rec)
+        levels[name] = _validate_prediction(root, manifest["tensors"], levels, name, rec)
     return files
+
+
+def _validate_prediction(root: Path, tensors: dict[str, Any], levels: dict[str, int], name: str, rec: dict) -> int:
+    """A predicted tensor's inputs must be captured tensors recorded before it (so no read ever
+    loops), of its dtype, at most MAX_LEVEL predictions deep; returns its depth."""
+    spec = (rec.get("encoding") or {}).get("predict")
+    if "alias_of" in rec:
+        return levels.get(rec["alias_of"], 0)
+    if spec is None:
+        return 0
+    inputs = spec.get("inputs") if isinstance(spec, dict) else None
+    if not (isinstance(spec, dict) and spec.get("op") in PREDICTORS and isinstance(spec.get("attrs", {}), dict)
+            and _is_list_of(inputs, str) and len(inputs) == PREDICTORS[spec["op"]][0]):
+        raise damaged(root, f"tensor {name!r}: its prediction {spec!r} is not one tftrace makes")
+    for source in inputs:
+        if source not in levels or tensors[source].get("stored_dtype") != rec["stored_dtype"]:
+            raise damaged(root, f"tensor {name!r} is predicted from {source!r}, which is not a captured tensor "
+                                "of its dtype recorded before it")
+        if tensors[source].get("values") == "artifact":
+            raise damaged(root, f"tensor {name!r} is predicted from {source!r}, whose values are not in the capture")
+    level = 1 + max(levels[source] for source in inputs)
+    if level > MAX_LEVEL:
+        raise damaged(root, f"tensor {name!r} is predicted {level} levels deep, more than {MAX_LEVEL}")
+    return level
 
 
 ALIAS_LAYOUT = ("dtype", "stored_dtype", "shape", "batch_major")  # what an alias and its tensor share
@@ -227,13 +294,24 @@ def _validate_alias(root: Path, tensors: dict[str, Any], name: str, rec: dict[st
                             f"({rec.get(differing[0])!r} here, {other.get(differing[0])!r} there)")
 
 
-def _validate_record(root: Path, tensors_dir: Path, name: str, rec: Any) -> Path:
+def _validate_record(root: Path, tensors_dir: Path, name: str, rec: Any, version: int = 1) -> Path | None:
     def bad(detail: str) -> TftraceError:
         return damaged(root, f"tensor {name!r}: {detail}")
 
     if not isinstance(rec, dict):
         raise bad("its record is not a JSON object")
-    file = rec.get("file")
+    in_artifact = version >= 2 and rec.get("values") == "artifact"
+    encoding = rec.get("encoding") if version >= 2 else None
+    if in_artifact:
+        if "file" in rec or "encoding" in rec:
+            raise bad("its values are said to be in the artifact, yet it names a file")
+        found = rec.get("digest")
+        if not (isinstance(found, str) and found.startswith("sha256:") and len(found) == 71
+                and isinstance(rec.get("checkpoint_key"), str)):
+            raise bad("its values are in the artifact but its digest or checkpoint key is missing")
+    suffix = PACKED_SUFFIX if encoding is not None or (version >= 2 and "alias_of" in rec
+                                                        and str(rec.get("file", "")).endswith(PACKED_SUFFIX)) else ".npy"
+    file = "tensors/_.npy" if in_artifact else rec.get("file")
     if not isinstance(file, str):
         raise bad("its record has no file path")
     posix = PurePosixPath(file)
@@ -241,8 +319,8 @@ def _validate_record(root: Path, tensors_dir: Path, name: str, rec: Any) -> Path
         raise bad(f"file path {file!r} is absolute")
     if ".." in posix.parts or "\\" in file:
         raise bad(f"file path {file!r} contains '..' or a backslash")
-    if len(posix.parts) != 2 or posix.parts[0] != TENSORS or not posix.name.endswith(".npy"):
-        raise bad(f"file path {file!r} is not {TENSORS}/<name>.npy")
+    if len(posix.parts) != 2 or posix.parts[0] != TENSORS or not posix.name.endswith(suffix):
+        raise bad(f"file path {file!r} is not {TENSORS}/<name>{suffix}")
     dtype_name, stored = rec.get("dtype"), rec.get("stored_dtype")
     if not isinstance(dtype_name, str) or (dtype_name not in NATIVE and dtype_name not in EXTENDED and dtype_name != STRING):
         raise bad(f"unknown dtype {dtype_name!r}")
@@ -260,15 +338,39 @@ def _validate_record(root: Path, tensors_dir: Path, name: str, rec: Any) -> Path
     stats = rec.get("stats")
     if stats is not None and not (isinstance(stats, dict) and all(_is_number(v) for v in stats.values())):
         raise bad("its stats are not an object of numbers")
+    if in_artifact:
+        return None
     try:
         resolved = (root / file).resolve(strict=True)
     except OSError as exc:
         raise bad(f"file {file} is missing ({exc.strerror})") from exc
     if resolved.parent != tensors_dir or not resolved.is_file():
         raise bad(f"file {file} resolves to {resolved}, outside {TENSORS}/")
-    if resolved.stat().st_size < declared:
+    if encoding is not None:
+        _validate_chunks(bad, encoding, shape, rec.get("batch_major"), int(match[2]), resolved.stat().st_size)
+    elif suffix == ".npy" and resolved.stat().st_size < declared:
         raise bad(f"file {file} is smaller than the {declared} bytes its record declares")
     return resolved
+
+
+def _validate_chunks(bad: Any, encoding: Any, shape: list[int], batch_major: Any, itemsize: int, size: int) -> None:
+    """A packed file's index: chunks inside the file that cover every row exactly once."""
+    if not isinstance(encoding, dict) or encoding.get("codec") != CODEC or not isinstance(encoding.get("chunks"), list):
+        raise bad(f"its encoding is not {CODEC} chunks")
+    chunks = encoding["chunks"]
+    if not all(isinstance(c, list) and len(c) == 5 and all(_is_count(x) for x in c) and c[0] <= c[1] and c[4] <= 1
+               for c in chunks):
+        raise bad("a chunk is not [first_row, end_row, offset, nbytes, predicted]")
+    rows = shape[0] if batch_major is True and shape else 1
+    if batch_major is not True and (len(chunks) != 1 or chunks[0][:2] != [0, 1]):
+        raise bad("a tensor that is not batch-major must be one chunk [0, 1, ...]")
+    covered = 0
+    for r0, r1, offset, nbytes, _ in sorted(chunks):
+        if r0 != covered or offset + nbytes > size:
+            raise bad(f"chunk of rows {r0}:{r1} overlaps another, leaves rows out or lies outside the file")
+        covered = r1
+    if covered != rows and chunks or (not chunks and rows and int(np.prod(shape, dtype=object))):
+        raise bad(f"its chunks cover {covered} of {rows} rows")
 
 
 # --------------------------------------------------------------------------- the other parts

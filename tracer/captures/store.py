@@ -6,9 +6,17 @@ describes is durable, so its presence is the only proof that a capture finished:
 without it is an interrupted or running capture and every reader
 (:class:`~tracer.captures.reader.Capture`, re-exported here) refuses it. A tensor whose bytes
 are those of a tensor stored before it (a variable and its ``/read`` Identity) is stored
-once: its file is a hard link to the other's, and its record says ``alias_of``. This module
-never imports TensorFlow, because captures are compared and rendered on machines that may
-not have it.
+once: its file is a hard link to the other's, and its record says ``alias_of``.
+
+Format version 2 packs numeric tensors (:mod:`._packed`): byte-shuffled zstd chunks, appended
+as rows arrive, indexed by the record's ``encoding``; a chunk of a tensor that is an elementwise
+function of captured tensors (BiasAdd, Relu, Add, an inference batch norm...) is stored as the
+XOR of its bits with numpy's value of that function (mostly zeros). A writer given the op graph
+(``graph``) and told that the artifact restored the variables (``artifact_values``) keeps only
+a digest of each large variable's value (``digest``, ``values: "artifact"``): the artifact
+holds those bytes already, and equal digests prove identity without reading them. Strings
+stay ``.npy`` files. This module never imports TensorFlow, because captures are compared and
+rendered on machines that may not have it.
 """
 
 from __future__ import annotations
@@ -34,6 +42,9 @@ from ._directory import prepare_directory, release_lock
 from ._entry import Entry, add_interval
 from ._flusher import Flusher
 from ._format import (
+    DIGEST_OPS,
+    MIN_DIGEST_BYTES,
+    STRING,
     FORMAT,
     FORMAT_VERSION,
     MANIFEST,
@@ -48,6 +59,8 @@ from ._format import (
     write_at,
 )
 from ._jobs import FileJobs
+from ._packed import CHUNK_BYTES, CODEC, MAX_LEVEL, PACKED_SUFFIX, compress, digest, predict, predictor_for, xor
+from ._unpack import read_packed
 from ._names import safe_filename
 from ._stats import Stats, file_stats
 from .reader import Capture
@@ -104,8 +117,22 @@ class CaptureWriter:
     directory.
     """
 
-    def __init__(self, out_dir: str | Path, *, force: bool = False, durable: bool = True) -> None:
+    def __init__(self, out_dir: str | Path, *, force: bool = False, durable: bool = True, packed: bool = True,
+                 graph: Mapping[str, Any] | None = None, artifact_values: bool = False) -> None:
         self.path = Path(out_dir)
+        self._packed = packed
+        self._artifact_values = artifact_values  # variables were restored from the artifact's checkpoint
+        self._ops: dict[str, str] = {}  # op name -> op type (from ``graph``)
+        self._predictors: dict[str, dict[str, Any]] = {}  # tensor -> its prediction (see _packed)
+        self._consumers: dict[str, int] = {}  # tensor -> how many predictions read it
+        self._cache: dict[str, list[Any]] = {}  # input tensor -> [span or None, stored values, reads left]
+        for node in (graph or {}).get("nodes", []) if packed else []:
+            self._ops[node["name"]] = node["op"]
+            spec = predictor_for(node, 0)
+            if spec is not None:
+                self._predictors[f"{node['name']}:0"] = spec
+                for source in spec["inputs"]:
+                    self._consumers[source] = self._consumers.get(source, 0) + 1
         self._force = force
         self._entries: dict[str, Entry] = {}
         self._plain: dict[str, Entry] = {}  # signature key -> the plain run's output (see write_plain_output)
@@ -139,12 +166,20 @@ class CaptureWriter:
         if self._state != "open":
             raise RuntimeError(f"the capture writer for {self.path} is already {self._state}")
 
-    def _claim_filename(self, tensor_name: str) -> str:
+    def _claim_filename(self, tensor_name: str, packed: bool = False) -> str:
         filename = safe_filename(tensor_name)
         if filename.casefold() in self._used:  # a 48-bit hash collision: use the full hash
             filename = safe_filename(tensor_name, digest_chars=64)
         self._used.add(filename.casefold())
-        return filename
+        return filename[: -len(".npy")] + PACKED_SUFFIX if packed else filename
+
+    def _new_entry(self, tensor_name: str, dtype_name: str, stored: np.ndarray, shape: tuple[int, ...],
+                   batch_major: bool) -> Entry:
+        packed = self._packed and dtype_name != STRING
+        entry = Entry(self._claim_filename(tensor_name, packed), dtype_name, stored.dtype, shape,
+                      batch_major=batch_major, stats=Stats(dtype_name), packed=packed)
+        self._entries[tensor_name] = entry
+        return entry
 
     @_reports_full_disk
     def write_rows(
@@ -173,19 +208,21 @@ class CaptureWriter:
             self.mark_uncaptured(tensor_name, str(exc))
             return
         span = (row_offset, row_offset + len(rows))
+        self._keep_for_predictions(tensor_name, span, stored)
         entry = self._entries.get(tensor_name)
         if entry is None:
-            entry = Entry(self._claim_filename(tensor_name), dtype_name, stored.dtype, (total_rows, *stored.shape[1:]),
-                           batch_major=True, stats=Stats(dtype_name))
-            self._entries[tensor_name] = entry
+            entry = self._new_entry(tensor_name, dtype_name, stored, (total_rows, *stored.shape[1:]), True)
             if self._share(entry, same_as, span):
                 add_interval(entry.rows, *span)
                 return
-            if span == (0, total_rows):  # all rows at once: one plain write, nothing preallocated
+            if entry.packed:
+                self._start_packed(tensor_name, entry)
+            elif span == (0, total_rows):  # all rows at once: one plain write, nothing preallocated
                 self._write_new(entry, stored)
                 add_interval(entry.rows, *span)
                 return
-            self._write_empty(self._file(entry), entry)
+            else:
+                self._write_empty(self._file(entry), entry)
         elif not entry.batch_major or entry.shape[0] != total_rows:
             raise ValueError(f"tensor {tensor_name!r} was stored as {entry.shape}, not {total_rows} rows")
         elif entry.dtype_name != dtype_name or entry.shape[1:] != stored.shape[1:]:
@@ -201,8 +238,13 @@ class CaptureWriter:
         if entry.link_of is not None and self._root(same_as) == entry.link_of and self._entries[entry.link_of].covers(*span):
             return  # the rows are in the shared file already
         self._own_file(entry)
-        row_bytes = int(np.prod(entry.shape[1:], dtype=object)) * entry.stored.itemsize
         data = stored.astype(entry.stored, copy=False)
+        if entry.packed:
+            inputs = self._inputs_for(entry.predict, span) if entry.predict is not None else None
+            self._jobs.submit(entry.filename, functools.partial(self._write_chunks, entry, span, data, inputs),
+                              data.nbytes)
+            return
+        row_bytes = int(np.prod(entry.shape[1:], dtype=object)) * entry.stored.itemsize
         offset = entry.header_len + row_offset * row_bytes
         self._jobs.submit(entry.filename, functools.partial(self._write_at, entry, offset, data), data.nbytes)
 
@@ -282,10 +324,18 @@ class CaptureWriter:
             self.mark_uncaptured(tensor_name, str(exc))
             return
         stored = np.require(stored, requirements="C")  # never Fortran order: the reader insists on C
-        entry = Entry(self._claim_filename(tensor_name), dtype_name, stored.dtype, stored.shape, batch_major=False,
-                       stats=Stats(dtype_name))
-        self._entries[tensor_name] = entry
-        if not self._share(entry, same_as, None):
+        self._keep_for_predictions(tensor_name, None, stored)
+        entry = self._new_entry(tensor_name, dtype_name, stored, stored.shape, False)
+        if self._share(entry, same_as, None):
+            return
+        if entry.packed and self._keeps_digest(tensor_name, stored):
+            entry.source_key = tensor_name.rsplit(":", 1)[0]
+            self._jobs.submit(entry.filename, functools.partial(self._take_digest, entry, stored), stored.nbytes)
+        elif entry.packed:
+            self._start_packed(tensor_name, entry)
+            self._jobs.submit(entry.filename, functools.partial(self._write_chunks, entry, None, stored, None),
+                              stored.nbytes)
+        else:
             self._write_new(entry, stored)
 
     @_reports_full_disk
@@ -310,6 +360,122 @@ class CaptureWriter:
         self._plain[key] = entry
         self._write_new(entry, stored)
 
+    # ---- packed files (format 2): chunks, predictions, digests
+
+    def _start_packed(self, tensor_name: str, entry: Entry) -> None:
+        """An empty packed file (chunks are appended by jobs) and whether its chunks may be predicted:
+        only from inputs stored in packed files, within :data:`MAX_LEVEL` predictions of a plain one."""
+        with os.fdopen(open_new(self._file(entry), exclusive=True), "wb"):  # never through a planted link
+            pass
+        spec = self._predictors.get(tensor_name)
+        if spec is None:
+            return
+        if not entry.batch_major:
+            self._drop_consumer(tensor_name)
+            return
+        sources = [self._entries.get(self._root(name) or "") for name in spec["inputs"]]
+        if all(s is not None and s.packed and s.digest is None and s.source_key is None for s in sources):
+            level = 1 + max(s.level for s in sources if s is not None)
+            if level <= MAX_LEVEL:
+                entry.predict, entry.level = spec, level
+                return
+        self._drop_consumer(tensor_name)
+
+    def _keep_for_predictions(self, tensor_name: str, span: tuple[int, int] | None, stored: np.ndarray) -> None:
+        """Hold a tensor's latest rows (or a small whole value) while predictions still need them."""
+        left = self._consumers.get(tensor_name, 0)
+        if left > 0 and (span is not None or stored.nbytes <= 1 << 20):
+            self._cache[tensor_name] = [span, stored, left]
+
+    def _inputs_for(self, spec: Mapping[str, Any], span: tuple[int, int]) -> list[tuple[np.ndarray, bool]] | None:
+        """The inputs of a prediction for rows ``span`` (values, whether they are rows), or None
+        when one is not at hand; rows no other prediction needs are let go."""
+        held = [self._cache.get(name) for name in spec["inputs"]]
+        if any(h is None or (h[0] is not None and h[0] != span) for h in held):
+            return None
+        for name, h in zip(spec["inputs"], held):
+            h[2] -= 1
+            if h[2] <= 0 and h[0] is not None:
+                self._cache.pop(name, None)
+        return [(h[1], h[0] is not None) for h in held]
+
+    def _drop_consumer(self, tensor_name: str) -> None:
+        """A tensor that will not be predicted: its inputs need not be held for it."""
+        spec = self._predictors.pop(tensor_name, None)
+        for name in spec["inputs"] if spec else ():
+            self._consumers[name] -= 1
+            held = self._cache.get(name)
+            if held is not None:
+                held[2] -= 1
+                if held[2] <= 0:
+                    del self._cache[name]
+
+    def _write_chunks(self, entry: Entry, span: tuple[int, int] | None, data: np.ndarray,
+                      inputs: list[tuple[np.ndarray, bool]] | None) -> int:
+        """Job: append rows ``span`` (None: the whole tensor) as chunks, each predicted when it can be."""
+        rows = len(data) if span is not None else 1
+        row_bytes = max(1, data.nbytes // max(1, rows))
+        step = max(1, CHUNK_BYTES // row_bytes)
+        written = 0
+        with open(self._file(entry), "ab") as f:
+            for start in range(0, rows, step):
+                part = data[start : start + step] if span is not None else data
+                guess = None
+                if inputs is not None:
+                    values = [x[start : start + len(part)] if is_rows else x for x, is_rows in inputs]
+                    guess = predict(entry.predict or {}, values, entry.stored, part.shape)
+                blob = compress(part if guess is None else xor(np.ascontiguousarray(part), guess))
+                first = span[0] + start if span is not None else 0
+                entry.chunks.append([first, first + (len(part) if span is not None else 1), f.tell(), len(blob),
+                                     int(guess is not None)])
+                f.write(blob)
+                written += len(blob)
+        self._written(entry, data)
+        return written
+
+    def _keeps_digest(self, tensor_name: str, stored: np.ndarray) -> bool:
+        """Whether only a digest of this value is kept: a large variable the artifact restored."""
+        op = self._ops.get(tensor_name.rsplit(":", 1)[0])
+        return self._artifact_values and op in DIGEST_OPS and stored.nbytes >= MIN_DIGEST_BYTES
+
+    def _take_digest(self, entry: Entry, data: np.ndarray) -> int:
+        """Job: a kept-by-digest value's digest and statistics (no file)."""
+        entry.digest = digest(data)
+        if entry.stats is not None:
+            entry.stats.add(data)
+        return 0
+
+    def _decode(self, entry: Entry) -> np.ndarray:
+        """A packed entry's stored values, predicted chunks resolved from their inputs' files."""
+        self._jobs.wait(entry.filename)
+
+        def get_input(name: str, r0: int | None, r1: int | None) -> np.ndarray:
+            value = self._decode(self._entries[self._root(name) or name])
+            return value[r0:r1] if r0 is not None and self._entries[name].batch_major else value
+
+        record = {"shape": list(entry.shape), "batch_major": entry.batch_major}
+        return read_packed(self._file(entry), record, {"chunks": sorted(entry.chunks), "predict": entry.predict},
+                           entry.stored, get_input)
+
+    def _unpredict_dependents(self, gone: str) -> None:
+        """Before a tensor's file goes: re-store every chunk predicted from it as plain values."""
+        for entry in self._entries.values():
+            if entry.predict is None or gone not in entry.predict["inputs"] or entry.link_of is not None:
+                continue
+            values = self._decode(entry)
+            path = self._file(entry)
+            tmp = path.with_name(f"{entry.filename}.{secrets.token_hex(8)}.tmp")
+            chunks = []
+            with os.fdopen(open_new(tmp, exclusive=True), "wb") as f:
+                for r0, r1, _, _, _ in sorted(entry.chunks):
+                    blob = compress(values[r0:r1] if entry.batch_major else values)
+                    chunks.append([r0, r1, f.tell(), len(blob), 0])
+                    f.write(blob)
+            os.replace(tmp, path)
+            entry.chunks, entry.predict, entry.level = chunks, None, 0
+            if self._flusher is not None:
+                self._flusher.submit(path)
+
     # ---- tensors stored once
 
     def _root(self, name: str | None) -> str | None:
@@ -328,13 +494,16 @@ class CaptureWriter:
         owner = self._entries[root]
         if not entry.can_share(owner) or (span is not None and not owner.covers(*span)):
             return False
+        if owner.source_key is not None:  # kept by digest: no file to link, the same values
+            entry.link_of, entry.stats, entry.source_key = root, None, owner.source_key
+            return True
         try:
             os.link(self._file(owner), self._file(entry))
         except OSError as exc:
             if exc.errno in _DISK_FULL:
                 raise
             return False  # a file system without hard links (or too many): store a copy
-        entry.header_len, entry.link_of, entry.stats = owner.header_len, root, None
+        entry.header_len, entry.link_of, entry.stats, entry.level = owner.header_len, root, None, owner.level
         return True
 
     def _own_file(self, entry: Entry) -> None:
@@ -347,16 +516,23 @@ class CaptureWriter:
         with open(path, "rb") as src, os.fdopen(open_new(tmp, exclusive=True), "wb") as dst:
             shutil.copyfileobj(src, dst)
         os.replace(tmp, path)
+        owner = self._entries[entry.link_of]
+        if entry.packed:  # the owner's chunks of the rows this one shared, now in its own copy
+            entry.chunks = [list(c) for c in owner.chunks if entry.covers(c[0], c[1])]
+            entry.predict = owner.predict
         entry.link_of = None
         if self._flusher is not None:
             self._flusher.submit(path)
 
-    def _orphan_links(self, gone: str) -> None:
-        """A tensor whose file others link to is dropped: the first of them owns the bytes now."""
+    def _orphan_links(self, gone: str, owner: Entry) -> None:
+        """A tensor whose file others link to is dropped: the first of them owns the bytes now
+        (with the chunk index or the digest that describes them)."""
         heir = None
         for name, entry in self._entries.items():
             if entry.link_of == gone:
                 entry.link_of, heir = (None, name) if heir is None else (heir, heir)
+                if entry.link_of is None:
+                    entry.chunks, entry.predict, entry.digest = [list(c) for c in owner.chunks], owner.predict, owner.digest
 
     @_reports_full_disk
     def mark_uncaptured(self, tensor_name: str, reason: str) -> None:
@@ -367,12 +543,17 @@ class CaptureWriter:
         self._check_open()
         if not reason:
             raise ValueError("an uncaptured tensor needs a reason")
-        entry = self._entries.pop(tensor_name, None)
+        self._drop_consumer(tensor_name)
+        self._cache.pop(tensor_name, None)
+        entry = self._entries.get(tensor_name)
         if entry is not None:
+            self._unpredict_dependents(tensor_name)  # while its file is still there to decode them
+            self._entries.pop(tensor_name)
             self._jobs.wait(entry.filename)  # no job may write it once it is gone
             self._file(entry).unlink(missing_ok=True)
             self._used.discard(entry.filename.casefold())
-            self._orphan_links(tensor_name)
+            self._used.discard((entry.filename[: -len(PACKED_SUFFIX)] + ".npy").casefold())
+            self._orphan_links(tensor_name, entry)
         self._uncaptured.setdefault(tensor_name, reason)
 
     @property
@@ -387,14 +568,19 @@ class CaptureWriter:
         entry = self._entries.get(tensor_name)
         if entry is None or entry.batch_major:
             return False
-        self._jobs.wait(self._entries[self._root(tensor_name)].filename)  # the bytes, complete
+        owner = self._entries[self._root(tensor_name) or tensor_name]
+        self._jobs.wait(owner.filename)  # the bytes, complete
         try:
             dtype_name, stored = to_storage(np.asarray(array))
         except Unstorable:
             return False
         if dtype_name != entry.dtype_name or stored.shape != entry.shape or stored.dtype != entry.stored:
             return False
-        return bitwise_equal(open_npy(self._file(entry), entry.shape, entry.stored), stored)
+        return bitwise_equal(self._stored_values(owner), stored) if owner.digest is None else digest(stored) == owner.digest
+
+    def _stored_values(self, entry: Entry) -> np.ndarray:
+        """What a stored entry with a file holds (its owner's, for an alias)."""
+        return self._decode(entry) if entry.packed else open_npy(self._file(entry), entry.shape, entry.stored)
 
     def _file(self, entry: Entry) -> Path:
         return self.path / TENSORS / entry.filename
@@ -461,8 +647,8 @@ class CaptureWriter:
         elif entry.stats is not None:
             stats = entry.stats.to_json()
         else:  # bytes it shared before it took a private copy were never seen here
-            stats = file_stats(open_npy(self._file(entry), entry.shape, entry.stored), entry.dtype_name)
-        record = {
+            stats = file_stats(self._stored_values(entry), entry.dtype_name)
+        record: dict[str, Any] = {
             "file": f"{TENSORS}/{entry.filename}",
             "dtype": entry.dtype_name,
             "stored_dtype": entry.stored.str,
@@ -473,6 +659,14 @@ class CaptureWriter:
         }
         if entry.link_of is not None:
             record["alias_of"] = entry.link_of
+        if entry.source_key is not None:  # the artifact holds the values: a digest, no file
+            del record["file"]
+            owner = self._entries[entry.link_of] if entry.link_of is not None else entry
+            record.update(values="artifact", digest=owner.digest, checkpoint_key=owner.source_key)
+        elif entry.packed and entry.link_of is None:
+            record["encoding"] = {"codec": CODEC, "shuffle": True, "chunks": sorted(entry.chunks)}
+            if entry.predict is not None and any(c[4] for c in entry.chunks):
+                record["encoding"]["predict"] = entry.predict
         return record
 
     def _stop(self) -> None:
