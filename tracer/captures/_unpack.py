@@ -15,9 +15,10 @@ from typing import Any
 
 import numpy as np
 
-from ._packed import decompress, predict, xor
+from ._format import damaged
+from ._packed import CODEC, MAX_LEVEL, PREDICTORS, decompress, predict, xor
 
-__all__ = ["read_packed", "chunk_rows"]
+__all__ = ["read_packed", "chunk_rows", "validate_chunks", "validate_prediction"]
 
 # name, first row, end row (None, None: the whole input) -> the input's values
 GetInput = Callable[[str, "int | None", "int | None"], np.ndarray]
@@ -57,3 +58,47 @@ def read_packed(path: Path, record: dict[str, Any], encoding: dict[str, Any], st
                 out[...] = values
     out.flags.writeable = False
     return out
+
+
+def validate_chunks(bad: Any, encoding: Any, shape: list[int], batch_major: Any, itemsize: int, size: int) -> None:
+    """A packed file's index: chunks inside the file that cover every row exactly once."""
+    if not isinstance(encoding, dict) or encoding.get("codec") != CODEC or not isinstance(encoding.get("chunks"), list):
+        raise bad(f"its encoding is not {CODEC} chunks")
+    chunks = encoding["chunks"]
+    if not all(isinstance(c, list) and len(c) == 5 and all(type(x) is int and x >= 0 for x in c) and c[0] <= c[1] and c[4] <= 1
+               for c in chunks):
+        raise bad("a chunk is not [first_row, end_row, offset, nbytes, predicted]")
+    rows = shape[0] if batch_major is True and shape else 1
+    if batch_major is not True and (len(chunks) != 1 or chunks[0][:2] != [0, 1]):
+        raise bad("a tensor that is not batch-major must be one chunk [0, 1, ...]")
+    covered = 0
+    for r0, r1, offset, nbytes, _ in sorted(chunks):
+        if r0 != covered or offset + nbytes > size:
+            raise bad(f"chunk of rows {r0}:{r1} overlaps another, leaves rows out or lies outside the file")
+        covered = r1
+    if covered != rows:
+        raise bad(f"its chunks cover {covered} of {rows} rows")
+
+
+def validate_prediction(root: Path, tensors: dict[str, Any], levels: dict[str, int], name: str, rec: dict) -> int:
+    """A predicted tensor's inputs must be captured tensors recorded before it (so no read ever
+    loops), of its dtype, at most MAX_LEVEL predictions deep; returns its depth."""
+    spec = (rec.get("encoding") or {}).get("predict")
+    if "alias_of" in rec:
+        return levels.get(rec["alias_of"], 0)
+    if spec is None:
+        return 0
+    inputs = spec.get("inputs") if isinstance(spec, dict) else None
+    if not (isinstance(spec, dict) and spec.get("op") in PREDICTORS and isinstance(spec.get("attrs", {}), dict)
+            and isinstance(inputs, list) and all(isinstance(i, str) for i in inputs) and len(inputs) == PREDICTORS[spec["op"]][0]):
+        raise damaged(root, f"tensor {name!r}: its prediction {spec!r} is not one tftrace makes")
+    for source in inputs:
+        if source not in levels or tensors[source].get("stored_dtype") != rec["stored_dtype"]:
+            raise damaged(root, f"tensor {name!r} is predicted from {source!r}, which is not a captured tensor "
+                                "of its dtype recorded before it")
+        if tensors[source].get("values") == "artifact":
+            raise damaged(root, f"tensor {name!r} is predicted from {source!r}, whose values are not in the capture")
+    level = 1 + max(levels[source] for source in inputs)
+    if level > MAX_LEVEL:
+        raise damaged(root, f"tensor {name!r} is predicted {level} levels deep, more than {MAX_LEVEL}")
+    return level

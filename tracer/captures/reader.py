@@ -36,14 +36,14 @@ from ._format import (
     storage_matches,
     widen,
 )
-from ._packed import CODEC, MAX_LEVEL, PACKED_SUFFIX, PREDICTORS
-from ._unpack import read_packed
+from ._packed import PACKED_SUFFIX, digest
+from ._unpack import read_packed, validate_chunks, validate_prediction
 from ._values import artifact_values
 
 __all__ = ["Capture", "MissingKey"]
 
 MAX_MANIFEST_BYTES = 1 << 30  # a real manifest of a 10,000-op model is a few MB
-DECODED_CACHE_BYTES = 64 << 20  # packed tensors decoded lately: their readers (predicted tensors) come next
+DECODED_CACHE_BYTES = 32 << 20  # packed tensors decoded lately: the predicted tensors read next need them
 LAYOUTS = frozenset({"rows", "const", "whole", "varies"})
 
 
@@ -160,10 +160,13 @@ class Capture:
         owner = record.get("alias_of") or name  # an alias holds its tensor's very values
         return widen(self._stored(owner), record["dtype"])
 
-    def digest(self, name: str) -> str | None:
-        """The sha256 of a tensor kept only by digest (its values left in the artifact), else None."""
+    def digest(self, name: str, compute: bool = False) -> str | None:
+        """The sha256 of a tensor kept only by digest (its values left in the artifact); for a
+        stored tensor None, or with ``compute`` the same digest of its stored values."""
         record = self.record(name)
-        return self.manifest["tensors"][record.get("alias_of") or name].get("digest")
+        owner = record.get("alias_of") or name
+        found = self.manifest["tensors"][owner].get("digest")
+        return digest(self._stored(owner)) if found is None and compute else found
 
     def _stored(self, name: str) -> np.ndarray:
         """A tensor's stored values: mapped ``.npy``, decoded packed chunks, or read from the artifact."""
@@ -245,32 +248,8 @@ def _validate_manifest(root: Path, manifest: Any) -> dict[str, Path]:
     for name, rec in manifest["tensors"].items():
         if "alias_of" in rec:
             _validate_alias(root, manifest["tensors"], name, rec)
-        levels[name] = _validate_prediction(root, manifest["tensors"], levels, name, rec)
+        levels[name] = validate_prediction(root, manifest["tensors"], levels, name, rec)
     return files
-
-
-def _validate_prediction(root: Path, tensors: dict[str, Any], levels: dict[str, int], name: str, rec: dict) -> int:
-    """A predicted tensor's inputs must be captured tensors recorded before it (so no read ever
-    loops), of its dtype, at most MAX_LEVEL predictions deep; returns its depth."""
-    spec = (rec.get("encoding") or {}).get("predict")
-    if "alias_of" in rec:
-        return levels.get(rec["alias_of"], 0)
-    if spec is None:
-        return 0
-    inputs = spec.get("inputs") if isinstance(spec, dict) else None
-    if not (isinstance(spec, dict) and spec.get("op") in PREDICTORS and isinstance(spec.get("attrs", {}), dict)
-            and _is_list_of(inputs, str) and len(inputs) == PREDICTORS[spec["op"]][0]):
-        raise damaged(root, f"tensor {name!r}: its prediction {spec!r} is not one tftrace makes")
-    for source in inputs:
-        if source not in levels or tensors[source].get("stored_dtype") != rec["stored_dtype"]:
-            raise damaged(root, f"tensor {name!r} is predicted from {source!r}, which is not a captured tensor "
-                                "of its dtype recorded before it")
-        if tensors[source].get("values") == "artifact":
-            raise damaged(root, f"tensor {name!r} is predicted from {source!r}, whose values are not in the capture")
-    level = 1 + max(levels[source] for source in inputs)
-    if level > MAX_LEVEL:
-        raise damaged(root, f"tensor {name!r} is predicted {level} levels deep, more than {MAX_LEVEL}")
-    return level
 
 
 ALIAS_LAYOUT = ("dtype", "stored_dtype", "shape", "batch_major")  # what an alias and its tensor share
@@ -347,30 +326,10 @@ def _validate_record(root: Path, tensors_dir: Path, name: str, rec: Any, version
     if resolved.parent != tensors_dir or not resolved.is_file():
         raise bad(f"file {file} resolves to {resolved}, outside {TENSORS}/")
     if encoding is not None:
-        _validate_chunks(bad, encoding, shape, rec.get("batch_major"), int(match[2]), resolved.stat().st_size)
+        validate_chunks(bad, encoding, shape, rec.get("batch_major"), int(match[2]), resolved.stat().st_size)
     elif suffix == ".npy" and resolved.stat().st_size < declared:
         raise bad(f"file {file} is smaller than the {declared} bytes its record declares")
     return resolved
-
-
-def _validate_chunks(bad: Any, encoding: Any, shape: list[int], batch_major: Any, itemsize: int, size: int) -> None:
-    """A packed file's index: chunks inside the file that cover every row exactly once."""
-    if not isinstance(encoding, dict) or encoding.get("codec") != CODEC or not isinstance(encoding.get("chunks"), list):
-        raise bad(f"its encoding is not {CODEC} chunks")
-    chunks = encoding["chunks"]
-    if not all(isinstance(c, list) and len(c) == 5 and all(_is_count(x) for x in c) and c[0] <= c[1] and c[4] <= 1
-               for c in chunks):
-        raise bad("a chunk is not [first_row, end_row, offset, nbytes, predicted]")
-    rows = shape[0] if batch_major is True and shape else 1
-    if batch_major is not True and (len(chunks) != 1 or chunks[0][:2] != [0, 1]):
-        raise bad("a tensor that is not batch-major must be one chunk [0, 1, ...]")
-    covered = 0
-    for r0, r1, offset, nbytes, _ in sorted(chunks):
-        if r0 != covered or offset + nbytes > size:
-            raise bad(f"chunk of rows {r0}:{r1} overlaps another, leaves rows out or lies outside the file")
-        covered = r1
-    if covered != rows and chunks or (not chunks and rows and int(np.prod(shape, dtype=object))):
-        raise bad(f"its chunks cover {covered} of {rows} rows")
 
 
 # --------------------------------------------------------------------------- the other parts

@@ -42,8 +42,6 @@ from ._directory import prepare_directory, release_lock
 from ._entry import Entry, add_interval
 from ._flusher import Flusher
 from ._format import (
-    DIGEST_OPS,
-    MIN_DIGEST_BYTES,
     STRING,
     FORMAT,
     FORMAT_VERSION,
@@ -59,8 +57,8 @@ from ._format import (
     write_at,
 )
 from ._jobs import FileJobs
-from ._packed import CHUNK_BYTES, CODEC, MAX_LEVEL, PACKED_SUFFIX, compress, digest, predict, predictor_for, xor
-from ._unpack import read_packed
+from ._packed import CODEC, PACKED_SUFFIX, compress, digest, predictor_for
+from ._packing import PackedWrites
 from ._names import safe_filename
 from ._stats import Stats, file_stats
 from .reader import Capture
@@ -103,7 +101,7 @@ def _reports_full_disk(
 # --------------------------------------------------------------------------- writer
 
 
-class CaptureWriter:
+class CaptureWriter(PackedWrites):
     """Streams one side's tensors into a capture directory; ``finalize`` makes it readable.
 
     Batch-major tensors arrive batch by batch through :meth:`write_rows` into one ``.npy``
@@ -237,7 +235,7 @@ class CaptureWriter:
             raise ValueError(f"rows {span[0]}:{span[1]} of {tensor_name!r} were already written")
         if entry.link_of is not None and self._root(same_as) == entry.link_of and self._entries[entry.link_of].covers(*span):
             return  # the rows are in the shared file already
-        self._own_file(entry)
+        self._own_file(entry, span)
         data = stored.astype(entry.stored, copy=False)
         if entry.packed:
             inputs = self._inputs_for(entry.predict, span) if entry.predict is not None else None
@@ -360,122 +358,6 @@ class CaptureWriter:
         self._plain[key] = entry
         self._write_new(entry, stored)
 
-    # ---- packed files (format 2): chunks, predictions, digests
-
-    def _start_packed(self, tensor_name: str, entry: Entry) -> None:
-        """An empty packed file (chunks are appended by jobs) and whether its chunks may be predicted:
-        only from inputs stored in packed files, within :data:`MAX_LEVEL` predictions of a plain one."""
-        with os.fdopen(open_new(self._file(entry), exclusive=True), "wb"):  # never through a planted link
-            pass
-        spec = self._predictors.get(tensor_name)
-        if spec is None:
-            return
-        if not entry.batch_major:
-            self._drop_consumer(tensor_name)
-            return
-        sources = [self._entries.get(self._root(name) or "") for name in spec["inputs"]]
-        if all(s is not None and s.packed and s.digest is None and s.source_key is None for s in sources):
-            level = 1 + max(s.level for s in sources if s is not None)
-            if level <= MAX_LEVEL:
-                entry.predict, entry.level = spec, level
-                return
-        self._drop_consumer(tensor_name)
-
-    def _keep_for_predictions(self, tensor_name: str, span: tuple[int, int] | None, stored: np.ndarray) -> None:
-        """Hold a tensor's latest rows (or a small whole value) while predictions still need them."""
-        left = self._consumers.get(tensor_name, 0)
-        if left > 0 and (span is not None or stored.nbytes <= 1 << 20):
-            self._cache[tensor_name] = [span, stored, left]
-
-    def _inputs_for(self, spec: Mapping[str, Any], span: tuple[int, int]) -> list[tuple[np.ndarray, bool]] | None:
-        """The inputs of a prediction for rows ``span`` (values, whether they are rows), or None
-        when one is not at hand; rows no other prediction needs are let go."""
-        held = [self._cache.get(name) for name in spec["inputs"]]
-        if any(h is None or (h[0] is not None and h[0] != span) for h in held):
-            return None
-        for name, h in zip(spec["inputs"], held):
-            h[2] -= 1
-            if h[2] <= 0 and h[0] is not None:
-                self._cache.pop(name, None)
-        return [(h[1], h[0] is not None) for h in held]
-
-    def _drop_consumer(self, tensor_name: str) -> None:
-        """A tensor that will not be predicted: its inputs need not be held for it."""
-        spec = self._predictors.pop(tensor_name, None)
-        for name in spec["inputs"] if spec else ():
-            self._consumers[name] -= 1
-            held = self._cache.get(name)
-            if held is not None:
-                held[2] -= 1
-                if held[2] <= 0:
-                    del self._cache[name]
-
-    def _write_chunks(self, entry: Entry, span: tuple[int, int] | None, data: np.ndarray,
-                      inputs: list[tuple[np.ndarray, bool]] | None) -> int:
-        """Job: append rows ``span`` (None: the whole tensor) as chunks, each predicted when it can be."""
-        rows = len(data) if span is not None else 1
-        row_bytes = max(1, data.nbytes // max(1, rows))
-        step = max(1, CHUNK_BYTES // row_bytes)
-        written = 0
-        with open(self._file(entry), "ab") as f:
-            for start in range(0, rows, step):
-                part = data[start : start + step] if span is not None else data
-                guess = None
-                if inputs is not None:
-                    values = [x[start : start + len(part)] if is_rows else x for x, is_rows in inputs]
-                    guess = predict(entry.predict or {}, values, entry.stored, part.shape)
-                blob = compress(part if guess is None else xor(np.ascontiguousarray(part), guess))
-                first = span[0] + start if span is not None else 0
-                entry.chunks.append([first, first + (len(part) if span is not None else 1), f.tell(), len(blob),
-                                     int(guess is not None)])
-                f.write(blob)
-                written += len(blob)
-        self._written(entry, data)
-        return written
-
-    def _keeps_digest(self, tensor_name: str, stored: np.ndarray) -> bool:
-        """Whether only a digest of this value is kept: a large variable the artifact restored."""
-        op = self._ops.get(tensor_name.rsplit(":", 1)[0])
-        return self._artifact_values and op in DIGEST_OPS and stored.nbytes >= MIN_DIGEST_BYTES
-
-    def _take_digest(self, entry: Entry, data: np.ndarray) -> int:
-        """Job: a kept-by-digest value's digest and statistics (no file)."""
-        entry.digest = digest(data)
-        if entry.stats is not None:
-            entry.stats.add(data)
-        return 0
-
-    def _decode(self, entry: Entry) -> np.ndarray:
-        """A packed entry's stored values, predicted chunks resolved from their inputs' files."""
-        self._jobs.wait(entry.filename)
-
-        def get_input(name: str, r0: int | None, r1: int | None) -> np.ndarray:
-            value = self._decode(self._entries[self._root(name) or name])
-            return value[r0:r1] if r0 is not None and self._entries[name].batch_major else value
-
-        record = {"shape": list(entry.shape), "batch_major": entry.batch_major}
-        return read_packed(self._file(entry), record, {"chunks": sorted(entry.chunks), "predict": entry.predict},
-                           entry.stored, get_input)
-
-    def _unpredict_dependents(self, gone: str) -> None:
-        """Before a tensor's file goes: re-store every chunk predicted from it as plain values."""
-        for entry in self._entries.values():
-            if entry.predict is None or gone not in entry.predict["inputs"] or entry.link_of is not None:
-                continue
-            values = self._decode(entry)
-            path = self._file(entry)
-            tmp = path.with_name(f"{entry.filename}.{secrets.token_hex(8)}.tmp")
-            chunks = []
-            with os.fdopen(open_new(tmp, exclusive=True), "wb") as f:
-                for r0, r1, _, _, _ in sorted(entry.chunks):
-                    blob = compress(values[r0:r1] if entry.batch_major else values)
-                    chunks.append([r0, r1, f.tell(), len(blob), 0])
-                    f.write(blob)
-            os.replace(tmp, path)
-            entry.chunks, entry.predict, entry.level = chunks, None, 0
-            if self._flusher is not None:
-                self._flusher.submit(path)
-
     # ---- tensors stored once
 
     def _root(self, name: str | None) -> str | None:
@@ -506,20 +388,28 @@ class CaptureWriter:
         entry.header_len, entry.link_of, entry.stats, entry.level = owner.header_len, root, None, owner.level
         return True
 
-    def _own_file(self, entry: Entry) -> None:
-        """Before writing bytes of its own into a linked file: give the tensor a private copy."""
+    def _own_file(self, entry: Entry, span: tuple[int, int]) -> None:
+        """Before writing rows ``span`` of its own into a linked file: give the tensor a private
+        copy (packed: the rows it shared so far, decoded from the owner and stored plainly)."""
         if entry.link_of is None:
             return
-        self._jobs.wait(self._entries[entry.link_of].filename)  # the shared bytes, complete
+        owner = self._entries[entry.link_of]
+        self._jobs.wait(owner.filename)  # the shared bytes, complete
         path = self._file(entry)
         tmp = path.with_name(f"{entry.filename}.{secrets.token_hex(8)}.tmp")
-        with open(path, "rb") as src, os.fdopen(open_new(tmp, exclusive=True), "wb") as dst:
-            shutil.copyfileobj(src, dst)
+        if entry.packed:
+            values, entry.chunks = self._decode(owner), []
+            with os.fdopen(open_new(tmp, exclusive=True), "wb") as dst:
+                for start, end in entry.rows:
+                    for r0, r1 in ((start, min(end, span[0])), (max(start, span[1]), end)):
+                        if r0 < r1:
+                            blob = compress(values[r0:r1])
+                            entry.chunks.append([r0, r1, dst.tell(), len(blob), 0])
+                            dst.write(blob)
+        else:
+            with open(path, "rb") as src, os.fdopen(open_new(tmp, exclusive=True), "wb") as dst:
+                shutil.copyfileobj(src, dst)
         os.replace(tmp, path)
-        owner = self._entries[entry.link_of]
-        if entry.packed:  # the owner's chunks of the rows this one shared, now in its own copy
-            entry.chunks = [list(c) for c in owner.chunks if entry.covers(c[0], c[1])]
-            entry.predict = owner.predict
         entry.link_of = None
         if self._flusher is not None:
             self._flusher.submit(path)
