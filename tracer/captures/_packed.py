@@ -47,8 +47,9 @@ def _shuffled(stored: np.ndarray) -> bytes:
 
 
 def compress(stored: np.ndarray) -> bytes:
-    """One chunk's bytes: shuffled by byte position, then zstd (thread-safe: a compressor per call)."""
-    return _zstd().ZstdCompressor(level=LEVEL, write_content_size=True).compress(_shuffled(stored))
+    """One chunk's bytes: shuffled by byte position, then zstd with a checksum (a flipped byte is
+    refused, never read as other values); thread-safe: a compressor per call."""
+    return _zstd().ZstdCompressor(level=LEVEL, write_content_size=True, write_checksum=True).compress(_shuffled(stored))
 
 
 def decompress(blob: bytes, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:

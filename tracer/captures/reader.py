@@ -1,4 +1,4 @@
-"""Reading capture directories, which are untrusted input.
+"""Reading capture directories, which are untrusted input (format 1 and 2).
 
 Captures come from elsewhere (a colleague, a CI artifact), so the manifest is checked before
 anything is trusted: file paths must stay inside ``tensors/``, shapes and dtypes must be sane
