@@ -52,9 +52,10 @@ def compress(stored: np.ndarray) -> bytes:
     return _zstd().ZstdCompressor(level=LEVEL, write_content_size=True, write_checksum=True).compress(_shuffled(stored))
 
 
-def decompress(blob: bytes, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
-    """A chunk back as a fresh array of ``dtype``/``shape``; ValueError when its bytes do not decode
-    to exactly that many (a damaged or hostile file never allocates more than the declared size)."""
+def decompress(blob: bytes, dtype: np.dtype, shape: tuple[int, ...], out: np.ndarray | None = None) -> np.ndarray:
+    """A chunk back as an array of ``dtype``/``shape`` (written into ``out`` when given: C-contiguous,
+    that shape and dtype); ValueError when its bytes do not decode to exactly that many (a damaged or
+    hostile file never allocates more than the declared size; the frame's checksum is verified)."""
     n = int(np.prod(shape, dtype=object))
     size = n * dtype.itemsize
     zstd = _zstd()
@@ -67,10 +68,13 @@ def decompress(blob: bytes, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarr
         raise ValueError(f"a chunk does not decompress ({exc})") from exc
     if len(raw) != size:
         raise ValueError(f"a chunk holds {len(raw)} bytes, not {size}")
+    result = np.empty(shape, dtype) if out is None else out
     width = dtype.itemsize
-    flat = np.frombuffer(raw, np.uint8)
-    out = flat.reshape(width, n).T.copy() if width > 1 else flat.copy()
-    return out.view(dtype).reshape(shape)
+    planes = np.frombuffer(raw, np.uint8).reshape(width, n)
+    target = result.reshape(-1).view(np.uint8).reshape(n, width)
+    for k in range(width):  # one byte plane at a time: ~3x faster than a transposed copy
+        target[:, k] = planes[k]
+    return result
 
 
 def digest(stored: np.ndarray) -> str:
@@ -140,7 +144,9 @@ def predict(spec: Mapping[str, Any], inputs: Sequence[np.ndarray], dtype: np.dty
     return out if out.dtype == dtype and out.shape == shape else None
 
 
-def xor(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Bits of ``a`` XOR bits of ``b`` (same float dtype), as that dtype."""
+def xor(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """Bits of ``a`` XOR bits of ``b`` (same float dtype), as that dtype (into ``out`` when given)."""
     word = f"u{a.dtype.itemsize}"
-    return np.bitwise_xor(a.view(word), b.view(word)).view(a.dtype)
+    result = np.bitwise_xor(a.view(word), np.ascontiguousarray(b).view(word),
+                            out=None if out is None else out.view(word))
+    return result.view(a.dtype)

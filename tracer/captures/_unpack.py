@@ -30,32 +30,39 @@ def chunk_rows(shape: tuple[int, ...], batch_major: bool, r0: int, r1: int) -> t
 
 
 def read_packed(path: Path, record: dict[str, Any], encoding: dict[str, Any], stored: np.dtype,
-                get_input: GetInput) -> np.ndarray:
-    """The tensor's stored values (a fresh read-only array). Raises ValueError with what is wrong."""
+                get_input: GetInput, rows: tuple[int, int] | None = None) -> np.ndarray:
+    """The tensor's stored values, or only rows ``[r0, r1)`` of a batch-major one (decoding only
+    the chunks that hold them), as a fresh read-only array. Raises ValueError with what is wrong.
+
+    Each chunk decodes straight into its place in the result; a predicted chunk asks
+    ``get_input`` for its inputs' same rows only, so a read never needs a whole input.
+    """
     shape, batch_major = tuple(record["shape"]), bool(record["batch_major"])
-    out = np.empty(shape, stored)
+    first, end = rows if rows is not None and batch_major else (0, shape[0] if batch_major and shape else 1)
+    out = np.empty((end - first, *shape[1:]) if batch_major else shape, stored)
     spec = encoding.get("predict")
     with open(path, "rb") as f:
         for r0, r1, offset, nbytes, predicted in encoding["chunks"]:
+            lo, hi = max(r0, first), min(r1, end)
+            if batch_major and lo >= hi and r0 != r1:
+                continue  # none of the rows asked for
             f.seek(offset)
             blob = f.read(nbytes)
             if len(blob) != nbytes:
                 raise ValueError(f"a chunk at byte {offset} runs past the end of the file")
-            rows_shape = chunk_rows(shape, batch_major, r0, r1)
-            values = decompress(blob, stored, rows_shape)
+            whole_chunk = not batch_major or (lo, hi) == (r0, r1)
+            target = (out[r0 - first : r1 - first] if batch_major else out) if whole_chunk else None
+            values = decompress(blob, stored, chunk_rows(shape, batch_major, r0, r1), out=target)
             if predicted:
                 if spec is None:
                     raise ValueError("a chunk is marked predicted but the record has no prediction")
-                rows = (r0, r1) if batch_major else (None, None)
-                inputs = [get_input(name, *rows) for name in spec["inputs"]]
-                guess = predict(spec, inputs, stored, rows_shape)
+                inputs = [get_input(name, *((r0, r1) if batch_major else (None, None))) for name in spec["inputs"]]
+                guess = predict(spec, inputs, stored, values.shape)
                 if guess is None:
                     raise ValueError(f"its {spec['op']} prediction cannot be made from its inputs")
-                values = xor(values, guess)
-            if batch_major:
-                out[r0:r1] = values
-            else:
-                out[...] = values
+                xor(values, guess, out=values)
+            if target is None:
+                out[lo - first : hi - first] = values[lo - r0 : hi - r0]
     out.flags.writeable = False
     return out
 

@@ -192,10 +192,19 @@ class Capture:
         return value
 
     def _input_rows(self, name: str, r0: int | None, r1: int | None) -> np.ndarray:
-        """Rows ``[r0, r1)`` of a prediction's input (all of a non-batch-major one)."""
+        """Rows ``[r0, r1)`` of a prediction's input (all of a non-batch-major one): from a tensor
+        decoded lately, else decoding only the chunks that hold them (never a whole input)."""
         record = self.manifest["tensors"][name]
-        value = self._stored(record.get("alias_of") or name)
-        return value[r0:r1] if r0 is not None and record["batch_major"] else value
+        owner = record.get("alias_of") or name
+        if r0 is None or not record["batch_major"] or owner in self._decoded:
+            value = self._stored(owner)
+            return value[r0:r1] if r0 is not None and record["batch_major"] else value
+        record = self.manifest["tensors"][owner]
+        encoding = record.get("encoding")
+        if encoding is None:
+            return open_npy(self._files[owner], tuple(record["shape"]), np.dtype(record["stored_dtype"]))[r0:r1]
+        return read_packed(self._files[owner], record, encoding, np.dtype(record["stored_dtype"]), self._input_rows,
+                           rows=(r0, r1))
 
     def plain_output(self, key: str) -> np.ndarray | None:
         """Signature output ``key`` as the plain run computed it (only the signature outputs
