@@ -37,6 +37,7 @@ class Entry:
     level: int = 0  # the longest chain of predicted tensors a read of this one decodes
     digest: str | None = None  # values left in the artifact: only their digest is kept (no file)
     source_key: str | None = None  # ... and the checkpoint key they are read back by
+    known_stats: dict | None = None  # statistics taken by another capture (keep_digest_of)
 
     def covers(self, start: int, end: int) -> bool:
         """Whether rows [start, end) were written (one merged interval holds them all)."""

@@ -182,14 +182,24 @@ class Capture:
         if name in self._decoded:
             self._decoded.move_to_end(name)
             return self._decoded[name]
+        self._make_room(int(record["size_bytes"]), (encoding.get("predict") or {}).get("inputs", []))
         try:
             value = read_packed(self._files[name], record, encoding, stored_dtype, self._input_rows)
         except ValueError as exc:
             raise damaged(self.path, f"tensor {name!r}: {exc}") from exc
         self._decoded[name] = value
-        while sum(v.nbytes for v in self._decoded.values()) > DECODED_CACHE_BYTES and len(self._decoded) > 1:
-            self._decoded.popitem(last=False)
         return value
+
+    def _make_room(self, nbytes: int, inputs: list[str]) -> None:
+        """Before decoding ``nbytes``: let go of the tensors decoded lately, oldest first, until
+        they and it fit DECODED_CACHE_BYTES; the new tensor's own inputs are kept (it reads them).
+        So a read holds its result and its inputs, not a capture."""
+        keep = {self.manifest["tensors"][n].get("alias_of") or n for n in inputs if n in self.manifest["tensors"]}
+        for name in list(self._decoded):
+            if sum(v.nbytes for v in self._decoded.values()) + nbytes <= DECODED_CACHE_BYTES:
+                return
+            if name not in keep:
+                del self._decoded[name]
 
     def _input_rows(self, name: str, r0: int | None, r1: int | None) -> np.ndarray:
         """Rows ``[r0, r1)`` of a prediction's input (all of a non-batch-major one): from a tensor

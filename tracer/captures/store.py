@@ -358,6 +358,17 @@ class CaptureWriter(PackedWrites):
         self._plain[key] = entry
         self._write_new(entry, stored)
 
+    def keep_digest_of(self, tensor_name: str, record: Mapping[str, Any]) -> None:
+        """Record a tensor that another capture kept by digest (its values in that capture's
+        artifact, which this manifest's spec must name too): same digest, key, layout and stats."""
+        self._check_open()
+        if tensor_name in self._entries:
+            raise ValueError(f"tensor {tensor_name!r} was already stored")
+        entry = Entry(self._claim_filename(tensor_name, True), record["dtype"], np.dtype(record["stored_dtype"]),
+                      tuple(record["shape"]), batch_major=bool(record["batch_major"]), stats=None, packed=True)
+        entry.digest, entry.source_key, entry.known_stats = record["digest"], record["checkpoint_key"], record.get("stats")
+        self._entries[tensor_name] = entry
+
     # ---- tensors stored once
 
     def _root(self, name: str | None) -> str | None:
@@ -536,6 +547,8 @@ class CaptureWriter(PackedWrites):
             stats = earlier[entry.link_of]["stats"]  # the same bytes: the same statistics
         elif entry.stats is not None:
             stats = entry.stats.to_json()
+        elif entry.known_stats is not None or entry.source_key is not None:  # kept by digest in another capture
+            stats = entry.known_stats
         else:  # bytes it shared before it took a private copy were never seen here
             stats = file_stats(self._stored_values(entry), entry.dtype_name)
         record: dict[str, Any] = {

@@ -438,6 +438,7 @@ def _metrics(cap_a: Capture, cap_b: Capture, alignment: Alignment, tolerance: To
                     continue
                 tb = tb.reshape(ta.shape) if tb.shape != ta.shape else tb  # paired row by row (align)
                 out[pair.a] = compare_arrays(ta, tb, rtols=(rtol,), release=True)
+                del ta, tb  # a decoded (format 2) pair is let go before the next is read
     return out
 
 
