@@ -43,7 +43,7 @@ from ._values import artifact_values
 __all__ = ["Capture", "MissingKey"]
 
 MAX_MANIFEST_BYTES = 1 << 30  # a real manifest of a 10,000-op model is a few MB
-DECODED_CACHE_BYTES = 32 << 20  # packed tensors decoded lately: the predicted tensors read next need them
+DECODED_CACHE_BYTES = 16 << 20  # packed tensors decoded lately: the predicted tensors read next need them
 LAYOUTS = frozenset({"rows", "const", "whole", "varies"})
 
 
@@ -192,9 +192,11 @@ class Capture:
 
     def _make_room(self, nbytes: int, inputs: list[str]) -> None:
         """Before decoding ``nbytes``: let go of the tensors decoded lately, oldest first, until
-        they and it fit DECODED_CACHE_BYTES; the new tensor's own inputs are kept (it reads them).
-        So a read holds its result and its inputs, not a capture."""
+        they and it fit DECODED_CACHE_BYTES; the new tensor's own inputs are kept (it reads them)
+        while they fit too. So a read holds its result and small inputs, never a capture."""
         keep = {self.manifest["tensors"][n].get("alias_of") or n for n in inputs if n in self.manifest["tensors"]}
+        if sum(self._decoded[n].nbytes for n in keep if n in self._decoded) > DECODED_CACHE_BYTES:
+            keep = set()  # large inputs are read again chunk by chunk: a read holds one large tensor, its own
         for name in list(self._decoded):
             if sum(v.nbytes for v in self._decoded.values()) + nbytes <= DECODED_CACHE_BYTES:
                 return
