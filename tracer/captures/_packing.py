@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import secrets
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,7 @@ import numpy as np
 
 from ..safewrite import open_new
 from ._entry import Entry
-from ._format import DIGEST_OPS, MIN_DIGEST_BYTES
+from ._format import DIGEST_OPS, MIN_DIGEST_BYTES, open_npy
 from ._jobs import FileJobs
 from ._flusher import Flusher
 from ._packed import CHUNK_BYTES, MAX_LEVEL, compress, digest, predict, xor
@@ -41,15 +41,13 @@ class PackedWrites:
     _predictors: dict[str, dict[str, Any]]
     _consumers: dict[str, int]
     _cache: dict[str, list[Any]]
+    # and, from the writer and its other mixin:
+    _file: Callable[[Entry], Path]
+    _root: Callable[[str | None], str | None]
+    _written: Callable[[Entry, np.ndarray], None]
+    _check_open: Callable[[], None]
+    _claim_filename: Callable[..., str]
 
-    def _file(self, entry: Entry) -> Path:
-        raise NotImplementedError
-
-    def _root(self, name: str | None) -> str | None:
-        raise NotImplementedError
-
-    def _written(self, entry: Entry, data: np.ndarray) -> None:
-        raise NotImplementedError
 
     def _start_packed(self, tensor_name: str, entry: Entry) -> None:
         """An empty packed file (chunks are appended by jobs) and whether its chunks may be predicted:
@@ -165,3 +163,17 @@ class PackedWrites:
             if self._flusher is not None:
                 self._flusher.submit(path)
 
+    def keep_digest_of(self, tensor_name: str, record: Mapping[str, Any]) -> None:
+        """Record a tensor that another capture kept by digest (its values in that capture's
+        artifact, which this manifest's spec must name too): same digest, key, layout and stats."""
+        self._check_open()
+        if tensor_name in self._entries:
+            raise ValueError(f"tensor {tensor_name!r} was already stored")
+        entry = Entry(self._claim_filename(tensor_name, True), record["dtype"], np.dtype(record["stored_dtype"]),
+                      tuple(record["shape"]), batch_major=bool(record["batch_major"]), stats=None, packed=True)
+        entry.digest, entry.source_key, entry.known_stats = record["digest"], record["checkpoint_key"], record.get("stats")
+        self._entries[tensor_name] = entry
+
+    def _stored_values(self, entry: Entry) -> np.ndarray:
+        """What a stored entry with a file holds (its owner's, for an alias)."""
+        return self._decode(entry) if entry.packed else open_npy(self._file(entry), entry.shape, entry.stored)

@@ -26,7 +26,6 @@ import functools
 import json
 import os
 import secrets
-import shutil
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -57,7 +56,8 @@ from ._format import (
     write_at,
 )
 from ._jobs import FileJobs
-from ._packed import CODEC, PACKED_SUFFIX, compress, digest, predictor_for
+from ._packed import CODEC, PACKED_SUFFIX, digest, predictor_for
+from ._links import LinkedFiles
 from ._packing import PackedWrites
 from ._names import safe_filename
 from ._stats import Stats, file_stats
@@ -101,7 +101,7 @@ def _reports_full_disk(
 # --------------------------------------------------------------------------- writer
 
 
-class CaptureWriter(PackedWrites):
+class CaptureWriter(LinkedFiles, PackedWrites):
     """Streams one side's tensors into a capture directory; ``finalize`` makes it readable.
 
     Batch-major tensors arrive batch by batch through :meth:`write_rows` into one ``.npy``
@@ -358,83 +358,6 @@ class CaptureWriter(PackedWrites):
         self._plain[key] = entry
         self._write_new(entry, stored)
 
-    def keep_digest_of(self, tensor_name: str, record: Mapping[str, Any]) -> None:
-        """Record a tensor that another capture kept by digest (its values in that capture's
-        artifact, which this manifest's spec must name too): same digest, key, layout and stats."""
-        self._check_open()
-        if tensor_name in self._entries:
-            raise ValueError(f"tensor {tensor_name!r} was already stored")
-        entry = Entry(self._claim_filename(tensor_name, True), record["dtype"], np.dtype(record["stored_dtype"]),
-                      tuple(record["shape"]), batch_major=bool(record["batch_major"]), stats=None, packed=True)
-        entry.digest, entry.source_key, entry.known_stats = record["digest"], record["checkpoint_key"], record.get("stats")
-        self._entries[tensor_name] = entry
-
-    # ---- tensors stored once
-
-    def _root(self, name: str | None) -> str | None:
-        """The stored tensor that owns ``name``'s bytes (itself, or what its file links to)."""
-        entry = self._entries.get(name) if name is not None else None
-        if entry is None:
-            return None
-        return name if entry.link_of is None else entry.link_of
-
-    def _share(self, entry: Entry, same_as: str | None, span: tuple[int, int] | None) -> bool:
-        """Make a new tensor's file a hard link to the file of ``same_as``'s owner, if that file
-        already holds the bytes (whole, or rows ``span``); False when it must be written."""
-        root = self._root(same_as)
-        if root is None:
-            return False
-        owner = self._entries[root]
-        if not entry.can_share(owner) or (span is not None and not owner.covers(*span)):
-            return False
-        if owner.source_key is not None:  # kept by digest: no file to link, the same values
-            entry.link_of, entry.stats, entry.source_key = root, None, owner.source_key
-            return True
-        try:
-            os.link(self._file(owner), self._file(entry))
-        except OSError as exc:
-            if exc.errno in _DISK_FULL:
-                raise
-            return False  # a file system without hard links (or too many): store a copy
-        entry.header_len, entry.link_of, entry.stats, entry.level = owner.header_len, root, None, owner.level
-        return True
-
-    def _own_file(self, entry: Entry, span: tuple[int, int]) -> None:
-        """Before writing rows ``span`` of its own into a linked file: give the tensor a private
-        copy (packed: the rows it shared so far, decoded from the owner and stored plainly)."""
-        if entry.link_of is None:
-            return
-        owner = self._entries[entry.link_of]
-        self._jobs.wait(owner.filename)  # the shared bytes, complete
-        path = self._file(entry)
-        tmp = path.with_name(f"{entry.filename}.{secrets.token_hex(8)}.tmp")
-        if entry.packed:
-            values, entry.chunks = self._decode(owner), []
-            with os.fdopen(open_new(tmp, exclusive=True), "wb") as dst:
-                for start, end in entry.rows:
-                    for r0, r1 in ((start, min(end, span[0])), (max(start, span[1]), end)):
-                        if r0 < r1:
-                            blob = compress(values[r0:r1])
-                            entry.chunks.append([r0, r1, dst.tell(), len(blob), 0])
-                            dst.write(blob)
-        else:
-            with open(path, "rb") as src, os.fdopen(open_new(tmp, exclusive=True), "wb") as dst:
-                shutil.copyfileobj(src, dst)
-        os.replace(tmp, path)
-        entry.link_of = None
-        if self._flusher is not None:
-            self._flusher.submit(path)
-
-    def _orphan_links(self, gone: str, owner: Entry) -> None:
-        """A tensor whose file others link to is dropped: the first of them owns the bytes now
-        (with the chunk index or the digest that describes them)."""
-        heir = None
-        for name, entry in self._entries.items():
-            if entry.link_of == gone:
-                entry.link_of, heir = (None, name) if heir is None else (heir, heir)
-                if entry.link_of is None:
-                    entry.chunks, entry.predict, entry.digest = [list(c) for c in owner.chunks], owner.predict, owner.digest
-
     @_reports_full_disk
     def mark_uncaptured(self, tensor_name: str, reason: str) -> None:
         """Record why a tensor is missing; deletes anything already stored for it.
@@ -478,10 +401,6 @@ class CaptureWriter(PackedWrites):
         if dtype_name != entry.dtype_name or stored.shape != entry.shape or stored.dtype != entry.stored:
             return False
         return bitwise_equal(self._stored_values(owner), stored) if owner.digest is None else digest(stored) == owner.digest
-
-    def _stored_values(self, entry: Entry) -> np.ndarray:
-        """What a stored entry with a file holds (its owner's, for an alias)."""
-        return self._decode(entry) if entry.packed else open_npy(self._file(entry), entry.shape, entry.stored)
 
     def _file(self, entry: Entry) -> Path:
         return self.path / TENSORS / entry.filename
