@@ -113,3 +113,29 @@ def test_capture_then_compare_measures_differing_weights_from_the_checkpoints(tm
         assert not m.identical and m.max_abs == 6.0 and m.mismatch_count == np.count_nonzero(kernel)
         reports[keep] = {k: asdict(v) for k, v in result.metrics.items()}
     assert reports[False] == reports[True]
+
+
+def test_packed_tensors_with_equal_values_digests_are_compared_without_a_read(tmp_path: Path) -> None:
+    """Format 2 digests every packed tensor's values row by row: the same values batched
+    differently digest alike, a single flipped bit does not, and compare reads neither side of
+    an equal pair (its files are gone here)."""
+    rows = np.random.default_rng(3).normal(size=(6, 5)).astype(np.float32)
+    changed = rows.copy()
+    changed.view(np.uint32)[4, 2] ^= 1
+    caps = {}
+    for key, value, batches in (("a", rows, ((0, 6),)), ("b", rows, ((0, 2), (4, 6), (2, 4))), ("c", changed, ((0, 6),))):
+        with CaptureWriter(tmp_path / key) as writer:
+            for start, stop in batches:
+                writer.write_rows("t:0", value[start:stop], start, 6)
+            writer.write_rows("t/read:0", value, 0, 6, same_as="t:0")
+            writer.finalize({})
+        caps[key] = Capture.open(tmp_path / key)
+    assert caps["a"].values_digest("t:0") == caps["b"].values_digest("t:0") == caps["b"].values_digest("t/read:0")
+    assert caps["a"].values_digest("t:0") != caps["c"].values_digest("t:0")
+    for path in (tmp_path / "b" / "tensors").iterdir():
+        path.unlink()  # compare must not need them
+    alignment = Alignment({"t": NodeAlignment("t", "t", "name", "compared", [TensorPair("t:0", "t:0", "name", True)])}, [])
+    got = _metrics(caps["a"], caps["b"], alignment, Tolerance())["t:0"]
+    assert asdict(got) == asdict(compare_arrays(rows, rows.copy(), rtols=(Tolerance().rtol,)))
+    differs = _metrics(caps["a"], caps["c"], alignment, Tolerance())["t:0"]
+    assert not differs.identical and differs.mismatch_count == 1 and differs.ulp_max == 1

@@ -38,6 +38,7 @@ class Entry:
     digest: str | None = None  # values left in the artifact: only their digest is kept (no file)
     source_key: str | None = None  # ... and the checkpoint key they are read back by
     known_stats: dict | None = None  # statistics taken by another capture (keep_digest_of)
+    row_digests: dict[int, bytes] = field(default_factory=dict)  # packed: sha256 of each row written (0: whole)
 
     def covers(self, start: int, end: int) -> bool:
         """Whether rows [start, end) were written (one merged interval holds them all)."""

@@ -100,4 +100,5 @@ class LinkedFiles:
                 entry.link_of, heir = (None, name) if heir is None else (heir, heir)
                 if entry.link_of is None:
                     entry.chunks, entry.predict, entry.digest = [list(c) for c in owner.chunks], owner.predict, owner.digest
+                    entry.row_digests = dict(owner.row_digests)
 

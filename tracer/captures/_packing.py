@@ -11,6 +11,7 @@ stored tensor ever depends on one that is gone. Never imports TensorFlow.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import secrets
 from collections.abc import Callable, Mapping
@@ -117,8 +118,24 @@ class PackedWrites:
                                      int(guess is not None)])
                 f.write(blob)
                 written += len(blob)
+        if span is None:
+            entry.row_digests[0] = hashlib.sha256(np.ascontiguousarray(data).reshape(-1).view(np.uint8).data).digest()
+        else:
+            for i, row in enumerate(data):
+                entry.row_digests[span[0] + i] = hashlib.sha256(np.ascontiguousarray(row).reshape(-1).view(np.uint8).data).digest()
         self._written(entry, data)
         return written
+
+    def rows_digest(self, entry: Entry) -> str | None:
+        """The digest of a packed tensor's values, from its rows' (so it does not depend on how
+        the rows were batched or chunked); None when a row's was not taken here."""
+        rows = entry.shape[0] if entry.batch_major else 1
+        if len(entry.row_digests) != rows:
+            return None
+        h = hashlib.sha256(f"{entry.stored.str}{list(entry.shape)}".encode())
+        for i in range(rows):
+            h.update(entry.row_digests[i])
+        return "sha256:" + h.hexdigest()
 
     def _keeps_digest(self, tensor_name: str, stored: np.ndarray) -> bool:
         """Whether only a digest of this value is kept: a large variable the artifact restored."""

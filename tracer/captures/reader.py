@@ -168,6 +168,13 @@ class Capture:
         found = self.manifest["tensors"][owner].get("digest")
         return digest(self._stored(owner)) if found is None and compute else found
 
+    def values_digest(self, name: str) -> str | None:
+        """The digest format 2 takes of a packed tensor's values as it writes them (None for
+        others): two tensors with equal ones are bitwise identical, so compare reads neither."""
+        record = self.record(name)
+        found = self.manifest["tensors"][record.get("alias_of") or name].get("values_digest")
+        return found if isinstance(found, str) and found.startswith("sha256:") else None
+
     def _stored(self, name: str) -> np.ndarray:
         """A tensor's stored values: mapped ``.npy``, decoded packed chunks, or read from the artifact."""
         record = self.manifest["tensors"][name]

@@ -23,6 +23,7 @@ from rich.console import Console
 from .align import Alignment, CaptureView, align
 from ..captures.launcher import capture as capture_side
 from ..captures.reader import Capture
+from ..captures._format import EXTENDED
 from ..captures._values import ValuesNotStored
 from .divergence import Divergence, Tolerance, classify
 from ..errors import TftraceError
@@ -429,6 +430,10 @@ def _metrics(cap_a: Capture, cap_b: Capture, alignment: Alignment, tolerance: To
                 if da is not None and da == db:
                     out[pair.a] = _identical_by_digest(cap_a.record(pair.a), rtol)
                     continue
+                va = cap_a.values_digest(pair.a)
+                if va is not None and va == cap_b.values_digest(pair.b):  # packed and bitwise identical: no read
+                    out[pair.a] = _identical_by_digest(cap_a.record(pair.a), rtol)
+                    continue
                 # each pair is read once here: its mapped pages are given back as it is scanned
                 try:
                     ta, tb = cap_a.tensor(pair.a), cap_b.tensor(pair.b)
@@ -445,7 +450,8 @@ def _metrics(cap_a: Capture, cap_b: Capture, alignment: Alignment, tolerance: To
 def _identical_by_digest(record: dict[str, Any], rtol: float) -> TensorMetrics:
     """The metrics of a tensor compared with a bitwise copy of itself, from its record alone (the
     NaN/inf counts are its statistics'): what compare_arrays gives for the pair, without reading it."""
-    dtype, shape = np.dtype(record["dtype"]), tuple(record["shape"])
+    name = record["dtype"]  # as Capture.tensor gives it: bfloat16 and the other ml_dtypes widened
+    dtype, shape = np.dtype(EXTENDED[name][1] if name in EXTENDED else name), tuple(record["shape"])
     size = int(np.prod(shape, dtype=object))
     stats = record.get("stats") or {}
     nan, inf = int(stats.get("nan") or 0), int(stats.get("inf") or 0)
