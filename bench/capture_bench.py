@@ -172,6 +172,12 @@ def _summary(model: Model, batch: int, rounds: int, raw: dict[str, list[dict[str
         "ref_variable_bytes": ref_variables,  # VariableV2 outputs: the same values as their /read
         # tensors whose bytes are another's (alias_of: a hard link to its file), stored once
         "aliased_bytes": sum(rec["size_bytes"] for rec in manifest["tensors"].values() if "alias_of" in rec),
+        # format 2: values the checkpoint holds, kept as a digest only (no file), and tensors stored
+        # as the residual of an elementwise prediction (the rest are zstd-packed); logical bytes
+        "digest_kept_bytes": sum(rec["size_bytes"] for rec in manifest["tensors"].values()
+                                 if rec.get("values") == "artifact" and "alias_of" not in rec),
+        "predicted_bytes": sum(rec["size_bytes"] for rec in manifest["tensors"].values()
+                               if (rec.get("encoding") or {}).get("predict")),
         "capture_child_s": {k: median([x["child_timings"].get(k, 0.0) for x in raw["capture"]])
                             for k in ("load_s", "instrumented_s", "sync_s", "total_s")},
         "capture_process_s": median([x["process_s"] for x in raw["capture"]]),

@@ -50,7 +50,6 @@ def _capture_limits(c: dict[str, Any]) -> str:
     raw, s = c["raw"], c["seconds"]
     fixed = _med(raw["tfdbg"], "import_s") + _med(raw["tfdbg"], "build_s") + _med(raw["tfdbg"], "load_s")
     own_fixed = c["capture_child_s"]["load_s"]
-    extra = (c["capture_disk_bytes"] - c["activation_bytes"]) / MB
     plain_cost = f" A warm plain run costs {c['plain_next_run_s'] * 1000:.0f} ms here." if c.get("plain_next_run_s") else ""
     child = c["capture_child_s"]
     work = child["instrumented_s"] + child["sync_s"]  # run the graph, write every tensor durably
@@ -66,11 +65,13 @@ def _capture_limits(c: dict[str, Any]) -> str:
   tensor written and made durable: {work / run:.2f}x tfdbg's dumped run. 0.5x would mean finishing in
   {s['tfdbg'] / 2:.1f} s, and every contender pays TensorFlow's import before its first tensor ({imports:.1f} s in
   the naive script, which does nothing else until it loads the model).
-- **Disk against tfdbg.** Both write raw tensor bytes (tfdbg as `TensorProto`s in one file, tftrace as
-  `.npy`s): the activations cost the same {c['activation_bytes'] / MB:.0f} MB in both. tftrace also stores the
-  weights, {extra:.0f} MB here (once: each `/read` Identity is an alias of its `VariableV2`), which tfdbg does
-  not dump in a TF1 graph at all. Half of tfdbg's bytes is out of reach without compressing or dropping
-  activations.
+- **Disk against tfdbg.** tfdbg writes raw tensor bytes (`TensorProto`s in one file); tftrace (capture
+  format 2) packs each tensor as byte-shuffled zstd chunks, and stores a BiasAdd, Relu, Add or inference
+  batch norm output as the XOR of its bits with numpy's value of that op on its captured inputs (zero where
+  exact: {c.get('predicted_bytes', 0) / MB:.0f} MB of tensors stored so), lossless either way. Of the weights,
+  which tfdbg does not dump in a TF1 graph at all, the large variables the checkpoint restored keep only a
+  sha256 ({c.get('digest_kept_bytes', 0) / MB:.0f} MB not written; read back from the checkpoint when two
+  sides' digests differ, or stored with `--keep-weights`); each `/read` Identity is an alias of its `VariableV2`.
 - **Time against the naive script.** The naive script keeps everything in memory and writes nothing; tftrace
   writes {c['capture_disk_bytes'] / MB:.0f} MB and makes them durable before the manifest (an `fsync` per file, in a
   background thread while it writes), computes each tensor's statistics as it writes them, and runs the plain

@@ -56,7 +56,7 @@ def _node(name: str, op: str, inputs: tuple[str, ...] = (), shape: list[int | No
 
 
 def synthetic(out: Path, scale: float, model: str, env: dict[str, str] | None = None,
-              allow_unsafe_ops: bool = False) -> Path:
+              allow_unsafe_ops: bool = False, packed: bool = True) -> Path:
     """x -> Mul(x, scale) -> Identity -> y, four examples in one run, written as the worker would.
 
     ``model`` is the path the spec records (isolation replays it when it exists here);
@@ -65,7 +65,7 @@ def synthetic(out: Path, scale: float, model: str, env: dict[str, str] | None = 
     values = {"x:0": X, "scale:0": np.float32(scale), "mul:0": X * np.float32(scale), "y:0": X * np.float32(scale)}
     layout = {"x:0": "rows", "scale:0": "const", "mul:0": "rows", "y:0": "rows"}
     side = Side(ArtifactRef(model), knobs=Knobs(env=tuple(sorted((env or {}).items()))))
-    with CaptureWriter(out) as writer:
+    with CaptureWriter(out, packed=packed) as writer:
         for name, value in values.items():
             if layout[name] == "rows":  # y is an Identity: stored once, as an alias of mul
                 writer.write_rows(name, value, 0, ROWS, same_as="mul:0" if name == "y:0" else None)
@@ -144,8 +144,9 @@ def _tensor(name: str, change: Callable[[dict[str, Any]], None]) -> Callable[[di
 def _outside_link_of(name: str) -> Callable[[dict[str, Any], Path], None]:
     def attack(manifest: dict[str, Any], cap: Path) -> None:
         np.save(cap.parent / "secret.npy", X)
-        (cap / "tensors" / "link.npy").symlink_to(cap.parent / "secret.npy")
-        manifest["tensors"][name]["file"] = "tensors/link.npy"
+        suffix = Path(manifest["tensors"][name]["file"]).suffix  # .zst: packed (format 2)
+        (cap / "tensors" / f"link{suffix}").symlink_to(cap.parent / "secret.npy")
+        manifest["tensors"][name]["file"] = f"tensors/link{suffix}"
 
     return attack
 
@@ -162,7 +163,7 @@ MANIFEST_ATTACKS: dict[str, tuple[Callable[[dict[str, Any], Path], None], str]] 
                           "tensor 'x:0': file path '../../../../etc/passwd' contains '..' or a backslash"),
     "absolute file path": (_tensor("x:0", lambda r: r.update(file="/etc/passwd")),
                            "tensor 'x:0': file path '/etc/passwd' is absolute"),
-    "symlink out of tensors/": (_outside_link, "tensors/link.npy resolves to "),
+    "symlink out of tensors/": (_outside_link, "tensors/link.zst resolves to "),
     "shape of 2**50 elements": (_tensor("x:0", lambda r: r.update(shape=[2**25, 2**25], size_bytes=2**52)),
                                 "shape [33554432, 33554432] declares 4503599627370496 bytes, more than the "
                                 "1099511627776-byte limit"),
@@ -196,7 +197,7 @@ MANIFEST_ATTACKS: dict[str, tuple[Callable[[dict[str, Any], Path], None], str]] 
                                            "tensor 'y:0': alias_of 'scale:0' names a tensor of another shape "
                                            "([4, 4] here, [] there)"),
     "alias chain": (_tensor("x:0", lambda r: r.update(alias_of="y:0")), "tensor 'x:0': alias_of 'y:0' names an alias itself"),
-    "alias through a symlink out of tensors/": (_outside_link_of("y:0"), "tensors/link.npy resolves to "),
+    "alias through a symlink out of tensors/": (_outside_link_of("y:0"), "tensors/link.zst resolves to "),
 }
 TEXT_ATTACKS: dict[str, tuple[Callable[[Path], None], str]] = {
     "NaN in the JSON": (lambda p: p.write_text(p.read_text()[:-1] + ', "x": NaN}'), "manifest.json is not valid JSON"),
@@ -234,7 +235,7 @@ def test_malformed_manifest_text_is_refused_by_compare(attack: str, pair: dict[s
 
 
 def test_npy_header_claiming_2_40_elements_is_refused_before_mapping(pair: dict[str, Path], tmp_path: Path) -> None:
-    cap = _copy(pair["a"], tmp_path / "a")
+    cap = synthetic(tmp_path / "a", 2.0, "/nonexistent/model_a", packed=False)  # .npy files (format 1's, strings')
     path = cap / Capture.open(cap).record("x:0")["file"]
     header_len = len(path.read_bytes()) - X.nbytes
     huge = np.lib.format.header_data_from_array_1_0(X) | {"shape": (2**40,)}

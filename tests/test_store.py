@@ -28,8 +28,10 @@ def _write_batches(writer: CaptureWriter, name: str, data: np.ndarray, sizes: tu
         offset += size
 
 
-def _simple_capture(path: Path) -> Path:
-    with CaptureWriter(path) as writer:
+def _simple_capture(path: Path, packed: bool = False) -> Path:
+    """Plain ``.npy`` files by default: the file-level refusals below are about those (the packed
+    files of format 2 have their own in test_store_packed.py)."""
+    with CaptureWriter(path, packed=packed) as writer:
         _write_batches(writer, "conv/out:0", ROWS, (8, 8, 4))
         writer.write_whole("conv/kernel", np.array([[1.0, -2.0], [3.0, np.nan]], dtype=np.float64))
         writer.finalize({"spec": {"batch_size": 8}, "environment": {"tf": "2.21"}})
@@ -49,7 +51,7 @@ def test_rows_over_three_batches_read_back_exactly(tmp_path: Path) -> None:
     assert record["stats"] == {"min": -50.5, "max": 68.5, "mean": 9.0, "nan": 0, "inf": 0}
     assert cap.tensor_names == ["conv/out:0", "conv/kernel"]
     assert cap.spec == {"batch_size": 8} and cap.environment == {"tf": "2.21"}
-    assert cap.manifest["format"] == "tftrace-capture" and cap.manifest["format_version"] == 1
+    assert cap.manifest["format"] == "tftrace-capture" and cap.manifest["format_version"] == FORMAT_VERSION == 2
 
 
 def test_write_whole_keeps_values_and_counts_nan(tmp_path: Path) -> None:

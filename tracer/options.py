@@ -241,6 +241,9 @@ OPTIONS: tuple[Option, ...] = (
            type=int, default=2 << 30, side="max_memory",
            overrides={"isolate": {"default": None, "help": "bytes the replay may fetch at once (default 2 GiB; a "
                                                            "received report can only lower it)"}}),
+    Option("keep-weights", "store the variables' values in the capture too (by default a large variable restored "
+           "from the checkpoint keeps only a digest; differing values are read back from the model)", "limits",
+           SIDE_COMMANDS, flag=True, side="keep_weights", convert=bool),
     # -- comparison
     Option("atol", "absolute tolerance (default 1e-6)", "compare", ("compare", "diagnose"), type=float, default=1e-6,
            overrides={"diagnose": {"help": "absolute tolerance of the verdicts (default 1e-6)"}}),

@@ -105,6 +105,7 @@ class Side:
     # never in it, so no manifest, report or job file records it and none can grant it.
     allow_unsafe_ops: bool = False
     durable: bool = True  # fsync every tensor file before the manifest: a capture survives a power cut, not only a kill
+    keep_weights: bool = False  # store the variables' values too, not only digests of what the checkpoint holds
 
     def __post_init__(self) -> None:
         parse_device(self.device)
@@ -142,6 +143,7 @@ class Side:
             "timing_runs": self.timing_runs,
             "timeout_s": self.timeout_s,
             "durable": self.durable,
+            "keep_weights": self.keep_weights,
         }
 
     @classmethod
@@ -160,6 +162,7 @@ class Side:
             timing_runs=int(d.get("timing_runs", 1)),
             timeout_s=d.get("timeout_s"),  # an older manifest's "allow_unsafe_ops" is never read: not a permission
             durable=bool(d.get("durable", True)),
+            keep_weights=bool(d.get("keep_weights", False)),
         )
 
 

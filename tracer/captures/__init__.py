@@ -1,7 +1,9 @@
 """Capturing one side of a comparison.
 
-``store`` writes capture directories (manifest + ``.npy``, manifest last and atomic) and
-``reader`` opens them; neither imports TensorFlow, so comparisons run on machines without it.
+``store`` writes capture directories (manifest + tensor files, manifest last and atomic; format 2
+packs them as zstd chunks, elementwise outputs as residuals of their prediction, large restored
+variables as a digest: ``_packed``) and ``reader`` opens them (format 1's ``.npy`` files too);
+neither imports TensorFlow, so comparisons run on machines without it.
 """
 
 from __future__ import annotations

@@ -78,7 +78,7 @@ def _is_capture_leftover(entry: os.DirEntry[str]) -> bool:
         if name != TENSORS:
             return False
         with os.scandir(entry.path) as files:
-            return all(f.is_file(follow_symlinks=False) and f.name.endswith((".npy", ".tmp")) for f in files)
+            return all(f.is_file(follow_symlinks=False) and f.name.endswith((".npy", ".zst", ".tmp")) for f in files)
     return name in (MANIFEST, LOCK) or name.endswith(".tmp")
 
 

@@ -31,6 +31,14 @@ class Entry:
     rows: list[list[int]] = field(default_factory=list)  # merged [start, end) intervals written
     stats: Stats | None = None  # None: not followed byte by byte (an alias); summarised from its file
     link_of: str | None = None  # the tensor whose file this one's is a hard link of (its bytes, stored once)
+    packed: bool = False  # format 2: zstd chunks appended in any row order (see _packed), not a .npy
+    chunks: list[list[int]] = field(default_factory=list)  # packed: [first_row, end_row, offset, nbytes, predicted]
+    predict: dict | None = None  # packed: how a chunk may be predicted from inputs (see _packed.predictor_for)
+    level: int = 0  # the longest chain of predicted tensors a read of this one decodes
+    digest: str | None = None  # values left in the artifact: only their digest is kept (no file)
+    source_key: str | None = None  # ... and the checkpoint key they are read back by
+    known_stats: dict | None = None  # statistics taken by another capture (keep_digest_of)
+    row_digests: dict[int, bytes] = field(default_factory=dict)  # packed: sha256 of each row written (0: whole)
 
     def covers(self, start: int, end: int) -> bool:
         """Whether rows [start, end) were written (one merged interval holds them all)."""
@@ -41,7 +49,8 @@ class Entry:
         """Whether this tensor's file may be the other's: same bytes layout, never strings
         (a string file is rewritten when a later batch holds longer strings)."""
         return (self.dtype_name == other.dtype_name != STRING and self.stored == other.stored
-                and self.shape == other.shape and self.batch_major == other.batch_major)
+                and self.shape == other.shape and self.batch_major == other.batch_major
+                and self.packed == other.packed)
 
 
 def add_interval(intervals: list[list[int]], start: int, end: int) -> bool:

@@ -17,12 +17,16 @@ import numpy as np
 from ..errors import TftraceError
 
 FORMAT = "tftrace-capture"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: packed (zstd, predicted) tensor files and values kept in the artifact; 1 still read
 MANIFEST = "manifest.json"
 TENSORS = "tensors"
 MAX_TENSOR_BYTES = 2**40  # a record declaring more is damaged or hostile, not a real tensor
 STRING = "string"
 RERUN = "re-run the capture with --force"
+# Variables whose values a checkpoint-restoring artifact holds: kept by digest from this size on
+# (smaller ones, a bias or a batch norm's vectors, are stored: predictions read them).
+DIGEST_OPS = frozenset({"VariableV2", "VariableV1", "Variable"})
+MIN_DIGEST_BYTES = 16 << 10
 
 # Plain numpy dtypes, stored as they are.
 NATIVE = frozenset(

@@ -17,6 +17,8 @@ import numpy as np
 from ..errors import TftraceError
 from ..runspec import job_side
 from ..safewrite import write_file
+from ._format import to_storage
+from ._packed import digest
 from .reader import Capture
 from .runtime import open_runtime
 from ._events import emit
@@ -56,10 +58,13 @@ def _replay(runtime: Any, source: Capture, layout: dict[str, str], op: dict[str,
             "isolate against the same model the report was made from",
         ) from exc
     pieces = []
+    same = {t for t, a_name in feeds.items() if _restored_the_same(runtime, t, source.digest(a_name))}
     for start, stop in runs:
         feed = {}
         for tensor, a_name in feeds.items():
-            value = source.tensor(a_name)
+            if tensor in same:
+                continue  # this side restored A's very values (equal digests): nothing to feed, nothing to read
+            value = source.tensor(a_name)  # A's values kept by digest are read back from A's model
             value = np.asarray(value[start:stop] if layout.get(a_name) == "rows" else value)
             if tensor.shape.is_fully_defined() and value.shape != tuple(tensor.shape) \
                     and value.size == tensor.shape.num_elements():
@@ -74,3 +79,15 @@ def _replay(runtime: Any, source: Capture, layout: dict[str, str], op: dict[str,
     if result.shape[0] != count:
         raise TftraceError(f"isolation of {op['fetch']} produced {result.shape[0]} rows, expected {count}", "")
     return result
+
+
+def _restored_the_same(runtime: Any, tensor: Any, kept: str | None) -> bool:
+    """Whether this side's own value of ``tensor`` (a restored variable) has the digest A's capture
+    kept instead of the values; False for anything else, or when it cannot be evaluated alone."""
+    if kept is None:
+        return False
+    try:
+        own = np.asarray(runtime.session.run(tensor))
+        return digest(to_storage(own)[1]) == kept
+    except Exception:  # noqa: BLE001 - not evaluable without feeds: read A's values instead
+        return False

@@ -1,4 +1,4 @@
-"""Reading capture directories, which are untrusted input.
+"""Reading capture directories, which are untrusted input (format 1 and 2).
 
 Captures come from elsewhere (a colleague, a CI artifact), so the manifest is checked before
 anything is trusted: file paths must stay inside ``tensors/``, shapes and dtypes must be sane
@@ -13,6 +13,7 @@ hand-made manifest never surfaces as a crash deep inside the comparison.
 from __future__ import annotations
 
 import os
+from collections import OrderedDict
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any
 
@@ -38,10 +39,14 @@ from ._format import (
     storage_matches,
     widen,
 )
+from ._packed import PACKED_SUFFIX, digest
+from ._unpack import read_packed, validate_chunks, validate_prediction
+from ._values import artifact_values
 
 __all__ = ["Capture", "MissingKey", "is_capture_dir"]
 
 MAX_MANIFEST_BYTES = 1 << 30  # a real manifest of a 10,000-op model is a few MB
+DECODED_CACHE_BYTES = 16 << 20  # packed tensors decoded lately: the predicted tensors read next need them
 LAYOUTS = frozenset({"rows", "const", "whole", "varies"})
 
 
@@ -76,12 +81,14 @@ class Capture:
     Create it with :meth:`open`, which does the validation; the constructor trusts its input.
     """
 
-    def __init__(self, path: Path, manifest: dict[str, Any], files: dict[str, Path],
+    def __init__(self, path: Path, manifest: dict[str, Any], files: dict[str, Path | None],
                  plain_files: dict[str, Path] | None = None) -> None:
         self.path = path
         self.manifest = manifest
         self._files = files
         self._plain_files = plain_files or {}
+        self._decoded: OrderedDict[str, np.ndarray] = OrderedDict()  # LRU, at most DECODED_CACHE_BYTES
+        self._from_artifact: dict[str, np.ndarray] = {}
 
     @classmethod
     def open(cls, path: str | Path) -> Capture:
@@ -160,8 +167,73 @@ class Capture:
         so callers only ever see plain numpy dtypes; strings come back as a bytes (``S``) array.
         """
         record = self.record(name)
-        stored = open_npy(self._files[name], tuple(record["shape"]), np.dtype(record["stored_dtype"]))
-        return widen(stored, record["dtype"])
+        owner = record.get("alias_of") or name  # an alias holds its tensor's very values
+        return widen(self._stored(owner), record["dtype"])
+
+    def digest(self, name: str, compute: bool = False) -> str | None:
+        """The sha256 of a tensor kept only by digest (its values left in the artifact); for a
+        stored tensor None, or with ``compute`` the same digest of its stored values."""
+        record = self.record(name)
+        owner = record.get("alias_of") or name
+        found = self.manifest["tensors"][owner].get("digest")
+        return digest(self._stored(owner)) if found is None and compute else found
+
+    def values_digest(self, name: str) -> str | None:
+        """The digest format 2 takes of a packed tensor's values as it writes them (None for
+        others): two tensors with equal ones are bitwise identical, so compare reads neither."""
+        record = self.record(name)
+        found = self.manifest["tensors"][record.get("alias_of") or name].get("values_digest")
+        return found if isinstance(found, str) and found.startswith("sha256:") else None
+
+    def _stored(self, name: str) -> np.ndarray:
+        """A tensor's stored values: mapped ``.npy``, decoded packed chunks, or read from the artifact."""
+        record = self.manifest["tensors"][name]
+        if record.get("values") == "artifact":
+            if name not in self._from_artifact:
+                self._from_artifact.update(artifact_values(self, name))
+            return self._from_artifact[name]
+        stored_dtype = np.dtype(record["stored_dtype"])
+        encoding = record.get("encoding")
+        if encoding is None:
+            return open_npy(self._files[name], tuple(record["shape"]), stored_dtype)
+        if name in self._decoded:
+            self._decoded.move_to_end(name)
+            return self._decoded[name]
+        self._make_room(int(record["size_bytes"]), (encoding.get("predict") or {}).get("inputs", []))
+        try:
+            value = read_packed(self._files[name], record, encoding, stored_dtype, self._input_rows)
+        except ValueError as exc:
+            raise damaged(self.path, f"tensor {name!r}: {exc}") from exc
+        self._decoded[name] = value
+        return value
+
+    def _make_room(self, nbytes: int, inputs: list[str]) -> None:
+        """Before decoding ``nbytes``: let go of the tensors decoded lately, oldest first, until
+        they and it fit DECODED_CACHE_BYTES; the new tensor's own inputs are kept (it reads them)
+        while they fit too. So a read holds its result and small inputs, never a capture."""
+        keep = {self.manifest["tensors"][n].get("alias_of") or n for n in inputs if n in self.manifest["tensors"]}
+        if sum(self._decoded[n].nbytes for n in keep if n in self._decoded) > DECODED_CACHE_BYTES:
+            keep = set()  # large inputs are read again chunk by chunk: a read holds one large tensor, its own
+        for name in list(self._decoded):
+            if sum(v.nbytes for v in self._decoded.values()) + nbytes <= DECODED_CACHE_BYTES:
+                return
+            if name not in keep:
+                del self._decoded[name]
+
+    def _input_rows(self, name: str, r0: int | None, r1: int | None) -> np.ndarray:
+        """Rows ``[r0, r1)`` of a prediction's input (all of a non-batch-major one): from a tensor
+        decoded lately, else decoding only the chunks that hold them (never a whole input)."""
+        record = self.manifest["tensors"][name]
+        owner = record.get("alias_of") or name
+        if r0 is None or not record["batch_major"] or owner in self._decoded:
+            value = self._stored(owner)
+            return value[r0:r1] if r0 is not None and record["batch_major"] else value
+        record = self.manifest["tensors"][owner]
+        encoding = record.get("encoding")
+        if encoding is None:
+            return open_npy(self._files[owner], tuple(record["shape"]), np.dtype(record["stored_dtype"]))[r0:r1]
+        return read_packed(self._files[owner], record, encoding, np.dtype(record["stored_dtype"]), self._input_rows,
+                           rows=(r0, r1))
 
     def plain_output(self, key: str) -> np.ndarray | None:
         """Signature output ``key`` as the plain run computed it (only the signature outputs
@@ -209,10 +281,12 @@ def _validate_manifest(root: Path, manifest: Any) -> dict[str, Path]:
         raise damaged(root, "an uncaptured reason is not a string")
     _validate_parts(root, manifest)
     tensors_dir = root.resolve() / TENSORS
-    files = {name: _validate_record(root, tensors_dir, name, rec) for name, rec in manifest["tensors"].items()}
+    files = {name: _validate_record(root, tensors_dir, name, rec, version) for name, rec in manifest["tensors"].items()}
+    levels: dict[str, int] = {}
     for name, rec in manifest["tensors"].items():
         if "alias_of" in rec:
             _validate_alias(root, manifest["tensors"], name, rec)
+        levels[name] = validate_prediction(root, manifest["tensors"], levels, name, rec)
     return files
 
 
@@ -237,13 +311,24 @@ def _validate_alias(root: Path, tensors: dict[str, Any], name: str, rec: dict[st
                             f"({rec.get(differing[0])!r} here, {other.get(differing[0])!r} there)")
 
 
-def _validate_record(root: Path, tensors_dir: Path, name: str, rec: Any) -> Path:
+def _validate_record(root: Path, tensors_dir: Path, name: str, rec: Any, version: int = 1) -> Path | None:
     def bad(detail: str) -> TftraceError:
         return damaged(root, f"tensor {name!r}: {detail}")
 
     if not isinstance(rec, dict):
         raise bad("its record is not a JSON object")
-    file = rec.get("file")
+    in_artifact = version >= 2 and rec.get("values") == "artifact"
+    encoding = rec.get("encoding") if version >= 2 else None
+    if in_artifact:
+        if "file" in rec or "encoding" in rec:
+            raise bad("its values are said to be in the artifact, yet it names a file")
+        found = rec.get("digest")
+        if not (isinstance(found, str) and found.startswith("sha256:") and len(found) == 71
+                and isinstance(rec.get("checkpoint_key"), str)):
+            raise bad("its values are in the artifact but its digest or checkpoint key is missing")
+    suffix = PACKED_SUFFIX if encoding is not None or (version >= 2 and "alias_of" in rec
+                                                        and str(rec.get("file", "")).endswith(PACKED_SUFFIX)) else ".npy"
+    file = "tensors/_.npy" if in_artifact else rec.get("file")
     if not isinstance(file, str):
         raise bad("its record has no file path")
     posix = PurePosixPath(file)
@@ -251,8 +336,8 @@ def _validate_record(root: Path, tensors_dir: Path, name: str, rec: Any) -> Path
         raise bad(f"file path {file!r} is absolute")
     if ".." in posix.parts or "\\" in file:
         raise bad(f"file path {file!r} contains '..' or a backslash")
-    if len(posix.parts) != 2 or posix.parts[0] != TENSORS or not posix.name.endswith(".npy"):
-        raise bad(f"file path {file!r} is not {TENSORS}/<name>.npy")
+    if len(posix.parts) != 2 or posix.parts[0] != TENSORS or not posix.name.endswith(suffix):
+        raise bad(f"file path {file!r} is not {TENSORS}/<name>{suffix}")
     dtype_name, stored = rec.get("dtype"), rec.get("stored_dtype")
     if not isinstance(dtype_name, str) or (dtype_name not in NATIVE and dtype_name not in EXTENDED and dtype_name != STRING):
         raise bad(f"unknown dtype {dtype_name!r}")
@@ -270,13 +355,17 @@ def _validate_record(root: Path, tensors_dir: Path, name: str, rec: Any) -> Path
     stats = rec.get("stats")
     if stats is not None and not (isinstance(stats, dict) and all(_is_number(v) for v in stats.values())):
         raise bad("its stats are not an object of numbers")
+    if in_artifact:
+        return None
     try:
         resolved = (root / file).resolve(strict=True)
     except OSError as exc:
         raise bad(f"file {file} is missing ({exc.strerror})") from exc
     if resolved.parent != tensors_dir or not resolved.is_file():
         raise bad(f"file {file} resolves to {resolved}, outside {TENSORS}/")
-    if resolved.stat().st_size < declared:
+    if encoding is not None:
+        validate_chunks(bad, encoding, shape, rec.get("batch_major"), int(match[2]), resolved.stat().st_size)
+    elif suffix == ".npy" and resolved.stat().st_size < declared:
         raise bad(f"file {file} is smaller than the {declared} bytes its record declares")
     return resolved
 

@@ -6,9 +6,17 @@ describes is durable, so its presence is the only proof that a capture finished:
 without it is an interrupted or running capture and every reader
 (:class:`~tracer.captures.reader.Capture`, re-exported here) refuses it. A tensor whose bytes
 are those of a tensor stored before it (a variable and its ``/read`` Identity) is stored
-once: its file is a hard link to the other's, and its record says ``alias_of``. This module
-never imports TensorFlow, because captures are compared and rendered on machines that may
-not have it.
+once: its file is a hard link to the other's, and its record says ``alias_of``.
+
+Format version 2 packs numeric tensors (:mod:`._packed`): byte-shuffled zstd chunks, appended
+as rows arrive, indexed by the record's ``encoding``; a chunk of a tensor that is an elementwise
+function of captured tensors (BiasAdd, Relu, Add, an inference batch norm...) is stored as the
+XOR of its bits with numpy's value of that function (mostly zeros). A writer given the op graph
+(``graph``) and told that the artifact restored the variables (``artifact_values``) keeps only
+a digest of each large variable's value (``digest``, ``values: "artifact"``): the artifact
+holds those bytes already, and equal digests prove identity without reading them. Strings
+stay ``.npy`` files. This module never imports TensorFlow, because captures are compared and
+rendered on machines that may not have it.
 """
 
 from __future__ import annotations
@@ -17,7 +25,6 @@ import errno
 import functools
 import json
 import os
-import shutil
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -33,6 +40,7 @@ from ._directory import prepare_directory, release_lock
 from ._entry import Entry, add_interval
 from ._flusher import Flusher
 from ._format import (
+    STRING,
     FORMAT,
     FORMAT_VERSION,
     MANIFEST,
@@ -46,6 +54,9 @@ from ._format import (
     write_at,
 )
 from ._jobs import FileJobs
+from ._packed import CODEC, PACKED_SUFFIX, digest, predictor_for
+from ._links import LinkedFiles
+from ._packing import PackedWrites
 from ._names import safe_filename
 from ._stats import Stats, file_stats
 from .reader import Capture
@@ -88,7 +99,7 @@ def _reports_full_disk(
 # --------------------------------------------------------------------------- writer
 
 
-class CaptureWriter:
+class CaptureWriter(LinkedFiles, PackedWrites):
     """Streams one side's tensors into a capture directory; ``finalize`` makes it readable.
 
     Batch-major tensors arrive batch by batch through :meth:`write_rows` into one ``.npy``
@@ -102,8 +113,22 @@ class CaptureWriter:
     directory.
     """
 
-    def __init__(self, out_dir: str | Path, *, force: bool = False, durable: bool = True) -> None:
+    def __init__(self, out_dir: str | Path, *, force: bool = False, durable: bool = True, packed: bool = True,
+                 graph: Mapping[str, Any] | None = None, artifact_values: bool = False) -> None:
         self.path = Path(out_dir)
+        self._packed = packed
+        self._artifact_values = artifact_values  # variables were restored from the artifact's checkpoint
+        self._ops: dict[str, str] = {}  # op name -> op type (from ``graph``)
+        self._predictors: dict[str, dict[str, Any]] = {}  # tensor -> its prediction (see _packed)
+        self._consumers: dict[str, int] = {}  # tensor -> how many predictions read it
+        self._cache: dict[str, list[Any]] = {}  # input tensor -> [span or None, stored values, reads left]
+        for node in (graph or {}).get("nodes", []) if packed else []:
+            self._ops[node["name"]] = node["op"]
+            spec = predictor_for(node, 0)
+            if spec is not None:
+                self._predictors[f"{node['name']}:0"] = spec
+                for source in spec["inputs"]:
+                    self._consumers[source] = self._consumers.get(source, 0) + 1
         self._force = force
         self._entries: dict[str, Entry] = {}
         self._plain: dict[str, Entry] = {}  # signature key -> the plain run's output (see write_plain_output)
@@ -137,12 +162,20 @@ class CaptureWriter:
         if self._state != "open":
             raise RuntimeError(f"the capture writer for {self.path} is already {self._state}")
 
-    def _claim_filename(self, tensor_name: str) -> str:
+    def _claim_filename(self, tensor_name: str, packed: bool = False) -> str:
         filename = safe_filename(tensor_name)
         if filename.casefold() in self._used:  # a 48-bit hash collision: use the full hash
             filename = safe_filename(tensor_name, digest_chars=64)
         self._used.add(filename.casefold())
-        return filename
+        return filename[: -len(".npy")] + PACKED_SUFFIX if packed else filename
+
+    def _new_entry(self, tensor_name: str, dtype_name: str, stored: np.ndarray, shape: tuple[int, ...],
+                   batch_major: bool) -> Entry:
+        packed = self._packed and dtype_name != STRING
+        entry = Entry(self._claim_filename(tensor_name, packed), dtype_name, stored.dtype, shape,
+                      batch_major=batch_major, stats=Stats(dtype_name), packed=packed)
+        self._entries[tensor_name] = entry
+        return entry
 
     @_reports_full_disk
     def write_rows(
@@ -171,19 +204,21 @@ class CaptureWriter:
             self.mark_uncaptured(tensor_name, str(exc))
             return
         span = (row_offset, row_offset + len(rows))
+        self._keep_for_predictions(tensor_name, span, stored)
         entry = self._entries.get(tensor_name)
         if entry is None:
-            entry = Entry(self._claim_filename(tensor_name), dtype_name, stored.dtype, (total_rows, *stored.shape[1:]),
-                           batch_major=True, stats=Stats(dtype_name))
-            self._entries[tensor_name] = entry
+            entry = self._new_entry(tensor_name, dtype_name, stored, (total_rows, *stored.shape[1:]), True)
             if self._share(entry, same_as, span):
                 add_interval(entry.rows, *span)
                 return
-            if span == (0, total_rows):  # all rows at once: one plain write, nothing preallocated
+            if entry.packed:
+                self._start_packed(tensor_name, entry)
+            elif span == (0, total_rows):  # all rows at once: one plain write, nothing preallocated
                 self._write_new(entry, stored)
                 add_interval(entry.rows, *span)
                 return
-            self._write_empty(self._file(entry), entry)
+            else:
+                self._write_empty(self._file(entry), entry)
         elif not entry.batch_major or entry.shape[0] != total_rows:
             raise ValueError(f"tensor {tensor_name!r} was stored as {entry.shape}, not {total_rows} rows")
         elif entry.dtype_name != dtype_name or entry.shape[1:] != stored.shape[1:]:
@@ -198,9 +233,14 @@ class CaptureWriter:
             raise ValueError(f"rows {span[0]}:{span[1]} of {tensor_name!r} were already written")
         if entry.link_of is not None and self._root(same_as) == entry.link_of and self._entries[entry.link_of].covers(*span):
             return  # the rows are in the shared file already
-        self._own_file(entry)
-        row_bytes = int(np.prod(entry.shape[1:], dtype=object)) * entry.stored.itemsize
+        self._own_file(entry, span)
         data = stored.astype(entry.stored, copy=False)
+        if entry.packed:
+            inputs = self._inputs_for(entry.predict, span) if entry.predict is not None else None
+            self._jobs.submit(entry.filename, functools.partial(self._write_chunks, entry, span, data, inputs),
+                              data.nbytes)
+            return
+        row_bytes = int(np.prod(entry.shape[1:], dtype=object)) * entry.stored.itemsize
         offset = entry.header_len + row_offset * row_bytes
         self._jobs.submit(entry.filename, functools.partial(self._write_at, entry, offset, data), data.nbytes)
 
@@ -279,10 +319,18 @@ class CaptureWriter:
             self.mark_uncaptured(tensor_name, str(exc))
             return
         stored = np.require(stored, requirements="C")  # never Fortran order: the reader insists on C
-        entry = Entry(self._claim_filename(tensor_name), dtype_name, stored.dtype, stored.shape, batch_major=False,
-                       stats=Stats(dtype_name))
-        self._entries[tensor_name] = entry
-        if not self._share(entry, same_as, None):
+        self._keep_for_predictions(tensor_name, None, stored)
+        entry = self._new_entry(tensor_name, dtype_name, stored, stored.shape, False)
+        if self._share(entry, same_as, None):
+            return
+        if entry.packed and self._keeps_digest(tensor_name, stored):
+            entry.source_key = tensor_name.rsplit(":", 1)[0]
+            self._jobs.submit(entry.filename, functools.partial(self._take_digest, entry, stored), stored.nbytes)
+        elif entry.packed:
+            self._start_packed(tensor_name, entry)
+            self._jobs.submit(entry.filename, functools.partial(self._write_chunks, entry, None, stored, None),
+                              stored.nbytes)
+        else:
             self._write_new(entry, stored)
 
     @_reports_full_disk
@@ -307,52 +355,6 @@ class CaptureWriter:
         self._plain[key] = entry
         self._write_new(entry, stored)
 
-    # ---- tensors stored once
-
-    def _root(self, name: str | None) -> str | None:
-        """The stored tensor that owns ``name``'s bytes (itself, or what its file links to)."""
-        entry = self._entries.get(name) if name is not None else None
-        if entry is None:
-            return None
-        return name if entry.link_of is None else entry.link_of
-
-    def _share(self, entry: Entry, same_as: str | None, span: tuple[int, int] | None) -> bool:
-        """Make a new tensor's file a hard link to the file of ``same_as``'s owner, if that file
-        already holds the bytes (whole, or rows ``span``); False when it must be written."""
-        root = self._root(same_as)
-        if root is None:
-            return False
-        owner = self._entries[root]
-        if not entry.can_share(owner) or (span is not None and not owner.covers(*span)):
-            return False
-        try:
-            os.link(self._file(owner), self._file(entry))
-        except OSError as exc:
-            if exc.errno in _DISK_FULL:
-                raise
-            return False  # a file system without hard links (or too many): store a copy
-        entry.header_len, entry.link_of, entry.stats = owner.header_len, root, None
-        return True
-
-    def _own_file(self, entry: Entry) -> None:
-        """Before writing bytes of its own into a linked file: give the tensor a private copy."""
-        if entry.link_of is None:
-            return
-        self._jobs.wait(self._entries[entry.link_of].filename)  # the shared bytes, complete
-        path = self._file(entry)
-        with replacing(path) as tmp, open(path, "rb") as src, os.fdopen(open_new(tmp, exclusive=True), "wb") as dst:
-            shutil.copyfileobj(src, dst)
-        entry.link_of = None
-        if self._flusher is not None:
-            self._flusher.submit(path)
-
-    def _orphan_links(self, gone: str) -> None:
-        """A tensor whose file others link to is dropped: the first of them owns the bytes now."""
-        heir = None
-        for name, entry in self._entries.items():
-            if entry.link_of == gone:
-                entry.link_of, heir = (None, name) if heir is None else (heir, heir)
-
     @_reports_full_disk
     def mark_uncaptured(self, tensor_name: str, reason: str) -> None:
         """Record why a tensor is missing; deletes anything already stored for it.
@@ -362,12 +364,17 @@ class CaptureWriter:
         self._check_open()
         if not reason:
             raise ValueError("an uncaptured tensor needs a reason")
-        entry = self._entries.pop(tensor_name, None)
+        self._drop_consumer(tensor_name)
+        self._cache.pop(tensor_name, None)
+        entry = self._entries.get(tensor_name)
         if entry is not None:
+            self._unpredict_dependents(tensor_name)  # while its file is still there to decode them
+            self._entries.pop(tensor_name)
             self._jobs.wait(entry.filename)  # no job may write it once it is gone
             self._file(entry).unlink(missing_ok=True)
             self._used.discard(entry.filename.casefold())
-            self._orphan_links(tensor_name)
+            self._used.discard((entry.filename[: -len(PACKED_SUFFIX)] + ".npy").casefold())
+            self._orphan_links(tensor_name, entry)
         self._uncaptured.setdefault(tensor_name, reason)
 
     @property
@@ -382,14 +389,15 @@ class CaptureWriter:
         entry = self._entries.get(tensor_name)
         if entry is None or entry.batch_major:
             return False
-        self._jobs.wait(self._entries[self._root(tensor_name)].filename)  # the bytes, complete
+        owner = self._entries[self._root(tensor_name) or tensor_name]
+        self._jobs.wait(owner.filename)  # the bytes, complete
         try:
             dtype_name, stored = to_storage(np.asarray(array))
         except Unstorable:
             return False
         if dtype_name != entry.dtype_name or stored.shape != entry.shape or stored.dtype != entry.stored:
             return False
-        return bitwise_equal(open_npy(self._file(entry), entry.shape, entry.stored), stored)
+        return bitwise_equal(self._stored_values(owner), stored) if owner.digest is None else digest(stored) == owner.digest
 
     def _file(self, entry: Entry) -> Path:
         return self.path / TENSORS / entry.filename
@@ -455,9 +463,11 @@ class CaptureWriter:
             stats = earlier[entry.link_of]["stats"]  # the same bytes: the same statistics
         elif entry.stats is not None:
             stats = entry.stats.to_json()
+        elif entry.known_stats is not None or entry.source_key is not None:  # kept by digest in another capture
+            stats = entry.known_stats
         else:  # bytes it shared before it took a private copy were never seen here
-            stats = file_stats(open_npy(self._file(entry), entry.shape, entry.stored), entry.dtype_name)
-        record = {
+            stats = file_stats(self._stored_values(entry), entry.dtype_name)
+        record: dict[str, Any] = {
             "file": f"{TENSORS}/{entry.filename}",
             "dtype": entry.dtype_name,
             "stored_dtype": entry.stored.str,
@@ -468,6 +478,19 @@ class CaptureWriter:
         }
         if entry.link_of is not None:
             record["alias_of"] = entry.link_of
+        if entry.source_key is not None:  # the artifact holds the values: a digest, no file
+            del record["file"]
+            owner = self._entries[entry.link_of] if entry.link_of is not None else entry
+            record.update(values="artifact", digest=owner.digest, checkpoint_key=owner.source_key)
+        elif entry.packed and entry.link_of is None:
+            record["encoding"] = {"codec": CODEC, "shuffle": True, "chunks": sorted(entry.chunks)}
+            if entry.predict is not None and any(c[4] for c in entry.chunks):
+                record["encoding"]["predict"] = entry.predict
+            found = self.rows_digest(entry)
+            if found is not None:  # equal values_digest: bitwise identical tensors, compared without a read
+                record["values_digest"] = found
+        elif entry.packed and "values_digest" in earlier.get(entry.link_of, {}):
+            record["values_digest"] = earlier[entry.link_of]["values_digest"]
         return record
 
     def _stop(self) -> None:

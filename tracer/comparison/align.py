@@ -28,6 +28,7 @@ import numpy as np
 
 from ..diff.kinds import is_exact, kind_of
 from ..diff.rewrites import GraphDiff
+from ..errors import TftraceError
 from ..captures.inputs import batched_alike, same_rows
 from ..opgraph import OpGraph, relevant_slots, tensor_op
 from ..optypes import WEIGHT_OPS
@@ -214,12 +215,21 @@ def _pair_by_value(a: CaptureView, b: CaptureView, nodes: dict[str, NodeAlignmen
         candidates = leftovers.get((tuple(rec["shape"]), rec["dtype"]), [])
         if int(np.prod(rec["shape"] or [1])) < 4:
             continue  # too small to tell apart by value
-        match = next((c for c in candidates if _close(a.capture.tensor(name), b.capture.tensor(c))), None)
+        match = next((c for c in candidates if _close_values(a, b, name, c)), None)
         if match is not None:
             candidates.remove(match)
             node.b_node, node.reason, node.role = tensor_op(match), "value", ROLE_COMPARED
             node.tensors = [TensorPair(name, match, "value", True)]
             used_b.add(tensor_op(match))
+
+
+def _close_values(a: CaptureView, b: CaptureView, ta: str, tb: str) -> bool:
+    """Whether two captured tensors hold close values; False where one cannot be read back (a
+    value kept by digest whose model is not here)."""
+    try:
+        return _close(a.capture.tensor(ta), b.capture.tensor(tb))
+    except TftraceError:
+        return False
 
 
 def _close(x: np.ndarray, y: np.ndarray) -> bool:

@@ -27,6 +27,8 @@ from rich.console import Console
 from .align import Alignment, CaptureView, align
 from ..captures.launcher import capture as capture_side
 from ..captures.reader import Capture, is_capture_dir
+from ..captures._format import EXTENDED
+from ..captures._values import ValuesNotStored
 from .divergence import Divergence, Tolerance, classify
 from ..errors import TftraceError
 from ..diff.rewrites import GraphDiff, diff_graphs
@@ -384,11 +386,17 @@ def _values(cap: Capture, view: CaptureView):  # noqa: ANN202 - a ValueSource
         if view.graph.op_type(op) == "ReadVariableOp":
             readers.setdefault(tensor_op(view.graph.data_inputs(op)[0]), f"{op}:0")
 
-    def value(op: str) -> np.ndarray | None:
-        name = readers.get(op, f"{op}:0")
-        return np.asarray(cap.tensor(name)) if cap.has(name) else None
+    class Values:
+        def __call__(self, op: str) -> np.ndarray | None:
+            name = readers.get(op, f"{op}:0")
+            return np.asarray(cap.tensor(name)) if cap.has(name) else None
 
-    return value
+        def kept_digest(self, op: str) -> str | None:
+            """The digest a capture kept instead of the value (format 2), else None: then read it."""
+            name = readers.get(op, f"{op}:0")
+            return cap.digest(name) if cap.has(name) else None
+
+    return Values()
 
 
 def _apply_signature_map(view_a: CaptureView, view_b: CaptureView, mapping: dict[str, str]) -> None:
@@ -438,13 +446,45 @@ def _require_same_examples(view_a: CaptureView, view_b: CaptureView) -> None:
 
 
 def _metrics(cap_a: Capture, cap_b: Capture, alignment: Alignment, tolerance: Tolerance) -> dict[str, TensorMetrics]:
+    """Every comparable pair's metrics. Values kept only by digest (capture format 2: a variable
+    the checkpoint holds) with equal digests are bitwise identical: not read at all. Values that
+    cannot be read back make their pair not comparable, its note saying why and how to get them."""
     out: dict[str, TensorMetrics] = {}
     for node in alignment.nodes.values():
-        for pair in node.tensors:
+        for index, pair in enumerate(node.tensors):
             if pair.comparable and pair.b is not None:
                 _, rtol = tolerance.for_tensor(pair.a)
+                da, db = cap_a.digest(pair.a), cap_b.digest(pair.b)
+                if (da is None) != (db is None):  # one side stored its values: its digest settles identity too
+                    da, db = da or cap_a.digest(pair.a, compute=True), db or cap_b.digest(pair.b, compute=True)
+                if da is not None and da == db:
+                    out[pair.a] = _identical_by_digest(cap_a.record(pair.a), rtol)
+                    continue
+                va = cap_a.values_digest(pair.a)
+                if va is not None and va == cap_b.values_digest(pair.b):  # packed and bitwise identical: no read
+                    out[pair.a] = _identical_by_digest(cap_a.record(pair.a), rtol)
+                    continue
                 # each pair is read once here: its mapped pages are given back as it is scanned
-                ta, tb = cap_a.tensor(pair.a), cap_b.tensor(pair.b)
+                try:
+                    ta, tb = cap_a.tensor(pair.a), cap_b.tensor(pair.b)
+                except ValuesNotStored as exc:
+                    node.tensors[index] = replace(pair, comparable=False,
+                                                  note=f"values not measured: {exc.problem} (to measure them: {exc.fix})")
+                    continue
                 tb = tb.reshape(ta.shape) if tb.shape != ta.shape else tb  # paired row by row (align)
                 out[pair.a] = compare_arrays(ta, tb, rtols=(rtol,), release=True)
+                del ta, tb  # a decoded (format 2) pair is let go before the next is read
     return out
+
+
+def _identical_by_digest(record: dict[str, Any], rtol: float) -> TensorMetrics:
+    """The metrics of a tensor compared with a bitwise copy of itself, from its record alone (the
+    NaN/inf counts are its statistics'): what compare_arrays gives for the pair, without reading it."""
+    name = record["dtype"]  # as Capture.tensor gives it: bfloat16 and the other ml_dtypes widened
+    dtype, shape = np.dtype(EXTENDED[name][1] if name in EXTENDED else name), tuple(record["shape"])
+    size = int(np.prod(shape, dtype=object))
+    stats = record.get("stats") or {}
+    nan, inf = int(stats.get("nan") or 0), int(stats.get("inf") or 0)
+    one = compare_arrays(np.zeros(1, dtype), np.zeros(1, dtype), rtols=(rtol,))
+    histogram = (size - nan - inf, *one.histogram[1:]) if one.histogram and size else ()
+    return replace(one, shape=shape, size=size, nan_a=nan, nan_b=nan, inf_a=inf, inf_b=inf, histogram=histogram)

@@ -1,0 +1,252 @@
+"""Capture format 2: packed tensor files, residuals of predictions, values kept by digest, and
+format 1 captures still read."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tracer.captures._packed import digest
+from tracer.captures._values import ValuesNotStored
+from tracer.captures.store import FORMAT_VERSION, Capture, CaptureWriter
+from tracer.errors import TftraceError
+
+RNG = np.random.default_rng(7)
+NUMERIC = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+           "float16", "float32", "float64", "complex64", "complex128"]
+
+
+def _values(dtype: str, shape: tuple[int, ...]) -> np.ndarray:
+    raw = np.asarray(RNG.normal(size=shape) * 100)
+    if dtype == "bool":
+        return raw > 0
+    if dtype.startswith("complex"):
+        return (raw + 1j * np.asarray(raw) ** 2).astype(dtype)
+    value = raw.astype(dtype)
+    if dtype.startswith("float") and value.size > 3:
+        value.reshape(-1)[:3] = [np.nan, -np.inf, -0.0]  # bits a float codec must keep
+    return value
+
+
+def _node(name: str, op: str, inputs: list[str], **attrs: Any) -> dict[str, Any]:
+    return {"name": name, "op": op, "inputs": inputs, "control_inputs": [], "attrs": attrs}
+
+
+# --------------------------------------------------------------------------- round trips
+
+
+@pytest.mark.parametrize("packed", [True, False], ids=["packed", "npy"])
+@pytest.mark.parametrize("dtype", NUMERIC)
+def test_every_numeric_dtype_round_trips_bit_for_bit(tmp_path: Path, dtype: str, packed: bool) -> None:
+    rows, whole = _values(dtype, (7, 3, 5)), _values(dtype, (4, 6))
+    with CaptureWriter(tmp_path / "cap", packed=packed) as writer:
+        for start, stop in ((0, 3), (5, 7), (3, 5)):  # out of order, as batches may finish
+            writer.write_rows("t:0", rows[start:stop], start, 7)
+        writer.write_whole("w:0", whole)
+        writer.write_whole("s:0", _values(dtype, ()))
+        writer.finalize({})
+    cap = Capture.open(tmp_path / "cap")
+    for name, value in (("t:0", rows), ("w:0", whole)):
+        got = cap.tensor(name)
+        assert got.dtype == value.dtype and got.shape == value.shape
+        assert got.tobytes() == value.tobytes()  # bits: NaN, -inf and -0.0 included
+    assert cap.tensor("s:0").shape == ()
+    record = cap.record("t:0")
+    assert record["file"].endswith(".zst" if packed else ".npy")
+    assert ("encoding" in record) is packed
+    if packed:
+        assert record["encoding"]["codec"] == "zstd" and [c[:2] for c in record["encoding"]["chunks"]] == [[0, 3], [3, 5], [5, 7]]
+
+
+def test_ml_dtypes_and_strings_round_trip_in_a_packed_capture(tmp_path: Path) -> None:
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    bf16 = np.array([[1.5, -2.25], [np.inf, 0.0]], dtype=ml_dtypes.bfloat16)
+    strings = np.array([[b"a", b"longer string"], [b"", b"x"]], dtype=object)
+    with CaptureWriter(tmp_path / "cap") as writer:
+        writer.write_rows("b:0", bf16, 0, 2)
+        writer.write_rows("s:0", strings[:1], 0, 2)
+        writer.write_rows("s:0", strings[1:], 1, 2)
+        writer.finalize({})
+    cap = Capture.open(tmp_path / "cap")
+    np.testing.assert_array_equal(cap.tensor("b:0"), bf16.astype(np.float32))
+    assert cap.record("b:0")["file"].endswith(".zst")
+    assert cap.tensor("s:0").tolist() == [[b"a", b"longer string"], [b"", b"x"]]
+    assert cap.record("s:0")["file"].endswith(".npy")  # strings widen in place: they stay .npy
+
+
+def test_empty_tensors_round_trip(tmp_path: Path) -> None:
+    with CaptureWriter(tmp_path / "cap") as writer:
+        writer.write_rows("r:0", np.zeros((2, 0), np.float32), 0, 2)
+        writer.write_whole("w:0", np.zeros((0, 3), np.int32))
+        writer.finalize({})
+    cap = Capture.open(tmp_path / "cap")
+    assert cap.tensor("r:0").shape == (2, 0) and cap.tensor("w:0").shape == (0, 3)
+
+
+def test_random_floats_shrink_and_zeros_almost_vanish(tmp_path: Path) -> None:
+    noise = RNG.normal(size=(4, 64, 64)).astype(np.float32)
+    with CaptureWriter(tmp_path / "cap") as writer:
+        writer.write_rows("noise:0", noise, 0, 4)
+        writer.write_rows("relu:0", np.maximum(noise, 0), 0, 4)  # no graph: stored plainly, half zeros
+        writer.write_rows("zeros:0", np.zeros_like(noise), 0, 4)
+        writer.finalize({})
+    cap = Capture.open(tmp_path / "cap")
+    size = {n: (cap.path / cap.record(n)["file"]).stat().st_size for n in ("noise:0", "relu:0", "zeros:0")}
+    assert size["noise:0"] < 0.95 * noise.nbytes and size["relu:0"] < 0.6 * noise.nbytes
+    assert size["zeros:0"] < 0.01 * noise.nbytes
+
+
+# --------------------------------------------------------------------------- predictions
+
+GRAPH = {"nodes": [
+    _node("x", "Placeholder", []),
+    _node("bias", "Const", []),
+    _node("conv", "Conv2D", ["x", "w"]),
+    _node("badd", "BiasAdd", ["conv", "bias"], data_format="NHWC"),
+    _node("scale", "Const", []), _node("offset", "Const", []), _node("mean", "Const", []), _node("var", "Const", []),
+    _node("bn", "FusedBatchNormV3", ["badd", "scale", "offset", "mean", "var"], epsilon=1e-3, is_training=False),
+    _node("relu", "Relu", ["bn:0"]),
+    _node("add", "AddV2", ["relu", "conv:0"]),
+    _node("odd", "Relu", ["conv"]),
+]}
+
+
+def _predicted_capture(path: Path, tamper_odd: bool = True) -> dict[str, np.ndarray]:
+    """A small conv block whose outputs are numpy's, except ``odd`` (not ``conv``'s Relu: a
+    prediction that is wrong in places must still read back exactly)."""
+    conv = RNG.normal(size=(6, 4, 4, 8)).astype(np.float32)
+    vectors = {k: RNG.uniform(0.5, 2, 8).astype(np.float32) for k in ("bias", "scale", "offset", "mean", "var")}
+    badd = conv + vectors["bias"]
+    factor = vectors["scale"] / np.sqrt(vectors["var"] + np.float32(1e-3))
+    bn = (badd * factor + (vectors["offset"] - vectors["mean"] * factor)).astype(np.float32)
+    bn.view(np.uint32)[0, 0, 0, :3] ^= 1  # one ULP off numpy's formula, as TensorFlow's kernel can be
+    relu = np.maximum(bn, 0)
+    odd = np.maximum(conv, 0)
+    if tamper_odd:
+        odd[2, 1, 1, 1] = 42.0
+    values = {"conv:0": conv, "badd:0": badd, "bn:0": bn, "relu:0": relu, "add:0": relu + conv, "odd:0": odd}
+    with CaptureWriter(path, graph=GRAPH) as writer:
+        for key, vec in vectors.items():
+            writer.write_whole(f"{key}:0", vec)
+        for start, stop in ((0, 4), (4, 6)):
+            for name, value in values.items():
+                writer.write_rows(name, value[start:stop], start, 6)
+        writer.finalize({})
+    return values
+
+
+def test_elementwise_outputs_are_stored_as_residuals_and_read_back_exactly(tmp_path: Path) -> None:
+    values = _predicted_capture(tmp_path / "cap")
+    cap = Capture.open(tmp_path / "cap")
+    for name, value in values.items():
+        assert cap.tensor(name).tobytes() == value.tobytes(), name
+    predicted = {n for n in values if "predict" in cap.record(n)["encoding"]}
+    assert predicted == {"badd:0", "bn:0", "relu:0", "add:0", "odd:0"}
+    assert cap.record("bn:0")["encoding"]["predict"] == {
+        "op": "FusedBatchNormV3", "inputs": ["badd:0", "scale:0", "offset:0", "mean:0", "var:0"], "attrs": {"epsilon": 1e-3}}
+    assert all(c[4] == 1 for c in cap.record("relu:0")["encoding"]["chunks"])
+    files = {n: (cap.path / cap.record(n)["file"]).stat().st_size for n in values}
+    assert files["badd:0"] < 0.05 * values["badd:0"].nbytes  # exact predictions: residuals of zeros
+    assert files["bn:0"] < 0.2 * values["bn:0"].nbytes  # a few ULPs off in places
+    assert files["conv:0"] > 0.7 * values["conv:0"].nbytes  # nothing to predict it from
+
+
+def test_a_prediction_input_dropped_later_leaves_its_dependents_readable(tmp_path: Path) -> None:
+    conv = RNG.normal(size=(4, 3)).astype(np.float32)
+    with CaptureWriter(tmp_path / "cap", graph=GRAPH) as writer:
+        writer.write_rows("conv:0", conv[:2], 0, 4)
+        writer.write_rows("odd:0", np.maximum(conv[:2], 0), 0, 4)
+        writer.write_rows("odd:0", np.maximum(conv[2:], 0), 2, 4)  # not predicted: conv's rows 2:4 never came
+        writer.finalize({})  # conv:0 lacks rows 2:4: uncaptured; odd:0 was predicted from it
+    cap = Capture.open(tmp_path / "cap")
+    assert "only 2 of 4 rows" in cap.uncaptured["conv:0"]
+    np.testing.assert_array_equal(cap.tensor("odd:0"), np.maximum(conv, 0))
+    assert "predict" not in cap.record("odd:0")["encoding"]
+
+
+# --------------------------------------------------------------------------- values kept by digest
+
+VARS = {"nodes": [_node("w", "VariableV2", []), _node("w/read", "Identity", ["w"]), _node("b", "VariableV2", [])]}
+
+
+def test_large_restored_variables_keep_only_a_digest(tmp_path: Path) -> None:
+    kernel = RNG.normal(size=(64, 128)).astype(np.float32)  # 32 KiB: kept by digest
+    bias = RNG.normal(size=(128,)).astype(np.float32)  # small: stored
+    with CaptureWriter(tmp_path / "cap", graph=VARS, artifact_values=True) as writer:
+        writer.write_whole("w:0", kernel)
+        writer.write_whole("w/read:0", kernel.copy(), same_as="w:0")
+        writer.write_whole("b:0", bias)
+        assert writer.stored_equals("w:0", kernel.copy()) and not writer.stored_equals("w:0", kernel + 1)
+        writer.finalize({"spec": {"artifact": {"path": str(tmp_path / "gone")}}})
+    cap = Capture.open(tmp_path / "cap")
+    record = cap.record("w:0")
+    assert record["values"] == "artifact" and "file" not in record and record["checkpoint_key"] == "w"
+    assert record["digest"] == digest(kernel) == cap.digest("w/read:0")
+    assert record["stats"]["max"] == float(kernel.max())
+    assert sorted(p.name for p in (cap.path / "tensors").iterdir()) == ["b_0-" + cap.record("b:0")["file"].split("-")[-1]]
+    np.testing.assert_array_equal(cap.tensor("b:0"), bias)
+    assert cap.digest("b:0") is None and cap.digest("b:0", compute=True) == digest(bias)
+    with pytest.raises(ValuesNotStored, match=r"'w:0'.* is not on this machine.*--keep-weights"):
+        cap.tensor("w:0")
+
+
+def test_without_artifact_values_variables_are_stored(tmp_path: Path) -> None:
+    kernel = RNG.normal(size=(64, 128)).astype(np.float32)
+    with CaptureWriter(tmp_path / "cap", graph=VARS) as writer:
+        writer.write_whole("w:0", kernel)
+        writer.finalize({})
+    np.testing.assert_array_equal(Capture.open(tmp_path / "cap").tensor("w:0"), kernel)
+
+
+# --------------------------------------------------------------------------- older and damaged captures
+
+
+def test_a_format_1_capture_is_still_read(tmp_path: Path) -> None:
+    """Format 1 wrote every tensor as a .npy and knew nothing of encodings: such a manifest opens,
+    and an ``encoding`` in it means nothing (its files are .npy)."""
+    rows = RNG.normal(size=(3, 2)).astype(np.float32)
+    with CaptureWriter(tmp_path / "cap", packed=False) as writer:
+        writer.write_rows("t:0", rows, 0, 3)
+        writer.write_whole("w:0", rows[0])
+        writer.write_whole("w/read:0", rows[0].copy(), same_as="w:0")
+        writer.finalize({})
+    path = tmp_path / "cap" / "manifest.json"
+    manifest = json.loads(path.read_text())
+    manifest["format_version"] = 1
+    path.write_text(json.dumps(manifest))
+    cap = Capture.open(tmp_path / "cap")
+    np.testing.assert_array_equal(cap.tensor("t:0"), rows)
+    np.testing.assert_array_equal(cap.tensor("w/read:0"), rows[0])
+    assert cap.alias_of("w/read:0") == "w:0" and cap.digest("w:0") is None and FORMAT_VERSION == 2
+
+
+def _tamper(tmp_path: Path, change: Any) -> Path:
+    _predicted_capture(tmp_path / "cap")
+    path = tmp_path / "cap" / "manifest.json"
+    manifest = json.loads(path.read_text())
+    change(manifest["tensors"])
+    path.write_text(json.dumps(manifest))
+    return tmp_path / "cap"
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda t: t["conv:0"]["encoding"]["chunks"][0].__setitem__(3, 10**9), r"lies outside the file"),
+    (lambda t: t["conv:0"]["encoding"]["chunks"].pop(), r"cover 4 of 6 rows"),
+    (lambda t: t["conv:0"]["encoding"].__setitem__("codec", "lz4"), r"not zstd chunks"),
+    (lambda t: t["badd:0"]["encoding"]["predict"].__setitem__("inputs", ["add:0", "bias:0"]), r"recorded before it"),
+    (lambda t: t["badd:0"]["encoding"]["predict"].__setitem__("op", "Conv2D"), r"not one tftrace makes"),
+    (lambda t: t["conv:0"].update(values="artifact"), r"yet it names a file"),
+])
+def test_a_damaged_packed_index_is_refused_on_open(tmp_path: Path, change: Any, message: str) -> None:
+    with pytest.raises(TftraceError, match=message):
+        Capture.open(_tamper(tmp_path, change))
+
+
+def test_chunk_bytes_that_do_not_decode_are_refused_on_read(tmp_path: Path) -> None:
+    cap_dir = _tamper(tmp_path, lambda t: t["conv:0"]["encoding"]["chunks"][0].__setitem__(2, 1))
+    with pytest.raises(TftraceError, match=r"damaged capture .*'conv:0'"):
+        Capture.open(cap_dir).tensor("conv:0")
