@@ -24,7 +24,8 @@ from ..comparison.align import relevant_slots
 from ..errors import TftraceError
 from ..opgraph import EXIT_OPS, FRAME_OPS, OpGraph, tensor_op, tensor_slot
 
-__all__ = ["FetchPlan", "fetch_plan", "chunked", "refit_sizes", "check_fetched", "branch_of", "BranchSchedule", "DEAD_BRANCH_REASON"]
+__all__ = ["FetchPlan", "fetch_plan", "chunked", "refit_sizes", "check_fetched", "branch_of", "BranchSchedule", "DEAD_BRANCH_REASON",
+           "sizes_scale_with_rows", "scaled_sizes"]
 
 WHILE_FRAME_REASON = "inside a while-loop frame: a session cannot fetch it"
 DEAD_BRANCH_REASON = "in a cond branch that did not run on these inputs (dead: TensorFlow has no value for it)"
@@ -222,6 +223,64 @@ def refit_sizes(plan: FetchPlan, measured: dict[str, int]) -> None:
     for name in plan.names:
         if plan.sizes[name] > plan.max_memory:
             raise _too_big(name, plan.sizes[name], plan.max_memory, "on these inputs (its shape is set at run time)")
+
+
+# Ops whose output length depends on the *values* they read, not on the batch: one row's trace says
+# nothing about a batch's (a mask of 8 rows may select 40 elements where one row selected 1).
+VALUE_SIZED_OPS = frozenset({
+    "Where", "Unique", "UniqueV2", "UniqueWithCounts", "UniqueWithCountsV2", "DynamicPartition", "Range", "Fill",
+    "Tile", "BroadcastTo", "Empty", "SparseToDense", "ListDiff", "SetSize", "Bincount", "DenseBincount",
+    "NonMaxSuppression", "NonMaxSuppressionV2", "NonMaxSuppressionV3", "NonMaxSuppressionV4", "NonMaxSuppressionV5",
+    "NonMaxSuppressionWithOverlaps", "CombinedNonMaxSuppression", "TensorArrayGatherV3", "TensorArrayConcatV3",
+    "TensorListStack", "TensorListConcatV2", "RaggedTensorToTensor", "StringSplit", "StringSplitV2",
+})
+
+
+def sizes_scale_with_rows(opgraph: OpGraph, plan: FetchPlan) -> bool:
+    """True when one example's traced run tells every planned tensor's size at any batch.
+
+    That holds when each planned tensor's static shape is either fully known or known but for
+    its first axis (the batch axis, checked by :func:`scaled_sizes` on the trace), no op sizes
+    its output from the values it reads (:data:`VALUE_SIZED_OPS`), and nothing is conditional
+    or inside a loop (a branch's or an iteration's tensors are not one per row). Then the plain
+    runs warm up on one example instead of the whole first batch (see ``worker._plain_runs``).
+    """
+    if plan.branches or plan.switches:
+        return False
+    for op in opgraph.topo_order():
+        kind = opgraph.op_type(op)
+        if kind in VALUE_SIZED_OPS or kind in FRAME_OPS or kind in SWITCH_OPS or kind in MERGE_OPS:
+            return False
+    for name in plan.names:
+        shape = opgraph.output_info(name)["shape"]
+        if shape is None or any(dim is None for dim in shape[1:]):
+            return False
+    return True
+
+
+def scaled_sizes(opgraph: OpGraph, plan: FetchPlan, one_row: dict[str, int], rows: int) -> dict[str, int] | None:
+    """Every planned tensor's bytes at ``rows`` rows, from a traced run of one row; None when
+    the trace contradicts the static shapes (a first axis that is not one row long there).
+
+    A tensor whose static first axis is open was measured with one row: it must hold exactly
+    one row's worth of its static trailing shape, and holds ``rows`` times that in the batch.
+    A fully known shape is the same at any batch.
+    """
+    out: dict[str, int] = {}
+    for name in plan.names:
+        if name not in one_row:
+            continue  # not executed by the plain run: keeps its estimate, checked as fetched
+        shape = opgraph.output_info(name)["shape"]
+        if shape is not None and shape and shape[0] is None:
+            per_row = _estimate_bytes(opgraph.output_info(name), 1)
+            if one_row[name] != per_row:
+                return None
+            out[name] = per_row * rows
+        elif one_row[name] == plan.sizes.get(name):
+            out[name] = one_row[name]
+        else:
+            return None
+    return out
 
 
 def check_fetched(plan: FetchPlan, name: str, nbytes: int) -> None:

@@ -33,7 +33,7 @@ from .inputs import Examples, batches, make_examples
 from ..runspec import Side
 from ..safewrite import refuse_link_dir
 from ._events import emit
-from .fetch_plan import fetch_plan, refit_sizes
+from .fetch_plan import FetchPlan, fetch_plan, refit_sizes, scaled_sizes, sizes_scale_with_rows
 from .fingerprint import environment_fingerprint
 from .instrumented import instrumented_runs
 from .observer import observer_effect
@@ -72,7 +72,7 @@ def run_capture(side: Side, out_dir: str, force: bool) -> None:
     ranges = batches(examples.count, batch_size)
     plan = fetch_plan(runtime.opgraph, ranges, side.max_memory)
     emit("stage", text="plain run")
-    plain = _plain_runs(runtime, examples, ranges, side.timing_runs)
+    plain = _plain_runs(runtime, examples, ranges, side.timing_runs, plan)
     refit_sizes(plan, plain["sizes"])  # shapes known only at run time: measured, refused before writing
     emit("stage", text="instrumented run")
     with CaptureWriter(out_dir, force=force, durable=side.durable) as writer:
@@ -164,20 +164,39 @@ def _tensor_signatures(artifact: Any) -> list[str]:
 # ---- plain run -------------------------------------------------------------------------------
 
 
-def _plain_runs(runtime: Runtime, examples: Examples, ranges: list[tuple[int, int]], timing_runs: int) -> dict:
+def _plain_runs(runtime: Runtime, examples: Examples, ranges: list[tuple[int, int]], timing_runs: int,
+                plan: FetchPlan | None = None) -> dict:
     """The side as it runs in production: signature outputs only, warmed up, then timed.
 
-    One traced warm-up (the executed op types), ``timing_runs`` timed runs of the first batch
-    (the last one's outputs are that batch's plain outputs), then one run per further batch.
-    A failure here is the model failing on these inputs (not tftrace's fetching), so it is
-    reported as the user's problem with TensorFlow's own message.
+    One traced warm-up (the executed op types, every tensor's size), ``timing_runs`` timed runs
+    of the first batch (the last one's outputs are that batch's plain outputs), then one run per
+    further batch. The warm-up builds the session's executor for this fetch set (Grappler's
+    rewrites included), which costs about the same at any batch; its compute grows with the
+    rows. So when one example's trace tells every tensor's size at the whole batch
+    (:func:`fetch_plan.sizes_scale_with_rows`), it runs on the first example only: the same
+    executor, the same partition graphs (executed ops and nodes), a fraction of the compute;
+    the timed runs then are the first full-batch runs, on a warm executor as before
+    (``warmup_rows`` in the latency record says which). A failure here is the model failing on
+    these inputs (not tftrace's fetching), so it is reported as the user's problem with
+    TensorFlow's own message.
     """
     outputs = [runtime.graph.get_tensor_by_name(s.name) for s in runtime.signature.outputs.values()]
     keys = list(runtime.signature.outputs)
-    feed0 = feed_for(runtime, examples, *ranges[0])
+    start, stop = ranges[0]
+    feed0 = feed_for(runtime, examples, start, stop)
+    one_row = (plan is not None and examples.batch_major and not examples.per_example and stop - start > 1
+               and sizes_scale_with_rows(runtime.opgraph, plan))
     try:
         sizes: dict[str, int] = {}
-        _, executed_ops, executed_nodes = traced_run(runtime, outputs, feed0, sizes)  # also the warm-up
+        warm_feed = feed_for(runtime, examples, start, start + 1) if one_row else feed0
+        _, executed_ops, executed_nodes = traced_run(runtime, outputs, warm_feed, sizes)  # also the warm-up
+        if one_row:
+            scaled = scaled_sizes(runtime.opgraph, plan, sizes, stop - start)
+            if scaled is None:  # the trace contradicts the static shapes: measure the whole batch after all
+                one_row, sizes = False, {}
+                _, executed_ops, executed_nodes = traced_run(runtime, outputs, feed0, sizes)
+            else:
+                sizes = scaled
         times = []
         for _ in range(timing_runs):  # at least 1 (Side checks it)
             t0 = time.perf_counter()
@@ -203,7 +222,8 @@ def _plain_runs(runtime: Runtime, examples: Examples, ranges: list[tuple[int, in
             "min": round(min(times), 4),
             "max": round(max(times), 4),
             "runs": len(times),
-            "batch_rows": ranges[0][1] - ranges[0][0],
+            "batch_rows": stop - start,
+            "warmup_rows": 1 if one_row else stop - start,
         },
     }
 
