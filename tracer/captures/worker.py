@@ -46,18 +46,26 @@ __all__ = ["run_capture", "main", "emit"]  # emit: from ._events, for older impo
 
 
 
-def run_capture(side: Side, out_dir: str, force: bool) -> None:
+def run_capture(side: Side, out_dir: str, force: bool, prepared: Prepared | None = None) -> None:
     """Validate everything that can be wrong with the request, then run and write.
 
     Every user error that does not need the tensors (the output directory, the device, the
     session config, the inputs, a tensor larger than --max-memory) is raised *before* the
-    capture directory is touched, so fixing a flag and re-running needs no --force.
+    capture directory is touched, so fixing a flag and re-running needs no --force. A
+    ``prepared`` runtime (loaded before the job came, for this very side but its inputs) is
+    used as it is; its load time is the manifest's ``load_s``, with ``loaded_ahead``.
     """
     t_start = time.perf_counter()
     emit("stage", text="loading model")
     _refuse_out_dir_early(out_dir, force)
-    runtime = open_runtime(side)
-    load_s = time.perf_counter() - t_start
+    if prepared is not None and prepared.side == side.with_(inputs=prepared.side.inputs):
+        runtime, load_s = prepared.runtime(), prepared.load_s
+    else:
+        if prepared is not None:
+            prepared.close()
+            prepared = None
+        runtime = open_runtime(side)
+        load_s = time.perf_counter() - t_start
     takes_strings = any(spec.dtype == "string" for spec in runtime.signature.inputs.values())
     examples = make_examples(
         runtime.signature.inputs, side.inputs.examples, side.inputs.seed, side.inputs.inputs_file,
@@ -115,6 +123,7 @@ def run_capture(side: Side, out_dir: str, force: bool) -> None:
             "observer_effect": observer,
             "timings": {
                 "load_s": round(load_s, 4),
+                **({"loaded_ahead": True} if prepared is not None else {}),
                 "plain_latency_ms": plain["latency_ms"],
                 "instrumented_s": round(instrumented["seconds"], 4),
             },
@@ -128,6 +137,41 @@ def run_capture(side: Side, out_dir: str, force: bool) -> None:
         manifest["timings"]["total_s"] = round(time.perf_counter() - t_start, 4)  # all but writing the manifest
         writer.finalize(manifest)
     runtime.close()
+
+
+class Prepared:
+    """A side's runtime opened before its job arrived (or the error opening it met, raised when
+    the job asks for it, so the parent hears it as from any capture)."""
+
+    def __init__(self, side: Side) -> None:
+        self.side = side
+        started = time.perf_counter()
+        self._runtime: Runtime | None = None
+        self._error: BaseException | None = None
+        try:
+            self._runtime = open_runtime(side)
+        except Exception as exc:  # noqa: BLE001 - re-raised by runtime(), in run_capture's handling
+            self._error = exc
+        self.load_s = time.perf_counter() - started
+
+    def runtime(self) -> Runtime:
+        if self._error is not None:
+            raise self._error
+        assert self._runtime is not None
+        return self._runtime
+
+    def close(self) -> None:
+        if self._runtime is not None:
+            self._runtime.close()
+
+
+def _prepare_message(line: bytes) -> dict | None:
+    """The launcher's ``{"prepare": side}`` line, or None when the first line is (part of) the job."""
+    try:
+        message = json.loads(line.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    return message if isinstance(message, dict) and set(message) == {"prepare"} else None
 
 
 def _refuse_out_dir_early(out_dir: str, force: bool) -> None:
@@ -254,15 +298,21 @@ def _plain_outputs(
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     exit_with_parent()  # a SIGKILLed tftrace cannot stop its children itself
+    prepared: Prepared | None = None
     if argv[0] == "-":  # the launcher's way: no job file is left behind if tftrace is SIGKILLed
-        job = json.loads(sys.stdin.buffer.read().decode("utf-8"))
+        first = sys.stdin.buffer.readline()
+        message = _prepare_message(first)
+        if message is not None:  # started ahead of its job (launcher.PreparedChild): load while waiting
+            prepared = Prepared(Side.from_json(message["prepare"]))
+            first = b""
+        job = json.loads((first + sys.stdin.buffer.read()).decode("utf-8"))
         sys.stdin.close()
     else:
         with open(argv[0], encoding="utf-8") as fh:
             job = json.loads(fh.read())
     try:
         if job["mode"] == "capture":
-            run_capture(Side.from_json(job["side"]), job["out_dir"], bool(job.get("force")))
+            run_capture(Side.from_json(job["side"]), job["out_dir"], bool(job.get("force")), prepared)
         else:
             from .isolate_worker import run_isolation  # noqa: PLC0415
 
