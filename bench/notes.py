@@ -193,8 +193,9 @@ def notes(figs: dict[str, Any], gpu: str = "") -> str:
         "### End to end and the large report",
         "",
         (f"`tftrace compare ckpt/ savedmodel/` on ResNet-50, one example at batch 1, as typed by a user: "
-        f"{e['seconds']:.1f} s (median of {len(e['runs'])}), verdict {e['runs'][-1]['verdict']}; both captures "
-        f"run one after the other, each in its own TensorFlow process."),
+        f"{e['seconds']:.1f} s (median of {len(e['runs'])}), verdict {e['runs'][-1]['verdict']}; each capture "
+        f"runs in its own TensorFlow process, B's started once A's is up: it imports TensorFlow and loads its "
+        f"model while A is captured, then runs on A's examples."),
         "",
         f"The large report comes from a real comparison of a {r['ops']:,}-op graph (residual units under "
         f"`stage/unit` scopes) against its twin with one changed constant; `render_report` on its "
