@@ -31,6 +31,7 @@ import os
 import shutil
 import sys
 import time
+from time import perf_counter  # the probes' own clock (``time`` is replaced by a fake one in the harness's tests)
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -52,20 +53,20 @@ def bandwidths(directory: Path, nbytes: int = PROBE_BYTES) -> dict[str, float]:
 
     piece = np.ones(4 << 20, np.uint8)
     path = directory / "bandwidth_probe.bin"
-    started = time.perf_counter()
+    started = perf_counter()
     with open(path, "wb") as fh:
         for _ in range(max(1, nbytes // piece.nbytes)):
             fh.write(piece.data)
         fh.flush()
         os.fsync(fh.fileno())
-    disk_s = time.perf_counter() - started
+    disk_s = perf_counter() - started
     path.unlink()
     src = np.ones(nbytes, np.uint8)
     dst = np.empty_like(src)
     dst.fill(0)  # its pages exist before the timed copy, as a fetched tensor's do
-    started = time.perf_counter()
+    started = perf_counter()
     np.copyto(dst, src)
-    copy_s = time.perf_counter() - started
+    copy_s = perf_counter() - started
     written = max(1, nbytes // piece.nbytes) * piece.nbytes
     return {"disk_write_bytes_per_s": written / disk_s, "memory_copy_bytes_per_s": nbytes / copy_s,
             "probe_bytes": written}
@@ -143,7 +144,7 @@ def measure_capture(ws: Workspace, model: Model, batch: int, rounds: int, log: C
     tensors = work / "tensors.json"
     tensors.write_text(json.dumps(list(manifest["tensors"])))
     raw: dict[str, list[dict[str, Any]]] = {name: [] for name in contenders}
-    raw["bandwidth"] = []  # one probe per round, under that round's load
+    probes: list[dict[str, float]] = []  # the bandwidths, once per round, under that round's load
     failed: dict[str, str] = {}
     if not warmup:
         raw["capture"].append(_capture_record(first, warm))
@@ -157,7 +158,7 @@ def measure_capture(ws: Workspace, model: Model, batch: int, rounds: int, log: C
             log(f"  {tag}: stopping after {done} round(s): another would end past the time budget")
             break
         started = time.time()
-        raw["bandwidth"].append(bandwidths(work))
+        probes.append(bandwidths(work))
         order = contenders[r % len(contenders):] + contenders[: r % len(contenders)]
         for name in order:
             if name in failed or (name == "capture" and r == 0 and not warmup):
@@ -174,15 +175,16 @@ def measure_capture(ws: Workspace, model: Model, batch: int, rounds: int, log: C
         log(f"  {tag} round {done}/{rounds}: " + ", ".join(f"{n} {raw[n][-1]['seconds']:.2f} s"
                                                            for n in contenders if n not in failed))
         if on_round is not None:
-            on_round(_summary(model, batch, done, raw, failed, manifest, warm if warmup else None))
-    return _summary(model, batch, done, raw, failed, manifest, warm if warmup else None)
+            on_round(_summary(model, batch, done, raw, failed, manifest, warm if warmup else None, probes))
+    return _summary(model, batch, done, raw, failed, manifest, warm if warmup else None, probes)
 
 
 def _summary(model: Model, batch: int, rounds: int, raw: dict[str, list[dict[str, Any]]], failed: dict[str, str],
-             manifest: dict[str, Any], warm: ChildRun | None) -> dict[str, Any]:
+             manifest: dict[str, Any], warm: ChildRun | None, probes: list[dict[str, float]] | None = None
+             ) -> dict[str, Any]:
     """The figures of the rounds so far: medians over the contenders that ran (``failed``: those
     that did not, with their error)."""
-    ran = {name: runs for name, runs in raw.items() if runs and name in CONTENDERS}
+    ran = {name: runs for name, runs in raw.items() if runs}
     captured = sum(rec["size_bytes"] for rec in manifest["tensors"].values())
     op_types = {node["name"]: node["op"] for node in manifest["graph"]["nodes"]}
     ref_variables = sum(rec["size_bytes"] for n, rec in manifest["tensors"].items()
@@ -203,10 +205,12 @@ def _summary(model: Model, batch: int, rounds: int, raw: dict[str, list[dict[str
                      for c, t, p in zip(raw["capture"], raw["tfdbg"], raw["plain"])]
         known = [m for m in per_round if m is not None]
         out["marginal_vs_tfdbg"] = median(known) if known else None
-    if raw.get("bandwidth"):
-        disk_bw = median([b["disk_write_bytes_per_s"] for b in raw["bandwidth"]])
-        memory_bw = median([b["memory_copy_bytes_per_s"] for b in raw["bandwidth"]])
+    if probes:
+        disk_bw = median([b["disk_write_bytes_per_s"] for b in probes])
+        memory_bw = median([b["memory_copy_bytes_per_s"] for b in probes])
         out["floors"] = {
+            "probe_bytes": probes[0]["probe_bytes"],
+            "probes": probes,
             "disk_write_bytes_per_s": disk_bw,
             "memory_copy_bytes_per_s": memory_bw,
             # the least time the capture's bytes (each stored once) take to reach the disk durably, and to

@@ -86,7 +86,7 @@ def _floors(c: dict[str, Any], work: float) -> str:
     out = ""
     f = c.get("floors")
     if f:
-        probe = f"{c['raw']['bandwidth'][0]['probe_bytes'] / MB:.0f}"
+        probe = f"{f['probe_bytes'] / MB:.0f}"
         out += f"""- **Physical floors, measured in this run** (a {probe} MB write `fsync`ed to the same file system, and a
   {probe} MB copy in memory, once per round, medians): the disk took {f['disk_write_bytes_per_s'] / MB:.0f} MB/s durably and
   memory copies ran at {f['memory_copy_bytes_per_s'] / 1e9:.1f} GB/s, so the capture's {c['capture_disk_bytes'] / MB:.0f} MB need at least
