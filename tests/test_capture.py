@@ -458,7 +458,7 @@ def test_progress_events_and_a_parent_without_tensorflow(real_models: dict[str, 
     script = textwrap.dedent(
         """
         import json, sys
-        from tracer.artifacts import ArtifactRef
+        from tracer.artifacts.loader import ArtifactRef
         from tracer.captures.launcher import capture
         from tracer.runspec import InputSpec, Side
         events = []
