@@ -42,7 +42,7 @@ from .workspace import Model, Workspace
 __all__ = ["measure_capture", "bandwidths", "marginal"]
 
 CONTENDERS = ("capture", "tfdbg", "naive", "plain")
-PROBE_BYTES = 128 << 20  # the timed write and copy: long enough to leave the caches, short beside a round
+PROBE_BYTES = 256 << 20  # the timed write and copy: long enough to get past write caches, short beside a round
 
 
 def bandwidths(directory: Path, nbytes: int = PROBE_BYTES) -> dict[str, float]:
