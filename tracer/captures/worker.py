@@ -2,7 +2,9 @@
 
 Started by :mod:`tracer.captures.launcher` as ``python -m tracer.captures.worker -`` (the job
 JSON on stdin, so no job file outlives a SIGKILLed tftrace; a JOB.json path works too) with
-the side's environment already in place (TF reads it at import). It speaks to the parent in
+the side's environment already in place (TF reads it at import). A child started ahead of its
+job (``compare``'s side B) first gets a ``{"prepare": side}`` line and loads that side's model
+while it waits for the job (:class:`Prepared`). It speaks to the parent in
 JSON lines on stdout (``progress``, ``error``) and exits 0, or 3 for a user error.
 
 Order matters for the observer effect: the *plain* run (signature outputs only) comes first,
