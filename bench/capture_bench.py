@@ -9,7 +9,12 @@ timed from process start to the moment its result exists:
 - the naive script: until every tensor of the same fetch set is in memory;
 - the plain run: until the signature outputs are in memory.
 
-Disk: the capture directory against tfdbg's dump directory after that one run. One untimed
+Disk: the capture directory against tfdbg's dump directory after that one run. Every round
+also times a small write to the same file system (``fsync``ed, as the capture's files are) and
+a copy in memory, so the page can set the capture's bytes against the machine's physical
+floors measured under the same load (:func:`bandwidths`); and the *marginal* figure, what
+capturing adds to a plain run against what tfdbg adds to it: ``(capture - plain) / (tfdbg -
+plain)``, the median of the per-round values. One untimed
 capture first warms the page cache for the model files and gives the naive script its fetch
 list (the tensors tftrace captured).
 
@@ -22,9 +27,11 @@ end after it, and ``tolerate_failures`` records a failing peer and goes on witho
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 import time
+from time import perf_counter  # the probes' own clock (``time`` is replaced by a fake one in the harness's tests)
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -32,9 +39,43 @@ from typing import Any
 from .procs import BenchError, ChildRun, child_env, dir_bytes, median, run_child
 from .workspace import Model, Workspace
 
-__all__ = ["measure_capture"]
+__all__ = ["measure_capture", "bandwidths", "marginal"]
 
 CONTENDERS = ("capture", "tfdbg", "naive", "plain")
+PROBE_BYTES = 256 << 20  # the timed write and copy: long enough to get past write caches, short beside a round
+
+
+def bandwidths(directory: Path, nbytes: int = PROBE_BYTES) -> dict[str, float]:
+    """Bytes per second this machine writes durably to ``directory``'s file system (one file,
+    written in 4 MiB pieces, then ``fsync``: what a capture's files go through) and copies in
+    memory (``np.copyto`` between two fresh arrays), each timed once, now."""
+    import numpy as np  # noqa: PLC0415 - the harness's parent needs numpy only here
+
+    piece = np.ones(4 << 20, np.uint8)
+    path = directory / "bandwidth_probe.bin"
+    started = perf_counter()
+    with open(path, "wb") as fh:
+        for _ in range(max(1, nbytes // piece.nbytes)):
+            fh.write(piece.data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    disk_s = perf_counter() - started
+    path.unlink()
+    src = np.ones(nbytes, np.uint8)
+    dst = np.empty_like(src)
+    dst.fill(0)  # its pages exist before the timed copy, as a fetched tensor's do
+    started = perf_counter()
+    np.copyto(dst, src)
+    copy_s = perf_counter() - started
+    written = max(1, nbytes // piece.nbytes) * piece.nbytes
+    return {"disk_write_bytes_per_s": written / disk_s, "memory_copy_bytes_per_s": nbytes / copy_s,
+            "probe_bytes": written}
+
+
+def marginal(capture_s: float, tfdbg_s: float, plain_s: float) -> float | None:
+    """What capturing adds to a plain run against what tfdbg adds to it (None when tfdbg adds nothing)."""
+    added = tfdbg_s - plain_s
+    return (capture_s - plain_s) / added if added > 0 else None
 
 
 def _capture(ckpt: Path, inputs: Path, out: Path, device: str | None = None) -> ChildRun:
@@ -103,6 +144,7 @@ def measure_capture(ws: Workspace, model: Model, batch: int, rounds: int, log: C
     tensors = work / "tensors.json"
     tensors.write_text(json.dumps(list(manifest["tensors"])))
     raw: dict[str, list[dict[str, Any]]] = {name: [] for name in contenders}
+    probes: list[dict[str, float]] = []  # the bandwidths, once per round, under that round's load
     failed: dict[str, str] = {}
     if not warmup:
         raw["capture"].append(_capture_record(first, warm))
@@ -116,6 +158,7 @@ def measure_capture(ws: Workspace, model: Model, batch: int, rounds: int, log: C
             log(f"  {tag}: stopping after {done} round(s): another would end past the time budget")
             break
         started = time.time()
+        probes.append(bandwidths(work))
         order = contenders[r % len(contenders):] + contenders[: r % len(contenders)]
         for name in order:
             if name in failed or (name == "capture" and r == 0 and not warmup):
@@ -132,12 +175,13 @@ def measure_capture(ws: Workspace, model: Model, batch: int, rounds: int, log: C
         log(f"  {tag} round {done}/{rounds}: " + ", ".join(f"{n} {raw[n][-1]['seconds']:.2f} s"
                                                            for n in contenders if n not in failed))
         if on_round is not None:
-            on_round(_summary(model, batch, done, raw, failed, manifest, warm if warmup else None))
-    return _summary(model, batch, done, raw, failed, manifest, warm if warmup else None)
+            on_round(_summary(model, batch, done, raw, failed, manifest, warm if warmup else None, probes))
+    return _summary(model, batch, done, raw, failed, manifest, warm if warmup else None, probes)
 
 
 def _summary(model: Model, batch: int, rounds: int, raw: dict[str, list[dict[str, Any]]], failed: dict[str, str],
-             manifest: dict[str, Any], warm: ChildRun | None) -> dict[str, Any]:
+             manifest: dict[str, Any], warm: ChildRun | None, probes: list[dict[str, float]] | None = None
+             ) -> dict[str, Any]:
     """The figures of the rounds so far: medians over the contenders that ran (``failed``: those
     that did not, with their error)."""
     ran = {name: runs for name, runs in raw.items() if runs}
@@ -156,6 +200,24 @@ def _summary(model: Model, batch: int, rounds: int, raw: dict[str, list[dict[str
                    for peer, runs in ran.items() if peer != "capture"},
         "capture_disk_bytes": median([x["disk"]["apparent"] for x in raw["capture"]]),
     }
+    if "tfdbg" in ran and "plain" in ran:
+        per_round = [marginal(c["seconds"], t["seconds"], p["seconds"])
+                     for c, t, p in zip(raw["capture"], raw["tfdbg"], raw["plain"])]
+        known = [m for m in per_round if m is not None]
+        out["marginal_vs_tfdbg"] = median(known) if known else None
+    if probes:
+        disk_bw = median([b["disk_write_bytes_per_s"] for b in probes])
+        memory_bw = median([b["memory_copy_bytes_per_s"] for b in probes])
+        out["floors"] = {
+            "probe_bytes": probes[0]["probe_bytes"],
+            "probes": probes,
+            "disk_write_bytes_per_s": disk_bw,
+            "memory_copy_bytes_per_s": memory_bw,
+            # the least time the capture's bytes (each stored once) take to reach the disk durably, and to
+            # be copied once in memory, at this run's measured rates
+            "disk_s": out["capture_disk_bytes"] / disk_bw,
+            "memory_s": out["capture_disk_bytes"] / memory_bw,
+        }
     if "tfdbg" in ran:
         out.update({"tfdbg_disk_bytes": median([x["disk_one_run"] for x in raw["tfdbg"]]),
                     "tfdbg_first_run_s": median([x["first_run_s"] for x in raw["tfdbg"]]),

@@ -75,10 +75,34 @@ def _capture_limits(c: dict[str, Any]) -> str:
 - **Time against the naive script.** The naive script keeps everything in memory and writes nothing; tftrace
   writes {c['capture_disk_bytes'] / MB:.0f} MB and makes them durable before the manifest (an `fsync` per file, in a
   background thread while it writes), computes each tensor's statistics as it writes them, and runs the plain
-  graph first to measure the observer effect and the latency (a traced warm-up, then `--timing-runs` timed runs,
+  graph first to measure the observer effect and the latency (a traced warm-up, on one example where its trace
+  tells every tensor's size at the whole batch, then `--timing-runs` timed runs,
   1 by default, the last doubling as the first batch's plain run, then one run per further batch).{plain_cost} The instrumented run
   also keeps Grappler from fusing what it fetches.
+""" + _floors(c, work)
+
+
+def _floors(c: dict[str, Any], work: float) -> str:
+    """The physical floors measured in the same run, and the marginal figure, as prose."""
+    out = ""
+    f = c.get("floors")
+    if f:
+        probe = f"{f['probe_bytes'] / MB:.0f}"
+        out += f"""- **Physical floors, measured in this run** (a {probe} MB write `fsync`ed to the same file system, and a
+  {probe} MB copy in memory, once per round, medians): the disk took {f['disk_write_bytes_per_s'] / MB:.0f} MB/s durably and
+  memory copies ran at {f['memory_copy_bytes_per_s'] / 1e9:.1f} GB/s, so the capture's {c['capture_disk_bytes'] / MB:.0f} MB need at least
+  {f['disk_s']:.2f} s to reach the disk and {f['memory_s']:.2f} s to be copied once. Its instrumented run and the
+  wait for its writes took {work:.2f} s, {work / f['disk_s']:.2f}x the disk's floor.
 """
+    m = c.get("marginal_vs_tfdbg")
+    if m is not None:
+        s = c["seconds"]
+        out += f"""- **Marginal figure.** What capturing adds to a plain run ({s['capture']:.2f} - {s['plain']:.2f} s) against what
+  tfdbg adds ({s['tfdbg']:.2f} - {s['plain']:.2f} s): {m:.2f}x (the median of the rounds' own values); the
+  TensorFlow import and model load every contender pays are out of it.
+"""
+    return out
+
 
 
 def _compare_limits(d: dict[str, Any], i: dict[str, Any]) -> str:
@@ -175,8 +199,9 @@ def notes(figs: dict[str, Any], gpu: str = "") -> str:
         "### End to end and the large report",
         "",
         (f"`tftrace compare ckpt/ savedmodel/` on ResNet-50, one example at batch 1, as typed by a user: "
-        f"{e['seconds']:.1f} s (median of {len(e['runs'])}), verdict {e['runs'][-1]['verdict']}; both captures "
-        f"run one after the other, each in its own TensorFlow process."),
+        f"{e['seconds']:.1f} s (median of {len(e['runs'])}), verdict {e['runs'][-1]['verdict']}; each capture "
+        f"runs in its own TensorFlow process, B's started once A's is up: it imports TensorFlow and loads its "
+        f"model while A is captured, then runs on A's examples."),
         "",
         f"The large report comes from a real comparison of a {r['ops']:,}-op graph (residual units under "
         f"`stage/unit` scopes) against its twin with one changed constant; `render_report` on its "

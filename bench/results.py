@@ -68,6 +68,10 @@ def _capture_rows(c: dict[str, Any], label: str) -> list[Row]:
     if "plain" in s:
         rows.append(Row(f"capture vs plain run ({label})", f"{s['capture']:.2f} s", f"plain run {s['plain']:.2f} s",
                         q["plain"], "— (context)", None))
+    if c.get("marginal_vs_tfdbg") is not None:  # what each adds to a plain run: (capture - plain) / (tfdbg - plain)
+        rows.append(Row(f"capture marginal, added to a plain run ({label})",
+                        f"+{s['capture'] - s['plain']:.2f} s", f"tfdbg2 +{s['tfdbg'] - s['plain']:.2f} s",
+                        c["marginal_vs_tfdbg"], "— (context)", None))
     return rows
 
 
@@ -112,7 +116,10 @@ def headline(figs: dict[str, Any]) -> dict[str, Any]:
     """The keys issue 7 names, from the primary workload of each figure."""
     c = figs["capture"][0]
     t = figs["throughput"]
+    floors = c.get("floors") or {}
     return {
+        **({"capture_marginal_vs_tfdbg_ratio": c["marginal_vs_tfdbg"]} if c.get("marginal_vs_tfdbg") is not None else {}),
+        **({"capture_disk_floor_s": floors["disk_s"], "capture_memory_floor_s": floors["memory_s"]} if floors else {}),
         "capture_vs_tfdbg_ratio": c["ratios"]["tfdbg"],
         "capture_disk_vs_tfdbg_ratio": c["capture_disk_bytes"] / c["tfdbg_disk_bytes"],
         "capture_vs_naive_ratio": c["ratios"]["naive"],

@@ -312,3 +312,30 @@ def test_capture_rounds_stop_at_the_deadline_and_survive_a_failing_peer(tmp_path
     with pytest.raises(BenchError):
         capture_bench.measure_capture(FakeWorkspace(), model, 8, 5, log.append,  # type: ignore[arg-type]
                                       contenders=("capture", "tfdbg", "naive"))
+
+
+def test_marginal_figure_and_physical_floors_are_rendered() -> None:
+    """A HAND-MADE capture figure (made-up numbers): the marginal row reads (capture - plain) against
+    (tfdbg - plain), the headline carries it and the floors, and the page's prose states the
+    measured bandwidths and the capture's bytes at them."""
+    from bench.capture_bench import marginal
+    from bench.notes import _capture_limits
+    from bench.results import _capture_rows
+
+    c = _handmade_capture("resnet50", 8, 11.0, 14.0, 7.5)
+    c["seconds"]["plain"] = 5.0
+    c["ratios"]["plain"] = 11.0 / 5.0
+    c["plain_next_run_s"] = 0.6
+    c["marginal_vs_tfdbg"] = marginal(11.0, 14.0, 5.0)
+    c["floors"] = {"probe_bytes": 128 << 20, "disk_write_bytes_per_s": 200e6, "memory_copy_bytes_per_s": 10e9,
+                   "disk_s": 300e6 / 200e6, "memory_s": 300e6 / 10e9}
+    assert c["marginal_vs_tfdbg"] == (11.0 - 5.0) / (14.0 - 5.0)
+    assert marginal(6.0, 5.0, 5.0) is None  # tfdbg adding nothing: no figure, not a division by zero
+    rows = {r.figure: r for r in _capture_rows(c, "resnet50, batch 8")}
+    row = rows["capture marginal, added to a plain run (resnet50, batch 8)"]
+    assert (row.measured, row.peer, row.target, row.passed) == ("+6.00 s", "tfdbg2 +9.00 s", "— (context)", None)
+    assert abs(row.ratio - 6.0 / 9.0) < 1e-12
+    text = _capture_limits(c)
+    assert "the disk took 200 MB/s durably and\n  memory copies ran at 10.0 GB/s" in text
+    assert "300 MB need at least\n  1.50 s to reach the disk and 0.03 s to be copied once" in text
+    assert "0.67x (the median of the rounds' own values)" in text

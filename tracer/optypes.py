@@ -19,7 +19,7 @@ __all__ = [
     "FRAME_OPS", "EXIT_OPS", "LOOP_BACK_EDGE_OPS", "SWITCH_OPS", "MERGE_OPS", "LOOP_COND_OP",
     "SHAPE_OPS", "SHAPE_READERS", "OFFSET_CARRIERS", "MAYBE_UNCHANGED_OPS",
     "STATE_CHANGING_OPS", "STATE_CHANGING_PREFIXES", "changes_state", "RANDOM_OPS", "STATEFUL_RANDOM_PREFIXES",
-    "draws_random", "BOOKKEEPING_OPS", "RUNTIME_PLUMBING",
+    "draws_random", "BOOKKEEPING_OPS", "RUNTIME_PLUMBING", "VALUE_SIZED_OPS",
 ]
 
 # ---- variables, weights and what reads them -------------------------------------------------
@@ -150,3 +150,14 @@ BOOKKEEPING_OPS = frozenset({
 # Op-type prefixes the runtime adds to a partitioned graph (sends, receives, function args): in
 # step statistics, never ops of the model.
 RUNTIME_PLUMBING = ("_Send", "_Recv", "_HostSend", "_HostRecv", "_Arg", "_Retval", "_DeviceArg", "_DeviceRetval")
+
+# Ops whose output length depends on the *values* they read, not on the batch: one row's trace says
+# nothing about a batch's (a mask of 8 rows may select 40 elements where one row selected 1); the
+# capture's one-example warm-up (captures.fetch_plan.sizes_scale_with_rows) is refused with them.
+VALUE_SIZED_OPS = frozenset({
+    "Where", "Unique", "UniqueV2", "UniqueWithCounts", "UniqueWithCountsV2", "DynamicPartition", "Range", "Fill",
+    "Tile", "BroadcastTo", "Empty", "SparseToDense", "ListDiff", "SetSize", "Bincount", "DenseBincount",
+    "NonMaxSuppression", "NonMaxSuppressionV2", "NonMaxSuppressionV3", "NonMaxSuppressionV4", "NonMaxSuppressionV5",
+    "NonMaxSuppressionWithOverlaps", "CombinedNonMaxSuppression", "TensorArrayGatherV3", "TensorArrayConcatV3",
+    "TensorListStack", "TensorListConcatV2", "RaggedTensorToTensor", "StringSplit", "StringSplitV2",
+})

@@ -22,9 +22,10 @@ import numpy as np
 
 from ..errors import TftraceError
 from ..opgraph import WHILE_FRAME_REASON, OpGraph, relevant_slots, tensor_op, tensor_slot
-from ..optypes import LOOP_COND_OP, MERGE_OPS, PLACEHOLDER_OPS, SWITCH_OPS, WEIGHT_SOURCES
+from ..optypes import FRAME_OPS, LOOP_COND_OP, MERGE_OPS, PLACEHOLDER_OPS, SWITCH_OPS, VALUE_SIZED_OPS, WEIGHT_SOURCES
 
-__all__ = ["FetchPlan", "fetch_plan", "chunked", "refit_sizes", "check_fetched", "branch_of", "BranchSchedule", "DEAD_BRANCH_REASON"]
+__all__ = ["FetchPlan", "fetch_plan", "chunked", "refit_sizes", "check_fetched", "branch_of", "BranchSchedule", "DEAD_BRANCH_REASON",
+           "sizes_scale_with_rows", "scaled_sizes"]
 
 DEAD_BRANCH_REASON = "in a cond branch that did not run on these inputs (dead: TensorFlow has no value for it)"
 Branch = frozenset  # of (Switch op, output port): a tensor runs only when all of them carry data
@@ -201,6 +202,53 @@ def refit_sizes(plan: FetchPlan, measured: dict[str, int]) -> None:
     for name in plan.names:
         if plan.sizes[name] > plan.max_memory:
             raise _too_big(name, plan.sizes[name], plan.max_memory, "on these inputs (its shape is set at run time)")
+
+
+def sizes_scale_with_rows(opgraph: OpGraph, plan: FetchPlan) -> bool:
+    """True when one example's traced run tells every planned tensor's size at any batch.
+
+    That holds when each planned tensor's static shape is either fully known or known but for
+    its first axis (the batch axis, checked by :func:`scaled_sizes` on the trace), no op sizes
+    its output from the values it reads (:data:`VALUE_SIZED_OPS`), and nothing is conditional
+    or inside a loop (a branch's or an iteration's tensors are not one per row). Then the plain
+    runs warm up on one example instead of the whole first batch (see ``worker._plain_runs``).
+    """
+    if plan.branches or plan.switches:
+        return False
+    for op in opgraph.topo_order():
+        kind = opgraph.op_type(op)
+        if kind in VALUE_SIZED_OPS or kind in FRAME_OPS or kind in SWITCH_OPS or kind in MERGE_OPS:
+            return False
+    for name in plan.names:
+        shape = opgraph.output_info(name)["shape"]
+        if shape is None or any(dim is None for dim in shape[1:]):
+            return False
+    return True
+
+
+def scaled_sizes(opgraph: OpGraph, plan: FetchPlan, one_row: dict[str, int], rows: int) -> dict[str, int] | None:
+    """Every planned tensor's bytes at ``rows`` rows, from a traced run of one row; None when
+    the trace contradicts the static shapes (a first axis that is not one row long there).
+
+    A tensor whose static first axis is open was measured with one row: it must hold exactly
+    one row's worth of its static trailing shape, and holds ``rows`` times that in the batch.
+    A fully known shape is the same at any batch.
+    """
+    out: dict[str, int] = {}
+    for name in plan.names:
+        if name not in one_row:
+            continue  # not executed by the plain run: keeps its estimate, checked as fetched
+        shape = opgraph.output_info(name)["shape"]
+        if shape is not None and shape and shape[0] is None:
+            per_row = _estimate_bytes(opgraph.output_info(name), 1)
+            if one_row[name] != per_row:
+                return None
+            out[name] = per_row * rows
+        elif one_row[name] == plan.sizes.get(name):
+            out[name] = one_row[name]
+        else:
+            return None
+    return out
 
 
 def check_fetched(plan: FetchPlan, name: str, nbytes: int) -> None:

@@ -31,7 +31,7 @@ from .orphan import PARENT_PID_ENV
 if TYPE_CHECKING:
     from .reader import Capture
 
-__all__ = ["run_child", "capture"]
+__all__ = ["run_child", "capture", "PreparedChild"]
 
 PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 STDERR_TAIL_LINES = 15
@@ -56,47 +56,95 @@ def run_child(
     the child reads it from here, while a side read back from a file never carries one."""
     if job.get("mode") == "isolate":
         _refuse_code_loading_env(side)
-    job = {**job, "allow_unsafe_ops": side.allow_unsafe_ops}
-    env = child_env(side)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (PACKAGE_ROOT, env.get("PYTHONPATH", "")) if p)
-    env[PARENT_PID_ENV] = str(os.getpid())  # the child stops itself if this process is SIGKILLed
-    console = console or Console(stderr=True)
-    # No named file in the temp directory: the job goes through the child's stdin and its stderr
-    # into a file without a name (unlinked at once), so a SIGKILLed tftrace leaves nothing behind.
-    with tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace", prefix="tftrace-stderr-") as stderr_file:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "tracer.captures.worker", "-"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=stderr_file,
-            env=env,
-            start_new_session=True,  # so a timeout or Ctrl-C can stop the whole child group
-        )
+    PreparedChild(side).run(job, label=label, console=console, on_event=on_event)
+
+
+class PreparedChild:
+    """A capture child started before its job is known: it imports TensorFlow and loads the
+    side's model meanwhile (``prepare``), then waits on its stdin for the job.
+
+    ``compare`` starts side B's child so while side A is captured (B's examples are A's, known
+    only once A is done): B's import and load then run on the other core instead of after A.
+    Without ``prepare`` it is the plain child :func:`run_child` starts. :meth:`run` sends the
+    job and follows the child to its end; :meth:`cancel` stops a child whose job never comes.
+    The side's permission (``allow_unsafe_ops``) goes beside the side in both messages.
+    """
+
+    def __init__(self, side: Side, *, prepare: bool = False) -> None:
+        env = child_env(side)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (PACKAGE_ROOT, env.get("PYTHONPATH", "")) if p)
+        env[PARENT_PID_ENV] = str(os.getpid())  # the child stops itself if this process is SIGKILLed
+        # No named file in the temp directory: the job goes through the child's stdin and its stderr
+        # into a file without a name (unlinked at once), so a SIGKILLed tftrace leaves nothing behind.
+        self._stderr = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace", prefix="tftrace-stderr-")
         try:
-            _send_job(proc, dumps(job))
-            error = _follow(proc, side.timeout_s, label, console, on_event)
-        finally:
-            assert proc.stdout is not None
-            proc.stdout.close()
-        stderr_file.seek(0)
-        tail = stderr_file.read().strip().splitlines()[-STDERR_TAIL_LINES:]
-    if error is not None:
-        raise TftraceError(error["problem"], error.get("fix", ""))
-    if proc.returncode != 0:
-        how = f"was killed by signal {-proc.returncode}" if proc.returncode < 0 else f"exited with {proc.returncode}"
-        shown = "\n".join("    " + line for line in tail) or "    (no output)"
-        raise TftraceError(
-            f"the child process running {label} {how}; the tail of its stderr:\n{shown}\n",
-            "fix what it reports (re-run with --debug for the full picture); any partial output is left incomplete",
-        )
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "tracer.captures.worker", "-"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=self._stderr,
+                env=env,
+                start_new_session=True,  # so a timeout or Ctrl-C can stop the whole child group
+            )
+        except BaseException:
+            self._stderr.close()
+            raise
+        self.side = side
+        if prepare:
+            _send(self.proc, dumps({"prepare": side.to_json(), "allow_unsafe_ops": side.allow_unsafe_ops}) + "\n",
+                  close=False)
+
+    def run(
+        self,
+        job: dict[str, Any],
+        *,
+        label: str,
+        console: Console | None = None,
+        on_event: Callable[[dict[str, Any]], None] | None = None,
+    ) -> None:
+        """Send ``job`` and follow the child until it exits; raise TftraceError if it fails."""
+        proc = self.proc
+        console = console or Console(stderr=True)
+        with self._stderr as stderr_file:
+            try:
+                _send(proc, dumps({**job, "allow_unsafe_ops": self.side.allow_unsafe_ops}), close=True)
+                error = _follow(proc, self.side.timeout_s, label, console, on_event)
+            finally:
+                assert proc.stdout is not None
+                proc.stdout.close()
+                if proc.poll() is None:  # interrupted while following: never leave it running
+                    _kill(proc)
+            stderr_file.seek(0)
+            tail = stderr_file.read().strip().splitlines()[-STDERR_TAIL_LINES:]
+        if error is not None:
+            raise TftraceError(error["problem"], error.get("fix", ""))
+        if proc.returncode != 0:
+            how = f"was killed by signal {-proc.returncode}" if proc.returncode < 0 else f"exited with {proc.returncode}"
+            shown = "\n".join("    " + line for line in tail) or "    (no output)"
+            raise TftraceError(
+                f"the child process running {label} {how}; the tail of its stderr:\n{shown}\n",
+                "fix what it reports (re-run with --debug for the full picture); any partial output is left incomplete",
+            )
+
+    def cancel(self) -> None:
+        """Stop a child that will get no job (the other side failed); nothing of it is left."""
+        if self.proc.poll() is None:
+            _kill(self.proc)
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            if pipe is not None and not pipe.closed:
+                pipe.close()
+        self._stderr.close()
 
 
-def _send_job(proc: subprocess.Popen, text: str) -> None:
-    """Write the job to the child's stdin (it reads it whole before anything else) and close it."""
+def _send(proc: subprocess.Popen, text: str, *, close: bool) -> None:
+    """Write to the child's stdin (it reads the job whole before anything else), closing it
+    after the job."""
     assert proc.stdin is not None
     try:
         proc.stdin.write(text.encode("utf-8"))
-        proc.stdin.close()
+        proc.stdin.flush()
+        if close:
+            proc.stdin.close()
     except BrokenPipeError:
         pass  # the child died at start: its exit status and stderr tell why
 
@@ -230,15 +278,18 @@ def capture(
     force: bool = False,
     console: Console | None = None,
     on_event: Callable[[dict[str, Any]], None] | None = None,
+    prepared: PreparedChild | None = None,
 ) -> Capture:
     """Capture one side into ``out_dir`` in a child process; returns the opened Capture.
 
-    ``on_event`` receives every event the child reports (``stage``, ``progress``, ``error``).
+    ``on_event`` receives every event the child reports (``stage``, ``progress``, ``error``);
+    ``prepared``: a child started ahead for this side (its model loaded meanwhile), else a new one.
     """
     from .reader import Capture  # noqa: PLC0415 - TF-free, but only needed here
 
     out = os.path.abspath(os.fspath(out_dir))
     job = {"mode": "capture", "side": side.to_json(), "out_dir": out, "force": force}
-    run_child(job, side, label=f"capture {os.path.basename(side.artifact.path.rstrip('/'))} [{side.label()}]",
+    child = prepared if prepared is not None else PreparedChild(side)
+    child.run(job, label=f"capture {os.path.basename(side.artifact.path.rstrip('/'))} [{side.label()}]",
               console=console, on_event=on_event)
     return Capture.open(out)

@@ -2,7 +2,9 @@
 
 Started by :mod:`tracer.captures.launcher` as ``python -m tracer.captures.worker -`` (the job
 JSON on stdin, so no job file outlives a SIGKILLed tftrace; a JOB.json path works too) with
-the side's environment already in place (TF reads it at import). It speaks to the parent in
+the side's environment already in place (TF reads it at import). A child started ahead of its
+job (``compare``'s side B) first gets a ``{"prepare": side}`` line and loads that side's model
+while it waits for the job (:class:`Prepared`). It speaks to the parent in
 JSON lines on stdout (``progress``, ``error``) and exits 0, or 3 for a user error.
 
 Order matters for the observer effect: the *plain* run (signature outputs only) comes first,
@@ -33,7 +35,7 @@ from .inputs import Examples, batches, make_examples, run_batch_size
 from ..runspec import Side, job_side
 from ..safewrite import refuse_link_dir
 from ._events import emit
-from .fetch_plan import fetch_plan, refit_sizes
+from .fetch_plan import FetchPlan, fetch_plan, refit_sizes, scaled_sizes, sizes_scale_with_rows
 from .fingerprint import environment_fingerprint
 from .instrumented import instrumented_runs
 from .observer import observer_effect
@@ -46,18 +48,26 @@ __all__ = ["run_capture", "main", "emit"]  # emit: from ._events, for older impo
 
 
 
-def run_capture(side: Side, out_dir: str, force: bool) -> None:
+def run_capture(side: Side, out_dir: str, force: bool, prepared: Prepared | None = None) -> None:
     """Validate everything that can be wrong with the request, then run and write.
 
     Every user error that does not need the tensors (the output directory, the device, the
     session config, the inputs, a tensor larger than --max-memory) is raised *before* the
-    capture directory is touched, so fixing a flag and re-running needs no --force.
+    capture directory is touched, so fixing a flag and re-running needs no --force. A
+    ``prepared`` runtime (loaded before the job came, for this very side but its inputs) is
+    used as it is; its load time is the manifest's ``load_s``, with ``loaded_ahead``.
     """
     t_start = time.perf_counter()
     emit("stage", text="loading model")
     _refuse_out_dir_early(out_dir, force)
-    runtime = open_runtime(side)
-    load_s = time.perf_counter() - t_start
+    if prepared is not None and prepared.side == side.with_(inputs=prepared.side.inputs):
+        runtime, load_s = prepared.runtime(), prepared.load_s
+    else:
+        if prepared is not None:
+            prepared.close()
+            prepared = None
+        runtime = open_runtime(side)
+        load_s = time.perf_counter() - t_start
     takes_strings = any(spec.dtype == "string" for spec in runtime.signature.inputs.values())
     examples = make_examples(
         runtime.signature.inputs, side.inputs.examples, side.inputs.seed, side.inputs.inputs_file,
@@ -72,7 +82,7 @@ def run_capture(side: Side, out_dir: str, force: bool) -> None:
     ranges = batches(examples.count, batch_size)
     plan = fetch_plan(runtime.opgraph, ranges, side.max_memory)
     emit("stage", text="plain run")
-    plain = _plain_runs(runtime, examples, ranges, side.timing_runs)
+    plain = _plain_runs(runtime, examples, ranges, side.timing_runs, plan)
     refit_sizes(plan, plain["sizes"])  # shapes known only at run time: measured, refused before writing
     emit("stage", text="instrumented run")
     restored = runtime.artifact.kind in ("checkpoint", "saved_model_v1") and not side.keep_weights
@@ -117,6 +127,7 @@ def run_capture(side: Side, out_dir: str, force: bool) -> None:
             "observer_effect": observer,
             "timings": {
                 "load_s": round(load_s, 4),
+                **({"loaded_ahead": True} if prepared is not None else {}),
                 "plain_latency_ms": plain["latency_ms"],
                 "instrumented_s": round(instrumented["seconds"], 4),
             },
@@ -130,6 +141,41 @@ def run_capture(side: Side, out_dir: str, force: bool) -> None:
         manifest["timings"]["total_s"] = round(time.perf_counter() - t_start, 4)  # all but writing the manifest
         writer.finalize(manifest)
     runtime.close()
+
+
+class Prepared:
+    """A side's runtime opened before its job arrived (or the error opening it met, raised when
+    the job asks for it, so the parent hears it as from any capture)."""
+
+    def __init__(self, side: Side) -> None:
+        self.side = side
+        started = time.perf_counter()
+        self._runtime: Runtime | None = None
+        self._error: BaseException | None = None
+        try:
+            self._runtime = open_runtime(side)
+        except Exception as exc:  # noqa: BLE001 - re-raised by runtime(), in run_capture's handling
+            self._error = exc
+        self.load_s = time.perf_counter() - started
+
+    def runtime(self) -> Runtime:
+        if self._error is not None:
+            raise self._error
+        assert self._runtime is not None
+        return self._runtime
+
+    def close(self) -> None:
+        if self._runtime is not None:
+            self._runtime.close()
+
+
+def _prepare_message(line: bytes) -> dict | None:
+    """The launcher's ``{"prepare": side}`` line, or None when the first line is (part of) the job."""
+    try:
+        message = json.loads(line.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    return message if isinstance(message, dict) and set(message) in ({"prepare"}, {"prepare", "allow_unsafe_ops"}) else None
 
 
 def _refuse_out_dir_early(out_dir: str, force: bool) -> None:
@@ -166,20 +212,39 @@ def _tensor_signatures(artifact: Any) -> list[str]:
 # ---- plain run -------------------------------------------------------------------------------
 
 
-def _plain_runs(runtime: Runtime, examples: Examples, ranges: list[tuple[int, int]], timing_runs: int) -> dict:
+def _plain_runs(runtime: Runtime, examples: Examples, ranges: list[tuple[int, int]], timing_runs: int,
+                plan: FetchPlan | None = None) -> dict:
     """The side as it runs in production: signature outputs only, warmed up, then timed.
 
-    One traced warm-up (the executed op types), ``timing_runs`` timed runs of the first batch
-    (the last one's outputs are that batch's plain outputs), then one run per further batch.
-    A failure here is the model failing on these inputs (not tftrace's fetching), so it is
-    reported as the user's problem with TensorFlow's own message.
+    One traced warm-up (the executed op types, every tensor's size), ``timing_runs`` timed runs
+    of the first batch (the last one's outputs are that batch's plain outputs), then one run per
+    further batch. The warm-up builds the session's executor for this fetch set (Grappler's
+    rewrites included), which costs about the same at any batch; its compute grows with the
+    rows. So when one example's trace tells every tensor's size at the whole batch
+    (:func:`fetch_plan.sizes_scale_with_rows`), it runs on the first example only: the same
+    executor, the same partition graphs (executed ops and nodes), a fraction of the compute;
+    the timed runs then are the first full-batch runs, on a warm executor as before
+    (``warmup_rows`` in the latency record says which). A failure here is the model failing on
+    these inputs (not tftrace's fetching), so it is reported as the user's problem with
+    TensorFlow's own message.
     """
     outputs = [runtime.graph.get_tensor_by_name(s.name) for s in runtime.signature.outputs.values()]
     keys = list(runtime.signature.outputs)
-    feed0 = feed_for(runtime, examples, *ranges[0])
+    start, stop = ranges[0]
+    feed0 = feed_for(runtime, examples, start, stop)
+    one_row = (plan is not None and examples.batch_major and not examples.per_example and stop - start > 1
+               and sizes_scale_with_rows(runtime.opgraph, plan))
     try:
         sizes: dict[str, int] = {}
-        _, executed_ops, executed_nodes = traced_run(runtime, outputs, feed0, sizes)  # also the warm-up
+        warm_feed = feed_for(runtime, examples, start, start + 1) if one_row else feed0
+        _, executed_ops, executed_nodes = traced_run(runtime, outputs, warm_feed, sizes)  # also the warm-up
+        if one_row:
+            scaled = scaled_sizes(runtime.opgraph, plan, sizes, stop - start)
+            if scaled is None:  # the trace contradicts the static shapes: measure the whole batch after all
+                one_row, sizes = False, {}
+                _, executed_ops, executed_nodes = traced_run(runtime, outputs, feed0, sizes)
+            else:
+                sizes = scaled
         times = []
         for _ in range(timing_runs):  # at least 1 (Side checks it)
             t0 = time.perf_counter()
@@ -205,7 +270,8 @@ def _plain_runs(runtime: Runtime, examples: Examples, ranges: list[tuple[int, in
             "min": round(min(times), 4),
             "max": round(max(times), 4),
             "runs": len(times),
-            "batch_rows": ranges[0][1] - ranges[0][0],
+            "batch_rows": stop - start,
+            "warmup_rows": 1 if one_row else stop - start,
         },
     }
 
@@ -236,15 +302,21 @@ def _plain_outputs(
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     exit_with_parent()  # a SIGKILLed tftrace cannot stop its children itself
+    prepared: Prepared | None = None
     if argv[0] == "-":  # the launcher's way: no job file is left behind if tftrace is SIGKILLed
-        job = json.loads(sys.stdin.buffer.read().decode("utf-8"))
+        first = sys.stdin.buffer.readline()
+        message = _prepare_message(first)
+        if message is not None:  # started ahead of its job (launcher.PreparedChild): load while waiting
+            prepared = Prepared(job_side({"side": message["prepare"], "allow_unsafe_ops": message.get("allow_unsafe_ops")}))
+            first = b""
+        job = json.loads((first + sys.stdin.buffer.read()).decode("utf-8"))
         sys.stdin.close()
     else:
         with open(argv[0], encoding="utf-8") as fh:
             job = json.loads(fh.read())
     try:
         if job["mode"] == "capture":
-            run_capture(job_side(job), job["out_dir"], bool(job.get("force")))
+            run_capture(job_side(job), job["out_dir"], bool(job.get("force")), prepared)
         else:
             from .isolate_worker import run_isolation  # noqa: PLC0415
 

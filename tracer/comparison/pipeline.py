@@ -16,7 +16,7 @@ import hashlib
 import io
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -25,6 +25,7 @@ import numpy as np
 from rich.console import Console
 
 from .align import Alignment, CaptureView, align
+from ..captures.launcher import PreparedChild
 from ..captures.launcher import capture as capture_side
 from ..captures.reader import Capture, is_capture_dir
 from ..captures._format import EXTENDED
@@ -104,9 +105,12 @@ class Comparison:
 
 def open_or_capture(
     target: str | Side, out_dir: Path, name: str, *, console: Console | None, shared_inputs: InputSpec | None = None,
-    allow_unsafe_ops: bool = False,
+    allow_unsafe_ops: bool = False, prepared: PreparedChild | None = None,
+    on_event: Callable[[dict[str, Any]], None] | None = None,
 ) -> Capture:
-    """A capture directory is opened; an artifact (or a Side) is captured into ``out_dir/captures/name``."""
+    """A capture directory is opened; an artifact (or a Side) is captured into ``out_dir/captures/name``
+    (by ``prepared``, its child started ahead by :func:`prepare_ahead`, when given; ``on_event``
+    hears the capture child's events)."""
     if isinstance(target, str):
         if is_capture_dir(target):
             return Capture.open(target)
@@ -118,7 +122,40 @@ def open_or_capture(
     if shared_inputs is not None:
         target = replace(target, inputs=shared_inputs)
     claim(out_dir, ["captures"])  # before it exists: --force after a killed run may delete it
-    return capture_side(target, out_dir / "captures" / name, force=True, console=console)
+    return capture_side(target, out_dir / "captures" / name, force=True, console=console, prepared=prepared,
+                        on_event=on_event)
+
+
+# A side's child started ahead holds TensorFlow and the model's weights while the other side is
+# captured: done only when both sides' --max-memory and this much more fit in what is available.
+PREPARE_HEADROOM = 1 << 30
+
+
+def prepare_ahead(target: str | Side, other: str | Side, allow_unsafe_ops: bool) -> PreparedChild | None:
+    """Start ``target``'s capture child now, to import TensorFlow and load its model while
+    ``other`` is captured (its examples, ``other``'s, are known only then), when it is to be
+    captured here and memory allows both at once; None otherwise (captured after, as before)."""
+    if _is_capture(target) or (isinstance(target, str) and os.path.isdir(os.path.join(target, "tensors"))):
+        return None
+    from ..artifacts.loader import ArtifactRef  # noqa: PLC0415
+
+    side = target if isinstance(target, Side) else Side(ArtifactRef(target), allow_unsafe_ops=allow_unsafe_ops)
+    other_memory = other.max_memory if isinstance(other, Side) else Side.max_memory
+    if _available_memory() < side.max_memory + other_memory + PREPARE_HEADROOM:
+        return None
+    return PreparedChild(side, prepare=True)
+
+
+def _available_memory() -> int:
+    """Bytes the kernel says new work can use (MemAvailable); 0 where it does not say."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
 
 
 @contextlib.contextmanager
@@ -185,17 +222,29 @@ def _compare(
     permits = {key: t.allow_unsafe_ops if isinstance(t, Side) else allow_unsafe_ops for key, t in (("a", a), ("b", b))}
     a, b = _lend_signatures(a, b, allow_unsafe_ops)
     console = console or Console(stderr=True)
-    cap_a = open_or_capture(a, out, "a", console=console, allow_unsafe_ops=allow_unsafe_ops)
-    shared = _inputs_from(cap_a, out, signature_map or {}) if not _is_capture(b) else None
+    ahead: dict[str, PreparedChild | None] = {}
+
+    def start_b(_event: dict[str, Any]) -> None:  # A's child is up: B's imports TF and loads while A captures
+        if "b" not in ahead:
+            ahead["b"] = prepare_ahead(b, a, allow_unsafe_ops)
+
     try:
-        cap_b = open_or_capture(b, out, "b", console=console, shared_inputs=shared, allow_unsafe_ops=allow_unsafe_ops)
-    except TftraceError as exc:
-        if shared is None or "the signature expects" not in exc.problem:
-            raise
-        raise TftraceError(
-            f"the two signatures cannot be paired: B cannot take A's examples ({exc.problem})",
-            "map keys with --map A_KEY=B_KEY[,...], or choose matching signatures with --a-signature/--b-signature",
-        ) from exc
+        cap_a = open_or_capture(a, out, "a", console=console, allow_unsafe_ops=allow_unsafe_ops, on_event=start_b)
+        prepared_b = ahead.get("b")
+        shared = _inputs_from(cap_a, out, signature_map or {}) if not _is_capture(b) else None
+        try:
+            cap_b = open_or_capture(b, out, "b", console=console, shared_inputs=shared,
+                                    allow_unsafe_ops=allow_unsafe_ops, prepared=prepared_b)
+        except TftraceError as exc:
+            if shared is None or "the signature expects" not in exc.problem:
+                raise
+            raise TftraceError(
+                f"the two signatures cannot be paired: B cannot take A's examples ({exc.problem})",
+                "map keys with --map A_KEY=B_KEY[,...], or choose matching signatures with --a-signature/--b-signature",
+            ) from exc
+    finally:
+        if ahead.get("b") is not None:
+            ahead["b"].cancel()  # its job never came (A failed), or it is over: nothing is left running
     view_a, view_b = CaptureView(cap_a), CaptureView(cap_b)
     _apply_signature_map(view_a, view_b, signature_map or {})
     _require_pairable(view_a, view_b)
