@@ -533,6 +533,25 @@ def test_allow_unsafe_ops_runs_the_write_file_model(built: Path, tmp_path: Path)
 
 
 @pytest.mark.slow
+def test_allow_unsafe_ops_reaches_the_side_loaded_ahead(built: Path, tmp_path: Path) -> None:
+    """compare loads side B while A is captured (launcher.PreparedChild): the permission must go
+    with that early load too, or B's model is refused although the user allowed it."""
+    effect = built / "outside_effects" / "write_file.txt"
+    model = str(built / "models" / "write_file_allowed")
+    try:
+        proc = run_cli("compare", model, model, "--out", str(tmp_path / "rep"), "--examples", "2", "--isolate", "0",
+                       "--allow-unsafe-ops", "--keep-captures")
+        assert proc.returncode == 0, proc.stderr
+        report = json.loads((tmp_path / "rep" / "report.json").read_text())
+        assert report["verdict"] == "identical"
+        assert Capture.open(tmp_path / "rep" / "captures" / "b").manifest["timings"]["loaded_ahead"] is True
+        refused = run_cli("compare", model, model, "--out", str(tmp_path / "rep2"), "--examples", "2", "--isolate", "0")
+        assert refused.returncode == 2 and "WriteFile" in refused.stderr, refused.stderr
+    finally:
+        effect.unlink(missing_ok=True)
+
+
+@pytest.mark.slow
 def test_diff_graph_does_not_run_a_tf2_models_initialisers(built: Path) -> None:
     """Inlining a TF2 SavedModel means loading it, and loading runs its resource initialisers."""
     effect = built / "outside_effects" / "tf2_initializer.txt"
