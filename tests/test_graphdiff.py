@@ -15,7 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from tracer.diff.rewrites import REWRITE_KINDS, GraphDiff, Rewrite, diff_graphs
+from tracer.diff.records import GraphDiff, Rewrite
+from tracer.diff.rewrites import REWRITE_KINDS, diff_graphs
 from tracer.diff.match import canonical_tensor, match_graphs
 from tracer.opgraph import OpGraph
 

@@ -4,7 +4,7 @@ A large variable restored from a checkpoint is in that checkpoint already, so a 
 its sha256 (``values: "artifact"``) instead of a copy: two sides whose digests agree are
 bitwise identical without reading anything. When the values themselves are needed (digests
 differ, a report shows elements), they are read from the checkpoint the manifest names, in a
-TensorFlow child process (this package never imports TensorFlow), and checked against the
+TensorFlow child process (:mod:`tracer.captures.values_worker`; this module never imports TensorFlow), and checked against the
 digest. When that cannot happen (the model is not on this machine, TensorFlow is missing, the
 checkpoint changed since), :class:`ValuesNotStored` says which tensor, why, and how to get it.
 """
@@ -26,7 +26,7 @@ from ..errors import TftraceError
 from ._format import Unstorable, to_storage
 from ._packed import digest
 
-__all__ = ["ValuesNotStored", "artifact_values", "main"]
+__all__ = ["ValuesNotStored", "artifact_values"]
 
 READ_TIMEOUT_S = 600
 
@@ -49,7 +49,7 @@ def artifact_values(capture: Any, name: str) -> dict[str, np.ndarray]:
     try:
         job = {"path": path, "keys": [tensors[n]["checkpoint_key"] for n in wanted], "out": str(out)}
         try:
-            done = subprocess.run([sys.executable, "-m", "tracer.captures._values", json.dumps(job)],
+            done = subprocess.run([sys.executable, "-m", "tracer.captures.values_worker", json.dumps(job)],
                                   capture_output=True, text=True, timeout=READ_TIMEOUT_S, check=False)
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise ValuesNotStored(f"{what} could not be read from {path}: {exc}", fix) from exc
@@ -69,23 +69,3 @@ def artifact_values(capture: Any, name: str) -> dict[str, np.ndarray]:
         return values  # memory-mapped: the files stay readable after their directory is gone
     finally:
         shutil.rmtree(out, ignore_errors=True)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """The child: write each checkpoint key's value as ``OUT/<i>.npy``."""
-    job = json.loads((argv or sys.argv[1:])[0])
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from .runtime import tf, weights_prefix  # noqa: PLC0415 - the child may import TensorFlow
-
-    prefix = weights_prefix(job["path"])
-    if prefix is None:
-        print(f"{job['path']} holds no checkpoint", file=sys.stderr)
-        return 2
-    reader = tf().compat.v1.train.NewCheckpointReader(prefix)
-    for i, key in enumerate(job["keys"]):
-        np.save(Path(job["out"]) / f"{i}.npy", np.asarray(reader.get_tensor(key)), allow_pickle=False)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from ..diff.kinds import is_exact, kind_of
-from ..diff.rewrites import GraphDiff
+from ..diff.records import GraphDiff
 from ..errors import TftraceError
 from ..captures.inputs import batched_alike, same_rows
 from ..opgraph import OpGraph, relevant_slots, tensor_op

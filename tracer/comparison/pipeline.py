@@ -32,7 +32,8 @@ from ..captures._format import EXTENDED
 from ..captures._values import ValuesNotStored
 from .divergence import Divergence, Tolerance, classify
 from ..errors import TftraceError
-from ..diff.rewrites import GraphDiff, diff_graphs
+from ..diff.records import GraphDiff
+from ..diff.rewrites import diff_graphs
 from ..captures.inputs import same_rows
 from .isolate import IsolationResult, isolate_origins, load_state_variables
 from ..metrics import TensorMetrics, compare_arrays

@@ -8,7 +8,8 @@ from dataclasses import dataclass, replace
 
 from ..artifacts.loader import Artifact, ArtifactRef, Signature, load
 from ..artifacts.graph import build_opgraph, value_source
-from ..diff.rewrites import GraphDiff, diff_graphs
+from ..diff.records import GraphDiff
+from ..diff.rewrites import diff_graphs
 from ..opgraph import OpGraph
 
 __all__ = ["StaticDiff", "diff_artifacts"]

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 from ..opgraph import OpGraph, tensor_op
 
 if TYPE_CHECKING:
-    from .rewrites import GraphDiff, Rewrite
+    from .records import GraphDiff, Rewrite
 
 __all__ = ["RewriteKind", "KINDS", "REWRITE_KINDS", "PASSES", "kind_of", "display_rank", "is_exact", "Roles"]
 

@@ -20,64 +20,22 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from ..errors import TftraceError
 from .kinds import PASSES, REWRITE_KINDS
+from .records import GraphDiff, Rewrite
 from .match import canonical_tensor, match_graphs
 from ..opgraph import OpGraph, tensor_op, tensor_slot
 from ..optypes import BATCH_NORM_OPS, CHAIN_BOUNDARY_OPS, LINEAR_OPS, PASS_THROUGH, VARIABLE_OPS, WEIGHT_OPS, is_fused_op
 
-__all__ = ["Rewrite", "GraphDiff", "diff_graphs", "ValueSource", "REWRITE_KINDS"]
+__all__ = ["diff_graphs", "ValueSource", "REWRITE_KINDS"]
 
 ValueSource = Callable[[str], "np.ndarray | None"]
 TYPE_ATTRS = {"T", "dtype", "SrcT", "DstT", "Tidx", "U"}
 IGNORED_ATTRS = {"value", "shared_name", "container", "_class"}
-
-
-@dataclass
-class Rewrite:
-    kind: str
-    a_nodes: list[str]
-    b_nodes: list[str]
-    detail: dict[str, Any] = field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"kind": self.kind, "a_nodes": self.a_nodes, "b_nodes": self.b_nodes, "detail": self.detail}
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> Rewrite:
-        return cls(d["kind"], list(d["a_nodes"]), list(d["b_nodes"]), dict(d.get("detail", {})))
-
-
-@dataclass
-class GraphDiff:
-    pairs: dict[str, tuple[str, str]]  # a op -> (b op, how it was matched)
-    only_in_a: list[str]
-    only_in_b: list[str]
-    rewrites: list[Rewrite]
-
-    @property
-    def matched(self) -> int:
-        return len(self.pairs)
-
-    def renamed(self) -> dict[str, str]:
-        return {a: b for a, (b, _) in self.pairs.items() if a != b}
-
-    def rewrites_of(self, a_node: str) -> list[Rewrite]:
-        return [r for r in self.rewrites if a_node in r.a_nodes]
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "matched": self.matched,
-            "only_in_a": self.only_in_a,
-            "only_in_b": self.only_in_b,
-            "rewrites": [r.to_json() for r in self.rewrites],
-            "renamed": self.renamed(),
-        }
 
 
 def diff_graphs(

@@ -9,7 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..diff.kinds import display_rank
-from ..diff.rewrites import GraphDiff
+from ..diff.records import GraphDiff
 from ..opgraph import EXIT_OPS
 from ..text import printable, printable_tree
 from .numbers import figure
