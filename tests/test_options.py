@@ -41,6 +41,7 @@ SAMPLES = {
     "timing_runs": (3, 3),
     "max_memory": (1000, 1000),
     "keep_weights": (True, True),
+    "tensor_format": ("npy", "npy"),
 }
 
 

@@ -250,3 +250,34 @@ def test_chunk_bytes_that_do_not_decode_are_refused_on_read(tmp_path: Path) -> N
     cap_dir = _tamper(tmp_path, lambda t: t["conv:0"]["encoding"]["chunks"][0].__setitem__(2, 1))
     with pytest.raises(TftraceError, match=r"damaged capture .*'conv:0'"):
         Capture.open(cap_dir).tensor("conv:0")
+
+
+@pytest.mark.slow
+def test_tensor_format_npy_writes_files_numpy_reads_and_compares_as_the_packed_one(
+    models: dict[str, Path], tmp_path: Path
+) -> None:
+    """``--tensor-format npy`` keeps DESIGN.md's plain capture (every file a ``.npy``, weights
+    included) for tools that read tensors themselves; it holds the same values as the packed one."""
+    from conftest import run_cli  # noqa: PLC0415
+
+    plain, packed = tmp_path / "npy", tmp_path / "packed"
+    for out, extra in ((plain, ["--tensor-format", "npy"]), (packed, [])):
+        proc = run_cli("capture", str(models["detector"]), "--out", str(out), "--examples", "2", *extra)
+        assert proc.returncode == 0, proc.stderr
+    manifest = json.loads((plain / "manifest.json").read_text())
+    assert manifest["spec"]["tensor_format"] == "npy"
+    records = manifest["tensors"]
+    files = {rec["file"] for rec in records.values() if rec.get("file")}
+    assert files and all(f.endswith(".npy") for f in files)
+    assert not any(rec.get("values") == "artifact" for rec in records.values())  # weights stored, not digests
+    a, b = Capture.open(plain), Capture.open(packed)
+    assert any(rec.get("values") == "artifact" for rec in b.manifest["tensors"].values())
+    for name, rec in records.items():
+        if not rec.get("file"):
+            continue
+        direct = np.load(plain / rec["file"], allow_pickle=False)
+        assert np.array_equal(direct, a.tensor(name), equal_nan=direct.dtype.kind in "fc"), name
+    report = tmp_path / "report"
+    proc = run_cli("compare", str(plain), str(packed), "--out", str(report), "--isolate", "0")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((report / "report.json").read_text())["verdict"] == "identical"

@@ -244,6 +244,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("keep-weights", "store the variables' values in the capture too (by default a large variable restored "
            "from the checkpoint keeps only a digest; differing values are read back from the model)", "limits",
            SIDE_COMMANDS, flag=True, side="keep_weights", convert=bool),
+    Option("tensor-format", "how tensor files are written: packed (default; byte-shuffled zstd chunks, elementwise "
+           "outputs as residuals of their prediction, restored weights by digest) or npy (every tensor a plain .npy "
+           "that numpy.load reads, weights included: ~4x the disk)", "output", SIDE_COMMANDS, choices=("packed", "npy"),
+           side="tensor_format"),
     # -- comparison
     Option("atol", "absolute tolerance (default 1e-6)", "compare", ("compare", "diagnose"), type=float, default=1e-6,
            overrides={"diagnose": {"help": "absolute tolerance of the verdicts (default 1e-6)"}}),

@@ -16,6 +16,8 @@ from typing import Any
 from .artifacts.records import ArtifactRef
 from .errors import TftraceError
 
+TENSOR_FORMATS = ("packed", "npy")  # a capture's tensor files: see Side.tensor_format
+
 __all__ = ["Knobs", "Side", "InputSpec", "GRAPPLER_KEYS", "child_env", "job_side", "spec_without_permissions", "parse_grappler", "parse_device",
            "XLA_AUTO_JIT_FLAGS"]
 
@@ -106,9 +108,14 @@ class Side:
     allow_unsafe_ops: bool = False
     durable: bool = True  # fsync every tensor file before the manifest: a capture survives a power cut, not only a kill
     keep_weights: bool = False  # store the variables' values too, not only digests of what the checkpoint holds
+    # "packed": format 2 (byte-shuffled zstd chunks, predicted outputs, weights by digest); "npy": every
+    # tensor a plain .npy any numpy reads (the capture contract of DESIGN.md before format 2), ~4x the disk
+    tensor_format: str = "packed"
 
     def __post_init__(self) -> None:
         parse_device(self.device)
+        if self.tensor_format not in TENSOR_FORMATS:
+            raise TftraceError(f"unknown tensor format {self.tensor_format!r}", f"use one of {', '.join(TENSOR_FORMATS)}")
         if self.batch_size is not None and self.batch_size < 1:
             raise TftraceError(f"batch size {self.batch_size} is not positive", "use --batch-size 1 or more")
         if self.inputs.examples < 1:
@@ -144,6 +151,7 @@ class Side:
             "timeout_s": self.timeout_s,
             "durable": self.durable,
             "keep_weights": self.keep_weights,
+            "tensor_format": self.tensor_format,
         }
 
     @classmethod
@@ -163,6 +171,7 @@ class Side:
             timeout_s=d.get("timeout_s"),  # an older manifest's "allow_unsafe_ops" is never read: not a permission
             durable=bool(d.get("durable", True)),
             keep_weights=bool(d.get("keep_weights", False)),
+            tensor_format=str(d.get("tensor_format", "packed")),
         )
 
 

@@ -85,9 +85,10 @@ def run_capture(side: Side, out_dir: str, force: bool, prepared: Prepared | None
     plain = _plain_runs(runtime, examples, ranges, side.timing_runs, plan)
     refit_sizes(plan, plain["sizes"])  # shapes known only at run time: measured, refused before writing
     emit("stage", text="instrumented run")
-    restored = runtime.artifact.kind in ("checkpoint", "saved_model_v1") and not side.keep_weights
+    packed = side.tensor_format == "packed"
+    restored = runtime.artifact.kind in ("checkpoint", "saved_model_v1") and not side.keep_weights and packed
     with CaptureWriter(out_dir, force=force, durable=side.durable, graph=runtime.opgraph.to_json(),
-                       artifact_values=restored) as writer:
+                       artifact_values=restored, packed=packed) as writer:
         for name, reason in plan.uncaptured.items():
             writer.mark_uncaptured(name, reason)
         instrumented = instrumented_runs(runtime, examples, ranges, writer, plan)
