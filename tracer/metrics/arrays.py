@@ -53,10 +53,11 @@ import functools
 import math
 import mmap
 import os
+import queue
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -105,6 +106,8 @@ def compare_arrays(
     read-only memory-mapped input are given back block by block once scanned: the process holds
     a few blocks of it, not the tensor (the page cache keeps the file; a later read maps it again).
     """
+    if _is_stream(a) or _is_stream(b):
+        return _compare_streams(a, b, k_worst=k_worst, chunk_elems=chunk_elems, rtols=rtols)
     a, b = np.asarray(a), np.asarray(b)  # a memmap stays mapped; only its subclass is dropped
     if a.shape != b.shape:
         raise ValueError(f"cannot compare different shapes: A {a.shape} vs B {b.shape}")
@@ -145,6 +148,137 @@ def compare_arrays(
         scans[0].merge(other)
     with np.errstate(all="ignore"):
         return scans[0].result(a.shape, a.dtype == b.dtype)
+
+
+# --------------------------------------------------------------------------- streams
+
+
+class Stream(Protocol):
+    """A tensor read piece by piece (a packed capture's chunks: ``Capture.stream``)."""
+
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    size: int
+
+    def pieces(self) -> Iterator[np.ndarray]:
+        """The values in C order, as consecutive 1-D arrays."""
+
+    def whole(self) -> np.ndarray:
+        """All the values at once."""
+
+
+def _is_stream(x: Any) -> bool:
+    return hasattr(x, "pieces") and hasattr(x, "whole")
+
+
+def _compare_streams(a: Any, b: Any, *, k_worst: int, chunk_elems: int, rtols: Sequence[float]) -> TensorMetrics:
+    """:func:`compare_arrays` of two inputs of which one or both are :class:`Stream` s: the same
+    blocks fed to one scan in order (so the very same result), each side's pieces decoded on a
+    thread of its own one piece ahead (zstd and numpy let go of the GIL) while this thread scans.
+    Holds per side the piece being scanned, the next one and a block straddling two pieces."""
+    shape_a, shape_b = tuple(a.shape), tuple(b.shape)
+    if shape_a != shape_b:
+        raise ValueError(f"cannot compare different shapes: A {shape_a} vs B {shape_b}")
+    if chunk_elems < 1 or k_worst < 0:
+        raise ValueError(f"need chunk_elems >= 1 and k_worst >= 0, got {chunk_elems}, {k_worst}")
+    da, db = np.dtype(a.dtype), np.dtype(b.dtype)
+    size = math.prod(shape_a)
+    block = _block_size(size, chunk_elems)
+    rtols = tuple(dict.fromkeys(rtols))
+
+    def whole(x: Any) -> np.ndarray:
+        return np.asarray(x.whole() if _is_stream(x) else x)
+
+    if _pair_is_float(da, db):
+        mine: _Scan = _FloatScan(da, db, k_worst, rtols, block, lambda: _cross(whole(a), whole(b), block))
+    else:
+        mine = _ExactScan(da, db, k_worst)
+    with _Ahead(a, da) as pa, _Ahead(b, db) as pb, np.errstate(all="ignore"):
+        for s in range(0, size, block):
+            n = min(block, size - s)
+            mine.feed(s, pa.take(n), pb.take(n))
+    with np.errstate(all="ignore"):
+        return mine.result(shape_a, da == db)
+
+
+class _Ahead:
+    """One side's values as blocks of any size, its pieces made on a helper thread one ahead."""
+
+    def __init__(self, x: Any, dtype: np.dtype) -> None:
+        self.dtype, self.piece, self.at = dtype, np.empty(0, dtype), 0
+        self._queue: queue.Queue[tuple[str, Any]] = queue.Queue()
+        self._turn = threading.Semaphore(0)  # the helper makes the next piece once this thread takes one
+        self._stop = threading.Event()
+        pieces = x.pieces if _is_stream(x) else functools.partial(_array_pieces, x)
+        self._done = _streams_pool().submit(self._make, pieces)
+
+    def _make(self, pieces: Callable[[], Iterator[np.ndarray]]) -> None:
+        try:
+            for piece in pieces():
+                self._queue.put(("piece", piece))
+                del piece
+                self._turn.acquire()
+                if self._stop.is_set():
+                    return
+            self._queue.put(("end", None))
+        except BaseException as exc:  # noqa: BLE001 - handed to the scanning thread
+            self._queue.put(("error", exc))
+
+    def _next(self) -> None:
+        kind, value = self._queue.get()
+        if kind == "error":
+            raise value
+        if kind == "end":
+            raise ValueError("a stream ended before its shape's last element")
+        self._turn.release()
+        self.piece, self.at = value.reshape(-1), 0
+
+    def take(self, n: int) -> np.ndarray:
+        """The next ``n`` values: a view of one piece, or a copy of a block that straddles pieces."""
+        if self.at == self.piece.size:
+            self.piece = np.empty(0, self.dtype)  # let go of the last piece before the next comes
+            self._next()
+        if self.piece.size - self.at >= n:
+            self.at += n
+            return self.piece[self.at - n : self.at]
+        out, filled = np.empty(n, self.dtype), 0
+        while filled < n:
+            if self.at == self.piece.size:
+                self.piece = np.empty(0, self.dtype)
+                self._next()
+            k = min(n - filled, self.piece.size - self.at)
+            out[filled : filled + k] = self.piece[self.at : self.at + k]
+            filled, self.at = filled + k, self.at + k
+        return out
+
+    def __enter__(self) -> _Ahead:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._turn.release()  # a helper waiting for its turn wakes, sees the stop, and ends
+        self.piece = np.empty(0, self.dtype)
+        self._done.result()
+        while not self._queue.empty():  # a piece made before the stop
+            self._queue.get_nowait()
+
+
+def _array_pieces(x: np.ndarray) -> Iterator[np.ndarray]:
+    arr = np.asarray(x)
+    flat = _flat(arr)
+    step = max(1, (4 << 20) // max(arr.itemsize, 1))
+    for s in range(0, arr.size, step):
+        yield _block(arr, flat, s, s + step)
+
+
+_STREAMS: list[ThreadPoolExecutor] = []
+
+
+def _streams_pool() -> ThreadPoolExecutor:
+    with _POOL_LOCK:
+        if not _STREAMS:
+            _STREAMS.append(ThreadPoolExecutor(2, thread_name_prefix="tftrace-decode"))
+        return _STREAMS[0]
 
 
 def _block_size(n: int, chunk_elems: int) -> int:
