@@ -26,7 +26,7 @@ import numpy as np
 
 __all__ = ["CHUNK_CACHE_BYTES", "ChunkCache", "TensorStream"]
 
-CHUNK_CACHE_BYTES = 8 << 20  # per capture: two or three chunks of the inputs predictions read next
+CHUNK_CACHE_BYTES = 0  # measured: see the module docstring
 
 
 class ChunkCache:

@@ -193,11 +193,18 @@ class Capture:
                 for r0, r1, rows in iter_packed(self._files[owner], stored, encoding, stored_dtype, self._input_rows):
                     cache.put(owner, r0, r1, rows)
                     yield widen(rows, dtype_name).reshape(-1)
+                    del rows  # not held while the next chunk is decoded
             except ValueError as exc:
                 raise damaged(self.path, f"tensor {owner!r}: {exc}") from exc
 
         dtype = widen(np.zeros(0, np.dtype(stored["stored_dtype"])), dtype_name).dtype
         return TensorStream(tuple(record["shape"]), dtype, chunks, lambda: self.tensor(name))
+
+    def forget(self) -> None:
+        """Let go of every decoded value held for later reads (before a pass that streams them)."""
+        self._decoded.clear()
+        if self._chunk_cache is not None:
+            self._chunk_cache.clear()
 
     def digest(self, name: str, compute: bool = False) -> str | None:
         """The sha256 of a tensor kept only by digest (its values left in the artifact); for a

@@ -35,6 +35,7 @@ from ..diff.rewrites import GraphDiff, diff_graphs
 from ..captures.inputs import same_rows
 from .isolate import IsolationResult, isolate_origins, load_state_variables
 from ..metrics import TensorMetrics, compare_arrays
+from ..metrics.arrays import trim_memory
 from ..opgraph import tensor_op
 from ..runspec import InputSpec, Side
 from ..safewrite import claim, output_directory, write_file
@@ -450,6 +451,9 @@ def _metrics(cap_a: Capture, cap_b: Capture, alignment: Alignment, tolerance: To
     the checkpoint holds) with equal digests are bitwise identical: not read at all. Values that
     cannot be read back make their pair not comparable, its note saying why and how to get them."""
     out: dict[str, TensorMetrics] = {}
+    for cap in (cap_a, cap_b):  # what the stages before decoded: the pairs are read chunk by chunk
+        cap.forget()
+    trim_memory()
     for node in alignment.nodes.values():
         for index, pair in enumerate(node.tensors):
             if pair.comparable and pair.b is not None:
@@ -479,6 +483,9 @@ def _metrics(cap_a: Capture, cap_b: Capture, alignment: Alignment, tolerance: To
                 tb = tb.reshape(ta.shape) if tb.shape != ta.shape else tb  # paired row by row (align)
                 out[pair.a] = compare_arrays(ta, tb, rtols=(rtol,), release=True)
                 del ta, tb  # a decoded (format 2) pair is let go before the next is read
+    for cap in (cap_a, cap_b):
+        cap.forget()
+    trim_memory()  # the decoding threads' freed pages, back for the stages that follow
     return out
 
 

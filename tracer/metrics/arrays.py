@@ -70,6 +70,7 @@ __all__ = [
     "within_tolerance",
     "summary_stats",
     "DEFAULT_CHUNK_ELEMS",
+    "trim_memory",
 ]
 
 # 256 Ki elements (1 MiB of float32) per block: the kernel walks a block in L1-sized pieces, so
@@ -186,19 +187,61 @@ def _compare_streams(a: Any, b: Any, *, k_worst: int, chunk_elems: int, rtols: S
     block = _block_size(size, chunk_elems)
     rtols = tuple(dict.fromkeys(rtols))
 
-    def whole(x: Any) -> np.ndarray:
-        return np.asarray(x.whole() if _is_stream(x) else x)
-
     if _pair_is_float(da, db):
-        mine: _Scan = _FloatScan(da, db, k_worst, rtols, block, lambda: _cross(whole(a), whole(b), block))
+        mine: _Scan = _FloatScan(da, db, k_worst, rtols, block, lambda: _cross_streams(a, b, da, db, size, block))
     else:
         mine = _ExactScan(da, db, k_worst)
-    with _Ahead(a, da) as pa, _Ahead(b, db) as pb, np.errstate(all="ignore"):
+    with np.errstate(all="ignore"):
+        for s, ra, rb in _blocks(a, b, da, db, size, block):
+            mine.feed(s, ra, rb)
+        result = mine.result(shape_a, da == db)
+    if size * (da.itemsize + db.itemsize) >= TRIM_BYTES:
+        trim_memory()
+    return result
+
+
+TRIM_BYTES = 1 << 20
+
+
+@functools.cache
+def _malloc_trim() -> Callable[[int], int] | None:
+    try:
+        import ctypes  # noqa: PLC0415
+
+        return ctypes.CDLL("libc.so.6").malloc_trim
+    except (OSError, AttributeError):  # not glibc
+        return None
+
+
+def trim_memory() -> None:
+    """Give the pages the decoding threads freed back to the system: glibc keeps each thread's
+    freed memory in that thread's arena, where nothing else this process allocates reuses it."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+def _blocks(a: Any, b: Any, da: np.dtype, db: np.dtype, size: int, block: int) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
+    """``(start, A's block, B's block)`` for the blocks ``[start, start + block)`` in order."""
+    with _Ahead(a, da) as pa, _Ahead(b, db) as pb:
         for s in range(0, size, block):
             n = min(block, size - s)
-            mine.feed(s, pa.take(n), pb.take(n))
-    with np.errstate(all="ignore"):
-        return mine.result(shape_a, da == db)
+            pa.ask(n)
+            pb.ask(n)
+            yield s, pa.take(n), pb.take(n)
+
+
+def _cross_streams(a: Any, b: Any, da: np.dtype, db: np.dtype, size: int, block: int) -> tuple[float, float]:
+    """:func:`tracer.metrics.scan._cross` (the cosine's second pass) over streams, reading them
+    again piece by piece: the same blocks and the same arithmetic in the same order, so the
+    same bits (keep the two alike)."""
+    bb = ab = 0.0
+    for _s, ra, rb in _blocks(a, b, da, db, size, block):
+        x, y = ra.astype(np.float64), rb.astype(np.float64)
+        keep = np.isfinite(x) & np.isfinite(y)
+        x, y = (x, y) if keep.all() else (x[keep], y[keep])
+        bb, ab = bb + float(np.dot(y, y)), ab + float(np.dot(x, y))
+    return bb, ab
 
 
 class _Ahead:
@@ -206,42 +249,67 @@ class _Ahead:
 
     def __init__(self, x: Any, dtype: np.dtype) -> None:
         self.dtype, self.piece, self.at = dtype, np.empty(0, dtype), 0
+        self._out: np.ndarray | None = None  # the start of a block that straddles two pieces
+        self._filled, self._asked = 0, False
         self._queue: queue.Queue[tuple[str, Any]] = queue.Queue()
-        self._turn = threading.Semaphore(0)  # the helper makes the next piece once this thread takes one
+        self._turn = threading.Semaphore(0)  # one release: the helper makes one piece
         self._stop = threading.Event()
         pieces = x.pieces if _is_stream(x) else functools.partial(_array_pieces, x)
         self._done = _streams_pool().submit(self._make, pieces)
 
     def _make(self, pieces: Callable[[], Iterator[np.ndarray]]) -> None:
         try:
-            for piece in pieces():
-                self._queue.put(("piece", piece))
-                del piece
-                self._turn.acquire()
+            made = pieces()
+            while True:
+                self._turn.acquire()  # a piece is made when the scan asks for it: one held at a time
                 if self._stop.is_set():
                     return
+                with _ONE_AT_A_TIME:  # both sides' pieces are made one after the other: bounds memory
+                    piece = next(made, None)
+                if piece is None:
+                    break
+                self._queue.put(("piece", piece))
+                del piece
             self._queue.put(("end", None))
         except BaseException as exc:  # noqa: BLE001 - handed to the scanning thread
             self._queue.put(("error", exc))
 
+    def ask(self, n: int) -> None:
+        """Before :meth:`take` of ``n``: when the piece at hand lacks them, its rest is copied
+        aside and it is let go, and the helper starts on the next piece (asked of both sides
+        first, the two are decoded at once)."""
+        self._out, self._filled = None, 0
+        left = self.piece.size - self.at
+        if left >= n:
+            return
+        if left:
+            self._out = np.empty(n, self.dtype)
+            self._out[:left], self._filled = self.piece[self.at :], left
+        self.piece, self.at = np.empty(0, self.dtype), 0
+        self._turn.release()
+        self._asked = True
+
     def _next(self) -> None:
+        if not self._asked:
+            self._turn.release()
+        self._asked = False
         kind, value = self._queue.get()
         if kind == "error":
             raise value
         if kind == "end":
             raise ValueError("a stream ended before its shape's last element")
-        self._turn.release()
         self.piece, self.at = value.reshape(-1), 0
 
     def take(self, n: int) -> np.ndarray:
-        """The next ``n`` values: a view of one piece, or a copy of a block that straddles pieces."""
-        if self.at == self.piece.size:
-            self.piece = np.empty(0, self.dtype)  # let go of the last piece before the next comes
-            self._next()
-        if self.piece.size - self.at >= n:
-            self.at += n
-            return self.piece[self.at - n : self.at]
-        out, filled = np.empty(n, self.dtype), 0
+        """The next ``n`` values (after :meth:`ask`): a view of one piece, or a block that straddles pieces."""
+        out, filled = self._out, self._filled
+        if out is None:
+            if self.piece.size - self.at < n:  # only an empty piece at hand: the next one holds the block
+                self._next()
+            if self.piece.size - self.at >= n:
+                self.at += n
+                return self.piece[self.at - n : self.at]
+            out, filled = np.empty(n, self.dtype), 0
         while filled < n:
             if self.at == self.piece.size:
                 self.piece = np.empty(0, self.dtype)
@@ -249,6 +317,7 @@ class _Ahead:
             k = min(n - filled, self.piece.size - self.at)
             out[filled : filled + k] = self.piece[self.at : self.at + k]
             filled, self.at = filled + k, self.at + k
+        self._out = None
         return out
 
     def __enter__(self) -> _Ahead:
@@ -272,6 +341,7 @@ def _array_pieces(x: np.ndarray) -> Iterator[np.ndarray]:
 
 
 _STREAMS: list[ThreadPoolExecutor] = []
+_ONE_AT_A_TIME = threading.Lock()
 
 
 def _streams_pool() -> ThreadPoolExecutor:
