@@ -26,7 +26,7 @@ import numpy as np
 
 __all__ = ["CHUNK_CACHE_BYTES", "ChunkCache", "TensorStream"]
 
-CHUNK_CACHE_BYTES = 0  # measured: see the module docstring
+CHUNK_CACHE_BYTES = 4 << 20  # per capture: one chunk (8 MB measured 107 MB above the baseline, 4 MB 98)
 
 
 class ChunkCache:

@@ -9,7 +9,6 @@ earlier in the manifest, so there is no cycle). Never imports TensorFlow.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -20,8 +19,6 @@ from ._format import damaged
 from ._packed import CODEC, MAX_LEVEL, PREDICTORS, SCRATCH_BYTES, decompress, predict, scratch, xor
 
 __all__ = ["read_packed", "iter_packed", "chunk_rows", "validate_chunks", "validate_prediction"]
-
-_PREDICTING = threading.Lock()
 
 # name, first row, end row (None, None: the whole input) -> the input's values
 GetInput = Callable[[str, "int | None", "int | None"], np.ndarray]
@@ -94,9 +91,8 @@ def iter_packed(path: Path, record: dict[str, Any], encoding: dict[str, Any], st
             if predicted:  # first: its inputs are let go before this chunk's own bytes are decoded
                 if spec is None:
                     raise ValueError("a chunk is marked predicted but the record has no prediction")
-                with _PREDICTING:  # one thread at a time reads inputs (MAX_LEVEL deep): bounds their memory
-                    guess = predict(spec, [get_input(name, *((r0, r1) if batch_major else (None, None)))
-                                           for name in spec["inputs"]], stored, rows)
+                guess = predict(spec, [get_input(name, *((r0, r1) if batch_major else (None, None)))
+                                       for name in spec["inputs"]], stored, rows)
                 if guess is None:
                     raise ValueError(f"its {spec['op']} prediction cannot be made from its inputs")
             f.seek(offset)

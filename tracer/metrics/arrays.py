@@ -53,10 +53,9 @@ import functools
 import math
 import mmap
 import os
-import queue
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Protocol
 
 import numpy as np
@@ -245,39 +244,21 @@ def _cross_streams(a: Any, b: Any, da: np.dtype, db: np.dtype, size: int, block:
 
 
 class _Ahead:
-    """One side's values as blocks of any size, its pieces made on a helper thread one ahead."""
+    """One side's values as blocks of any size. Its pieces are made on the decoding thread (one
+    for both sides: one piece is made at a time, so memory holds a piece per side and the one
+    being made; zstd and numpy let go of the GIL, so this thread scans meanwhile)."""
 
     def __init__(self, x: Any, dtype: np.dtype) -> None:
         self.dtype, self.piece, self.at = dtype, np.empty(0, dtype), 0
         self._out: np.ndarray | None = None  # the start of a block that straddles two pieces
-        self._filled, self._asked = 0, False
-        self._queue: queue.Queue[tuple[str, Any]] = queue.Queue()
-        self._turn = threading.Semaphore(0)  # one release: the helper makes one piece
-        self._stop = threading.Event()
-        pieces = x.pieces if _is_stream(x) else functools.partial(_array_pieces, x)
-        self._done = _streams_pool().submit(self._make, pieces)
-
-    def _make(self, pieces: Callable[[], Iterator[np.ndarray]]) -> None:
-        try:
-            made = pieces()
-            while True:
-                self._turn.acquire()  # a piece is made when the scan asks for it: one held at a time
-                if self._stop.is_set():
-                    return
-                with _ONE_AT_A_TIME:  # both sides' pieces are made one after the other: bounds memory
-                    piece = next(made, None)
-                if piece is None:
-                    break
-                self._queue.put(("piece", piece))
-                del piece
-            self._queue.put(("end", None))
-        except BaseException as exc:  # noqa: BLE001 - handed to the scanning thread
-            self._queue.put(("error", exc))
+        self._filled = 0
+        self._made = (x.pieces if _is_stream(x) else functools.partial(_array_pieces, x))()
+        self._coming: Future[np.ndarray | None] | None = None
 
     def ask(self, n: int) -> None:
         """Before :meth:`take` of ``n``: when the piece at hand lacks them, its rest is copied
-        aside and it is let go, and the helper starts on the next piece (asked of both sides
-        first, the two are decoded at once)."""
+        aside and it is let go, and the next piece is asked for (of both sides before either
+        is taken, so the scan of the last block overlaps their making)."""
         self._out, self._filled = None, 0
         left = self.piece.size - self.at
         if left >= n:
@@ -286,19 +267,15 @@ class _Ahead:
             self._out = np.empty(n, self.dtype)
             self._out[:left], self._filled = self.piece[self.at :], left
         self.piece, self.at = np.empty(0, self.dtype), 0
-        self._turn.release()
-        self._asked = True
+        self._coming = _decoder().submit(next, self._made, None)
 
     def _next(self) -> None:
-        if not self._asked:
-            self._turn.release()
-        self._asked = False
-        kind, value = self._queue.get()
-        if kind == "error":
-            raise value
-        if kind == "end":
+        coming = self._coming or _decoder().submit(next, self._made, None)
+        self._coming = None
+        piece = coming.result()
+        if piece is None:
             raise ValueError("a stream ended before its shape's last element")
-        self.piece, self.at = value.reshape(-1), 0
+        self.piece, self.at = piece.reshape(-1), 0
 
     def take(self, n: int) -> np.ndarray:
         """The next ``n`` values (after :meth:`ask`): a view of one piece, or a block that straddles pieces."""
@@ -324,12 +301,12 @@ class _Ahead:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._turn.release()  # a helper waiting for its turn wakes, sees the stop, and ends
-        self.piece = np.empty(0, self.dtype)
-        self._done.result()
-        while not self._queue.empty():  # a piece made before the stop
-            self._queue.get_nowait()
+        coming, self._coming, self.piece = self._coming, None, np.empty(0, self.dtype)
+        if coming is not None:
+            coming.cancel() or coming.exception()  # a piece asked for and not taken: let it finish
+        close = getattr(self._made, "close", None)
+        if close is not None:  # on the decoding thread: a generator is never run by two threads at once
+            _decoder().submit(close).result()
 
 
 def _array_pieces(x: np.ndarray) -> Iterator[np.ndarray]:
@@ -340,15 +317,15 @@ def _array_pieces(x: np.ndarray) -> Iterator[np.ndarray]:
         yield _block(arr, flat, s, s + step)
 
 
-_STREAMS: list[ThreadPoolExecutor] = []
-_ONE_AT_A_TIME = threading.Lock()
+_DECODER: list[ThreadPoolExecutor] = []
 
 
-def _streams_pool() -> ThreadPoolExecutor:
+def _decoder() -> ThreadPoolExecutor:
+    """The one thread that makes streams' pieces (made on first use, kept for the process)."""
     with _POOL_LOCK:
-        if not _STREAMS:
-            _STREAMS.append(ThreadPoolExecutor(2, thread_name_prefix="tftrace-decode"))
-        return _STREAMS[0]
+        if not _DECODER:
+            _DECODER.append(ThreadPoolExecutor(1, thread_name_prefix="tftrace-decode"))
+        return _DECODER[0]
 
 
 def _block_size(n: int, chunk_elems: int) -> int:
