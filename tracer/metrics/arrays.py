@@ -317,7 +317,7 @@ def _array_pieces(x: np.ndarray) -> Iterator[np.ndarray]:
         yield _block(arr, flat, s, s + step)
 
 
-_DECODER: list[ThreadPoolExecutor] = []
+_DECODER: list[ThreadPoolExecutor] = []  # one: two (one per side) measured 108-112 MB above the baseline
 
 
 def _decoder() -> ThreadPoolExecutor:
