@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import hashlib
 import sys
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -65,16 +64,11 @@ def decompress(blob: bytes, dtype: np.dtype, shape: tuple[int, ...], out: np.nda
         declared = zstd.frame_content_size(blob)
         if declared != size:
             raise ValueError(f"a chunk declares {declared} bytes, not {size}")
-        if size <= SCRATCH_BYTES:  # into this thread's buffer: no fresh pages to fault in, nothing left behind
-            raw = scratch("planes", size)
-            got = _read_frame(zstd.ZstdDecompressor().stream_reader(blob), raw)
-        else:
-            raw = zstd.ZstdDecompressor().decompress(blob, max_output_size=size)
-            got = len(raw)
+        raw = zstd.ZstdDecompressor().decompress(blob, max_output_size=size)
     except zstd.ZstdError as exc:
         raise ValueError(f"a chunk does not decompress ({exc})") from exc
-    if got != size:
-        raise ValueError(f"a chunk holds {got} bytes, not {size}")
+    if len(raw) != size:
+        raise ValueError(f"a chunk holds {len(raw)} bytes, not {size}")
     result = np.empty(shape, dtype) if out is None else out
     width = dtype.itemsize
     planes = np.frombuffer(raw, np.uint8).reshape(width, n)
@@ -98,32 +92,6 @@ def _unshuffle4(planes: np.ndarray, words: np.ndarray, step: int = 1 << 16) -> N
             np.left_shift(planes[k, s : s + step], 8 * k, out=t, dtype=np.uint32)
             np.bitwise_or(w, t, out=w)
         np.bitwise_or(w, planes[0, s : s + step], out=w, dtype=np.uint32)
-
-
-SCRATCH_BYTES = 0  # measured: see decompress
-_SCRATCH = threading.local()
-
-
-def scratch(name: str, size: int) -> np.ndarray:
-    """This thread's reusable byte buffer ``name``, ``size`` bytes long (size <= SCRATCH_BYTES):
-    reading chunk after chunk reuses the same pages instead of a fresh allocation for each."""
-    buffers = _SCRATCH.__dict__
-    buf = buffers.get(name)
-    if buf is None or buf.size < size:
-        buf = buffers[name] = np.empty(max(size, CHUNK_BYTES), np.uint8)
-    return buf[:size]
-
-
-def _read_frame(reader: Any, into: np.ndarray) -> int:
-    """Decompress a whole frame (its checksum checked at its end) into ``into``; bytes written,
-    or more than its size when the frame holds more."""
-    view, got = memoryview(into), 0
-    while got < len(view):
-        step = reader.readinto(view[got:])
-        if not step:
-            return got
-        got += step
-    return got + len(reader.read(1))  # the frame's end: its checksum is verified here
 
 
 def digest(stored: np.ndarray) -> str:

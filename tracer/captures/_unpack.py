@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from ._format import damaged
-from ._packed import CODEC, MAX_LEVEL, PREDICTORS, SCRATCH_BYTES, decompress, predict, scratch, xor
+from ._packed import CODEC, MAX_LEVEL, PREDICTORS, decompress, predict, xor
 
 __all__ = ["read_packed", "iter_packed", "chunk_rows", "validate_chunks", "validate_prediction"]
 
@@ -96,8 +96,8 @@ def iter_packed(path: Path, record: dict[str, Any], encoding: dict[str, Any], st
                 if guess is None:
                     raise ValueError(f"its {spec['op']} prediction cannot be made from its inputs")
             f.seek(offset)
-            blob = scratch("blob", nbytes) if nbytes <= SCRATCH_BYTES else bytearray(nbytes)
-            if f.readinto(blob) != nbytes:
+            blob = f.read(nbytes)
+            if len(blob) != nbytes:
                 raise ValueError(f"a chunk at byte {offset} runs past the end of the file")
             values = decompress(blob, stored, rows)
             del blob

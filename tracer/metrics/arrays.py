@@ -102,6 +102,9 @@ def compare_arrays(
     late on a busy machine only gets fewer, and one that has not started when the last block is
     taken is dropped), each with its own buffers and totals; the result does not depend on their
     number or timing.
+    ``a`` or ``b`` may be a :class:`Stream` (a packed capture's tensor, ``Capture.stream``): its
+    pieces are then decoded one at a time into the same blocks (one scanning thread), never
+    the whole tensor at once; the result is the same.
     ``release``: the caller reads these inputs once (``tftrace compare``), so the pages of a
     read-only memory-mapped input are given back block by block once scanned: the process holds
     a few blocks of it, not the tensor (the page cache keeps the file; a later read maps it again).
@@ -173,9 +176,14 @@ def _is_stream(x: Any) -> bool:
 
 def _compare_streams(a: Any, b: Any, *, k_worst: int, chunk_elems: int, rtols: Sequence[float]) -> TensorMetrics:
     """:func:`compare_arrays` of two inputs of which one or both are :class:`Stream` s: the same
-    blocks fed to one scan in order (so the very same result), each side's pieces decoded on a
-    thread of its own one piece ahead (zstd and numpy let go of the GIL) while this thread scans.
-    Holds per side the piece being scanned, the next one and a block straddling two pieces."""
+    blocks fed to one scan in order, so the very same result. The pieces are made on one
+    decoding thread, a side's next piece asked for as soon as its last one is used up, while
+    this thread scans (zstd and numpy let go of the GIL). Holds per side about one piece, the
+    piece being made (with its inputs' same rows), and a block straddling two pieces.
+
+    Measured on two ResNet-50 batch-8 captures (tensors up to 26 MB, chunks of 3.2 MB): whole
+    decoded tensors held 160 MB above the import baseline; this holds 92-98 MB, the numba
+    kernel's compilation (~35 MB) included."""
     shape_a, shape_b = tuple(a.shape), tuple(b.shape)
     if shape_a != shape_b:
         raise ValueError(f"cannot compare different shapes: A {shape_a} vs B {shape_b}")
