@@ -9,7 +9,7 @@ earlier in the manifest, so there is no cycle). Never imports TensorFlow.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +18,7 @@ import numpy as np
 from ._format import damaged
 from ._packed import CODEC, MAX_LEVEL, PREDICTORS, decompress, predict, xor
 
-__all__ = ["read_packed", "chunk_rows", "validate_chunks", "validate_prediction"]
+__all__ = ["read_packed", "iter_packed", "chunk_rows", "validate_chunks", "validate_prediction"]
 
 # name, first row, end row (None, None: the whole input) -> the input's values
 GetInput = Callable[[str, "int | None", "int | None"], np.ndarray]
@@ -39,32 +39,74 @@ def read_packed(path: Path, record: dict[str, Any], encoding: dict[str, Any], st
     """
     shape, batch_major = tuple(record["shape"]), bool(record["batch_major"])
     first, end = rows if rows is not None and batch_major else (0, shape[0] if batch_major and shape else 1)
-    out = np.empty((end - first, *shape[1:]) if batch_major else shape, stored)
-    spec = encoding.get("predict")
+    out: np.ndarray | None = None  # made once the first chunk's prediction is: a read holds no buffer while
+    spec = encoding.get("predict")  # its inputs are read (they may be predicted, and so on, MAX_LEVEL deep)
     with open(path, "rb") as f:
         for r0, r1, offset, nbytes, predicted in encoding["chunks"]:
             lo, hi = max(r0, first), min(r1, end)
             if batch_major and lo >= hi and r0 != r1:
                 continue  # none of the rows asked for
+            rows_shape = chunk_rows(shape, batch_major, r0, r1)
+            guess = None
+            if predicted:
+                if spec is None:
+                    raise ValueError("a chunk is marked predicted but the record has no prediction")
+                guess = predict(spec, [get_input(name, *((r0, r1) if batch_major else (None, None)))
+                                       for name in spec["inputs"]], stored, rows_shape)
+                if guess is None:
+                    raise ValueError(f"its {spec['op']} prediction cannot be made from its inputs")
             f.seek(offset)
             blob = f.read(nbytes)
             if len(blob) != nbytes:
                 raise ValueError(f"a chunk at byte {offset} runs past the end of the file")
+            if out is None:
+                out = np.empty((end - first, *shape[1:]) if batch_major else shape, stored)
             whole_chunk = not batch_major or (lo, hi) == (r0, r1)
             target = (out[r0 - first : r1 - first] if batch_major else out) if whole_chunk else None
-            values = decompress(blob, stored, chunk_rows(shape, batch_major, r0, r1), out=target)
-            if predicted:
-                if spec is None:
-                    raise ValueError("a chunk is marked predicted but the record has no prediction")
-                inputs = [get_input(name, *((r0, r1) if batch_major else (None, None))) for name in spec["inputs"]]
-                guess = predict(spec, inputs, stored, values.shape)
-                if guess is None:
-                    raise ValueError(f"its {spec['op']} prediction cannot be made from its inputs")
+            values = decompress(blob, stored, rows_shape, out=target)
+            del blob
+            if guess is not None:
                 xor(values, guess, out=values)
+                del guess
             if target is None:
                 out[lo - first : hi - first] = values[lo - r0 : hi - r0]
+    if out is None:  # no chunk holds a row asked for (an empty tensor)
+        out = np.empty((end - first, *shape[1:]) if batch_major else shape, stored)
     out.flags.writeable = False
     return out
+
+
+def iter_packed(path: Path, record: dict[str, Any], encoding: dict[str, Any], stored: np.dtype,
+                get_input: GetInput) -> Iterator[tuple[int, int, np.ndarray]]:
+    """The tensor's stored values chunk by chunk, in row order: ``(r0, r1, rows)`` (``(0, 1, all)``
+    for a tensor that is not batch-major), each a fresh read-only array. What a reader that
+    consumes a tensor once (compare) holds is one chunk, never the tensor. Same checks as
+    :func:`read_packed` (the index was validated on open: the chunks cover every row once)."""
+    shape, batch_major = tuple(record["shape"]), bool(record["batch_major"])
+    spec = encoding.get("predict")
+    with open(path, "rb") as f:
+        for r0, r1, offset, nbytes, predicted in sorted(encoding["chunks"]):
+            rows = chunk_rows(shape, batch_major, r0, r1)
+            guess = None
+            if predicted:  # first: its inputs are let go before this chunk's own bytes are decoded
+                if spec is None:
+                    raise ValueError("a chunk is marked predicted but the record has no prediction")
+                guess = predict(spec, [get_input(name, *((r0, r1) if batch_major else (None, None)))
+                                       for name in spec["inputs"]], stored, rows)
+                if guess is None:
+                    raise ValueError(f"its {spec['op']} prediction cannot be made from its inputs")
+            f.seek(offset)
+            blob = f.read(nbytes)
+            if len(blob) != nbytes:
+                raise ValueError(f"a chunk at byte {offset} runs past the end of the file")
+            values = decompress(blob, stored, rows)
+            del blob
+            if guess is not None:
+                xor(values, guess, out=values)
+                del guess
+            values.flags.writeable = False
+            yield r0, r1, values
+            del values  # not held while the next chunk is decoded
 
 
 def validate_chunks(bad: Any, encoding: Any, shape: list[int], batch_major: Any, itemsize: int, size: int) -> None:

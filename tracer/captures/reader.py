@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 from collections import OrderedDict
+from collections.abc import Iterator
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any
 
@@ -40,7 +41,8 @@ from ._format import (
     widen,
 )
 from ._packed import PACKED_SUFFIX, digest
-from ._unpack import read_packed, validate_chunks, validate_prediction
+from ._stream import ChunkCache, TensorStream
+from ._unpack import iter_packed, read_packed, validate_chunks, validate_prediction
 from ._values import artifact_values
 
 __all__ = ["Capture", "MissingKey", "is_capture_dir"]
@@ -89,6 +91,7 @@ class Capture:
         self._plain_files = plain_files or {}
         self._decoded: OrderedDict[str, np.ndarray] = OrderedDict()  # LRU, at most DECODED_CACHE_BYTES
         self._from_artifact: dict[str, np.ndarray] = {}
+        self._chunk_cache: ChunkCache | None = None  # made on the first stream
 
     @classmethod
     def open(cls, path: str | Path) -> Capture:
@@ -170,6 +173,39 @@ class Capture:
         owner = record.get("alias_of") or name  # an alias holds its tensor's very values
         return widen(self._stored(owner), record["dtype"])
 
+    def stream(self, name: str) -> TensorStream | None:
+        """A packed tensor's values chunk by chunk, for a reader that reads it once (compare):
+        holds one decoded chunk at a time, never the tensor (None for tensors not packed)."""
+        record = self.record(name)
+        owner = record.get("alias_of") or name
+        stored = self.manifest["tensors"][owner]
+        encoding = stored.get("encoding")
+        if encoding is None or stored.get("values") == "artifact":
+            return None
+        if self._chunk_cache is None:
+            self._chunk_cache = ChunkCache(self.manifest["tensors"])
+        cache, dtype_name = self._chunk_cache, record["dtype"]
+
+        def chunks() -> Iterator[np.ndarray]:
+            cache.reading(owner)
+            stored_dtype = np.dtype(stored["stored_dtype"])
+            try:
+                for r0, r1, rows in iter_packed(self._files[owner], stored, encoding, stored_dtype, self._input_rows):
+                    cache.put(owner, r0, r1, rows)
+                    yield widen(rows, dtype_name).reshape(-1)
+                    del rows  # not held while the next chunk is decoded
+            except ValueError as exc:
+                raise damaged(self.path, f"tensor {owner!r}: {exc}") from exc
+
+        dtype = widen(np.zeros(0, np.dtype(stored["stored_dtype"])), dtype_name).dtype
+        return TensorStream(tuple(record["shape"]), dtype, chunks, lambda: self.tensor(name))
+
+    def forget(self) -> None:
+        """Let go of every decoded value held for later reads (before a pass that streams them)."""
+        self._decoded.clear()
+        if self._chunk_cache is not None:
+            self._chunk_cache.clear()
+
     def digest(self, name: str, compute: bool = False) -> str | None:
         """The sha256 of a tensor kept only by digest (its values left in the artifact); for a
         stored tensor None, or with ``compute`` the same digest of its stored values."""
@@ -232,8 +268,14 @@ class Capture:
         encoding = record.get("encoding")
         if encoding is None:
             return open_npy(self._files[owner], tuple(record["shape"]), np.dtype(record["stored_dtype"]))[r0:r1]
-        return read_packed(self._files[owner], record, encoding, np.dtype(record["stored_dtype"]), self._input_rows,
-                           rows=(r0, r1))
+        cached = self._chunk_cache.get(owner, r0, r1) if self._chunk_cache is not None else None
+        if cached is not None:
+            return cached
+        value = read_packed(self._files[owner], record, encoding, np.dtype(record["stored_dtype"]), self._input_rows,
+                            rows=(r0, r1))
+        if self._chunk_cache is not None:
+            self._chunk_cache.put(owner, r0, r1, value)
+        return value
 
     def plain_output(self, key: str) -> np.ndarray | None:
         """Signature output ``key`` as the plain run computed it (only the signature outputs

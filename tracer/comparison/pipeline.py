@@ -37,6 +37,7 @@ from ..diff.rewrites import diff_graphs
 from ..captures.inputs import same_rows
 from .isolate import IsolationResult, isolate_origins, load_state_variables
 from ..metrics import TensorMetrics, compare_arrays
+from ..metrics.arrays import trim_memory
 from ..opgraph import tensor_op
 from ..runspec import InputSpec, Side
 from ..safewrite import claim, output_directory, write_file
@@ -500,6 +501,9 @@ def _metrics(cap_a: Capture, cap_b: Capture, alignment: Alignment, tolerance: To
     the checkpoint holds) with equal digests are bitwise identical: not read at all. Values that
     cannot be read back make their pair not comparable, its note saying why and how to get them."""
     out: dict[str, TensorMetrics] = {}
+    for cap in (cap_a, cap_b):  # what the stages before decoded: the pairs are read chunk by chunk
+        cap.forget()
+    trim_memory()
     for node in alignment.nodes.values():
         for index, pair in enumerate(node.tensors):
             if pair.comparable and pair.b is not None:
@@ -514,7 +518,12 @@ def _metrics(cap_a: Capture, cap_b: Capture, alignment: Alignment, tolerance: To
                 if va is not None and va == cap_b.values_digest(pair.b):  # packed and bitwise identical: no read
                     out[pair.a] = _identical_by_digest(cap_a.record(pair.a), rtol)
                     continue
-                # each pair is read once here: its mapped pages are given back as it is scanned
+                # each pair is read once here: its mapped pages are given back as it is scanned, and
+                # packed (format 2) values are decoded chunk by chunk into the comparison
+                streams = _streams(cap_a, cap_b, pair.a, pair.b)
+                if streams is not None:
+                    out[pair.a] = compare_arrays(*streams, rtols=(rtol,))
+                    continue
                 try:
                     ta, tb = cap_a.tensor(pair.a), cap_b.tensor(pair.b)
                 except ValuesNotStored as exc:
@@ -524,7 +533,24 @@ def _metrics(cap_a: Capture, cap_b: Capture, alignment: Alignment, tolerance: To
                 tb = tb.reshape(ta.shape) if tb.shape != ta.shape else tb  # paired row by row (align)
                 out[pair.a] = compare_arrays(ta, tb, rtols=(rtol,), release=True)
                 del ta, tb  # a decoded (format 2) pair is let go before the next is read
+    for cap in (cap_a, cap_b):
+        cap.forget()
+    trim_memory()  # the decoding threads' freed pages, back for the stages that follow
     return out
+
+
+def _streams(cap_a: Capture, cap_b: Capture, a: str, b: str) -> tuple[Any, Any] | None:
+    """Both sides of a pair as chunk streams when either is packed and their shapes agree (a pair
+    aligned row by row with other shapes, or values kept by digest, are read whole instead)."""
+    ra, rb = cap_a.record(a), cap_b.record(b)
+    if list(ra["shape"]) != list(rb["shape"]):
+        return None
+    sa, sb = cap_a.stream(a), cap_b.stream(b)
+    if sa is None and sb is None:
+        return None
+    if (sa is None and cap_a.digest(a) is not None) or (sb is None and cap_b.digest(b) is not None):
+        return None  # values in the artifact: read (or refused) by Capture.tensor
+    return (sa if sa is not None else cap_a.tensor(a)), (sb if sb is not None else cap_b.tensor(b))
 
 
 def _identical_by_digest(record: dict[str, Any], rtol: float) -> TensorMetrics:
