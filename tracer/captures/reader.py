@@ -1,13 +1,13 @@
 """Reading capture directories, which are untrusted input (format 1 and 2).
 
 Captures come from elsewhere (a colleague, a CI artifact), so the manifest is checked (by
-:mod:`._checks`) before anything is trusted: file paths must stay inside ``tensors/``, shapes and dtypes must be sane
-and agree with each ``.npy`` header before anything is allocated or memory-mapped, and a
-directory without ``manifest.json`` (an interrupted capture) is refused outright. A tensor
-stored once for two names (``alias_of``) must name a real tensor of the same layout. The other
-parts compare reads (the op graph, the examples, the runs) are type-checked too, and a key
-that is missing where a reader needs it raises the same "damaged capture" error, so a
-hand-made manifest never surfaces as a crash deep inside the comparison.
+:mod:`._checks`) before anything is trusted: file paths must stay inside ``tensors/``, shapes
+and dtypes must be sane and agree with each ``.npy`` header before anything is allocated or
+memory-mapped, and a directory without ``manifest.json`` (an interrupted capture) is refused
+outright. A tensor stored once for two names (``alias_of``) must name a real tensor of the same
+layout. The other parts compare reads (the op graph, the examples, the runs) are type-checked
+too, and a key that is missing where a reader needs it raises the same "damaged capture" error,
+so a hand-made manifest never surfaces as a crash deep inside the comparison.
 """
 
 from __future__ import annotations
