@@ -48,7 +48,7 @@ W_CLS, W_KEY, W_POS, W_A, W_B = range(5)
 SUB = 2048  # elements per sub-block; a multiple of LANES
 CHUNK = 64  # elements the detail pass re-checks at once
 # bounds[...] of the pipe passes, in the pipe dtype
-B_ZERO, B_BAR, B_REL, B_RTOL, B_EXCESS, B_BIG, B_TINY = range(7)
+B_ZERO, B_BAR, B_REL, B_RTOL, B_EXCESS, B_BIG, B_TINY, B_DMIN = range(8)
 _SLACK = 2.0**-20  # relative margin of the bounds (float32 rounding stays below 2**-22)
 
 
@@ -222,16 +222,28 @@ def _sums_same(x, lanes):  # noqa: ANN001, ANN202
 
 
 @numba.njit(inline="always")
-def _seen(a, b, s, zero, bar, rel, rtol, excess, big, tiny):  # noqa: ANN001, ANN202, PLR0913
-    """Whether the exact pass must see this pair (s = |a-b| in the pipe dtype): s above the bar
-    (it may raise max |a-b| or enter the top k), s >= rel * max(|a|,|b|) (the max relative
-    error) or s >= excess + rtol*|a| (the excess at the first rtol); bounds rounded down."""
+def _seen(a, b, s, bar, rel, rtol, excess, big, tiny, dmin):  # noqa: ANN001, ANN202, PLR0913
+    """Whether the exact pass must see this pair (s = |a-b| in the pipe dtype): s > 0 and
+    either s >= the bar (it may raise max |a-b| or enter the top k), s >= rel * max(|a|,|b|)
+    (the max relative error), s >= excess + rtol*|a| (the excess at the first rtol) or that
+    excess bound below ``tiny``; bounds rounded down.
+
+    One compare against the least of the thresholds (minima and maxima as selects, which are
+    exact), not one per condition. ``s >= bar`` lets through the ties of ``s > bar`` too (a
+    superset is all a bound must be); a bar of -1 (the top k has room) is covered by the
+    caller, which then sends every chunk to the exact pass; ``dmin`` (the least positive
+    value) makes the floor ``s > 0``.
+    """
     aa, bb = abs(a), abs(b)
     m = aa if aa > bb else bb
     t = rel * m
     t = t if t < big else big  # an overflowing bound: only s = max or inf reaches it
     w = excess + rtol * aa
-    return (s > bar) | ((s > zero) & ((s >= t) | (s >= w) | (w < tiny)))
+    w = w if w >= tiny else dmin  # below tiny the bound's rounding is no longer relative
+    lim = t if t < w else w
+    lim = lim if lim < bar else bar
+    lim = lim if lim > dmin else dmin
+    return s >= lim
 
 
 @_inline
@@ -240,14 +252,14 @@ def _low_pass(x, y, edges, bounds):  # noqa: ANN001, ANN202
     the counts of s reaching each of the lower 7 decade edges). Few accumulators per loop (more
     spill registers) is why the decades take two passes."""
     zero, bar, rel, rtol, excess = bounds[B_ZERO], bounds[B_BAR], bounds[B_REL], bounds[B_RTOL], bounds[B_EXCESS]
-    big, tiny = bounds[B_BIG], bounds[B_TINY]
+    big, tiny, dmin = bounds[B_BIG], bounds[B_TINY], bounds[B_DMIN]
     e0, e1, e2, e3, e4, e5, e6 = edges[0], edges[1], edges[2], edges[3], edges[4], edges[5], edges[6]
     n0 = n1 = n2 = n3 = n4 = n5 = n6 = nz = seen = np.int32(0)
     for i in range(x.size):
         a, b = x[i], y[i]
         s = abs(a - b)
         nz = np.int32(nz + (s == zero))
-        seen = np.int32(seen + _seen(a, b, s, zero, bar, rel, rtol, excess, big, tiny))
+        seen = np.int32(seen + _seen(a, b, s, bar, rel, rtol, excess, big, tiny, dmin))
         n0 = np.int32(n0 + (s >= e0))
         n1 = np.int32(n1 + (s >= e1))
         n2 = np.int32(n2 + (s >= e2))
@@ -345,12 +357,12 @@ def _exact(x, y, ia, ib, lo, hi, pos0, k, r0, ints, fmax, worst):  # noqa: ANN00
 @_inline
 def _chunk_seen(x, y, lo, hi, bounds):  # noqa: ANN001, ANN202
     """Whether a pair of ``[lo, hi)`` passes ``_seen``."""
-    zero, bar, rel, rtol, excess = bounds[B_ZERO], bounds[B_BAR], bounds[B_REL], bounds[B_RTOL], bounds[B_EXCESS]
-    big, tiny = bounds[B_BIG], bounds[B_TINY]
+    bar, rel, rtol, excess = bounds[B_BAR], bounds[B_REL], bounds[B_RTOL], bounds[B_EXCESS]
+    big, tiny, dmin = bounds[B_BIG], bounds[B_TINY], bounds[B_DMIN]
     n = np.int32(0)
     for i in range(lo, hi):
         a, b = x[i], y[i]
-        n = np.int32(n + _seen(a, b, abs(a - b), zero, bar, rel, rtol, excess, big, tiny))
+        n = np.int32(n + _seen(a, b, abs(a - b), bar, rel, rtol, excess, big, tiny, dmin))
     return n > 0
 
 
@@ -398,11 +410,19 @@ def _differing(x, y, ia, ib, pos0, differ, cross, k, rtols, ints, fmax, hist, wo
         fmax[2 + q] = max(fmax[2 + q], _excess_pass(x, y, rtols[q]))
     whole = differ and k and ints[WLEN] < k  # the top k still has room: any mismatch enters
     if whole or seen:
-        step = x.size if whole else CHUNK  # (one call site: each one is compiled in again)
-        for lo in range(0, x.size, step):
-            hi = min(lo + step, x.size)
-            if whole or _chunk_seen(x, y, lo, hi, bounds):
-                _exact(x, y, ia, ib, lo, hi, pos0, k, r0, ints, fmax, worst)
+        _rare(x, y, ia, ib, pos0, whole, k, r0, ints, fmax, worst, bounds)
+
+
+@numba.njit(nogil=True)
+def _rare(x, y, ia, ib, pos0, whole, k, r0, ints, fmax, worst, bounds):  # noqa: ANN001, ANN202, PLR0913
+    """The exact pass over the chunks the bounds let through (every chunk while the top k has
+    room). Called, not inlined: it runs for few sub-blocks, and kept out of ``_scan``'s loop
+    nest it leaves the registers and code layout to the passes that run for every one."""
+    step = x.size if whole else CHUNK  # (one call site: each one is compiled in again)
+    for lo in range(0, x.size, step):
+        hi = min(lo + step, x.size)
+        if whole or _chunk_seen(x, y, lo, hi, bounds):
+            _exact(x, y, ia, ib, lo, hi, pos0, k, r0, ints, fmax, worst)
 
 
 @_jit
@@ -459,10 +479,10 @@ def scan_block(
 
 @functools.cache
 def _bounds(pipe: np.dtype) -> np.ndarray:
-    """The bounds of a fresh block: its constants set (the largest float, and a tiny one below
-    which a bound's rounding is no longer relative)."""
+    """The bounds of a fresh block: its constants set (the largest float, a tiny one below
+    which a bound's rounding is no longer relative, and the least positive one)."""
     info = np.finfo(pipe)
-    return np.array([0, 0, 0, 0, 0, info.max, 2.0 ** (info.minexp + 26)], pipe)
+    return np.array([0, 0, 0, 0, 0, info.max, 2.0 ** (info.minexp + 26), info.smallest_subnormal], pipe)
 
 
 def _readonly(v: np.ndarray) -> np.ndarray:
