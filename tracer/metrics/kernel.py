@@ -31,7 +31,9 @@ from typing import Any
 
 import numba
 import numpy as np
-from numba.extending import overload
+from llvmlite import ir
+from numba.core import cgutils, types
+from numba.extending import intrinsic, overload
 
 from . import block as metrics_block
 from .block import BlockState
@@ -47,6 +49,7 @@ W_CLS, W_KEY, W_POS, W_A, W_B = range(5)
 
 SUB = 2048  # elements per sub-block; a multiple of LANES
 CHUNK = 64  # elements the detail pass re-checks at once
+AHEAD = SUB  # how far ahead the sums pass asks for the data (prefetch): two sub-blocks
 # bounds[...] of the pipe passes, in the pipe dtype
 B_ZERO, B_BAR, B_REL, B_RTOL, B_EXCESS, B_BIG, B_TINY, B_DMIN = range(8)
 _SLACK = 2.0**-20  # relative margin of the bounds (float32 rounding stays below 2**-22)
@@ -170,6 +173,25 @@ def _bits_pass64(ia, ib, mag, expo, low):  # noqa: ANN001, ANN202
 # --------------------------------------------------------------------------- the sums
 
 
+@intrinsic
+def _prefetch(typingctx, arr, i):  # noqa: ANN001, ANN202, ARG001 - numba typing
+    """A hint that ``arr[i]`` will be read soon (``llvm.prefetch``: read, into all cache
+    levels). Nothing is read now and no bounds are checked: an address past the array's end
+    is harmless (a prefetch never faults)."""
+
+    def codegen(context, builder, sig, args):  # noqa: ANN001, ANN202
+        ary = context.make_array(sig.args[0])(context, builder, args[0])
+        ptr = cgutils.get_item_pointer(context, builder, sig.args[0], ary, [args[1]])
+        i32 = ir.IntType(32)
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [ptr.type, i32, i32, i32]),
+                                            "llvm.prefetch.p0")
+        builder.call(fn, [ptr, i32(0), i32(3), i32(1)])
+        return context.get_dummy_value()
+
+    return types.void(arr, i), codegen
+
+
+
 @_inline
 def _sums_pass(x, y, lanes):  # noqa: ANN001, ANN202
     """The four sums (a.a, d.d, d.a, |d| with d = a - b, in float64) into their lanes: whole
@@ -181,6 +203,9 @@ def _sums_pass(x, y, lanes):  # noqa: ANN001, ANN202
     n = x.size
     quad = n - n % (4 * LANES)
     for r in range(0, quad, 4 * LANES):
+        for q in range(0, 4 * LANES, 64 // x.itemsize):  # the next sub-block, a cache line of each side
+            _prefetch(x, r + q + AHEAD)
+            _prefetch(y, r + q + AHEAD)
         for j in range(LANES):
             p0, p1, p2, p3 = lanes[0, j], lanes[1, j], lanes[2, j], lanes[3, j]
             for q in range(4):
@@ -207,6 +232,8 @@ def _sums_same(x, lanes):  # noqa: ANN001, ANN202
     n = x.size
     quad = n - n % (4 * LANES)
     for r in range(0, quad, 4 * LANES):
+        for q in range(0, 4 * LANES, 64 // x.itemsize):  # the next sub-block of A (B: _same_pass)
+            _prefetch(x, r + q + AHEAD)
         for j in range(LANES):
             p0 = lanes[0, j]
             for q in range(4):
