@@ -49,7 +49,7 @@ W_CLS, W_KEY, W_POS, W_A, W_B = range(5)
 
 SUB = 2048  # elements per sub-block; a multiple of LANES
 CHUNK = 64  # elements the detail pass re-checks at once
-AHEAD = SUB  # how far ahead the sums pass asks for the data (prefetch): two sub-blocks
+AHEAD = SUB  # how far ahead the sums pass asks for the data (prefetch): the next sub-block
 # bounds[...] of the pipe passes, in the pipe dtype
 B_ZERO, B_BAR, B_REL, B_RTOL, B_EXCESS, B_BIG, B_TINY, B_DMIN = range(8)
 _SLACK = 2.0**-20  # relative margin of the bounds (float32 rounding stays below 2**-22)
