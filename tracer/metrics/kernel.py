@@ -174,6 +174,18 @@ def _bits_pass64(ia, ib, mag, expo, low):  # noqa: ANN001, ANN202
 
 
 @intrinsic
+def _as_int(typingctx, x):  # noqa: ANN001, ANN202, ARG001 - numba typing
+    """The bits of a float as the signed integer of its width (a bit cast, no conversion)."""
+    ity = {32: types.int32, 64: types.int64}[x.bitwidth]
+
+    def codegen(context, builder, sig, args):  # noqa: ANN001, ANN202, ARG001
+        return builder.bitcast(args[0], context.get_value_type(ity))
+
+    return ity(x), codegen
+
+
+
+@intrinsic
 def _prefetch(typingctx, arr, i):  # noqa: ANN001, ANN202, ARG001 - numba typing
     """A hint that ``arr[i]`` will be read soon (``llvm.prefetch``: read, into all cache
     levels). Nothing is read now and no bounds are checked: an address past the array's end
@@ -282,9 +294,12 @@ def _low_pass(x, y, edges, bounds):  # noqa: ANN001, ANN202
     big, tiny, dmin = bounds[B_BIG], bounds[B_TINY], bounds[B_DMIN]
     e0, e1, e2, e3, e4, e5, e6 = edges[0], edges[1], edges[2], edges[3], edges[4], edges[5], edges[6]
     n0 = n1 = n2 = n3 = n4 = n5 = n6 = nz = seen = np.int32(0)
+    top = _as_int(zero)
     for i in range(x.size):
         a, b = x[i], y[i]
         s = abs(a - b)
+        u = _as_int(s)  # s >= +0: the order of the bits is the order of the values
+        top = u if u > top else top
         nz = np.int32(nz + (s == zero))
         seen = np.int32(seen + _seen(a, b, s, bar, rel, rtol, excess, big, tiny, dmin))
         n0 = np.int32(n0 + (s >= e0))
@@ -294,7 +309,7 @@ def _low_pass(x, y, edges, bounds):  # noqa: ANN001, ANN202
         n4 = np.int32(n4 + (s >= e4))
         n5 = np.int32(n5 + (s >= e5))
         n6 = np.int32(n6 + (s >= e6))
-    return nz, seen, (n0, n1, n2, n3, n4, n5, n6)
+    return nz, seen, (n0, n1, n2, n3, n4, n5, n6), top
 
 
 @_inline
@@ -312,6 +327,19 @@ def _high_pass(x, y, edges):  # noqa: ANN001, ANN202
         n12 = np.int32(n12 + (s >= e12))
         n13 = np.int32(n13 + (s >= e13))
     return n7, n8, n9, n10, n11, n12, n13
+
+
+@_inline
+def _high3_pass(x, y, edges):  # noqa: ANN001, ANN202
+    """``_high_pass`` for a sub-block whose largest size is below the fourth upper edge."""
+    e7, e8, e9 = edges[7], edges[8], edges[9]
+    n7 = n8 = n9 = np.int32(0)
+    for i in range(x.size):
+        s = abs(x[i] - y[i])
+        n7 = np.int32(n7 + (s >= e7))
+        n8 = np.int32(n8 + (s >= e8))
+        n9 = np.int32(n9 + (s >= e9))
+    return n7, n8, n9
 
 
 @_inline
@@ -429,9 +457,15 @@ def _differing(x, y, ia, ib, pos0, differ, cross, k, rtols, ints, fmax, hist, wo
     r0 = rtols[0] if rtols.size else 0.0
     _sums_pass(x, y, lanes)
     _set_bounds(bounds, fmax, worst, ints, k, r0, rtols.size > 0, cross)
-    zeros, seen, low = _low_pass(x, y, edges, bounds)
+    zeros, seen, low, top = _low_pass(x, y, edges, bounds)
     none = np.int32(0)
-    high = _high_pass(x, y, edges) if low[6] else (none, none, none, none, none, none, none)
+    if top < _as_int(edges[7]):  # no size reaches the upper edges: their counts are 0
+        high = (none, none, none, none, none, none, none)
+    elif top < _as_int(edges[10]):  # only the first three can count anything
+        n7, n8, n9 = _high3_pass(x, y, edges)
+        high = (n7, n8, n9, none, none, none, none)
+    else:
+        high = _high_pass(x, y, edges)
     _bins(hist, x.size, zeros, low, high)
     for q in range(1, rtols.size):
         fmax[2 + q] = max(fmax[2 + q], _excess_pass(x, y, rtols[q]))
