@@ -49,6 +49,7 @@ W_CLS, W_KEY, W_POS, W_A, W_B = range(5)
 
 SUB = 2048  # elements per sub-block; a multiple of LANES
 CHUNK = 64  # elements the detail pass re-checks at once
+N_EDGES = 14  # decade edges (block.histogram_edges)
 AHEAD = SUB  # how far ahead the sums pass asks for the data (prefetch): the next sub-block
 # bounds[...] of the pipe passes, in the pipe dtype
 B_ZERO, B_BAR, B_REL, B_RTOL, B_EXCESS, B_BIG, B_TINY, B_DMIN = range(8)
@@ -286,60 +287,51 @@ def _seen(a, b, s, bar, rel, rtol, excess, big, tiny, dmin):  # noqa: ANN001, AN
 
 
 @_inline
-def _low_pass(x, y, edges, bounds):  # noqa: ANN001, ANN202
+def _low_pass(x, y, edges, j, bounds):  # noqa: ANN001, ANN202
     """In the pipe dtype, with s = |a-b|: (count of s = 0, pairs the exact pass must see, and
-    the counts of s reaching each of the lower 7 decade edges). Few accumulators per loop (more
-    spill registers) is why the decades take two passes."""
+    the counts of s reaching decade edges ``j`` to ``j + 3``)."""
     zero, bar, rel, rtol, excess = bounds[B_ZERO], bounds[B_BAR], bounds[B_REL], bounds[B_RTOL], bounds[B_EXCESS]
     big, tiny, dmin = bounds[B_BIG], bounds[B_TINY], bounds[B_DMIN]
-    e0, e1, e2, e3, e4, e5, e6 = edges[0], edges[1], edges[2], edges[3], edges[4], edges[5], edges[6]
-    n0 = n1 = n2 = n3 = n4 = n5 = n6 = nz = seen = np.int32(0)
-    top = _as_int(zero)
+    e0, e1, e2, e3 = edges[j], edges[j + 1], edges[j + 2], edges[j + 3]
+    n0 = n1 = n2 = n3 = nz = seen = np.int32(0)
     for i in range(x.size):
         a, b = x[i], y[i]
         s = abs(a - b)
-        u = _as_int(s)  # s >= +0: the order of the bits is the order of the values
-        top = u if u > top else top
         nz = np.int32(nz + (s == zero))
         seen = np.int32(seen + _seen(a, b, s, bar, rel, rtol, excess, big, tiny, dmin))
         n0 = np.int32(n0 + (s >= e0))
         n1 = np.int32(n1 + (s >= e1))
         n2 = np.int32(n2 + (s >= e2))
         n3 = np.int32(n3 + (s >= e3))
-        n4 = np.int32(n4 + (s >= e4))
-        n5 = np.int32(n5 + (s >= e5))
-        n6 = np.int32(n6 + (s >= e6))
-    return nz, seen, (n0, n1, n2, n3, n4, n5, n6), top
+    return nz, seen, (n0, n1, n2, n3)
 
 
 @_inline
-def _high_pass(x, y, edges):  # noqa: ANN001, ANN202
-    """Counts of s = |a-b| reaching each of the upper 7 decade edges."""
-    e7, e8, e9, e10, e11, e12, e13 = edges[7], edges[8], edges[9], edges[10], edges[11], edges[12], edges[13]
-    n7 = n8 = n9 = n10 = n11 = n12 = n13 = np.int32(0)
+def _range_pass(x, y, zero, ibig):  # noqa: ANN001, ANN202
+    """The bits of the largest s = |a-b| and of the least s > 0 (or of the largest float), as
+    integers: for s >= +0 the order of the bits is the order of the values."""
+    top = _as_int(zero)
+    bot = ibig
     for i in range(x.size):
-        s = abs(x[i] - y[i])
-        n7 = np.int32(n7 + (s >= e7))
-        n8 = np.int32(n8 + (s >= e8))
-        n9 = np.int32(n9 + (s >= e9))
-        n10 = np.int32(n10 + (s >= e10))
-        n11 = np.int32(n11 + (s >= e11))
-        n12 = np.int32(n12 + (s >= e12))
-        n13 = np.int32(n13 + (s >= e13))
-    return n7, n8, n9, n10, n11, n12, n13
+        u = _as_int(abs(x[i] - y[i]))
+        top = u if u > top else top
+        v = u if u > top - top else ibig
+        bot = v if v < bot else bot
+    return top, bot
 
 
 @_inline
-def _high3_pass(x, y, edges):  # noqa: ANN001, ANN202
-    """``_high_pass`` for a sub-block whose largest size is below the fourth upper edge."""
-    e7, e8, e9 = edges[7], edges[8], edges[9]
-    n7 = n8 = n9 = np.int32(0)
+def _window_pass(x, y, edges, j):  # noqa: ANN001, ANN202
+    """Counts of s = |a-b| reaching edges ``j`` to ``j + 3`` (NaN past the last: counts 0)."""
+    e0, e1, e2, e3 = edges[j], edges[j + 1], edges[j + 2], edges[j + 3]
+    n0 = n1 = n2 = n3 = np.int32(0)
     for i in range(x.size):
         s = abs(x[i] - y[i])
-        n7 = np.int32(n7 + (s >= e7))
-        n8 = np.int32(n8 + (s >= e8))
-        n9 = np.int32(n9 + (s >= e9))
-    return n7, n8, n9
+        n0 = np.int32(n0 + (s >= e0))
+        n1 = np.int32(n1 + (s >= e1))
+        n2 = np.int32(n2 + (s >= e2))
+        n3 = np.int32(n3 + (s >= e3))
+    return n0, n1, n2, n3
 
 
 @_inline
@@ -437,36 +429,43 @@ def _set_bounds(bounds, fmax, worst, ints, k, r0, has_rtol, cross):  # noqa: ANN
 
 
 @numba.njit(inline="always")
-def _bins(hist, n, zeros, low, high):  # noqa: ANN001, ANN202
+def _bins(hist, n, zeros, reach):  # noqa: ANN001, ANN202
     """Decade counts from the counts of sizes reaching each edge."""
     hist[0] += zeros
     prev = n - zeros
-    for e in range(len(low)):
-        hist[1 + e] += prev - low[e]
-        prev = low[e]
-    for e in range(len(high)):
-        hist[1 + len(low) + e] += prev - high[e]
-        prev = high[e]
-    hist[1 + len(low) + len(high)] += prev
+    for e in range(N_EDGES):
+        hist[1 + e] += prev - reach[e]
+        prev = reach[e]
+    hist[1 + N_EDGES] += prev
 
 
 @_inline
-def _differing(x, y, ia, ib, pos0, differ, cross, k, rtols, ints, fmax, hist, worst, lanes, edges, bounds):  # noqa: ANN001, ANN202, PLR0913
+def _differing(x, y, ia, ib, pos0, differ, cross, k, rtols, ints, fmax, hist, worst, lanes, edges, bounds, reach):  # noqa: ANN001, ANN202, PLR0913
     """A sub-block without NaN/Inf whose bits differ somewhere: sums, histogram, bounds, and
     the exact values where the bounds let elements through."""
     r0 = rtols[0] if rtols.size else 0.0
     _sums_pass(x, y, lanes)
     _set_bounds(bounds, fmax, worst, ints, k, r0, rtols.size > 0, cross)
-    zeros, seen, low, top = _low_pass(x, y, edges, bounds)
-    none = np.int32(0)
-    if top < _as_int(edges[7]):  # no size reaches the upper edges: their counts are 0
-        high = (none, none, none, none, none, none, none)
-    elif top < _as_int(edges[10]):  # only the first three can count anything
-        n7, n8, n9 = _high3_pass(x, y, edges)
-        high = (n7, n8, n9, none, none, none, none)
-    else:
-        high = _high_pass(x, y, edges)
-    _bins(hist, x.size, zeros, low, high)
+    # the decades: only the edges between the least and the largest s > 0 need counting; s
+    # reaches every edge below the least (all but the zeros do) and none above the largest
+    top, bot = _range_pass(x, y, bounds[B_ZERO], _as_int(bounds[B_BIG]))
+    lo = hi = 0
+    for e in range(N_EDGES):
+        lo += _as_int(edges[e]) <= bot
+        hi += _as_int(edges[e]) <= top
+    lo = min(lo, hi)
+    zeros, seen, w = _low_pass(x, y, edges, lo, bounds)
+    for e in range(N_EDGES):
+        reach[e] = x.size - zeros if e < lo else 0
+    for q in range(4):
+        if lo + q < N_EDGES:
+            reach[lo + q] = w[q]
+    for j in range(lo + 4, hi, 4):
+        w = _window_pass(x, y, edges, j)
+        for q in range(4):
+            if j + q < N_EDGES:
+                reach[j + q] = w[q]
+    _bins(hist, x.size, zeros, reach)
     for q in range(1, rtols.size):
         fmax[2 + q] = max(fmax[2 + q], _excess_pass(x, y, rtols[q]))
     whole = differ and k and ints[WLEN] < k  # the top k still has room: any mismatch enters
@@ -491,6 +490,7 @@ def _scan(x, y, ia, ib, off, start, masks, ulps, rtols, k, ints, fmax, ulp, hist
     """Sub-blocks from ``start`` on, until one holds a NaN or Inf: returns the run of those,
     ``(first, end)``, left to the numpy definition (``(n, n)`` when there is none)."""
     mag, expo, low = masks[0], masks[1], masks[2]
+    reach = np.zeros(N_EDGES, np.int64)  # per sub-block: how many sizes reach each decade edge
     n = x.size
     quiet = True  # the last sub-block was identical: the next one likely is too
     for s in range(start, n, SUB):
@@ -517,7 +517,7 @@ def _scan(x, y, ia, ib, off, start, masks, ulps, rtols, k, ints, fmax, ulp, hist
             ulp[0] = max(ulp[0], np.uint64(same))
             if cross:  # the distance is across - low; the wrapping uint64 subtraction is exact
                 ulp[0] = max(ulp[0], np.uint64(np.int64(across)) - np.uint64(np.int64(low)))
-        _differing(xs, ys, sa, sb, off + s, differ, cross, k, rtols, ints, fmax, hist, worst, lanes, edges, bounds)
+        _differing(xs, ys, sa, sb, off + s, differ, cross, k, rtols, ints, fmax, hist, worst, lanes, edges, bounds, reach)
     return n, n
 
 
@@ -527,11 +527,12 @@ def scan_block(
 ) -> None:
     """Fold one block into ``st``; same arguments and result as the numpy ``scan_block``."""
     bounds = _bounds(x.dtype).copy()
+    padded = np.concatenate((edges, np.full(4, np.nan, edges.dtype)))  # a window of 4 may start at the end
     x, y, ia, ib = (_readonly(v) for v in (x, y, ia, ib))
     start, n = 0, x.size
     while start < n:
         first, end = _scan(x, y, ia, ib, off, start, masks, ulps, rtols, st.k, st.ints, st.fmax, st.ulp,
-                           st.hist, st.worst, lanes, edges, bounds)
+                           st.hist, st.worst, lanes, padded, bounds)
         if first < end:  # sub-blocks with NaN/Inf: their start is a multiple of LANES in the block
             metrics_block.scan_block(x[first:end], y[first:end], ia[first:end], ib[first:end], off + first,
                                      masks, ulps, rtols, st, lanes, edges)
