@@ -1,22 +1,26 @@
 """The compiled twin of :func:`tracer.metrics.block.scan_block`: one read of each block.
 
 A block is walked in sub-blocks of ``SUB`` elements (16 KiB of float32 pairs: they stay in the
-L1 cache). The first loop reads the bits (differences, NaN/Inf, ULPs) and brings a sub-block
-into cache; bitwise-identical sub-blocks then only add the norm of A. The other loops re-read it
-from the cache: the four sums into their lanes (float64); and, in the pipe dtype (8 floats per
-instruction for float32), the decade histogram and cheap bounds saying whether an element could
-raise max |a-b|, the max relative error, the tolerance excess or enter the top k. Only the rare
-chunks where one could are then walked element by element in float64 (``_exact``), which is
-where those exact values come from. Runs of sub-blocks with NaN or Inf go to the numpy
-definition itself (rare, and their accounting needs every element anyway).
+L1 cache). The first loop reads the bits (differences, NaN/Inf, ULPs); bitwise-identical
+sub-blocks then only add the norm of A. The other loops re-read it from the cache: the four
+sums into their lanes (float64), which also prefetch the next sub-block (so that memory works
+while the core computes instead of after); and, in the pipe dtype (16 floats per instruction
+for float32 on AVX-512), the least and largest |a-b| > 0, the decade histogram (only the edges
+between those two are compared: every size reaches the edges below the least, none those above
+the largest) and cheap bounds saying whether an element could raise max |a-b|, the max
+relative error, the tolerance excess or enter the top k. Only the rare chunks where one could
+are then walked element by element in float64 (``_exact``, a called function), which is where
+those exact values come from. Runs of sub-blocks with NaN or Inf go to the numpy definition
+itself (rare, and their accounting needs every element anyway).
 
 Rules that keep the results equal to the numpy definition: no fast-math (no reordering, no
 fused multiply-add), every sum in its lane in position order, every maximum exact, and bounds
 that can only let through too many elements, never too few.
 
 Written for the vectoriser: loops of independent iterations, a handful of accumulators per loop
-(more spill registers), maxima as selects rather than ``max()``, counters truncated to int32 at
-each step (numba computes integers in int64, halving the elements per instruction).
+(more spill registers), maxima as selects rather than ``max()`` (of floats >= +0: on their bits, as integers, which
+vectorise without fast-math), counters truncated to int32 at each step (numba computes integers
+in int64, halving the elements per instruction).
 
 Compiled lazily per dtype combination actually used, with ``cache=True``: numba keeps the
 machine code in ``__pycache__`` next to this file, or in the user's cache directory when the
