@@ -3,7 +3,7 @@
 A block is walked in sub-blocks of ``SUB`` elements (16 KiB of float32 pairs: they stay in the
 L1 cache). The first loop reads the bits (differences, NaN/Inf, ULPs); bitwise-identical
 sub-blocks then only add the norm of A. The other loops re-read it from the cache: the four
-sums into their lanes (float64), which also prefetch the next sub-block (so that memory works
+sums into their lanes (float64), which on differing sub-blocks also prefetch the next one (so that memory works
 while the core computes instead of after); and, in the pipe dtype (16 floats per instruction
 for float32 on AVX-512), the least and largest |a-b| > 0, the decade histogram (only the edges
 between those two are compared: every size reaches the edges below the least, none those above
@@ -249,8 +249,6 @@ def _sums_same(x, lanes):  # noqa: ANN001, ANN202
     n = x.size
     quad = n - n % (4 * LANES)
     for r in range(0, quad, 4 * LANES):
-        for q in range(0, 4 * LANES, 64 // x.itemsize):  # the next sub-block of A (B: _same_pass)
-            _prefetch(x, r + q + AHEAD)
         for j in range(LANES):
             p0 = lanes[0, j]
             for q in range(4):
