@@ -199,9 +199,12 @@ def _prefetch(typingctx, arr, i):  # noqa: ANN001, ANN202, ARG001 - numba typing
     def codegen(context, builder, sig, args):  # noqa: ANN001, ANN202
         ary = context.make_array(sig.args[0])(context, builder, args[0])
         ptr = cgutils.get_item_pointer(context, builder, sig.args[0], ary, [args[1]])
+        if getattr(ptr.type, "is_opaque", False):  # llvmlite >= 0.44 with opaque pointers (LLVM 15+)
+            name = "llvm.prefetch.p0"
+        else:  # typed pointers (numba 0.60's LLVM 14): the intrinsic takes an i8*
+            ptr, name = builder.bitcast(ptr, ir.IntType(8).as_pointer()), "llvm.prefetch.p0i8"
         i32 = ir.IntType(32)
-        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [ptr.type, i32, i32, i32]),
-                                            "llvm.prefetch.p0")
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [ptr.type, i32, i32, i32]), name)
         builder.call(fn, [ptr, i32(0), i32(3), i32(1)])
         return context.get_dummy_value()
 
