@@ -1,22 +1,26 @@
 """The compiled twin of :func:`tracer.metrics.block.scan_block`: one read of each block.
 
 A block is walked in sub-blocks of ``SUB`` elements (16 KiB of float32 pairs: they stay in the
-L1 cache). The first loop reads the bits (differences, NaN/Inf, ULPs) and brings a sub-block
-into cache; bitwise-identical sub-blocks then only add the norm of A. The other loops re-read it
-from the cache: the four sums into their lanes (float64); and, in the pipe dtype (8 floats per
-instruction for float32), the decade histogram and cheap bounds saying whether an element could
-raise max |a-b|, the max relative error, the tolerance excess or enter the top k. Only the rare
-chunks where one could are then walked element by element in float64 (``_exact``), which is
-where those exact values come from. Runs of sub-blocks with NaN or Inf go to the numpy
-definition itself (rare, and their accounting needs every element anyway).
+L1 cache). The first loop reads the bits (differences, NaN/Inf, ULPs); bitwise-identical
+sub-blocks then only add the norm of A. The other loops re-read it from the cache: the four
+sums into their lanes (float64), which on differing sub-blocks also prefetch the next one (so that memory works
+while the core computes instead of after); and, in the pipe dtype (16 floats per instruction
+for float32 on AVX-512), the least and largest |a-b| > 0, the decade histogram (only the edges
+between those two are compared: every size reaches the edges below the least, none those above
+the largest) and cheap bounds saying whether an element could raise max |a-b|, the max
+relative error, the tolerance excess or enter the top k. Only the rare chunks where one could
+are then walked element by element in float64 (``_exact``, a called function), which is where
+those exact values come from. Runs of sub-blocks with NaN or Inf go to the numpy definition
+itself (rare, and their accounting needs every element anyway).
 
 Rules that keep the results equal to the numpy definition: no fast-math (no reordering, no
 fused multiply-add), every sum in its lane in position order, every maximum exact, and bounds
 that can only let through too many elements, never too few.
 
 Written for the vectoriser: loops of independent iterations, a handful of accumulators per loop
-(more spill registers), maxima as selects rather than ``max()``, counters truncated to int32 at
-each step (numba computes integers in int64, halving the elements per instruction).
+(more spill registers), maxima as selects rather than ``max()`` (of floats >= +0: on their bits, as integers, which
+vectorise without fast-math), counters truncated to int32 at each step (numba computes integers
+in int64, halving the elements per instruction).
 
 Compiled lazily per dtype combination actually used, with ``cache=True``: numba keeps the
 machine code in ``__pycache__`` next to this file, or in the user's cache directory when the
@@ -31,7 +35,9 @@ from typing import Any
 
 import numba
 import numpy as np
-from numba.extending import overload
+from llvmlite import ir
+from numba.core import cgutils, types
+from numba.extending import intrinsic, overload
 
 from . import block as metrics_block
 from .block import BlockState
@@ -47,8 +53,10 @@ W_CLS, W_KEY, W_POS, W_A, W_B = range(5)
 
 SUB = 2048  # elements per sub-block; a multiple of LANES
 CHUNK = 64  # elements the detail pass re-checks at once
+N_EDGES = 14  # decade edges (block.histogram_edges)
+AHEAD = SUB  # how far ahead the sums pass asks for the data (prefetch): the next sub-block
 # bounds[...] of the pipe passes, in the pipe dtype
-B_ZERO, B_BAR, B_REL, B_RTOL, B_EXCESS, B_BIG, B_TINY = range(7)
+B_ZERO, B_BAR, B_REL, B_RTOL, B_EXCESS, B_BIG, B_TINY, B_DMIN = range(8)
 _SLACK = 2.0**-20  # relative margin of the bounds (float32 rounding stays below 2**-22)
 
 
@@ -170,6 +178,40 @@ def _bits_pass64(ia, ib, mag, expo, low):  # noqa: ANN001, ANN202
 # --------------------------------------------------------------------------- the sums
 
 
+@intrinsic
+def _as_int(typingctx, x):  # noqa: ANN001, ANN202, ARG001 - numba typing
+    """The bits of a float as the signed integer of its width (a bit cast, no conversion)."""
+    ity = {32: types.int32, 64: types.int64}[x.bitwidth]
+
+    def codegen(context, builder, sig, args):  # noqa: ANN001, ANN202, ARG001
+        return builder.bitcast(args[0], context.get_value_type(ity))
+
+    return ity(x), codegen
+
+
+
+@intrinsic
+def _prefetch(typingctx, arr, i):  # noqa: ANN001, ANN202, ARG001 - numba typing
+    """A hint that ``arr[i]`` will be read soon (``llvm.prefetch``: read, into all cache
+    levels). Nothing is read now and no bounds are checked: an address past the array's end
+    is harmless (a prefetch never faults)."""
+
+    def codegen(context, builder, sig, args):  # noqa: ANN001, ANN202
+        ary = context.make_array(sig.args[0])(context, builder, args[0])
+        ptr = cgutils.get_item_pointer(context, builder, sig.args[0], ary, [args[1]])
+        if getattr(ptr.type, "is_opaque", False):  # llvmlite >= 0.44 with opaque pointers (LLVM 15+)
+            name = "llvm.prefetch.p0"
+        else:  # typed pointers (numba 0.60's LLVM 14): the intrinsic takes an i8*
+            ptr, name = builder.bitcast(ptr, ir.IntType(8).as_pointer()), "llvm.prefetch.p0i8"
+        i32 = ir.IntType(32)
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [ptr.type, i32, i32, i32]), name)
+        builder.call(fn, [ptr, i32(0), i32(3), i32(1)])
+        return context.get_dummy_value()
+
+    return types.void(arr, i), codegen
+
+
+
 @_inline
 def _sums_pass(x, y, lanes):  # noqa: ANN001, ANN202
     """The four sums (a.a, d.d, d.a, |d| with d = a - b, in float64) into their lanes: whole
@@ -181,6 +223,9 @@ def _sums_pass(x, y, lanes):  # noqa: ANN001, ANN202
     n = x.size
     quad = n - n % (4 * LANES)
     for r in range(0, quad, 4 * LANES):
+        for q in range(0, 4 * LANES, 64 // x.itemsize):  # the next sub-block, a cache line of each side
+            _prefetch(x, r + q + AHEAD)
+            _prefetch(y, r + q + AHEAD)
         for j in range(LANES):
             p0, p1, p2, p3 = lanes[0, j], lanes[1, j], lanes[2, j], lanes[3, j]
             for q in range(4):
@@ -222,57 +267,76 @@ def _sums_same(x, lanes):  # noqa: ANN001, ANN202
 
 
 @numba.njit(inline="always")
-def _seen(a, b, s, zero, bar, rel, rtol, excess, big, tiny):  # noqa: ANN001, ANN202, PLR0913
-    """Whether the exact pass must see this pair (s = |a-b| in the pipe dtype): s above the bar
-    (it may raise max |a-b| or enter the top k), s >= rel * max(|a|,|b|) (the max relative
-    error) or s >= excess + rtol*|a| (the excess at the first rtol); bounds rounded down."""
+def _seen(a, b, s, bar, rel, rtol, excess, big, tiny, dmin):  # noqa: ANN001, ANN202, PLR0913
+    """Whether the exact pass must see this pair (s = |a-b| in the pipe dtype): s > 0 and
+    either s >= the bar (it may raise max |a-b| or enter the top k), s >= rel * max(|a|,|b|)
+    (the max relative error), s >= excess + rtol*|a| (the excess at the first rtol) or that
+    excess bound below ``tiny``; bounds rounded down.
+
+    One compare against the least of the thresholds (minima and maxima as selects, which are
+    exact), not one per condition. ``s >= bar`` lets through the ties of ``s > bar`` too (a
+    superset is all a bound must be); a bar of -1 (the top k has room) is covered by the
+    caller, which then sends every chunk to the exact pass; ``dmin`` (the least positive
+    value) makes the floor ``s > 0``.
+    """
     aa, bb = abs(a), abs(b)
     m = aa if aa > bb else bb
     t = rel * m
     t = t if t < big else big  # an overflowing bound: only s = max or inf reaches it
     w = excess + rtol * aa
-    return (s > bar) | ((s > zero) & ((s >= t) | (s >= w) | (w < tiny)))
+    w = w if w >= tiny else dmin  # below tiny the bound's rounding is no longer relative
+    lim = t if t < w else w
+    lim = lim if lim < bar else bar
+    lim = lim if lim > dmin else dmin
+    return s >= lim
 
 
 @_inline
-def _low_pass(x, y, edges, bounds):  # noqa: ANN001, ANN202
+def _low_pass(x, y, edges, j, bounds):  # noqa: ANN001, ANN202
     """In the pipe dtype, with s = |a-b|: (count of s = 0, pairs the exact pass must see, and
-    the counts of s reaching each of the lower 7 decade edges). Few accumulators per loop (more
-    spill registers) is why the decades take two passes."""
+    the counts of s reaching decade edges ``j`` to ``j + 3``)."""
     zero, bar, rel, rtol, excess = bounds[B_ZERO], bounds[B_BAR], bounds[B_REL], bounds[B_RTOL], bounds[B_EXCESS]
-    big, tiny = bounds[B_BIG], bounds[B_TINY]
-    e0, e1, e2, e3, e4, e5, e6 = edges[0], edges[1], edges[2], edges[3], edges[4], edges[5], edges[6]
-    n0 = n1 = n2 = n3 = n4 = n5 = n6 = nz = seen = np.int32(0)
+    big, tiny, dmin = bounds[B_BIG], bounds[B_TINY], bounds[B_DMIN]
+    e0, e1, e2, e3 = edges[j], edges[j + 1], edges[j + 2], edges[j + 3]
+    n0 = n1 = n2 = n3 = nz = seen = np.int32(0)
     for i in range(x.size):
         a, b = x[i], y[i]
         s = abs(a - b)
         nz = np.int32(nz + (s == zero))
-        seen = np.int32(seen + _seen(a, b, s, zero, bar, rel, rtol, excess, big, tiny))
+        seen = np.int32(seen + _seen(a, b, s, bar, rel, rtol, excess, big, tiny, dmin))
         n0 = np.int32(n0 + (s >= e0))
         n1 = np.int32(n1 + (s >= e1))
         n2 = np.int32(n2 + (s >= e2))
         n3 = np.int32(n3 + (s >= e3))
-        n4 = np.int32(n4 + (s >= e4))
-        n5 = np.int32(n5 + (s >= e5))
-        n6 = np.int32(n6 + (s >= e6))
-    return nz, seen, (n0, n1, n2, n3, n4, n5, n6)
+    return nz, seen, (n0, n1, n2, n3)
 
 
 @_inline
-def _high_pass(x, y, edges):  # noqa: ANN001, ANN202
-    """Counts of s = |a-b| reaching each of the upper 7 decade edges."""
-    e7, e8, e9, e10, e11, e12, e13 = edges[7], edges[8], edges[9], edges[10], edges[11], edges[12], edges[13]
-    n7 = n8 = n9 = n10 = n11 = n12 = n13 = np.int32(0)
+def _range_pass(x, y, zero, ibig):  # noqa: ANN001, ANN202
+    """The bits of the largest s = |a-b| and of the least s > 0 (or of the largest float), as
+    integers: for s >= +0 the order of the bits is the order of the values."""
+    top = _as_int(zero)
+    bot = ibig
+    for i in range(x.size):
+        u = _as_int(abs(x[i] - y[i]))
+        top = u if u > top else top
+        v = u if u > top - top else ibig
+        bot = v if v < bot else bot
+    return top, bot
+
+
+@_inline
+def _window_pass(x, y, edges, j):  # noqa: ANN001, ANN202
+    """Counts of s = |a-b| reaching edges ``j`` to ``j + 3`` (NaN past the last: counts 0)."""
+    e0, e1, e2, e3 = edges[j], edges[j + 1], edges[j + 2], edges[j + 3]
+    n0 = n1 = n2 = n3 = np.int32(0)
     for i in range(x.size):
         s = abs(x[i] - y[i])
-        n7 = np.int32(n7 + (s >= e7))
-        n8 = np.int32(n8 + (s >= e8))
-        n9 = np.int32(n9 + (s >= e9))
-        n10 = np.int32(n10 + (s >= e10))
-        n11 = np.int32(n11 + (s >= e11))
-        n12 = np.int32(n12 + (s >= e12))
-        n13 = np.int32(n13 + (s >= e13))
-    return n7, n8, n9, n10, n11, n12, n13
+        n0 = np.int32(n0 + (s >= e0))
+        n1 = np.int32(n1 + (s >= e1))
+        n2 = np.int32(n2 + (s >= e2))
+        n3 = np.int32(n3 + (s >= e3))
+    return n0, n1, n2, n3
 
 
 @_inline
@@ -345,12 +409,12 @@ def _exact(x, y, ia, ib, lo, hi, pos0, k, r0, ints, fmax, worst):  # noqa: ANN00
 @_inline
 def _chunk_seen(x, y, lo, hi, bounds):  # noqa: ANN001, ANN202
     """Whether a pair of ``[lo, hi)`` passes ``_seen``."""
-    zero, bar, rel, rtol, excess = bounds[B_ZERO], bounds[B_BAR], bounds[B_REL], bounds[B_RTOL], bounds[B_EXCESS]
-    big, tiny = bounds[B_BIG], bounds[B_TINY]
+    bar, rel, rtol, excess = bounds[B_BAR], bounds[B_REL], bounds[B_RTOL], bounds[B_EXCESS]
+    big, tiny, dmin = bounds[B_BIG], bounds[B_TINY], bounds[B_DMIN]
     n = np.int32(0)
     for i in range(lo, hi):
         a, b = x[i], y[i]
-        n = np.int32(n + _seen(a, b, abs(a - b), zero, bar, rel, rtol, excess, big, tiny))
+        n = np.int32(n + _seen(a, b, abs(a - b), bar, rel, rtol, excess, big, tiny, dmin))
     return n > 0
 
 
@@ -370,39 +434,60 @@ def _set_bounds(bounds, fmax, worst, ints, k, r0, has_rtol, cross):  # noqa: ANN
 
 
 @numba.njit(inline="always")
-def _bins(hist, n, zeros, low, high):  # noqa: ANN001, ANN202
+def _bins(hist, n, zeros, reach):  # noqa: ANN001, ANN202
     """Decade counts from the counts of sizes reaching each edge."""
     hist[0] += zeros
     prev = n - zeros
-    for e in range(len(low)):
-        hist[1 + e] += prev - low[e]
-        prev = low[e]
-    for e in range(len(high)):
-        hist[1 + len(low) + e] += prev - high[e]
-        prev = high[e]
-    hist[1 + len(low) + len(high)] += prev
+    for e in range(N_EDGES):
+        hist[1 + e] += prev - reach[e]
+        prev = reach[e]
+    hist[1 + N_EDGES] += prev
 
 
 @_inline
-def _differing(x, y, ia, ib, pos0, differ, cross, k, rtols, ints, fmax, hist, worst, lanes, edges, bounds):  # noqa: ANN001, ANN202, PLR0913
+def _differing(x, y, ia, ib, pos0, differ, cross, k, rtols, ints, fmax, hist, worst, lanes, edges, bounds, reach):  # noqa: ANN001, ANN202, PLR0913
     """A sub-block without NaN/Inf whose bits differ somewhere: sums, histogram, bounds, and
     the exact values where the bounds let elements through."""
     r0 = rtols[0] if rtols.size else 0.0
     _sums_pass(x, y, lanes)
     _set_bounds(bounds, fmax, worst, ints, k, r0, rtols.size > 0, cross)
-    zeros, seen, low = _low_pass(x, y, edges, bounds)
-    none = np.int32(0)
-    high = _high_pass(x, y, edges) if low[6] else (none, none, none, none, none, none, none)
-    _bins(hist, x.size, zeros, low, high)
+    # the decades: only the edges between the least and the largest s > 0 need counting; s
+    # reaches every edge below the least (all but the zeros do) and none above the largest
+    top, bot = _range_pass(x, y, bounds[B_ZERO], _as_int(bounds[B_BIG]))
+    lo = hi = 0
+    for e in range(N_EDGES):
+        lo += _as_int(edges[e]) <= bot
+        hi += _as_int(edges[e]) <= top
+    lo = min(lo, hi)
+    zeros, seen, w = _low_pass(x, y, edges, lo, bounds)
+    for e in range(N_EDGES):
+        reach[e] = x.size - zeros if e < lo else 0
+    for q in range(4):
+        if lo + q < N_EDGES:
+            reach[lo + q] = w[q]
+    for j in range(lo + 4, hi, 4):
+        w = _window_pass(x, y, edges, j)
+        for q in range(4):
+            if j + q < N_EDGES:
+                reach[j + q] = w[q]
+    _bins(hist, x.size, zeros, reach)
     for q in range(1, rtols.size):
         fmax[2 + q] = max(fmax[2 + q], _excess_pass(x, y, rtols[q]))
     whole = differ and k and ints[WLEN] < k  # the top k still has room: any mismatch enters
     if whole or seen:
-        step = x.size if whole else CHUNK  # (one call site: each one is compiled in again)
-        for lo in range(0, x.size, step):
-            hi = min(lo + step, x.size)
-            if whole or _chunk_seen(x, y, lo, hi, bounds):
-                _exact(x, y, ia, ib, lo, hi, pos0, k, r0, ints, fmax, worst)
+        _rare(x, y, ia, ib, pos0, whole, k, r0, ints, fmax, worst, bounds)
+
+
+@numba.njit(nogil=True)
+def _rare(x, y, ia, ib, pos0, whole, k, r0, ints, fmax, worst, bounds):  # noqa: ANN001, ANN202, PLR0913
+    """The exact pass over the chunks the bounds let through (every chunk while the top k has
+    room). Called, not inlined: it runs for few sub-blocks, and kept out of ``_scan``'s loop
+    nest it leaves the registers and code layout to the passes that run for every one."""
+    step = x.size if whole else CHUNK  # (one call site: each one is compiled in again)
+    for lo in range(0, x.size, step):
+        hi = min(lo + step, x.size)
+        if whole or _chunk_seen(x, y, lo, hi, bounds):
+            _exact(x, y, ia, ib, lo, hi, pos0, k, r0, ints, fmax, worst)
 
 
 @_jit
@@ -410,6 +495,7 @@ def _scan(x, y, ia, ib, off, start, masks, ulps, rtols, k, ints, fmax, ulp, hist
     """Sub-blocks from ``start`` on, until one holds a NaN or Inf: returns the run of those,
     ``(first, end)``, left to the numpy definition (``(n, n)`` when there is none)."""
     mag, expo, low = masks[0], masks[1], masks[2]
+    reach = np.zeros(N_EDGES, np.int64)  # per sub-block: how many sizes reach each decade edge
     n = x.size
     quiet = True  # the last sub-block was identical: the next one likely is too
     for s in range(start, n, SUB):
@@ -436,7 +522,7 @@ def _scan(x, y, ia, ib, off, start, masks, ulps, rtols, k, ints, fmax, ulp, hist
             ulp[0] = max(ulp[0], np.uint64(same))
             if cross:  # the distance is across - low; the wrapping uint64 subtraction is exact
                 ulp[0] = max(ulp[0], np.uint64(np.int64(across)) - np.uint64(np.int64(low)))
-        _differing(xs, ys, sa, sb, off + s, differ, cross, k, rtols, ints, fmax, hist, worst, lanes, edges, bounds)
+        _differing(xs, ys, sa, sb, off + s, differ, cross, k, rtols, ints, fmax, hist, worst, lanes, edges, bounds, reach)
     return n, n
 
 
@@ -446,11 +532,12 @@ def scan_block(
 ) -> None:
     """Fold one block into ``st``; same arguments and result as the numpy ``scan_block``."""
     bounds = _bounds(x.dtype).copy()
+    padded = np.concatenate((edges, np.full(4, np.nan, edges.dtype)))  # a window of 4 may start at the end
     x, y, ia, ib = (_readonly(v) for v in (x, y, ia, ib))
     start, n = 0, x.size
     while start < n:
         first, end = _scan(x, y, ia, ib, off, start, masks, ulps, rtols, st.k, st.ints, st.fmax, st.ulp,
-                           st.hist, st.worst, lanes, edges, bounds)
+                           st.hist, st.worst, lanes, padded, bounds)
         if first < end:  # sub-blocks with NaN/Inf: their start is a multiple of LANES in the block
             metrics_block.scan_block(x[first:end], y[first:end], ia[first:end], ib[first:end], off + first,
                                      masks, ulps, rtols, st, lanes, edges)
@@ -459,10 +546,10 @@ def scan_block(
 
 @functools.cache
 def _bounds(pipe: np.dtype) -> np.ndarray:
-    """The bounds of a fresh block: its constants set (the largest float, and a tiny one below
-    which a bound's rounding is no longer relative)."""
+    """The bounds of a fresh block: its constants set (the largest float, a tiny one below
+    which a bound's rounding is no longer relative, and the least positive one)."""
     info = np.finfo(pipe)
-    return np.array([0, 0, 0, 0, 0, info.max, 2.0 ** (info.minexp + 26)], pipe)
+    return np.array([0, 0, 0, 0, 0, info.max, 2.0 ** (info.minexp + 26), info.smallest_subnormal], pipe)
 
 
 def _readonly(v: np.ndarray) -> np.ndarray:
