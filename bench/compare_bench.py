@@ -1,7 +1,8 @@
 """Comparing two captures: tftrace's metrics against what a user would write, and memory.
 
-Throughput: every pair of same-named float tensors of two real captures, memory-mapped from
-their ``.npy`` files exactly as ``tftrace compare`` reads them, is put through
+Throughput: every pair of same-named float tensors of two real captures, read into memory once
+before the rounds (format 2 decodes its packed chunks; what decoding costs is in the end-to-end
+``tftrace compare`` figure, not here; pairs kept by digest are never read), is put through
 :func:`tracer.metrics.compare_arrays` (every metric, the tolerance excess at the default
 rtol), through the naive ``np.abs(a - b).max()``, and through numpy's bare ``a - b`` (the
 memory-bandwidth floor: read both, write one). The same arrays, page cache warm (one untimed

@@ -164,6 +164,15 @@ def _finite_pairs(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return np.isfinite(a.astype(np.float64)) & np.isfinite(b.astype(np.float64))
 
 
+def test_differences_whose_squares_overflow_float64(monkeypatch: pytest.MonkeyPatch) -> None:
+    """|a-b| of 1e200: its square is beyond float64, so the sum of squares is inf. SQNR was a math
+    domain error there (log10 of 0); it is -inf, as rel L2 is inf."""
+    a, b = np.array([1.0, 2.0, 3.0]), np.array([1e200, 2.0, 3.0])
+    m = both(monkeypatch, a, b)
+    assert m.sqnr_db == -math.inf and m.rel_l2 == math.inf and m.max_abs == 1e200 - 1.0
+    assert both(monkeypatch, a, a).sqnr_db == math.inf
+
+
 def test_histogram_survives_json() -> None:
     a = np.array([1.0, 2.0, 3.0, np.nan], np.float32)
     m = compare_arrays(a, a + np.float32(1e-3))

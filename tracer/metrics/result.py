@@ -90,6 +90,16 @@ def metric(label: str, combine: Callable[[Totals], Any], *, exact: Any) -> Any:
     return field(metadata={"metric": Metric(label, combine, exact)})
 
 
+def _sqnr_db(t: Totals) -> float:
+    """10·log10(|a|² / |a-b|²). A sum of squares of differences beyond float64's range (|a-b| above
+    ~1e154) is inf, and the ratio then 0: the noise outweighs any finite signal, so -inf, as rel L2
+    is inf there (it was a math domain error)."""
+    if t.sdd == 0:
+        return math.inf
+    ratio = t.saa / t.sdd if t.saa > 0 else 0.0
+    return 10 * math.log10(ratio) if ratio > 0 else -math.inf
+
+
 def _cosine(t: Totals) -> float:
     """Cosine similarity from the three sums, or from an exact second pass when needed.
 
@@ -150,9 +160,7 @@ class TensorMetrics:
         "rel L2", lambda t: math.sqrt(t.sdd / t.saa) if t.saa > 0 else (0.0 if t.sdd == 0 else math.inf), exact=0.0)
     ulp_max: int = metric("max ULPs", lambda t: t.ulp_max, exact=-1)
     cosine: float = metric("cosine", _cosine, exact=1.0)
-    sqnr_db: float = metric(
-        "SQNR dB", lambda t: (10 * math.log10(t.saa / t.sdd) if t.saa > 0 else -math.inf) if t.sdd > 0 else math.inf,
-        exact=math.inf)
+    sqnr_db: float = metric("SQNR dB", lambda t: _sqnr_db(t), exact=math.inf)
     nan_mismatch: int = metric("NaN differ", lambda t: t.nan_mismatch, exact=0)
     inf_mismatch: int = metric("Inf differ", lambda t: t.inf_mismatch, exact=0)
     nan_a: int = metric("NaN in A", lambda t: t.nan_a, exact=0)
