@@ -47,18 +47,8 @@ def read_packed(path: Path, record: dict[str, Any], encoding: dict[str, Any], st
             if batch_major and lo >= hi and r0 != r1:
                 continue  # none of the rows asked for
             rows_shape = chunk_rows(shape, batch_major, r0, r1)
-            guess = None
-            if predicted:
-                if spec is None:
-                    raise ValueError("a chunk is marked predicted but the record has no prediction")
-                guess = predict(spec, [get_input(name, *((r0, r1) if batch_major else (None, None)))
-                                       for name in spec["inputs"]], stored, rows_shape)
-                if guess is None:
-                    raise ValueError(f"its {spec['op']} prediction cannot be made from its inputs")
-            f.seek(offset)
-            blob = f.read(nbytes)
-            if len(blob) != nbytes:
-                raise ValueError(f"a chunk at byte {offset} runs past the end of the file")
+            guess = _prediction(spec, predicted, get_input, stored, rows_shape, (r0, r1) if batch_major else None)
+            blob = _chunk_bytes(f, offset, nbytes)
             if out is None:
                 out = np.empty((end - first, *shape[1:]) if batch_major else shape, stored)
             whole_chunk = not batch_major or (lo, hi) == (r0, r1)
@@ -87,18 +77,8 @@ def iter_packed(path: Path, record: dict[str, Any], encoding: dict[str, Any], st
     with open(path, "rb") as f:
         for r0, r1, offset, nbytes, predicted in sorted(encoding["chunks"]):
             rows = chunk_rows(shape, batch_major, r0, r1)
-            guess = None
-            if predicted:  # first: its inputs are let go before this chunk's own bytes are decoded
-                if spec is None:
-                    raise ValueError("a chunk is marked predicted but the record has no prediction")
-                guess = predict(spec, [get_input(name, *((r0, r1) if batch_major else (None, None)))
-                                       for name in spec["inputs"]], stored, rows)
-                if guess is None:
-                    raise ValueError(f"its {spec['op']} prediction cannot be made from its inputs")
-            f.seek(offset)
-            blob = f.read(nbytes)
-            if len(blob) != nbytes:
-                raise ValueError(f"a chunk at byte {offset} runs past the end of the file")
+            guess = _prediction(spec, predicted, get_input, stored, rows, (r0, r1) if batch_major else None)
+            blob = _chunk_bytes(f, offset, nbytes)
             values = decompress(blob, stored, rows)
             del blob
             if guess is not None:
@@ -107,6 +87,29 @@ def iter_packed(path: Path, record: dict[str, Any], encoding: dict[str, Any], st
             values.flags.writeable = False
             yield r0, r1, values
             del values  # not held while the next chunk is decoded
+
+
+def _prediction(spec: dict[str, Any] | None, predicted: Any, get_input: GetInput, stored: np.dtype,
+                rows_shape: tuple[int, ...], span: tuple[int, int] | None) -> np.ndarray | None:
+    """A predicted chunk's prediction from its inputs' same rows (``span``; None: the whole
+    tensor), or None for a chunk stored as it is. Made before the chunk's own bytes are decoded,
+    so its inputs are let go first."""
+    if not predicted:
+        return None
+    if spec is None:
+        raise ValueError("a chunk is marked predicted but the record has no prediction")
+    guess = predict(spec, [get_input(name, *(span or (None, None))) for name in spec["inputs"]], stored, rows_shape)
+    if guess is None:
+        raise ValueError(f"its {spec['op']} prediction cannot be made from its inputs")
+    return guess
+
+
+def _chunk_bytes(f: Any, offset: int, nbytes: int) -> bytes:
+    f.seek(offset)
+    blob = f.read(nbytes)
+    if len(blob) != nbytes:
+        raise ValueError(f"a chunk at byte {offset} runs past the end of the file")
+    return blob
 
 
 def validate_chunks(bad: Any, encoding: Any, shape: list[int], batch_major: Any, itemsize: int, size: int) -> None:
