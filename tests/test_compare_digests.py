@@ -16,7 +16,8 @@ from conftest import build_model, run_cli
 from tracer.captures.store import Capture, CaptureWriter
 from tracer.comparison.align import Alignment, NodeAlignment, TensorPair
 from tracer.comparison.divergence import Tolerance
-from tracer.comparison.pipeline import _metrics, compare
+from tracer.comparison.measure import pair_metrics
+from tracer.comparison.pipeline import compare
 from tracer.metrics.arrays import compare_arrays
 
 GRAPH = {"nodes": [{"name": "w", "op": "VariableV2", "inputs": [], "control_inputs": [], "attrs": {}}]}
@@ -38,7 +39,7 @@ def test_equal_digests_are_identical_without_reading_the_values(tmp_path: Path) 
     kernel[0, :3] = [np.nan, np.inf, -np.inf]
     a, b = _side(tmp_path / "a", kernel), _side(tmp_path / "b", kernel.copy())
     assert a.digest("w:0") == b.digest("w:0") is not None
-    got = _metrics(a, b, _alignment(), Tolerance())["w:0"]  # reading would fail: the model is not there
+    got = pair_metrics(a, b, _alignment(), Tolerance())["w:0"]  # reading would fail: the model is not there
     assert asdict(got) == asdict(compare_arrays(kernel, kernel.copy(), rtols=(Tolerance().rtol,)))
 
 
@@ -48,7 +49,7 @@ def test_a_stored_side_is_judged_by_the_digest_of_its_values(tmp_path: Path) -> 
     with CaptureWriter(tmp_path / "b") as writer:  # a format 1 style side: the values themselves
         writer.write_whole("w:0", kernel.copy())
         writer.finalize({})
-    got = _metrics(a, Capture.open(tmp_path / "b"), _alignment(), Tolerance())["w:0"]
+    got = pair_metrics(a, Capture.open(tmp_path / "b"), _alignment(), Tolerance())["w:0"]
     assert got.identical and got.size == kernel.size
 
 
@@ -56,7 +57,7 @@ def test_differing_digests_without_the_model_are_reported_not_guessed(tmp_path: 
     kernel = np.ones((64, 128), np.float32)
     a, b = _side(tmp_path / "a", kernel), _side(tmp_path / "b", kernel * 2)
     alignment = _alignment()
-    assert _metrics(a, b, alignment, Tolerance()) == {}
+    assert pair_metrics(a, b, alignment, Tolerance()) == {}
     pair = alignment.nodes["w"].tensors[0]
     assert not pair.comparable
     assert pair.note.startswith("values not measured: the values of 'w:0'")
@@ -135,7 +136,7 @@ def test_packed_tensors_with_equal_values_digests_are_compared_without_a_read(tm
     for path in (tmp_path / "b" / "tensors").iterdir():
         path.unlink()  # compare must not need them
     alignment = Alignment({"t": NodeAlignment("t", "t", "name", "compared", [TensorPair("t:0", "t:0", "name", True)])}, [])
-    got = _metrics(caps["a"], caps["b"], alignment, Tolerance())["t:0"]
+    got = pair_metrics(caps["a"], caps["b"], alignment, Tolerance())["t:0"]
     assert asdict(got) == asdict(compare_arrays(rows, rows.copy(), rtols=(Tolerance().rtol,)))
-    differs = _metrics(caps["a"], caps["c"], alignment, Tolerance())["t:0"]
+    differs = pair_metrics(caps["a"], caps["c"], alignment, Tolerance())["t:0"]
     assert not differs.identical and differs.mismatch_count == 1 and differs.ulp_max == 1

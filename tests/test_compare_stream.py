@@ -15,7 +15,7 @@ import tracer.captures._unpack as unpack
 from tracer.captures.store import Capture, CaptureWriter
 from tracer.comparison.align import Alignment, NodeAlignment, TensorPair
 from tracer.comparison.divergence import Tolerance
-from tracer.comparison.pipeline import _metrics
+from tracer.comparison.measure import pair_metrics
 from tracer.metrics.arrays import compare_arrays
 
 
@@ -98,15 +98,15 @@ def test_packed_pairs_are_streamed_with_format_1_metrics(tmp_path: Path) -> None
     assert predicted == {"badd:0", "bn:0", "relu:0", "add:0"}  # out:0 would be a fifth level: stored plainly
     assert len(packed["a"].record("out:0")["encoding"]["chunks"]) == ROWS // STEP
     assert packed["a"].stream("conv:0") is not None and plain["a"].stream("conv:0") is None
-    got = _metrics(packed["a"], packed["b"], _alignment(), Tolerance())
-    want = _metrics(plain["a"], plain["b"], _alignment(), Tolerance())
+    got = pair_metrics(packed["a"], packed["b"], _alignment(), Tolerance())
+    want = pair_metrics(plain["a"], plain["b"], _alignment(), Tolerance())
     assert list(got) == list(want) == [f"{n}:0" for n in ("conv", "badd", "bn", "relu", "add", "out")]
     for name in want:
         assert asdict(got[name]) == asdict(want[name]), name
         assert asdict(got[name]) == asdict(compare_arrays(a_values[name], b_values[name], rtols=(Tolerance().rtol,)))
     assert not got["out:0"].identical and got["out:0"].mismatch_count > 0
     # one side packed, the other format 1: the packed side is streamed against the mapped one
-    mixed = _metrics(packed["a"], plain["b"], _alignment(), Tolerance())
+    mixed = pair_metrics(packed["a"], plain["b"], _alignment(), Tolerance())
     assert {k: asdict(v) for k, v in mixed.items()} == {k: asdict(v) for k, v in want.items()}
 
 
@@ -118,7 +118,7 @@ def test_a_compare_of_packed_captures_holds_a_few_chunks_not_a_tensor(
     tensor_bytes = int(np.prod(SHAPE)) * 4
     chunk_bytes = tensor_bytes // (ROWS // STEP)
     live_decoded["peak"] = live_decoded["live"] = 0
-    got = _metrics(a, b, _alignment(), Tolerance())
+    got = pair_metrics(a, b, _alignment(), Tolerance())
     assert len(got) == 6
     # per side the piece scanned and the one being made, which reads its inputs' same rows (the
     # deepest chain here: add <- relu <- bn <- badd <- conv, one chunk each at a time)
@@ -143,7 +143,7 @@ def test_the_input_chunk_cache_saves_decoding_within_its_bound(tmp_path: Path, m
             cap.forget()
             cap._chunk_cache = None
         calls["n"] = 0
-        metrics = _metrics(a, b, _alignment(), Tolerance())
+        metrics = pair_metrics(a, b, _alignment(), Tolerance())
         counts[limit] = calls["n"]
         assert a._chunk_cache is not None and a._chunk_cache.nbytes <= limit
         if limit == 0:

@@ -1,0 +1,141 @@
+"""Measuring every aligned pair of tensors of two captures, reading each side once.
+
+Values kept only by digest (capture format 2: a variable the checkpoint holds) with equal digests
+are identical without a read; packed tensors are decoded chunk by chunk straight into
+:func:`tracer.metrics.compare_arrays`, so a compare holds a few chunks, never a whole capture;
+values that cannot be read back make their pair not comparable, saying why and how to get them.
+The plain runs' outputs (what production computes) are measured here too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from .align import Alignment, CaptureView
+from ..captures.reader import Capture
+from ..captures._format import EXTENDED
+from ..captures._values import ValuesNotStored
+from .divergence import Tolerance
+from ..metrics import TensorMetrics, compare_arrays
+from ..metrics.arrays import trim_memory
+from ..opgraph import tensor_op
+
+__all__ = ["pair_metrics", "plain_output_metrics", "value_source"]
+
+
+def plain_output_metrics(
+    view_a: CaptureView, view_b: CaptureView, metrics: dict[str, TensorMetrics], tolerance: Tolerance,
+    signature_map: dict[str, str],
+) -> dict[str, TensorMetrics]:
+    """Signature key -> A's plain output vs B's: the outputs as production computes them.
+
+    Fetching every tensor can change the kernels that run (a fetched conv is not fused; a
+    preserved op is not converted to bfloat16), so the instrumented outputs may not be what a
+    plain ``session.run`` returns. Compared for each output whose instrumented pair was
+    compared (the same layout question) and whose plain value both captures stored with the
+    same shape; the others stay compared as instrumented (see the report's ``compared_as``).
+    """
+    out: dict[str, TensorMetrics] = {}
+    for key, ta in view_a.graph.outputs.items():
+        if ta not in metrics:
+            continue
+        va = view_a.capture.plain_output(key)
+        vb = view_b.capture.plain_output(signature_map.get(key, key))
+        if va is None or vb is None or va.shape != vb.shape:
+            continue
+        _, rtol = tolerance.for_tensor(ta)
+        out[key] = compare_arrays(va, vb, rtols=(rtol,))
+    return out
+
+
+def value_source(cap: Capture, view: CaptureView):  # noqa: ANN202 - a ValueSource
+    """Weights by op name from the captured tensors (a resource variable's value is its read)."""
+    readers = {}
+    for op in view.graph.topo_order():
+        if view.graph.op_type(op) == "ReadVariableOp":
+            readers.setdefault(tensor_op(view.graph.data_inputs(op)[0]), f"{op}:0")
+
+    class Values:
+        def __call__(self, op: str) -> np.ndarray | None:
+            name = readers.get(op, f"{op}:0")
+            return np.asarray(cap.tensor(name)) if cap.has(name) else None
+
+        def kept_digest(self, op: str) -> str | None:
+            """The digest a capture kept instead of the value (format 2), else None: then read it."""
+            name = readers.get(op, f"{op}:0")
+            return cap.digest(name) if cap.has(name) else None
+
+    return Values()
+
+
+def pair_metrics(cap_a: Capture, cap_b: Capture, alignment: Alignment, tolerance: Tolerance) -> dict[str, TensorMetrics]:
+    """Every comparable pair's metrics. Values kept only by digest (capture format 2: a variable
+    the checkpoint holds) with equal digests are bitwise identical: not read at all. Values that
+    cannot be read back make their pair not comparable, its note saying why and how to get them."""
+    out: dict[str, TensorMetrics] = {}
+    for cap in (cap_a, cap_b):  # what the stages before decoded: the pairs are read chunk by chunk
+        cap.forget()
+    trim_memory()
+    for node in alignment.nodes.values():
+        for index, pair in enumerate(node.tensors):
+            if pair.comparable and pair.b is not None:
+                _, rtol = tolerance.for_tensor(pair.a)
+                da, db = cap_a.digest(pair.a), cap_b.digest(pair.b)
+                if (da is None) != (db is None):  # one side stored its values: its digest settles identity too
+                    da, db = da or cap_a.digest(pair.a, compute=True), db or cap_b.digest(pair.b, compute=True)
+                if da is not None and da == db:
+                    out[pair.a] = _identical_by_digest(cap_a.record(pair.a), rtol)
+                    continue
+                va = cap_a.values_digest(pair.a)
+                if va is not None and va == cap_b.values_digest(pair.b):  # packed and bitwise identical: no read
+                    out[pair.a] = _identical_by_digest(cap_a.record(pair.a), rtol)
+                    continue
+                # each pair is read once here: its mapped pages are given back as it is scanned, and
+                # packed (format 2) values are decoded chunk by chunk into the comparison
+                streams = _streams(cap_a, cap_b, pair.a, pair.b)
+                if streams is not None:
+                    out[pair.a] = compare_arrays(*streams, rtols=(rtol,))
+                    continue
+                try:
+                    ta, tb = cap_a.tensor(pair.a), cap_b.tensor(pair.b)
+                except ValuesNotStored as exc:
+                    node.tensors[index] = replace(pair, comparable=False,
+                                                  note=f"values not measured: {exc.problem} (to measure them: {exc.fix})")
+                    continue
+                tb = tb.reshape(ta.shape) if tb.shape != ta.shape else tb  # paired row by row (align)
+                out[pair.a] = compare_arrays(ta, tb, rtols=(rtol,), release=True)
+                del ta, tb  # a decoded (format 2) pair is let go before the next is read
+    for cap in (cap_a, cap_b):
+        cap.forget()
+    trim_memory()  # the decoding threads' freed pages, back for the stages that follow
+    return out
+
+
+def _streams(cap_a: Capture, cap_b: Capture, a: str, b: str) -> tuple[Any, Any] | None:
+    """Both sides of a pair as chunk streams when either is packed and their shapes agree (a pair
+    aligned row by row with other shapes, or values kept by digest, are read whole instead)."""
+    ra, rb = cap_a.record(a), cap_b.record(b)
+    if list(ra["shape"]) != list(rb["shape"]):
+        return None
+    sa, sb = cap_a.stream(a), cap_b.stream(b)
+    if sa is None and sb is None:
+        return None
+    if (sa is None and cap_a.digest(a) is not None) or (sb is None and cap_b.digest(b) is not None):
+        return None  # values in the artifact: read (or refused) by Capture.tensor
+    return (sa if sa is not None else cap_a.tensor(a)), (sb if sb is not None else cap_b.tensor(b))
+
+
+def _identical_by_digest(record: dict[str, Any], rtol: float) -> TensorMetrics:
+    """The metrics of a tensor compared with a bitwise copy of itself, from its record alone (the
+    NaN/inf counts are its statistics'): what compare_arrays gives for the pair, without reading it."""
+    name = record["dtype"]  # as Capture.tensor gives it: bfloat16 and the other ml_dtypes widened
+    dtype, shape = np.dtype(EXTENDED[name][1] if name in EXTENDED else name), tuple(record["shape"])
+    size = int(np.prod(shape, dtype=object))
+    stats = record.get("stats") or {}
+    nan, inf = int(stats.get("nan") or 0), int(stats.get("inf") or 0)
+    one = compare_arrays(np.zeros(1, dtype), np.zeros(1, dtype), rtols=(rtol,))
+    histogram = (size - nan - inf, *one.histogram[1:]) if one.histogram and size else ()
+    return replace(one, shape=shape, size=size, nan_a=nan, nan_b=nan, inf_a=inf, inf_b=inf, histogram=histogram)
