@@ -666,7 +666,7 @@ def test_hostile_names_stay_inside_tensors_and_never_collide(names_report: dict[
         if path.is_dir():
             assert inside == Path("tensors")
         else:
-            assert inside == Path("manifest.json") or (inside.parent == Path("tensors") and inside.suffix == ".npy")
+            assert inside == Path("manifest.json") or (inside.parent == Path("tensors") and inside.suffix in (".npy", ".zst"))
             assert len(inside.name) <= 130 and inside.name.isascii()
     stray = [p for p in names_report["root"].rglob("*escape*") if p.parent.name != "tensors"]
     assert stray == []  # "../../escape" became a file name, never a path

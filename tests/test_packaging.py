@@ -26,7 +26,8 @@ def test_wheel_ships_templates_and_keeps_tensorflow_optional(tmp_path):
     templates = sorted(n for n in names if n.startswith("tracer/templates/"))
     repo_templates = sorted(p.name for p in (REPO / "templates").iterdir() if p.is_file() and p.suffix != ".pyc")
     assert [Path(n).name for n in templates] == repo_templates
-    assert "tracer/capture/worker.py" in names and "tracer/report/build.py" in names
+    assert "tracer/captures/worker.py" in names and "tracer/report/build.py" in names
+    assert "tracer/schemas/report.schema.json" in names  # validates every report read back
     requires = [line for line in metadata.splitlines() if line.startswith("Requires-Dist:")]
     base = [r for r in requires if "extra ==" not in r]
     assert not any("tensorflow" in r for r in base), base
