@@ -162,7 +162,7 @@ def notes(figs: dict[str, Any], gpu: str = "") -> str:
     parts += [
         "### Comparing two captures",
         "",
-        (f"ResNet-50 at batch 8, memory-mapped exactly as `tftrace compare` reads them, page cache warm, "
+        (f"ResNet-50 at batch 8 (capture format 2), each pair decoded into memory once before the rounds (what decoding costs is in the end-to-end figure; pairs kept by digest are never read), "
         f"{len(d['raw_seconds']['tftrace'])} rounds. Differing: {d['pairs']} tensor pairs ({d['bytes'] / 1e9:.2f} GB, "
         f"checkpoint with oneDNN off vs SavedModel with oneDNN on) through `compare_arrays(a, b, rtols=(1e-5,))` "
         f"(what `compare` runs: every metric plus the tolerance excess) against `np.abs(a - b).max()`. "
