@@ -78,16 +78,11 @@ class TensorStream:
     """One captured tensor as a sequence of pieces (flat, C order, widened as ``Capture.tensor``):
     what :func:`tracer.metrics.compare_arrays` takes in place of an array."""
 
-    def __init__(self, shape: tuple[int, ...], dtype: np.dtype, chunks: Callable[[], Iterator[np.ndarray]],
-                 whole: Callable[[], np.ndarray]) -> None:
+    def __init__(self, shape: tuple[int, ...], dtype: np.dtype, chunks: Callable[[], Iterator[np.ndarray]]) -> None:
         self.shape, self.dtype = shape, dtype
         self.size = int(np.prod(shape, dtype=np.int64)) if shape else 1
-        self._chunks, self._whole = chunks, whole
+        self._chunks = chunks
 
     def pieces(self) -> Iterator[np.ndarray]:
         """The values, one decoded chunk at a time (each a 1-D array)."""
         return self._chunks()
-
-    def whole(self) -> np.ndarray:
-        """All the values at once (a second pass that needs them: rare)."""
-        return self._whole()

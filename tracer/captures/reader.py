@@ -188,7 +188,7 @@ class Capture:
                 raise damaged(self.path, f"tensor {owner!r}: {exc}") from exc
 
         dtype = widen(np.zeros(0, np.dtype(stored["stored_dtype"])), dtype_name).dtype
-        return TensorStream(tuple(record["shape"]), dtype, chunks, lambda: self.tensor(name))
+        return TensorStream(tuple(record["shape"]), dtype, chunks)
 
     def forget(self) -> None:
         """Let go of every decoded value held for later reads (before a pass that streams them)."""

@@ -24,7 +24,6 @@ from __future__ import annotations
 import datetime as _dt
 import io
 import json
-import os
 import re
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -53,7 +52,7 @@ from ..safewrite import claim, output_directory, write_file
 from ..runspec import InputSpec, Side
 from .serving import BatchingParameters, pad_requests, padding_groups, read_batching_parameters
 
-__all__ = ["DiagnoseOptions", "Diagnosis", "diagnose", "run_diagnosis", "parse_factors"]
+__all__ = ["DiagnoseOptions", "Diagnosis", "run_diagnosis", "parse_factors"]
 
 SCHEMA_VERSION = 1
 PARALLEL = 2  # comparisons and replays at once; captures always run alone
@@ -113,45 +112,6 @@ def parse_factors(text: str | None) -> tuple[str, ...]:
         raise TftraceError(f"--only: unknown factor(s) {', '.join(unknown)}",
                            f"choose from {', '.join(FACTORS)}")
     return tuple(f for f in FACTORS if f in names)
-
-
-def diagnose(
-    model: str | ArtifactRef,
-    out_dir: str | os.PathLike[str],
-    *,
-    savedmodel: str | ArtifactRef | None = None,
-    batch_sizes: tuple[int, ...] = (1, 8),
-    device: str = "cpu",
-    inputs_file: str | None = None,
-    examples: int | None = None,
-    seed: int = 0,
-    quick: bool = False,
-    only: tuple[str, ...] | str = (),
-    serving_batching: str | None = None,
-    serving_session_config: str | None = None,
-    atol: float = 1e-6,
-    rtol: float = 1e-5,
-    timing_runs: int | None = None,
-    allow_unsafe_ops: bool = False,
-    force: bool = False,
-    console: Console | None = None,
-) -> Diagnosis:
-    """Run the experiment matrix on ``model`` (and ``savedmodel``); see the module docstring.
-
-    ``model``/``savedmodel`` are paths or :class:`ArtifactRef` (for another tag or signature);
-    ``only`` names factors of :data:`tracer.diagnosis.experiments.FACTORS`. Progress goes to ``console``
-    (stderr by default); the result is also in ``out_dir/diagnosis.json``.
-    """
-    ref = model if isinstance(model, ArtifactRef) else ArtifactRef(str(model))
-    sm = savedmodel if isinstance(savedmodel, ArtifactRef) or savedmodel is None else ArtifactRef(str(savedmodel))
-    options = DiagnoseOptions(
-        model=ref, out_dir=Path(out_dir), savedmodel=sm, batch_sizes=tuple(batch_sizes), device=device,
-        inputs_file=inputs_file, examples=examples, seed=seed, quick=quick,
-        only=parse_factors(only) if isinstance(only, str) else parse_factors(",".join(only)),
-        serving_batching=serving_batching, serving_session_config=serving_session_config,
-        tolerance=Tolerance(atol, rtol), timing_runs=timing_runs, allow_unsafe_ops=allow_unsafe_ops, force=force,
-    )
-    return run_diagnosis(options, console)
 
 
 class _Progress:

@@ -166,12 +166,9 @@ class Stream(Protocol):
     def pieces(self) -> Iterator[np.ndarray]:
         """The values in C order, as consecutive 1-D arrays."""
 
-    def whole(self) -> np.ndarray:
-        """All the values at once."""
-
 
 def _is_stream(x: Any) -> bool:
-    return hasattr(x, "pieces") and hasattr(x, "whole")
+    return hasattr(x, "pieces")
 
 
 def _compare_streams(a: Any, b: Any, *, k_worst: int, chunk_elems: int, rtols: Sequence[float]) -> TensorMetrics:
