@@ -18,6 +18,7 @@ from typing import Any
 from rich.console import Console
 
 from . import __version__
+from .console import terminal
 from .errors import EXIT_DIVERGED, EXIT_ERROR, EXIT_OK, TftraceError
 from .text import printable
 
@@ -57,7 +58,7 @@ def side_from_args(args: argparse.Namespace, path: str, side: str = ""):  # noqa
 def _cmd_capture(args: argparse.Namespace, console: Console) -> int:
     from .captures.launcher import capture  # noqa: PLC0415
 
-    result = capture(side_from_args(args, args.model), args.out, force=args.force, console=Console(stderr=True))
+    result = capture(side_from_args(args, args.model), args.out, force=args.force, console=terminal(stderr=True))
     manifest = result.manifest
     observer = manifest["observer_effect"]
     console.print(
@@ -85,7 +86,7 @@ def _cmd_compare(args: argparse.Namespace, console: Console) -> int:
         side_from_args(args, args.b, "b") if not _is_capture_dir(args.b) else args.b,
         args.out,
         force=args.force,
-        console=Console(stderr=True),
+        console=terminal(stderr=True),
         command=_command_line(),
         **compare_settings(values_from_args(args, "compare")),
     ) as result:
@@ -141,7 +142,7 @@ def _cmd_isolate(args: argparse.Namespace, console: Console) -> int:
 
     report = load_report(args.from_dir)
     with lock_directory(Path(args.from_dir), "report"):  # its work/ and report files: one run at a time
-        results = isolate_remote(args.model, args.from_dir, args.side, console=Console(stderr=True),
+        results = isolate_remote(args.model, args.from_dir, args.side, console=terminal(stderr=True),
                                  allow_unsafe_ops=args.allow_unsafe_ops, max_memory=args.max_memory)
         report = merge_isolation(report, results)
         written = write_reports(report, Path(args.from_dir))
@@ -233,7 +234,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if threading.current_thread() is threading.main_thread():  # signal handlers live in the main thread
         signal.signal(signal.SIGTERM, _stop_like_ctrl_c)
-    console = Console(stderr=False, highlight=False)
+    console = terminal(stderr=False, highlight=False)
     try:
         return int(args.func(args, console))
     except TftraceError as exc:

@@ -15,6 +15,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from ..console import terminal
 from ..errors import EXIT_DIVERGED, EXIT_OK
 from ..report.numbers import figure
 
@@ -70,7 +71,7 @@ def run_diagnose_command(args: argparse.Namespace, console: Console) -> int:
 
     command = " ".join(["tftrace"] + [shlex.quote(a) for a in sys.argv[1:]])
     options = diagnose_options(args.model, args.out, values_from_args(args, "diagnose"), command)
-    diagnosis = run_diagnosis(options, Console(stderr=True, highlight=False))
+    diagnosis = run_diagnosis(options, terminal(stderr=True, highlight=False))
     print_diagnosis(console, diagnosis.doc, diagnosis.out_dir)
     return EXIT_OK if diagnosis else EXIT_DIVERGED
 
