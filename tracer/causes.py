@@ -82,6 +82,8 @@ def _nondeterminism(report: dict[str, Any], first: dict[str, Any] | None,
     tell them apart; nothing here blames the export or the op's kernel for it.
     """
     verdict = ((first or {}).get("isolation") or {}).get("verdict")
+    if verdict == "run_time_rewrite":
+        return _run_time_rewrite(report, first or {})
     if ((first or {}).get("isolation") or {}).get("load_state"):
         return {"load_state": f"the value of `{first['node']}` changes from one load of the model to the next, so it "
                               "is set when the model loads, not restored; no kernel and no export is involved."}
@@ -93,7 +95,8 @@ def _nondeterminism(report: dict[str, Any], first: dict[str, Any] | None,
         what = f"`{first['node']}` ({first['op']}) changes from run to run on identical inputs"
     elif verdict == "not_reproduced":
         what = (f"`{first['node']}` ({first['op']}) differed between the runs although its inputs were identical, "
-                "and agrees on both sides when replayed alone")
+                "and agrees on both sides when replayed alone: either it changes from run to run, or it computed "
+                "differently inside its whole graph than alone (`--repeat 2` tells which)")
     else:
         return {}
     if not any(str(side.get("device") or "").startswith("gpu") for side in sides):
@@ -104,6 +107,21 @@ def _nondeterminism(report: dict[str, Any], first: dict[str, Any] | None,
         "atomics": "kernels that accumulate with atomics differ from run to run even with one algorithm "
                    "(compare again with `--determinism`).",
     }
+
+
+def _run_time_rewrite(report: dict[str, Any], first: dict[str, Any]) -> dict[str, str]:
+    """The evidence for a rewrite applied when the graph ran: the two runs executed the origin as
+    different kernels, and alone, on identical inputs, it agrees (isolation ``run_time_rewrite``)."""
+    executed = (first.get("isolation") or {}).get("executed") or {}
+    ran = {key: " + ".join(form) for key, form in executed.items() if form}
+    evidence = (f"inside the whole graph `{first['node']}` ({first['op']}) ran as {ran.get('a', '?')} on side A and as "
+                f"{ran.get('b', '?')} on side B, while replayed alone on identical inputs the two sides agree bit for "
+                "bit; `--grappler remapping=off` on both sides is the first experiment.")
+    if any(r.get("kind") == "variable_frozen" for r in report.get("rewrites") or []):
+        evidence += (" Freezing turned variables into constants, which is exact in the graph, but Grappler "
+                     "rewrites an op whose parameters are constants differently from one that reads variables "
+                     "(its remapper splits an inference batch norm with constant parameters into Mul + Add).")
+    return {"grappler": evidence}
 
 
 def _within_output_noise(report: dict[str, Any], observer: dict[str, Any]) -> bool:

@@ -7,13 +7,11 @@ algorithm, precision, or batch-dependent blocking); if they agree, the op only i
 difference too small to judge at its inputs (``inherited``).
 
 Each replay is also a second run of the op, in a fresh process, on inputs its side already
-computed once: comparing a replay with the side's captured value measures that side's
-run-to-run noise at no extra cost. An op whose result changes between runs on identical inputs
-is ``nondeterministic`` (on a GPU: cuDNN autotuning per process, atomics), never an own-kernel
-difference: so is a difference between two sides that run the same op with the same settings,
-which only nondeterminism can produce. An op whose inputs were bitwise identical but whose
-replays agree with each other, with no measured noise to account for the captured difference,
-is ``not_reproduced``: the data cannot tell more, and the report says so.
+computed once; :mod:`tracer.comparison.judge` reads the replays next to the captures and names
+the verdict (own error, inherited, nondeterministic, rewritten at run time, not reproduced).
+Beside each origin the index records what that judgement needs besides the replays: how each
+side's run executed the op, what ``--repeat`` measured on its tensor, and whether a fresh
+process alone can change a side's kernels (a GPU without op determinism).
 
 B's inputs are found by walking up from B's tensor to the nearest B tensors paired with A
 tensors, so a rewritten region (a cast-wrapped MatMul, a folded conv) is replayed whole.
@@ -32,7 +30,7 @@ from __future__ import annotations
 
 import os
 import shlex
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -42,11 +40,11 @@ from .align import ROLE_REWRITTEN, Alignment, CaptureView
 from ..captures.launcher import run_child
 from ..captures.reader import Capture
 from .divergence import NodeResult
+from .judge import IsolationResult, executed_form, judge, per_process_nondeterminism
 from ..errors import TftraceError
-from ..diff.kinds import KINDS, kind_of
-from ..captures.inputs import batched_alike, same_rows
+from ..diff.kinds import KINDS
+from ..captures.inputs import batched_alike
 from ..jsonvalues import dumps, loads
-from ..metrics import compare_arrays
 from ..opgraph import OpGraph, tensor_op
 from ..optypes import EXIT_OPS, PASS_THROUGH, PLACEHOLDER_OPS, VARIABLE_OPS
 from ..runspec import Side, spec_without_permissions
@@ -57,23 +55,6 @@ __all__ = ["IsolationResult", "isolate_origins", "replay_plan", "group_members",
 
 GROUP_REWRITES = tuple(k.name for k in KINDS.values() if k.group)  # an origin that stands for several A ops (and B ops)
 VARIABLE_READS = PASS_THROUGH  # of a variable: its loaded value
-
-
-@dataclass
-class IsolationResult:
-    verdict: str  # own_error | inherited | nondeterministic | not_reproduced | not_run
-    max_abs: float | None = None
-    max_rel: float | None = None
-    detail: str = ""
-    command: str | None = None
-    noise_max_abs: float | None = None  # the larger replay-vs-capture difference of one side (None: not measured)
-    load_state: bool = False  # a variable whose value differs from one load of the model to the next
-    rel_l2: float | None = None  # ||a-b|| / ||a||: max rel is inflated by near-zero elements
-
-    def to_json(self) -> dict[str, Any]:
-        return {"verdict": self.verdict, "max_abs": self.max_abs, "max_rel": self.max_rel, "rel_l2": self.rel_l2,
-                "detail": self.detail, "command": self.command, "noise_max_abs": self.noise_max_abs,
-                "load_state": self.load_state}
 
 
 def replay_plan(graph: OpGraph, tensor: str, to_a: dict[str, str]) -> dict[str, str]:
@@ -167,6 +148,7 @@ def isolate_origins(
     console: Any = None,
     *,
     allow_unsafe_ops: dict[str, bool],
+    repeat_noise: dict[str, float] | None = None,
 ) -> dict[str, IsolationResult]:
     """Plan the replays of both sides, run those whose model is on this machine, evaluate.
 
@@ -174,6 +156,7 @@ def isolate_origins(
     elsewhere is replayed there by ``tftrace isolate MODEL --from REPORT_DIR``. Whether a side's
     replay may run unsafe ops is ``allow_unsafe_ops[side]``, decided by this command: a capture
     (perhaps made elsewhere) records its own flag, and that record is never trusted.
+    ``repeat_noise`` is what ``--repeat`` measured per A tensor (None: no repeat ran).
     """
     if not origins:
         return {}
@@ -181,7 +164,9 @@ def isolate_origins(
     to_a = {"a": {p.a: p.a for n in alignment.nodes.values() for p in n.tensors if p.comparable},
             "b": alignment.b_to_a()}
     index, ops = [], {"a": [], "b": []}
-    same_settings = same_run_settings(view_a.capture.manifest, view_b.capture.manifest)
+    manifests = {"a": view_a.capture.manifest, "b": view_b.capture.manifest}
+    same_settings = same_run_settings(manifests["a"], manifests["b"])
+    per_process = [key for key, manifest in manifests.items() if per_process_nondeterminism(manifest)]
     for i, result in enumerate(origins):
         node = alignment.nodes[result.name]
         pair = next(p for p in node.tensors if p.a == result.tensor)
@@ -194,6 +179,10 @@ def isolate_origins(
                       # B's captured value is B's op on A's inputs only when those inputs were bitwise A's
                       "inputs_identical": result.bitwise_origin,
                       "reads_variable": reads_variable(view_a.graph, result.name),
+                      "executed": {"a": executed_form(manifests["a"], view_a.graph, result.name),
+                                   "b": executed_form(manifests["b"], view_b.graph, tensor_op(pair.b))},
+                      "same_settings": same_settings, "per_process": per_process,
+                      "repeat_noise": None if repeat_noise is None else repeat_noise.get(result.tensor),
                       "same_op_same_settings": same_settings and not node.rewrite
                       and _replayed_alone_alike(view_a.graph, view_b.graph, result.name, tensor_op(pair.b), plans)})
         if group:
@@ -292,73 +281,8 @@ def evaluate(workdir: str) -> dict[str, IsolationResult]:
             )
             continue
         ra, rb = np.load(replays["a"]), np.load(replays["b"])
-        results[op["node"]] = _judge(ra, rb, op, capture_a, capture_b)
+        results[op["node"]] = judge(ra, rb, op, capture_a, capture_b)
     return results
-
-
-def _run_to_run(capture: Capture | None, tensor: str, replay: np.ndarray) -> float | None:
-    """max |captured - replayed| of one side's op on the same inputs, or None when not measurable."""
-    if capture is None or not capture.has(tensor):
-        return None
-    captured = np.asarray(capture.tensor(tensor))
-    if captured.shape != replay.shape:
-        return None
-    m = compare_arrays(captured, replay)
-    return 0.0 if m.identical else m.max_abs
-
-
-def _judge(ra: np.ndarray, rb: np.ndarray, op: dict[str, Any], capture_a: Capture | None,
-           capture_b: Capture | None = None) -> IsolationResult:
-    if ra.shape != rb.shape and ra.shape[:1] == rb.shape[:1] and same_rows(ra.shape[1:], rb.shape[1:]):
-        rb = rb.reshape(ra.shape)  # B has no batch axis: its rows hold A's rows' elements
-    if ra.shape != rb.shape:
-        return IsolationResult("own_error", detail=f"replayed shapes differ: {ra.shape} vs {rb.shape}")
-    m = compare_arrays(ra, rb)
-    moved = {"A": _run_to_run(capture_a, op["a_tensor"], ra)}
-    if op.get("inputs_identical"):
-        moved["B"] = _run_to_run(capture_b, op["b_tensor"], rb)
-    measured = {side: v for side, v in moved.items() if v is not None}
-    noise = max(measured.values()) if measured else None
-    noisy = [side for side, v in measured.items() if v > 0]
-    moved_text = "; ".join(f"{side}'s replay differs from {side}'s captured value by up to {measured[side]:.3g}"
-                           for side in noisy)
-    if op.get("reads_variable") and noisy:
-        return IsolationResult(
-            "nondeterministic", m.max_abs, m.max_rel,
-            f"the variable's value changes from one load of the model to the next ({moved_text}): it is set when the "
-            "model loads (an initialiser that runs at load time, e.g. for a variable the checkpoint does not hold), "
-            "not computed by a kernel and not changed by an export",
-            noise_max_abs=noise, load_state=True)
-    if m.identical and noisy:
-        verdict = "nondeterministic"
-        detail = ("replayed alone on identical inputs, both sides compute the same result, but the op's result changes "
-                  f"from run to run ({moved_text}): the difference is run-to-run nondeterminism, not this op's kernel")
-    elif m.identical and op.get("inputs_identical"):
-        verdict = "not_reproduced"
-        detail = ("the captured runs differ here although this op's inputs were bitwise identical, yet its replays "
-                  "on those inputs agree bit for bit: the difference came from the runs, not from this op's kernel "
-                  "(run-to-run nondeterminism, or the op computed differently inside the whole graph); "
-                  "`--repeat 3` measures the noise of every tensor")
-    elif m.identical:
-        verdict = "inherited"
-        detail = "given A's inputs, B's kernel computes A's result bit for bit: the difference is inherited"
-    elif op.get("same_op_same_settings"):
-        verdict = "nondeterministic"
-        detail = (f"the same {op.get('a_op') or 'op'} with the same settings on identical inputs gives results that "
-                  f"differ by up to {m.max_abs:.3g} between processes: only run-to-run nondeterminism does that"
-                  + (f" ({moved_text})" if noisy else ""))
-    elif noise and m.max_abs <= noise:
-        verdict = "nondeterministic"
-        detail = (f"given identical inputs the sides' results differ by up to {m.max_abs:.3g}, no more than the op "
-                  f"moves from run to run on one side ({moved_text})")
-    else:
-        verdict = "own_error"
-        rel_l2 = f", rel L2 {m.rel_l2:.3g}" if m.kind == "float" else ""
-        detail = f"given identical inputs, {_b_computation(op)} by up to {m.max_abs:.3g} (rel {m.max_rel:.3g}{rel_l2})"
-        if noisy:
-            detail += f"; beyond its run-to-run noise ({moved_text})"
-    return IsolationResult(verdict, m.max_abs, m.max_rel, detail, noise_max_abs=noise,
-                           rel_l2=m.rel_l2 if m.kind == "float" else None)
 
 
 def reads_variable(graph: OpGraph, op: str) -> bool:
@@ -403,26 +327,6 @@ def same_run_settings(manifest_a: dict[str, Any], manifest_b: dict[str, Any]) ->
                 gpus, (env.get("cpu") or {}).get("model"), dumps(env.get("onednn", {}).get("enabled")),
                 env.get("tf32_enabled"), env.get("op_determinism"))
     return settings(manifest_a) == settings(manifest_b) and batched_alike(manifest_a, manifest_b)
-
-
-def _b_computation(op: dict[str, Any]) -> str:
-    """What differs: B's kernel for the same op, or what an export rewrite put in its place
-    (e.g. A's MatMul is B's Cast back from a bfloat16 MatMul: B's replay runs all of it)."""
-    a_op = op.get("a_op")  # (absent from the index of a report made before it was recorded)
-    group = op.get("group")
-    if group:
-        what = getattr(kind_of(group["kind"]), "group", None) or "fused op"
-        inputs = ", ".join(f"`{t}`" for t in group.get("a_inputs", [])) or "the same inputs"
-        return (f"B's {what} (`{tensor_op(op['b_tensor'])}`, {op['b_op']}, with the ops between it and its inputs) "
-                f"differs from A's {a_op} and the {len(group['a_members'])} op(s) {what.split()[0]} into it "
-                f"(from `{group['a_members'][0]}`), both replayed whole from the group's inputs ({inputs})")
-    if a_op in EXIT_OPS and op["b_op"] == a_op:
-        return ("B's while loop that ends here (replayed whole: a session cannot fetch the ops inside a loop) "
-                "differs from A's")
-    if a_op in (None, op["b_op"]):
-        return f"B's {op['b_op']} kernel differs from A's"
-    return (f"B's replacement for it (`{tensor_op(op['b_tensor'])}`, {op['b_op']}, with the ops between it and "
-            f"those inputs) differs from A's {a_op}")
 
 
 def _write_json(path: str, doc: dict[str, Any]) -> None:

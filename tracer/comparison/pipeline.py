@@ -261,7 +261,7 @@ def _compare(
     if top:
         claim(out, ["work"])
     isolation = isolate_origins(top, alignment, view_a, view_b, str(out / "work"), console,
-                                allow_unsafe_ops=permits) if top else {}
+                                allow_unsafe_ops=permits, repeat_noise=noise.known(alignment)) if top else {}
     loaded = load_state_variables(isolation, view_a.graph)
     if loaded:  # the same weights loaded twice came out different: not an export rewrite
         diff.rewrites[:] = [r for r in diff.rewrites if not (r.kind == "const_changed" and set(r.a_nodes) <= loaded)]
@@ -316,6 +316,16 @@ class _Noise:
     per_tensor: dict[str, float]  # A tensor -> the larger run-to-run max |diff| of the two sides
     summary: dict[str, Any] | None
     per_output: dict[str, float] = field(default_factory=dict)  # A's signature key -> the same, plain outputs
+
+    def known(self, alignment: Alignment) -> dict[str, float] | None:
+        """A tensor -> its measured run-to-run noise, 0.0 included where both sides were repeated
+        and it did not move; None when ``--repeat`` did not run. A tensor absent is not known."""
+        if not self.summary:
+            return None
+        if all("max_abs" in (self.summary.get(key) or {}) for key in ("a", "b")):
+            return {p.a: self.per_tensor.get(p.a, 0.0)
+                    for n in alignment.nodes.values() for p in n.tensors if p.comparable and p.a}
+        return {name: v for name, v in self.per_tensor.items() if v > 0}  # one side only: a zero is half a measure
 
 
 def _noise(

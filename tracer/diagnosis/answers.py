@@ -59,6 +59,8 @@ def _where(exp: dict[str, Any]) -> str:
         text += ", which only inherits a difference too small to judge above it"
     elif verdict == "nondeterministic":
         text += ", whose result changes from run to run on identical inputs"
+    elif verdict == "run_time_rewrite":
+        text += ", which the two runs executed as different kernels (a rewrite at run time)"
     return text
 
 

@@ -261,6 +261,7 @@ def _headline(report: dict[str, Any], op_count: int) -> str:
     if isinstance(where, dict) and where.get("node"):
         verdicts = {"own_error": "its own error", "inherited": "inherited from upstream",
                     "nondeterministic": "which changes from run to run on identical inputs (nondeterminism)",
+                    "run_time_rewrite": "which the two runs executed as different kernels (a rewrite at run time)",
                     "not_reproduced": "not reproduced when the op is replayed alone on identical inputs"}
         own = verdicts.get(str((where.get("isolation") or {}).get("verdict")))
         head += f" The difference starts at `{where['node']}` ({where.get('op')})" + (f", {own}." if own else ".")

@@ -290,6 +290,9 @@ def isolation_text(isolation: dict[str, Any] | None) -> str:
     elif verdict == "nondeterministic":
         head = ("nondeterministic: on identical inputs the op's result changes from run to run — not its kernel, "
                 "not an export rewrite")
+    elif verdict == "run_time_rewrite":
+        head = ("rewritten at run time: the two runs executed the op as different kernels, and replayed alone on "
+                "identical inputs it agrees — not its kernel, not run-to-run noise")
     elif verdict == "not_reproduced":
         head = "not reproduced in isolation: fed identical inputs, the op alone agrees on both sides"
     elif verdict == "not_run":
@@ -429,7 +432,7 @@ def diagnosis_rows(report: dict[str, Any]) -> list[dict[str, str]]:
         latency = exp.get("latency_ms") if isinstance(exp.get("latency_ms"), dict) else {}
         iso = first.get("isolation") if isinstance(first.get("isolation"), dict) else {}
         own = {"own_error": "own error", "inherited": "inherited", "nondeterministic": "nondeterministic",
-               "not_reproduced": "not reproduced"}.get(str(iso.get("verdict")), "")
+               "run_time_rewrite": "rewritten at run time", "not_reproduced": "not reproduced"}.get(str(iso.get("verdict")), "")
         where = f"{first.get('node')} ({first.get('op')})" if first.get("node") else ""
         rows.append({
             "name": str(exp.get("name") or ""),

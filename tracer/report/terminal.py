@@ -96,6 +96,8 @@ def print_comparison(console: Console, report: dict, out_dir: object = None) -> 
             verdict_iso = {"own_error": own,
                            "inherited": "inherited (identical given identical inputs)",
                            "nondeterministic": "nondeterministic (changes from run to run on identical inputs)",
+                           "run_time_rewrite": "rewritten at run time (the runs executed it as different kernels; "
+                                               "alone, on identical inputs, it agrees)",
                            "not_reproduced": "not reproduced given identical inputs (the runs differed, "
                                              "the op alone does not)"}.get(iso.get("verdict"), "not isolated")
             if iso.get("load_state"):

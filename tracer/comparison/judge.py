@@ -1,0 +1,224 @@
+"""Stage 8, the verdict — what two replays of an origin op say about its difference.
+
+:mod:`tracer.comparison.isolate` replays each origin alone, on both sides, fed A's captured
+inputs. This module reads the two replays next to what each side captured and names the one
+cause the evidence supports:
+
+* ``own_error``: the replays differ — the op's kernel computes differently given identical inputs.
+* ``inherited``: the replays agree and the op's inputs differed in the runs — it only passed on
+  a difference from upstream.
+* ``nondeterministic``: two runs of the *same* computation disagree. Only three things show
+  that: the same op with the same settings replayed in two processes, a ``--repeat`` that saw
+  the tensor move between whole runs, or a replay that differs from its own side's capture on a
+  side where a fresh process alone changes kernels (a GPU without op determinism: cuDNN
+  autotuning picks per process).
+* ``run_time_rewrite``: the replays agree, a side's replay differs from what that side computed
+  inside its whole graph, and the two runs executed the op as different kernels — a rewrite
+  applied when the graph ran (Grappler's remapper splits a batch norm whose parameters are
+  constants into Mul + Add, so freezing a graph changes what runs although the graph is exact).
+* ``not_reproduced``: the replays agree although the runs differed at identical inputs, and
+  nothing measured tells whether the runs' difference came from the graph around the op or from
+  run to run; the detail says which experiment tells (``--repeat 2``).
+
+A replay differs from its side's capture for one of two reasons: the run is not repeatable, or
+the op computes differently inside its graph than alone (a fusion, a split, a layout change).
+The replay alone cannot tell them apart, so it is read as noise only where one of the
+measurements above backs it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..captures.inputs import same_rows
+from ..diff.kinds import kind_of
+from ..metrics import compare_arrays
+from ..opgraph import OpGraph, tensor_op
+from ..optypes import EXIT_OPS
+
+__all__ = ["IsolationResult", "judge", "executed_form", "per_process_nondeterminism"]
+
+
+@dataclass
+class IsolationResult:
+    verdict: str  # own_error | inherited | nondeterministic | run_time_rewrite | not_reproduced | not_run
+    max_abs: float | None = None
+    max_rel: float | None = None
+    detail: str = ""
+    command: str | None = None
+    noise_max_abs: float | None = None  # the larger replay-vs-capture difference of one side (None: not measured)
+    load_state: bool = False  # a variable whose value differs from one load of the model to the next
+    rel_l2: float | None = None  # ||a-b|| / ||a||: max rel is inflated by near-zero elements
+    executed: dict[str, list[str]] | None = None  # run_time_rewrite: each side's kernel(s) for the op in its run
+
+    def to_json(self) -> dict[str, Any]:
+        return {"verdict": self.verdict, "max_abs": self.max_abs, "max_rel": self.max_rel, "rel_l2": self.rel_l2,
+                "detail": self.detail, "command": self.command, "noise_max_abs": self.noise_max_abs,
+                "load_state": self.load_state, "executed": self.executed}
+
+
+def executed_form(manifest: dict[str, Any], graph: OpGraph, node: str) -> list[str] | None:
+    """How ``node`` ran in a capture's instrumented run: its kernel's op type, then the op types
+    of the nodes a run-time rewrite added under its name (``bn/Mul`` when a batch norm was split
+    into Mul + Add). None when the capture did not record its executed graph."""
+    executed = (manifest.get("observer_effect") or {}).get("executed_nodes_instrumented")
+    if not isinstance(executed, dict) or node not in graph:
+        return None
+    # the record holds only nodes whose op type differs from the graph's, or that are new
+    kernel = str(executed.get(node, graph.op_type(node)))
+    added = sorted({str(op) for name, op in executed.items()
+                    if name.startswith(node + "/") and name not in graph and op != "Const"})
+    return [kernel, *added]
+
+
+def per_process_nondeterminism(manifest: dict[str, Any]) -> bool:
+    """Whether a fresh process alone can change this side's kernels: a GPU run without op
+    determinism, where cuDNN autotuning picks algorithms by timing in each process."""
+    spec = manifest.get("spec") or {}
+    knobs = spec.get("knobs") or {}
+    environment = manifest.get("environment") or {}
+    on_gpu = str(spec.get("device") or "").startswith("gpu")
+    return on_gpu and not knobs.get("determinism") and not environment.get("op_determinism")
+
+
+def _run_to_run(capture: Any, tensor: str, replay: np.ndarray) -> float | None:
+    """max |captured - replayed| of one side's op on the same inputs, or None when not measurable."""
+    if capture is None or not capture.has(tensor):
+        return None
+    captured = np.asarray(capture.tensor(tensor))
+    if captured.shape != replay.shape:
+        return None
+    m = compare_arrays(captured, replay)
+    return 0.0 if m.identical else m.max_abs
+
+
+def judge(ra: np.ndarray, rb: np.ndarray, op: dict[str, Any], capture_a: Any, capture_b: Any = None) -> IsolationResult:
+    """The verdict on one origin from its replays ``ra``/``rb`` and the sides' captures.
+
+    ``op`` is the origin's entry in ``isolation_index.json``: besides names and op types it may
+    hold ``executed`` (each side's :func:`executed_form`), ``repeat_noise`` (what ``--repeat``
+    measured on the tensor; absent: no repeat ran), ``per_process`` (the sides for which
+    :func:`per_process_nondeterminism` holds) and ``same_settings``. Reports written before
+    those were recorded are judged without them.
+    """
+    if ra.shape != rb.shape and ra.shape[:1] == rb.shape[:1] and same_rows(ra.shape[1:], rb.shape[1:]):
+        rb = rb.reshape(ra.shape)  # B has no batch axis: its rows hold A's rows' elements
+    if ra.shape != rb.shape:
+        return IsolationResult("own_error", detail=f"replayed shapes differ: {ra.shape} vs {rb.shape}")
+    m = compare_arrays(ra, rb)
+    moved = {"A": _run_to_run(capture_a, op["a_tensor"], ra)}
+    if op.get("inputs_identical"):
+        moved["B"] = _run_to_run(capture_b, op["b_tensor"], rb)
+    measured = {side: v for side, v in moved.items() if v is not None}
+    replay_noise = max(measured.values()) if measured else None
+    noisy = [side for side, v in measured.items() if v > 0]
+    moved_text = "; ".join(f"{side}'s replay differs from {side}'s captured value by up to {measured[side]:.3g}"
+                           for side in noisy)
+    result = _Verdict(m, replay_noise)
+    if op.get("reads_variable") and noisy:
+        return result(
+            "nondeterministic",
+            f"the variable's value changes from one load of the model to the next ({moved_text}): it is set when the "
+            "model loads (an initialiser that runs at load time, e.g. for a variable the checkpoint does not hold), "
+            "not computed by a kernel and not changed by an export", load_state=True)
+    repeat_noise = op.get("repeat_noise")  # what --repeat measured on this tensor; None: not measured
+    per_process = [side for side in noisy if side.lower() in (op.get("per_process") or [])]
+    noise_is_shown = bool(repeat_noise) or bool(per_process)
+    if m.identical and noisy:
+        rewritten = _rewritten_at_run_time(op)
+        if rewritten:
+            return result("run_time_rewrite", f"{rewritten}; {moved_text}, while both sides' replays agree bit "
+                                              "for bit: the rewrite made the difference, not the op's kernel and "
+                                              "not run-to-run noise", executed=op.get("executed"))
+        if repeat_noise:
+            return result("nondeterministic", f"replayed alone on identical inputs, both sides compute the same "
+                                              f"result, and the op's result changes from run to run: `--repeat` "
+                                              f"measured up to {repeat_noise:.3g} on this tensor ({moved_text})")
+        if per_process:
+            return result("nondeterministic", f"replayed alone on identical inputs, both sides compute the same "
+                                              f"result, but the op's result changes from one process to the next "
+                                              f"on the GPU ({moved_text}): the difference is run-to-run "
+                                              "nondeterminism, not this op's kernel")
+        if repeat_noise == 0:
+            return result("not_reproduced", f"replayed alone on identical inputs, both sides compute the same "
+                                             f"result ({moved_text}), and `--repeat` measured no run-to-run noise "
+                                             "on this tensor: the op computed differently inside its whole graph "
+                                             "than alone (a rewrite at run time that the executed graph does not "
+                                             "name)")
+        return result("not_reproduced", f"replayed alone on identical inputs, both sides compute the same result, "
+                                         f"but {moved_text}: either the op computed differently inside its whole "
+                                         "graph than alone (a Grappler or oneDNN rewrite at run time) or it changes "
+                                         "from run to run; `--repeat 2` tells which")
+    if m.identical and op.get("inputs_identical"):
+        return result("not_reproduced", "the captured runs differ here although this op's inputs were bitwise "
+                                        "identical, yet its replays on those inputs agree bit for bit: the "
+                                        "difference came from the runs, not from this op's kernel (run-to-run "
+                                        "nondeterminism, or the op computed differently inside the whole graph); "
+                                        "`--repeat 3` measures the noise of every tensor")
+    if m.identical:
+        return result("inherited", "given A's inputs, B's kernel computes A's result bit for bit: the difference "
+                                   "is inherited")
+    if op.get("same_op_same_settings"):
+        return result("nondeterministic",
+                      f"the same {op.get('a_op') or 'op'} with the same settings on identical inputs gives results "
+                      f"that differ by up to {m.max_abs:.3g} between processes: only run-to-run nondeterminism does "
+                      "that" + (f" ({moved_text})" if noisy else ""))
+    if noise_is_shown and replay_noise and m.max_abs <= replay_noise:
+        return result("nondeterministic", f"given identical inputs the sides' results differ by up to "
+                                          f"{m.max_abs:.3g}, no more than the op moves from run to run on one side "
+                                          f"({moved_text})")
+    rel_l2 = f", rel L2 {m.rel_l2:.3g}" if m.kind == "float" else ""
+    detail = f"given identical inputs, {_b_computation(op)} by up to {m.max_abs:.3g} (rel {m.max_rel:.3g}{rel_l2})"
+    if noisy:
+        detail += (f"; beyond its run-to-run noise ({moved_text})" if noise_is_shown
+                   else f"; its replay also differs from its own capture ({moved_text})")
+    return result("own_error", detail)
+
+
+class _Verdict:
+    """Builds an :class:`IsolationResult` carrying the replays' metrics and the measured noise."""
+
+    def __init__(self, m: Any, replay_noise: float | None) -> None:
+        self.m, self.replay_noise = m, replay_noise
+
+    def __call__(self, verdict: str, detail: str, **extra: Any) -> IsolationResult:
+        m = self.m
+        return IsolationResult(verdict, m.max_abs, m.max_rel, detail, noise_max_abs=self.replay_noise,
+                               rel_l2=m.rel_l2 if m.kind == "float" else None, **extra)
+
+
+def _rewritten_at_run_time(op: dict[str, Any]) -> str:
+    """The sentence saying how the two runs executed the op differently, or "" when they did
+    not, or when the sides ran with different settings (then different kernels are the
+    settings' doing: oneDNN on one side only, CPU against GPU)."""
+    forms = op.get("executed") or {}
+    a, b = forms.get("a"), forms.get("b")
+    if not op.get("same_settings") or not a or not b or a == b:
+        return ""
+    def ran(form: list[str]) -> str:
+        return " + ".join(form) if len(form) > 1 else form[0]
+    return (f"inside their whole graphs the two runs executed this op differently: A as {ran(a)}, B as {ran(b)} "
+            "(a Grappler rewrite at run time; `--grappler remapping=off` on both sides is the first experiment)")
+
+
+def _b_computation(op: dict[str, Any]) -> str:
+    """What differs: B's kernel for the same op, or what an export rewrite put in its place
+    (e.g. A's MatMul is B's Cast back from a bfloat16 MatMul: B's replay runs all of it)."""
+    a_op = op.get("a_op")  # (absent from the index of a report made before it was recorded)
+    group = op.get("group")
+    if group:
+        what = getattr(kind_of(group["kind"]), "group", None) or "fused op"
+        inputs = ", ".join(f"`{t}`" for t in group.get("a_inputs", [])) or "the same inputs"
+        return (f"B's {what} (`{tensor_op(op['b_tensor'])}`, {op['b_op']}, with the ops between it and its inputs) "
+                f"differs from A's {a_op} and the {len(group['a_members'])} op(s) {what.split()[0]} into it "
+                f"(from `{group['a_members'][0]}`), both replayed whole from the group's inputs ({inputs})")
+    if a_op in EXIT_OPS and op["b_op"] == a_op:
+        return ("B's while loop that ends here (replayed whole: a session cannot fetch the ops inside a loop) "
+                "differs from A's")
+    if a_op in (None, op["b_op"]):
+        return f"B's {op['b_op']} kernel differs from A's"
+    return (f"B's replacement for it (`{tensor_op(op['b_tensor'])}`, {op['b_op']}, with the ops between it and "
+            f"those inputs) differs from A's {a_op}")
