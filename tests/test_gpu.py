@@ -62,7 +62,8 @@ def test_checkpoint_vs_savedmodel_on_gpu_is_never_blamed_on_a_kernel_or_the_expo
     first = _first(report)
     iso = (first.get("isolation") or {}).get("verdict")
     _record("ckpt_vs_savedmodel", verdict=report["verdict"], first=first.get("node"), isolation=iso,
-            noise=(first.get("isolation") or {}).get("noise_max_abs"), outputs=_outputs(report),
+            noise=(first.get("isolation") or {}).get("noise_max_abs"),
+            detail=(first.get("isolation") or {}).get("detail"), outputs=_outputs(report),
             rewrites=len(report["rewrites"]), causes=report["answers"].get("causes"))
     assert report["rewrites"] == []  # a faithful export: the same graph
     if report["verdict"] == "identical":
