@@ -290,3 +290,12 @@ def test_isolation_of_a_side_captured_elsewhere_runs_there(models, tmp_path):
     assert report["first_divergence"]["node"] == "block2/bn/FusedBatchNormV3"
     assert report["first_divergence"]["isolation"]["verdict"] == "own_error"
     assert report["nodes"]["block2/bn/FusedBatchNormV3"]["isolation"]["verdict"] == "own_error"
+
+
+def test_a_signature_without_inputs_is_labelled_by_its_one_run_not_batch_0(real_models, tmp_path):
+    """TF Serving's counter model (TF 1.5): `incr_counter` takes no input and changes its own state."""
+    model = str(real_models["counter"])
+    code, report, stdout = _compare(tmp_path, model, model, "--signature", "incr_counter")
+    assert code == 0 and report["verdict"] == "identical"
+    assert report["sides"]["a"]["label"] == "cpu, no inputs (one run)"
+    assert "[cpu, no inputs (one run)]" in stdout and "batch 0" not in stdout

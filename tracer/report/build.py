@@ -56,7 +56,9 @@ def _side(view: Any, kept: bool = True, digest: str | None = None) -> dict[str, 
     batch = run_batch_size(manifest)  # the batch that ran (--batch-size 10 over 8 examples ran 8)
     # a signature without a batch axis ran each example alone, paired row by row with the other side
     per_example = bool(manifest.get("examples", {}).get("per_example"))
-    batching = "one example per run (the signature has no batch axis)" if per_example else f"batch {batch}"
+    no_inputs = not manifest.get("examples", {}).get("count") and not manifest.get("graph", {}).get("inputs")
+    batching = ("one example per run (the signature has no batch axis)" if per_example
+                else "no inputs (one run)" if no_inputs else f"batch {batch}")
     label = ", ".join([spec.get("device", "cpu"), batching] + [f"{k}={v}" for k, v in knobs.items()])
     return {
         "label": label,
