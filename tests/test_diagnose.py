@@ -10,6 +10,7 @@ The parsing of TF Serving's batching file and the answers' wording rules are fas
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -441,6 +442,9 @@ def test_quick_runs_its_subset_and_shows_progress(models, tmp_path):
     assert {e["name"] for e in doc["experiments"] if e["factor"] == "export" and not e["skipped"]} == \
         {"ckpt_vs_savedmodel_batch_1"}
     assert "capturing the base side" in proc.stderr and "batch_1_vs_8: diverged" in proc.stderr
+    counters = re.findall(r"^\[(\d+)/(\d+)\]", proc.stderr, flags=re.M)
+    assert counters and all(int(done) <= int(total) for done, total in counters)  # the recipe's steps counted too
+    assert counters[-1][0] == counters[-1][1]
     print(f"--quick wall time: {doc['timings']['total_s']} s")  # measured: see the report of issue 6
 
 

@@ -343,7 +343,7 @@ def _run_recipe(recipe: Recipe, captures: _Captures, options: DiagnoseOptions, o
                 progress: _Progress) -> dict[str, Any]:
     """One more pair: every measured remedy together (tracer.recipe), and its combined cost."""
     p = recipe.planned
-    progress.total += 3
+    progress.total += 4  # three captures and the comparison
     for run in (p.a, p.b, recipe.reference):
         progress.step(f"capturing {run.describe} [{run.side.label()}] for the verified recipe")
         captures.get(run)
