@@ -6,6 +6,8 @@ Equal digests are identical without a read; differing ones are measured from the
 
 from __future__ import annotations
 
+import json
+
 from dataclasses import asdict
 from pathlib import Path
 
@@ -133,6 +135,7 @@ def test_packed_tensors_with_equal_values_digests_are_compared_without_a_read(tm
         caps[key] = Capture.open(tmp_path / key)
     assert caps["a"].values_digest("t:0") == caps["b"].values_digest("t:0") == caps["b"].values_digest("t/read:0")
     assert caps["a"].values_digest("t:0") != caps["c"].values_digest("t:0")
+    assert caps["a"].values_digest("t:0").startswith("xxh3-128:") and len(caps["a"].values_digest("t:0")) == 41
     for path in (tmp_path / "b" / "tensors").iterdir():
         path.unlink()  # compare must not need them
     alignment = Alignment({"t": NodeAlignment("t", "t", "name", "compared", [TensorPair("t:0", "t:0", "name", True)])}, [])
@@ -140,3 +143,22 @@ def test_packed_tensors_with_equal_values_digests_are_compared_without_a_read(tm
     assert asdict(got) == asdict(compare_arrays(rows, rows.copy(), rtols=(Tolerance().rtol,)))
     differs = pair_metrics(caps["a"], caps["c"], alignment, Tolerance())["t:0"]
     assert not differs.identical and differs.mismatch_count == 1 and differs.ulp_max == 1
+
+
+def test_a_values_digest_meets_only_its_own_kind(tmp_path: Path) -> None:
+    """Captures of the first format-2 release carry sha256 values digests: still read, and never
+    equal to an xxh3 one, so a pair of the two kinds is compared by reading both."""
+    rows = np.arange(12, dtype=np.float32).reshape(3, 4)
+    caps = {}
+    for key in ("old", "new"):
+        with CaptureWriter(tmp_path / key) as writer:
+            writer.write_rows("t:0", rows, 0, 3)
+            writer.finalize({})
+        caps[key] = tmp_path / key
+    manifest = json.loads((caps["old"] / "manifest.json").read_text())
+    manifest["tensors"]["t:0"]["values_digest"] = "sha256:" + "0" * 64
+    (caps["old"] / "manifest.json").write_text(json.dumps(manifest))
+    old, new = Capture.open(caps["old"]), Capture.open(caps["new"])
+    assert old.values_digest("t:0") == "sha256:" + "0" * 64 and new.values_digest("t:0").startswith("xxh3-128:")
+    alignment = Alignment({"t": NodeAlignment("t", "t", "name", "compared", [TensorPair("t:0", "t:0", "name", True)])}, [])
+    assert pair_metrics(old, new, alignment, Tolerance())["t:0"].identical  # read, not trusted from the digests

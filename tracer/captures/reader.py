@@ -209,7 +209,7 @@ class Capture:
         others): two tensors with equal ones are bitwise identical, so compare reads neither."""
         record = self.record(name)
         found = self.manifest["tensors"][record.get("alias_of") or name].get("values_digest")
-        return found if isinstance(found, str) and found.startswith("sha256:") else None
+        return found if isinstance(found, str) and found.startswith(("sha256:", "xxh3-128:")) else None
 
     def _stored(self, name: str) -> np.ndarray:
         """A tensor's stored values: mapped ``.npy``, decoded packed chunks, or read from the artifact."""
