@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Literal
 
-from ..artifacts.loader import ArtifactRef
+from ..artifacts.records import ArtifactRef
 from ..runspec import Side
 
 __all__ = ["Factor", "Run", "Planned", "PlanContext", "at_batch", "with_grappler", "with_knobs"]
