@@ -18,6 +18,7 @@ rows' bytes, shuffled (byte ``k`` of every element, then byte ``k + 1``...).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -49,8 +50,26 @@ def _shuffled(stored: np.ndarray) -> bytes:
 
 def compress(stored: np.ndarray) -> bytes:
     """One chunk's bytes: shuffled by byte position, then zstd with a checksum (a flipped byte is
-    refused, never read as other values); thread-safe: a compressor per call."""
-    return _zstd().ZstdCompressor(level=LEVEL, write_content_size=True, write_checksum=True).compress(_shuffled(stored))
+    refused, never read as other values); thread-safe: a compressor per call.
+
+    An all-zero chunk — the residual of every exact prediction (a BiasAdd, Relu or Add output) —
+    is the same frame whatever its dtype: made once per size. Shuffling and compressing zeros
+    ran at ~1.3 GB/s, a third of a ResNet-50 capture's writing; the check costs ~40 GB/s."""
+    flat = np.ascontiguousarray(stored).reshape(-1).view(np.uint8)
+    words = flat.view(np.uint64) if flat.size % 8 == 0 else flat
+    if not words.any():
+        return _zero_frame(flat.size)
+    return _compressor().compress(_shuffled(stored))
+
+
+def _compressor() -> Any:
+    return _zstd().ZstdCompressor(level=LEVEL, write_content_size=True, write_checksum=True)
+
+
+@functools.lru_cache(maxsize=16)
+def _zero_frame(nbytes: int) -> bytes:
+    """The frame of ``nbytes`` zero bytes (shuffled zeros are zeros)."""
+    return _compressor().compress(bytes(nbytes))
 
 
 def decompress(blob: bytes, dtype: np.dtype, shape: tuple[int, ...], out: np.ndarray | None = None) -> np.ndarray:
