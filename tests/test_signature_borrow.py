@@ -82,6 +82,27 @@ def test_outputs_named_by_hand_take_the_lenders_keys_without_map(slim_models: Pa
     assert list(report["outputs"]) == ["scores"] and report["verdict"] == "identical"
 
 
+def test_two_checkpoints_named_by_hand_borrow_nothing_from_each_other(slim_models: Path, tmp_path: Path) -> None:
+    """Neither side has a signature and both are named with --outputs/--input-names: each traces
+    its own named tensors, and nothing claims a signature was borrowed."""
+    ckpt = str(slim_models / "ckpt")
+    proc = run_cli("compare", ckpt, ckpt, "--out", str(tmp_path / "r"), "--examples", "2", "--isolate", "0",
+                   "--outputs", SCORES.split(":")[0], "--input-names", "input")
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads((tmp_path / "r" / "report.json").read_text())
+    assert report["verdict"] == "identical" and list(report["outputs"]) == [SCORES.split(":")[0]]
+    for side in report["sides"].values():
+        assert side["signature"] == {"key": "(from --outputs)", "from_user": True, "borrowed_from": ""}
+    assert "borrowed" not in proc.stdout and "no signature of its own" not in proc.stdout
+    # one side named by hand, the other borrows those names: said in words, not as a signature key
+    proc = run_cli("compare", ckpt, ckpt, "--out", str(tmp_path / "r2"), "--examples", "2", "--isolate", "0",
+                   "--a-outputs", SCORES.split(":")[0], "--a-input-names", "input")
+    assert proc.returncode == 0, proc.stderr
+    flat = " ".join(proc.stdout.split())
+    assert f"no signature of its own: traced with the tensors named by --outputs/--input-names for {ckpt}" in flat
+    assert "(from --outputs)" not in flat
+
+
 def test_a_renamed_export_is_borrowed_from_by_structure(slim_models: Path) -> None:
     renamed = slim_models / "renamed"  # frozen, re-exported under exported/: no name is kept
     proc = run_cli("diff-graph", "--json", str(slim_models / "ckpt"), str(renamed))

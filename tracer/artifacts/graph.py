@@ -17,7 +17,7 @@ import numpy as np
 from dataclasses import replace
 
 from .._tf import tf
-from .records import Artifact, Signature, TensorSpec
+from .records import USER_SIGNATURE, Artifact, Signature, TensorSpec
 from ..errors import TftraceError
 from ..diff.match import match_graphs
 from ..opgraph import OpGraph, tensor_op, tensor_slot
@@ -179,6 +179,8 @@ def borrow_signature(artifact: Artifact, lent: tuple[Signature, OpGraph] | None)
     if lent is None:
         return
     lender_sig, lender_graph = lent
+    if lender_sig.from_user and lender_sig.key == USER_SIGNATURE and (ref.outputs or ref.input_names):
+        return  # both sides' tensors were named by hand: the lender has no signature, no keys to give
     graph = import_graph(artifact)
     by_name = {op.name: op for op in graph.get_operations()}
     found: dict[str, str] = {}  # lender tensor -> this graph's tensor
@@ -223,6 +225,9 @@ def borrow_signature(artifact: Artifact, lent: tuple[Signature, OpGraph] | None)
 
 
 def _borrow_note(sig: Signature, how: str) -> str:
+    if sig.key == USER_SIGNATURE:
+        return (f"no signature of its own: traced with the tensors named by --outputs/--input-names for "
+                f"{sig.borrowed_from}, found here {how}")
     pairs = "; ".join(f"{role} {', '.join(f'{k}={v.name}' for k, v in specs.items())}"
                       for role, specs in (("inputs", sig.inputs), ("outputs", sig.outputs)))
     return f"no signature of its own: borrowed signature {sig.key!r} of {sig.borrowed_from} ({pairs}; found {how})"

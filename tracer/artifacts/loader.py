@@ -23,7 +23,7 @@ from .._tf import tf
 from .graph import borrow_signature, build_opgraph
 from .kinds import detect
 from .kinds import io_gfile as _gfile
-from .records import Artifact, ArtifactRef, Signature, TensorSpec, signature_keys
+from .records import USER_SIGNATURE, Artifact, ArtifactRef, Signature, TensorSpec, signature_keys
 from ..errors import TftraceError
 from ..opgraph import OpGraph
 from .safety import describe_unsafe, refuse_ambiguous_tags, unconfined_assets, unsafe_at_load_v2
@@ -284,7 +284,7 @@ def _user_signature(ref: ArtifactRef) -> Signature | None:
         return None
     unknown = TensorSpec("", "unknown", None)
     return Signature(
-        key="(from --outputs)",
+        key=USER_SIGNATURE,
         inputs={n.split(":")[0]: TensorSpec(_tensor_name(n), unknown.dtype, None) for n in ref.input_names},
         outputs={n.split(":")[0]: TensorSpec(_tensor_name(n), unknown.dtype, None) for n in ref.outputs},
         from_user=True,

@@ -16,7 +16,9 @@ import numpy as np
 from .._tf import tf
 from ..errors import TftraceError
 
-__all__ = ["TensorSpec", "Signature", "ArtifactRef", "Artifact", "signature_keys"]
+__all__ = ["TensorSpec", "Signature", "ArtifactRef", "Artifact", "signature_keys", "USER_SIGNATURE"]
+
+USER_SIGNATURE = "(from --outputs)"  # the key of a signature made of tensors the user named
 
 
 @dataclass(frozen=True)

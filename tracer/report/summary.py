@@ -12,6 +12,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+from ..artifacts.records import USER_SIGNATURE
 from ..comparison.statuses import STATUS_LABELS, STATUSES
 from ..jsonvalues import jsonable
 from .numbers import fmt, num
@@ -148,7 +149,8 @@ def side_facts(side: dict[str, Any]) -> list[tuple[str, str]]:
     signature = side.get("signature") if isinstance(side.get("signature"), dict) else {}
     if signature.get("key"):
         lent = f" (borrowed from {signature['borrowed_from']}: this side has none)" if signature.get("borrowed_from") else ""
-        rows.append(("signature", f"{signature['key']}{lent}"))
+        named = signature["key"] == USER_SIGNATURE
+        rows.append(("signature", ("tensors named by --outputs/--input-names" if named else signature["key"]) + lent))
     if examples:
         rows.append(("examples", f"{_scalar_text(examples.get('count'))} from {_scalar_text(examples.get('source'))}"))
     if latency is not None:

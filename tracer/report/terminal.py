@@ -9,6 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..diff.kinds import display_rank
+from ..artifacts.records import USER_SIGNATURE
 from ..diff.records import GraphDiff
 from ..opgraph import EXIT_OPS
 from ..text import printable, printable_tree
@@ -86,8 +87,10 @@ def print_comparison(console: Console, report: dict, out_dir: object = None) -> 
                       f"[{side['label']}]", highlight=False, markup=False)
         signature = side.get("signature") if isinstance(side.get("signature"), dict) else {}
         if signature.get("borrowed_from"):
-            console.print(f"     no signature of its own: traced with signature {signature.get('key')!r} borrowed from "
-                          f"{signature['borrowed_from']}", highlight=False, markup=False)
+            lent = (f"the tensors named by --outputs/--input-names for {signature['borrowed_from']}"
+                    if signature.get("key") == USER_SIGNATURE
+                    else f"signature {signature.get('key')!r} borrowed from {signature['borrowed_from']}")
+            console.print(f"     no signature of its own: traced with {lent}", highlight=False, markup=False)
     for title, origin in first_divergences(report):  # the same lines, in the same words, as report.md
         if origin:
             iso = origin.get("isolation") or {}
