@@ -147,12 +147,36 @@ def test_elementwise_outputs_are_stored_as_residuals_and_read_back_exactly(tmp_p
     predicted = {n for n in values if "predict" in cap.record(n)["encoding"]}
     assert predicted == {"badd:0", "bn:0", "relu:0", "add:0", "odd:0"}
     assert cap.record("bn:0")["encoding"]["predict"] == {
-        "op": "FusedBatchNormV3", "inputs": ["badd:0", "scale:0", "offset:0", "mean:0", "var:0"], "attrs": {"epsilon": 1e-3}}
+        "op": "FusedBatchNormV3", "inputs": ["badd:0", "scale:0", "offset:0", "mean:0", "var:0"], "attrs": {"epsilon": 1e-3, "form": "affine"}}
     assert all(c[4] == 1 for c in cap.record("relu:0")["encoding"]["chunks"])
     files = {n: (cap.path / cap.record(n)["file"]).stat().st_size for n in values}
     assert files["badd:0"] < 0.05 * values["badd:0"].nbytes  # exact predictions: residuals of zeros
     assert files["bn:0"] < 0.2 * values["bn:0"].nbytes  # a few ULPs off in places
     assert files["conv:0"] > 0.7 * values["conv:0"].nbytes  # nothing to predict it from
+
+
+def test_a_batch_norm_computed_in_onednns_order_is_predicted_in_that_order_exactly(tmp_path: Path) -> None:
+    """oneDNN's inference batch norm is fma((x - mean) * rsqrt(var + eps), scale, offset): the first
+    chunk picks that form over the affine one, and every later chunk's residual is zero."""
+    x = RNG.normal(size=(6, 4, 4, 8)).astype(np.float32)
+    vec = {k: RNG.uniform(0.5, 2, 8).astype(np.float32) for k in ("scale", "offset", "mean", "var")}
+    inv = np.float32(1) / np.sqrt(vec["var"] + np.float32(1e-3))
+    bn = (((x - vec["mean"]) * inv).astype(np.float64) * vec["scale"] + vec["offset"]).astype(np.float32)
+    graph = {"nodes": [_node("x", "Placeholder", []), *(_node(k, "Const", []) for k in vec),
+                       _node("bn", "FusedBatchNormV3", ["x", "scale", "offset", "mean", "var"], epsilon=1e-3,
+                             is_training=False)]}
+    with CaptureWriter(tmp_path / "cap", graph=graph) as writer:
+        for key, value in vec.items():
+            writer.write_whole(f"{key}:0", value)
+        for start, stop in ((0, 3), (3, 6)):
+            writer.write_rows("x:0", x[start:stop], start, 6)
+            writer.write_rows("bn:0", bn[start:stop], start, 6)
+        writer.finalize({})
+    cap = Capture.open(tmp_path / "cap")
+    assert cap.tensor("bn:0").tobytes() == bn.tobytes()
+    assert cap.record("bn:0")["encoding"]["predict"]["attrs"] == {"epsilon": 1e-3, "form": "centered_fma"}
+    chunks = cap.record("bn:0")["encoding"]["chunks"]
+    assert all(c[4] == 1 and c[3] < 32 for c in chunks)  # predicted, each a frame of zeros (~23 bytes)
 
 
 def test_a_prediction_input_dropped_later_leaves_its_dependents_readable(tmp_path: Path) -> None:

@@ -26,7 +26,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["CODEC", "PACKED_SUFFIX", "compress", "decompress", "predictor_for", "predict", "digest", "MAX_LEVEL"]
+__all__ = ["CODEC", "PACKED_SUFFIX", "compress", "decompress", "predictor_for", "predict", "forms", "choose_form", "digest",
+           "MAX_LEVEL", "BN_FORMS"]
 
 CODEC = "zstd"
 LEVEL = 1  # level 3 gains <1% here for 40% more time
@@ -127,12 +128,30 @@ _Fn = Callable[[Sequence[np.ndarray], Mapping[str, Any]], np.ndarray]
 
 
 def _bn(x: Sequence[np.ndarray], attrs: Mapping[str, Any]) -> np.ndarray:
+    """An inference batch norm, in the arithmetic order ``attrs["form"]`` names (see BN_FORMS)."""
     x0, scale, offset, mean, var = x
     eps = np.asarray(attrs.get("epsilon", 1e-3), x0.dtype)
-    factor = scale * (np.asarray(1, x0.dtype) / np.sqrt(var + eps))
+    inv = np.asarray(1, x0.dtype) / np.sqrt(var + eps)
+    if attrs.get("form") == "centered_fma" and x0.dtype.itemsize <= 4:
+        # oneDNN's: fma((x - mean) * inv, scale, offset); float64 holds the product of two float32
+        # exactly, so one rounding to float32 after the add is the fused multiply-add's (but for
+        # rare double roundings, which the residual absorbs)
+        centered = (x0 - mean) * inv
+        wide = centered.astype(np.float64)
+        wide *= scale
+        wide += offset
+        return wide.astype(x0.dtype)
+    factor = scale * inv
     out = x0 * factor
     out += offset - mean * factor  # in place: the same bits as ``x0 * factor + (...)``, one buffer less
     return out
+
+
+# The arithmetic orders a batch norm kernel is known to use: the first chunk of each tensor is
+# predicted in each, and the one that matches most elements is recorded in the spec's attrs
+# ("form"; absent: "affine"). Measured on a ResNet-50 capture with oneDNN on: "affine" matched
+# 53% of the elements, "centered_fma" all of them.
+BN_FORMS = ("affine", "centered_fma")
 
 
 PREDICTORS: dict[str, tuple[int, _Fn]] = {  # op type -> (data inputs used, numpy definition)
@@ -166,6 +185,29 @@ def predictor_for(node: Mapping[str, Any], slot: int) -> dict[str, Any] | None:
     inputs = [i if ":" in i else f"{i}:0" for i in inputs]
     kept = {"epsilon": attrs["epsilon"]} if "epsilon" in attrs and isinstance(attrs["epsilon"], (int, float)) else {}
     return {"op": op, "inputs": inputs, "attrs": kept}
+
+
+def forms(spec: Mapping[str, Any]) -> tuple[str, ...]:
+    """The arithmetic orders a prediction may take (more than one: choose on the first chunk)."""
+    return BN_FORMS if str(spec.get("op", "")).startswith("FusedBatchNorm") else ()
+
+
+def choose_form(spec: dict[str, Any], inputs: Sequence[np.ndarray], part: np.ndarray) -> np.ndarray | None:
+    """Predict ``part`` in each of the spec's forms, record the best in ``spec["attrs"]["form"]``,
+    and return its prediction (None when none can be made)."""
+    best: tuple[int, str, np.ndarray] | None = None
+    for form in forms(spec):
+        trial = {**spec, "attrs": {**spec.get("attrs", {}), "form": form}}
+        guess = predict(trial, inputs, part.dtype, part.shape)
+        if guess is None:
+            continue
+        missed = int(np.count_nonzero(xor(np.ascontiguousarray(part), guess).view(f"u{part.dtype.itemsize}")))
+        if best is None or missed < best[0]:
+            best = (missed, form, guess)
+    if best is None:
+        return None
+    spec.setdefault("attrs", {})["form"] = best[1]
+    return best[2]
 
 
 def predict(spec: Mapping[str, Any], inputs: Sequence[np.ndarray], dtype: np.dtype,

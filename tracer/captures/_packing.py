@@ -24,7 +24,7 @@ from ._entry import Entry
 from ._format import DIGEST_OPS, MIN_DIGEST_BYTES, open_npy
 from ._jobs import FileJobs
 from ._flusher import Flusher
-from ._packed import CHUNK_BYTES, MAX_LEVEL, compress, digest, predict, xor
+from ._packed import CHUNK_BYTES, MAX_LEVEL, choose_form, compress, digest, forms, predict, xor
 from ._unpack import read_packed
 
 __all__ = ["PackedWrites", "VALUES_DIGEST", "row_digest"]
@@ -121,7 +121,11 @@ class PackedWrites:
                 guess = None
                 if inputs is not None:
                     values = [x[start : start + len(part)] if is_rows else x for x, is_rows in inputs]
-                    guess = predict(entry.predict or {}, values, entry.stored, part.shape)
+                    spec = entry.predict or {}
+                    if forms(spec) and "form" not in spec.get("attrs", {}):  # the first chunk decides
+                        guess = choose_form(spec, values, np.ascontiguousarray(part))
+                    else:
+                        guess = predict(spec, values, entry.stored, part.shape)
                 blob = compress(part if guess is None else xor(np.ascontiguousarray(part), guess))
                 first = span[0] + start if span is not None else 0
                 entry.chunks.append([first, first + (len(part) if span is not None else 1), f.tell(), len(blob),

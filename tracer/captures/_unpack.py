@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from ._format import damaged
-from ._packed import CODEC, MAX_LEVEL, PREDICTORS, decompress, predict, xor
+from ._packed import CODEC, MAX_LEVEL, PREDICTORS, decompress, forms, predict, xor
 
 __all__ = ["read_packed", "iter_packed", "chunk_rows", "validate_chunks", "validate_prediction"]
 
@@ -144,6 +144,9 @@ def validate_prediction(root: Path, tensors: dict[str, Any], levels: dict[str, i
     if not (isinstance(spec, dict) and spec.get("op") in PREDICTORS and isinstance(spec.get("attrs", {}), dict)
             and isinstance(inputs, list) and all(isinstance(i, str) for i in inputs) and len(inputs) == PREDICTORS[spec["op"]][0]):
         raise damaged(root, f"tensor {name!r}: its prediction {spec!r} is not one tftrace makes")
+    form = spec.get("attrs", {}).get("form")
+    if form is not None and form not in forms(spec):
+        raise damaged(root, f"tensor {name!r}: its prediction's arithmetic order {form!r} is not one tftrace knows")
     for source in inputs:
         if source not in levels or tensors[source].get("stored_dtype") != rec["stored_dtype"]:
             raise damaged(root, f"tensor {name!r} is predicted from {source!r}, which is not a captured tensor "
