@@ -41,10 +41,11 @@ import numpy as np
 from tracer.captures.reader import Capture
 from tracer.metrics import compare_arrays
 
-from .procs import median, run_child
+from .procs import child_env, median, run_child
 from .workspace import Model, Workspace
 
-__all__ = ["make_captures", "measure_bandwidth", "measure_peak_rss", "measure_throughput"]
+__all__ = ["make_captures", "measure_bandwidth", "measure_peak_rss", "measure_throughput",
+           "measure_throughput_in_child", "has_avx512", "AVX2_ENV"]
 
 FLOATS = ("float16", "float32", "float64")
 Pair = tuple[str, np.ndarray, np.ndarray]
@@ -158,6 +159,39 @@ def measure_throughput(captures: dict[str, Path], rounds: int) -> dict[str, Any]
     return out
 
 
+# Code for the other kind of x86 CPU, on this one: numba compiles the kernel for Haswell (AVX2) and
+# numpy's dispatch stops below AVX-512. The memory system stays this machine's, so this measures
+# the code each kind of CPU runs, not that CPU.
+AVX2_ENV = {"NUMBA_CPU_NAME": "haswell", "NPY_DISABLE_CPU_FEATURES": "X86_V4 AVX512_ICL AVX512_SPR"}
+
+
+def has_avx512() -> bool:
+    from numpy._core._multiarray_umath import __cpu_features__  # noqa: PLC0415 - numpy's own probe
+
+    return bool(__cpu_features__.get("AVX512F"))
+
+
+def measure_throughput_in_child(captures: dict[str, Path], rounds: int, env: dict[str, str], out: Path) -> dict[str, Any]:
+    """:func:`measure_throughput` in a child process started with ``env`` added (code paths are
+    chosen when numpy and numba load); its figures plus what both libraries saw."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    spec = out.with_suffix(".job.json")
+    spec.write_text(json.dumps({"captures": {k: str(v) for k, v in captures.items()}, "rounds": rounds}))
+    run_child([sys.executable, "-m", "bench.compare_bench", str(spec), str(out)], env=child_env(env))
+    return {**json.loads(out.read_text()), "env": env}
+
+
+def _child(spec_path: str, out_path: str) -> None:
+    from numpy._core._multiarray_umath import __cpu_features__  # noqa: PLC0415
+    import numba  # noqa: PLC0415
+
+    spec = json.loads(Path(spec_path).read_text())
+    result = measure_throughput({k: Path(v) for k, v in spec["captures"].items()}, int(spec["rounds"]))
+    result["numpy_avx512"] = bool(__cpu_features__.get("AVX512F") and __cpu_features__.get("X86_V4"))
+    result["numba_cpu_name"] = numba.config.CPU_NAME or "host"
+    Path(out_path).write_text(json.dumps(result))
+
+
 def measure_peak_rss(a: Path, b: Path, out: Path) -> dict[str, Any]:
     """Run the compare in its own process (bench.rss_probe) and relate its peak to the data."""
     run = run_child([sys.executable, "-m", "bench.rss_probe", str(a), str(b), str(out)])
@@ -176,3 +210,7 @@ def measure_peak_rss(a: Path, b: Path, out: Path) -> dict[str, Any]:
         "largest_tensor_mb": max(sizes) / 1e6,
         "tensors": len(sizes),
     }
+
+
+if __name__ == "__main__":
+    _child(sys.argv[1], sys.argv[2])

@@ -129,6 +129,24 @@ def _compare_limits(d: dict[str, Any], i: dict[str, Any]) -> str:
     return "\n".join(["What limits the compare figures, measured in this run:", "", *lines, ""])
 
 
+def _avx2_note(avx2: dict[str, Any] | None) -> list[str]:
+    """The same race with the code an AVX2 CPU runs, on this AVX-512 one (``bench.compare_bench.AVX2_ENV``)."""
+    if not avx2:
+        return []
+    d = avx2["differing"]
+    return [
+        "**The code of the other kind of CPU.** No AVX2-only machine was at hand, so the same race ran "
+        "again in a child process where numba compiles the kernel for Haswell (`NUMBA_CPU_NAME=haswell`) and "
+        "numpy's dispatch stops below AVX-512 (`NPY_DISABLE_CPU_FEATURES=\"X86_V4 AVX512_ICL AVX512_SPR\"`; "
+        f"numpy then saw AVX-512: {avx2.get('numpy_avx512')}, numba compiled for: {avx2.get('numba_cpu_name')}): "
+        f"differing tensors {d['gb_per_s']['tftrace']:.2f} GB/s against `np.abs(a - b).max()` "
+        f"{d['gb_per_s']['naive_abs_max']:.2f} GB/s, {d['ratio']:.2f}x; one worker "
+        f"{d['gb_per_s']['tftrace_one_worker']:.2f} GB/s. This is AVX2 code on this machine's memory system, "
+        "not an AVX2 machine: where memory bandwidth limits both contenders, it says as much as one would.",
+        "",
+    ]
+
+
 def notes(figs: dict[str, Any], gpu: str = "") -> str:
     """The page's prose; ``gpu``: the GPU section (:func:`bench.gpu_report.gpu_section`), placed
     after the CPU figures' notes."""
@@ -177,6 +195,7 @@ def notes(figs: dict[str, Any], gpu: str = "") -> str:
         "the ratio. The identical case stops after the integer pass and the norm of A."),
         "",
         _compare_limits(d, i),
+        *_avx2_note(figs.get("throughput_avx2")),
         "### Memory of a compare",
         "",
         (f"`tftrace compare A B` of two ResNet-50 batch-8 captures ({m['tensors']} tensors, "

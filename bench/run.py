@@ -25,7 +25,8 @@ from typing import Any
 
 from . import procs
 from .capture_bench import measure_capture
-from .compare_bench import make_captures, measure_peak_rss, measure_throughput
+from .compare_bench import (AVX2_ENV, has_avx512, make_captures, measure_peak_rss, measure_throughput,
+                            measure_throughput_in_child)
 from .e2e_bench import measure_end_to_end
 from .gpu_report import GPU_RESULTS_NAME, gpu_section, load_gpu_results
 from .notes import notes
@@ -80,6 +81,10 @@ def run(plan: Plan, work: Path, log: Callable[[str], None] = print) -> dict[str,
         reuse = {"a": sides / "a", "c": sides / "b"}
     captures = make_captures(ws, model, plan.compare_batch, log, reuse)
     figs["throughput"] = measure_throughput(captures, plan.throughput_rounds)
+    if has_avx512():  # the other kind of CPU's code, on this one (an AVX2 CPU runs that already)
+        log("compare throughput again, with the AVX2 code of numba and numpy")
+        figs["throughput_avx2"] = measure_throughput_in_child(captures, plan.throughput_rounds, AVX2_ENV,
+                                                             ws.fresh("compare", "avx2") / "throughput.json")
     log("peak memory of compare")
     figs["peak_rss"] = measure_peak_rss(captures["a"], captures["b"], ws.fresh("compare", "rss_report"))
     if plan.wide:

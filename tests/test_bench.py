@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from bench.compare_bench import has_avx512
+
 REPO = Path(__file__).resolve().parents[1]
 KEYS = ("capture_vs_tfdbg_ratio", "capture_vs_naive_ratio", "compare_vs_naive_ratio",
         "identical_check_vs_bandwidth_ratio", "capture_disk_vs_tfdbg_ratio", "end_to_end_s", "render_5k_s",
@@ -67,7 +69,12 @@ def test_quick_bench_runs_end_to_end(tmp_path: Path) -> None:
     assert e2e["runs"][0]["verdict"] == "identical" and e2e["runs"][0]["exit_code"] == 0 and e2e["html"]
     assert raw["peak_rss"]["verdict"] == "diverged"
     assert raw["render"]["html_bytes"] > 0 and raw["render"]["ops"] > 0
-    assert len(data["table"]) == 10  # --quick runs no plain-run contender: no context row
+    avx2 = raw.get("throughput_avx2")
+    assert (avx2 is not None) == has_avx512()  # on an AVX-512 CPU the race runs again with AVX2 code
+    if avx2 is not None:
+        assert avx2["numpy_avx512"] is False and avx2["numba_cpu_name"] == "haswell"
+        assert avx2["differing"]["pairs"] == t["differing"]["pairs"] and avx2["differing"]["ratio"] > 0
+    assert len(data["table"]) == 10 + (avx2 is not None)  # --quick runs no plain-run contender: no context row
     assert "capture all intermediates, time (detector, batch 1)" in proc.stdout
 
     # the page again from results.json alone: every row of the run's table, measuring nothing
@@ -79,6 +86,7 @@ def test_quick_bench_runs_end_to_end(tmp_path: Path) -> None:
     for row in data["table"]:
         assert f"| {row['figure']} | {row['measured']} |" in text
     assert f"on {data['finished']} in" in text
+    assert ("**The code of the other kind of CPU.**" in text) == (avx2 is not None)
     assert "- **Floor** (differing): reading both sides once at the" in text
 
 
