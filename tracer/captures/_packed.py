@@ -137,10 +137,15 @@ def _bn(x: Sequence[np.ndarray], attrs: Mapping[str, Any]) -> np.ndarray:
         # exactly, so one rounding to float32 after the add is the fused multiply-add's (but for
         # rare double roundings, which the residual absorbs)
         centered = (x0 - mean) * inv
-        wide = centered.astype(np.float64)
-        wide *= scale
-        wide += offset
-        return wide.astype(x0.dtype)
+        flat = centered.reshape(-1, centered.shape[-1]) if centered.ndim else centered.reshape(1, 1)
+        step = max(1, (1 << 16) // max(1, flat.shape[1]))  # rows of a float64 stretch of ~512 KiB: the
+        wide = np.empty((min(step, len(flat)), flat.shape[1]), np.float64)  # widening never holds a chunk
+        for start in range(0, len(flat), step):
+            part, w = flat[start : start + step], wide[: min(step, len(flat) - start)]
+            np.multiply(part, scale, out=w, dtype=np.float64)
+            w += offset
+            part[...] = w  # rounds to float32 once, in place
+        return centered
     factor = scale * inv
     out = x0 * factor
     out += offset - mean * factor  # in place: the same bits as ``x0 * factor + (...)``, one buffer less
