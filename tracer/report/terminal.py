@@ -147,7 +147,10 @@ def print_comparison(console: Console, report: dict, out_dir: object = None) -> 
     for key in ("a", "b"):
         obs = report.get("observer_effect", {}).get(key) or {}
         if obs and not obs.get("outputs_identical", True):
-            console.print(f"Observer effect on {key.upper()}: outputs moved by {obs.get('outputs_max_abs_diff')}",
+            state = obs.get("stateful_ops") if obs.get("explained_by_state") else None
+            why = (f" (not the observation: the graph changes its own state on every run, "
+                   f"{', '.join(map(str, state[:3]))})" if state else "")
+            console.print(f"Observer effect on {key.upper()}: outputs moved by {obs.get('outputs_max_abs_diff')}{why}",
                           highlight=False, markup=False)
     uncaptured = not_captured_text(report)
     if uncaptured:
