@@ -133,6 +133,19 @@ def test_answers_name_only_the_factors_that_diverged():
     for other in ("xla", "threads"):
         assert FACTOR_TITLES[other] not in text
     assert answers["cost"][0].endswith("Choosing B side costs +50.0% on this machine.")
+    assert len(answers["why"]) == 2  # xla within tolerance is no question the user asked
+
+    # the user's own question, answered when the difference is small: where it starts, and why
+    bn = {"node": "net/conv1/BatchNorm/FusedBatchNormV3", "op": "FusedBatchNormV3", "isolation": "run_time_rewrite"}
+    answers = build_answers([
+        exp("threads", "threads", "identical", 0.0),
+        {**exp("ckpt_vs_savedmodel_batch_8", "export", "within_tolerance", 4.47e-8), "first_divergence": bn},
+    ], {"atol": 1e-6, "rtol": 1e-5})
+    assert answers["factors"] == [] and answers["why"][0].startswith("None of the 2 experiments that ran changes")
+    assert answers["why"][1] == (
+        f"{FACTOR_TITLES['export']}: within tolerance, the outputs differ by up to 4.47e-08; it starts at "
+        "`net/conv1/BatchNorm/FusedBatchNormV3` (FusedBatchNormV3), which the two runs executed as different "
+        "kernels (a rewrite at run time).")
 
 
 def _context(**changes):

@@ -204,6 +204,23 @@ def _noise_line(noise_pct: float | None) -> list[str]:
             "machine now (repeat in a fresh process); smaller costs are not significant."]
 
 
+ASKED = ("export", "batch")  # the user's own questions: checkpoint vs SavedModel, batch 1 vs N
+
+
+def _within_tolerance(experiments: list[dict[str, Any]], diverged: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """A line for each factor the user asks about whose experiments differ only within tolerance:
+    small, but not nothing, and where it starts is what they came for."""
+    lines = []
+    for factor in ASKED:
+        near = [e for e in experiments if e.get("factor") == factor and e.get("verdict") == "within_tolerance"]
+        if factor in diverged or not near:
+            continue
+        worst = max(near, key=_effect)
+        lines.append(f"{_title(factor)}: within tolerance, the outputs differ by up to "
+                     f"{_fmt(worst['max_abs_output_diff'])}{_where(worst)}.")
+    return lines
+
+
 def build_answers(experiments: list[dict[str, Any]], tolerance: dict[str, Any]) -> dict[str, Any]:
     """``{"why", "prevent", "cost", "source": "diagnosis", "factors"}`` from the experiment results."""
     diverged: dict[str, list[dict[str, Any]]] = {}
@@ -215,15 +232,16 @@ def build_answers(experiments: list[dict[str, Any]], tolerance: dict[str, Any]) 
     order = sorted(diverged, key=lambda f: -max(_effect(e) for e in diverged[f]))
     ran = [e for e in experiments if not e.get("skipped")]
     noise_pct = _noise_pct(ran)
+    within = _within_tolerance(experiments, diverged)
     if not order:
         return {
             "why": [f"None of the {len(ran)} experiments that ran changes the outputs beyond the tolerance "
                     f"(atol {tolerance.get('atol')}, rtol {tolerance.get('rtol')}): on this machine the factors tested "
-                    f"({', '.join(sorted({_title(e['factor']) for e in ran}))}) do not explain a difference."],
+                    f"({', '.join(sorted({_title(e['factor']) for e in ran}))}) do not explain a difference."] + within,
             "prevent": [], "cost": [], "source": "diagnosis", "factors": [],
         }
     return {
-        "why": [_why(f, diverged[f], diverged) for f in order],
+        "why": [_why(f, diverged[f], diverged) for f in order] + within,
         "prevent": [_prevent(f, diverged[f], diverged) for f in order] + ([recipe_text(recipe)] if recipe else []),
         "cost": [c for c in (_cost(f, diverged[f], noise_pct) for f in order) if c] + _noise_line(noise_pct),
         "source": "diagnosis",
