@@ -117,7 +117,11 @@ def judge(ra: np.ndarray, rb: np.ndarray, op: dict[str, Any], capture_a: Any, ca
     noisy = [side for side, v in measured.items() if v > 0]
     moved_text = "; ".join(f"{side}'s replay differs from {side}'s captured value by up to {measured[side]:.3g}"
                            for side in noisy)
-    result = _Verdict(m, replay_noise)
+
+    def result(verdict: str, detail: str, **extra: Any) -> IsolationResult:  # with the replays' metrics and noise
+        return IsolationResult(verdict, m.max_abs, m.max_rel, detail, noise_max_abs=replay_noise,
+                               rel_l2=m.rel_l2 if m.kind == "float" else None, **extra)
+
     if op.get("reads_variable") and noisy:
         return result(
             "nondeterministic",
@@ -176,18 +180,6 @@ def judge(ra: np.ndarray, rb: np.ndarray, op: dict[str, Any], capture_a: Any, ca
         detail += (f"; beyond its run-to-run noise ({moved_text})" if noise_is_shown
                    else f"; its replay also differs from its own capture ({moved_text})")
     return result("own_error", detail)
-
-
-class _Verdict:
-    """Builds an :class:`IsolationResult` carrying the replays' metrics and the measured noise."""
-
-    def __init__(self, m: Any, replay_noise: float | None) -> None:
-        self.m, self.replay_noise = m, replay_noise
-
-    def __call__(self, verdict: str, detail: str, **extra: Any) -> IsolationResult:
-        m = self.m
-        return IsolationResult(verdict, m.max_abs, m.max_rel, detail, noise_max_abs=self.replay_noise,
-                               rel_l2=m.rel_l2 if m.kind == "float" else None, **extra)
 
 
 def _rewritten_at_run_time(op: dict[str, Any]) -> str:
