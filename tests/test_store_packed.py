@@ -179,6 +179,43 @@ def test_a_batch_norm_computed_in_onednns_order_is_predicted_in_that_order_exact
     assert all(c[4] == 1 and c[3] < 32 for c in chunks)  # predicted, each a frame of zeros (~23 bytes)
 
 
+def test_a_batch_norm_computed_in_eigens_order_records_each_channels_ulps(tmp_path: Path) -> None:
+    """TensorFlow's CPU kernel without oneDNN: (x - mean) * (rsqrt(var + eps) * scale) + offset, with a
+    vectorised rsqrt a few ULPs off in some channels: the steps found on the first chunk are recorded
+    per channel, and every chunk's residual is zero."""
+    x = RNG.normal(size=(6, 4, 4, 8)).astype(np.float32)
+    vec = {k: RNG.uniform(0.5, 2, 8).astype(np.float32) for k in ("scale", "offset", "mean", "var")}
+    inv = np.float32(1) / np.sqrt(vec["var"] + np.float32(1e-3))
+    steps = np.array([0, 1, -1, 2, 0, -2, 3, 0], np.int32)
+    factor = (inv.view(np.int32) + steps).view(np.float32) * vec["scale"]
+    bn = (x - vec["mean"]) * factor + vec["offset"]
+    graph = {"nodes": [_node("x", "Placeholder", []), *(_node(k, "Const", []) for k in vec),
+                       _node("bn", "FusedBatchNormV3", ["x", "scale", "offset", "mean", "var"], epsilon=1e-3,
+                             is_training=False)]}
+    with CaptureWriter(tmp_path / "cap", graph=graph) as writer:
+        for key, value in vec.items():
+            writer.write_whole(f"{key}:0", value)
+        for start, stop in ((0, 3), (3, 6)):
+            writer.write_rows("x:0", x[start:stop], start, 6)
+            writer.write_rows("bn:0", bn[start:stop], start, 6)
+        writer.finalize({})
+    cap = Capture.open(tmp_path / "cap")
+    assert cap.tensor("bn:0").tobytes() == bn.tobytes()
+    attrs = cap.record("bn:0")["encoding"]["predict"]["attrs"]
+    assert set(attrs) == {"epsilon", "form", "ulps"} and attrs["form"] == "centered_scaled"
+    found = np.frombuffer(attrs["ulps"].encode(), np.uint8).astype(np.int32) - ord("3")  # '3' = no step
+    # the steps found give the planted factors (a smaller step that rounds to the same factor wins a tie)
+    assert np.array_equal((inv.view(np.int32) + found).view(np.float32) * vec["scale"], factor)
+    assert np.all(np.abs(found) <= np.abs(steps))
+    assert all(c[4] == 1 and c[3] < 32 for c in cap.record("bn:0")["encoding"]["chunks"])
+    # a hand-edited manifest naming steps that are no digits is refused, not decoded
+    manifest = json.loads((tmp_path / "cap" / "manifest.json").read_text())
+    manifest["tensors"]["bn:0"]["encoding"]["predict"]["attrs"]["ulps"] = "3425610x"
+    (tmp_path / "cap" / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(TftraceError, match="per-channel steps are not digits 0 to 6"):
+        Capture.open(tmp_path / "cap")
+
+
 def test_a_prediction_input_dropped_later_leaves_its_dependents_readable(tmp_path: Path) -> None:
     conv = RNG.normal(size=(4, 3)).astype(np.float32)
     with CaptureWriter(tmp_path / "cap", graph=GRAPH) as writer:

@@ -146,17 +146,60 @@ def _bn(x: Sequence[np.ndarray], attrs: Mapping[str, Any]) -> np.ndarray:
             w += offset
             part[...] = w  # rounds to float32 once, in place
         return centered
+    if attrs.get("form") == "centered_scaled":
+        # Eigen's (TensorFlow's CPU kernel without oneDNN): (x - mean) * factor + offset, its factor
+        # rsqrt(var + eps) * scale from a vectorised rsqrt that can be a few ULPs off the rounded
+        # one: those ULPs, one digit per channel ("3" = none), are recorded in attrs["ulps"]
+        factor = _stepped(inv, str(attrs.get("ulps", ""))) * scale
+        out = x0 - mean
+        out *= factor
+        out += offset
+        return out
     factor = scale * inv
     out = x0 * factor
     out += offset - mean * factor  # in place: the same bits as ``x0 * factor + (...)``, one buffer less
     return out
 
 
+ULP_STEPS = 3  # the per-channel ULPs "centered_scaled" may step the reciprocal square root by, each way
+
+
+def _stepped(inv: np.ndarray, ulps: str) -> np.ndarray:
+    """``inv`` (positive float32) moved by the recorded ULPs per channel ('0'..'6': -3..+3)."""
+    if not ulps:
+        return inv
+    steps = np.frombuffer(ulps.encode("ascii"), np.uint8).astype(np.int32) - (ord("0") + ULP_STEPS)
+    if inv.dtype != np.float32 or steps.shape != inv.shape:
+        raise ValueError("the recorded ULPs do not fit the batch norm's channels")
+    return (inv.view(np.int32) + steps).view(np.float32)
+
+
+def _fit_ulps(spec: Mapping[str, Any], inputs: Sequence[np.ndarray], part: np.ndarray) -> dict[str, Any] | None:
+    """The attrs of "centered_scaled" that reproduce the most elements of ``part``: per channel,
+    the ULP step of the reciprocal square root whose prediction matches most often."""
+    x0, scale, offset, mean, var = inputs
+    if part.dtype != np.float32 or part.ndim == 0 or scale.shape != part.shape[-1:]:
+        return None
+    eps = np.asarray(spec.get("attrs", {}).get("epsilon", 1e-3), part.dtype)
+    with np.errstate(all="ignore"):
+        inv = np.asarray(1, part.dtype) / np.sqrt(var + eps)
+        centered = (x0 - mean).reshape(-1, part.shape[-1])
+        want = part.reshape(-1, part.shape[-1]).view(np.uint32)
+        best, hits = np.zeros(inv.shape, np.int32), np.full(inv.shape, -1)
+        for step in sorted(range(-ULP_STEPS, ULP_STEPS + 1), key=abs):  # a tie keeps the smaller step
+            factor = (inv.view(np.int32) + step).view(np.float32) * scale
+            matched = ((centered * factor + offset).view(np.uint32) == want).sum(axis=0)
+            better = matched > hits
+            best[better], hits[better] = step, matched[better]
+    return {**spec.get("attrs", {}), "form": "centered_scaled",
+            "ulps": (best + ord("0") + ULP_STEPS).astype(np.uint8).tobytes().decode("ascii")}
+
+
 # The arithmetic orders a batch norm kernel is known to use: the first chunk of each tensor is
 # predicted in each, and the one that matches most elements is recorded in the spec's attrs
-# ("form"; absent: "affine"). Measured on a ResNet-50 capture with oneDNN on: "affine" matched
-# 53% of the elements, "centered_fma" all of them.
-BN_FORMS = ("affine", "centered_fma")
+# ("form"; absent: "affine"). Measured on a ResNet-50 capture: with oneDNN on, "affine" matched 53%
+# of the elements and "centered_fma" all of them; with it off, "centered_scaled" all of them.
+BN_FORMS = ("affine", "centered_fma", "centered_scaled")
 
 
 PREDICTORS: dict[str, tuple[int, _Fn]] = {  # op type -> (data inputs used, numpy definition)
@@ -200,18 +243,19 @@ def forms(spec: Mapping[str, Any]) -> tuple[str, ...]:
 def choose_form(spec: dict[str, Any], inputs: Sequence[np.ndarray], part: np.ndarray) -> np.ndarray | None:
     """Predict ``part`` in each of the spec's forms, record the best in ``spec["attrs"]["form"]``,
     and return its prediction (None when none can be made)."""
-    best: tuple[int, str, np.ndarray] | None = None
+    best: tuple[int, dict[str, Any], np.ndarray] | None = None
     for form in forms(spec):
-        trial = {**spec, "attrs": {**spec.get("attrs", {}), "form": form}}
-        guess = predict(trial, inputs, part.dtype, part.shape)
+        attrs = (_fit_ulps(spec, inputs, part) if form == "centered_scaled"
+                 else {**spec.get("attrs", {}), "form": form})
+        guess = None if attrs is None else predict({**spec, "attrs": attrs}, inputs, part.dtype, part.shape)
         if guess is None:
             continue
         missed = int(np.count_nonzero(xor(np.ascontiguousarray(part), guess).view(f"u{part.dtype.itemsize}")))
         if best is None or missed < best[0]:
-            best = (missed, form, guess)
+            best = (missed, attrs, guess)
     if best is None:
         return None
-    spec.setdefault("attrs", {})["form"] = best[1]
+    spec["attrs"] = best[1]
     return best[2]
 
 

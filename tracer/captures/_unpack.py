@@ -144,9 +144,11 @@ def validate_prediction(root: Path, tensors: dict[str, Any], levels: dict[str, i
     if not (isinstance(spec, dict) and spec.get("op") in PREDICTORS and isinstance(spec.get("attrs", {}), dict)
             and isinstance(inputs, list) and all(isinstance(i, str) for i in inputs) and len(inputs) == PREDICTORS[spec["op"]][0]):
         raise damaged(root, f"tensor {name!r}: its prediction {spec!r} is not one tftrace makes")
-    form = spec.get("attrs", {}).get("form")
+    form, ulps = spec.get("attrs", {}).get("form"), spec.get("attrs", {}).get("ulps")
     if form is not None and form not in forms(spec):
         raise damaged(root, f"tensor {name!r}: its prediction's arithmetic order {form!r} is not one tftrace knows")
+    if ulps is not None and not (isinstance(ulps, str) and set(ulps) <= set("0123456")):
+        raise damaged(root, f"tensor {name!r}: its prediction's per-channel steps are not digits 0 to 6")
     for source in inputs:
         if source not in levels or tensors[source].get("stored_dtype") != rec["stored_dtype"]:
             raise damaged(root, f"tensor {name!r} is predicted from {source!r}, which is not a captured tensor "
