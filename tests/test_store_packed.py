@@ -155,6 +155,21 @@ def test_elementwise_outputs_are_stored_as_residuals_and_read_back_exactly(tmp_p
     assert files["conv:0"] > 0.7 * values["conv:0"].nbytes  # nothing to predict it from
 
 
+def _batch_norm_capture(path: Path, x: np.ndarray, vec: dict[str, np.ndarray], bn: np.ndarray) -> Capture:
+    """A capture of one inference batch norm ``bn`` of ``x`` (its vectors ``vec``), in two batches."""
+    graph = {"nodes": [_node("x", "Placeholder", []), *(_node(k, "Const", []) for k in vec),
+                       _node("bn", "FusedBatchNormV3", ["x", "scale", "offset", "mean", "var"], epsilon=1e-3,
+                             is_training=False)]}
+    with CaptureWriter(path, graph=graph) as writer:
+        for key, value in vec.items():
+            writer.write_whole(f"{key}:0", value)
+        for start, stop in ((0, 3), (3, 6)):
+            writer.write_rows("x:0", x[start:stop], start, 6)
+            writer.write_rows("bn:0", bn[start:stop], start, 6)
+        writer.finalize({})
+    return Capture.open(path)
+
+
 def test_a_batch_norm_computed_in_onednns_order_is_predicted_in_that_order_exactly(tmp_path: Path) -> None:
     """oneDNN's inference batch norm is fma((x - mean) * rsqrt(var + eps), scale, offset): the first
     chunk picks that form over the affine one, and every later chunk's residual is zero."""
@@ -162,17 +177,7 @@ def test_a_batch_norm_computed_in_onednns_order_is_predicted_in_that_order_exact
     vec = {k: RNG.uniform(0.5, 2, 8).astype(np.float32) for k in ("scale", "offset", "mean", "var")}
     inv = np.float32(1) / np.sqrt(vec["var"] + np.float32(1e-3))
     bn = (((x - vec["mean"]) * inv).astype(np.float64) * vec["scale"] + vec["offset"]).astype(np.float32)
-    graph = {"nodes": [_node("x", "Placeholder", []), *(_node(k, "Const", []) for k in vec),
-                       _node("bn", "FusedBatchNormV3", ["x", "scale", "offset", "mean", "var"], epsilon=1e-3,
-                             is_training=False)]}
-    with CaptureWriter(tmp_path / "cap", graph=graph) as writer:
-        for key, value in vec.items():
-            writer.write_whole(f"{key}:0", value)
-        for start, stop in ((0, 3), (3, 6)):
-            writer.write_rows("x:0", x[start:stop], start, 6)
-            writer.write_rows("bn:0", bn[start:stop], start, 6)
-        writer.finalize({})
-    cap = Capture.open(tmp_path / "cap")
+    cap = _batch_norm_capture(tmp_path / "cap", x, vec, bn)
     assert cap.tensor("bn:0").tobytes() == bn.tobytes()
     assert cap.record("bn:0")["encoding"]["predict"]["attrs"] == {"epsilon": 1e-3, "form": "centered_fma"}
     chunks = cap.record("bn:0")["encoding"]["chunks"]
@@ -189,17 +194,7 @@ def test_a_batch_norm_computed_in_eigens_order_records_each_channels_ulps(tmp_pa
     steps = np.array([0, 1, -1, 2, 0, -2, 3, 0], np.int32)
     factor = (inv.view(np.int32) + steps).view(np.float32) * vec["scale"]
     bn = (x - vec["mean"]) * factor + vec["offset"]
-    graph = {"nodes": [_node("x", "Placeholder", []), *(_node(k, "Const", []) for k in vec),
-                       _node("bn", "FusedBatchNormV3", ["x", "scale", "offset", "mean", "var"], epsilon=1e-3,
-                             is_training=False)]}
-    with CaptureWriter(tmp_path / "cap", graph=graph) as writer:
-        for key, value in vec.items():
-            writer.write_whole(f"{key}:0", value)
-        for start, stop in ((0, 3), (3, 6)):
-            writer.write_rows("x:0", x[start:stop], start, 6)
-            writer.write_rows("bn:0", bn[start:stop], start, 6)
-        writer.finalize({})
-    cap = Capture.open(tmp_path / "cap")
+    cap = _batch_norm_capture(tmp_path / "cap", x, vec, bn)
     assert cap.tensor("bn:0").tobytes() == bn.tobytes()
     attrs = cap.record("bn:0")["encoding"]["predict"]["attrs"]
     assert set(attrs) == {"epsilon", "form", "ulps"} and attrs["form"] == "centered_scaled"
