@@ -119,8 +119,9 @@ def _run_time_rewrite(report: dict[str, Any], first: dict[str, Any]) -> dict[str
                 "bit; `--grappler remapping=off` on both sides is the first experiment.")
     if any(r.get("kind") == "variable_frozen" for r in report.get("rewrites") or []):
         evidence += (" Freezing turned variables into constants, which is exact in the graph, but Grappler "
-                     "rewrites an op whose parameters are constants differently from one that reads variables "
-                     "(its remapper splits an inference batch norm with constant parameters into Mul + Add).")
+                     "rewrites an op whose parameters are constants differently from one that reads variables"
+                     + (" (its remapper splits an inference batch norm with constant parameters into Mul + Add)."
+                        if str(first.get("op", "")).startswith("FusedBatchNorm") else "."))
     return {"grappler": evidence}
 
 
