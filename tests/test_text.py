@@ -73,3 +73,28 @@ def test_report_md_and_html_carry_no_control_characters(tmp_path: Path) -> None:
     assert "k\\\\x1b\\]52;c;cHduZWQ=\\\\x07" in md  # the escape shown as text (backslashes escaped for Markdown)
     assert "k\\\\x1b]52;c;cHduZWQ=\\\\x07" in result["html"].read_text(encoding="utf-8")  # inside the JSON data
     assert KEY in report["outputs"]  # the caller's report (report.json's data) keeps the exact key
+
+
+def test_top_origins_show_a_long_node_name_whole_on_narrow_and_wide_terminals() -> None:
+    """A Keras export's nodes all start with 'StatefulPartitionedCall/functional_1/…': an 80-column terminal
+    once showed them as 'Statefu…', which names nothing."""
+    report = json.loads((FIXTURES / "report_detector_planted.json").read_text(encoding="utf-8"))
+    long_name = "StatefulPartitionedCall/functional_1/block2/bn/FusedBatchNormV3"
+    report["origins"][0]["node"] = long_name
+    for width in (80, 130):
+        out = io.StringIO()
+        print_comparison(Console(file=out, width=width, color_system=None, force_terminal=False), report)
+        lines = out.getvalue().splitlines()
+        assert all(len(line) <= width for line in lines)
+        start = next(i for i, line in enumerate(lines) if line.startswith("Top origins"))
+        end = next(i for i, line in enumerate(lines) if line.startswith("Outputs"))
+        block = lines[start + 1:end]
+        if width == 80:  # one line per origin, wrapped by the terminal only
+            text = " ".join(line.strip() for line in block)
+            assert text == (f"1. {long_name} (FusedBatchNormV3): max abs 0.0123, max rel 0.0093, rel to peak —; "
+                            "isolation own_error; rewrite attr_changed")
+        else:  # the table folds the name in its column
+            cells = [line.split("│") for line in block if line.startswith("│")]
+            assert "".join(cell[2].strip() for cell in cells) == long_name
+            assert [c.strip() for c in cells[0][3:9]] == ["FusedBatchNormV3", "0.0123", "0.0093", "—", "own_error",
+                                                        "attr_changed"]

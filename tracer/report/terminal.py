@@ -69,6 +69,33 @@ def _detail(detail: dict) -> str:
     return ", ".join(parts)
 
 
+WIDE_TABLE_COLUMNS = 120  # below this the origins table would cut node names ("Statefu…"): one line each instead
+
+
+def _print_origins(console: Console, origins: list[dict]) -> None:
+    """The top origins: a table on a wide terminal, a numbered line each on a narrow one.
+
+    A Keras or TF2 export names every node 'StatefulPartitionedCall/functional_1/…'; squeezed into an
+    80-column table the name, which is what the user acts on, was cut to 'Statefu…'."""
+    rows = [(str(origin.get("rank")), str(origin["node"]), str(origin["op"]), figure(origin["max_abs"]),
+             figure(origin["max_rel"]), figure(origin.get("rel_to_peak")),
+             str((origin.get("isolation") or {}).get("verdict", "—")), str(origin.get("rewrite") or ""))
+            for origin in origins]
+    if console.width < WIDE_TABLE_COLUMNS:
+        console.print("Top origins", highlight=False, markup=False)
+        for rank, node, op, max_abs, max_rel, rel_peak, isolation, rewrite in rows:
+            console.print(f"  {rank}. {node} ({op}): max abs {max_abs}, max rel {max_rel}, rel to peak {rel_peak}; "
+                          f"isolation {isolation}" + (f"; rewrite {rewrite}" if rewrite else ""),
+                          highlight=False, markup=False)
+        return
+    table = Table(title="Top origins", title_justify="left")
+    for col in ("#", "op", "type", "max abs", "max rel", "rel to peak", "isolation", "rewrite"):
+        table.add_column(col, overflow="fold")
+    for row in rows:
+        table.add_row(*map(escape, row))
+    console.print(table)
+
+
 VERDICT_STYLE = {"identical": "bold green", "within_tolerance": "bold yellow", "within_noise": "bold yellow",
                  "diverged": "bold red"}
 
@@ -110,15 +137,7 @@ def print_comparison(console: Console, report: dict, out_dir: object = None) -> 
                           markup=False)
     origins = report.get("origins") or []
     if origins:
-        table = Table(title="Top origins", title_justify="left")
-        for col in ("#", "op", "type", "max abs", "max rel", "rel to peak", "isolation", "rewrite"):
-            table.add_column(col)
-        for origin in origins[:8]:
-            table.add_row(str(origin.get("rank")), escape(str(origin["node"])), escape(str(origin["op"])),
-                          figure(origin["max_abs"]), figure(origin["max_rel"]), figure(origin.get("rel_to_peak")),
-                          escape(str((origin.get("isolation") or {}).get("verdict", "—"))),
-                          escape(str(origin.get("rewrite") or "")))
-        console.print(table)
+        _print_origins(console, origins[:8])
     plain = any(out.get("compared_as") == "plain" for out in report.get("outputs", {}).values())
     beside = {key: observed_beside(out) for key, out in report.get("outputs", {}).items()}
     outputs = Table(title="Outputs (plain runs, as in production)" if plain else "Outputs", title_justify="left")
