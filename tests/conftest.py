@@ -92,6 +92,17 @@ def slim_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.fixture(scope="session")
+def keras_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Keras 3 exports of one small functional model (see tests/fixtures/keras_export.py), built once
+    per session in a child process: ``export/`` (``model.export``), ``tfsave/``
+    (``tf.saved_model.save``), ``bf16/`` (the same weights under ``mixed_bfloat16``), ``model.keras``."""
+    out = tmp_path_factory.mktemp("keras") / "models"
+    subprocess.run([sys.executable, str(REPO / "tests" / "fixtures" / "keras_export.py"), str(out)], cwd=REPO,
+                   check=True, capture_output=True, timeout=300)
+    return out
+
+
 # ------------------------------------------------------------------ every report written satisfies the schema
 
 _CHECKED: dict[Path, int] = {}  # report.json -> the mtime it was checked at

@@ -406,8 +406,18 @@ def test_capture_directories_are_recognised_not_loaded(tf: Any, tmp_path: Path) 
 
 
 def test_unrecognised_file(tf: Any, tmp_path: Path) -> None:
+    (tmp_path / "model.tflite").write_bytes(b"TFL3")
+    assert error_of(tmp_path / "model.tflite") == (
+        f"{tmp_path}/model.tflite is a file tftrace does not recognise. Give a SavedModel directory, a checkpoint "
+        "directory or prefix, or a GraphDef ending in .pb or .pbtxt."
+    )
+
+
+def test_keras_file_is_refused_with_the_export_that_makes_it_readable(tf: Any, tmp_path: Path) -> None:
     (tmp_path / "model.h5").write_bytes(b"\x89HDF")
     assert error_of(tmp_path / "model.h5") == (
-        f"{tmp_path}/model.h5 is a file tftrace does not recognise. Give a SavedModel directory, a checkpoint "
-        "directory or prefix, or a GraphDef ending in .pb or .pbtxt."
+        f"{tmp_path}/model.h5 is a Keras model file; tftrace reads TensorFlow graphs, and a Keras file holds a "
+        "Python model. Export it as a SavedModel and give that directory: in Python, "
+        f"keras.models.load_model('{tmp_path}/model.h5').export('exported') (Keras 3; `tf.saved_model.save(model, "
+        "'exported')` works too)."
     )

@@ -150,7 +150,8 @@ def test_examples_digest_is_over_values_in_key_order() -> None:
             def tensor(name: str) -> np.ndarray:
                 return values[name]
 
-        return type("View", (), {"capture": Capture})
+        graph = type("Graph", (), {"inputs": Capture.manifest["graph"]["inputs"]})
+        return type("View", (), {"capture": Capture, "graph": graph})
 
     same = examples_digest(view(dict(arrays)))
     assert same == examples_digest(view({k: v.copy() for k, v in arrays.items()})) and len(same) == 64

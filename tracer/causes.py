@@ -49,8 +49,10 @@ CAUSES: dict[str, Cause] = {c.key: c for c in (
     Cause("xla", "XLA compilation changes fusion and arithmetic order", "the same jit setting everywhere",
           "the XLA speed-up"),
     Cause("mixed_precision", "mixed precision computes parts of the model in float16/bfloat16",
-          "turn the rewrite off (`auto_mixed_precision*` off; no `--mixed_precision=bfloat16` in TF Serving), "
-          "or accept it and test with a tolerance",
+          "turn it off where it enters: at run time Grappler's `auto_mixed_precision*` rewrites (no "
+          "`--mixed_precision=bfloat16` in TF Serving); in the graph itself (`cast_inserted`: a Keras "
+          "`mixed_float16`/`mixed_bfloat16` dtype policy, a converter's FP16 mode) export with float32 compute "
+          "(Keras: build under the `float32` policy and load the same weights); or accept it and test with a tolerance",
           "the mixed-precision speed-up"),
     Cause("export", "export-time rewrites (batch-norm folding, optimize_for_inference, TF-TRT, fp16 conversion)",
           "test the exported artifact itself; fold in both or in neither (freezing alone is exact)",

@@ -103,6 +103,12 @@ def _detect_file(path: str) -> tuple[str, str]:
         return "graphdef", path
     if gfile.exists(path + ".index") or gfile.exists(path + ".meta"):
         return "checkpoint", path
+    if path.endswith((".keras", ".h5", ".hdf5")):
+        raise TftraceError(
+            f"{path} is a Keras model file; tftrace reads TensorFlow graphs, and a Keras file holds a Python model",
+            f"export it as a SavedModel and give that directory: in Python, keras.models.load_model({path!r})"
+            ".export('exported') (Keras 3; `tf.saved_model.save(model, 'exported')` works too)",
+        )
     raise TftraceError(
         f"{path} is a file tftrace does not recognise",
         "give a SavedModel directory, a checkpoint directory or prefix, or a GraphDef ending in .pb or .pbtxt",

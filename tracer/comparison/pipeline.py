@@ -234,7 +234,7 @@ def _compare(
             cap_b = open_or_capture(b, out, "b", console=console, shared_inputs=shared,
                                     allow_unsafe_ops=allow_unsafe_ops, prepared=prepared_b)
         except TftraceError as exc:
-            if shared is None or "the signature expects" not in exc.problem:
+            if shared is None or not any(t in exc.problem for t in ("the signature expects", "holds one array")):
                 raise
             raise TftraceError(
                 f"the two signatures cannot be paired: B cannot take A's examples ({exc.problem})",
@@ -244,7 +244,8 @@ def _compare(
         if ahead.get("b") is not None:
             ahead["b"].cancel()  # its job never came (A failed), or it is over: nothing is left running
     view_a, view_b = CaptureView(cap_a), CaptureView(cap_b)
-    _apply_signature_map(view_a, view_b, signature_map or {})
+    signature_map = signature_map or _one_input_each(view_a, view_b)
+    _apply_signature_map(view_a, view_b, signature_map)
     _require_pairable(view_a, view_b)
     _require_same_examples(view_a, view_b)
     diff = diff_graphs(
@@ -282,9 +283,10 @@ def _compare(
 
 def examples_digest(view: CaptureView) -> str | None:
     """SHA-256 over the examples a side ran on (its signature inputs, in key order), so two
-    sides fed the same values from differently named files are seen to agree."""
+    sides fed the same values from differently named files are seen to agree. The keys are the
+    view's: B's inputs under A's names where ``--map`` (or one input each) paired them."""
     digest = hashlib.sha256()
-    inputs = view.capture.manifest.get("graph", {}).get("inputs", {})
+    inputs = view.graph.inputs
     for key, tensor in sorted(inputs.items()):
         if not view.capture.has(tensor):
             return None
@@ -397,18 +399,39 @@ def _is_capture(target: str | Side) -> bool:
 
 
 def _inputs_from(cap: Capture, out: Path, signature_map: dict[str, str]) -> InputSpec:
-    """Feed B the very examples A saw (under B's key names when ``--map`` renames them)."""
+    """Feed B the very examples A saw (under B's key names when ``--map`` renames them).
+
+    One input and no ``--map``: a plain ``.npy``, which a signature of one input takes whatever
+    its key (Keras's ``model.export`` keys it after the Input layer, ``tf.saved_model.save`` of the
+    same model ``inputs``); :func:`_one_input_each` then pairs the keys."""
     arrays = {
         signature_map.get(key, key): np.asarray(cap.tensor(t))
         for key, t in cap.manifest["graph"]["inputs"].items()
         if cap.has(t)
     }
-    path = out / "inputs_from_a.npz"
     buffer = io.BytesIO()
-    np.savez(buffer, **arrays)
+    if len(arrays) == 1 and not signature_map:
+        path = out / "inputs_from_a.npy"
+        np.save(buffer, next(iter(arrays.values())))
+    else:
+        path = out / "inputs_from_a.npz"
+        np.savez(buffer, **arrays)
     write_file(path, buffer.getvalue())
     examples = int(cap.manifest["examples"]["count"]) or 1
     return InputSpec(inputs_file=str(path), seed=0, examples=examples)
+
+
+def _one_input_each(view_a: CaptureView, view_b: CaptureView) -> dict[str, str]:
+    """``{A's key: B's key}`` when each signature has one input and the keys differ: the one input
+    each side has is the same input (B was fed A's examples). Noted on side B, for the report."""
+    (key_a, *more_a), (key_b, *more_b) = list(view_a.graph.inputs) or [None], list(view_b.graph.inputs) or [None]
+    if more_a or more_b or key_a is None or key_b is None or key_a == key_b:
+        return {}
+    notes = view_b.capture.manifest.setdefault("notes", [])
+    if isinstance(notes, list):  # in memory only, for the report: the capture on disk is not changed
+        notes.append(f"its one input {key_b!r} was paired with A's one input {key_a!r} (keyed differently; "
+                     "--map A_KEY=B_KEY pairs keys by hand)")
+    return {key_a: key_b}
 
 
 def _apply_signature_map(view_a: CaptureView, view_b: CaptureView, mapping: dict[str, str]) -> None:

@@ -76,12 +76,17 @@ def match_graphs(a: OpGraph, b: OpGraph) -> dict[str, tuple[str, str]]:
             if x in a and y in b:  # an input the outputs do not need is not in the graph
                 pair(x, y, "signature")
     _spread(a, b, pairs, taken_b, pair)
+    # The reads of a matched variable are its reads on the other side, whatever they are named: a
+    # Keras layer's auto-numbered 'bn/Cast_3/ReadVariableOp' reads beta in one export and gamma in
+    # another (the casts are built in another order under mixed precision), so this comes before
+    # the guess by equal numbered names.
+    _pair_plumbing(a, b, pairs, pair)
     # Auto-numbered names structure left unpaired: equal names of one op type are the best guess.
     guessed = [pair(name, name, "name") for name in a.topo_order()
                if name in numbered and name in b and a.op_type(name) == b.op_type(name)]
     if any(guessed):
         _spread(a, b, pairs, taken_b, pair)
-    _pair_plumbing(a, b, pairs, pair)
+        _pair_plumbing(a, b, pairs, pair)
     return pairs
 
 
@@ -105,8 +110,8 @@ def _renumberable(a: OpGraph, b: OpGraph) -> set[str]:
 
 
 def _pair_plumbing(a: OpGraph, b: OpGraph, pairs: dict[str, tuple[str, str]], pair: Callable[[str, str, str], bool]) -> None:
-    """Pair leftover Identity plumbing around matched ops so the name mapping is complete; done
-    last because plumbing carries no structure.
+    """Pair leftover Identity plumbing around matched ops so the name mapping is complete: what
+    structure (the op types of consumers) cannot pair, because plumbing has no op type of its own.
 
     First from the reader's side: the pass-throughs that two matched ops read at the same input
     index are paired upwards in step (``w/read`` <-> ``.../ReadVariableOp``), because those are
