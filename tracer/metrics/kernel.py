@@ -25,6 +25,10 @@ in int64, halving the elements per instruction).
 Compiled lazily per dtype combination actually used, with ``cache=True``: numba keeps the
 machine code in ``__pycache__`` next to this file, or in the user's cache directory when the
 package is read-only; when neither can be written it compiles in every process instead.
+
+Why one module of ~560 lines: numba's cache checks only the source file of the cached function
+(``_scan``), so every helper it inlines lives here too. Split off into a module of their own,
+an edit to a helper would leave the stale machine code in use.
 """
 
 from __future__ import annotations
