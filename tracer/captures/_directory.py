@@ -1,4 +1,5 @@
-"""A capture directory before its tensors: made empty, and locked for one writer.
+"""A capture directory before its tensors: made empty, and locked for one writer; and a full
+disk while writing them turned into the user's error (:func:`reports_full_disk`).
 
 A writer creates ``.lock`` exclusively (``O_EXCL``) and writes its pid, host and a nonce in
 it; a second writer is refused while the first lives, and a lock whose process is gone is an
@@ -8,17 +9,21 @@ writer leaves behind and nothing else. Never imports TensorFlow.
 
 from __future__ import annotations
 
+import errno
+import functools
 import json
 import os
 import shutil
 import socket
+from collections.abc import Callable
 from pathlib import Path
+from typing import Concatenate, ParamSpec, Protocol, TypeVar
 
 from ..errors import TftraceError
 from ..safewrite import refuse_link_dir
 from ._format import MANIFEST, RERUN, TENSORS
 
-__all__ = ["LOCK", "prepare_directory", "acquire_lock", "release_lock", "lock_holder"]
+__all__ = ["LOCK", "prepare_directory", "acquire_lock", "release_lock", "lock_holder", "reports_full_disk"]
 
 LOCK = ".lock"
 
@@ -148,3 +153,41 @@ def lock_holder(held: bytes) -> tuple[int | None, str, bool]:
     except PermissionError:
         return pid, host, False
     return pid, host, False
+
+
+class _Writer(Protocol):
+    """What :func:`reports_full_disk` reads of the writer whose method failed."""
+
+    bytes_written: int
+    path: Path
+
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+_W = TypeVar("_W", bound="_Writer")
+_DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+def reports_full_disk(
+    method: Callable[Concatenate[_W, _P], _R],
+) -> Callable[Concatenate[_W, _P], _R]:
+    """Turn "no space left" into the user's error, with how far the capture got.
+
+    A full disk is the environment, not a bug: the capture stops with a TftraceError (exit 2);
+    no manifest is written, so the partial directory stays incomplete and is refused later.
+    """
+
+    @functools.wraps(method)
+    def wrapper(self: _W, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        try:
+            return method(self, *args, **kwargs)
+        except OSError as exc:
+            if exc.errno not in _DISK_FULL:
+                raise
+            raise TftraceError(
+                f"disk full at {self.bytes_written:,} bytes written to {self.path} ({exc.strerror})",
+                f"free space on that file system or choose another --out; the partial capture in {self.path} has "
+                "no manifest.json and is refused as incomplete (delete it, or re-run with --force)",
+            ) from exc
+
+    return wrapper

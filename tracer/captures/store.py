@@ -21,22 +21,21 @@ rendered on machines that may not have it.
 
 from __future__ import annotations
 
-import errno
 import functools
 import json
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import Any, BinaryIO, Concatenate, ParamSpec, TypeVar
+from typing import Any, BinaryIO
 
 import numpy as np
 
 from ..errors import TftraceError
 from ..jsonvalues import jsonable
 from ..safewrite import open_new, replacing, write_file
-from ._directory import prepare_directory, release_lock
+from ._directory import prepare_directory, release_lock, reports_full_disk
 from ._entry import Entry, add_interval
 from ._flusher import Flusher
 from ._format import (
@@ -62,38 +61,6 @@ from ._stats import Stats, file_stats
 from .reader import Capture
 
 __all__ = ["Capture", "CaptureWriter", "safe_filename", "FORMAT", "FORMAT_VERSION"]
-
-
-# --------------------------------------------------------------------------- a full disk
-
-_P = ParamSpec("_P")
-_R = TypeVar("_R")
-_DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
-
-
-def _reports_full_disk(
-    method: Callable[Concatenate[CaptureWriter, _P], _R],
-) -> Callable[Concatenate[CaptureWriter, _P], _R]:
-    """Turn "no space left" into the user's error, with how far the capture got.
-
-    A full disk is the environment, not a bug: the capture stops with a TftraceError (exit 2);
-    no manifest is written, so the partial directory stays incomplete and is refused later.
-    """
-
-    @functools.wraps(method)
-    def wrapper(self: CaptureWriter, *args: _P.args, **kwargs: _P.kwargs) -> _R:
-        try:
-            return method(self, *args, **kwargs)
-        except OSError as exc:
-            if exc.errno not in _DISK_FULL:
-                raise
-            raise TftraceError(
-                f"disk full at {self.bytes_written:,} bytes written to {self.path} ({exc.strerror})",
-                f"free space on that file system or choose another --out; the partial capture in {self.path} has "
-                "no manifest.json and is refused as incomplete (delete it, or re-run with --force)",
-            ) from exc
-
-    return wrapper
 
 
 # --------------------------------------------------------------------------- writer
@@ -148,7 +115,7 @@ class CaptureWriter(LinkedFiles, PackedWrites):
 
     # ---- directory and lock
 
-    @_reports_full_disk
+    @reports_full_disk
     def _prepare(self) -> None:
         self._lock_token = prepare_directory(self.path, self._force)
 
@@ -177,7 +144,7 @@ class CaptureWriter(LinkedFiles, PackedWrites):
         self._entries[tensor_name] = entry
         return entry
 
-    @_reports_full_disk
+    @reports_full_disk
     def write_rows(
         self, tensor_name: str, rows: np.ndarray, row_offset: int, total_rows: int, *, same_as: str | None = None
     ) -> None:
@@ -300,7 +267,7 @@ class CaptureWriter(LinkedFiles, PackedWrites):
         if self._flusher is not None:
             self._flusher.submit(self._file(entry))
 
-    @_reports_full_disk
+    @reports_full_disk
     def write_whole(self, tensor_name: str, array: np.ndarray, *, same_as: str | None = None) -> None:
         """Store a non-batch tensor (constant, weight) once.
 
@@ -333,7 +300,7 @@ class CaptureWriter(LinkedFiles, PackedWrites):
         else:
             self._write_new(entry, stored)
 
-    @_reports_full_disk
+    @reports_full_disk
     def write_plain_output(self, key: str, array: np.ndarray) -> None:
         """Store a signature output as the *plain* run computed it (signature outputs fetched,
         nothing else), under its signature key.
@@ -355,7 +322,7 @@ class CaptureWriter(LinkedFiles, PackedWrites):
         self._plain[key] = entry
         self._write_new(entry, stored)
 
-    @_reports_full_disk
+    @reports_full_disk
     def mark_uncaptured(self, tensor_name: str, reason: str) -> None:
         """Record why a tensor is missing; deletes anything already stored for it.
 
@@ -382,7 +349,7 @@ class CaptureWriter(LinkedFiles, PackedWrites):
         """A copy of tensor name -> reason for everything not captured so far."""
         return dict(self._uncaptured)
 
-    @_reports_full_disk
+    @reports_full_disk
     def stored_equals(self, tensor_name: str, array: np.ndarray) -> bool:
         """Whether a stored whole tensor holds exactly ``array``: shape, dtype and bytes, so a NaN
         equals itself and -0.0 differs from 0.0 (the same test as a pass-through op's)."""
@@ -404,7 +371,7 @@ class CaptureWriter(LinkedFiles, PackedWrites):
 
     # ---- finishing
 
-    @_reports_full_disk
+    @reports_full_disk
     def sync(self) -> float:
         """Wait until every byte handed over so far is written and durable; returns the seconds waited.
 
@@ -417,7 +384,7 @@ class CaptureWriter(LinkedFiles, PackedWrites):
             self._flusher.wait()
         return time.perf_counter() - started
 
-    @_reports_full_disk
+    @reports_full_disk
     def finalize(self, manifest: Mapping[str, Any]) -> Path:
         """Write ``manifest.json`` (last, atomically) and release the lock; returns its path.
 
