@@ -77,3 +77,21 @@ def test_a_keras_file_is_refused_with_the_export_that_makes_it_readable(keras_mo
     proc = run_cli("compare", str(keras_models / "model.keras"), str(keras_models / "export"))
     assert_user_error(proc, f"{keras_models}/model.keras is a Keras model file",
                       f"keras.models.load_model('{keras_models}/model.keras').export('exported')")
+
+
+def test_a_tensor_cast_exactly_to_float16_is_no_divergence(keras_models: Path, tmp_path: Path) -> None:
+    """mixed_float16 casts block_conv's bias to float16, where its values happen to be exact: the
+    same numbers in another dtype. tftrace once called that Reshape the first divergence (max abs 0)
+    and said its "own kernel differs"."""
+    proc = run_cli("compare", str(keras_models / "export"), str(keras_models / "fp16"), "--out", str(tmp_path / "r"),
+                   env=OFF)
+    assert proc.returncode == 1, proc.stderr
+    report = _report(tmp_path / "r")
+    assert report["first_divergence"]["node"] == CONV
+    assert report["first_divergence_beyond_tolerance"]["node"] == CONV
+    reshape = report["nodes"]["StatefulPartitionedCall/detector_1/block_conv_1/Reshape"]
+    assert (reshape["status"], reshape["max_abs"], reshape["dtype"], reshape["dtype_b"]) == (
+        "identical", 0.0, "float32", "float16")
+    assert reshape["reason"] == "the same values, as float32 in A and float16 in B"
+    flat = " ".join(proc.stdout.split())
+    assert f"{CONV} (Conv2D)" in flat and "given identical inputs it differs as rewritten in B (cast_inserted)" in flat

@@ -2,7 +2,8 @@
 
 Every op gets one status:
 
-* ``identical`` — bitwise equal outputs;
+* ``identical`` — bitwise equal outputs (or equal values in another dtype: a tensor a mixed-precision
+  export casts exactly);
 * ``within_tolerance`` — not bitwise equal, but within ``atol + rtol·|a|`` everywhere;
 * ``origin`` — beyond tolerance although every input is within tolerance: the difference
   starts here;
@@ -145,18 +146,28 @@ def _judge_outputs(
         atol, rtol = tolerance.for_tensor(pair.a)
         own_noise = noise.get(pair.a, 0.0)
         noisy = not m.identical and own_noise > 0 and m.max_abs <= own_noise and not (m.nan_mismatch or m.inf_mismatch)
-        if m.identical:
+        retyped = _same_values_retyped(m)
+        if m.identical or retyped:
             status = "identical"
         elif noisy or m.within(atol, rtol):
             status = "within_tolerance"
         else:
             status = "beyond"
-        candidate = NodeResult(op, status, pair.a, m, within_noise=noisy,
-                               reason="within the run-to-run noise of the sides" if noisy else "")
+        reason = ("within the run-to-run noise of the sides" if noisy
+                  else f"the same values, as {m.dtype_a} in A and {m.dtype_b} in B" if retyped else "")
+        candidate = NodeResult(op, status, pair.a, m, within_noise=noisy, reason=reason)
         if worst is None or _severity(candidate) > _severity(worst):
             worst = candidate
     assert worst is not None
     return worst
+
+
+def _same_values_retyped(m: TensorMetrics) -> bool:
+    """Equal values in another dtype (a float32 bias that a mixed-precision export casts to float16
+    exactly): the numbers have not started to differ, so the op is no origin; the cast is the
+    diff's (``cast_inserted``)."""
+    return (not m.identical and m.dtype_a != m.dtype_b and m.max_abs == 0
+            and not (m.nan_mismatch or m.inf_mismatch))
 
 
 def _severity(r: NodeResult) -> tuple[int, float]:

@@ -122,7 +122,9 @@ def print_comparison(console: Console, report: dict, out_dir: object = None) -> 
         if origin:
             iso = origin.get("isolation") or {}
             own = ("the while loop ending here differs given identical inputs" if origin["op"] in EXIT_OPS
-                   else "its own kernel differs given identical inputs")
+                   # not "its own kernel": B computes a rewritten form (a cast region, a folded batch norm...)
+                   else f"given identical inputs it differs as rewritten in B ({origin['rewrite']})"
+                   if origin.get("rewrite") else "its own kernel differs given identical inputs")
             verdict_iso = {"own_error": own,
                            "inherited": "inherited (identical given identical inputs)",
                            "nondeterministic": "nondeterministic (changes from run to run on identical inputs)",
