@@ -121,3 +121,29 @@ def test_cpu_vs_gpu_names_tf32(models: dict[str, Path], tmp_path: Path) -> None:
     assert code == 1 and first["op"] in ("Conv2D", "MatMul")
     assert first["isolation"]["verdict"] == "own_error"
     assert env_b["tf32_enabled"] is True and "tf32" in report["answers"]["causes"]
+
+
+KERAS_CONV = "StatefulPartitionedCall/detector_1/stem_conv_1/convolution"  # tests/fixtures/keras_export.py
+
+
+def test_keras_mixed_float16_export_on_gpu_diverges_at_its_first_cast_conv(keras_models: Path, tmp_path: Path) -> None:
+    """The GPU's usual Keras policy, mixed_float16, against the float32 export of the same weights."""
+    code, report, stdout = _compare(tmp_path / "r", keras_models / "export", keras_models / "fp16", "--device", "gpu",
+                                    "--determinism")
+    first = _first(report)
+    iso = first.get("isolation") or {}
+    _record("keras_fp16_vs_fp32", verdict=report["verdict"], first=first.get("node"), rewrite=first.get("rewrite"),
+            max_abs=first.get("max_abs"), isolation=iso.get("verdict"), causes=report["answers"].get("causes"),
+            outputs=_outputs(report), devices=[s.get("device") for s in report["sides"].values()])
+    assert code == 1 and report["verdict"] == "diverged"
+    assert (first["node"], first["rewrite"], iso["verdict"]) == (KERAS_CONV, "cast_inserted", "own_error")
+    assert not [o["node"] for o in report["origins"] if o["op"] == "ReadVariableOp"]
+    assert "mixed_precision" in report["answers"]["causes"]
+
+
+def test_keras_model_export_and_tf_saved_model_save_agree_on_gpu(keras_models: Path, tmp_path: Path) -> None:
+    code, report, _ = _compare(tmp_path / "r", keras_models / "export", keras_models / "tfsave", "--device", "gpu",
+                               "--determinism")
+    _record("keras_export_vs_tfsave", verdict=report["verdict"], outputs=_outputs(report),
+            notes_b=report["sides"]["b"]["notes"])
+    assert code == 0 and report["verdict"] == "identical"
