@@ -220,3 +220,39 @@ def test_a_planted_lock_file_is_never_written_into(tmp_path: Path) -> None:
         with lock_directory(out):
             pass
     assert precious.read_text() == "keep me" and not (tmp_path / "planted").exists()
+
+
+def test_a_failed_run_takes_back_what_it_wrote_and_keeps_the_users_files(tmp_path: Path) -> None:
+    """A run that fails leaves --out as it found it: nothing half-written looks like a result, and
+    the same command runs again without --force (a failed compare once left captures/ and
+    inputs_from_a.npz, and the retry was refused as "not empty")."""
+    made = tmp_path / "new"
+    with pytest.raises(TftraceError, match="B cannot take"):
+        with output_directory(made, False, "report") as out:
+            write_file(out / "inputs_from_a.npz", b"examples")
+            claim(out, ["captures"])
+            (out / "captures" / "a").mkdir(parents=True)
+            raise TftraceError("the two signatures cannot be paired: B cannot take A's examples", "map keys")
+    assert not made.exists()  # this run made it: gone with what was in it
+
+    kept = tmp_path / "theirs"
+    kept.mkdir()
+    with pytest.raises(KeyboardInterrupt):
+        with output_directory(kept, False, "report") as out:
+            write_file(out / "report.json", b"{}")
+            (out / "notes.txt").write_text("the user's, written meanwhile")
+            raise KeyboardInterrupt
+    assert sorted(os.listdir(kept)) == ["notes.txt"]
+
+
+@pytest.mark.slow
+def test_a_compare_that_fails_after_its_first_capture_can_be_run_again(models: dict[str, Path],
+                                                                       tmp_path: Path) -> None:
+    out = tmp_path / "report"
+    args = ("compare", str(models["detector"]), str(models["nan_model"]), "--out", str(out))
+    first = run_cli(*args, env={"TF_ENABLE_ONEDNN_OPTS": "0"})
+    assert_user_error(first, "cannot be paired")
+    assert not out.exists()
+    again = run_cli(*args, env={"TF_ENABLE_ONEDNN_OPTS": "0"})
+    assert_user_error(again, "cannot be paired")
+    assert again.stderr == first.stderr

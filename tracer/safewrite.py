@@ -282,12 +282,41 @@ def output_directory(out: Path, force: bool, what: str) -> Iterator[Path]:
     ownership record. Only claimed names are ever recorded (never "whatever is there at the
     end": a file the user put there meanwhile stays theirs)."""
     refuse_link_dir(out)
+    created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
-    with lock_directory(out, what):
-        if any(n not in _INTERNAL for n in os.listdir(out)):
-            if not force:
-                raise TftraceError(f"output directory {out} is not empty",
-                                   "choose another --out, or pass --force to replace it")
-            clear_owned(out, what)
-        start_owned(out)
-        yield out
+    failed = False
+    try:
+        with lock_directory(out, what):
+            if any(n not in _INTERNAL for n in os.listdir(out)):
+                if not force:
+                    raise TftraceError(f"output directory {out} is not empty",
+                                       "choose another --out, or pass --force to replace it")
+                clear_owned(out, what)
+            start_owned(out)
+            try:
+                yield out
+            except BaseException:
+                failed = True
+                _undo_owned(out)
+                raise
+    finally:
+        if created and (failed or not any(n not in _INTERNAL for n in os.listdir(out))):
+            with contextlib.suppress(OSError):  # only if nothing is left in it: never a user's file
+                (out / OWNED).unlink(missing_ok=True)
+                out.rmdir()
+
+
+def _undo_owned(directory: Path) -> None:
+    """A run that failed takes back what it recorded writing (a first side's capture, the examples
+    it passed on), so the directory is as it found it: nothing half-written looks like a result,
+    and the same command can be run again without --force."""
+    for name in _read_owned(directory):
+        if "/" in name or name in (".", "..") or name in _INTERNAL:
+            continue  # only plain names of this directory are ever recorded
+        target = directory / name
+        if target.is_dir() and not target.is_symlink():
+            shutil.rmtree(target, ignore_errors=True)
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                target.unlink()
+    (directory / OWNED).unlink(missing_ok=True)
