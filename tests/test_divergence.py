@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from tracer.comparison.align import ROLE_COMPARED, ROLE_REWRITTEN, Alignment, NodeAlignment, TensorPair
-from tracer.comparison.divergence import Tolerance, classify
+from tracer.comparison.divergence import Divergence, NodeResult, Tolerance, classify
+from tracer.comparison.pipeline import _to_isolate
 from tracer.metrics import compare_arrays
 from tracer.opgraph import OpGraph
 
@@ -105,3 +106,16 @@ def test_per_tensor_tolerance_override():
     result = classify(GRAPH, Alignment(nodes, []), metrics, loose)
     assert result.nodes["bn"].status == "within_tolerance"
     assert result.verdict == "within_tolerance"
+
+
+def test_the_first_divergences_are_isolated_whatever_their_rank() -> None:
+    """An unrolled LSTM at batch 1 vs 8 had 12 origins; its first MatMul, ranked twelfth by relative
+    error, fell outside the default --isolate 5 and the report's headline said "not isolated"."""
+    measured = object()  # any metrics: only whether there are some matters here
+    ranked = [NodeResult(f"op{i}", "origin", f"op{i}:0", measured) for i in range(12)]  # type: ignore[arg-type]
+    first = ranked[-1]
+    unmeasured = NodeResult("nan_only", "origin", "nan_only:0", None)
+    divergence = Divergence({r.name: r for r in ranked}, ranked + [unmeasured], first, first)
+    assert [r.name for r in _to_isolate(divergence, 5)] == ["op0", "op1", "op2", "op3", "op4", "op11"]
+    assert _to_isolate(divergence, 0) == []  # --isolate 0: nothing replayed, as asked
+    assert [r.name for r in _to_isolate(divergence, 20)] == [f"op{i}" for i in range(12)]

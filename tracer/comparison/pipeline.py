@@ -28,7 +28,7 @@ from .align import Alignment, CaptureView, align
 from ..captures.launcher import PreparedChild
 from ..captures.launcher import capture as capture_side
 from ..captures.reader import Capture, is_capture_dir
-from .divergence import Divergence, Tolerance, classify
+from .divergence import Divergence, NodeResult, Tolerance, classify
 from ..errors import TftraceError
 from ..diff.records import GraphDiff
 from ..diff.rewrites import diff_graphs
@@ -258,7 +258,7 @@ def _compare(
     metrics = pair_metrics(cap_a, cap_b, alignment, tolerance)
     noise = _noise(a, b, cap_a, cap_b, alignment, out, repeat, console, signature_map or {})
     divergence = classify(view_a.graph, alignment, metrics, tolerance, noise.per_tensor)
-    top = [r for r in divergence.origins if r.metrics is not None][: max(0, isolate)]
+    top = _to_isolate(divergence, isolate)
     if top:
         claim(out, ["work"])
     isolation = isolate_origins(top, alignment, view_a, view_b, str(out / "work"), console,
@@ -279,6 +279,19 @@ def _compare(
     if not keep_captures and made_here.is_dir():
         shutil.rmtree(made_here)  # before the report: a report.json present means the directory is as it stays
     return comparison
+
+
+def _to_isolate(divergence: Divergence, isolate: int) -> list[NodeResult]:
+    """The ``isolate`` top-ranked origins, and the first divergences (bitwise, beyond tolerance)
+    whatever their rank: the report leads with them, and an unrolled LSTM's first MatMul ranked
+    twelfth was once shown as "not isolated"."""
+    ranked = [r for r in divergence.origins if r.metrics is not None]
+    top = ranked[: max(0, isolate)]
+    if isolate > 0:
+        for first in (divergence.first_bitwise, divergence.first_beyond_tolerance):
+            if first is not None and first.metrics is not None and first not in top:
+                top.append(first)
+    return top
 
 
 def examples_digest(view: CaptureView) -> str | None:
