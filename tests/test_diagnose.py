@@ -560,3 +560,19 @@ def test_the_recipe_takes_each_remedy_from_side_b_and_one_fixed_shape():
     assert str(a.artifact.path) == "model/ckpt" and str(b.artifact.path) == "model/sm"
     assert recipe.reference.side.batch_size == 8 and not recipe.reference.side.knobs.determinism
     assert plan_recipe(planned, [dict(r, verdict="identical") for r in results], ctx) is None
+
+
+def test_the_recipe_names_only_the_settings_it_applies():
+    """The mixed-precision pair's B is described "no mixed precision, oneDNN on" (both its sides run
+    oneDNN): the recipe once listed that whole description, claiming "oneDNN on" it never set."""
+    from tracer.diagnosis.recipe import plan_recipe
+    ctx = _context()
+    planned = plan_experiments(ctx)
+    diverged = {"mixed_precision", "remapping"}
+    results = [{"name": p.name, "factor": p.factor, "verdict": "diverged" if p.name in diverged else "identical"}
+               for p in planned]
+    recipe = plan_recipe(planned, results, ctx)
+    assert recipe.applied == ("Grappler remapping off",  # in the order the experiments are planned
+                              "Grappler auto_mixed_precision_onednn_bfloat16 at its default (not on)")
+    side = recipe.planned.a.side
+    assert side.knobs.onednn == ctx.base.knobs.onednn and dict(side.knobs.grappler) == {"remapping": "off"}

@@ -140,9 +140,9 @@ def _onednn_pair(ctx: PlanContext) -> tuple[Run, Run]:
     on = Run(with_knobs(ctx.base, onednn="on"), "oneDNN on (TF_ENABLE_ONEDNN_OPTS=1)")
     off = Run(with_knobs(ctx.base, onednn="off"), "oneDNN off (TF_ENABLE_ONEDNN_OPTS=0)")
     if ctx.onednn_on is True:
-        on = replace(base, describe="oneDNN on (this machine's setting)")
+        on = replace(base, describe="oneDNN on (as the base run had it)")
     elif ctx.onednn_on is False:
-        off = replace(base, describe="oneDNN off (this machine's setting)")
+        off = replace(base, describe="oneDNN off (as the base run had it)")
     return on, off
 
 
@@ -161,7 +161,7 @@ def _remapping(ctx: PlanContext) -> list[Planned]:
 
 def _xla(ctx: PlanContext) -> list[Planned]:
     on = Run(with_knobs(ctx.base, xla="on"), "XLA auto-clustering on")
-    off = replace(_base(ctx), describe="XLA off (this machine's setting)") if not ctx.xla_on \
+    off = replace(_base(ctx), describe="XLA off (as the base run had it)") if not ctx.xla_on \
         else Run(with_knobs(ctx.base, xla="off"), "XLA off")
     return [Planned("xla", "xla", "compare", on, off,
                     remedy="no `--tf_xla_auto_jit`/`jit_compile` on any side (or the same jit setting everywhere)")]

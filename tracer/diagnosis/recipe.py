@@ -45,8 +45,9 @@ def plan_recipe(planned: list[Planned], results: list[dict[str, Any]], ctx: Plan
         factor = FACTORS[p.factor]
         if factor.remedy == "setting":  # side B holds it; named even when the base side already had B's value
             side = _adopt(side, p.a.side, p.b.side)
-            if p.b.describe not in applied:
-                applied.append(p.b.describe)
+            for words in _setting_words(p.a.side, p.b.side):
+                if words not in applied:
+                    applied.append(words)
         elif factor.remedy == "shape":  # removed by one fixed batch shape on both sides
             fixed_shape = True
         elif factor.remedy == "determinism":  # removed, where a kernel allows, by op determinism
@@ -82,6 +83,31 @@ def _adopt(side: Side, a: Side, b: Side) -> Side:
             vb = tuple(sorted((dict(knobs.grappler) | dict(changed)).items()))
         knobs = replace(knobs, **{f.name: vb})
     return side.with_(knobs=knobs)
+
+
+def _setting_words(a: Side, b: Side) -> list[str]:
+    """The settings :func:`_adopt` takes from B, in words: only what differs from A. (B's own
+    description may name more: the mixed-precision pair's B is "no mixed precision, oneDNN on"
+    because both of its sides run oneDNN, and the recipe once claimed "oneDNN on" it never set.)"""
+    words = []
+    for f in fields(b.knobs):
+        va, vb = getattr(a.knobs, f.name), getattr(b.knobs, f.name)
+        if va == vb:
+            continue
+        if f.name == "grappler":
+            words += [f"Grappler {key} {value}" for key, value in sorted(dict(vb).items() - dict(va).items())]
+            words += [f"Grappler {key} at its default (not {value})" for key, value in sorted(dict(va).items())
+                      if key not in dict(vb)]  # the remedy is to leave A's option alone
+        elif f.name == "determinism":
+            words.append("op determinism on" if vb else "op determinism off")
+        elif f.name == "threads":
+            words.append(f"intra-op threads {vb[0] if vb else 'default'}")
+        else:
+            words.append(f"{_KNOB_WORDS.get(f.name, f.name)} {vb}")
+    return words
+
+
+_KNOB_WORDS = {"onednn": "oneDNN", "autotune": "cuDNN autotune", "tf32": "TF32", "xla": "XLA"}
 
 
 def recipe_facts(recipe: Recipe, result: dict[str, Any], reference_latency: dict[str, Any] | None) -> dict[str, Any]:
