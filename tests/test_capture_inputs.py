@@ -32,7 +32,7 @@ def test_generated_examples_follow_the_documented_rule() -> None:
         "mask": TensorSpec("mask:0", "bool", (None,)),
     }
     ex = make_examples(specs, 5, 7, None)
-    assert ex.count == 5 and ex.batch_major and ex.source == "generated (seed 7, N(0,1) floats)"
+    assert ex.count == 5 and ex.batch_major and ex.source == "generated (seed 7, N(0,1) floats, integers 0-9, coin-flip booleans)"
     expected = np.random.default_rng([7, zlib.crc32(b"images")]).standard_normal((5, 4, 4, 3)).astype(np.float32)
     np.testing.assert_array_equal(ex.arrays["images"], expected)
     np.testing.assert_array_equal(ex.arrays["ids"], np.random.default_rng([7, zlib.crc32(b"ids")]).integers(0, 10, (5, 2)))

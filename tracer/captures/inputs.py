@@ -108,7 +108,7 @@ def make_examples(
     else:
         per_example = unbatched
         arrays = {key: _generate(key, spec, examples, seed, alternatives, per_example) for key, spec in inputs.items()}
-        source = f"generated (seed {seed}, N(0,1) floats)"
+        source = f"generated (seed {seed}, {_drawn(arrays.values())})"
     counts = {k: (a.shape[0] if a.ndim else 1) for k, a in arrays.items()}
     if len(set(counts.values())) > 1:
         raise TftraceError(
@@ -119,6 +119,13 @@ def make_examples(
     if per_example:
         return Examples(arrays, count, batch_major=False, source=source, per_example=True)
     return Examples(arrays, count, batch_major=not fixed and all(a.ndim > 0 for a in arrays.values()), source=source)
+
+
+def _drawn(arrays: Any) -> str:
+    """What the generated examples are, in words, per kind of input (the rule in the module docstring)."""
+    kinds = {"b" if a.dtype.kind == "b" else "i" if a.dtype.kind in "iu" else "f" for a in arrays}  # bfloat16: "f"
+    return ", ".join(w for k, w in (("f", "N(0,1) floats"), ("i", "integers 0-9"), ("b", "coin-flip booleans"))
+                     if k in kinds)
 
 
 def _generate(
