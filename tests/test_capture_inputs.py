@@ -144,3 +144,16 @@ def test_one_array_for_several_inputs_and_disagreeing_counts(tmp_path: Path) -> 
     (tmp_path / "junk.npz").write_bytes(b"not numpy")
     with pytest.raises(TftraceError, match="cannot read inputs file"):
         make_examples(specs, 8, 0, str(tmp_path / "junk.npz"))
+
+
+def test_unicode_strings_are_fed_as_utf8_bytes_and_object_arrays_refused(tmp_path: Path) -> None:
+    """``np.savez(f, words=np.array([['cat', 'dog']]))`` makes a ``<U3`` array: TensorFlow feeds it as
+    UTF-8 bytes, and so it is kept (a unicode array was once dropped from the capture unsaid)."""
+    words = {"words": TensorSpec("words:0", "string", (None, 2))}
+    np.savez(tmp_path / "words.npz", words=np.array([["cat", "zèbre"], ["dog", "ox"]]))
+    ex = make_examples(words, 8, 0, str(tmp_path / "words.npz"))
+    assert ex.arrays["words"].dtype == np.dtype("S6") and ex.arrays["words"][0, 1] == "zèbre".encode()
+    np.savez(tmp_path / "objects.npz", words=np.array([["cat", 1]], dtype=object))
+    with pytest.raises(TftraceError, match=r"objects.npz holds an array of Python objects .*Save plain arrays; "
+                                           r"strings as bytes"):
+        make_examples(words, 8, 0, str(tmp_path / "objects.npz"))

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
+import pytest
 
 from tracer.comparison.align import ROLE_COMPARED, ROLE_REWRITTEN, Alignment, NodeAlignment, TensorPair
 from tracer.comparison.divergence import Divergence, NodeResult, Tolerance, classify
-from tracer.comparison.pipeline import _to_isolate
+from tracer.comparison.pipeline import _inputs_from, _to_isolate
+from tracer.errors import TftraceError
 from tracer.metrics import compare_arrays
 from tracer.opgraph import OpGraph
 
@@ -119,3 +123,20 @@ def test_the_first_divergences_are_isolated_whatever_their_rank() -> None:
     assert [r.name for r in _to_isolate(divergence, 5)] == ["op0", "op1", "op2", "op3", "op4", "op11"]
     assert _to_isolate(divergence, 0) == []  # --isolate 0: nothing replayed, as asked
     assert [r.name for r in _to_isolate(divergence, 20)] == [f"op{i}" for i in range(12)]
+
+
+def test_b_is_not_fed_without_an_input_that_a_could_not_keep(tmp_path: Path) -> None:
+    """A's examples are B's: an input A's capture did not keep is said, not dropped (dropped, it
+    surfaced as "the two signatures cannot be paired ... Map keys with --map")."""
+    class Stub:
+        manifest = {"graph": {"inputs": {"words": "words:0"}}, "examples": {"count": 2}}
+        uncaptured = {"words:0": "object tensor holding str values cannot be stored"}
+
+        @staticmethod
+        def has(name: str) -> bool:
+            return False
+
+    with pytest.raises(TftraceError, match=r"A's input 'words' was not kept in its capture \(object tensor holding "
+                                           r"str values cannot be stored\), so B cannot be fed A's examples"):
+        _inputs_from(Stub(), tmp_path, {})  # type: ignore[arg-type]
+    assert list(tmp_path.iterdir()) == []

@@ -198,7 +198,13 @@ def _read_file(path: str, inputs: dict[str, TensorSpec], unbatched: bool) -> tup
         arrays = {next(iter(inputs)): loaded}
     else:
         with loaded:
-            arrays = {k: loaded[k] for k in loaded.files}
+            try:
+                arrays = {k: loaded[k] for k in loaded.files}
+            except ValueError as exc:  # an object array: numpy refuses it without pickle, which runs code
+                raise TftraceError(
+                    f"{path} holds an array of Python objects ({exc})",
+                    "save plain arrays; strings as bytes, e.g. np.array([b'cat', b'dog']) or words.astype('S')",
+                ) from exc
         missing = sorted(set(inputs) - set(arrays))
         extra = sorted(set(arrays) - set(inputs))
         if missing or extra:
@@ -218,6 +224,8 @@ def _read_file(path: str, inputs: dict[str, TensorSpec], unbatched: bool) -> tup
         )
     for key, spec in inputs.items():
         array = arrays[key]
+        if spec.dtype == "string" and array.dtype.kind == "U":  # TF feeds str as UTF-8 bytes: store what it saw
+            arrays[key] = array = np.char.encode(array, "utf-8")
         if stacked:
             arrays[key] = array.reshape((array.shape[0], *spec.shape))
         elif spec.shape and spec.shape[0] is None and not _fits(array, spec) and _fits_rows(array, spec.shape[1:]):
@@ -241,7 +249,7 @@ def _check_fits(key: str, array: np.ndarray, spec: TensorSpec, stacked: bool = F
     """Refuse an array the signature cannot take (``stacked``: each of its rows is one example)."""
     expected = _numpy_dtype(spec.dtype) if spec.dtype != "string" else None
     if expected is None:
-        if array.dtype.kind not in "SUO":
+        if array.dtype.kind not in "SU":
             raise TftraceError(f"input {key!r} is {array.dtype}, the signature expects strings", "pass bytes/str arrays")
     elif array.dtype != expected:
         raise TftraceError(

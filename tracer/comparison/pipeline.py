@@ -417,11 +417,13 @@ def _inputs_from(cap: Capture, out: Path, signature_map: dict[str, str]) -> Inpu
     One input and no ``--map``: a plain ``.npy``, which a signature of one input takes whatever
     its key (Keras's ``model.export`` keys it after the Input layer, ``tf.saved_model.save`` of the
     same model ``inputs``); :func:`_one_input_each` then pairs the keys."""
-    arrays = {
-        signature_map.get(key, key): np.asarray(cap.tensor(t))
-        for key, t in cap.manifest["graph"]["inputs"].items()
-        if cap.has(t)
-    }
+    inputs = cap.manifest["graph"]["inputs"]
+    lost = {key: cap.uncaptured.get(t, "not stored") for key, t in inputs.items() if not cap.has(t)}
+    if lost:  # feeding B without it would end in a misleading "cannot be paired"
+        key, why = next(iter(lost.items()))
+        raise TftraceError(f"A's input {key!r} was not kept in its capture ({why}), so B cannot be fed A's examples",
+                           "give both sides the same --inputs FILE.npz")
+    arrays = {signature_map.get(key, key): np.asarray(cap.tensor(t)) for key, t in inputs.items()}
     buffer = io.BytesIO()
     if len(arrays) == 1 and not signature_map:
         path = out / "inputs_from_a.npy"
