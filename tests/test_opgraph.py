@@ -77,6 +77,24 @@ def test_shape_derived_ops_follow_shapes_not_values_and_loops() -> None:
     ]})
     assert g.shape_derived_ops() == {"shape", "n", "index", "zeros"}
 
+def test_a_count_of_boxes_read_from_a_shape_depends_on_values_not_the_batch() -> None:
+    """``num_detections = tf.shape(nms_indices)[0]``: the Shape reads an NMS's output, whose length
+    the scores decide. It was taken for the batch size, and the output left "not compared" at
+    batch 1 vs 8. The batch index from the input's own shape still follows the batch."""
+    g = OpGraph.from_json({"inputs": {"x": "x:0"}, "outputs": {"n": "count:0", "rows": "index:0"}, "nodes": [
+        node("x", "Placeholder"),
+        node("scores", "Sigmoid", ["x:0"]),
+        node("nms", "NonMaxSuppressionV3", ["x:0", "scores:0"]),
+        node("kept", "GatherV2", ["x:0", "nms:0"]),
+        node("kept_shape", "Shape", ["kept:0"]),
+        node("count", "StridedSlice", ["kept_shape:0"]),
+        node("shape", "Shape", ["x:0"]),
+        node("n", "StridedSlice", ["shape:0"]),
+        node("index", "Range", ["n:0"]),
+    ]})
+    assert g.batch_dependent_ops() == {"shape": "shape", "n": "shape", "index": "shape"}
+
+
 def test_index_arithmetic_offset_by_the_batch_position_is_batch_dependent() -> None:
     """``argmax + Range(batch)*K`` indexes the flattened batch: its values depend on each row's
     position in its run (a gather index into the whole batch), so it is batch-dependent like the

@@ -89,10 +89,14 @@ def test_top_origins_show_a_long_node_name_whole_on_narrow_and_wide_terminals() 
         start = next(i for i, line in enumerate(lines) if line.startswith("Top origins"))
         end = next(i for i, line in enumerate(lines) if line.startswith("Outputs"))
         block = lines[start + 1:end]
-        if width == 80:  # one line per origin, wrapped by the terminal only
+        if width == 80:  # one line per origin (and per output), wrapped by the terminal only
             text = " ".join(line.strip() for line in block)
             assert text == (f"1. {long_name} (FusedBatchNormV3): max abs 0.0123, max rel 0.0093, rel to peak —; "
                             "isolation own_error; rewrite attr_changed")
+            outputs = " ".join(line.strip() for line in lines[end + 1:end + 10])
+            assert outputs.startswith("scores: beyond tolerance, max abs 0.0061, max rel 0.0288, rel to peak — "
+                                      "boxes: beyond tolerance, max abs 0.0049, max rel 0.004, rel to peak — ")
+            assert "detection_classes: identical num_detections: identical" in outputs
         else:  # the table folds the name in its column
             cells = [line.split("│") for line in block if line.startswith("│")]
             assert "".join(cell[2].strip() for cell in cells) == long_name

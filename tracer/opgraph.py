@@ -25,7 +25,7 @@ from typing import Any
 import networkx as nx
 
 from .jsonvalues import jsonable
-from .optypes import EXIT_OPS, FRAME_OPS, LOOP_BACK_EDGE_OPS, OFFSET_CARRIERS, SHAPE_READERS
+from .optypes import EXIT_OPS, FRAME_OPS, LOOP_BACK_EDGE_OPS, OFFSET_CARRIERS, SHAPE_READERS, VALUE_SIZED_OPS
 
 __all__ = ["OpGraph", "tensor_op", "tensor_slot", "relevant_slots", "NOT_FETCHABLE_DTYPES", "WHILE_FRAME_REASON",
            "EXIT_OPS", "FRAME_OPS", "reachable", "ops_in_while_frames"]
@@ -124,9 +124,27 @@ class OpGraph:
         """
         fed = self.fed_ops()
         on_feed = _reach(self.g, fed, lambda _op: True)
-        on_values = _reach(self.g, fed, lambda op: self.g.nodes[op]["op"] not in SHAPE_READERS)
+        on_values = self._on_values(fed, on_feed)
         derived = on_feed - on_values
         return {**dict.fromkeys(sorted(derived), "shape"), **dict.fromkeys(sorted(self._offset_by(derived)), "offset")}
+
+    def _on_values(self, fed: set[str], on_feed: set[str]) -> set[str]:
+        """Ops that depend on the fed *values*. A shape reader stops that mark, except where the
+        shape it reads was set by values: downstream of an op whose output length depends on what
+        it reads (:data:`VALUE_SIZED_OPS`: an NMS, a Where). ``tf.shape(nms_indices)[0]``, a
+        detector's ``num_detections``, is a count of boxes, not the batch size. Spread to a fixed
+        point, since such a count may itself size the next value-sized op."""
+        readers: set[str] = set()  # shape readers whose input's shape was set by values
+        while True:
+            on_values = _reach(self.g, fed, lambda op: self.g.nodes[op]["op"] not in SHAPE_READERS or op in readers)
+            sized = {op for op in on_values if self.g.nodes[op]["op"] in VALUE_SIZED_OPS}
+            value_shaped = _reach(self.g, sized, lambda op: self.g.nodes[op]["op"] not in SHAPE_READERS)
+            more = {op for op in on_feed - readers if self.g.nodes[op]["op"] in SHAPE_READERS
+                    and any(src in value_shaped for src, _ in self.g.in_edges(op)
+                            if not self.g.edges[src, op].get("control"))}
+            if not more:
+                return on_values
+            readers |= more
 
     def _offset_by(self, derived: set[str]) -> set[str]:
         """Integer ops whose values take an offset from ``derived`` ops: those reached from them

@@ -96,6 +96,40 @@ def _print_origins(console: Console, origins: list[dict]) -> None:
     console.print(table)
 
 
+def _print_outputs(console: Console, report: dict) -> None:
+    """The outputs compared: a table on a wide terminal, a line each on a narrow one (where the
+    table cut a detector's keys to 'detectio…' and dropped its last column)."""
+    outputs = report.get("outputs", {})
+    plain = any(out.get("compared_as") == "plain" for out in outputs.values())
+    beside = {key: observed_beside(out) for key, out in outputs.items()}
+    title = "Outputs (plain runs, as in production)" if plain else "Outputs"
+    rows = []
+    for key, out in outputs.items():
+        nonfinite = (out.get("nan_mismatch") or 0) + (out.get("inf_mismatch") or 0)
+        compared = out["identical"] is not None
+        rows.append((str(key), str(out["identical"]) if compared else "not compared",
+                     str(out["within_tolerance"]) if compared else "—", figure(out["max_abs"]), figure(out["max_rel"]),
+                     figure(out.get("rel_to_peak")), str(nonfinite) if nonfinite else "", beside[key] or ""))
+    if console.width < WIDE_TABLE_COLUMNS:
+        console.print(title, highlight=False, markup=False)
+        for key, identical, within, max_abs, max_rel, rel_peak, nonfinite, observed in rows:
+            state = ("not compared" if identical == "not compared" else "identical" if identical == "True"
+                     else "within tolerance" if within == "True" else "beyond tolerance")
+            numbers = ("" if state in ("identical", "not compared")
+                       else f", max abs {max_abs}, max rel {max_rel}, rel to peak {rel_peak}")
+            console.print(f"  {key}: {state}{numbers}" + (f", NaN/Inf differ in {nonfinite}" if nonfinite else "")
+                          + (f"; instrumented: {observed}" if observed else ""), highlight=False, markup=False)
+        return
+    table = Table(title=title, title_justify="left")
+    for col in ("output", "identical", "within tol.", "max abs", "max rel", "rel to peak", "NaN/Inf differ"):
+        table.add_column(col, overflow="fold")
+    if any(beside.values()):
+        table.add_column("instrumented (every tensor fetched)", overflow="fold")
+    for row in rows:
+        table.add_row(*map(escape, row[:7]), *([escape(row[7])] if any(beside.values()) else []))
+    console.print(table)
+
+
 VERDICT_STYLE = {"identical": "bold green", "within_tolerance": "bold yellow", "within_noise": "bold yellow",
                  "diverged": "bold red"}
 
@@ -140,21 +174,7 @@ def print_comparison(console: Console, report: dict, out_dir: object = None) -> 
     origins = report.get("origins") or []
     if origins:
         _print_origins(console, origins[:8])
-    plain = any(out.get("compared_as") == "plain" for out in report.get("outputs", {}).values())
-    beside = {key: observed_beside(out) for key, out in report.get("outputs", {}).items()}
-    outputs = Table(title="Outputs (plain runs, as in production)" if plain else "Outputs", title_justify="left")
-    for col in ("output", "identical", "within tol.", "max abs", "max rel", "rel to peak", "NaN/Inf differ"):
-        outputs.add_column(col)
-    if any(beside.values()):
-        outputs.add_column("instrumented (every tensor fetched)")
-    for key, out in report.get("outputs", {}).items():
-        nonfinite = (out.get("nan_mismatch") or 0) + (out.get("inf_mismatch") or 0)
-        compared = out["identical"] is not None
-        row = [escape(str(key)), str(out["identical"]) if compared else "not compared",
-               str(out["within_tolerance"]) if compared else "—", figure(out["max_abs"]),
-               figure(out["max_rel"]), figure(out.get("rel_to_peak")), str(nonfinite) if nonfinite else ""]
-        outputs.add_row(*row, *([escape(beside[key] or "")] if any(beside.values()) else []))
-    console.print(outputs)
+    _print_outputs(console, report)
     unobserved = unobserved_divergence(report)
     if unobserved:
         console.print(f"Not seen op by op: {unobserved}", highlight=False, markup=False)
