@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -420,4 +423,34 @@ def test_keras_file_is_refused_with_the_export_that_makes_it_readable(tf: Any, t
         "Python model. Export it as a SavedModel and give that directory: in Python, "
         f"keras.models.load_model('{tmp_path}/model.h5').export('exported') (Keras 3; `tf.saved_model.save(model, "
         "'exported')` works too)."
+    )
+
+
+_TF1_MAP_FN = textwrap.dedent("""
+    import sys, tensorflow as tf
+    tf.compat.v1.disable_eager_execution()
+    tf.compat.v1.disable_control_flow_v2()  # TF1's loops: Enter/Merge/NextIteration, TensorArrays
+    g = tf.Graph()
+    with g.as_default():
+        images = tf.compat.v1.placeholder(tf.float32, [None, 4], name="images")
+        w = tf.constant([[0.5], [1.0], [-1.0], [2.0]])
+        def per_image(x):
+            scores = tf.matmul(x[None, :], w)[0]
+            return scores * 2.0, tf.shape(tf.where(scores > 0.0))[0]
+        scores, counts = tf.map_fn(per_image, images, dtype=(tf.float32, tf.int32))
+        tf.identity(scores, name="detection_scores")
+        tf.identity(counts, name="num_detections")
+    tf.io.write_graph(g.as_graph_def(), sys.argv[1], "map_fn.pb", as_text=False)
+""")
+
+
+def test_candidate_outputs_of_a_tf1_loop_graph_are_its_results_not_its_back_edges(tmp_path: Path) -> None:
+    """A TF1 loop's NextIteration is created after the Merge it feeds, so "creation order is
+    producers first" does not hold there: the back edges once headed the candidate outputs, and
+    the results after the loop were missing."""
+    subprocess.run([sys.executable, "-c", _TF1_MAP_FN, str(tmp_path)], check=True, capture_output=True, timeout=300)
+    pb = tmp_path / "map_fn.pb"
+    assert error_of(pb) == (
+        f"{pb} has no signature to say what to trace (candidate inputs: images; candidate outputs, best first: "
+        "detection_scores). Name them with --outputs NAME[,NAME...] and --input-names NAME[,NAME...]."
     )

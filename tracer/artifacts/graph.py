@@ -21,7 +21,7 @@ from .records import USER_SIGNATURE, Artifact, Signature, TensorSpec
 from ..errors import TftraceError
 from ..diff.match import match_graphs
 from ..opgraph import OpGraph, tensor_op, tensor_slot
-from ..optypes import BOOKKEEPING_OPS, PLACEHOLDER_OPS, SHAPE_OPS, VARIABLE_OPS
+from ..optypes import BOOKKEEPING_OPS, EXIT_OPS, FRAME_OPS, PLACEHOLDER_OPS, SHAPE_OPS, VARIABLE_OPS
 
 __all__ = ["import_graph", "resolve_signature", "build_opgraph", "value_source", "borrow_signature"]
 
@@ -113,22 +113,44 @@ def _candidates(by_name: dict[str, Any]) -> tuple[list[str], list[str]]:
     inputs = [name for name, op in useful.items() if op.type in PLACEHOLDER_OPS]
     needs: dict[str, frozenset[str]] = {}
     depth: dict[str, int] = {}
-    for op in (o for o in by_name.values()):  # creation order: producers first (a TF1 graph)
-        if op.name in inputs:
-            needs[op.name], depth[op.name] = frozenset([op.name]), 0
-            continue
-        ins = [] if op.type in SHAPE_OPS else [t.op.name for t in op.inputs]
-        needs[op.name] = frozenset().union(*(needs.get(i, frozenset()) for i in ins))
-        depth[op.name] = 1 + max((depth.get(i, 0) for i in ins), default=0)
+    changed = True
+    while changed:  # creation order is producers first, but for a loop's back edge: repeat until stable
+        changed = False
+        for op in by_name.values():
+            if op.name in inputs:
+                needs[op.name], depth[op.name] = frozenset([op.name]), 0
+                continue
+            ins = [] if op.type in SHAPE_OPS else [t.op.name for t in op.inputs]
+            now = frozenset().union(*(needs.get(i, frozenset()) for i in ins))
+            changed |= now != needs.get(op.name)
+            needs[op.name] = now
+            depth.setdefault(op.name, 1 + max((depth.get(i, 0) for i in ins), default=0))  # first pass: no cycle
     extended = {t.op.name for op in useful.values() for t in op.inputs
                 if op.type not in SHAPE_OPS and needs.get(op.name) == needs.get(t.op.name)}
+    in_loops = _in_while_frames(by_name)  # a loop's body and back edges cannot be fetched: its Exits can
     ranked = sorted(
         (len(needs[name]), -depth[name], name)
         for name, op in useful.items()
         if needs.get(name) and name not in inputs and name not in extended and op.outputs
-        and op.type not in VARIABLE_OPS
+        and op.type not in VARIABLE_OPS and name not in in_loops
     )
     return inputs, [name for *_, name in ranked]
+
+
+def _in_while_frames(by_name: dict[str, Any]) -> set[str]:
+    """Ops inside a TF1 while loop: reached from an Enter through data and control edges, up to
+    (not including) an Exit. Their order of creation is no order of computation (a NextIteration
+    feeds a Merge made before it), which once put back edges at the top of the candidate outputs."""
+    inside: set[str] = set()
+    stack = [op for op in by_name.values() if op.type in FRAME_OPS]
+    while stack:
+        op = stack.pop()
+        if op.name in inside or op.type in EXIT_OPS:
+            continue
+        inside.add(op.name)
+        stack.extend(c for t in op.outputs for c in t.consumers())
+        stack.extend(getattr(op, "_control_outputs", []))
+    return inside
 
 
 def _ancestors(by_name: dict[str, Any], roots: list[str]) -> set[str]:
