@@ -302,3 +302,21 @@ def test_a_signature_without_inputs_is_labelled_by_its_one_run_not_batch_0(real_
     # the plain run and then the instrumented one each added 1: the state moved the output, not observing it
     assert ("Observer effect on A: outputs moved by {'output': 1.0} (not the observation: the graph changes its "
             "own state on every run, incr_counter_op/AssignAdd)") in " ".join(stdout.split())
+
+
+def test_a_model_against_a_capture_runs_on_the_captures_examples(models, tmp_path):
+    """The capture from the GPU server was made with the user's --inputs; the model here is compared
+    with it without them. It was refused as "fed different examples"; it now runs on the capture's."""
+    images = np.random.default_rng(5).uniform(0, 255, (3, 64, 64, 3)).astype(np.float32)
+    np.save(tmp_path / "images.npy", images)
+    cap = tmp_path / "server_capture"
+    proc = run_cli("capture", str(models["detector"]), "--out", str(cap), "--inputs", str(tmp_path / "images.npy"))
+    assert proc.returncode == 0, proc.stderr
+    out = tmp_path / "report"
+    proc = run_cli("compare", str(models["detector_ckpt"]), str(cap), "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads((out / "report.json").read_text())
+    assert report["verdict"] == "identical"
+    a, b = report["sides"]["a"]["examples"], report["sides"]["b"]["examples"]
+    assert (a["source"], a["count"], b["source"], b["count"]) == ("inputs_from_b.npy", 3, "images.npy", 3)
+    assert a["digest"] == b["digest"]

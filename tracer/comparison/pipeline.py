@@ -227,7 +227,9 @@ def _compare(
             ahead["b"] = prepare_ahead(b, a, allow_unsafe_ops)
 
     try:
-        cap_a = open_or_capture(a, out, "a", console=console, allow_unsafe_ops=allow_unsafe_ops, on_event=start_b)
+        from_b = _examples_of_a_given_capture(a, b, out, signature_map or {})
+        cap_a = open_or_capture(a, out, "a", console=console, allow_unsafe_ops=allow_unsafe_ops, on_event=start_b,
+                                shared_inputs=from_b)
         prepared_b = ahead.get("b")
         shared = _inputs_from(cap_a, out, signature_map or {}) if not _is_capture(b) else None
         try:
@@ -411,8 +413,20 @@ def _is_capture(target: str | Side) -> bool:
     return isinstance(target, str) and is_capture_dir(target)
 
 
-def _inputs_from(cap: Capture, out: Path, signature_map: dict[str, str]) -> InputSpec:
-    """Feed B the very examples A saw (under B's key names when ``--map`` renames them).
+def _examples_of_a_given_capture(a: str | Side, b: str | Side, out: Path,
+                                 signature_map: dict[str, str]) -> InputSpec | None:
+    """A model compared with a capture made elsewhere (the GPU server's) runs on the examples that
+    capture holds, unless ``--inputs`` names others: it was refused as "fed different examples"
+    when the capture had been given an inputs file."""
+    if not _is_capture(b) or _is_capture(a) or (isinstance(a, Side) and a.inputs.inputs_file):
+        return None
+    reverse = {key_b: key_a for key_a, key_b in signature_map.items()}
+    return _inputs_from(Capture.open(str(b)), out, reverse, name="inputs_from_b")
+
+
+def _inputs_from(cap: Capture, out: Path, signature_map: dict[str, str], name: str = "inputs_from_a") -> InputSpec:
+    """Feed the other side the very examples this capture saw (under its key names when ``--map``
+    renames them): B those of A, or A those of a capture given as B (``name``).
 
     One input and no ``--map``: a plain ``.npy``, which a signature of one input takes whatever
     its key (Keras's ``model.export`` keys it after the Input layer, ``tf.saved_model.save`` of the
@@ -421,15 +435,17 @@ def _inputs_from(cap: Capture, out: Path, signature_map: dict[str, str]) -> Inpu
     lost = {key: cap.uncaptured.get(t, "not stored") for key, t in inputs.items() if not cap.has(t)}
     if lost:  # feeding B without it would end in a misleading "cannot be paired"
         key, why = next(iter(lost.items()))
-        raise TftraceError(f"A's input {key!r} was not kept in its capture ({why}), so B cannot be fed A's examples",
+        other, this = ("B", "A") if name == "inputs_from_b" else ("A", "B")
+        raise TftraceError(f"{other}'s input {key!r} was not kept in its capture ({why}), so {this} cannot be fed "
+                           f"{other}'s examples",
                            "give both sides the same --inputs FILE.npz")
     arrays = {signature_map.get(key, key): np.asarray(cap.tensor(t)) for key, t in inputs.items()}
     buffer = io.BytesIO()
     if len(arrays) == 1 and not signature_map:
-        path = out / "inputs_from_a.npy"
+        path = out / f"{name}.npy"
         np.save(buffer, next(iter(arrays.values())))
     else:
-        path = out / "inputs_from_a.npz"
+        path = out / f"{name}.npz"
         np.savez(buffer, **arrays)
     write_file(path, buffer.getvalue())
     examples = int(cap.manifest["examples"]["count"]) or 1
