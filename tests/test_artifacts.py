@@ -416,6 +416,18 @@ def test_unrecognised_file(tf: Any, tmp_path: Path) -> None:
     )
 
 
+def test_keras_weights_and_a_directory_holding_a_keras_file_say_how_to_export(tf: Any, tmp_path: Path) -> None:
+    (tmp_path / "w.weights.h5").write_bytes(b"\x89HDF")
+    assert error_of(tmp_path / "w.weights.h5") == (
+        f"{tmp_path}/w.weights.h5 holds a Keras model's weights only (model.save_weights), not a graph tftrace can "
+        "run. Rebuild the model in Python, load these weights into it (model.load_weights(...)) and export it as a "
+        "SavedModel: model.export('exported'); then give that directory."
+    )
+    (tmp_path / "saved").mkdir()
+    (tmp_path / "saved" / "model.keras").write_bytes(b"PK")
+    assert error_of(tmp_path / "saved").startswith(f"{tmp_path}/saved/model.keras is a Keras model file")
+
+
 def test_keras_file_is_refused_with_the_export_that_makes_it_readable(tf: Any, tmp_path: Path) -> None:
     (tmp_path / "model.h5").write_bytes(b"\x89HDF")
     assert error_of(tmp_path / "model.h5") == (

@@ -368,6 +368,15 @@ def test_gpu_experiments_are_listed_as_skipped_with_the_reason(full):
 
 
 @pytest.mark.slow
+def test_the_fresh_process_repeat_shows_its_latency_gap_as_noise_not_a_cost(full):
+    """One configuration run twice costs nothing: its latency gap is the noise floor (it read
+    "+183.1%" in the cost column of a tiny model)."""
+    repeat = _by_name(full[0])["repeat_fresh_process"]
+    row = next(line for line in full[2].stdout.splitlines() if line.startswith("│ repeat_fresh_process"))
+    assert f"±{abs(repeat['cost_pct']):.1f}% (timing" in row and "+" not in row.split("│")[7]
+
+
+@pytest.mark.slow
 def test_serving_batching_file_is_honoured(full, models):
     doc, out, _ = full
     exps = _by_name(doc)

@@ -250,10 +250,10 @@ def test_path_does_not_exist(models: dict[str, Path], tmp_path: Path) -> None:
 
 
 def test_directory_that_is_no_model(models: dict[str, Path], tmp_path: Path) -> None:
-    (tmp_path / "weights.h5").write_bytes(b"\x89HDF")
+    (tmp_path / "weights.bin").write_bytes(b"\x00\x01")  # (a Keras .h5 is named as such: test_artifacts.py)
     (tmp_path / "notes.txt").write_text("trained on friday")
     proc = run_cli("diff-graph", str(models["detector"]), str(tmp_path))
-    assert_user_error(proc, "is neither a checkpoint nor a SavedModel", "(it contains notes.txt, weights.h5)",
+    assert_user_error(proc, "is neither a checkpoint nor a SavedModel", "(it contains notes.txt, weights.bin)",
                       "Point at a directory with saved_model.pb")
 
 

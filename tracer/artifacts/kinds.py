@@ -68,6 +68,9 @@ def detect(path: str) -> tuple[str, str]:
             f"pass one checkpoint prefix (or its .meta file) instead of the directory, e.g. {newest}",
         )
     shown = ", ".join(entries[:12]) + (" …" if len(entries) > 12 else "") if entries else "nothing"
+    keras = [e for e in entries if e.endswith((".keras", ".h5", ".hdf5"))]
+    if keras:  # the directory a Keras user saved into: the file's own message says how to export it
+        _detect_file(posixpath.join(path, keras[0]))
     raise TftraceError(
         f"{path} is neither a checkpoint nor a SavedModel nor a capture (it contains {shown})",
         "point at a directory with saved_model.pb, a TF1 checkpoint directory (with a `checkpoint` "
@@ -103,6 +106,12 @@ def _detect_file(path: str) -> tuple[str, str]:
         return "graphdef", path
     if gfile.exists(path + ".index") or gfile.exists(path + ".meta"):
         return "checkpoint", path
+    if path.endswith((".weights.h5", ".weights.hdf5")):
+        raise TftraceError(
+            f"{path} holds a Keras model's weights only (model.save_weights), not a graph tftrace can run",
+            "rebuild the model in Python, load these weights into it (model.load_weights(...)) and export it as a "
+            "SavedModel: model.export('exported'); then give that directory",
+        )
     if path.endswith((".keras", ".h5", ".hdf5")):
         raise TftraceError(
             f"{path} is a Keras model file; tftrace reads TensorFlow graphs, and a Keras file holds a Python model",
