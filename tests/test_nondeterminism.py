@@ -231,6 +231,17 @@ def test_within_noise_names_nondeterminism_not_the_observer_when_the_shift_is_no
     assert "observation" in explain_comparison(report)["causes"]
 
 
+def test_an_observer_shift_far_below_the_sides_difference_is_not_a_cause() -> None:
+    """Fetching every tensor moved A's outputs by 1e-7 while A and B differ by 0.9: observation
+    explains none of it, and was once listed among the causes."""
+    report = _report("cpu", "own_error")
+    report.update(outputs={"y": {"identical": False, "max_abs": 0.9}},
+                  observer_effect={"a": {"outputs_identical": False, "outputs_max_abs_diff": {"y": 1e-7}}})
+    assert "observation" not in explain_comparison(report)["causes"]
+    report["observer_effect"]["a"]["outputs_max_abs_diff"] = {"y": 0.2}  # a fifth of it: a cause
+    assert "observation" in explain_comparison(report)["causes"]
+
+
 @pytest.mark.slow
 def test_a_variable_initialised_at_every_load_is_load_state_not_a_kernel_or_a_rewrite(real_models: dict[str, Path],
                                                                                       tmp_path: Path) -> None:
