@@ -231,6 +231,13 @@ def test_within_noise_names_nondeterminism_not_the_observer_when_the_shift_is_no
     assert "observation" in explain_comparison(report)["causes"]
 
 
+def test_the_batch_sentence_ends_where_its_evidence_does() -> None:
+    """Without an own-error isolation the batch sentence once ended in a dangling ';'."""
+    assert "the sides run batch 8 vs 1; the origin op's own kernel differs given identical inputs." in \
+        explain_comparison(_report("cpu", "own_error", batch_b=1))["why"][0]
+    assert explain_comparison(_report("cpu", None, batch_b=1))["why"][0].endswith("the sides run batch 8 vs 1.")
+
+
 def test_an_observer_shift_far_below_the_sides_difference_is_not_a_cause() -> None:
     """Fetching every tensor moved A's outputs by 1e-7 while A and B differ by 0.9: observation
     explains none of it, and was once listed among the causes."""

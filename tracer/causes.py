@@ -184,8 +184,8 @@ def explain_comparison(report: dict[str, Any]) -> dict[str, Any]:
     if a.get("batch_size") != b.get("batch_size"):
         deterministic = all((side.get("knobs") or {}).get("determinism") for side in (a, b))
         found["batch"] = (
-            f"the sides run batch {a.get('batch_size')} vs {b.get('batch_size')};"
-            + (" the origin op's own kernel differs given identical inputs." if own else "")
+            f"the sides run batch {a.get('batch_size')} vs {b.get('batch_size')}"
+            + ("; the origin op's own kernel differs given identical inputs." if own else ".")
             + (" Both sides ran with op determinism on: determinism makes a run repeatable, not batch-size "
                "invariant." if deterministic else "")
         )
