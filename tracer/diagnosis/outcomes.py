@@ -148,6 +148,8 @@ def _compare(result: dict[str, Any], p: Planned, cap_a: Capture, cap_b: Capture,
     result["notes"].append("a side's plain run differs from its instrumented run, so the outputs were also compared "
                            "as the plain runs compute them (each output fetched alone); the verdict is the worse one")
     result["instrumented_max_abs_output_diff"] = result["max_abs_output_diff"]
+    result["instrumented_outputs"] = outputs  # per output, the worse of the two below, as the verdict is
+    result["outputs"] = {k: v if plain.get(k) is None else _max_of([v, plain[k].max_abs]) for k, v in outputs.items()}
     plain_max = _max_abs(plain)
     result["max_abs_output_diff"] = None if plain_max is None or result["max_abs_output_diff"] is None \
         else max(plain_max, result["max_abs_output_diff"])
