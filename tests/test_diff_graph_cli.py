@@ -307,8 +307,22 @@ def test_graph_def_with_an_op_unknown_to_tensorflow(models: dict[str, Path], tmp
         'node { name: "q" op: "AcmeQuantize" input: "x" }\n'
     )
     proc = run_cli("diff-graph", str(tmp_path / "custom.pbtxt"), str(models["detector"]), "--a-outputs", "q")
-    assert_user_error(proc, "the graph uses ops unknown to TensorFlow", "AcmeQuantize (node 'q')",
-                      "tf.load_op_library")
+    assert_user_error(proc, f"the graph of {tmp_path}/custom.pbtxt uses ops unknown to TensorFlow",
+                      "AcmeQuantize (node 'q')", "tf.load_op_library")
+
+
+def test_graph_def_calling_a_function_it_does_not_define(models: dict[str, Path], tmp_path: Path) -> None:
+    """optimize_for_inference rebuilds a graph node by node and drops its function library: a TF2
+    while loop then calls a body nobody defines, and the run failed later with a hint at the inputs."""
+    (tmp_path / "dropped.pbtxt").write_text(
+        'node { name: "x" op: "Placeholder" attr { key: "dtype" value { type: DT_FLOAT } } }\n'
+        'node { name: "loop" op: "StatefulPartitionedCall" input: "x" '
+        'attr { key: "f" value { func { name: "map_while_body_243" } } } '
+        'attr { key: "Tin" value { list { type: DT_FLOAT } } } attr { key: "Tout" value { list { type: DT_FLOAT } } } }\n'
+    )
+    proc = run_cli("diff-graph", str(tmp_path / "dropped.pbtxt"), str(models["detector"]), "--a-outputs", "loop")
+    assert_user_error(proc, f"the graph of {tmp_path}/dropped.pbtxt calls functions it does not define: "
+                      "map_while_body_243 (called by 'loop')", "Export it again with its function library")
 
 
 def test_graph_without_signature_borrows_the_other_sides_or_needs_outputs(

@@ -77,7 +77,7 @@ def load(ref: ArtifactRef | str, *, allow_unsafe_ops: bool = False, lender: Lend
         artifact = _load_saved_model(ref, location, allow_unsafe_ops)
     else:
         artifact = {"checkpoint": _load_checkpoint, "graphdef": _load_graphdef}[kind](ref, location)
-    _check_ops_known(artifact.graph_def)
+    _check_ops_known(artifact.graph_def, artifact.location)
     _note_device_pins(artifact)
     if ref.signature_from is not None or ref.borrowed is not None:
         if artifact.signature is None or artifact.signature.from_user:
@@ -291,7 +291,7 @@ def _user_signature(ref: ArtifactRef) -> Signature | None:
     )
 
 
-def _check_ops_known(graph_def: Any) -> None:
+def _check_ops_known(graph_def: Any, where: str) -> None:
     from tensorflow.python.framework import op_def_registry  # noqa: PLC0415
 
     library = {f.signature.name for f in graph_def.library.function}
@@ -303,9 +303,37 @@ def _check_ops_known(graph_def: Any) -> None:
     if unknown:
         listed = ", ".join(f"{op} (node {name!r})" for op, name in sorted(unknown.items()))
         raise TftraceError(
-            f"the graph uses ops unknown to TensorFlow {tf().__version__}: {listed}",
+            f"the graph of {where} uses ops unknown to TensorFlow {tf().__version__}: {listed}",
             "load their custom-op library first (tf.load_op_library) or use the TensorFlow build the model was made with",
         )
+    missing = _missing_functions(nodes, library)
+    if missing:
+        listed = ", ".join(f"{func} (called by {name!r})" for func, name in sorted(missing.items())[:5])
+        raise TftraceError(
+            f"the graph of {where} calls functions it does not define: {listed}",
+            "export it again with its function library: optimize_for_inference and other GraphDef tools that rebuild "
+            "the graph node by node drop it (a TF2 while loop's body and cond are such functions)",
+        )
+
+
+def _missing_functions(nodes: list[Any], library: set[str]) -> dict[str, str]:
+    """Function name -> a node that calls it (a While's ``body``, an If's branch, a call's ``f``)
+    where the GraphDef's library lacks it: TensorFlow would refuse it only when the graph runs,
+    in words that point at the inputs."""
+    missing: dict[str, str] = {}
+    for node in nodes:
+        for value in node.attr.values():
+            called = [value.func.name] if value.HasField("func") else [f.name for f in value.list.func]
+            for func in called:
+                if func and func not in library and not _is_registered_op(func):
+                    missing.setdefault(func, node.name)
+    return missing
+
+
+def _is_registered_op(name: str) -> bool:
+    from tensorflow.python.framework import op_def_registry  # noqa: PLC0415
+
+    return op_def_registry.get(name) is not None
 
 
 def _note_device_pins(artifact: Artifact) -> None:
