@@ -327,8 +327,21 @@ def _attr_changes(na: dict[str, Any], nb: dict[str, Any]) -> dict[str, dict[str,
     return {
         k: {"a": na["attrs"].get(k), "b": nb["attrs"].get(k)}
         for k in sorted(keys)
-        if na["attrs"].get(k) != nb["attrs"].get(k)
+        if not _same_attr(na["attrs"].get(k), nb["attrs"].get(k))
     }
+
+
+def _same_attr(a: Any, b: Any) -> bool:
+    """Whether two attribute values mean the same: a called function by its digest where both
+    sides know it (a loop body renamed by the export is the same body; one changed under the same
+    name is not), by its name where one does not (a capture made before digests were recorded)."""
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same_attr(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict) and "func" in a and "func" in b:
+        if a.get("digest") and b.get("digest"):
+            return a["digest"] == b["digest"]
+        return a["func"] == b["func"]
+    return a == b
 
 
 def _unique(names: list[str]) -> list[str]:
