@@ -189,13 +189,15 @@ def _spread(
     a: OpGraph, b: OpGraph, pairs: dict[str, tuple[str, str]], taken_b: set[str], pair: Callable[[str, str, str], bool]
 ) -> None:
     """Spread pairs along edges until nothing changes: along plain edges first, then once across
-    precision casts, then along plain edges again from what that found (see the module's rules)."""
+    precision casts, then along plain edges again from what that found (see the module's rules).
+    Graphs without a precision cast skip the crossing, which could find nothing there."""
     plain = (_consumers(a), _consumers(b))
-    across = (_consumers(a, uncast=True), _consumers(b, uncast=True))
+    casts = any(is_precision_cast(g, op) for g in (a, b) for op in g.topo_order())
+    across = (_consumers(a, uncast=True), _consumers(b, uncast=True)) if casts else None
     while True:
         while _spread_step(a, b, pairs, taken_b, pair, plain, uncast=False):
             pass
-        if not _spread_step(a, b, pairs, taken_b, pair, across, uncast=True):
+        if across is None or not _spread_step(a, b, pairs, taken_b, pair, across, uncast=True):
             return
 
 
