@@ -96,7 +96,9 @@ def slim_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def keras_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Keras 3 exports of one small functional model (see tests/fixtures/keras_export.py), built once
     per session in a child process: ``export/`` (``model.export``), ``tfsave/``
-    (``tf.saved_model.save``), ``bf16/`` (the same weights under ``mixed_bfloat16``), ``model.keras``."""
+    (``tf.saved_model.save``), ``bf16/`` and ``fp16/`` (the same weights under ``mixed_bfloat16`` and
+    ``mixed_float16``), ``auto_f32/`` and ``auto_fp16/`` (float32 and mixed_float16 twins left for Keras
+    to name, so their scopes differ), ``model.keras``."""
     out = tmp_path_factory.mktemp("keras") / "models"
     subprocess.run([sys.executable, str(REPO / "tests" / "fixtures" / "keras_export.py"), str(out)], cwd=REPO,
                    check=True, capture_output=True, timeout=300)

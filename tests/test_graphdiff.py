@@ -169,6 +169,104 @@ def test_ambiguous_readers_are_not_guessed() -> None:
     assert match_graphs(a, b) == {"x": ("x", "name")}
 
 
+def _half_head(scope: str, cast_to: str | None) -> OpGraph:
+    """image -> two Relus -> Sub -> Softmax -> output, under ``scope``; with ``cast_to``, a Cast of
+    the Sub to that dtype inserted before the Softmax, which then computes in it (a float16 head on
+    a float32 body). The input's two readers have one op type, so structure cannot tell them apart
+    from the input: only the way down from the output reaches them, and it passes the cast."""
+    p = f"{scope}/"
+    head = "float32" if cast_to is None else cast_to
+    nodes = [
+        op("image", "Placeholder", attrs={"dtype": "float32", "shape": [None, 4]}),
+        op(f"{p}left/Relu", "Relu", ["image:0"]),
+        op(f"{p}right/Relu", "Relu", ["image:0"]),
+        op(f"{p}diff/Sub", "Sub", [f"{p}left/Relu:0", f"{p}right/Relu:0"]),
+        op(f"{p}head/Softmax", "Softmax", [f"{p}diff/Sub:0" if cast_to is None else f"{p}head/Cast:0"], dtype=head),
+        op("Identity", "Identity", [f"{p}head/Softmax:0"], dtype=head),
+    ]
+    if cast_to is not None:
+        nodes.append(op(f"{p}head/Cast", "Cast", [f"{p}diff/Sub:0"],
+                        attrs={"SrcT": "float32", "DstT": cast_to, "Truncate": False}, dtype=cast_to))
+    return graph(nodes, {"image": "image:0"}, {"output_0": "Identity:0"})
+
+
+def test_structure_crosses_a_cast_inserted_on_one_side_under_a_renamed_scope() -> None:
+    """Keras auto-names a mixed-precision twin built in the same script (``functional_1_1`` where
+    the float32 model is ``functional_1``), so only structure pairs its ops, and its casts are on
+    one side only: the ops above B's cast are paired across it, the cast is left to the detector."""
+    a, b = _half_head("functional_1", None), _half_head("functional_1_1", "float16")
+    pairs = {
+        "image": ("image", "name"),
+        "Identity": ("Identity", "name"),
+        "functional_1/head/Softmax": ("functional_1_1/head/Softmax", "structure"),
+        "functional_1/diff/Sub": ("functional_1_1/diff/Sub", "structure"),
+        "functional_1/left/Relu": ("functional_1_1/left/Relu", "structure"),
+        "functional_1/right/Relu": ("functional_1_1/right/Relu", "structure"),
+    }
+    assert match_graphs(a, b) == pairs
+    # and symmetrically, with the cast in A
+    assert match_graphs(b, a) == {y: (x, how) for x, (y, how) in pairs.items()}
+    diff = diff_graphs(a, b)
+    assert [r.to_json() for r in diff.rewrites] == [
+        {"kind": "cast_inserted", "a_nodes": ["functional_1/head/Softmax"],
+         "b_nodes": ["functional_1_1/head/Cast", "functional_1_1/head/Softmax"],
+         "detail": {"op": "functional_1/head/Softmax", "dtype_a": "float32", "dtype_b": "float16",
+                    "casts": ["functional_1_1/head/Cast"]}},
+    ]
+    assert diff.only_in_a == [] and diff.only_in_b == ["functional_1_1/head/Cast"]
+
+
+def test_a_cast_is_crossed_only_between_floats_and_only_to_an_op_of_the_same_type() -> None:
+    """A cast to an integer changes the values, and an op of another type above the cast is
+    another computation: neither is paired across (the ops stay unmatched, as before)."""
+    a = _half_head("functional_1", None)
+    to_int = _half_head("functional_1_1", "int32")
+    assert match_graphs(a, to_int) == {"image": ("image", "name"), "Identity": ("Identity", "name"),
+                                       "functional_1/head/Softmax": ("functional_1_1/head/Softmax", "structure")}
+    doc = _half_head("functional_1_1", "float16").to_json()
+    for node in doc["nodes"]:
+        if node["name"] == "functional_1_1/diff/Sub":
+            node["op"] = "AddV2"
+    assert match_graphs(a, OpGraph.from_json(doc)) == {
+        "image": ("image", "name"), "Identity": ("Identity", "name"),
+        "functional_1/head/Softmax": ("functional_1_1/head/Softmax", "structure")}
+
+
+def test_casts_on_both_sides_pair_with_each_other() -> None:
+    """A float16 head against a bfloat16 one: the casts are paired as ops (their DstT differs), not
+    looked through."""
+    diff = diff_graphs(_half_head("functional_1", "float16"), _half_head("functional_1_1", "bfloat16"))
+    assert diff.pairs["functional_1/head/Cast"] == ("functional_1_1/head/Cast", "structure")
+    assert diff.pairs["functional_1/diff/Sub"] == ("functional_1_1/diff/Sub", "structure")
+    assert diff.only_in_a == diff.only_in_b == []
+    assert [(r.kind, r.a_nodes, r.detail) for r in diff.rewrites] == [
+        ("attr_changed", ["functional_1/head/Cast"], {"attrs": {"DstT": {"a": "float16", "b": "bfloat16"}}}),
+        ("attr_changed", ["functional_1/head/Softmax"], {"attrs": {"T": {"a": "float16", "b": "bfloat16"}}}),
+    ]
+
+
+def test_a_pair_across_a_cast_never_overrides_a_name_match() -> None:
+    """B's right Relu bears A's left Relu's name: the name pair stands, although the Subs, paired
+    across B's cast, read the two Relus the other way round (B's Sub is then reported rewired)."""
+    doc = _half_head("functional_1_1", "float16").to_json()
+    for node in doc["nodes"]:
+        if node["name"] == "functional_1_1/right/Relu":
+            node["name"] = "functional_1/left/Relu"
+        node["inputs"] = ["functional_1/left/Relu:0" if t == "functional_1_1/right/Relu:0" else t
+                          for t in node["inputs"]]
+    a, b = _half_head("functional_1", None), OpGraph.from_json(doc)
+    assert match_graphs(a, b) == {
+        "image": ("image", "name"),
+        "functional_1/left/Relu": ("functional_1/left/Relu", "name"),
+        "Identity": ("Identity", "name"),
+        "functional_1/right/Relu": ("functional_1_1/left/Relu", "structure"),  # the input's one free reader
+        "functional_1/head/Softmax": ("functional_1_1/head/Softmax", "structure"),
+        "functional_1/diff/Sub": ("functional_1_1/diff/Sub", "structure"),
+    }
+    assert [(r.kind, r.a_nodes) for r in diff_graphs(a, b).rewrites] == [
+        ("rewired", ["functional_1/diff/Sub"]), ("cast_inserted", ["functional_1/head/Softmax"])]
+
+
 # --------------------------------------------------------------------------- per-node rewrites
 
 

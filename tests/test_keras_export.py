@@ -95,3 +95,64 @@ def test_a_tensor_cast_exactly_to_float16_is_no_divergence(keras_models: Path, t
     assert reshape["reason"] == "the same values, as float32 in A and float16 in B"
     flat = " ".join(proc.stdout.split())
     assert f"{CONV} (Conv2D)" in flat and "given identical inputs it differs as rewritten in B (cast_inserted)" in flat
+
+
+# A float32 model and its mixed_float16 twin built without names in one script (auto_f32/, auto_fp16/):
+# Keras auto-names the second, so no name pairs their ops and B's casts stand between them.
+AUTO_A = "StatefulPartitionedCall/functional_1/"
+AUTO_B = "StatefulPartitionedCall/functional_1_1/"
+
+
+def test_diff_graph_finds_the_casts_of_an_auto_named_mixed_float16_twin(keras_models: Path) -> None:
+    """tftrace once matched nothing across those casts: every conv, batch norm and ReLU was reported
+    removed from A and added to B, and no cast_inserted. Now it finds what the named twin's diff finds."""
+    proc = run_cli("diff-graph", str(keras_models / "auto_f32"), str(keras_models / "auto_fp16"), "--json", env=OFF)
+    assert proc.returncode == 0, proc.stderr
+    diff = json.loads(proc.stdout)
+    cast = {r["a_nodes"][0]: (r["b_nodes"][-1], r["detail"]["dtype_b"], r["detail"]["casts"])
+            for r in diff["rewrites"] if r["kind"] == "cast_inserted"}
+    assert cast == {
+        f"{AUTO_A}block_conv_1/Reshape": (f"{AUTO_B}block_conv_1/Reshape", "float16",
+                                          [f"{AUTO_B}block_conv_1/Reshape/Cast"]),
+        f"{AUTO_A}stem_conv_1/convolution": (f"{AUTO_B}stem_conv_1/convolution", "float16",
+                                             [f"{AUTO_B}Cast", f"{AUTO_B}stem_conv_1/convolution/Cast",
+                                              f"{AUTO_B}stem_bn_1/Cast"]),
+        f"{AUTO_A}stem_relu_1/Relu": (f"{AUTO_B}stem_relu_1/Relu", "float16", [f"{AUTO_B}stem_bn_1/Cast_5"]),
+        f"{AUTO_A}block_conv_1/convolution": (f"{AUTO_B}block_conv_1/convolution", "float16",
+                                              [f"{AUTO_B}block_conv_1/convolution/Cast"]),
+        f"{AUTO_A}block_conv_1/Relu": (f"{AUTO_B}block_conv_1/Relu", "float16", [f"{AUTO_B}gap_1/Cast"]),
+    }
+    assert diff["matched"] == 68 and diff["only_in_a"] == []
+    # B's only ops left unpaired are its casts; the three that no narrowed op explains (the pooled
+    # features cast to float16 and back for the two float32 heads) are listed as added, as for the named twin
+    assert sorted(diff["only_in_b"]) == sorted(
+        [b for _, _, casts in cast.values() for b in casts] + [f"{AUTO_B}gap_1/Cast_1", f"{AUTO_B}Cast_1", f"{AUTO_B}Cast_2"])
+    assert not [r for r in diff["rewrites"] if r["kind"] == "node_removed"]
+
+
+def test_compare_an_auto_named_mixed_float16_twin_blames_mixed_precision_at_its_first_conv(
+        keras_models: Path, tmp_path: Path) -> None:
+    """tftrace once said no rewrite explained the divergence ("the origins are Conv2D ops")."""
+    proc = run_cli("compare", str(keras_models / "auto_f32"), str(keras_models / "auto_fp16"), "--out",
+                   str(tmp_path / "r"), env=OFF)
+    assert proc.returncode == 1, proc.stderr
+    report = _report(tmp_path / "r")
+    first = report["first_divergence"]
+    assert (first["node"], first["b_node"], first["op"], first["rewrite"]) == (
+        f"{AUTO_A}stem_conv_1/convolution", f"{AUTO_B}stem_bn_1/Cast", "Conv2D", "cast_inserted")
+    assert report["first_divergence_beyond_tolerance"]["node"] == f"{AUTO_A}stem_conv_1/convolution"
+    assert first["isolation"]["verdict"] == "own_error"
+    assert report["answers"]["causes"] == ["mixed_precision"]
+    flat = " ".join(proc.stdout.split())
+    assert "given identical inputs it differs as rewritten in B (cast_inserted)" in flat
+
+
+def test_an_auto_named_float32_twin_is_the_same_graph_renamed(keras_models: Path) -> None:
+    """The control: the same weights, named by Keras and not by hand, and no casts: every op paired,
+    no rewrite."""
+    proc = run_cli("diff-graph", str(keras_models / "export"), str(keras_models / "auto_f32"), "--json", env=OFF)
+    assert proc.returncode == 0, proc.stderr
+    diff = json.loads(proc.stdout)
+    assert (diff["rewrites"], diff["only_in_a"], diff["only_in_b"], diff["matched"]) == ([], [], [], 68)
+    conv = "StatefulPartitionedCall/detector_1/stem_conv_1/convolution"
+    assert diff["renamed"][conv] == f"{AUTO_A}stem_conv_1/convolution"

@@ -16,6 +16,18 @@ at their inputs and outputs (paired by signature key), and pairs spread from eve
 * forwards — the consumers of a matched tensor are paired when exactly one unmatched consumer
   on each side reads it at the same input index with the same op type.
 
+Then the spread crosses precision casts: Casts between floating dtypes, which a
+``mixed_float16``/``mixed_bfloat16`` policy or a converter's FP16 mode inserts on one side only
+(inputs and weights cast to half, results cast back). Backwards, where input ``i`` of one op
+comes through such casts and that of its partner does not, the producers above the casts are
+paired by the same rules; forwards, an op reading a matched tensor through such casts counts as
+its reader. The casts themselves stay unpaired, for the ``cast_inserted`` detector to claim.
+Without this, a mixed-precision twin whose names differ (Keras auto-names a second model built in
+the same script, so its scopes are ``functional_1_1/…`` where the first's are ``functional_1/…``)
+leaves every narrowed op unmatched. The crossing is tried only when the plain spread stops, and
+the plain spread resumes from what it pairs, because an edge without a cast is the stronger
+evidence.
+
 The spread repeats until nothing changes. It never overrides a pair, so a wrong guess cannot
 cascade over a name match.
 """
@@ -29,7 +41,14 @@ from collections.abc import Callable
 from ..opgraph import OpGraph, tensor_op, tensor_slot
 from ..optypes import PASS_THROUGH, WEIGHT_SOURCES
 
-__all__ = ["match_graphs", "canonical_tensor", "canonical_inputs", "name_stem"]
+__all__ = ["match_graphs", "canonical_tensor", "canonical_inputs", "name_stem", "is_precision_cast", "uncast_tensor"]
+
+# The dtypes a precision cast converts between: a cast to or from an integer or bool changes the
+# values themselves, so matching never looks through it.
+FLOAT_DTYPES = frozenset({"float16", "bfloat16", "float32", "float64"})
+
+# op -> {(output slot, consumer input index, consumer op type): [consumer ops]}
+Consumers = dict[str, dict[tuple[int, int, str], list[str]]]
 
 
 def canonical_tensor(g: OpGraph, tensor: str) -> str:
@@ -46,6 +65,27 @@ def canonical_tensor(g: OpGraph, tensor: str) -> str:
 
 def canonical_inputs(g: OpGraph, op: str) -> list[str]:
     return [canonical_tensor(g, t) for t in g.data_inputs(op)]
+
+
+def is_precision_cast(g: OpGraph, op: str) -> bool:
+    """A Cast from one floating dtype to another: the same values at another precision, as mixed
+    precision inserts around the ops it narrows (and never a cast that truncates to an integer)."""
+    if op not in g or g.op_type(op) != "Cast":
+        return False
+    attrs = g.node(op)["attrs"]
+    return attrs.get("SrcT") in FLOAT_DTYPES and attrs.get("DstT") in FLOAT_DTYPES
+
+
+def uncast_tensor(g: OpGraph, tensor: str) -> str:
+    """Follow a tensor up through precision casts and Identity plumbing to the tensor it is a copy
+    of (``functional_1_1/Cast:0`` -> ``image:0``): what the other side of a mixed-precision pair
+    reads uncast."""
+    tensor = canonical_tensor(g, tensor)
+    seen = 0
+    while seen < 10_000 and is_precision_cast(g, tensor_op(tensor)) and g.data_inputs(tensor_op(tensor)):
+        tensor = canonical_tensor(g, g.data_inputs(tensor_op(tensor))[0])
+        seen += 1
+    return tensor
 
 
 def match_graphs(a: OpGraph, b: OpGraph) -> dict[str, tuple[str, str]]:
@@ -148,36 +188,74 @@ def _compatible(a: OpGraph, b: OpGraph, x: str, y: str) -> bool:
 def _spread(
     a: OpGraph, b: OpGraph, pairs: dict[str, tuple[str, str]], taken_b: set[str], pair: Callable[[str, str, str], bool]
 ) -> None:
-    consumers_a = _consumers(a)
-    consumers_b = _consumers(b)
-    changed = True
-    while changed:
-        changed = False
-        for x, (y, _) in list(pairs.items()):
-            # backwards: producer of input i <-> producer of input i
-            ins_x, ins_y = canonical_inputs(a, x), canonical_inputs(b, y)
-            if len(ins_x) == len(ins_y) and (a.op_type(x) == b.op_type(y) or {a.op_type(x), b.op_type(y)} <= PASS_THROUGH):
-                for tx, ty in zip(ins_x, ins_y):
-                    px, py = tensor_op(tx), tensor_op(ty)
-                    if px in a and py in b and tensor_slot(tx) == tensor_slot(ty) and _compatible(a, b, px, py):
-                        changed |= pair(px, py, "structure")
-            # forwards: the unique unmatched reader of the same slot at the same input index
-            for (slot, index, op_type), readers_x in consumers_a[x].items():
-                readers_y = consumers_b[y].get((slot, index, op_type), [])
-                free_x = [r for r in readers_x if r not in pairs]
-                free_y = [r for r in readers_y if r not in taken_b]
-                if len(free_x) == 1 and len(free_y) == 1:
-                    changed |= pair(free_x[0], free_y[0], "structure")
+    """Spread pairs along edges until nothing changes: along plain edges first, then once across
+    precision casts, then along plain edges again from what that found (see the module's rules).
+    Graphs without a precision cast skip the crossing, which could find nothing there."""
+    plain = (_consumers(a), _consumers(b))
+    casts = any(is_precision_cast(g, op) for g in (a, b) for op in g.topo_order())
+    across = (_consumers(a, uncast=True), _consumers(b, uncast=True)) if casts else None
+    while True:
+        while _spread_step(a, b, pairs, taken_b, pair, plain, uncast=False):
+            pass
+        if across is None or not _spread_step(a, b, pairs, taken_b, pair, across, uncast=True):
+            return
 
 
-def _consumers(g: OpGraph) -> dict[str, dict[tuple[int, int, str], list[str]]]:
+def _spread_step(
+    a: OpGraph,
+    b: OpGraph,
+    pairs: dict[str, tuple[str, str]],
+    taken_b: set[str],
+    pair: Callable[[str, str, str], bool],
+    consumers: tuple[Consumers, Consumers],
+    *,
+    uncast: bool,
+) -> bool:
+    """One pass over the matched ops, pairing their producers and readers; True if it paired any.
+    With ``uncast``, producers are paired only across a precision cast on one side (the plain pass
+    pairs the rest), and readers are looked up in tables that see through such casts."""
+    consumers_a, consumers_b = consumers
+    changed = False
+    for x, (y, _) in list(pairs.items()):
+        # backwards: producer of input i <-> producer of input i
+        ins_x, ins_y = canonical_inputs(a, x), canonical_inputs(b, y)
+        if len(ins_x) == len(ins_y) and (a.op_type(x) == b.op_type(y) or {a.op_type(x), b.op_type(y)} <= PASS_THROUGH):
+            for tx, ty in zip(ins_x, ins_y):
+                if uncast:
+                    tx, ty = _across_one_sided_cast(a, b, tx, ty)
+                px, py = tensor_op(tx), tensor_op(ty)
+                if px in a and py in b and tensor_slot(tx) == tensor_slot(ty) and _compatible(a, b, px, py):
+                    changed |= pair(px, py, "structure")
+        # forwards: the unique unmatched reader of the same slot at the same input index
+        for (slot, index, op_type), readers_x in consumers_a[x].items():
+            readers_y = consumers_b[y].get((slot, index, op_type), [])
+            free_x = [r for r in readers_x if r not in pairs]
+            free_y = [r for r in readers_y if r not in taken_b]
+            if len(free_x) == 1 and len(free_y) == 1:
+                changed |= pair(free_x[0], free_y[0], "structure")
+    return changed
+
+
+def _across_one_sided_cast(a: OpGraph, b: OpGraph, tx: str, ty: str) -> tuple[str, str]:
+    """The two tensors with a precision cast that only one of them comes through looked through;
+    both unchanged where both or neither do (casts on both sides pair with each other plainly)."""
+    cast_x, cast_y = is_precision_cast(a, tensor_op(tx)), is_precision_cast(b, tensor_op(ty))
+    if cast_x == cast_y:
+        return tx, ty
+    return (uncast_tensor(a, tx), ty) if cast_x else (tx, uncast_tensor(b, ty))
+
+
+def _consumers(g: OpGraph, *, uncast: bool = False) -> Consumers:
     """op -> {(output slot, consumer input index, consumer op type): [consumer ops]}, looking
-    through Identity plumbing (which is itself never a consumer here)."""
-    table: dict[str, dict[tuple[int, int, str], list[str]]] = defaultdict(lambda: defaultdict(list))
+    through Identity plumbing (which is itself never a consumer here) and, with ``uncast``, through
+    precision casts too (then no consumer either)."""
+    resolve = uncast_tensor if uncast else canonical_tensor
+    table: Consumers = defaultdict(lambda: defaultdict(list))
     for dst in g.topo_order():
-        if g.op_type(dst) in PASS_THROUGH:
+        if g.op_type(dst) in PASS_THROUGH or (uncast and is_precision_cast(g, dst)):
             continue
-        for index, tensor in enumerate(canonical_inputs(g, dst)):
+        for index, tensor in enumerate(g.data_inputs(dst)):
+            tensor = resolve(g, tensor)
             src = tensor_op(tensor)
             if src in g:
                 table[src][(tensor_slot(tensor), index, g.op_type(dst))].append(dst)
