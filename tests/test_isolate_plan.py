@@ -2,13 +2,19 @@
 
 A rewrite group (a folded batch norm, a fused chain) is replayed whole from its own data inputs
 on both sides; feeding A's pre-fold conv output into B's bias add compared a scaled convolution
-with an unscaled one (an "own error" of 2.14 where the fold changed 4e-6).
+with an unscaled one (an "own error" of 2.14 where the fold changed 4e-6). An op whose replay
+recomputes a while loop above it (nothing between them compared) is said to differ with that
+loop, not by its own kernel: a Keras LSTM's StridedSlice of its last step was called a
+StridedSlice "whose own kernel differs".
 """
 
 from __future__ import annotations
 
+import numpy as np
+
 from tracer.comparison.align import ROLE_COMPARED, ROLE_REWRITTEN, Alignment, NodeAlignment, TensorPair
-from tracer.comparison.isolate import group_members, origin_feeds
+from tracer.comparison.isolate import group_members, loop_above, origin_feeds
+from tracer.comparison.judge import judge
 from tracer.opgraph import OpGraph
 
 
@@ -83,3 +89,30 @@ def test_a_fused_chain_named_after_its_first_op_is_replayed_whole() -> None:
                                 _to_a(alignment))
     assert feeds == {"a": {"x:0": "x:0", "w:0": "w:0"}, "b": {"x:0": "x:0", "w:0": "w:0"}}
     assert group is not None and group["kind"] == "fused"
+
+
+# A Keras LSTM, as inlined: the loop's outputs stacked time-major (not compared across batch
+# sizes), then the last step sliced out; the loop itself is out of a session's reach.
+LSTM = _graph([("x", "Placeholder", []), ("enter", "Enter", ["x"]), ("merge", "Merge", ["enter"]),
+               ("switch", "Switch", ["merge"]), ("exit", "Exit", ["switch"]), ("stack", "TensorListStack", ["exit"]),
+               ("last", "StridedSlice", ["stack"]), ("y", "Identity", ["last"])], "y")
+
+
+def test_an_op_replayed_with_the_while_loop_above_it_names_the_loop() -> None:
+    assert loop_above(LSTM, "last:0", {"x:0": "x:0"}) == "exit"
+    assert loop_above(LSTM, "last:0", {"stack:0": "stack:0"}) is None  # the stack was compared: fed, no loop
+    assert loop_above(LSTM, "exit:0", {"x:0": "x:0"}) is None  # an Exit origin is the loop itself
+    assert loop_above(LSTM, "y:0", {"last:0": "last:0"}) is None
+
+
+def test_a_difference_in_a_replay_that_ran_a_loop_is_not_called_the_ops_own_kernel() -> None:
+    op = {"a_tensor": "last:0", "b_tensor": "last:0", "a_op": "StridedSlice", "b_op": "StridedSlice", "loop": "exit"}
+    result = judge(np.array([1.0, 2.0], np.float32), np.array([1.0, 2.5], np.float32), op, None)
+    assert (result.verdict, result.loop, result.max_abs) == ("own_error", "exit", 0.5)
+    assert result.detail == (
+        "given identical inputs, B's StridedSlice, with the while loop above it (ending at `exit`, replayed whole: "
+        "a session cannot fetch the ops inside a loop, and nothing between them was compared), differs from A's by "
+        "up to 0.5 (rel 0.2, rel L2 0.224)")
+    assert result.to_json()["loop"] == "exit"
+    alone = judge(np.array([1.0, 2.0], np.float32), np.array([1.0, 2.5], np.float32), {**op, "loop": None}, None)
+    assert alone.detail.startswith("given identical inputs, B's StridedSlice kernel differs from A's by up to 0.5")

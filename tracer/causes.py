@@ -152,6 +152,7 @@ def explain_comparison(report: dict[str, Any]) -> dict[str, Any]:
         return {"why": ["The two sides compute bit-identical results for these examples."], "prevent": [], "cost": [],
                 "source": "compare", "causes": []}
     own = first and (first.get("isolation") or {}).get("verdict") == "own_error"
+    loop = own and (first.get("isolation") or {}).get("loop")  # replayed with the while loop above it
     found.update(_nondeterminism(report, first, (a, b)))
     # an origin in a rewrite points at its kind's cause (tracer.diff.kinds); exact kinds at none
     rewritten = [o for o in origins if getattr(kind_of(o.get("rewrite")), "cause", None)]
@@ -165,7 +166,8 @@ def explain_comparison(report: dict[str, Any]) -> dict[str, Any]:
         deterministic = all((side.get("knobs") or {}).get("determinism") for side in (a, b))
         found["batch"] = (
             f"the sides run batch {a.get('batch_size')} vs {b.get('batch_size')};"
-            + (" the origin op's own kernel differs given identical inputs." if own else "")
+            + (" the origin op, replayed with the while loop above it, differs given identical inputs." if loop
+               else " the origin op's own kernel differs given identical inputs." if own else "")
             + (" Both sides ran with op determinism on: determinism makes a run repeatable, not batch-size "
                "invariant." if deterministic else "")
         )

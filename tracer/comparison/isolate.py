@@ -50,7 +50,7 @@ from ..optypes import EXIT_OPS, PASS_THROUGH, PLACEHOLDER_OPS, VARIABLE_OPS
 from ..runspec import Side, spec_without_permissions
 from ..safewrite import write_file
 
-__all__ = ["IsolationResult", "isolate_origins", "replay_plan", "group_members", "origin_feeds", "run_job",
+__all__ = ["IsolationResult", "isolate_origins", "replay_plan", "loop_above", "group_members", "origin_feeds", "run_job",
            "evaluate", "isolate_remote", "same_run_settings", "reads_variable", "load_state_variables"]
 
 GROUP_REWRITES = tuple(k.name for k in KINDS.values() if k.group)  # an origin that stands for several A ops (and B ops)
@@ -91,6 +91,34 @@ def replay_plan(graph: OpGraph, tensor: str, to_a: dict[str, str]) -> dict[str, 
         stack.extend((False, t) for t in node["inputs"])
         stack.extend((True, tensor_op(c)) for c in node["control_inputs"])
     return feeds
+
+
+def loop_above(graph: OpGraph, tensor: str, feeds: dict[str, str]) -> str | None:
+    """The Exit of a while loop that replaying ``tensor`` from ``feeds`` recomputes, or None (the
+    first in name order when several end the loop).
+
+    A session cannot fetch the ops inside a loop, so when nothing between an op and a loop above
+    it could be compared (a Keras LSTM's stacked outputs, laid out time-major, are not compared
+    across batch sizes), the op's replay runs the whole loop too: a difference in that replay may
+    be the loop's, and the report must not call it the op's own kernel. An Exit origin is the
+    loop itself and is not asked about.
+    """
+    op = tensor_op(tensor)
+    if op not in graph or graph.op_type(op) in EXIT_OPS:
+        return None
+    exits: list[str] = []
+    seen: set[str] = set()
+    stack = [t for t in graph.data_inputs(op) if t not in feeds]
+    while stack:
+        source = tensor_op(stack.pop())
+        if source in seen or source not in graph:
+            continue
+        seen.add(source)
+        if graph.op_type(source) in EXIT_OPS:
+            exits.append(source)  # the loop is replayed whole from here up: no need to walk inside it
+            continue
+        stack.extend(t for t in graph.data_inputs(source) if t not in feeds)
+    return min(exits) if exits else None
 
 
 def group_members(alignment: Alignment, graph_a: OpGraph, op: str) -> list[str]:
@@ -184,7 +212,8 @@ def isolate_origins(
                       "same_settings": same_settings, "per_process": per_process,
                       "repeat_noise": None if repeat_noise is None else repeat_noise.get(result.tensor),
                       "same_op_same_settings": same_settings and not node.rewrite
-                      and _replayed_alone_alike(view_a.graph, view_b.graph, result.name, tensor_op(pair.b), plans)})
+                      and _replayed_alone_alike(view_a.graph, view_b.graph, result.name, tensor_op(pair.b), plans),
+                      "loop": loop_above(view_a.graph, result.tensor, plans["a"])})
         if group:
             index[-1]["group"] = group
         for key, fetch in (("a", result.tensor), ("b", pair.b)):

@@ -53,11 +53,12 @@ class IsolationResult:
     load_state: bool = False  # a variable whose value differs from one load of the model to the next
     rel_l2: float | None = None  # ||a-b|| / ||a||: max rel is inflated by near-zero elements
     executed: dict[str, list[str]] | None = None  # run_time_rewrite: each side's kernel(s) for the op in its run
+    loop: str | None = None  # the Exit of a while loop the replay recomputed with the op (isolate.loop_above)
 
     def to_json(self) -> dict[str, Any]:
         return {"verdict": self.verdict, "max_abs": self.max_abs, "max_rel": self.max_rel, "rel_l2": self.rel_l2,
                 "detail": self.detail, "command": self.command, "noise_max_abs": self.noise_max_abs,
-                "load_state": self.load_state, "executed": self.executed}
+                "load_state": self.load_state, "executed": self.executed, "loop": self.loop}
 
 
 def executed_form(manifest: dict[str, Any], graph: OpGraph, node: str) -> list[str] | None:
@@ -120,7 +121,7 @@ def judge(ra: np.ndarray, rb: np.ndarray, op: dict[str, Any], capture_a: Any, ca
 
     def result(verdict: str, detail: str, **extra: Any) -> IsolationResult:  # with the replays' metrics and noise
         return IsolationResult(verdict, m.max_abs, m.max_rel, detail, noise_max_abs=replay_noise,
-                               rel_l2=m.rel_l2 if m.kind == "float" else None, **extra)
+                               rel_l2=m.rel_l2 if m.kind == "float" else None, loop=op.get("loop"), **extra)
 
     if op.get("reads_variable") and noisy:
         return result(
@@ -210,6 +211,9 @@ def _b_computation(op: dict[str, Any]) -> str:
     if a_op in EXIT_OPS and op["b_op"] == a_op:
         return ("B's while loop that ends here (replayed whole: a session cannot fetch the ops inside a loop) "
                 "differs from A's")
+    if op.get("loop") and a_op in (None, op["b_op"]):
+        return (f"B's {op['b_op']}, with the while loop above it (ending at `{op['loop']}`, replayed whole: a session "
+                "cannot fetch the ops inside a loop, and nothing between them was compared), differs from A's")
     if a_op in (None, op["b_op"]):
         return f"B's {op['b_op']} kernel differs from A's"
     return (f"B's replacement for it (`{tensor_op(op['b_tensor'])}`, {op['b_op']}, with the ops between it and "

@@ -285,7 +285,8 @@ def isolation_text(isolation: dict[str, Any] | None) -> str:
         return "isolation not recorded"
     verdict = isolation.get("verdict")
     if verdict == "own_error":
-        head = (f"own error: fed identical inputs, the op alone still differs "
+        alone = "the op with the while loop above it" if isolation.get("loop") else "the op alone"
+        head = (f"own error: fed identical inputs, {alone} still differs "
                 f"(max abs {fmt(isolation.get('max_abs'))}, {relative_text(isolation)})")
     elif verdict == "inherited":
         head = "inherited: fed identical inputs, the op alone agrees — the difference comes from upstream"

@@ -124,7 +124,10 @@ def print_comparison(console: Console, report: dict, out_dir: object = None) -> 
             own = ("the while loop ending here differs given identical inputs" if origin["op"] in EXIT_OPS
                    # not "its own kernel": B computes a rewritten form (a cast region, a folded batch norm...)
                    else f"given identical inputs it differs as rewritten in B ({origin['rewrite']})"
-                   if origin.get("rewrite") else "its own kernel differs given identical inputs")
+                   if origin.get("rewrite")
+                   # replayed with a loop above it that nothing compared: the loop may be what differs
+                   else "with the while loop above it (replayed whole), it differs given identical inputs"
+                   if iso.get("loop") else "its own kernel differs given identical inputs")
             verdict_iso = {"own_error": own,
                            "inherited": "inherited (identical given identical inputs)",
                            "nondeterministic": "nondeterministic (changes from run to run on identical inputs)",
