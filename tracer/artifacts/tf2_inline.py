@@ -16,8 +16,11 @@ import numpy as np
 from .._tf import tf
 from .records import Artifact, ArtifactRef, Signature, TensorSpec, signature_keys
 from ..errors import TftraceError
+from ..optypes import changes_state
 
 __all__ = ["load_saved_model_v2"]
+
+HANDLE_FORWARDING = ("Identity", "Enter", "Switch", "Merge")  # ops that pass a variable's handle on unchanged
 
 
 def load_saved_model_v2(ref: ArtifactRef, directory: str, meta: Any, available: dict[str, list[str]]) -> Artifact:
@@ -84,7 +87,8 @@ def load_saved_model_v2(ref: ArtifactRef, directory: str, meta: Any, available: 
         inlined_by_loader=True,
         variable_values=values,
         table_values=tables,
-        notes=["TF2 signature function inlined for tracing (its variables kept as variables)"],
+        notes=["TF2 signature function inlined for tracing (its variables kept as variables)",
+               *_state_notes(_written_variables(graph_def, values))],
     )
 
 
@@ -138,6 +142,32 @@ def _thaw_variables(graph_def: Any, variables: dict[str, Any]) -> tuple[Any, dic
         node.attr["shared_name"].s = node.name.encode("utf-8")
         node.attr["container"].s = b""
     return graph_def, values
+
+
+def _written_variables(graph_def: Any, values: dict[str, np.ndarray]) -> list[str]:
+    """The variables that an op of the inlined graph writes (a Keras random layer's seed state),
+    in name order: the handle reaches a writer as it reaches a read, through Identities and Enters."""
+    nodes = {n.name: n for n in graph_def.node}
+    written = set()
+    for node in graph_def.node:
+        if not changes_state(node.op) or not node.input:
+            continue
+        source = nodes.get(node.input[0].split(":")[0])
+        while source is not None and source.op in HANDLE_FORWARDING and source.input:
+            source = nodes.get(source.input[0].split(":")[0])
+        if source is not None and source.name in values:
+            written.add(source.name)
+    return sorted(written)
+
+
+def _state_notes(written: list[str]) -> list[str]:
+    """The artifact's note when its signature writes variables: why its outputs may change from
+    run to run, as the served model's do, and why they stay variables."""
+    if not written:
+        return []
+    names = ", ".join(written[:3]) + (f" and {len(written) - 3} more" if len(written) > 3 else "")
+    return [f"the signature writes {len(written)} of its variables on every run ({names}): kept as variables, so "
+            "each run reads what the runs before it left, as in the served model"]
 
 
 def _thaw_tables(graph_def: Any, function: Any) -> dict[str, tuple[np.ndarray, np.ndarray]]:
