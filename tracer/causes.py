@@ -86,6 +86,8 @@ def _nondeterminism(report: dict[str, Any], first: dict[str, Any] | None,
     verdict = ((first or {}).get("isolation") or {}).get("verdict")
     if verdict == "run_time_rewrite":
         return _run_time_rewrite(report, first or {})
+    if verdict == "state":
+        return {"state": _state_evidence(first or {}, sides)}
     if ((first or {}).get("isolation") or {}).get("load_state"):
         return {"load_state": f"the value of `{first['node']}` changes from one load of the model to the next, so it "
                               "is set when the model loads, not restored; no kernel and no export is involved."}
@@ -109,6 +111,19 @@ def _nondeterminism(report: dict[str, Any], first: dict[str, Any] | None,
         "atomics": "kernels that accumulate with atomics differ from run to run even with one algorithm "
                    "(compare again with `--determinism`).",
     }
+
+
+def _state_evidence(first: dict[str, Any], sides: tuple[dict[str, Any], dict[str, Any]]) -> str:
+    """What an origin that reads the model's own state (isolation ``state``) shows: the variable's
+    writers, and, when the sides batch differently, why their earlier runs differ."""
+    writes = (first.get("isolation") or {}).get("writes") or []
+    written = f" (`{writes[0]}`{f' and {len(writes) - 1} more' if len(writes) > 1 else ''})" if writes else ""
+    a, b = (side.get("batch_size") for side in sides)
+    runs = (f"; the sides run batch {a} vs {b}, so they had run the model a different number of times before the "
+            "runs compared" if a != b else "; the sides' earlier runs left it different")
+    return (f"`{first.get('node')}` ({first.get('op')}) reads a variable that the model writes on every "
+            f"run{written}, so each run reads what the runs before it left{runs}; replayed in fresh processes both "
+            "sides read the same value: no kernel, input or export differs.")
 
 
 def _run_time_rewrite(report: dict[str, Any], first: dict[str, Any]) -> dict[str, str]:
@@ -162,7 +177,9 @@ def explain_comparison(report: dict[str, Any]) -> dict[str, Any]:
         found[min(causes, key=list(CAUSES).index)] = (
             f"{len(rewritten)} origin(s) sit in export rewrites ({', '.join(kinds)}), e.g. `{rewritten[0]['node']}`."
         )
-    if a.get("batch_size") != b.get("batch_size"):
+    # an origin that reads the model's state: the batch sizes matter through the runs made, not the kernels
+    state = bool(first) and (first.get("isolation") or {}).get("verdict") == "state"
+    if a.get("batch_size") != b.get("batch_size") and not state:
         deterministic = all((side.get("knobs") or {}).get("determinism") for side in (a, b))
         found["batch"] = (
             f"the sides run batch {a.get('batch_size')} vs {b.get('batch_size')};"

@@ -133,6 +133,8 @@ def print_comparison(console: Console, report: dict, out_dir: object = None) -> 
                            "nondeterministic": "nondeterministic (changes from run to run on identical inputs)",
                            "run_time_rewrite": "rewritten at run time (the runs executed it as different kernels; "
                                                "alone, on identical inputs, it agrees)",
+                           "state": "it reads the model's own state, which the graph writes on every run: the "
+                                    "sides' earlier runs left it different (no kernel differs)",
                            "not_reproduced": "not reproduced given identical inputs (the runs differed, "
                                              "the op alone does not)"}.get(iso.get("verdict"), "not isolated")
             if iso.get("load_state"):
