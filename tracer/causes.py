@@ -113,6 +113,19 @@ def _nondeterminism(report: dict[str, Any], first: dict[str, Any] | None,
     }
 
 
+def _state_caveat(report: dict[str, Any]) -> list[str]:
+    """For sides that agree although the model changes its own variables on every run: what the
+    agreement covers (the same runs from a fresh load), so it is not read as "the model repeats"."""
+    observed = [side for side in (report.get("observer_effect") or {}).values()
+                if isinstance(side, dict) and side.get("explained_by_state")]
+    if not observed:
+        return []
+    ops = observed[0].get("stateful_ops") or []
+    return [f"The model changes its own variables on every run ({', '.join(map(str, ops[:3]))}"
+            f"{f' and {len(ops) - 3} more' if len(ops) > 3 else ''}): the sides agree run for run from a fresh "
+            "load, but its results on the same inputs change from one run to the next."]
+
+
 def _state_evidence(first: dict[str, Any], sides: tuple[dict[str, Any], dict[str, Any]]) -> str:
     """What an origin that reads the model's own state (isolation ``state``) shows: the variable's
     writers, and, when the sides batch differently, why their earlier runs differ."""
@@ -164,8 +177,8 @@ def explain_comparison(report: dict[str, Any]) -> dict[str, Any]:
     where = f" The first divergence is `{first['node']}` ({first['op']})." if first else ""
     if report.get("verdict") == "identical":
         # Nothing diverged: a difference between the sides (batch size, a knob) is no cause of anything.
-        return {"why": ["The two sides compute bit-identical results for these examples."], "prevent": [], "cost": [],
-                "source": "compare", "causes": []}
+        return {"why": ["The two sides compute bit-identical results for these examples.", *_state_caveat(report)],
+                "prevent": [], "cost": [], "source": "compare", "causes": []}
     own = first and (first.get("isolation") or {}).get("verdict") == "own_error"
     loop = own and (first.get("isolation") or {}).get("loop")  # replayed with the while loop above it
     found.update(_nondeterminism(report, first, (a, b)))
