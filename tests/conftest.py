@@ -96,10 +96,13 @@ def slim_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def keras_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Keras 3 exports of one small functional model (see tests/fixtures/keras_export.py), built once
     per session in a child process: ``export/`` (``model.export``), ``tfsave/``
-    (``tf.saved_model.save``), ``bf16/`` (the same weights under ``mixed_bfloat16``), ``model.keras``."""
+    (``tf.saved_model.save``), ``bf16/`` (the same weights under ``mixed_bfloat16``), ``model.keras``;
+    recurrent exports ``lstm/`` (and ``lstm_tfsave/``), ``gru/``, ``simple_rnn/``, ``lstm_unrolled/`` with
+    their inputs ``seq.npz`` and what TensorFlow computes on them (``truth.json``, oneDNN off as the tests
+    run them); ``augment/`` (Keras random augmentation layers, which write their seed state)."""
     out = tmp_path_factory.mktemp("keras") / "models"
     subprocess.run([sys.executable, str(REPO / "tests" / "fixtures" / "keras_export.py"), str(out)], cwd=REPO,
-                   check=True, capture_output=True, timeout=300)
+                   check=True, capture_output=True, timeout=300, env={**os.environ, "TF_ENABLE_ONEDNN_OPTS": "0"})
     return out
 
 
