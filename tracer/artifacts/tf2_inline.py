@@ -44,6 +44,8 @@ def load_saved_model_v2(ref: ArtifactRef, directory: str, meta: Any, available: 
         function = loaded.signatures[ref.signature]
         variables = _captured_variables(function)
         inlined = _inline(function, set(variables))
+    except TftraceError:
+        raise
     except Exception as exc:  # TF raises many types while loading a foreign model
         raise TftraceError(
             f"TensorFlow could not load the TF2 SavedModel {directory}: {type(exc).__name__}: {str(exc)[:300]}",
@@ -102,10 +104,20 @@ def _inline(function: Any, variables: set[str]) -> Any:
     """
     from tensorflow.python.framework import convert_to_constants as convert  # noqa: PLC0415
 
-    data = convert._FunctionConverterDataInEager(  # noqa: SLF001 - see the docstring
-        func=function, lower_control_flow=True, aggressive_inlining=False, variable_names_denylist=variables)
-    graph_def, converted = convert._replace_variables_by_constants(converter_data=data)  # noqa: SLF001
-    return convert._construct_concrete_function(function, graph_def, converted)  # noqa: SLF001
+    try:  # private steps (see the docstring): a TensorFlow without them is not the one tftrace is made for
+        converter = convert._FunctionConverterDataInEager  # noqa: SLF001
+        replace_variables = convert._replace_variables_by_constants  # noqa: SLF001
+        construct = convert._construct_concrete_function  # noqa: SLF001
+    except AttributeError as exc:
+        raise TftraceError(
+            f"TensorFlow {tf().__version__} lacks the steps of convert_variables_to_constants_v2 that tftrace "
+            f"inlines a TF2 signature with ({exc})",
+            "install the TensorFlow tftrace is made for: pip install 'tftrace[cpu]' (TensorFlow 2.21)",
+        ) from exc
+    data = converter(func=function, lower_control_flow=True, aggressive_inlining=False,
+                     variable_names_denylist=variables)
+    graph_def, converted = replace_variables(converter_data=data)
+    return construct(function, graph_def, converted)
 
 
 def _captured_variables(function: Any) -> dict[str, Any]:
