@@ -98,10 +98,13 @@ def keras_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
     per session in a child process: ``export/`` (``model.export``), ``tfsave/``
     (``tf.saved_model.save``), ``bf16/`` and ``fp16/`` (the same weights under ``mixed_bfloat16`` and
     ``mixed_float16``), ``auto_f32/`` and ``auto_fp16/`` (float32 and mixed_float16 twins left for Keras
-    to name, so their scopes differ), ``model.keras``."""
+    to name, so their scopes differ), ``model.keras``; recurrent exports ``lstm/`` (and ``lstm_tfsave/``),
+    ``gru/``, ``simple_rnn/``, ``lstm_unrolled/`` with their inputs ``seq.npz`` and what TensorFlow
+    computes on them (``truth.json``, oneDNN off as the tests run them); ``augment/`` (Keras random
+    augmentation layers, which write their seed state)."""
     out = tmp_path_factory.mktemp("keras") / "models"
     subprocess.run([sys.executable, str(REPO / "tests" / "fixtures" / "keras_export.py"), str(out)], cwd=REPO,
-                   check=True, capture_output=True, timeout=300)
+                   check=True, capture_output=True, timeout=300, env={**os.environ, "TF_ENABLE_ONEDNN_OPTS": "0"})
     return out
 
 

@@ -2,13 +2,20 @@
 
 A rewrite group (a folded batch norm, a fused chain) is replayed whole from its own data inputs
 on both sides; feeding A's pre-fold conv output into B's bias add compared a scaled convolution
-with an unscaled one (an "own error" of 2.14 where the fold changed 4e-6).
+with an unscaled one (an "own error" of 2.14 where the fold changed 4e-6). An op whose replay
+recomputes a while loop above it (nothing between them compared) is said to differ with that
+loop, not by its own kernel: a Keras LSTM's StridedSlice of its last step was called a
+StridedSlice "whose own kernel differs". A read of a variable the graph writes on every run (a
+Keras random layer's seed) is the model's state, not a kernel and not nondeterminism.
 """
 
 from __future__ import annotations
 
+import numpy as np
+
 from tracer.comparison.align import ROLE_COMPARED, ROLE_REWRITTEN, Alignment, NodeAlignment, TensorPair
-from tracer.comparison.isolate import group_members, origin_feeds
+from tracer.comparison.isolate import group_members, loop_above, origin_feeds, reads_variable, variable_writes
+from tracer.comparison.judge import judge
 from tracer.opgraph import OpGraph
 
 
@@ -83,3 +90,90 @@ def test_a_fused_chain_named_after_its_first_op_is_replayed_whole() -> None:
                                 _to_a(alignment))
     assert feeds == {"a": {"x:0": "x:0", "w:0": "w:0"}, "b": {"x:0": "x:0", "w:0": "w:0"}}
     assert group is not None and group["kind"] == "fused"
+
+
+# A Keras LSTM, as inlined: the loop's outputs stacked time-major (not compared across batch
+# sizes), then the last step sliced out; the loop itself is out of a session's reach.
+LSTM = _graph([("x", "Placeholder", []), ("enter", "Enter", ["x"]), ("merge", "Merge", ["enter"]),
+               ("switch", "Switch", ["merge"]), ("exit", "Exit", ["switch"]), ("stack", "TensorListStack", ["exit"]),
+               ("last", "StridedSlice", ["stack"]), ("y", "Identity", ["last"])], "y")
+
+
+def test_an_op_replayed_with_the_while_loop_above_it_names_the_loop() -> None:
+    assert loop_above(LSTM, "last:0", {"x:0": "x:0"}) == "exit"
+    assert loop_above(LSTM, "last:0", {"stack:0": "stack:0"}) is None  # the stack was compared: fed, no loop
+    assert loop_above(LSTM, "exit:0", {"x:0": "x:0"}) is None  # an Exit origin is the loop itself
+    assert loop_above(LSTM, "y:0", {"last:0": "last:0"}) is None
+
+
+def test_a_difference_in_a_replay_that_ran_a_loop_is_not_called_the_ops_own_kernel() -> None:
+    op = {"a_tensor": "last:0", "b_tensor": "last:0", "a_op": "StridedSlice", "b_op": "StridedSlice", "loop": "exit"}
+    result = judge(np.array([1.0, 2.0], np.float32), np.array([1.0, 2.5], np.float32), op, None)
+    assert (result.verdict, result.loop, result.max_abs) == ("own_error", "exit", 0.5)
+    assert result.detail == (
+        "given identical inputs, B's StridedSlice, with the while loop above it (ending at `exit`, replayed whole: "
+        "a session cannot fetch the ops inside a loop, and nothing between them was compared), differs from A's by "
+        "up to 0.5 (rel 0.2, rel L2 0.224)")
+    assert result.to_json()["loop"] == "exit"
+    alone = judge(np.array([1.0, 2.0], np.float32), np.array([1.0, 2.5], np.float32), {**op, "loop": None}, None)
+    assert alone.detail.startswith("given identical inputs, B's StridedSlice kernel differs from A's by up to 0.5")
+
+
+def _typed(nodes: list[tuple[str, str, list[str], str]], output: str) -> OpGraph:
+    """A graph whose ops output one tensor each, of the given dtype."""
+    return OpGraph.from_json({"inputs": {"x": "x:0"}, "outputs": {"y": f"{output}:0"}, "nodes": [
+        {"name": name, "op": op, "device": "", "scope": "", "attrs": {}, "inputs": [f"{i}:0" for i in inputs],
+         "control_inputs": [], "outputs": [{"dtype": dtype, "shape": [2], "capturable": dtype != "resource",
+                                            "reason": ""}]}
+        for name, op, inputs, dtype in nodes]})
+
+
+# A Keras RandomFlip, inlined: its seed state reached through an Identity of the handle, read,
+# advanced and written back; the flip itself reads a weight nothing writes.
+SEEDED = _typed([("seed", "VarHandleOp", [], "resource"), ("seed_in", "Identity", ["seed"], "resource"),
+                 ("read", "ReadVariableOp", ["seed_in"], "int64"), ("one", "Const", [], "int64"),
+                 ("next", "AddV2", ["read", "one"], "int64"), ("assign", "AssignVariableOp", ["seed_in", "next"], "int64"),
+                 ("w", "VarHandleOp", [], "resource"), ("w_in", "Identity", ["w"], "resource"),
+                 ("w_read", "ReadVariableOp", ["w_in"], "float32"), ("x", "Placeholder", [], "float32"),
+                 ("y", "Mul", ["x", "w_read"], "float32")], "y")
+
+
+def test_the_writers_of_a_variable_read_through_an_inlined_identity_are_found() -> None:
+    assert variable_writes(SEEDED, "read") == ["assign"]
+    assert variable_writes(SEEDED, "seed") == ["assign"]
+    assert variable_writes(SEEDED, "w_read") == []  # a weight nothing writes
+    assert variable_writes(SEEDED, "next") == []  # computed from the state, not a read of it
+    assert (reads_variable(SEEDED, "read"), reads_variable(SEEDED, "w_read"), reads_variable(SEEDED, "y")) == (
+        True, True, False)
+
+
+class _Captured:
+    """A side's capture holding one tensor."""
+
+    def __init__(self, name: str, value: np.ndarray) -> None:
+        self.name, self.value = name, value
+
+    def has(self, name: str) -> bool:
+        return name == self.name
+
+    def tensor(self, name: str) -> np.ndarray:
+        return self.value
+
+
+def test_a_read_of_the_models_own_state_is_state_not_nondeterminism() -> None:
+    """Both replays read the seed as loaded ([7, 0]); A's run read it after 9 earlier runs, B's after 2."""
+    op = {"a_tensor": "read:0", "b_tensor": "read:0", "a_op": "ReadVariableOp", "b_op": "ReadVariableOp",
+          "inputs_identical": True, "reads_variable": True, "writes": ["assign"]}
+    loaded = np.array([7, 0], np.int64)
+    result = judge(loaded, loaded.copy(), op, _Captured("read:0", np.array([16, 0], np.int64)),
+                   _Captured("read:0", np.array([9, 0], np.int64)))
+    assert (result.verdict, result.writes, result.load_state, result.max_abs, result.noise_max_abs) == (
+        "state", ["assign"], False, 0.0, 9.0)
+    assert result.detail == (
+        "the variable is the model's own state: the graph writes it on every run (`assign`), so a run reads what the "
+        "runs before it left. Replayed in fresh processes, both sides read the same value, but A's replay differs "
+        "from A's captured value by up to 9; B's replay differs from B's captured value by up to 2: the sides' "
+        "earlier runs left different states (a different number of runs, or other inputs, before the ones "
+        "captured). No kernel, input or export makes this difference")
+    unwritten = judge(loaded, loaded.copy(), {**op, "writes": []}, _Captured("read:0", np.array([16, 0], np.int64)))
+    assert (unwritten.verdict, unwritten.load_state) == ("nondeterministic", True)  # set at load, as before

@@ -5,6 +5,10 @@ the reads of a layer's variables after auto-numbered casts (``stem_bn_1/Cast_3/R
 Under a mixed-precision policy the casts are built in another order, so the same name reads
 another variable: tftrace once paired those reads by name and reported a ReadVariableOp whose "own
 kernel differs" as the first divergence. oneDNN is set off explicitly (its default depends on the CPU).
+
+Recurrent layers (LSTM, GRU, SimpleRNN) and random augmentation layers once failed to load at all:
+inlining froze their variables, though a recurrent loop is handed its weights as resources and a
+random layer writes its seed state back on every call.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from conftest import assert_user_error, run_cli
@@ -21,6 +26,9 @@ pytestmark = pytest.mark.slow
 
 CONV = "StatefulPartitionedCall/detector_1/stem_conv_1/convolution"
 OFF = {"TF_ENABLE_ONEDNN_OPTS": "0"}
+LSTM = "StatefulPartitionedCall/lstm_model_1/lstm_1/"
+AUGMENT = "StatefulPartitionedCall/augment_1/"
+SEED_WRITES = [f"{AUGMENT}{layer}_1/AssignVariableOp" for layer in ("flip", "rotate", "zoom")]
 
 
 def _report(out: Path) -> dict[str, Any]:
@@ -156,3 +164,130 @@ def test_an_auto_named_float32_twin_is_the_same_graph_renamed(keras_models: Path
     assert (diff["rewrites"], diff["only_in_a"], diff["only_in_b"], diff["matched"]) == ([], [], [], 68)
     conv = "StatefulPartitionedCall/detector_1/stem_conv_1/convolution"
     assert diff["renamed"][conv] == f"{AUTO_A}stem_conv_1/convolution"
+
+
+def _truth(keras_models: Path) -> dict[str, Any]:
+    return json.loads((keras_models / "truth.json").read_text(encoding="utf-8"))
+
+
+def test_an_lstm_export_at_batch_1_vs_8_differs_after_its_loop_within_tolerance(keras_models: Path,
+                                                                               tmp_path: Path) -> None:
+    """Exit 0: the loop's matrix products round differently at batch 1 and 8 (by 6e-8 here, as
+    TensorFlow alone computes it, truth.json), far inside the default atol 1e-6. The first op a
+    session can see after the loop is the slice of its last step; its replay runs the loop too."""
+    seq = str(keras_models / "seq.npz")
+    proc = run_cli("compare", str(keras_models / "lstm"), str(keras_models / "lstm"), "--a-batch-size", "1",
+                   "--b-batch-size", "8", "--inputs", seq, "--out", str(tmp_path / "r"), env=OFF)
+    assert proc.returncode == 0, proc.stderr
+    report = _report(tmp_path / "r")
+    truth = _truth(keras_models)["lstm_batch_1_vs_8"]
+    assert report["outputs"]["output_0"]["max_abs"] == truth["max_abs"]  # the plain runs are the served model's
+    if truth["bitwise_equal"]:  # a CPU whose kernels do not block by batch size
+        assert report["verdict"] == "identical" and proc.stdout.startswith("IDENTICAL")
+        return
+    assert report["verdict"] == "within_tolerance" and proc.stdout.startswith("WITHIN TOLERANCE")
+    first = report["first_divergence"]
+    assert (first["node"], first["op"], first["status"]) == (f"{LSTM}strided_slice_3", "StridedSlice",
+                                                             "within_tolerance")
+    assert report["first_divergence_beyond_tolerance"] is None
+    assert (first["isolation"]["verdict"], first["isolation"]["loop"]) == ("own_error", f"{LSTM}while/exit/_38")
+    assert first["isolation"]["detail"].startswith(
+        f"given identical inputs, B's StridedSlice, with the while loop above it (ending at `{LSTM}while/exit/_38`, "
+        "replayed whole: a session cannot fetch the ops inside a loop, and nothing between them was compared), "
+        "differs from A's by up to ")
+    assert [(o["node"], o["isolation"]["verdict"]) for o in report["origins"]] == [
+        (f"{LSTM}strided_slice_3", "own_error"), (f"{LSTM}while/exit/_39", "own_error"),
+        (f"{LSTM}while/exit/_40", "own_error")]
+    assert report["answers"]["causes"] == ["batch"]
+    assert report["answers"]["why"][0] == (
+        "Shape-dependent kernel choice (GEMM blocking on CPU, cuDNN/cuBLAS algorithm per shape on GPU): the sides "
+        "run batch 1 vs 8; the origin op, replayed with the while loop above it, differs given identical inputs.")
+    assert "with the while loop above it (replayed whole), it differs given identical inputs" in " ".join(
+        proc.stdout.split())
+    assert "its own kernel differs" not in proc.stdout
+
+
+def test_an_lstm_export_and_its_tf_saved_model_save_are_identical(keras_models: Path, tmp_path: Path) -> None:
+    proc = run_cli("compare", str(keras_models / "lstm"), str(keras_models / "lstm_tfsave"), "--inputs",
+                   str(keras_models / "seq.npz"), "--out", str(tmp_path / "r"), env=OFF)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("IDENTICAL")
+    report = _report(tmp_path / "r")
+    assert report["verdict"] == "identical" and report["origins"] == []
+    assert report["outputs"]["output_0"]["identical"] is True
+    diff = run_cli("diff-graph", str(keras_models / "lstm"), str(keras_models / "lstm_tfsave"), "--json", env=OFF)
+    assert diff.returncode == 0, diff.stderr
+    graph_diff = json.loads(diff.stdout)
+    assert (graph_diff["rewrites"], graph_diff["only_in_a"], graph_diff["only_in_b"]) == ([], [], [])
+
+
+@pytest.mark.parametrize("name", ["lstm", "gru", "simple_rnn", "lstm_unrolled"])
+def test_a_recurrent_export_captures_what_its_signature_serves(keras_models: Path, tmp_path: Path, name: str) -> None:
+    """Bit for bit what ``tf.saved_model.load(...).signatures['serving_default']`` returns."""
+    from tracer.captures.reader import Capture  # noqa: PLC0415
+
+    proc = run_cli("capture", str(keras_models / name), "--batch-size", "8", "--inputs",
+                   str(keras_models / "seq.npz"), "--out", str(tmp_path / "c"), env=OFF)
+    assert proc.returncode == 0, proc.stderr
+    served = np.asarray(_truth(keras_models)["outputs"][name], dtype=np.float32)
+    captured = Capture.open(tmp_path / "c").plain_output("output_0")
+    assert captured.dtype == np.float32 and captured.shape == (8, 8)
+    assert np.array_equal(captured, served)
+
+
+def test_a_random_augmentation_export_loads_and_agrees_with_itself_run_for_run(keras_models: Path,
+                                                                              tmp_path: Path) -> None:
+    """Each side is a fresh load making the same runs, so they agree bit for bit; every run moves
+    the seed state, which the report says (the instrumented run, a later one, computed other outputs)."""
+    proc = run_cli("compare", str(keras_models / "augment"), str(keras_models / "augment"), "--out",
+                   str(tmp_path / "r"), env=OFF)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("IDENTICAL")
+    report = _report(tmp_path / "r")
+    assert report["verdict"] == "identical"
+    for key in ("a", "b"):
+        observer = report["observer_effect"][key]
+        assert (observer["explained_by_state"], observer["outputs_identical"], observer["stateful_ops"]) == (
+            True, False, SEED_WRITES)
+        assert report["sides"][key]["notes"] == [
+            "TF2 signature function inlined for tracing (its variables kept as variables)",
+            "the signature writes 3 of its variables on every run (seed_generator/seed_generator_state, "
+            "seed_generator_1/seed_generator_state, seed_generator_2/seed_generator_state): kept as variables, so "
+            "each run reads what the runs before it left, as in the served model"]
+    assert report["answers"]["why"] == [
+        "The two sides compute bit-identical results for these examples.",
+        f"The model changes its own variables on every run ({', '.join(SEED_WRITES)}): the sides agree run for run "
+        "from a fresh load, but its results on the same inputs change from one run to the next."]
+    assert report["answers"]["causes"] == []
+    assert (f"(not the observation: the graph changes its own state on every run, {', '.join(SEED_WRITES)})"
+            in " ".join(proc.stdout.split()))
+
+
+def test_a_random_augmentation_export_at_batch_1_vs_8_differs_by_its_own_state(keras_models: Path,
+                                                                              tmp_path: Path) -> None:
+    """Batch 1 makes 8 runs where batch 8 makes one, and each run advances the seeds: the first
+    difference is a read of a seed state, which both sides load alike. That is the model's state:
+    not nondeterminism, not the batch's kernels, not the export."""
+    proc = run_cli("compare", str(keras_models / "augment"), str(keras_models / "augment"), "--a-batch-size", "1",
+                   "--b-batch-size", "8", "--out", str(tmp_path / "r"), env=OFF)
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stdout.startswith("DIVERGED")
+    report = _report(tmp_path / "r")
+    first = report["first_divergence"]
+    assert (first["node"], first["op"]) == (f"{AUGMENT}flip_1/Add/ReadVariableOp", "ReadVariableOp")
+    assert report["first_divergence_beyond_tolerance"]["node"] == first["node"]
+    isolation = first["isolation"]
+    assert (isolation["verdict"], isolation["writes"], isolation["load_state"], isolation["max_abs"]) == (
+        "state", [SEED_WRITES[0]], False, 0.0)
+    assert {o["isolation"]["verdict"] for o in report["origins"] if o.get("isolation")} == {"state"}
+    assert report["answers"]["causes"] == ["state"]
+    assert report["answers"]["why"] == [
+        "The model updates its own variables when it runs (a stateful signature): "
+        f"`{AUGMENT}flip_1/Add/ReadVariableOp` (ReadVariableOp) reads a variable that the model writes on every run "
+        f"(`{SEED_WRITES[0]}`), so each run reads what the runs before it left; the sides run batch 1 vs 8, so they "
+        "had run the model a different number of times before the runs compared; replayed in fresh processes both "
+        "sides read the same value: no kernel, input or export differs.",
+        f"The first divergence is `{AUGMENT}flip_1/Add/ReadVariableOp` (ReadVariableOp)."]
+    flat = " ".join(proc.stdout.split())
+    assert ("it reads the model's own state, which the graph writes on every run: the sides' earlier runs left it "
+            "different (no kernel differs)") in flat

@@ -86,6 +86,8 @@ def _nondeterminism(report: dict[str, Any], first: dict[str, Any] | None,
     verdict = ((first or {}).get("isolation") or {}).get("verdict")
     if verdict == "run_time_rewrite":
         return _run_time_rewrite(report, first or {})
+    if verdict == "state":
+        return {"state": _state_evidence(first or {}, sides)}
     if ((first or {}).get("isolation") or {}).get("load_state"):
         return {"load_state": f"the value of `{first['node']}` changes from one load of the model to the next, so it "
                               "is set when the model loads, not restored; no kernel and no export is involved."}
@@ -109,6 +111,32 @@ def _nondeterminism(report: dict[str, Any], first: dict[str, Any] | None,
         "atomics": "kernels that accumulate with atomics differ from run to run even with one algorithm "
                    "(compare again with `--determinism`).",
     }
+
+
+def _state_caveat(report: dict[str, Any]) -> list[str]:
+    """For sides that agree although the model changes its own variables on every run: what the
+    agreement covers (the same runs from a fresh load), so it is not read as "the model repeats"."""
+    observed = [side for side in (report.get("observer_effect") or {}).values()
+                if isinstance(side, dict) and side.get("explained_by_state")]
+    if not observed:
+        return []
+    ops = observed[0].get("stateful_ops") or []
+    return [f"The model changes its own variables on every run ({', '.join(map(str, ops[:3]))}"
+            f"{f' and {len(ops) - 3} more' if len(ops) > 3 else ''}): the sides agree run for run from a fresh "
+            "load, but its results on the same inputs change from one run to the next."]
+
+
+def _state_evidence(first: dict[str, Any], sides: tuple[dict[str, Any], dict[str, Any]]) -> str:
+    """What an origin that reads the model's own state (isolation ``state``) shows: the variable's
+    writers, and, when the sides batch differently, why their earlier runs differ."""
+    writes = (first.get("isolation") or {}).get("writes") or []
+    written = f" (`{writes[0]}`{f' and {len(writes) - 1} more' if len(writes) > 1 else ''})" if writes else ""
+    a, b = (side.get("batch_size") for side in sides)
+    runs = (f"; the sides run batch {a} vs {b}, so they had run the model a different number of times before the "
+            "runs compared" if a != b else "; the sides' earlier runs left it different")
+    return (f"`{first.get('node')}` ({first.get('op')}) reads a variable that the model writes on every "
+            f"run{written}, so each run reads what the runs before it left{runs}; replayed in fresh processes both "
+            "sides read the same value: no kernel, input or export differs.")
 
 
 def _run_time_rewrite(report: dict[str, Any], first: dict[str, Any]) -> dict[str, str]:
@@ -169,9 +197,10 @@ def explain_comparison(report: dict[str, Any]) -> dict[str, Any]:
     where = f" The first divergence is `{first['node']}` ({first['op']})." if first else ""
     if report.get("verdict") == "identical":
         # Nothing diverged: a difference between the sides (batch size, a knob) is no cause of anything.
-        return {"why": ["The two sides compute bit-identical results for these examples."], "prevent": [], "cost": [],
-                "source": "compare", "causes": []}
+        return {"why": ["The two sides compute bit-identical results for these examples.", *_state_caveat(report)],
+                "prevent": [], "cost": [], "source": "compare", "causes": []}
     own = first and (first.get("isolation") or {}).get("verdict") == "own_error"
+    loop = own and (first.get("isolation") or {}).get("loop")  # replayed with the while loop above it
     found.update(_nondeterminism(report, first, (a, b)))
     # an origin in a rewrite points at its kind's cause (tracer.diff.kinds); exact kinds at none
     rewritten = [o for o in origins if getattr(kind_of(o.get("rewrite")), "cause", None)]
@@ -181,11 +210,14 @@ def explain_comparison(report: dict[str, Any]) -> dict[str, Any]:
         found[min(causes, key=list(CAUSES).index)] = (
             f"{len(rewritten)} origin(s) sit in export rewrites ({', '.join(kinds)}), e.g. `{rewritten[0]['node']}`."
         )
-    if a.get("batch_size") != b.get("batch_size"):
+    # an origin that reads the model's state: the batch sizes matter through the runs made, not the kernels
+    state = bool(first) and (first.get("isolation") or {}).get("verdict") == "state"
+    if a.get("batch_size") != b.get("batch_size") and not state:
         deterministic = all((side.get("knobs") or {}).get("determinism") for side in (a, b))
         found["batch"] = (
             f"the sides run batch {a.get('batch_size')} vs {b.get('batch_size')}"
-            + ("; the origin op's own kernel differs given identical inputs." if own else ".")
+            + ("; the origin op, replayed with the while loop above it, differs given identical inputs." if loop
+               else "; the origin op's own kernel differs given identical inputs." if own else ".")
             + (" Both sides ran with op determinism on: determinism makes a run repeatable, not batch-size "
                "invariant." if deterministic else "")
         )

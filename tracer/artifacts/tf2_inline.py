@@ -2,13 +2,12 @@
 
 A TF2 signature is one opaque ``StatefulPartitionedCall``; its ops are only visible once the
 function is inlined. TensorFlow's own inliner also freezes the variables, which changes what
-Grappler does at run time (see :func:`load_saved_model_v2`), so they are thawed back into
-resource variables named after the model's own variables.
+Grappler does at run time (see :func:`load_saved_model_v2`), so it is asked to freeze none: the
+variables stay resource variables, named after the model's own variables.
 """
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from typing import Any
 
@@ -17,8 +16,11 @@ import numpy as np
 from .._tf import tf
 from .records import Artifact, ArtifactRef, Signature, TensorSpec, signature_keys
 from ..errors import TftraceError
+from ..optypes import changes_state
 
 __all__ = ["load_saved_model_v2"]
+
+HANDLE_FORWARDING = ("Identity", "Enter", "Switch", "Merge")  # ops that pass a variable's handle on unchanged
 
 
 def load_saved_model_v2(ref: ArtifactRef, directory: str, meta: Any, available: dict[str, list[str]]) -> Artifact:
@@ -27,13 +29,10 @@ def load_saved_model_v2(ref: ArtifactRef, directory: str, meta: Any, available: 
     TensorFlow's own inliner (``convert_variables_to_constants_v2``) also freezes the variables,
     and constants change what Grappler does at run time (a batch norm with constant parameters
     is folded into Mul/Add), which would make tftrace report a difference the real model never
-    has. So the variables are thawed again (:func:`_thaw_variables`): every weight stays a
-    resource variable read by ReadVariableOp, initialised from its value when a session opens.
+    has. So the function is inlined with no variable frozen (:func:`_inline`), and each variable
+    becomes a resource variable again (:func:`_thaw_variables`), read, passed into loops and
+    written exactly as the model does, initialised from its value when a session opens.
     """
-    from tensorflow.python.framework.convert_to_constants import (  # noqa: PLC0415
-        convert_variables_to_constants_v2,
-    )
-
     if ref.signature not in meta.signature_def:
         raise TftraceError(
             f"{directory} has no signature {ref.signature!r}; it has {', '.join(signature_keys(meta)) or 'none'}",
@@ -43,18 +42,21 @@ def load_saved_model_v2(ref: ArtifactRef, directory: str, meta: Any, available: 
     try:
         loaded = tf().saved_model.load(directory, tags=tags)
         function = loaded.signatures[ref.signature]
-        frozen = convert_variables_to_constants_v2(function)
+        variables = _captured_variables(function)
+        inlined = _inline(function, set(variables))
+    except TftraceError:
+        raise
     except Exception as exc:  # TF raises many types while loading a foreign model
         raise TftraceError(
             f"TensorFlow could not load the TF2 SavedModel {directory}: {type(exc).__name__}: {str(exc)[:300]}",
             "check that it loads with tf.saved_model.load in this TensorFlow version",
         ) from exc
-    graph_def, values = _thaw_variables(frozen.graph.as_graph_def())
-    graph_def, values = _name_variables(graph_def, values, _variable_names(function))
+    graph_def, values = _thaw_variables(inlined.graph.as_graph_def(), variables)
+    graph_def, values = _name_variables(graph_def, values, _variable_names(variables))
     tables = _thaw_tables(graph_def, function)
     sig_def = meta.signature_def[ref.signature]
     inputs: dict[str, TensorSpec] = {}
-    placeholders = [t for t in frozen.inputs if t.dtype != tf().resource]
+    placeholders = [t for t in inlined.inputs if t.dtype != tf().resource]
     arg_names = [spec.name for spec in _flat_input_specs(function)]
     for key in sorted(sig_def.inputs):
         match = next((t for t, n in zip(placeholders, arg_names) if n == key), None)
@@ -62,18 +64,19 @@ def load_saved_model_v2(ref: ArtifactRef, directory: str, meta: Any, available: 
             match = next((t for t in placeholders if t.op.name == key), None)
         if match is None:
             raise TftraceError(
-                f"cannot find the placeholder of signature input {key!r} in the frozen function",
+                f"cannot find the placeholder of signature input {key!r} in the inlined function",
                 "report this model to tftrace's maintainers; meanwhile export a TF1 SavedModel or frozen GraphDef",
             )
         inputs[key] = _spec_of(match)
     structured = function.structured_outputs
-    keys = sorted(structured) if isinstance(structured, dict) else [f"output_{i}" for i in range(len(frozen.outputs))]
-    if len(keys) != len(frozen.outputs):  # nest.flatten orders a dict by key, as zip assumes
+    keys = sorted(structured) if isinstance(structured, dict) else [f"output_{i}" for i in range(len(inlined.outputs))]
+    if len(keys) != len(inlined.outputs):  # nest.flatten orders a dict by key, as zip assumes
         raise TftraceError(
             f"signature {ref.signature!r} of {directory} returns nested outputs tftrace cannot map",
             "export a signature that returns a flat dict of tensors",
         )
-    outputs = {key: _spec_of(t) for key, t in zip(keys, frozen.outputs)}
+    # the shapes the signature declares: a variable read through a placeholder has none to infer from
+    outputs = {key: _spec_of(t, declared.shape) for key, t, declared in zip(keys, inlined.outputs, function.outputs)}
     return Artifact(
         ref=ref,
         kind="saved_model_v2",
@@ -86,46 +89,97 @@ def load_saved_model_v2(ref: ArtifactRef, directory: str, meta: Any, available: 
         inlined_by_loader=True,
         variable_values=values,
         table_values=tables,
-        notes=["TF2 signature function inlined for tracing (its variables kept as variables)"],
+        notes=["TF2 signature function inlined for tracing (its variables kept as variables)",
+               *_state_notes(_written_variables(graph_def, values))],
     )
 
 
-def _thaw_variables(graph_def: Any) -> tuple[Any, dict[str, np.ndarray]]:
-    """Turn the constants an inliner made of variables back into resource variables.
+def _inline(function: Any, variables: set[str]) -> Any:
+    """Inline ``function`` as ``convert_variables_to_constants_v2`` does, freezing none of ``variables``.
 
-    A frozen variable shows as ``Const -> Identity* -> Identity named '.../ReadVariableOp'``;
-    it becomes ``VarHandleOp -> Identity* -> ReadVariableOp`` and its value is returned for the
-    session to assign. Constants that were constants stay constants.
+    The public function takes no deny-list, and it cannot even finish on a graph that writes a
+    variable (it freezes a Keras SeedGenerator's state, then an AssignVariableOp is fed an int64):
+    so its three steps are called here with the deny-list its converter already supports. The
+    captured constants that are not variables are still frozen, as they were constants.
     """
-    from tensorflow.core.framework import types_pb2  # noqa: PLC0415
+    from tensorflow.python.framework import convert_to_constants as convert  # noqa: PLC0415
+
+    try:  # private steps (see the docstring): a TensorFlow without them is not the one tftrace is made for
+        converter = convert._FunctionConverterDataInEager  # noqa: SLF001
+        replace_variables = convert._replace_variables_by_constants  # noqa: SLF001
+        construct = convert._construct_concrete_function  # noqa: SLF001
+    except AttributeError as exc:
+        raise TftraceError(
+            f"TensorFlow {tf().__version__} lacks the steps of convert_variables_to_constants_v2 that tftrace "
+            f"inlines a TF2 signature with ({exc})",
+            "install the TensorFlow tftrace is made for: pip install 'tftrace[cpu]' (TensorFlow 2.21)",
+        ) from exc
+    data = converter(func=function, lower_control_flow=True, aggressive_inlining=False,
+                     variable_names_denylist=variables)
+    graph_def, converted = replace_variables(converter_data=data)
+    return construct(function, graph_def, converted)
+
+
+def _captured_variables(function: Any) -> dict[str, Any]:
+    """The function's captured variables, by the placeholder the function reads each through."""
+    by_handle = {id(v.handle): v for v in function.variables}
+    return {internal.op.name: by_handle[id(external)] for external, internal in function.graph.captures
+            if id(external) in by_handle}
+
+
+def _thaw_variables(graph_def: Any, variables: dict[str, Any]) -> tuple[Any, dict[str, np.ndarray]]:
+    """Make each variable's placeholder a resource variable holding the variable's value.
+
+    The inlined graph reads a variable exactly as the model does (ReadVariableOp; the resource
+    handle passed into a while loop, whose body reads it on every step; AssignVariableOp where
+    the model writes it, as a random layer's seed state), but through a ``Placeholder`` of dtype
+    resource that a session cannot run. It becomes a ``VarHandleOp`` and the variable's value is
+    returned for the session to assign when it opens. (Freezing, then thawing back what is read
+    through an op named ReadVariableOp, as tftrace once did, broke every recurrent layer: the
+    frozen value also fed a loop's Enter, which then received a resource where it took a float.)
+    """
     from tensorflow.python.framework import tensor_util  # noqa: PLC0415
 
-    nodes = {n.name: n for n in graph_def.node}
     values: dict[str, np.ndarray] = {}
     for node in graph_def.node:
-        if node.op != "Identity" or not re.search(r"ReadVariableOp(_\d+)?$", node.name) or not node.input:
+        if node.name not in variables or node.op != "Placeholder":
             continue
-        chain, src = [], nodes.get(node.input[0].split(":")[0])
-        while src is not None and src.op == "Identity" and src.input:
-            chain.append(src)
-            src = nodes.get(src.input[0].split(":")[0])
-        if src is None or src.op not in ("Const", "VarHandleOp"):
-            continue
-        dtype = src.attr["dtype"].type
-        if src.op == "Const":
-            value = tensor_util.MakeNdarray(src.attr["value"].tensor)
-            values[src.name] = value
-            src.op = "VarHandleOp"
-            del src.attr["value"]
-            src.attr["shape"].shape.CopyFrom(tensor_util.make_tensor_proto(value).tensor_shape)
-            src.attr["shared_name"].s = src.name.encode("utf-8")
-            src.attr["container"].s = b""
-        for identity in chain:
-            identity.attr["T"].type = types_pb2.DT_RESOURCE
-        node.op = "ReadVariableOp"
-        del node.attr["T"]
-        node.attr["dtype"].type = dtype
+        variable = variables[node.name]
+        value = np.asarray(variable.numpy())
+        values[node.name] = value
+        node.op = "VarHandleOp"
+        node.attr.clear()
+        node.attr["dtype"].type = variable.dtype.as_datatype_enum
+        node.attr["shape"].shape.CopyFrom(tensor_util.make_tensor_proto(value).tensor_shape)
+        node.attr["shared_name"].s = node.name.encode("utf-8")
+        node.attr["container"].s = b""
     return graph_def, values
+
+
+def _written_variables(graph_def: Any, values: dict[str, np.ndarray]) -> list[str]:
+    """The variables that an op of the inlined graph writes (a Keras random layer's seed state),
+    in name order: the handle reaches a writer as it reaches a read, through Identities and Enters."""
+    nodes = {n.name: n for n in graph_def.node}
+    written = set()
+    for node in graph_def.node:
+        if not changes_state(node.op) or not node.input:
+            continue
+        source = nodes.get(node.input[0].split(":")[0])
+        while source is not None and source.op in HANDLE_FORWARDING and source.input:
+            source = nodes.get(source.input[0].split(":")[0])
+        if source is not None and source.name in values:
+            written.add(source.name)
+    return sorted(written)
+
+
+def _state_notes(written: list[str]) -> list[str]:
+    """The artifact's note when its signature writes variables: why its outputs may change from
+    run to run, as the served model's do, and why they stay variables."""
+    if not written:
+        return []
+    names = ", ".join(written[:3]) + (f" and {len(written) - 3} more" if len(written) > 3 else "")
+    return [f"the signature writes {len(written)} of its variables on every run ({names}): kept as variables, so "
+            "each run reads what the runs before it left, as in the served model"]
 
 
 def _thaw_tables(graph_def: Any, function: Any) -> dict[str, tuple[np.ndarray, np.ndarray]]:
@@ -182,15 +236,10 @@ def _lookup_dtypes(graph_def: Any) -> dict[str, tuple[int, int]]:
     return found
 
 
-def _variable_names(function: Any) -> dict[str, str]:
+def _variable_names(variables: dict[str, Any]) -> dict[str, str]:
     """Inlining names a captured variable after the function's placeholder (``unknown_7``);
     map those back to the variable's own name (``block2/conv/weights``) so users recognise it."""
-    by_handle = {id(v.handle): v.name.split(":")[0] for v in function.variables}
-    names = {}
-    for external, internal in function.graph.captures:
-        if id(external) in by_handle:
-            names[internal.op.name] = by_handle[id(external)]
-    return names
+    return {placeholder: variable.name.split(":")[0] for placeholder, variable in variables.items()}
 
 
 def _name_variables(
@@ -228,6 +277,7 @@ def _flat_input_specs(function: Any) -> list[Any]:
     return specs
 
 
-def _spec_of(tensor: Any) -> TensorSpec:
-    shape = None if tensor.shape.rank is None else tuple(tensor.shape.as_list())
+def _spec_of(tensor: Any, shape: Any = None) -> TensorSpec:
+    shape = tensor.shape if shape is None else shape
+    shape = None if shape.rank is None else tuple(shape.as_list())
     return TensorSpec(tensor.name, tensor.dtype.name, shape)

@@ -46,12 +46,13 @@ from ..diff.kinds import KINDS
 from ..captures.inputs import batched_alike
 from ..jsonvalues import dumps, loads
 from ..opgraph import OpGraph, tensor_op
-from ..optypes import EXIT_OPS, PASS_THROUGH, PLACEHOLDER_OPS, VARIABLE_OPS
+from ..optypes import EXIT_OPS, PASS_THROUGH, PLACEHOLDER_OPS, VARIABLE_OPS, changes_state
 from ..runspec import Side, spec_without_permissions
 from ..safewrite import write_file
 
-__all__ = ["IsolationResult", "isolate_origins", "replay_plan", "group_members", "origin_feeds", "run_job",
-           "evaluate", "isolate_remote", "same_run_settings", "reads_variable", "load_state_variables"]
+__all__ = ["IsolationResult", "isolate_origins", "replay_plan", "loop_above", "group_members", "origin_feeds", "run_job",
+           "evaluate", "isolate_remote", "same_run_settings", "reads_variable", "variable_writes",
+           "load_state_variables"]
 
 GROUP_REWRITES = tuple(k.name for k in KINDS.values() if k.group)  # an origin that stands for several A ops (and B ops)
 VARIABLE_READS = PASS_THROUGH  # of a variable: its loaded value
@@ -91,6 +92,34 @@ def replay_plan(graph: OpGraph, tensor: str, to_a: dict[str, str]) -> dict[str, 
         stack.extend((False, t) for t in node["inputs"])
         stack.extend((True, tensor_op(c)) for c in node["control_inputs"])
     return feeds
+
+
+def loop_above(graph: OpGraph, tensor: str, feeds: dict[str, str]) -> str | None:
+    """The Exit of a while loop that replaying ``tensor`` from ``feeds`` recomputes, or None (the
+    first in name order when several end the loop).
+
+    A session cannot fetch the ops inside a loop, so when nothing between an op and a loop above
+    it could be compared (a Keras LSTM's stacked outputs, laid out time-major, are not compared
+    across batch sizes), the op's replay runs the whole loop too: a difference in that replay may
+    be the loop's, and the report must not call it the op's own kernel. An Exit origin is the
+    loop itself and is not asked about.
+    """
+    op = tensor_op(tensor)
+    if op not in graph or graph.op_type(op) in EXIT_OPS:
+        return None
+    exits: list[str] = []
+    seen: set[str] = set()
+    stack = [t for t in graph.data_inputs(op) if t not in feeds]
+    while stack:
+        source = tensor_op(stack.pop())
+        if source in seen or source not in graph:
+            continue
+        seen.add(source)
+        if graph.op_type(source) in EXIT_OPS:
+            exits.append(source)  # the loop is replayed whole from here up: no need to walk inside it
+            continue
+        stack.extend(t for t in graph.data_inputs(source) if t not in feeds)
+    return min(exits) if exits else None
 
 
 def group_members(alignment: Alignment, graph_a: OpGraph, op: str) -> list[str]:
@@ -179,12 +208,14 @@ def isolate_origins(
                       # B's captured value is B's op on A's inputs only when those inputs were bitwise A's
                       "inputs_identical": result.bitwise_origin,
                       "reads_variable": reads_variable(view_a.graph, result.name),
+                      "writes": variable_writes(view_a.graph, result.name),
                       "executed": {"a": executed_form(manifests["a"], view_a.graph, result.name),
                                    "b": executed_form(manifests["b"], view_b.graph, tensor_op(pair.b))},
                       "same_settings": same_settings, "per_process": per_process,
                       "repeat_noise": None if repeat_noise is None else repeat_noise.get(result.tensor),
                       "same_op_same_settings": same_settings and not node.rewrite
-                      and _replayed_alone_alike(view_a.graph, view_b.graph, result.name, tensor_op(pair.b), plans)})
+                      and _replayed_alone_alike(view_a.graph, view_b.graph, result.name, tensor_op(pair.b), plans),
+                      "loop": loop_above(view_a.graph, result.tensor, plans["a"])})
         if group:
             index[-1]["group"] = group
         for key, fetch in (("a", result.tensor), ("b", pair.b)):
@@ -287,11 +318,50 @@ def evaluate(workdir: str) -> dict[str, IsolationResult]:
 
 def reads_variable(graph: OpGraph, op: str) -> bool:
     """Whether ``op`` is a variable or a read of one: its value comes from loading the model."""
-    kind = graph.op_type(op)
-    if kind in VARIABLE_OPS:
-        return True
-    return kind in VARIABLE_READS and any(graph.op_type(tensor_op(t)) in VARIABLE_OPS
-                                          for t in graph.data_inputs(op) if tensor_op(t) in graph)
+    return _variable_of(graph, op) is not None
+
+
+def _variable_of(graph: OpGraph, op: str) -> str | None:
+    """The variable ``op`` is, or reads through pass-through ops (a TF2 function's inlined
+    variable reaches its ReadVariableOp through an Identity of the handle), else None."""
+    name = op
+    for _ in range(len(graph)):  # a chain, never longer than the graph
+        if graph.op_type(name) in VARIABLE_OPS:
+            return name
+        inputs = graph.data_inputs(name)
+        if graph.op_type(name) not in VARIABLE_READS or not inputs or tensor_op(inputs[0]) not in graph:
+            return None
+        name = tensor_op(inputs[0])
+    return None
+
+
+def variable_writes(graph: OpGraph, op: str) -> list[str]:
+    """The ops that write the variable ``op`` is or reads (an AssignVariableOp of a Keras random
+    layer's seed state), in topological order; empty for any other op.
+
+    Such a variable is the model's own state: each run reads what the runs before it left, so its
+    value in a capture depends on how many runs, and which, came first, while a replay reads it
+    as loaded. The handle reaches its writers as it reaches its reads, through ops that pass a
+    resource on (an Identity, a loop's Enter).
+    """
+    variable = _variable_of(graph, op)
+    if variable is None:
+        return []
+    writes: set[str] = set()
+    handles, stack = set(), [variable]
+    while stack:
+        name = stack.pop()
+        if name in handles:
+            continue
+        handles.add(name)
+        for user in graph.g.successors(name):
+            if graph.g.edges[name, user]["control"]:
+                continue
+            if changes_state(graph.op_type(user)):
+                writes.add(user)
+            elif [o["dtype"] for o in graph.node(user)["outputs"]][:1] == ["resource"]:
+                stack.append(user)
+    return [name for name in graph.topo_order() if name in writes]
 
 
 def _replayed_alone_alike(graph_a: OpGraph, graph_b: OpGraph, op_a: str, op_b: str,

@@ -16,6 +16,9 @@ cause the evidence supports:
   inside its whole graph, and the two runs executed the op as different kernels — a rewrite
   applied when the graph ran (Grappler's remapper splits a batch norm whose parameters are
   constants into Mul + Add, so freezing a graph changes what runs although the graph is exact).
+* ``state``: the op is, or reads, a variable that the graph itself writes on every run (a Keras
+  random layer's seed state); the replays, which read it as loaded, agree, but the runs read
+  what their earlier runs left — different runs before, different values. No kernel is involved.
 * ``not_reproduced``: the replays agree although the runs differed at identical inputs, and
   nothing measured tells whether the runs' difference came from the graph around the op or from
   run to run; the detail says which experiment tells (``--repeat 2``).
@@ -53,11 +56,14 @@ class IsolationResult:
     load_state: bool = False  # a variable whose value differs from one load of the model to the next
     rel_l2: float | None = None  # ||a-b|| / ||a||: max rel is inflated by near-zero elements
     executed: dict[str, list[str]] | None = None  # run_time_rewrite: each side's kernel(s) for the op in its run
+    loop: str | None = None  # the Exit of a while loop the replay recomputed with the op (isolate.loop_above)
+    writes: list[str] | None = None  # state: the ops that write the variable the op reads (isolate.variable_writes)
 
     def to_json(self) -> dict[str, Any]:
         return {"verdict": self.verdict, "max_abs": self.max_abs, "max_rel": self.max_rel, "rel_l2": self.rel_l2,
                 "detail": self.detail, "command": self.command, "noise_max_abs": self.noise_max_abs,
-                "load_state": self.load_state, "executed": self.executed}
+                "load_state": self.load_state, "executed": self.executed, "loop": self.loop,
+                "writes": self.writes}
 
 
 def executed_form(manifest: dict[str, Any], graph: OpGraph, node: str) -> list[str] | None:
@@ -120,8 +126,10 @@ def judge(ra: np.ndarray, rb: np.ndarray, op: dict[str, Any], capture_a: Any, ca
 
     def result(verdict: str, detail: str, **extra: Any) -> IsolationResult:  # with the replays' metrics and noise
         return IsolationResult(verdict, m.max_abs, m.max_rel, detail, noise_max_abs=replay_noise,
-                               rel_l2=m.rel_l2 if m.kind == "float" else None, **extra)
+                               rel_l2=m.rel_l2 if m.kind == "float" else None, loop=op.get("loop"), **extra)
 
+    if op.get("writes") and m.identical and noisy:
+        return result("state", _state_detail(op["writes"], moved_text), writes=list(op["writes"]))
     if op.get("reads_variable") and noisy:
         return result(
             "nondeterministic",
@@ -182,6 +190,15 @@ def judge(ra: np.ndarray, rb: np.ndarray, op: dict[str, Any], capture_a: Any, ca
     return result("own_error", detail)
 
 
+def _state_detail(writes: list[str], moved_text: str) -> str:
+    """Why a variable the model writes differs between runs, with the measurements that show it."""
+    more = f" and {len(writes) - 1} more" if len(writes) > 1 else ""
+    return (f"the variable is the model's own state: the graph writes it on every run (`{writes[0]}`{more}), so a "
+            f"run reads what the runs before it left. Replayed in fresh processes, both sides read the same value, "
+            f"but {moved_text}: the sides' earlier runs left different states (a different number of runs, or "
+            "other inputs, before the ones captured). No kernel, input or export makes this difference")
+
+
 def _rewritten_at_run_time(op: dict[str, Any]) -> str:
     """The sentence saying how the two runs executed the op differently, or "" when they did
     not, or when the sides ran with different settings (then different kernels are the
@@ -210,6 +227,9 @@ def _b_computation(op: dict[str, Any]) -> str:
     if a_op in EXIT_OPS and op["b_op"] == a_op:
         return ("B's while loop that ends here (replayed whole: a session cannot fetch the ops inside a loop) "
                 "differs from A's")
+    if op.get("loop") and a_op in (None, op["b_op"]):
+        return (f"B's {op['b_op']}, with the while loop above it (ending at `{op['loop']}`, replayed whole: a session "
+                "cannot fetch the ops inside a loop, and nothing between them was compared), differs from A's")
     if a_op in (None, op["b_op"]):
         return f"B's {op['b_op']} kernel differs from A's"
     return (f"B's replacement for it (`{tensor_op(op['b_tensor'])}`, {op['b_op']}, with the ops between it and "

@@ -61,6 +61,8 @@ def _where(exp: dict[str, Any]) -> str:
         text += ", whose result changes from run to run on identical inputs"
     elif verdict == "run_time_rewrite":
         text += ", which the two runs executed as different kernels (a rewrite at run time)"
+    elif verdict == "state":
+        text += ", which reads the model's own state (a variable the graph writes on every run)"
     return text
 
 

@@ -262,8 +262,11 @@ def _headline(report: dict[str, Any], op_count: int) -> str:
         verdicts = {"own_error": "its own error", "inherited": "inherited from upstream",
                     "nondeterministic": "which changes from run to run on identical inputs (nondeterminism)",
                     "run_time_rewrite": "which the two runs executed as different kernels (a rewrite at run time)",
+                    "state": "which reads the model's own state (a variable the graph writes on every run)",
                     "not_reproduced": "not reproduced when the op is replayed alone on identical inputs"}
         own = verdicts.get(str((where.get("isolation") or {}).get("verdict")))
+        if own and (where.get("isolation") or {}).get("loop"):
+            own += ", replayed with the while loop above it"
         head += f" The difference starts at `{where['node']}` ({where.get('op')})" + (f", {own}." if own else ".")
     return head + caveat
 

@@ -285,7 +285,8 @@ def isolation_text(isolation: dict[str, Any] | None) -> str:
         return "isolation not recorded"
     verdict = isolation.get("verdict")
     if verdict == "own_error":
-        head = (f"own error: fed identical inputs, the op alone still differs "
+        alone = "the op with the while loop above it" if isolation.get("loop") else "the op alone"
+        head = (f"own error: fed identical inputs, {alone} still differs "
                 f"(max abs {fmt(isolation.get('max_abs'))}, {relative_text(isolation)})")
     elif verdict == "inherited":
         head = "inherited: fed identical inputs, the op alone agrees — the difference comes from upstream"
@@ -295,6 +296,8 @@ def isolation_text(isolation: dict[str, Any] | None) -> str:
     elif verdict == "run_time_rewrite":
         head = ("rewritten at run time: the two runs executed the op as different kernels, and replayed alone on "
                 "identical inputs it agrees — not its kernel, not run-to-run noise")
+    elif verdict == "state":
+        head = "model state: the op reads a variable the graph writes on every run — not its kernel, not an export"
     elif verdict == "not_reproduced":
         head = "not reproduced in isolation: fed identical inputs, the op alone agrees on both sides"
     elif verdict == "not_run":
@@ -434,7 +437,8 @@ def diagnosis_rows(report: dict[str, Any]) -> list[dict[str, str]]:
         latency = exp.get("latency_ms") if isinstance(exp.get("latency_ms"), dict) else {}
         iso = first.get("isolation") if isinstance(first.get("isolation"), dict) else {}
         own = {"own_error": "own error", "inherited": "inherited", "nondeterministic": "nondeterministic",
-               "run_time_rewrite": "rewritten at run time", "not_reproduced": "not reproduced"}.get(str(iso.get("verdict")), "")
+               "run_time_rewrite": "rewritten at run time", "state": "model state",
+               "not_reproduced": "not reproduced"}.get(str(iso.get("verdict")), "")
         where = f"{first.get('node')} ({first.get('op')})" if first.get("node") else ""
         rows.append({
             "name": str(exp.get("name") or ""),

@@ -158,12 +158,17 @@ def print_comparison(console: Console, report: dict, out_dir: object = None) -> 
             own = ("the while loop ending here differs given identical inputs" if origin["op"] in EXIT_OPS
                    # not "its own kernel": B computes a rewritten form (a cast region, a folded batch norm...)
                    else f"given identical inputs it differs as rewritten in B ({origin['rewrite']})"
-                   if origin.get("rewrite") else "its own kernel differs given identical inputs")
+                   if origin.get("rewrite")
+                   # replayed with a loop above it that nothing compared: the loop may be what differs
+                   else "with the while loop above it (replayed whole), it differs given identical inputs"
+                   if iso.get("loop") else "its own kernel differs given identical inputs")
             verdict_iso = {"own_error": own,
                            "inherited": "inherited (identical given identical inputs)",
                            "nondeterministic": "nondeterministic (changes from run to run on identical inputs)",
                            "run_time_rewrite": "rewritten at run time (the runs executed it as different kernels; "
                                                "alone, on identical inputs, it agrees)",
+                           "state": "it reads the model's own state, which the graph writes on every run: the "
+                                    "sides' earlier runs left it different (no kernel differs)",
                            "not_reproduced": "not reproduced given identical inputs (the runs differed, "
                                              "the op alone does not)"}.get(iso.get("verdict"), "not isolated")
             if iso.get("load_state"):
