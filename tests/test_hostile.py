@@ -580,9 +580,14 @@ def test_isolation_does_not_take_allow_unsafe_ops_from_a_capture(built: Path, tm
     a = synthetic(tmp_path / "a", 2.0, str(built / "models" / "main_op_replayed"), allow_unsafe_ops=True)
     b = synthetic(tmp_path / "b", 2.001, "/nonexistent/model_b")
     try:
-        proc = run_cli("compare", str(a), str(b), "--out", str(tmp_path / "report"))
+        proc = run_cli("compare", str(a), str(b), "--out", str(tmp_path / "refused"))
         assert not effect.exists(), "isolation ran the model's main op"
         assert_user_error(proc, "refusing to run", "'init_write' (WriteFile: writes a file)")
+        assert not (tmp_path / "refused").exists()  # the failed run took back what it wrote
+        # the same capture, its model on another machine: the report keeps the job for `tftrace isolate`
+        away = synthetic(tmp_path / "away", 2.0, "/nonexistent/model_a", allow_unsafe_ops=True)
+        proc = run_cli("compare", str(away), str(b), "--out", str(tmp_path / "report"))
+        assert proc.returncode == 1, proc.stderr
         job_file = tmp_path / "report" / "work" / "isolation_a.job.json"
         job = json.loads(job_file.read_text())
         assert "allow_unsafe_ops" not in job["side"] and "allow_unsafe_ops" not in job, \
