@@ -2,13 +2,14 @@
 
 A rewrite group (a folded batch norm, a fused chain) is replayed whole from its own data inputs
 on both sides; feeding A's pre-fold conv output into B's bias add compared a scaled convolution
-with an unscaled one (an "own error" of 2.14 where the fold changed 4e-6).
+with an unscaled one (an "own error" of 2.14 where the fold changed 4e-6). A TensorArray's
+flow is never fed: a TF1 ``tf.map_fn``'s gather is replayed with the loop that fills it.
 """
 
 from __future__ import annotations
 
 from tracer.comparison.align import ROLE_COMPARED, ROLE_REWRITTEN, Alignment, NodeAlignment, TensorPair
-from tracer.comparison.isolate import group_members, origin_feeds
+from tracer.comparison.isolate import group_members, origin_feeds, replay_plan
 from tracer.opgraph import OpGraph
 
 
@@ -83,3 +84,60 @@ def test_a_fused_chain_named_after_its_first_op_is_replayed_whole() -> None:
                                 _to_a(alignment))
     assert feeds == {"a": {"x:0": "x:0", "w:0": "w:0"}, "b": {"x:0": "x:0", "w:0": "w:0"}}
     assert group is not None and group["kind"] == "fused"
+
+
+# A TF1 tf.map_fn (control flow v1) as the graph holds it: the input unstacked into a TensorArray
+# (scatter), a loop that reads each row and writes its result into another TensorArray, and after
+# the loop a gather whose flow input is the loop's Exit. Every tensor outside the loop is captured.
+def _map_fn_graph() -> OpGraph:
+    def node(name: str, op: str, inputs: list[str], outputs: tuple[str, ...] = ("float32",)) -> dict:
+        return {"name": name, "op": op, "device": "", "scope": "", "attrs": {}, "inputs": inputs,
+                "control_inputs": [], "outputs": [{"dtype": d, "shape": None, "capturable": d == "float32",
+                                                   "reason": ""} for d in outputs]}
+    array = ("resource", "float32")  # TensorArrayV3: handle, flow
+    return OpGraph.from_json({"inputs": {"x": "x:0"}, "outputs": {"y": "y:0"}, "nodes": [
+        node("x", "Placeholder", []), node("size", "Const", []), node("rows", "Const", []),
+        node("ta_in", "TensorArrayV3", ["size:0"], array),
+        node("scatter", "TensorArrayScatterV3", ["ta_in:0", "rows:0", "x:0", "ta_in:1"]),
+        node("ta_out", "TensorArrayV3", ["size:0"], array),
+        node("i0", "Const", []),
+        node("enter_i", "Enter", ["i0:0"]), node("enter_flow", "Enter", ["ta_out:1"]),
+        node("enter_n", "Enter", ["size:0"]),
+        node("merge_i", "Merge", ["enter_i:0", "next_i:0"]), node("merge_flow", "Merge", ["enter_flow:0", "next_flow:0"]),
+        node("less", "Less", ["merge_i:0", "enter_n:0"]), node("cond", "LoopCond", ["less:0"]),
+        node("switch_i", "Switch", ["merge_i:0", "cond:0"]), node("switch_flow", "Switch", ["merge_flow:0", "cond:0"]),
+        node("i", "Identity", ["switch_i:1"]), node("flow", "Identity", ["switch_flow:1"]),
+        node("read_handle", "Enter", ["ta_in:0"], ("resource",)), node("read_flow", "Enter", ["scatter:0"]),
+        node("read", "TensorArrayReadV3", ["read_handle:0", "i:0", "read_flow:0"]),
+        node("body", "Relu", ["read:0"]),
+        node("write_handle", "Enter", ["ta_out:0"], ("resource",)),
+        node("write", "TensorArrayWriteV3", ["write_handle:0", "i:0", "body:0", "flow:0"]),
+        node("add", "AddV2", ["i:0", "i:0"]),
+        node("next_i", "NextIteration", ["add:0"]), node("next_flow", "NextIteration", ["write:0"]),
+        node("exit_flow", "Exit", ["switch_flow:0"]),
+        node("gather", "TensorArrayGatherV3", ["ta_out:0", "rows:0", "exit_flow:0"]),
+        node("y", "Identity", ["gather:0"]),
+    ]})
+
+
+MAP_FN = _map_fn_graph()
+OUTSIDE_THE_LOOP = ["x:0", "size:0", "rows:0", "ta_in:1", "scatter:0", "ta_out:1", "i0:0", "exit_flow:0", "gather:0",
+                    "y:0"]
+
+
+def test_the_flows_of_a_map_fns_tensor_arrays_are_found_through_the_loop_frame() -> None:
+    assert MAP_FN.tensor_array_flows() == {
+        "ta_in:1", "scatter:0", "read_flow:0",  # the input's: unstacked, then read inside the loop
+        "ta_out:1", "enter_flow:0", "merge_flow:0", "switch_flow:0", "switch_flow:1", "flow:0", "next_flow:0",
+        "write:0", "exit_flow:0",  # the result's: written inside the loop, gathered after its Exit
+    }
+
+
+def test_replaying_a_tensor_array_gather_reruns_the_loop_that_fills_it_from_the_loops_inputs() -> None:
+    """Feeding the Exit (the gather's flow) skipped the loop: the replay read a freshly created,
+    empty TensorArray ("Could not read from TensorArray index 0"). Feeding the scatter's flow
+    skipped the unstack the same way. Only the loop's data inputs are fed."""
+    captured = {t: t for t in OUTSIDE_THE_LOOP}
+    assert replay_plan(MAP_FN, "gather:0", captured) == {"x:0": "x:0", "size:0": "size:0", "rows:0": "rows:0",
+                                                         "i0:0": "i0:0"}
+    assert replay_plan(MAP_FN, "y:0", captured) == {"gather:0": "gather:0"}  # after the loop: as before

@@ -17,6 +17,7 @@ __all__ = [
     "VARIABLE_OPS", "WEIGHT_OPS", "PASS_THROUGH", "WEIGHT_SOURCES", "PLACEHOLDER_OPS", "CHAIN_BOUNDARY_OPS",
     "BATCH_NORM_OPS", "LINEAR_OPS", "FUSED_OP_PREFIXES", "FUSED_OPS", "is_fused_op",
     "FRAME_OPS", "EXIT_OPS", "LOOP_BACK_EDGE_OPS", "SWITCH_OPS", "MERGE_OPS", "LOOP_COND_OP",
+    "TENSOR_ARRAY_FLOW_INPUT", "FLOW_CARRIERS",
     "SHAPE_OPS", "SHAPE_READERS", "OFFSET_CARRIERS", "MAYBE_UNCHANGED_OPS",
     "STATE_CHANGING_OPS", "STATE_CHANGING_PREFIXES", "changes_state", "RANDOM_OPS", "STATEFUL_RANDOM_PREFIXES",
     "draws_random", "BOOKKEEPING_OPS", "RUNTIME_PLUMBING", "VALUE_SIZED_OPS",
@@ -73,6 +74,27 @@ SWITCH_OPS = frozenset({"Switch", "RefSwitch"})
 MERGE_OPS = frozenset({"Merge", "RefMerge"})
 # The predicate of a while loop: a Switch reading it is the loop's, not a cond's.
 LOOP_COND_OP = "LoopCond"
+
+# ---- TensorArrays and TensorLists: the data a loop leaves behind -------------------------------
+
+# TF1 TensorArray ops -> the index of their ``flow_in`` input (the last one, but for
+# GradWithShape). The flow is a dummy float scalar that only orders the reads after the writes:
+# the values live in the TensorArray behind the handle, written inside a while loop. Feeding a
+# flow (its value has an A counterpart, as the loop's Exit) skips the writes, so a replay would
+# read a freshly created, empty TensorArray ("Could not read from TensorArray index 0"); and
+# identical flows say nothing about the data behind them.
+TENSOR_ARRAY_FLOW_INPUT: dict[str, int] = {
+    **{f"TensorArray{kind}{version}": -1 for kind in ("Read", "Gather", "Concat", "Size", "Write", "Scatter",
+                                                      "Split", "Grad") for version in ("V2", "V3")},
+    "TensorArrayGradWithShape": 1,
+}
+# Ops that pass a flow on unchanged, between its TensorArray op and its readers: the loop's frame
+# ops (input index -> carries, None = every input; a Switch's predicate is no flow) and identities.
+FLOW_CARRIERS: dict[str, frozenset[int] | None] = {
+    **dict.fromkeys(("Enter", "RefEnter", "Exit", "RefExit", "Merge", "RefMerge", "NextIteration",
+                     "RefNextIteration", "Identity", "RefIdentity", "Snapshot"), None),
+    **dict.fromkeys(("Switch", "RefSwitch"), frozenset({0})),
+}
 
 # ---- what an op does to values -----------------------------------------------------------------
 

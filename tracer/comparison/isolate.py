@@ -66,7 +66,14 @@ def replay_plan(graph: OpGraph, tensor: str, to_a: dict[str, str]) -> dict[str, 
     function is the common case: its body waits on a NoOp that waits on the Identity of each
     input, so the placeholder behind it must be fed though no data path reaches it. (Hand-written:
     it walks tensors and ops, stopping at fed tensors but not at ops that must run; networkx has no such walk.)
+
+    A TensorArray's flow is never fed (:meth:`OpGraph.tensor_array_flows`): its producer is
+    recomputed instead, so replaying a TensorArray reader (a ``tf.map_fn``'s gather after a TF1
+    loop) reruns the loop that fills it from the loop's own fed inputs. Fed, the flow would
+    skip the writes and the replay would read a freshly created, empty TensorArray. A TF2
+    TensorList travels as a variant, which a capture never holds: it is recomputed anyway.
     """
+    flows = graph.tensor_array_flows()
     feeds: dict[str, str] = {}
     seen: set[tuple[bool, str]] = set()
     stack: list[tuple[bool, str]] = [(True, tensor_op(tensor))]  # (must run, op) or (False, tensor)
@@ -77,7 +84,7 @@ def replay_plan(graph: OpGraph, tensor: str, to_a: dict[str, str]) -> dict[str, 
         seen.add(item)
         must_run, name = item
         if not must_run:
-            if name in to_a:
+            if name in to_a and name not in flows:
                 feeds[name] = to_a[name]
             else:
                 stack.append((True, tensor_op(name)))
