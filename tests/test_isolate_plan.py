@@ -1,4 +1,5 @@
-"""Which tensors an isolation replay feeds, on hand-built graphs (fast, no TensorFlow).
+"""Which tensors an isolation replay feeds, and what a failed replay leaves, on hand-built
+graphs and jobs (fast, no TensorFlow).
 
 A rewrite group (a folded batch norm, a fused chain) is replayed whole from its own data inputs
 on both sides; feeding A's pre-fold conv output into B's bias add compared a scaled convolution
@@ -8,9 +9,19 @@ flow is never fed: a TF1 ``tf.map_fn``'s gather is replayed with the loop that f
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
+
+from tracer.artifacts.loader import ArtifactRef
+from tracer.captures.launcher import ChildCrashed
+from tracer.captures.replay_records import failure, replay_path
+from tracer.comparison import isolate
 from tracer.comparison.align import ROLE_COMPARED, ROLE_REWRITTEN, Alignment, NodeAlignment, TensorPair
 from tracer.comparison.isolate import group_members, origin_feeds, replay_plan
+from tracer.errors import TftraceError
 from tracer.opgraph import OpGraph
+from tracer.runspec import Side
 
 
 def _graph(chain: list[tuple[str, str, list[str]]], output: str) -> OpGraph:
@@ -141,3 +152,37 @@ def test_replaying_a_tensor_array_gather_reruns_the_loop_that_fills_it_from_the_
     assert replay_plan(MAP_FN, "gather:0", captured) == {"x:0": "x:0", "size:0": "size:0", "rows:0": "rows:0",
                                                          "i0:0": "i0:0"}
     assert replay_plan(MAP_FN, "y:0", captured) == {"gather:0": "gather:0"}  # after the loop: as before
+
+
+def _job(tmp_path: Path) -> dict:
+    return {"side": Side(ArtifactRef("model")).to_json(), "out_dir": str(tmp_path / "isolation_b"),
+            "ops": [{"id": 0, "fetch": "gather:0", "feeds": {}}, {"id": 1, "fetch": "y:0", "feeds": {}}]}
+
+
+def test_a_crashed_replay_child_costs_the_verdicts_of_the_ops_it_had_not_answered(monkeypatch, tmp_path: Path) -> None:
+    """A replay is an extra: a child that dies without a user error leaves a failure record for
+    each op it had not answered (judged ``not_replayed``), and the comparison keeps its report."""
+    def crash(job: dict, side: Side, **_: object) -> None:
+        Path(replay_path(job["out_dir"], 1)).parent.mkdir(parents=True)
+        Path(replay_path(job["out_dir"], 1)).write_bytes(b"")  # op 1 was answered before the crash
+        raise ChildCrashed("the child process running isolate 2 op(s) [cpu] exited with 4", "fix it",
+                           reason="its child process exited with 4 (SystemError: planted)")
+
+    monkeypatch.setattr(isolate, "run_child", crash)
+    job = _job(tmp_path)
+    isolate.run_job(job, allow_unsafe_ops=False)
+    assert failure(job["out_dir"], 0) == "its child process exited with 4 (SystemError: planted)"
+    assert failure(job["out_dir"], 1) is None
+
+
+def test_a_user_error_in_a_replay_child_is_still_an_error(monkeypatch, tmp_path: Path) -> None:
+    """A refused unsafe model or a report made from another model has a fix: it stays exit 2."""
+    def refuse(job: dict, side: Side, **_: object) -> None:
+        raise TftraceError("the model runs ops outside the computation (WriteFile)", "pass --allow-unsafe-ops")
+
+    monkeypatch.setattr(isolate, "run_child", refuse)
+    job = _job(tmp_path)
+    with pytest.raises(TftraceError) as info:
+        isolate.run_job(job, allow_unsafe_ops=False)
+    assert not isinstance(info.value, ChildCrashed)
+    assert failure(job["out_dir"], 0) is None and failure(job["out_dir"], 1) is None

@@ -24,6 +24,10 @@ When a side's model is not on this machine (captured on the GPU server), its rep
 here; the report carries the ``tftrace isolate`` command that runs it there, and the A tensors
 the replays are fed (``work/feeds``, a small capture directory), so the report directory alone
 is what travels.
+
+A replay runs part of a graph in a way the model never ran, and TensorFlow may refuse it where
+the whole graph works; a replay is an extra, so that costs only the verdict of the origins it
+was replaying (``not_replayed``, with TensorFlow's one-line reason), never the report.
 """
 
 from __future__ import annotations
@@ -37,8 +41,9 @@ from typing import Any
 import numpy as np
 
 from .align import ROLE_REWRITTEN, Alignment, CaptureView
-from ..captures.launcher import run_child
+from ..captures.launcher import ChildCrashed, run_child
 from ..captures.reader import Capture
+from ..captures.replay_records import failure, record_failure, replay_path
 from .divergence import NodeResult
 from .judge import IsolationResult, executed_form, judge, per_process_nondeterminism
 from ..errors import TftraceError
@@ -258,6 +263,12 @@ def run_job(job: dict[str, Any], *, allow_unsafe_ops: bool, console: Any = None,
     A job file may come from anyone (a report attached to an issue), so whether unsafe ops may
     run is this caller's ``allow_unsafe_ops``, whatever the job's side says, and the memory
     limit is never raised by it: at most ``max_memory`` (default: a side's default limit).
+
+    An op TensorFlow refuses to replay gets a failure record from the child, which goes on; a
+    child that crashes leaves one for each op it had not answered. Either way the comparison
+    keeps its report, and those origins are judged ``not_replayed`` (:func:`evaluate`). A user
+    error the child reports (a refused unsafe model, a report made from another model) and a
+    timeout stay errors: they have a fix.
     """
     side = Side.from_json(job["side"]).with_(allow_unsafe_ops=allow_unsafe_ops)
     ceiling = max_memory if max_memory is not None else Side.__dataclass_fields__["max_memory"].default
@@ -265,7 +276,13 @@ def run_job(job: dict[str, Any], *, allow_unsafe_ops: bool, console: Any = None,
     if artifact_path is not None:
         side = side.with_(artifact=replace(side.artifact, path=artifact_path))
     job = {**job, "side": side.to_json()}
-    run_child(job, side, label=f"isolate {len(job['ops'])} op(s) [{side.label()}]", console=console)
+    try:
+        run_child(job, side, label=f"isolate {len(job['ops'])} op(s) [{side.label()}]", console=console)
+    except ChildCrashed as exc:  # a replay is an extra: its crash costs its ops' verdicts, never the report
+        for op in job["ops"]:
+            if not os.path.exists(replay_path(job["out_dir"], op["id"])) and failure(job["out_dir"], op["id"]) is None:
+                os.makedirs(job["out_dir"], exist_ok=True)
+                record_failure(job["out_dir"], op["id"], exc.reason)
 
 
 def evaluate(workdir: str) -> dict[str, IsolationResult]:
@@ -275,7 +292,13 @@ def evaluate(workdir: str) -> dict[str, IsolationResult]:
     capture_b = _open_optional(_capture_path(workdir, index.get("capture_b"), "b"))
     results = {}
     for op in index["ops"]:
-        replays = {k: Path(workdir, f"isolation_{k}", f"{op['id']}.npy") for k in ("a", "b")}
+        out_dirs = {k: os.path.join(workdir, f"isolation_{k}") for k in ("a", "b")}
+        failed = {k: reason for k, out in out_dirs.items() if (reason := failure(out, op["id"])) is not None}
+        if failed:
+            results[op["node"]] = IsolationResult(
+                "not_replayed", detail="; ".join(f"side {k.upper()}'s replay failed: {why}" for k, why in failed.items()))
+            continue
+        replays = {k: Path(replay_path(out, op["id"])) for k, out in out_dirs.items()}
         missing = [k for k, path in replays.items() if not path.exists()]
         if missing:
             report_dir = os.path.dirname(os.path.abspath(workdir.rstrip("/")))
