@@ -51,7 +51,7 @@ from ..diff.kinds import KINDS
 from ..captures.inputs import batched_alike
 from ..jsonvalues import dumps, loads
 from ..opgraph import OpGraph, tensor_op
-from ..optypes import EXIT_OPS, PASS_THROUGH, PLACEHOLDER_OPS, VARIABLE_OPS
+from ..optypes import PASS_THROUGH, PLACEHOLDER_OPS, VARIABLE_OPS, loop_result
 from ..runspec import Side, spec_without_permissions
 from ..safewrite import write_file
 
@@ -330,7 +330,7 @@ def _replayed_alone_alike(graph_a: OpGraph, graph_b: OpGraph, op_a: str, op_b: s
     nothing but the kernel's own run-to-run behaviour can make them differ. A replay that
     recomputes more (a whole while loop, an unpaired constant) may carry a real difference."""
     a, b = graph_a.node(op_a), graph_b.node(op_b)
-    if a["op"] != b["op"] or a["op"] in EXIT_OPS or a["attrs"] != b["attrs"]:
+    if a["op"] != b["op"] or loop_result(a["op"]) or a["attrs"] != b["attrs"]:
         return False
     return set(graph_a.data_inputs(op_a)) <= set(plans["a"]) and set(graph_b.data_inputs(op_b)) <= set(plans["b"])
 
