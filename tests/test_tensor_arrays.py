@@ -32,7 +32,8 @@ ENV = {"TF_ENABLE_ONEDNN_OPTS": "0", "CUDA_VISIBLE_DEVICES": "-1"}
 @pytest.fixture(scope="module")
 def map_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """``ckpt/``, ``savedmodel/``, ``export_variant/`` (a constant changed in the loop body) and
-    ``export_fp16/`` (the dense layer before the loop in float16), built in a child process."""
+    ``export_fp16/`` (the dense layer before the loop in float16), and the same under ``cf2/``
+    with TF2 control flow, built in a child process."""
     out = tmp_path_factory.mktemp("tf1_map") / "models"
     subprocess.run([sys.executable, str(REPO / "tests" / "fixtures" / "tf1_map_export.py"), str(out)], cwd=REPO,
                    check=True, capture_output=True, timeout=300, env={**os.environ, **ENV})
@@ -71,6 +72,20 @@ def test_a_difference_before_the_loop_propagates_through_the_gather(map_models: 
     assert [o["node"] for o in report["origins"]] == [DENSE]
     assert report["nodes"][GATHER]["status"] == "propagated"
     assert report["nodes"][FLOW_EXIT]["status"] == "identical"
+
+
+def test_with_tf2_control_flow_the_tensor_list_stack_is_isolated_with_its_functional_loop(map_models: Path,
+                                                                                          tmp_path: Path) -> None:
+    """TF2's map_fn carries its rows in TensorLists (variants, never captured nor fed) through a
+    functional While: the replay of the stack after it reruns the While from its inputs."""
+    proc, report = _compare(map_models / "cf2", "export_variant", tmp_path)
+    first = report["first_divergence"]
+    assert (first["node"], first["op"]) == ("map/TensorArrayV2Stack/TensorListStack", "TensorListStack")
+    assert [o["node"] for o in report["origins"]] == [first["node"]]
+    assert first["isolation"]["verdict"] == "own_error", first["isolation"]
+    assert first["isolation"]["detail"].startswith("given identical inputs, B's while loop that filled its TensorList "
+                                                   "(replayed whole: a session cannot fetch the ops inside a loop)")
+    assert "the while loop that filled its TensorList differs given identical inputs" in " ".join(proc.stdout.split())
 
 
 # The CLI with the replay plan as it was before TensorArray flows were known: the loop's Exit
