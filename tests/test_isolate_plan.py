@@ -15,7 +15,7 @@ import pytest
 
 from tracer.artifacts.loader import ArtifactRef
 from tracer.captures.launcher import ChildCrashed
-from tracer.captures.replay_records import failure, replay_path
+from tracer.captures.replay_records import failure, record_failure, record_value, replay_path
 from tracer.comparison import isolate
 from tracer.comparison.align import ROLE_COMPARED, ROLE_REWRITTEN, Alignment, NodeAlignment, TensorPair
 from tracer.comparison.isolate import group_members, origin_feeds, replay_plan
@@ -186,3 +186,19 @@ def test_a_user_error_in_a_replay_child_is_still_an_error(monkeypatch, tmp_path:
         isolate.run_job(job, allow_unsafe_ops=False)
     assert not isinstance(info.value, ChildCrashed)
     assert failure(job["out_dir"], 0) is None and failure(job["out_dir"], 1) is None
+
+
+def test_a_replay_record_replaces_what_an_earlier_run_left_and_never_reads_through_a_link(tmp_path: Path) -> None:
+    """``tftrace isolate --from`` may run a side again into the same directory, which came with
+    a received report: the newer answer holds, and a planted link is never followed."""
+    out = str(tmp_path)
+    record_failure(out, 0, "InvalidArgumentError: Could not read from\n TensorArray index 0")
+    assert failure(out, 0) == "InvalidArgumentError: Could not read from TensorArray index 0"
+    record_value(out, 0, b"npy")
+    assert failure(out, 0) is None and Path(replay_path(out, 0)).read_bytes() == b"npy"
+    record_failure(out, 0, "killed")
+    assert failure(out, 0) == "killed" and not Path(replay_path(out, 0)).exists()
+    secret = tmp_path / "secret.txt"
+    secret.write_text('{"reason": "a file of the machine running tftrace isolate"}', encoding="utf-8")
+    (tmp_path / "1.failed.json").symlink_to(secret)
+    assert failure(out, 1) == "its failure record is not a plain file"

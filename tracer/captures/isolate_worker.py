@@ -23,11 +23,10 @@ import numpy as np
 from .._tf import tf
 from ..errors import TftraceError
 from ..runspec import job_side
-from ..safewrite import write_file
 from ._format import to_storage
 from ._packed import digest
 from .reader import Capture
-from .replay_records import record_failure, replay_path
+from .replay_records import record_failure, record_value
 from .runtime import open_runtime, tf_error_text
 from ._events import emit
 
@@ -54,7 +53,7 @@ def run_isolation(job: dict[str, Any]) -> None:
             # the job may come from a received report: a plain integer name, never through a planted link
             buffer = io.BytesIO()
             np.save(buffer, result)
-            write_file(replay_path(job["out_dir"], op["id"]), buffer.getvalue())
+            record_value(job["out_dir"], op["id"], buffer.getvalue())
             emit("progress", done=index + 1, total=len(job["ops"]), bytes=int(result.nbytes))
     finally:
         runtime.close()

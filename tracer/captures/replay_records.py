@@ -17,7 +17,7 @@ import stat
 from ..jsonvalues import dumps
 from ..safewrite import write_file
 
-__all__ = ["replay_path", "record_failure", "failure"]
+__all__ = ["replay_path", "record_value", "record_failure", "failure"]
 
 REASON_LIMIT = 600  # characters of a reason kept: one line, not a traceback
 
@@ -31,10 +31,25 @@ def _failure_path(out_dir: str, op_id: int) -> str:
     return os.path.join(out_dir, f"{int(op_id)}.failed.json")
 
 
+def record_value(out_dir: str, op_id: int, npy: bytes) -> None:
+    """Write op ``op_id``'s replayed value (``numpy.save`` bytes); a failure recorded by an
+    earlier run into the same directory (``tftrace isolate --from`` again) no longer holds."""
+    _remove(_failure_path(out_dir, op_id))
+    write_file(replay_path(out_dir, op_id), npy)
+
+
 def record_failure(out_dir: str, op_id: int, reason: str) -> None:
-    """Write that op ``op_id`` could not be replayed, and why (cut to one short line)."""
+    """Write that op ``op_id`` could not be replayed, and why (cut to one short line); a value
+    an earlier run left for it no longer holds."""
+    _remove(replay_path(out_dir, op_id))
     line = " ".join(str(reason).split())[:REASON_LIMIT]
     write_file(_failure_path(out_dir, op_id), dumps({"reason": line}))
+
+
+def _remove(path: str) -> None:
+    """Delete a record (a planted link is removed itself, never followed)."""
+    if os.path.lexists(path):
+        os.unlink(path)
 
 
 def failure(out_dir: str, op_id: int) -> str | None:

@@ -279,10 +279,15 @@ def run_job(job: dict[str, Any], *, allow_unsafe_ops: bool, console: Any = None,
     try:
         run_child(job, side, label=f"isolate {len(job['ops'])} op(s) [{side.label()}]", console=console)
     except ChildCrashed as exc:  # a replay is an extra: its crash costs its ops' verdicts, never the report
-        for op in job["ops"]:
-            if not os.path.exists(replay_path(job["out_dir"], op["id"])) and failure(job["out_dir"], op["id"]) is None:
-                os.makedirs(job["out_dir"], exist_ok=True)
-                record_failure(job["out_dir"], op["id"], exc.reason)
+        _mark_unanswered(job, exc.reason)
+
+
+def _mark_unanswered(job: dict[str, Any], reason: str) -> None:
+    """Record ``reason`` as the failure of every op of ``job`` its child left without an answer."""
+    os.makedirs(job["out_dir"], exist_ok=True)
+    for op in job["ops"]:
+        if not os.path.exists(replay_path(job["out_dir"], op["id"])) and failure(job["out_dir"], op["id"]) is None:
+            record_failure(job["out_dir"], op["id"], reason)
 
 
 def evaluate(workdir: str) -> dict[str, IsolationResult]:
