@@ -115,6 +115,7 @@ def loop_result(op_type: str) -> str:
         return "that filled its TensorList"
     return ""
 
+
 # ---- what an op does to values -----------------------------------------------------------------
 
 # Ops that read an input's shape, never its values (which placeholders a signature needs).
