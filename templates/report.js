@@ -404,9 +404,14 @@
     if (n.isolation) {
       section("Isolation (op replayed alone on A's inputs)");
       var iso = n.isolation;
-      var verdict = { own_error: "own error — the op alone differs given identical inputs",
-        inherited: "inherited — alone, the op agrees; the difference comes from upstream",
-        not_run: "not run" }[iso.verdict] || String(iso.verdict);
+      // the replay of a loop's result (an Exit, a TensorArray reader) ran the whole loop: name it
+      var loop = (P.loop_results || {})[i];
+      var replayed = loop ? "the while loop " + loop + " (replayed whole)" : "the op alone";
+      var verdict = { own_error: "own error — " + replayed + " differs given identical inputs",
+        inherited: "inherited — " + replayed + " agrees; the difference comes from upstream",
+        not_run: "not run",
+        not_replayed: "not replayed — TensorFlow could not run it alone on identical inputs (see detail)" }[iso.verdict]
+        || String(iso.verdict);
       kv([["verdict", verdict], ["max abs", fmt(iso.max_abs)], ["max rel", fmt(iso.max_rel)], ["detail", iso.detail || "—"]]);
       if (iso.command) body.append(el("pre", "cmd small", iso.command));
     }

@@ -154,7 +154,7 @@ def test_a_change_inside_the_loop_body_shows_at_its_exit_and_is_isolated(loop_mo
     assert (first["node"], first["op"]) == (LOOP_EXIT, "Exit")
     assert first["isolation"]["verdict"] == "own_error", first["isolation"]
     assert first["isolation"]["detail"].startswith(
-        "given identical inputs, B's while loop that ends here (replayed whole: a session cannot fetch the ops inside "
+        "given identical inputs, B's while loop ending here (replayed whole: a session cannot fetch the ops inside "
         "a loop) differs from A's by up to ")
     upstream = ["x", "Func/StatefulPartitionedCall/input/_0"]
     assert all(report["nodes"][n]["status"] == "identical" for n in upstream)

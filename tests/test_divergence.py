@@ -140,3 +140,62 @@ def test_b_is_not_fed_without_an_input_that_a_could_not_keep(tmp_path: Path) -> 
                                            r"str values cannot be stored\), so B cannot be fed A's examples"):
         _inputs_from(Stub(), tmp_path, {})  # type: ignore[arg-type]
     assert list(tmp_path.iterdir()) == []
+
+
+# After a TF1 tf.map_fn: the input h unstacked into a TensorArray (scatter), a loop (not
+# captured) that reads, computes and writes each row, and a gather whose flow input is the
+# loop's Exit: a dummy scalar, identical on both sides whatever the loop wrote.
+def _map_fn_graph() -> OpGraph:
+    def node(name: str, op: str, inputs: list[str], outputs: tuple[str, ...] = ("float32",)) -> dict:
+        return {"name": name, "op": op, "device": "", "scope": "", "attrs": {}, "inputs": inputs,
+                "control_inputs": [], "outputs": [{"dtype": d, "shape": [4], "capturable": d == "float32",
+                                                   "reason": ""} for d in outputs]}
+    array = ("resource", "float32")
+    return OpGraph.from_json({"inputs": {"x": "x:0"}, "outputs": {"y": "y:0"}, "nodes": [
+        node("x", "Placeholder", []), node("h", "Relu", ["x:0"]), node("size", "Const", []), node("rows", "Const", []),
+        node("ta_in", "TensorArrayV3", ["size:0"], array),
+        node("scatter", "TensorArrayScatterV3", ["ta_in:0", "rows:0", "h:0", "ta_in:1"]),
+        node("ta_out", "TensorArrayV3", ["size:0"], array),
+        node("read_flow", "Enter", ["scatter:0"]), node("write_flow", "Enter", ["ta_out:1"]),
+        node("read", "TensorArrayReadV3", ["ta_in:0", "rows:0", "read_flow:0"]), node("body", "Tanh", ["read:0"]),
+        node("write", "TensorArrayWriteV3", ["ta_out:0", "rows:0", "body:0", "write_flow:0"]),
+        node("exit_flow", "Exit", ["write:0"]),
+        node("gather", "TensorArrayGatherV3", ["ta_out:0", "rows:0", "exit_flow:0"]),
+        node("y", "Identity", ["gather:0"]),
+    ]})
+
+
+MAP_FN = _map_fn_graph()
+IN_THE_LOOP = ("read_flow", "write_flow", "read", "body", "write")
+
+
+def _run_map_fn(deltas: dict[str, float]):
+    nodes, metrics = {}, {}
+    for op in MAP_FN.topo_order():
+        outputs = MAP_FN.node(op)["outputs"]
+        slot = len(outputs) - 1  # a TensorArrayV3's flow: its handle holds no values
+        tensor = f"{op}:{slot}"
+        captured = op not in IN_THE_LOOP and outputs[slot]["capturable"]
+        note = "" if captured else "A: inside a while-loop frame: a session cannot fetch it"
+        nodes[op] = NodeAlignment(op, op, "name", ROLE_COMPARED, [TensorPair(tensor, tensor, "name", captured, note)])
+        if captured:
+            b = BASE.copy()
+            b[0] += deltas.get(op, 0.0)
+            metrics[tensor] = compare_arrays(BASE, b, rtols=(1e-5,))
+    return classify(MAP_FN, Alignment(nodes, []), metrics, Tolerance())
+
+
+def test_a_tensor_array_gather_is_judged_against_the_loops_inputs_not_its_flow():
+    """A difference that reached the loop (an fp16 conv upstream) propagates through the gather;
+    its inputs the flow (the loop's Exit) and the indices agree, but its data came from the loop."""
+    result = _run_map_fn({"h": 1e-3, "gather": 1e-3, "y": 1e-3})
+    assert result.nodes["exit_flow"].status == "identical" and result.nodes["scatter"].status == "identical"
+    assert result.nodes["gather"].status == "propagated"
+    assert result.nodes["gather"].frontier == ["h", "rows", "size"]
+    assert [r.name for r in result.origins] == ["h"]
+
+
+def test_a_difference_born_inside_the_loop_is_an_origin_at_the_gather():
+    result = _run_map_fn({"gather": 1e-3, "y": 1e-3})
+    assert result.nodes["gather"].status == "origin" and result.nodes["gather"].bitwise_origin
+    assert [r.name for r in result.origins] == ["gather"]

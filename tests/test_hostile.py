@@ -990,6 +990,14 @@ def reliability_rows() -> tuple[list[Row], list[Row]]:
             (f"{f}test_two_captures_into_one_directory_one_wins_the_other_says_so",
              "test_store.py::test_second_writer_is_refused_while_the_first_holds_the_lock",
              "test_store.py::test_stale_lock_of_a_dead_process_is_taken_over_only_with_force")),
+        Row("an isolation replay TensorFlow refuses (a TF1 map_fn's TensorArray gather replayed with its flow fed: "
+            "'Could not read from TensorArray index 0'); a replay child that crashes", 2,
+            "compare exits 1 with its report; the origin's isolation is `not_replayed`, its detail `side A's replay "
+            "failed: InvalidArgumentError: …` for each side", "the report (report.json, report.html, report.md); "
+            "the child's other replays; a user error in the child (a refused unsafe model) still exits 2",
+            ("test_tensor_arrays.py::test_a_replay_tensorflow_refuses_is_judged_not_replayed_and_the_report_is_kept",
+             "test_isolate_plan.py::test_a_crashed_replay_child_costs_the_verdicts_of_the_ops_it_had_not_answered",
+             "test_isolate_plan.py::test_a_user_error_in_a_replay_child_is_still_an_error")),
         Row("a second `compare` (plain and with `--force`) into the `--out` of a running compare; the same and a "
             "`tftrace report` into an `--out` another process holds", 5, "`tftrace: error: another tftrace run (pid N) is writing to the report directory OUT. Wait for it to "
             "finish, or choose another --out.` (exit 2)", "the first run's files untouched; the lock is an flock, "

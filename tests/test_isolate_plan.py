@@ -1,4 +1,5 @@
-"""Which tensors an isolation replay feeds, on hand-built graphs (fast, no TensorFlow).
+"""Which tensors an isolation replay feeds, and what a failed replay leaves, on hand-built
+graphs and jobs (fast, no TensorFlow).
 
 A rewrite group (a folded batch norm, a fused chain) is replayed whole from its own data inputs
 on both sides; feeding A's pre-fold conv output into B's bias add compared a scaled convolution
@@ -6,17 +7,29 @@ with an unscaled one (an "own error" of 2.14 where the fold changed 4e-6). An op
 recomputes a while loop above it (nothing between them compared) is said to differ with that
 loop, not by its own kernel: a Keras LSTM's StridedSlice of its last step was called a
 StridedSlice "whose own kernel differs". A read of a variable the graph writes on every run (a
-Keras random layer's seed) is the model's state, not a kernel and not nondeterminism.
+Keras random layer's seed) is the model's state, not a kernel and not nondeterminism. A
+TensorArray's flow is never fed: a TF1 ``tf.map_fn``'s gather is replayed with the loop that
+fills it.
 """
 
 from __future__ import annotations
 
-import numpy as np
+from pathlib import Path
 
+import numpy as np
+import pytest
+
+from tracer.artifacts.loader import ArtifactRef
+from tracer.captures.launcher import ChildCrashed
+from tracer.captures.replay_records import failure, record_failure, record_value, replay_path
+from tracer.comparison import isolate
 from tracer.comparison.align import ROLE_COMPARED, ROLE_REWRITTEN, Alignment, NodeAlignment, TensorPair
-from tracer.comparison.isolate import group_members, loop_above, origin_feeds, reads_variable, variable_writes
+from tracer.comparison.isolate import (group_members, loop_above, origin_feeds, reads_variable, replay_plan,
+                                       variable_writes)
 from tracer.comparison.judge import judge
+from tracer.errors import TftraceError
 from tracer.opgraph import OpGraph
+from tracer.runspec import Side
 
 
 def _graph(chain: list[tuple[str, str, list[str]]], output: str) -> OpGraph:
@@ -177,3 +190,110 @@ def test_a_read_of_the_models_own_state_is_state_not_nondeterminism() -> None:
         "captured). No kernel, input or export makes this difference")
     unwritten = judge(loaded, loaded.copy(), {**op, "writes": []}, _Captured("read:0", np.array([16, 0], np.int64)))
     assert (unwritten.verdict, unwritten.load_state) == ("nondeterministic", True)  # set at load, as before
+
+
+# A TF1 tf.map_fn (control flow v1) as the graph holds it: the input unstacked into a TensorArray
+# (scatter), a loop that reads each row and writes its result into another TensorArray, and after
+# the loop a gather whose flow input is the loop's Exit. Every tensor outside the loop is captured.
+def _map_fn_graph() -> OpGraph:
+    def node(name: str, op: str, inputs: list[str], outputs: tuple[str, ...] = ("float32",)) -> dict:
+        return {"name": name, "op": op, "device": "", "scope": "", "attrs": {}, "inputs": inputs,
+                "control_inputs": [], "outputs": [{"dtype": d, "shape": None, "capturable": d == "float32",
+                                                   "reason": ""} for d in outputs]}
+    array = ("resource", "float32")  # TensorArrayV3: handle, flow
+    return OpGraph.from_json({"inputs": {"x": "x:0"}, "outputs": {"y": "y:0"}, "nodes": [
+        node("x", "Placeholder", []), node("size", "Const", []), node("rows", "Const", []),
+        node("ta_in", "TensorArrayV3", ["size:0"], array),
+        node("scatter", "TensorArrayScatterV3", ["ta_in:0", "rows:0", "x:0", "ta_in:1"]),
+        node("ta_out", "TensorArrayV3", ["size:0"], array),
+        node("i0", "Const", []),
+        node("enter_i", "Enter", ["i0:0"]), node("enter_flow", "Enter", ["ta_out:1"]),
+        node("enter_n", "Enter", ["size:0"]),
+        node("merge_i", "Merge", ["enter_i:0", "next_i:0"]), node("merge_flow", "Merge", ["enter_flow:0", "next_flow:0"]),
+        node("less", "Less", ["merge_i:0", "enter_n:0"]), node("cond", "LoopCond", ["less:0"]),
+        node("switch_i", "Switch", ["merge_i:0", "cond:0"]), node("switch_flow", "Switch", ["merge_flow:0", "cond:0"]),
+        node("i", "Identity", ["switch_i:1"]), node("flow", "Identity", ["switch_flow:1"]),
+        node("read_handle", "Enter", ["ta_in:0"], ("resource",)), node("read_flow", "Enter", ["scatter:0"]),
+        node("read", "TensorArrayReadV3", ["read_handle:0", "i:0", "read_flow:0"]),
+        node("body", "Relu", ["read:0"]),
+        node("write_handle", "Enter", ["ta_out:0"], ("resource",)),
+        node("write", "TensorArrayWriteV3", ["write_handle:0", "i:0", "body:0", "flow:0"]),
+        node("add", "AddV2", ["i:0", "i:0"]),
+        node("next_i", "NextIteration", ["add:0"]), node("next_flow", "NextIteration", ["write:0"]),
+        node("exit_flow", "Exit", ["switch_flow:0"]),
+        node("gather", "TensorArrayGatherV3", ["ta_out:0", "rows:0", "exit_flow:0"]),
+        node("y", "Identity", ["gather:0"]),
+    ]})
+
+
+MAP_FN = _map_fn_graph()
+OUTSIDE_THE_LOOP = ["x:0", "size:0", "rows:0", "ta_in:1", "scatter:0", "ta_out:1", "i0:0", "exit_flow:0", "gather:0",
+                    "y:0"]
+
+
+def test_the_flows_of_a_map_fns_tensor_arrays_are_found_through_the_loop_frame() -> None:
+    assert MAP_FN.tensor_array_flows() == {
+        "ta_in:1", "scatter:0", "read_flow:0",  # the input's: unstacked, then read inside the loop
+        "ta_out:1", "enter_flow:0", "merge_flow:0", "switch_flow:0", "switch_flow:1", "flow:0", "next_flow:0",
+        "write:0", "exit_flow:0",  # the result's: written inside the loop, gathered after its Exit
+    }
+
+
+def test_replaying_a_tensor_array_gather_reruns_the_loop_that_fills_it_from_the_loops_inputs() -> None:
+    """Feeding the Exit (the gather's flow) skipped the loop: the replay read a freshly created,
+    empty TensorArray ("Could not read from TensorArray index 0"). Feeding the scatter's flow
+    skipped the unstack the same way. Only the loop's data inputs are fed."""
+    captured = {t: t for t in OUTSIDE_THE_LOOP}
+    assert replay_plan(MAP_FN, "gather:0", captured) == {"x:0": "x:0", "size:0": "size:0", "rows:0": "rows:0",
+                                                         "i0:0": "i0:0"}
+    assert replay_plan(MAP_FN, "y:0", captured) == {"gather:0": "gather:0"}  # after the loop: as before
+
+
+def _job(tmp_path: Path) -> dict:
+    return {"side": Side(ArtifactRef("model")).to_json(), "out_dir": str(tmp_path / "isolation_b"),
+            "ops": [{"id": 0, "fetch": "gather:0", "feeds": {}}, {"id": 1, "fetch": "y:0", "feeds": {}}]}
+
+
+def test_a_crashed_replay_child_costs_the_verdicts_of_the_ops_it_had_not_answered(monkeypatch, tmp_path: Path) -> None:
+    """A replay is an extra: a child that dies without a user error leaves a failure record for
+    each op it had not answered (judged ``not_replayed``), and the comparison keeps its report."""
+    def crash(job: dict, side: Side, **_: object) -> None:
+        Path(replay_path(job["out_dir"], 1)).parent.mkdir(parents=True)
+        Path(replay_path(job["out_dir"], 1)).write_bytes(b"")  # op 1 was answered before the crash
+        raise ChildCrashed("the child process running isolate 2 op(s) [cpu] exited with 4", "fix it",
+                           reason="its child process exited with 4 (SystemError: planted)")
+
+    monkeypatch.setattr(isolate, "run_child", crash)
+    job = _job(tmp_path)
+    isolate.run_job(job, allow_unsafe_ops=False)
+    assert failure(job["out_dir"], 0) == "its child process exited with 4 (SystemError: planted)"
+    assert failure(job["out_dir"], 1) is None
+
+
+def test_a_user_error_in_a_replay_child_is_still_an_error(monkeypatch, tmp_path: Path) -> None:
+    """A refused unsafe model or a report made from another model has a fix: it stays exit 2."""
+    def refuse(job: dict, side: Side, **_: object) -> None:
+        raise TftraceError("the model runs ops outside the computation (WriteFile)", "pass --allow-unsafe-ops")
+
+    monkeypatch.setattr(isolate, "run_child", refuse)
+    job = _job(tmp_path)
+    with pytest.raises(TftraceError) as info:
+        isolate.run_job(job, allow_unsafe_ops=False)
+    assert not isinstance(info.value, ChildCrashed)
+    assert failure(job["out_dir"], 0) is None and failure(job["out_dir"], 1) is None
+
+
+def test_a_replay_record_replaces_what_an_earlier_run_left_and_never_reads_through_a_link(tmp_path: Path) -> None:
+    """``tftrace isolate --from`` may run a side again into the same directory, which came with
+    a received report: the newer answer holds, and a planted link is never followed."""
+    out = str(tmp_path)
+    record_failure(out, 0, "InvalidArgumentError: Could not read from\n TensorArray index 0")
+    assert failure(out, 0) == "InvalidArgumentError: Could not read from TensorArray index 0"
+    record_value(out, 0, b"npy")
+    assert failure(out, 0) is None and Path(replay_path(out, 0)).read_bytes() == b"npy"
+    record_failure(out, 0, "killed")
+    assert failure(out, 0) == "killed" and not Path(replay_path(out, 0)).exists()
+    secret = tmp_path / "secret.txt"
+    secret.write_text('{"reason": "a file of the machine running tftrace isolate"}', encoding="utf-8")
+    (tmp_path / "1.failed.json").symlink_to(secret)
+    assert failure(out, 1) == "its failure record is not a plain file"

@@ -385,6 +385,51 @@ def test_markdown_answers_fall_back_to_the_origins() -> None:
             "block2/bn/FusedBatchNormV3 with A's captured inputs on both sides: outputs still differ.") in md
 
 
+def _origin_as(report: dict[str, Any], op: str, isolation: dict[str, Any]) -> dict[str, Any]:
+    """The planted report with its one origin re-typed as ``op`` and isolated as ``isolation``."""
+    for origin in (report["first_divergence"], report["first_divergence_beyond_tolerance"], report["origins"][0]):
+        origin |= {"op": op, "rewrite": None, "isolation": isolation}
+    report["nodes"][ORIGIN] |= {"op": op, "rewrite": None, "isolation": isolation}
+    return report
+
+
+def _terminal(report: dict[str, Any]) -> str:
+    out = io.StringIO()
+    print_comparison(Console(file=out, width=400, force_terminal=False), report)
+    return out.getvalue()
+
+
+def test_a_tensor_array_readers_own_error_names_the_loop_that_filled_it(tmp_path: Path) -> None:
+    """Its replay ran the whole loop (a session cannot fetch the ops inside one): what differs
+    given identical inputs is that loop, as for a loop's Exit, not one kernel."""
+    isolation = {"verdict": "own_error", "max_abs": 0.0123, "max_rel": 0.0093, "detail": "", "command": None}
+    report = _origin_as(load("detector_planted"), "TensorArrayGatherV3", isolation)
+    assert (f"First divergence, bitwise and beyond tolerance: {ORIGIN} (TensorArrayGatherV3), max abs 0.0123, "
+            "max rel 0.0093 (rel L2 0.003) — the while loop that filled its TensorArray differs given identical "
+            "inputs") in _terminal(report)
+    assert ("Own error: fed identical inputs, the while loop that filled its TensorArray (replayed whole) still "
+            "differs (max abs 0.0123, max rel 0.0093)") in render_markdown(report)
+    html = render_report(report, tmp_path)["html"].read_text(encoding="utf-8")
+    assert (f"The difference starts at <code>{ORIGIN}</code> (TensorArrayGatherV3), where the while loop that "
+            "filled its TensorArray differs given identical inputs.") in html
+    position = list(report["nodes"]).index(ORIGIN)
+    assert f'"loop_results":{{"{position}":"that filled its TensorArray"}}' in html
+    exit_report = _origin_as(load("detector_planted"), "Exit", isolation)
+    assert "— the while loop ending here differs given identical inputs" in _terminal(exit_report)
+
+
+def test_an_origin_that_could_not_be_replayed_says_why_everywhere(tmp_path: Path) -> None:
+    why = ("side B's replay failed: InvalidArgumentError: TensorArray map/TensorArray_1_0: Could not read from "
+           "TensorArray index 0")
+    report = _origin_as(load("detector_planted"), "TensorArrayGatherV3",
+                        {"verdict": "not_replayed", "max_abs": None, "max_rel": None, "detail": why, "command": None})
+    assert f"— could not be replayed alone ({why})" in _terminal(report)
+    assert md_text("Not replayed: TensorFlow could not run it alone on identical inputs, so own error vs inherited "
+                   f"is unknown. {why[:1].upper()}{why[1:]}", 300) in render_markdown(report)
+    html = render_report(report, tmp_path)["html"].read_text(encoding="utf-8")
+    assert "(TensorArrayGatherV3), which could not be replayed alone (see its isolation)." in html
+
+
 # --------------------------------------------------------------------------- without Graphviz
 def test_missing_dot_still_writes_the_page_with_a_notice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "divergence.svg").write_text("<svg>stale picture from an earlier render</svg>")

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .diff.kinds import kind_of
+from .optypes import loop_result
 
 __all__ = ["Cause", "CAUSES", "explain_comparison"]
 
@@ -139,6 +140,14 @@ def _state_evidence(first: dict[str, Any], sides: tuple[dict[str, Any], dict[str
             "sides read the same value: no kernel, input or export differs.")
 
 
+def _own_error_words(first: dict[str, Any]) -> str:
+    """What differs given identical inputs at an origin isolated as its own error: its kernel, or
+    the while loop whose result it is (an Exit or a TensorArray reader is replayed with its loop)."""
+    loop = loop_result(str(first.get("op") or ""))
+    return (f"the while loop {loop} differs given identical inputs" if loop
+            else "the origin op's own kernel differs given identical inputs")
+
+
 def _run_time_rewrite(report: dict[str, Any], first: dict[str, Any]) -> dict[str, str]:
     """The evidence for a rewrite applied when the graph ran: the two runs executed the origin as
     different kernels, and alone, on identical inputs, it agrees (isolation ``run_time_rewrite``)."""
@@ -217,7 +226,7 @@ def explain_comparison(report: dict[str, Any]) -> dict[str, Any]:
         found["batch"] = (
             f"the sides run batch {a.get('batch_size')} vs {b.get('batch_size')}"
             + ("; the origin op, replayed with the while loop above it, differs given identical inputs." if loop
-               else "; the origin op's own kernel differs given identical inputs." if own else ".")
+               else f"; {_own_error_words(first)}." if own else ".")
             + (" Both sides ran with op determinism on: determinism makes a run repeatable, not batch-size "
                "invariant." if deterministic else "")
         )

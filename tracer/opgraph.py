@@ -25,7 +25,8 @@ from typing import Any
 import networkx as nx
 
 from .jsonvalues import jsonable
-from .optypes import EXIT_OPS, FRAME_OPS, LOOP_BACK_EDGE_OPS, OFFSET_CARRIERS, SHAPE_READERS, VALUE_SIZED_OPS
+from .optypes import (EXIT_OPS, FLOW_CARRIERS, FRAME_OPS, LOOP_BACK_EDGE_OPS, OFFSET_CARRIERS, SHAPE_READERS,
+                      TENSOR_ARRAY_FLOW_INPUT, VALUE_SIZED_OPS)
 
 __all__ = ["OpGraph", "tensor_op", "tensor_slot", "relevant_slots", "NOT_FETCHABLE_DTYPES", "WHILE_FRAME_REASON",
            "EXIT_OPS", "FRAME_OPS", "reachable", "ops_in_while_frames"]
@@ -57,6 +58,7 @@ class OpGraph:
         self.inputs = inputs  # signature key -> tensor name
         self.outputs = outputs
         self._order: list[str] | None = None
+        self._flows: frozenset[str] | None = None
 
     # ---- queries ---------------------------------------------------------------------------
 
@@ -159,6 +161,36 @@ class OpGraph:
             return bool(node["outputs"]) and node["outputs"][0]["dtype"].startswith(("int", "uint"))
 
         return reachable(nx.subgraph_view(self.g, filter_edge=carries), derived) - derived
+
+    def tensor_array_flows(self) -> frozenset[str]:
+        """The tensors that carry a TensorArray's *flow* to an op reading or writing it
+        (:data:`~tracer.optypes.TENSOR_ARRAY_FLOW_INPUT`), through the loop frame and the
+        identities between them (:data:`~tracer.optypes.FLOW_CARRIERS`): a loop's Exit, the
+        Enter of an unstacked input, the TensorArray's own flow output.
+
+        A flow holds no data (a dummy scalar whose only job is to order reads after writes), so
+        it is never fed to a replay, which must run the writes, and never judged as an input,
+        whose data was written behind it. Found by walking up from every flow input.
+        """
+        if self._flows is None:
+            found: set[str] = set()
+            stack = [self._flow_input(op) for op in self.g if self.g.nodes[op]["op"] in TENSOR_ARRAY_FLOW_INPUT]
+            while stack:
+                tensor = stack.pop()
+                if tensor is None or tensor in found:
+                    continue
+                found.add(tensor)
+                source = tensor_op(tensor)
+                carried = FLOW_CARRIERS.get(self.g.nodes[source]["op"], ()) if source in self.g else ()
+                stack.extend(t for i, t in enumerate(self.data_inputs(source)) if carried is None or i in carried)
+            self._flows = frozenset(found)
+        return self._flows
+
+    def _flow_input(self, op: str) -> str | None:
+        """The flow input of TensorArray op ``op`` (None for a node that lacks it)."""
+        inputs = self.data_inputs(op)
+        index = TENSOR_ARRAY_FLOW_INPUT[self.g.nodes[op]["op"]]
+        return inputs[index] if -len(inputs) <= index < len(inputs) else None
 
     def while_frame_ops(self) -> set[str]:
         """Ops that execute inside a TF1 while-loop frame (see :func:`ops_in_while_frames`)."""

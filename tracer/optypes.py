@@ -17,6 +17,7 @@ __all__ = [
     "VARIABLE_OPS", "WEIGHT_OPS", "PASS_THROUGH", "WEIGHT_SOURCES", "PLACEHOLDER_OPS", "CHAIN_BOUNDARY_OPS",
     "BATCH_NORM_OPS", "LINEAR_OPS", "FUSED_OP_PREFIXES", "FUSED_OPS", "is_fused_op",
     "FRAME_OPS", "EXIT_OPS", "LOOP_BACK_EDGE_OPS", "SWITCH_OPS", "MERGE_OPS", "LOOP_COND_OP",
+    "TENSOR_ARRAY_FLOW_INPUT", "FLOW_CARRIERS", "TENSOR_ARRAY_READ_OPS", "TENSOR_LIST_READ_OPS", "loop_result",
     "SHAPE_OPS", "SHAPE_READERS", "OFFSET_CARRIERS", "MAYBE_UNCHANGED_OPS",
     "STATE_CHANGING_OPS", "STATE_CHANGING_PREFIXES", "changes_state", "RANDOM_OPS", "STATEFUL_RANDOM_PREFIXES",
     "draws_random", "BOOKKEEPING_OPS", "RUNTIME_PLUMBING", "VALUE_SIZED_OPS",
@@ -73,6 +74,47 @@ SWITCH_OPS = frozenset({"Switch", "RefSwitch"})
 MERGE_OPS = frozenset({"Merge", "RefMerge"})
 # The predicate of a while loop: a Switch reading it is the loop's, not a cond's.
 LOOP_COND_OP = "LoopCond"
+
+# ---- TensorArrays and TensorLists: the data a loop leaves behind -------------------------------
+
+# TF1 TensorArray ops -> the index of their ``flow_in`` input (the last one, but for
+# GradWithShape). The flow is a dummy float scalar that only orders the reads after the writes:
+# the values live in the TensorArray behind the handle, written inside a while loop. Feeding a
+# flow (its value has an A counterpart, as the loop's Exit) skips the writes, so a replay would
+# read a freshly created, empty TensorArray ("Could not read from TensorArray index 0"); and
+# identical flows say nothing about the data behind them.
+TENSOR_ARRAY_FLOW_INPUT: dict[str, int] = {
+    **{f"TensorArray{kind}{version}": -1 for kind in ("Read", "Gather", "Concat", "Size", "Write", "Scatter",
+                                                      "Split", "Grad") for version in ("V2", "V3")},
+    "TensorArrayGradWithShape": 1,
+}
+# Ops that pass a flow on unchanged, between its TensorArray op and its readers: the loop's frame
+# ops (input index -> carries, None = every input; a Switch's predicate is no flow) and identities.
+FLOW_CARRIERS: dict[str, frozenset[int] | None] = {
+    **dict.fromkeys(("Enter", "RefEnter", "Exit", "RefExit", "Merge", "RefMerge", "NextIteration",
+                     "RefNextIteration", "Identity", "RefIdentity", "Snapshot"), None),
+    **dict.fromkeys(("Switch", "RefSwitch"), frozenset({0})),
+}
+# Ops that read the values a loop wrote into a TensorArray (TF1) or a TensorList (TF2's
+# functional loops): their result is the loop's, as an Exit's is.
+TENSOR_ARRAY_READ_OPS = frozenset({f"TensorArray{kind}{version}" for kind in ("Read", "Gather", "Concat")
+                                   for version in ("V2", "V3")})
+TENSOR_LIST_READ_OPS = frozenset({"TensorListStack", "TensorListGather", "TensorListGetItem", "TensorListConcatV2"})
+
+
+def loop_result(op_type: str) -> str:
+    """How an op's result comes out of a while loop, as words that finish "the while loop …":
+    ``"ending here"`` for an Exit, ``"that filled its TensorArray"`` for a TensorArray (or
+    TensorList) reader; "" for any other op. Isolating such an op replays the whole loop (a
+    session cannot fetch the ops inside one), so what differs given identical inputs is the loop."""
+    if op_type in EXIT_OPS:
+        return "ending here"
+    if op_type in TENSOR_ARRAY_READ_OPS:
+        return "that filled its TensorArray"
+    if op_type in TENSOR_LIST_READ_OPS:
+        return "that filled its TensorList"
+    return ""
+
 
 # ---- what an op does to values -----------------------------------------------------------------
 

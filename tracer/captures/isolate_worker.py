@@ -4,6 +4,12 @@ A TF1 session can be fed any intermediate tensor, so "run this op alone on ident
 is: feed the op's inputs (the nearest captured tensors above it) with A's captured values and
 fetch its output. Rows are fed in this side's own batches, so a batch-size comparison replays
 the same example at the batch size the side really ran with.
+
+Replaying part of a graph runs it in a way the model never ran, and TensorFlow may refuse
+(a kernel error, a fed value it will not take): that op gets a failure record with
+TensorFlow's one-line reason instead of a value (:mod:`tracer.captures.replay_records`), and
+the job goes on to its other ops. Errors that are the user's (a refused model, a report made
+from another model) still end the job.
 """
 
 from __future__ import annotations
@@ -14,13 +20,14 @@ from typing import Any
 
 import numpy as np
 
+from .._tf import tf
 from ..errors import TftraceError
 from ..runspec import job_side
-from ..safewrite import write_file
 from ._format import to_storage
 from ._packed import digest
 from .reader import Capture
-from .runtime import open_runtime
+from .replay_records import record_failure, record_value
+from .runtime import open_runtime, tf_error_text
 from ._events import emit
 
 __all__ = ["run_isolation"]
@@ -37,14 +44,39 @@ def run_isolation(job: dict[str, Any]) -> None:
     runtime = open_runtime(side)
     try:
         for index, op in enumerate(job["ops"]):
-            result = _replay(runtime, source, layout, op, runs, count)
+            try:
+                result = _replay(runtime, source, layout, op, runs, count)
+            except NotReplayed as exc:  # this op's answer is "could not be replayed"; the others still run
+                record_failure(job["out_dir"], op["id"], exc.reason)
+                emit("progress", done=index + 1, total=len(job["ops"]), bytes=0)
+                continue
             # the job may come from a received report: a plain integer name, never through a planted link
             buffer = io.BytesIO()
             np.save(buffer, result)
-            write_file(os.path.join(job["out_dir"], f"{int(op['id'])}.npy"), buffer.getvalue())
+            record_value(job["out_dir"], op["id"], buffer.getvalue())
             emit("progress", done=index + 1, total=len(job["ops"]), bytes=int(result.nbytes))
     finally:
         runtime.close()
+
+
+class NotReplayed(Exception):
+    """TensorFlow refused to run one op's replay: that op's verdict, not the whole job's failure."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def _run(runtime: Any, fetch: Any, feed: dict[Any, np.ndarray]) -> np.ndarray:
+    """One replay run; TensorFlow's refusal (a kernel error, a fed value it will not take) as
+    :class:`NotReplayed` with its one-line reason. A replay runs part of a graph in a way the
+    model never ran, so TensorFlow may refuse it where the whole graph works."""
+    try:
+        return np.asarray(runtime.session.run(fetch, feed_dict=feed))
+    except tf().errors.OpError as exc:
+        raise NotReplayed(f"{type(exc).__name__}: {tf_error_text(exc)}") from exc
+    except ValueError as exc:  # a fed value of a shape or dtype the tensor cannot take
+        raise NotReplayed(f"ValueError: {str(exc).splitlines()[0] if str(exc) else ''}") from exc
 
 
 def _replay(runtime: Any, source: Capture, layout: dict[str, str], op: dict[str, Any], runs: list, count: int) -> np.ndarray:
@@ -70,7 +102,7 @@ def _replay(runtime: Any, source: Capture, layout: dict[str, str], op: dict[str,
                     and value.size == tensor.shape.num_elements():
                 value = value.reshape(tensor.shape)  # A's row, fed to a side without a batch axis
             feed[tensor] = value.astype(tensor.dtype.as_numpy_dtype, copy=False)
-        out = np.asarray(runtime.session.run(fetch, feed_dict=feed))
+        out = _run(runtime, fetch, feed)
         out = out[np.newaxis] if out.ndim == 0 and layout.get(op["a_tensor"]) == "rows" else out  # a scalar row
         if layout.get(op["a_tensor"]) != "rows":
             return out.astype(np.float32) if out.dtype.name == "bfloat16" else out

@@ -31,7 +31,7 @@ from .orphan import PARENT_PID_ENV
 if TYPE_CHECKING:
     from .reader import Capture
 
-__all__ = ["run_child", "capture", "PreparedChild"]
+__all__ = ["run_child", "capture", "PreparedChild", "ChildCrashed"]
 
 PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 STDERR_TAIL_LINES = 15
@@ -121,9 +121,10 @@ class PreparedChild:
         if proc.returncode != 0:
             how = f"was killed by signal {-proc.returncode}" if proc.returncode < 0 else f"exited with {proc.returncode}"
             shown = "\n".join("    " + line for line in tail) or "    (no output)"
-            raise TftraceError(
+            raise ChildCrashed(
                 f"the child process running {label} {how}; the tail of its stderr:\n{shown}\n",
                 "fix what it reports (re-run with --debug for the full picture); any partial output is left incomplete",
+                reason=f"its child process {how}" + (f" ({_exception_line(tail)})" if _exception_line(tail) else ""),
             )
 
     def cancel(self) -> None:
@@ -134,6 +135,25 @@ class PreparedChild:
             if pipe is not None and not pipe.closed:
                 pipe.close()
         self._stderr.close()
+
+
+class ChildCrashed(TftraceError):
+    """A child that died without reporting a user error (a crash, a signal): not the user's to
+    fix by a flag. ``reason`` is one line saying how it ended, for a caller that can go on
+    without the child's work (an isolation replay: its ops are marked as not replayed)."""
+
+    def __init__(self, problem: str, fix: str = "", *, reason: str) -> None:
+        super().__init__(problem, fix)
+        self.reason = reason
+
+
+def _exception_line(tail: list[str]) -> str:
+    """The last ``SomeError: message`` line of a Python traceback's tail, or ""."""
+    for line in reversed(tail):
+        head = line.strip().split(":", 1)[0]
+        if head.endswith(("Error", "Exception")) and " " not in head:
+            return line.strip()
+    return ""
 
 
 def _send(proc: subprocess.Popen, text: str, *, close: bool) -> None:

@@ -29,7 +29,7 @@ from typing import Any
 
 from .align import ROLE_REWRITTEN, ROLE_UNMATCHED, Alignment
 from ..metrics import TensorMetrics
-from ..opgraph import OpGraph, tensor_op
+from ..opgraph import NOT_FETCHABLE_DTYPES, OpGraph, tensor_op
 from .statuses import STATUSES
 
 __all__ = ["Tolerance", "NodeResult", "Divergence", "classify", "STATUSES"]
@@ -184,20 +184,42 @@ def _rel(r: NodeResult) -> float:
 
 def _frontier(graph: OpGraph, op: str, results: dict[str, NodeResult]) -> list[str]:
     """The nearest judged ops above ``op``, looking through ops that were not judged. (A walk
-    that stops at the first judged op on each path: networkx has no such boundary search.)"""
-    out: list[str] = []
-    seen: set[str] = set()
-    stack = [tensor_op(t) for t in graph.data_inputs(op)]
+    that stops at the first judged op on each path: networkx has no such boundary search.)
+
+    It also looks through the producer of an input that holds no data of its own, even when
+    that producer was judged by another output: a TensorArray's flow (a loop's Exit passes on
+    only a dummy scalar, identical on both sides, while the values the loop wrote sit behind
+    the TensorArray's handle) and a handle itself (a TF2 loop's TensorList, a variant). A
+    gather after a ``tf.map_fn`` is thus judged against the loop's own inputs: it propagates
+    a difference that reached the loop, and is an origin only when the loop's inputs agree.
+    """
+    flows = graph.tensor_array_flows()
+    out: set[str] = set()
+    seen: set[tuple[str, bool]] = set()
+    stack = graph.data_inputs(op)
     while stack:
-        src = stack.pop()
-        if src in seen or src not in results:
+        tensor = stack.pop()
+        src = tensor_op(tensor)
+        if src not in results:
             continue
-        seen.add(src)
-        if results[src].status in ("identical", "within_tolerance", "beyond", "origin", "propagated"):
-            out.append(src)
+        through = (tensor in flows or _holds_no_values(graph, tensor)
+                   or results[src].status not in ("identical", "within_tolerance", "beyond", "origin", "propagated"))
+        if (src, through) in seen:
+            continue
+        seen.add((src, through))
+        if through:
+            stack.extend(graph.data_inputs(src))
         else:
-            stack.extend(tensor_op(t) for t in graph.data_inputs(src))
+            out.add(src)
     return sorted(out)
+
+
+def _holds_no_values(graph: OpGraph, tensor: str) -> bool:
+    """A resource or variant tensor: a handle, whose data is judged where it was written."""
+    try:
+        return graph.output_info(tensor)["dtype"] in NOT_FETCHABLE_DTYPES
+    except (IndexError, KeyError):
+        return False
 
 
 def _amplification(result: NodeResult, inputs: list[NodeResult]) -> float | None:

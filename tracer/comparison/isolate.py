@@ -24,6 +24,10 @@ When a side's model is not on this machine (captured on the GPU server), its rep
 here; the report carries the ``tftrace isolate`` command that runs it there, and the A tensors
 the replays are fed (``work/feeds``, a small capture directory), so the report directory alone
 is what travels.
+
+A replay runs part of a graph in a way the model never ran, and TensorFlow may refuse it where
+the whole graph works; a replay is an extra, so that costs only the verdict of the origins it
+was replaying (``not_replayed``, with TensorFlow's one-line reason), never the report.
 """
 
 from __future__ import annotations
@@ -37,8 +41,9 @@ from typing import Any
 import numpy as np
 
 from .align import ROLE_REWRITTEN, Alignment, CaptureView
-from ..captures.launcher import run_child
+from ..captures.launcher import ChildCrashed, run_child
 from ..captures.reader import Capture
+from ..captures.replay_records import failure, record_failure, replay_path
 from .divergence import NodeResult
 from .judge import IsolationResult, executed_form, judge, per_process_nondeterminism
 from ..errors import TftraceError
@@ -46,7 +51,7 @@ from ..diff.kinds import KINDS
 from ..captures.inputs import batched_alike
 from ..jsonvalues import dumps, loads
 from ..opgraph import OpGraph, tensor_op
-from ..optypes import EXIT_OPS, PASS_THROUGH, PLACEHOLDER_OPS, VARIABLE_OPS, changes_state
+from ..optypes import EXIT_OPS, PASS_THROUGH, PLACEHOLDER_OPS, VARIABLE_OPS, changes_state, loop_result
 from ..runspec import Side, spec_without_permissions
 from ..safewrite import write_file
 
@@ -67,7 +72,14 @@ def replay_plan(graph: OpGraph, tensor: str, to_a: dict[str, str]) -> dict[str, 
     function is the common case: its body waits on a NoOp that waits on the Identity of each
     input, so the placeholder behind it must be fed though no data path reaches it. (Hand-written:
     it walks tensors and ops, stopping at fed tensors but not at ops that must run; networkx has no such walk.)
+
+    A TensorArray's flow is never fed (:meth:`OpGraph.tensor_array_flows`): its producer is
+    recomputed instead, so replaying a TensorArray reader (a ``tf.map_fn``'s gather after a TF1
+    loop) reruns the loop that fills it from the loop's own fed inputs. Fed, the flow would
+    skip the writes and the replay would read a freshly created, empty TensorArray. A TF2
+    TensorList travels as a variant, which a capture never holds: it is recomputed anyway.
     """
+    flows = graph.tensor_array_flows()
     feeds: dict[str, str] = {}
     seen: set[tuple[bool, str]] = set()
     stack: list[tuple[bool, str]] = [(True, tensor_op(tensor))]  # (must run, op) or (False, tensor)
@@ -78,7 +90,7 @@ def replay_plan(graph: OpGraph, tensor: str, to_a: dict[str, str]) -> dict[str, 
         seen.add(item)
         must_run, name = item
         if not must_run:
-            if name in to_a:
+            if name in to_a and name not in flows:
                 feeds[name] = to_a[name]
             else:
                 stack.append((True, tensor_op(name)))
@@ -282,6 +294,12 @@ def run_job(job: dict[str, Any], *, allow_unsafe_ops: bool, console: Any = None,
     A job file may come from anyone (a report attached to an issue), so whether unsafe ops may
     run is this caller's ``allow_unsafe_ops``, whatever the job's side says, and the memory
     limit is never raised by it: at most ``max_memory`` (default: a side's default limit).
+
+    An op TensorFlow refuses to replay gets a failure record from the child, which goes on; a
+    child that crashes leaves one for each op it had not answered. Either way the comparison
+    keeps its report, and those origins are judged ``not_replayed`` (:func:`evaluate`). A user
+    error the child reports (a refused unsafe model, a report made from another model) and a
+    timeout stay errors: they have a fix.
     """
     side = Side.from_json(job["side"]).with_(allow_unsafe_ops=allow_unsafe_ops)
     ceiling = max_memory if max_memory is not None else Side.__dataclass_fields__["max_memory"].default
@@ -289,7 +307,18 @@ def run_job(job: dict[str, Any], *, allow_unsafe_ops: bool, console: Any = None,
     if artifact_path is not None:
         side = side.with_(artifact=replace(side.artifact, path=artifact_path))
     job = {**job, "side": side.to_json()}
-    run_child(job, side, label=f"isolate {len(job['ops'])} op(s) [{side.label()}]", console=console)
+    try:
+        run_child(job, side, label=f"isolate {len(job['ops'])} op(s) [{side.label()}]", console=console)
+    except ChildCrashed as exc:  # a replay is an extra: its crash costs its ops' verdicts, never the report
+        _mark_unanswered(job, exc.reason)
+
+
+def _mark_unanswered(job: dict[str, Any], reason: str) -> None:
+    """Record ``reason`` as the failure of every op of ``job`` its child left without an answer."""
+    os.makedirs(job["out_dir"], exist_ok=True)
+    for op in job["ops"]:
+        if not os.path.exists(replay_path(job["out_dir"], op["id"])) and failure(job["out_dir"], op["id"]) is None:
+            record_failure(job["out_dir"], op["id"], reason)
 
 
 def evaluate(workdir: str) -> dict[str, IsolationResult]:
@@ -299,7 +328,13 @@ def evaluate(workdir: str) -> dict[str, IsolationResult]:
     capture_b = _open_optional(_capture_path(workdir, index.get("capture_b"), "b"))
     results = {}
     for op in index["ops"]:
-        replays = {k: Path(workdir, f"isolation_{k}", f"{op['id']}.npy") for k in ("a", "b")}
+        out_dirs = {k: os.path.join(workdir, f"isolation_{k}") for k in ("a", "b")}
+        failed = {k: reason for k, out in out_dirs.items() if (reason := failure(out, op["id"])) is not None}
+        if failed:
+            results[op["node"]] = IsolationResult(
+                "not_replayed", detail="; ".join(f"side {k.upper()}'s replay failed: {why}" for k, why in failed.items()))
+            continue
+        replays = {k: Path(replay_path(out, op["id"])) for k, out in out_dirs.items()}
         missing = [k for k, path in replays.items() if not path.exists()]
         if missing:
             report_dir = os.path.dirname(os.path.abspath(workdir.rstrip("/")))
@@ -370,7 +405,7 @@ def _replayed_alone_alike(graph_a: OpGraph, graph_b: OpGraph, op_a: str, op_b: s
     nothing but the kernel's own run-to-run behaviour can make them differ. A replay that
     recomputes more (a whole while loop, an unpaired constant) may carry a real difference."""
     a, b = graph_a.node(op_a), graph_b.node(op_b)
-    if a["op"] != b["op"] or a["op"] in EXIT_OPS or a["attrs"] != b["attrs"]:
+    if a["op"] != b["op"] or loop_result(a["op"]) or a["attrs"] != b["attrs"]:
         return False
     return set(graph_a.data_inputs(op_a)) <= set(plans["a"]) and set(graph_b.data_inputs(op_b)) <= set(plans["b"])
 

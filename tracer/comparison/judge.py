@@ -40,14 +40,14 @@ from ..captures.inputs import same_rows
 from ..diff.kinds import kind_of
 from ..metrics import compare_arrays
 from ..opgraph import OpGraph, tensor_op
-from ..optypes import EXIT_OPS
+from ..optypes import loop_result
 
 __all__ = ["IsolationResult", "judge", "executed_form", "per_process_nondeterminism"]
 
 
 @dataclass
 class IsolationResult:
-    verdict: str  # own_error | inherited | nondeterministic | run_time_rewrite | not_reproduced | not_run
+    verdict: str  # one of tracer.comparison.statuses.ISOLATION_VERDICTS
     max_abs: float | None = None
     max_rel: float | None = None
     detail: str = ""
@@ -224,8 +224,8 @@ def _b_computation(op: dict[str, Any]) -> str:
         return (f"B's {what} (`{tensor_op(op['b_tensor'])}`, {op['b_op']}, with the ops between it and its inputs) "
                 f"differs from A's {a_op} and the {len(group['a_members'])} op(s) {what.split()[0]} into it "
                 f"(from `{group['a_members'][0]}`), both replayed whole from the group's inputs ({inputs})")
-    if a_op in EXIT_OPS and op["b_op"] == a_op:
-        return ("B's while loop that ends here (replayed whole: a session cannot fetch the ops inside a loop) "
+    if loop_result(a_op or "") and op["b_op"] == a_op:
+        return (f"B's while loop {loop_result(a_op)} (replayed whole: a session cannot fetch the ops inside a loop) "
                 "differs from A's")
     if op.get("loop") and a_op in (None, op["b_op"]):
         return (f"B's {op['b_op']}, with the while loop above it (ending at `{op['loop']}`, replayed whole: a session "

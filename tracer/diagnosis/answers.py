@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..causes import CAUSES
+from ..optypes import loop_result
 from ..report.numbers import figure
 from .experiments import FACTORS
 from .recipe import recipe_text
@@ -53,8 +54,10 @@ def _where(exp: dict[str, Any]) -> str:
             text += f", inside the converted region that begins at `{converted[0]}`"
         return text
     verdict = first.get("isolation")
+    loop = loop_result(str(first.get("op") or ""))  # its replay ran the whole loop
     if verdict == "own_error":
-        text += ", whose own kernel differs given identical inputs"
+        text += f", where the while loop {loop} differs given identical inputs" if loop else \
+            ", whose own kernel differs given identical inputs"
     elif verdict == "inherited":
         text += ", which only inherits a difference too small to judge above it"
     elif verdict == "nondeterministic":
@@ -63,6 +66,8 @@ def _where(exp: dict[str, Any]) -> str:
         text += ", which the two runs executed as different kernels (a rewrite at run time)"
     elif verdict == "state":
         text += ", which reads the model's own state (a variable the graph writes on every run)"
+    elif verdict == "not_replayed":
+        text += ", which could not be replayed alone"
     return text
 
 

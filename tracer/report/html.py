@@ -23,6 +23,7 @@ import jinja2
 from markupsafe import Markup, escape
 
 from ..comparison.statuses import STATUS_LABELS, STATUSES
+from ..optypes import loop_result
 from .dot import PROPAGATED_SHADES, STYLES, OpIndex, legend
 from .numbers import fmt
 from .plots import error_growth_svg, histogram_svg
@@ -130,10 +131,18 @@ def _origin_card(title: str, origin: Any, index: OpIndex) -> dict[str, Any] | No
         "level": origin.get("level"), "rewrite": origin.get("rewrite") or node.get("rewrite"),
         "metrics": [("max abs", fmt(origin.get("max_abs"))), ("max rel", fmt(origin.get("max_rel"))),
                     ("rel to peak", fmt(_either(origin, node, "rel_to_peak"))), ("rel L2", fmt(_either(origin, node, "rel_l2")))],
-        "own": (isolation or {}).get("verdict"), "isolation": isolation_text(isolation),
+        "own": (isolation or {}).get("verdict"),
+        "isolation": isolation_text(isolation, str(origin.get("op") or node.get("op") or "")),
         "command": (isolation or {}).get("command"),
         "histogram": Markup(histogram_svg(node.get("diff_histogram"))),
     }
+
+
+def _loop_results(index: OpIndex) -> dict[int, str]:
+    """Position -> how the op's result comes out of a while loop (:func:`tracer.optypes.loop_result`),
+    for the ops that are a loop's result: the page's isolation panel names the loop it replayed."""
+    found = {i: loop_result(str((index.nodes[i] or {}).get("op") or "")) for i in range(len(index.names))}
+    return {i: words for i, words in found.items() if words}
 
 
 def _either(origin: dict[str, Any], node: dict[str, Any], key: str) -> Any:
@@ -181,7 +190,7 @@ def build_html(report: dict[str, Any], index: OpIndex, views: list[PageView], sv
     outputs = report.get("outputs") or {}
     status_counts = Counter(index.status(i) for i in range(len(index.names)))
     page_data = {"views": [asdict(v) for v in views], "scopes": scopes, "depth": depth,
-                 "labels": STATUS_LABELS, "order": list(STATUSES)}
+                 "labels": STATUS_LABELS, "order": list(STATUSES), "loop_results": _loop_results(index)}
     context = {
         "report": report,
         "verdict": str(report.get("verdict") or "unknown"),
@@ -259,11 +268,15 @@ def _headline(report: dict[str, Any], op_count: int) -> str:
     else:
         head = "This report holds no verdict (an incomplete report.json?)."
     if isinstance(where, dict) and where.get("node"):
-        verdicts = {"own_error": "its own error", "inherited": "inherited from upstream",
+        loop = loop_result(str(where.get("op") or ""))  # replayed whole: the loop's own error, not one kernel's
+        verdicts = {"own_error": f"where the while loop {loop} differs given identical inputs" if loop
+                    else "its own error",
+                    "inherited": "inherited from upstream",
                     "nondeterministic": "which changes from run to run on identical inputs (nondeterminism)",
                     "run_time_rewrite": "which the two runs executed as different kernels (a rewrite at run time)",
                     "state": "which reads the model's own state (a variable the graph writes on every run)",
-                    "not_reproduced": "not reproduced when the op is replayed alone on identical inputs"}
+                    "not_reproduced": "not reproduced when the op is replayed alone on identical inputs",
+                    "not_replayed": "which could not be replayed alone (see its isolation)"}
         own = verdicts.get(str((where.get("isolation") or {}).get("verdict")))
         if own and (where.get("isolation") or {}).get("loop"):
             own += ", replayed with the while loop above it"

@@ -110,7 +110,7 @@ def _origins(report: dict[str, Any], lim: _Limits) -> list[str]:
         rewrite = f", rewritten at export ({md_text(o['rewrite'], 60)})" if o.get("rewrite") else ""
         out.append(f"- **{title}:** {md_code(o['node'], lim.cell)} ({md_text(o.get('op'), 60)}), max abs "
                    f"{fmt(o.get('max_abs'))}, {relative_text(o)}{md_text(mismatch_note(o), 60)}{rewrite}; "
-                   f"{md_text(isolation_text(o.get('isolation')), 300)}")
+                   f"{md_text(isolation_text(o.get('isolation'), str(o.get('op') or '')), 300)}")
     if not out:
         out.append("- Every captured op agrees; the plain runs' outputs do not (see Outputs)."
                    if unobserved_divergence(report) else "- No divergence: every compared op agrees.")

@@ -15,6 +15,7 @@ from typing import Any
 from ..artifacts.records import USER_SIGNATURE
 from ..comparison.statuses import STATUS_LABELS, STATUSES
 from ..jsonvalues import jsonable
+from ..optypes import loop_result
 from .numbers import fmt, num
 
 __all__ = [
@@ -279,17 +280,22 @@ def nonfinite_context(report: dict[str, Any]) -> list[str]:
     return [f"NaN/Inf first computed from finite inputs on {k.upper()} at {words(v)}{agree}" for k, v in found.items()]
 
 
-def isolation_text(isolation: dict[str, Any] | None) -> str:
-    """Own error vs inherited, in words: the fact a reader needs to know where to look."""
+def isolation_text(isolation: dict[str, Any] | None, op_type: str = "") -> str:
+    """Own error vs inherited, in words: the fact a reader needs to know where to look.
+
+    ``op_type`` is the origin's: the replay of a loop's result (an Exit, a TensorArray reader)
+    ran the whole loop, so the words name the loop rather than "the op alone"."""
     if not isolation:
         return "isolation not recorded"
+    loop = loop_result(str(op_type))
+    replayed = f"the while loop {loop} (replayed whole)" if loop else "the op alone"
     verdict = isolation.get("verdict")
     if verdict == "own_error":
-        alone = "the op with the while loop above it" if isolation.get("loop") else "the op alone"
+        alone = "the op with the while loop above it" if isolation.get("loop") else replayed
         head = (f"own error: fed identical inputs, {alone} still differs "
                 f"(max abs {fmt(isolation.get('max_abs'))}, {relative_text(isolation)})")
     elif verdict == "inherited":
-        head = "inherited: fed identical inputs, the op alone agrees — the difference comes from upstream"
+        head = f"inherited: fed identical inputs, {replayed} agrees — the difference comes from upstream"
     elif verdict == "nondeterministic":
         head = ("nondeterministic: on identical inputs the op's result changes from run to run — not its kernel, "
                 "not an export rewrite")
@@ -299,9 +305,11 @@ def isolation_text(isolation: dict[str, Any] | None) -> str:
     elif verdict == "state":
         head = "model state: the op reads a variable the graph writes on every run — not its kernel, not an export"
     elif verdict == "not_reproduced":
-        head = "not reproduced in isolation: fed identical inputs, the op alone agrees on both sides"
+        head = f"not reproduced in isolation: fed identical inputs, {replayed} agrees on both sides"
     elif verdict == "not_run":
         head = "isolation not run"
+    elif verdict == "not_replayed":
+        head = "not replayed: TensorFlow could not run it alone on identical inputs, so own error vs inherited is unknown"
     else:
         head = f"isolation: {verdict}"
     detail = str(isolation.get("detail") or "").strip()
@@ -403,7 +411,7 @@ def answers(report: dict[str, Any]) -> dict[str, Any]:
     if first.get("rewrite"):
         why.append(f"It sits in an export rewrite ({first['rewrite']}).")
     if first.get("isolation"):
-        why.append(isolation_text(first["isolation"]).rstrip(".") + ".")
+        why.append(isolation_text(first["isolation"], str(first.get("op") or "")).rstrip(".") + ".")
     return {"why": why, "prevent": [], "cost": [], "source": "report"}
 
 
@@ -438,7 +446,7 @@ def diagnosis_rows(report: dict[str, Any]) -> list[dict[str, str]]:
         iso = first.get("isolation") if isinstance(first.get("isolation"), dict) else {}
         own = {"own_error": "own error", "inherited": "inherited", "nondeterministic": "nondeterministic",
                "run_time_rewrite": "rewritten at run time", "state": "model state",
-               "not_reproduced": "not reproduced"}.get(str(iso.get("verdict")), "")
+               "not_reproduced": "not reproduced", "not_replayed": "not replayed"}.get(str(iso.get("verdict")), "")
         where = f"{first.get('node')} ({first.get('op')})" if first.get("node") else ""
         rows.append({
             "name": str(exp.get("name") or ""),

@@ -11,7 +11,7 @@ from rich.table import Table
 from ..diff.kinds import display_rank
 from ..artifacts.records import USER_SIGNATURE
 from ..diff.records import GraphDiff
-from ..opgraph import EXIT_OPS
+from ..optypes import loop_result
 from ..text import printable, printable_tree
 from .numbers import figure
 from .summary import (first_divergences, mismatch_note, noise_lines, nonfinite_context, not_captured_text,
@@ -155,7 +155,8 @@ def print_comparison(console: Console, report: dict, out_dir: object = None) -> 
     for title, origin in first_divergences(report):  # the same lines, in the same words, as report.md
         if origin:
             iso = origin.get("isolation") or {}
-            own = ("the while loop ending here differs given identical inputs" if origin["op"] in EXIT_OPS
+            loop = loop_result(str(origin["op"]))  # replayed whole: the loop differs, not one kernel
+            own = (f"the while loop {loop} differs given identical inputs" if loop
                    # not "its own kernel": B computes a rewritten form (a cast region, a folded batch norm...)
                    else f"given identical inputs it differs as rewritten in B ({origin['rewrite']})"
                    if origin.get("rewrite")
@@ -170,7 +171,9 @@ def print_comparison(console: Console, report: dict, out_dir: object = None) -> 
                            "state": "it reads the model's own state, which the graph writes on every run: the "
                                     "sides' earlier runs left it different (no kernel differs)",
                            "not_reproduced": "not reproduced given identical inputs (the runs differed, "
-                                             "the op alone does not)"}.get(iso.get("verdict"), "not isolated")
+                                             "the op alone does not)",
+                           "not_replayed": f"could not be replayed alone ({iso.get('detail')})",
+                           }.get(iso.get("verdict"), "not isolated")
             if iso.get("load_state"):
                 verdict_iso = "its value changes from one load of the model to the next (set at load, not restored)"
             console.print(f"{title}: {origin['node']} ({origin['op']}), max abs {figure(origin['max_abs'])}, "
