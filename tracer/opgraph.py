@@ -25,10 +25,10 @@ from typing import Any
 import networkx as nx
 
 from .jsonvalues import jsonable
-from .optypes import EXIT_OPS, FRAME_OPS, LOOP_BACK_EDGE_OPS, OFFSET_CARRIERS, SHAPE_READERS
+from .optypes import EXIT_OPS, FRAME_OPS, LOOP_BACK_EDGE_OPS, OFFSET_CARRIERS, PASS_THROUGH, SHAPE_READERS, WEIGHT_OPS
 
 __all__ = ["OpGraph", "tensor_op", "tensor_slot", "relevant_slots", "NOT_FETCHABLE_DTYPES", "WHILE_FRAME_REASON",
-           "EXIT_OPS", "FRAME_OPS", "reachable", "ops_in_while_frames"]
+           "EXIT_OPS", "FRAME_OPS", "reachable", "ops_in_while_frames", "weight_of", "weight_reads"]
 
 NOT_FETCHABLE_DTYPES = {"resource": "a resource handle holds no values", "variant": "a variant tensor has no array form"}
 WHILE_FRAME_REASON = "inside a while-loop frame: a session cannot fetch it"
@@ -194,6 +194,33 @@ def reachable(g: nx.DiGraph, sources: Iterable[str]) -> set[str]:
     from all of them at once. ``g`` may be a ``networkx.subgraph_view`` that filters nodes or edges."""
     start = [s for s in sources if s in g]
     return set().union(*nx.bfs_layers(g, start)) if start else set()
+
+
+def weight_of(graph: OpGraph, op: str) -> str | None:
+    """The weight (a variable or a constant) that ``op`` is, or that it reads through pass-through
+    ops (``w/read``, a ``ReadVariableOp``); None for an op that computes. Such an op's value is what
+    loading the model put there: a difference in it is a difference in the weights, not in a kernel."""
+    seen: set[str] = set()
+    while op in graph and op not in seen:
+        seen.add(op)
+        kind = graph.op_type(op)
+        if kind in WEIGHT_OPS:
+            return op
+        inputs = graph.data_inputs(op)
+        if kind not in PASS_THROUGH or len(inputs) != 1:
+            return None
+        op = tensor_op(inputs[0])
+    return None
+
+
+def weight_reads(graph: OpGraph, weight: str) -> list[str]:
+    """The pass-through ops that read ``weight`` (directly or through one another), in
+    topological order: a resource variable's ``ReadVariableOp`` s, a ref variable's ``w/read``.
+    They hold the weight's value wherever it is used, so a change of the weight is theirs too."""
+    found = [n for n in reachable(nx.subgraph_view(graph.g, filter_node=lambda n: n == weight or (
+        graph.op_type(n) in PASS_THROUGH and len(graph.data_inputs(n)) == 1)), [weight]) if n != weight]
+    order = {n: i for i, n in enumerate(graph.topo_order())}
+    return sorted((n for n in found if weight_of(graph, n) == weight), key=order.__getitem__)
 
 
 def relevant_slots(graph: OpGraph, op: str) -> list[int]:

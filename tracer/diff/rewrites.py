@@ -28,7 +28,7 @@ from ..errors import TftraceError
 from .kinds import PASSES, REWRITE_KINDS
 from .records import GraphDiff, Rewrite
 from .match import canonical_tensor, match_graphs
-from ..opgraph import OpGraph, tensor_op, tensor_slot
+from ..opgraph import OpGraph, tensor_op, tensor_slot, weight_reads
 from ..optypes import BATCH_NORM_OPS, CHAIN_BOUNDARY_OPS, LINEAR_OPS, PASS_THROUGH, VARIABLE_OPS, WEIGHT_OPS, is_fused_op
 
 __all__ = ["diff_graphs", "ValueSource", "REWRITE_KINDS"]
@@ -256,7 +256,10 @@ class _Context:
         if da is not None and db is not None and da.startswith("sha256:") != db.startswith("sha256:"):
             da, db = self.digest(self.a, x, self.va, kept=False), self.digest(self.b, y, self.vb, kept=False)
         if da is not None and db is not None and da != db:
-            return [Rewrite("const_changed", [x], [y], {"max_abs_change": self.max_change(x, y)})]
+            # the weight's reads hold its value wherever it is used: the change is theirs too (a
+            # resource variable is never captured itself, so its ReadVariableOp is where it shows)
+            a_nodes, b_nodes = [x, *weight_reads(self.a, x)], [y, *weight_reads(self.b, y)]
+            return [Rewrite("const_changed", a_nodes, b_nodes, {"max_abs_change": self.max_change(x, y)})]
         if op_a in VARIABLE_OPS and op_b == "Const":
             a_nodes = [x] + [n for n in self.a.g.successors(x) if self.a.op_type(n) in PASS_THROUGH and n not in self.pairs]
             self.done_a.update(a_nodes)
