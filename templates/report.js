@@ -405,7 +405,11 @@
       section("Isolation (op replayed alone on A's inputs)");
       var iso = n.isolation;
       var verdict = { own_error: "own error — the op alone differs given identical inputs",
+        weights_differ: "weights differ — A and B hold different values for this weight; no kernel computes it",
         inherited: "inherited — alone, the op agrees; the difference comes from upstream",
+        nondeterministic: "nondeterministic — on identical inputs the op changes from run to run",
+        run_time_rewrite: "rewritten at run time — the runs executed it as different kernels; alone it agrees",
+        not_reproduced: "not reproduced — alone, on identical inputs, the op agrees on both sides",
         not_run: "not run" }[iso.verdict] || String(iso.verdict);
       kv([["verdict", verdict], ["max abs", fmt(iso.max_abs)], ["max rel", fmt(iso.max_rel)], ["detail", iso.detail || "—"]]);
       if (iso.command) body.append(el("pre", "cmd small", iso.command));

@@ -45,8 +45,8 @@ from ..errors import TftraceError
 from ..diff.kinds import KINDS
 from ..captures.inputs import batched_alike
 from ..jsonvalues import dumps, loads
-from ..opgraph import OpGraph, tensor_op
-from ..optypes import EXIT_OPS, PASS_THROUGH, PLACEHOLDER_OPS, VARIABLE_OPS
+from ..opgraph import OpGraph, tensor_op, weight_of, weight_reads
+from ..optypes import EXIT_OPS, PLACEHOLDER_OPS, VARIABLE_OPS
 from ..runspec import Side, spec_without_permissions
 from ..safewrite import write_file
 
@@ -54,7 +54,6 @@ __all__ = ["IsolationResult", "isolate_origins", "replay_plan", "group_members",
            "evaluate", "isolate_remote", "same_run_settings", "reads_variable", "load_state_variables"]
 
 GROUP_REWRITES = tuple(k.name for k in KINDS.values() if k.group)  # an origin that stands for several A ops (and B ops)
-VARIABLE_READS = PASS_THROUGH  # of a variable: its loaded value
 
 
 def replay_plan(graph: OpGraph, tensor: str, to_a: dict[str, str]) -> dict[str, str]:
@@ -179,6 +178,8 @@ def isolate_origins(
                       # B's captured value is B's op on A's inputs only when those inputs were bitwise A's
                       "inputs_identical": result.bitwise_origin,
                       "reads_variable": reads_variable(view_a.graph, result.name),
+                      # a weight's value is loaded, never computed: its difference is no kernel's
+                      "weight": weight_of(view_a.graph, result.name),
                       "executed": {"a": executed_form(manifests["a"], view_a.graph, result.name),
                                    "b": executed_form(manifests["b"], view_b.graph, tensor_op(pair.b))},
                       "same_settings": same_settings, "per_process": per_process,
@@ -287,11 +288,8 @@ def evaluate(workdir: str) -> dict[str, IsolationResult]:
 
 def reads_variable(graph: OpGraph, op: str) -> bool:
     """Whether ``op`` is a variable or a read of one: its value comes from loading the model."""
-    kind = graph.op_type(op)
-    if kind in VARIABLE_OPS:
-        return True
-    return kind in VARIABLE_READS and any(graph.op_type(tensor_op(t)) in VARIABLE_OPS
-                                          for t in graph.data_inputs(op) if tensor_op(t) in graph)
+    weight = weight_of(graph, op)
+    return weight is not None and graph.op_type(weight) in VARIABLE_OPS
 
 
 def _replayed_alone_alike(graph_a: OpGraph, graph_b: OpGraph, op_a: str, op_b: str,
@@ -312,7 +310,9 @@ def load_state_variables(isolation: dict[str, IsolationResult], graph: OpGraph) 
     for name, result in isolation.items():
         if result.load_state and name in graph:
             found.add(name)
-            found.update(tensor_op(t) for t in graph.data_inputs(name))
+            weight = weight_of(graph, name)
+            if weight is not None:  # the variable and every read of it, as its const_changed names them
+                found.update([weight, *weight_reads(graph, weight)])
     return found
 
 

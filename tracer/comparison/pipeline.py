@@ -28,7 +28,7 @@ from .align import Alignment, CaptureView, align
 from ..captures.launcher import PreparedChild
 from ..captures.launcher import capture as capture_side
 from ..captures.reader import Capture, is_capture_dir
-from .divergence import Divergence, Tolerance, classify
+from .divergence import Divergence, NodeResult, Tolerance, classify
 from ..errors import TftraceError
 from ..diff.records import GraphDiff
 from ..diff.rewrites import diff_graphs
@@ -38,9 +38,9 @@ from ..metrics import TensorMetrics, compare_arrays
 from ..runspec import InputSpec, Side
 from ..safewrite import claim, output_directory, write_file
 from .measure import pair_metrics, plain_output_metrics, value_source
-from .statuses import VERDICTS
+from .statuses import BORN_HERE, VERDICTS
 
-__all__ = ["Comparison", "compare", "comparing", "directory_size", "examples_digest", "open_or_capture"]
+__all__ = ["Comparison", "compare", "comparing", "directory_size", "examples_digest", "open_or_capture", "to_isolate"]
 
 
 
@@ -258,7 +258,7 @@ def _compare(
     metrics = pair_metrics(cap_a, cap_b, alignment, tolerance)
     noise = _noise(a, b, cap_a, cap_b, alignment, out, repeat, console, signature_map or {})
     divergence = classify(view_a.graph, alignment, metrics, tolerance, noise.per_tensor)
-    top = [r for r in divergence.origins if r.metrics is not None][: max(0, isolate)]
+    top = to_isolate(divergence, isolate)
     if top:
         claim(out, ["work"])
     isolation = isolate_origins(top, alignment, view_a, view_b, str(out / "work"), console,
@@ -266,8 +266,8 @@ def _compare(
     loaded = load_state_variables(isolation, view_a.graph)
     if loaded:  # the same weights loaded twice came out different: not an export rewrite
         diff.rewrites[:] = [r for r in diff.rewrites if not (r.kind == "const_changed" and set(r.a_nodes) <= loaded)]
-    # An origin whose own kernel differs given identical inputs outranks one that only inherited.
-    own = {name for name, iso in isolation.items() if iso.verdict == "own_error"}
+    # An origin where the difference is born (its own kernel, its weights) outranks one that only inherited.
+    own = {name for name, iso in isolation.items() if iso.verdict in BORN_HERE}
     divergence.origins.sort(key=lambda r: r.name not in own)
     made_here = out / "captures"
     kept = {key: keep_captures or not _inside(cap.path, made_here) for key, cap in (("a", cap_a), ("b", cap_b))}
@@ -279,6 +279,15 @@ def _compare(
     if not keep_captures and made_here.is_dir():
         shutil.rmtree(made_here)  # before the report: a report.json present means the directory is as it stays
     return comparison
+
+
+def to_isolate(divergence: Divergence, count: int) -> list[NodeResult]:
+    """The origins to replay (``--isolate N``): the first divergence (bitwise, then beyond
+    tolerance) and then the top-ranked origins, N in all. The first divergence is the op every
+    summary names first, so its verdict must be there even when others differ more."""
+    firsts = [r for r in (divergence.first_bitwise, divergence.first_beyond_tolerance) if r is not None]
+    chosen = {r.name: r for r in [*firsts, *divergence.origins] if r.metrics is not None}
+    return list(chosen.values())[: max(0, count)]
 
 
 def examples_digest(view: CaptureView) -> str | None:

@@ -8,7 +8,7 @@ re-render of a report (``tftrace report``) can use it without the comparison's n
 
 from __future__ import annotations
 
-__all__ = ["STATUSES", "STATUS_LABELS", "VERDICTS"]
+__all__ = ["STATUSES", "STATUS_LABELS", "VERDICTS", "ISOLATION_VERDICTS", "BORN_HERE"]
 
 # An op's status, worst first (the order a scope box uses to pick the colour of its worst op) -> its label.
 STATUS_LABELS: dict[str, str] = {
@@ -25,3 +25,10 @@ STATUSES: tuple[str, ...] = tuple(STATUS_LABELS)
 
 # A comparison's verdict, best to worst: the worse of two verdicts is the later one.
 VERDICTS: tuple[str, ...] = ("identical", "within_tolerance", "within_noise", "diverged")
+
+# What replaying an origin alone says about it (tracer.comparison.judge; the README's table).
+ISOLATION_VERDICTS: tuple[str, ...] = ("own_error", "weights_differ", "inherited", "nondeterministic",
+                                       "run_time_rewrite", "not_reproduced", "not_run")
+# The isolation verdicts that say the difference is born at the op itself — its kernel computes
+# differently, or the weights it holds differ — so its origin is ranked before the others.
+BORN_HERE: frozenset[str] = frozenset({"own_error", "weights_differ"})

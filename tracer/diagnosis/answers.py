@@ -55,6 +55,8 @@ def _where(exp: dict[str, Any]) -> str:
     verdict = first.get("isolation")
     if verdict == "own_error":
         text += ", whose own kernel differs given identical inputs"
+    elif verdict == "weights_differ":
+        text += ", a weight the two sides hold with different values (no kernel is involved)"
     elif verdict == "inherited":
         text += ", which only inherits a difference too small to judge above it"
     elif verdict == "nondeterministic":

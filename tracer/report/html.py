@@ -260,6 +260,7 @@ def _headline(report: dict[str, Any], op_count: int) -> str:
         head = "This report holds no verdict (an incomplete report.json?)."
     if isinstance(where, dict) and where.get("node"):
         verdicts = {"own_error": "its own error", "inherited": "inherited from upstream",
+                    "weights_differ": "where the two artifacts hold different weights",
                     "nondeterministic": "which changes from run to run on identical inputs (nondeterminism)",
                     "run_time_rewrite": "which the two runs executed as different kernels (a rewrite at run time)",
                     "not_reproduced": "not reproduced when the op is replayed alone on identical inputs"}

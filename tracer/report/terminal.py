@@ -15,7 +15,8 @@ from ..opgraph import EXIT_OPS
 from ..text import printable, printable_tree
 from .numbers import figure
 from .summary import (first_divergences, mismatch_note, noise_lines, nonfinite_context, not_captured_text,
-                      observed_beside, outputs_not_compared, relative_text, unobserved_divergence)
+                      observed_beside, outputs_not_compared, relative_text, unobserved_divergence,
+                      weights_differ_text)
 
 __all__ = ["print_graph_diff", "print_comparison"]
 
@@ -126,6 +127,7 @@ def print_comparison(console: Console, report: dict, out_dir: object = None) -> 
                    else f"given identical inputs it differs as rewritten in B ({origin['rewrite']})"
                    if origin.get("rewrite") else "its own kernel differs given identical inputs")
             verdict_iso = {"own_error": own,
+                           "weights_differ": weights_differ_text(report),
                            "inherited": "inherited (identical given identical inputs)",
                            "nondeterministic": "nondeterministic (changes from run to run on identical inputs)",
                            "run_time_rewrite": "rewritten at run time (the runs executed it as different kernels; "
