@@ -57,6 +57,7 @@ class OpGraph:
         self.inputs = inputs  # signature key -> tensor name
         self.outputs = outputs
         self._order: list[str] | None = None
+        self._flow: dict[str, tuple[int, int, int]] | None = None
 
     # ---- queries ---------------------------------------------------------------------------
 
@@ -82,6 +83,29 @@ class OpGraph:
             )
             self._order = list(nx.lexicographical_topological_sort(dag))
         return self._order
+
+    def flow_order(self) -> dict[str, tuple[int, int, int]]:
+        """Each op's sort key in the order the examples flow through the graph: an op that depends
+        on the fed inputs sits at its topological position; an op that does not (a weight, its read,
+        arithmetic on weights alone such as a batch norm's ``gamma * rsqrt(variance)``) sits just
+        before the first op on the inputs' path that it reaches, ties by topological position.
+        Weights have no inputs, so a topological order alone puts them anywhere before their
+        readers (by name); this order puts them where the examples meet them. A graph fed
+        nothing keeps its topological order."""
+        if self._flow is None:
+            order = self.topo_order()
+            position = {op: i for i, op in enumerate(order)}
+            data = nx.subgraph_view(self.g, filter_edge=lambda u, v: not self.g.edges[u, v]["control"])
+            on_path = reachable(data, self.fed_ops())
+            rank: dict[str, tuple[int, int, int]] = {}
+            for op in reversed(order):  # readers first
+                if op in on_path or not on_path:
+                    rank[op] = (position[op], 1, position[op])
+                    continue
+                readers = [rank[n][0] for n in data.successors(op) if n in rank]
+                rank[op] = (min(readers, default=position[op]), 0, position[op])
+            self._flow = rank
+        return self._flow
 
     def tensors(self) -> Iterator[tuple[str, dict[str, Any]]]:
         """Every output tensor of every op, in topological order: ``(name, output_info)``."""

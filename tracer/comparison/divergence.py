@@ -17,11 +17,14 @@ that fed its conv, a cast region against the tensor that fed its first cast.
 
 Two kinds of origin are reported: *bitwise* (differs at all while its inputs are bitwise equal —
 ``first_divergence``) and *tolerance* (``first_divergence_beyond_tolerance``). "First" is in the
-order the computation uses values: an op at its topological position, a weight (a variable, a
-constant, a read of one) just before the first op that reads it. Weights have no inputs, so a
-plain topological order puts them anywhere before their readers, and "the first of 13 changed
-variables" would be an accident of names; the one read first is where the numbers start to differ. Amplification is an
-op's relative L2 error over the largest relative error among its inputs. Measured run-to-run
+order the examples flow through the graph (:meth:`OpGraph.flow_order`): an op that depends on the fed
+inputs at its topological position, and what does not (a weight, a read of it, arithmetic on
+weights alone such as a batch norm's ``gamma * rsqrt(variance)``) just before the first op on the
+inputs' path that uses it. Weights have no inputs, so a plain topological order puts them
+anywhere before their readers, and "the first of 13 changed variables" would be an accident of
+names; the one whose values meet the examples first is where the outputs start to differ.
+
+Amplification is an op's relative L2 error over the largest relative error among its inputs. Measured run-to-run
 noise of a side (``--repeat``) raises the bar: a difference no larger than the noise is never an
 origin, and when such differences are all there is the verdict is ``within_noise``.
 """
@@ -33,10 +36,10 @@ from typing import Any
 
 from .align import ROLE_REWRITTEN, ROLE_UNMATCHED, Alignment
 from ..metrics import TensorMetrics
-from ..opgraph import OpGraph, tensor_op, weight_of
+from ..opgraph import OpGraph, tensor_op
 from .statuses import STATUSES
 
-__all__ = ["Tolerance", "NodeResult", "Divergence", "classify", "flow_order", "STATUSES"]
+__all__ = ["Tolerance", "NodeResult", "Divergence", "classify", "STATUSES"]
 
 WORST_FIRST = ("propagated", "origin", "within_tolerance", "identical")
 
@@ -120,7 +123,7 @@ def classify(
         if result.status == "beyond":
             result.status = "origin" if inputs_ok else "propagated"
         result.amplification = _amplification(result, inputs)
-    rank = flow_order(graph)
+    rank = graph.flow_order()
     ordered = sorted(results.values(), key=lambda r: rank[r.name])
     bitwise = [r for r in ordered if r.bitwise_origin]
     beyond = [r for r in ordered if r.status == "origin"]
@@ -129,22 +132,6 @@ def classify(
         key=lambda r: (r.status != "origin", -_rel(r)),
     )
     return Divergence(results, origins, bitwise[0] if bitwise else None, beyond[0] if beyond else None)
-
-
-def flow_order(graph: OpGraph) -> dict[str, tuple[int, int, int]]:
-    """Each op's sort key in the order the computation uses values: an op that computes sits at
-    its topological position; a weight, and the pass-through ops reading it, sit just before the
-    first op that reads them (ties by topological position), whatever their names."""
-    order = graph.topo_order()
-    position = {op: i for i, op in enumerate(order)}
-    rank: dict[str, tuple[int, int, int]] = {}
-    for op in reversed(order):  # readers first
-        if weight_of(graph, op) is None:
-            rank[op] = (position[op], 1, position[op])
-            continue
-        readers = [rank[n][0] for n in graph.g.successors(op) if n in rank and not graph.g.edges[op, n]["control"]]
-        rank[op] = (min(readers, default=position[op]), 0, position[op])
-    return rank
 
 
 def _judge_outputs(

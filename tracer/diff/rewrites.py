@@ -54,8 +54,9 @@ def diff_graphs(
     """
     ctx = _Context(a, b, values_a or _none, values_b or _none, a_inlined_by_loader or b_inlined_by_loader)
     rewrites = [r for detector in PASSES for r in getattr(ctx, detector)()]  # the registry's passes (kinds.py)
-    order = {name: i for i, name in enumerate(a.topo_order())}
-    rewrites.sort(key=lambda r: (min((order.get(n, 1 << 30) for n in r.a_nodes), default=1 << 30), r.kind))
+    # in the order the examples meet them (a weight where it is first used, not where its name sorts)
+    order, last = a.flow_order(), (1 << 30, 0, 0)
+    rewrites.sort(key=lambda r: (min((order.get(n, last) for n in r.a_nodes), default=last), r.kind))
     only_a = [n for n in a.topo_order() if n not in ctx.pairs]
     only_b = [n for n in b.topo_order() if n not in ctx.inverse]
     return GraphDiff(ctx.pairs, only_a, only_b, rewrites)
@@ -112,6 +113,25 @@ class _Context:
         except TftraceError:  # kept by digest and not readable here: the pair's metrics say so
             return None
         return None if array is None else hashlib.sha1(np.ascontiguousarray(array).tobytes()).hexdigest()
+
+    def moving_average(self, x: str, y: str) -> dict[str, Any] | None:
+        """Where one side's checkpoint also holds a moving average of the changed variable
+        (``w/ExponentialMovingAverage``): which side, its key, and whether the other side's value
+        is that average bit for bit (None: not known). An export that restored the averages holds
+        them; only the digests say so, never the names alone."""
+        for side, (own, other, mine, theirs) in (("a", (self.va, self.vb, x, y)), ("b", (self.vb, self.va, y, x))):
+            found = getattr(own, "moving_average", None)
+            average = found(mine) if found is not None else None
+            if average is None:
+                continue
+            digest = getattr(other, "content_digest", None)
+            try:
+                held = digest(theirs) if digest is not None else None
+            except TftraceError:  # a value kept by digest that cannot be read back here
+                held = None
+            return {"checkpoint": side, "key": average["key"],
+                    "matches": None if held is None else held == average["digest"]}
+        return None
 
     def max_change(self, x: str, y: str) -> float | None:
         try:
@@ -259,7 +279,11 @@ class _Context:
             # the weight's reads hold its value wherever it is used: the change is theirs too (a
             # resource variable is never captured itself, so its ReadVariableOp is where it shows)
             a_nodes, b_nodes = [x, *weight_reads(self.a, x)], [y, *weight_reads(self.b, y)]
-            return [Rewrite("const_changed", a_nodes, b_nodes, {"max_abs_change": self.max_change(x, y)})]
+            detail: dict[str, Any] = {"max_abs_change": self.max_change(x, y)}
+            average = self.moving_average(x, y)
+            if average is not None:
+                detail["moving_average"] = average
+            return [Rewrite("const_changed", a_nodes, b_nodes, detail)]
         if op_a in VARIABLE_OPS and op_b == "Const":
             a_nodes = [x] + [n for n in self.a.g.successors(x) if self.a.op_type(n) in PASS_THROUGH and n not in self.pairs]
             self.done_a.update(a_nodes)

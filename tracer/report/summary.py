@@ -287,6 +287,17 @@ def changed_weights(report: dict[str, Any]) -> list[str]:
             if isinstance(r, dict) and r.get("kind") == "const_changed" and r.get("a_nodes")]
 
 
+def moving_average_text(average: dict[str, Any]) -> str:
+    """A const_changed's ``moving_average`` detail in words: which side's checkpoint holds an
+    average of the variable, and whether the other side's value is it."""
+    own = str(average.get("checkpoint", "a")).upper()
+    other = "B" if own == "A" else "A"
+    held = {True: f"{other} holds exactly {own}'s checkpoint's `{average.get('key')}`",
+            False: f"{own}'s checkpoint also holds `{average.get('key')}`, but {other}'s value is not it"}
+    return held.get(average.get("matches"), f"{own}'s checkpoint also holds `{average.get('key')}` "
+                                            f"({other}'s value could not be compared with it)")
+
+
 def weights_differ_text(report: dict[str, Any]) -> str:
     """The first divergence's isolation in words when it is a weight the sides hold differently
     (``weights_differ``), with how many weights differ in all: they are one finding, not N."""

@@ -15,8 +15,8 @@ from ..opgraph import EXIT_OPS
 from ..text import printable, printable_tree
 from .numbers import figure
 from .summary import (first_divergences, mismatch_note, noise_lines, nonfinite_context, not_captured_text,
-                      observed_beside, outputs_not_compared, relative_text, unobserved_divergence,
-                      weights_differ_text)
+                      moving_average_text, observed_beside, outputs_not_compared, relative_text,
+                      unobserved_divergence, weights_differ_text)
 
 __all__ = ["print_graph_diff", "print_comparison"]
 
@@ -64,6 +64,9 @@ def _detail(detail: dict) -> str:
             continue
         if key == "attrs":
             value = "; ".join(f"{k}: {v['a']!r} → {v['b']!r}" for k, v in value.items())
+        elif key == "moving_average" and isinstance(value, dict):
+            parts.append(moving_average_text(value))
+            continue
         elif isinstance(value, float):
             value = figure(value)
         parts.append(f"{key}={value}")
