@@ -530,5 +530,7 @@ def test_origins_in_rewrites_point_at_their_kinds_cause() -> None:
         return explain_comparison(report)["causes"]
 
     assert causes("batchnorm_folded") == ["export"]
+    assert causes("const_changed") == ["weights"]  # a weight's values differ: tests/test_weights.py says how
+    assert causes("const_changed", "batchnorm_folded") == ["weights", "export"]
     assert causes("fused", "cast_inserted") == ["mixed_precision"]
     assert causes("variable_frozen") == []

@@ -19,6 +19,7 @@ import pytest
 
 from conftest import run_cli
 
+from tracer.causes import explain_comparison
 from tracer.comparison.align import ROLE_COMPARED, Alignment, NodeAlignment, TensorPair
 from tracer.comparison.divergence import Tolerance, classify
 from tracer.comparison.judge import judge
@@ -124,6 +125,43 @@ def test_an_op_that_computes_is_still_judged_by_its_kernel() -> None:
                    _Captured({READ["b_tensor"]: AVERAGE}))
     assert result.verdict == "own_error"
     assert result.detail.startswith("given identical inputs, B's MatMul kernel differs from A's by up to 0.25")
+
+
+def _changed(name: str, change: float, matches: bool | None = None) -> dict[str, Any]:
+    detail: dict[str, Any] = {"max_abs_change": change}
+    if matches is not None:
+        detail["moving_average"] = {"checkpoint": "a", "key": f"{name}/ExponentialMovingAverage", "matches": matches}
+    return {"kind": "const_changed", "a_nodes": [name, f"{name}/read"], "b_nodes": [name, f"{name}/read"],
+            "detail": detail}
+
+
+def test_weights_the_export_holds_as_averages_and_others_are_said_apart() -> None:
+    """Two of three changed weights are exactly the checkpoint's averages, the third is not: the
+    averages are named for those two only, and the third is a plain difference of weights."""
+    first = {"node": "w1", "op": "VariableV2", "rewrite": "const_changed", "isolation": {"verdict": "weights_differ"}}
+    report = {"verdict": "diverged", "sides": {"a": {}, "b": {}}, "origins": [first], "first_divergence": first,
+              "rewrites": [_changed("w1", 0.5, True), _changed("w2", 0.25, True), _changed("w3", 0.125)]}
+    answers = explain_comparison(report)
+    assert answers["causes"] == ["moving_averages", "weights"]
+    assert answers["why"] == [
+        "The export holds the checkpoint's exponential moving averages of the weights "
+        "(`<variable>/ExponentialMovingAverage`, restored into the variables as the Object Detection API's exporter "
+        "does), not the weights the checkpoint's graph restores: 3 weights differ between A and B (`w1`, `w2`, `w3`), "
+        "by up to 0.5. B holds, bit for bit, A's checkpoint's moving averages of 2 of them (`w1`, `w2`) (each "
+        "`<variable>/ExponentialMovingAverage` in A's checkpoint): the export restored the moving averages into the "
+        "variables, so it is compared with weights it does not hold.",
+        "The two artifacts hold different weights (other values for the same variables or constants: an export "
+        "written from another training step, from the weights' moving averages, or with weights changed on purpose): "
+        "the other weight (`w3`) is not A's checkpoint's moving average.",
+        "The first divergence is `w1` (VariableV2): of the 3 weights that differ, the one the examples meet first."]
+
+
+def test_no_weight_sentence_without_an_origin_in_the_weights() -> None:
+    """A changed weight whose difference starts nothing (its reader's output is the same) explains nothing."""
+    origin = {"node": "conv", "op": "Conv2D", "isolation": {"verdict": "own_error"}}
+    report = {"verdict": "diverged", "sides": {"a": {"batch_size": 1}, "b": {"batch_size": 4}}, "origins": [origin],
+              "first_divergence": origin, "rewrites": [_changed("w1", 0.5, True)]}
+    assert explain_comparison(report)["causes"] == ["batch"]
 
 
 # ------------------------------------------------------------------ the real export (tests/fixtures/ema_export.py)

@@ -144,7 +144,7 @@ def _run_time_rewrite(report: dict[str, Any], first: dict[str, Any]) -> dict[str
 WEIGHTS_NAMED = 3  # the changed weights a sentence names before "and N more"
 
 
-def _weights(report: dict[str, Any], origins: list[dict[str, Any]], first: dict[str, Any] | None) -> dict[str, str]:
+def _weights(report: dict[str, Any], origins: list[dict[str, Any]]) -> dict[str, str]:
     """The evidence that the two sides hold different weights: every ``const_changed`` of the
     report, counted and named together (one change to the model's weights, not N findings), and
     whether the other side holds exactly the checkpoint's moving averages of them.
@@ -152,35 +152,41 @@ def _weights(report: dict[str, Any], origins: list[dict[str, Any]], first: dict[
     Said only when a difference starts there (an origin in a const_changed, or isolated as
     ``weights_differ``); the moving averages only when their digests match, never from names.
     """
-    changed = [r for r in report.get("rewrites") or [] if isinstance(r, dict) and r.get("kind") == "const_changed"
-               and r.get("a_nodes")]
-    if not changed or not any(_in_weights(o) for o in origins):
+    starts = [o for o in origins if _in_weights(o)]
+    if not starts:
         return {}
-    names = [str(r["a_nodes"][0]) for r in changed]
-    sizes = [r["detail"].get("max_abs_change") for r in changed if isinstance(r.get("detail"), dict)]
-    largest = max((s for s in sizes if isinstance(s, (int, float))), default=None)
-    head = (f"{_count(len(names), 'weight')} {'differs' if len(names) == 1 else 'differ'} between A and B "
-            f"({_named(names)}){f', by up to {largest:.3g}' if largest is not None else ''}")
-    averages = [r["detail"]["moving_average"] for r in changed
-                if isinstance(r.get("detail"), dict) and isinstance(r["detail"].get("moving_average"), dict)]
-    held = [a for a in averages if a.get("matches") is True]
-    if not held:
-        tail = ""
-        if averages:
-            side = str(averages[0].get("checkpoint", "a")).upper()
-            tail = (f"; {side}'s checkpoint also holds moving averages of {len(averages)} of them, but the other "
-                    "side's values are not those averages")
-        return {"weights": f"{head}{tail}."}
-    side = str(held[0].get("checkpoint", "a")).upper()
+    changed = [r for r in report.get("rewrites") or [] if isinstance(r, dict) and r.get("kind") == "const_changed"
+               and r.get("a_nodes")] or [{"a_nodes": [o["node"]], "detail": {}} for o in starts]  # no diff recorded
+    details = {str(r["a_nodes"][0]): r["detail"] if isinstance(r.get("detail"), dict) else {} for r in changed}
+    sizes = [d.get("max_abs_change") for d in details.values() if isinstance(d.get("max_abs_change"), (int, float))]
+    head = (f"{_count(len(details), 'weight')} {'differs' if len(details) == 1 else 'differ'} between A and B "
+            f"({_named(list(details))}){f', by up to {max(sizes):.3g}' if sizes else ''}")
+    averages = {name: d["moving_average"] for name, d in details.items() if isinstance(d.get("moving_average"), dict)}
+    held = {name: a for name, a in averages.items() if a.get("matches") is True}
+    if held:
+        return _averages_held(head, list(details), held)
+    if not averages:
+        return {"weights": f"{head}."}
+    side = str(next(iter(averages.values())).get("checkpoint", "a")).upper()
+    return {"weights": f"{head}; {side}'s checkpoint also holds moving averages of {len(averages)} of them, but the "
+                       "other side's values are not those averages."}
+
+
+def _averages_held(head: str, names: list[str], held: dict[str, dict[str, Any]]) -> dict[str, str]:
+    """The evidence when the other side holds, bit for bit, the checkpoint's moving averages of
+    some of the changed weights (``held``): the export restored them; the rest differ otherwise."""
+    side = str(next(iter(held.values())).get("checkpoint", "a")).upper()
     other = "B" if side == "A" else "A"
-    which = ("all of them" if len(held) == len(names) else
-             f"{len(held)} of them ({_named([str(a.get('key')).rsplit('/', 1)[0] for a in held])})")
+    which = "all of them" if len(held) == len(names) else f"{len(held)} of them ({_named(list(held))})"
     found = {"moving_averages": (
         f"{head}. {other} holds, bit for bit, {side}'s checkpoint's moving averages of {which} (each "
         f"`<variable>/ExponentialMovingAverage` in {side}'s checkpoint): the export restored the moving averages "
         "into the variables, so it is compared with weights it does not hold.")}
-    if len(held) < len(names):
-        found["weights"] = f"the other {_count(len(names) - len(held), 'weight')} differ otherwise."
+    rest = [name for name in names if name not in held]
+    if rest:
+        found["weights"] = (f"the {'other weight' if len(rest) == 1 else f'other {len(rest)} weights'} "
+                            f"({_named(rest)}) {'is' if len(rest) == 1 else 'are'} not {side}'s checkpoint's "
+                            "moving average.")
     return found
 
 
@@ -242,7 +248,7 @@ def explain_comparison(report: dict[str, Any]) -> dict[str, Any]:
                 "source": "compare", "causes": []}
     own = first and (first.get("isolation") or {}).get("verdict") == "own_error"
     found.update(_nondeterminism(report, first, (a, b)))
-    found.update(_weights(report, origins, first))
+    found.update(_weights(report, origins))
     # an origin in a rewrite points at its kind's cause (tracer.diff.kinds); exact kinds at none;
     # changed weights (const_changed) are said above, all of them together
     rewritten = [o for o in origins if getattr(kind_of(o.get("rewrite")), "cause", None) not in (None, "weights")]

@@ -9,7 +9,6 @@ here by name, and where the names differ by the structural matching diff-graph u
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
