@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tracer.comparison.statuses import STATUSES, VERDICTS
+from tracer.comparison.statuses import ISOLATION_VERDICTS, STATUSES, VERDICTS
 from tracer.errors import TftraceError
 from tracer.report.contract import check_report, load_report, report_errors, report_schema
 
@@ -44,6 +44,7 @@ def test_the_schema_lists_the_statuses_and_verdicts_the_code_uses() -> None:
     defs = report_schema()["$defs"]
     assert tuple(defs["status"]["enum"]) == STATUSES
     assert tuple(defs["verdict"]["enum"]) == VERDICTS
+    assert tuple(defs["isolation"]["properties"]["verdict"]["enum"]) == ISOLATION_VERDICTS
 
 
 def test_the_report_fixtures_satisfy_the_whole_schema() -> None:
