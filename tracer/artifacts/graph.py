@@ -294,7 +294,10 @@ def moving_averages(artifact: Artifact, graph: OpGraph) -> dict[str, dict[str, s
     holds the averages, without reading them again. Empty when the checkpoint holds none."""
     from ..captures._packed import content_digest  # noqa: PLC0415
 
-    keys = artifact.checkpoint_keys()
+    try:
+        keys = artifact.checkpoint_keys()
+    except TftraceError:  # evidence only: an unreadable index is the restore's to report, with its context
+        return {}
     found: dict[str, dict[str, str]] = {}
     for op in graph.topo_order():
         key = checkpoint_key(graph, op) + MOVING_AVERAGE_SUFFIX if graph.op_type(op) in VARIABLE_OPS else None
