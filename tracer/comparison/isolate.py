@@ -178,8 +178,10 @@ def isolate_origins(
                       # B's captured value is B's op on A's inputs only when those inputs were bitwise A's
                       "inputs_identical": result.bitwise_origin,
                       "reads_variable": reads_variable(view_a.graph, result.name),
-                      # a weight's value is loaded, never computed: its difference is no kernel's
-                      "weight": weight_of(view_a.graph, result.name),
+                      # a weight's value is loaded, never computed: its difference is no kernel's (on both
+                      # sides: B may compute A's weight, a cast of it in a mixed-precision export)
+                      "weight": (weight_of(view_a.graph, result.name)
+                                 if weight_of(view_b.graph, tensor_op(pair.b)) is not None else None),
                       "executed": {"a": executed_form(manifests["a"], view_a.graph, result.name),
                                    "b": executed_form(manifests["b"], view_b.graph, tensor_op(pair.b))},
                       "same_settings": same_settings, "per_process": per_process,
