@@ -191,8 +191,12 @@ def _averages_held(head: str, names: list[str], held: dict[str, dict[str, Any]])
 
 
 def _in_weights(origin: dict[str, Any]) -> bool:
-    """Whether a difference starts at a weight: an origin in a const_changed, or isolated as one."""
-    return origin.get("rewrite") == "const_changed" or (origin.get("isolation") or {}).get("verdict") == "weights_differ"
+    """Whether a difference starts at a weight: an origin in a const_changed, or isolated as one
+    (never a variable set anew at each load: that is the loading, ``load_state``)."""
+    isolation = origin.get("isolation") or {}
+    if isolation.get("load_state"):
+        return False
+    return origin.get("rewrite") == "const_changed" or isolation.get("verdict") == "weights_differ"
 
 
 def _first_of_weights(report: dict[str, Any], first: dict[str, Any]) -> str:

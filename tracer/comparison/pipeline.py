@@ -263,9 +263,7 @@ def _compare(
         claim(out, ["work"])
     isolation = isolate_origins(top, alignment, view_a, view_b, str(out / "work"), console,
                                 allow_unsafe_ops=permits, repeat_noise=noise.known(alignment)) if top else {}
-    loaded = load_state_variables(isolation, view_a.graph)
-    if loaded:  # the same weights loaded twice came out different: not an export rewrite
-        diff.rewrites[:] = [r for r in diff.rewrites if not (r.kind == "const_changed" and set(r.a_nodes) <= loaded)]
+    _drop_load_state(diff, alignment, load_state_variables(isolation, view_a.graph))
     # An origin where the difference is born (its own kernel, its weights) outranks one that only inherited.
     own = {name for name, iso in isolation.items() if iso.verdict in BORN_HERE}
     divergence.origins.sort(key=lambda r: r.name not in own)
@@ -279,6 +277,17 @@ def _compare(
     if not keep_captures and made_here.is_dir():
         shutil.rmtree(made_here)  # before the report: a report.json present means the directory is as it stays
     return comparison
+
+
+def _drop_load_state(diff: GraphDiff, alignment: Alignment, loaded: set[str]) -> None:
+    """The same weights loaded twice came out different (``loaded``: variables set at load, and
+    their reads): not a change of the weights, so no const_changed, and their ops sit in none."""
+    dropped = [r for r in diff.rewrites if r.kind == "const_changed" and set(r.a_nodes) <= loaded]
+    diff.rewrites[:] = [r for r in diff.rewrites if r not in dropped]
+    for op in (op for r in dropped for op in r.a_nodes):
+        node = alignment.nodes.get(op)
+        if node is not None and node.rewrite == "const_changed":
+            node.rewrite = None
 
 
 def to_isolate(divergence: Divergence, count: int) -> list[NodeResult]:
