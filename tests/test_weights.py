@@ -78,6 +78,20 @@ def test_the_first_divergence_among_changed_weights_is_the_one_read_first() -> N
     assert {r.name for r in result.origins} == {"a_late", "z_early"}
 
 
+def test_the_first_divergence_is_always_among_the_origins_isolated() -> None:
+    """``--isolate 2`` replays the first divergence (the op every summary names first) and then the
+    top-ranked origin, even where two other origins differ more."""
+    from tracer.comparison.divergence import Divergence, NodeResult  # noqa: PLC0415
+    from tracer.comparison.pipeline import to_isolate  # noqa: PLC0415
+
+    m = compare_arrays(BASE, BASE + np.float32(0.5))
+    worst, second, first = (NodeResult(n, "origin", f"{n}:0", m) for n in ("a_late", "layer2/MatMul", "z_early"))
+    divergence = Divergence({}, [worst, second, first], first, first)
+    assert [r.name for r in to_isolate(divergence, 2)] == ["z_early", "a_late"]
+    assert [r.name for r in to_isolate(divergence, 5)] == ["z_early", "a_late", "layer2/MatMul"]
+    assert to_isolate(divergence, 0) == []
+
+
 class _Captured:
     """What the judge reads of a capture: ``has`` and ``tensor``."""
 
