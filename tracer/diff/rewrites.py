@@ -33,6 +33,9 @@ from ..optypes import BATCH_NORM_OPS, CHAIN_BOUNDARY_OPS, LINEAR_OPS, PASS_THROU
 
 __all__ = ["diff_graphs", "ValueSource", "REWRITE_KINDS"]
 
+# A weight's value by op name. A source may also offer ``kept_digest(op)`` (a capture's digest kept
+# instead of the value), ``content_digest(op)`` (the sha256 of the value) and ``moving_average(op)``
+# (``{"key", "digest"}`` of the average its checkpoint holds for a variable): looked up, not required.
 ValueSource = Callable[[str], "np.ndarray | None"]
 TYPE_ATTRS = {"T", "dtype", "SrcT", "DstT", "Tidx", "U"}
 IGNORED_ATTRS = {"value", "shared_name", "container", "_class"}
