@@ -241,10 +241,11 @@ def weight_reads(graph: OpGraph, weight: str) -> list[str]:
     """The pass-through ops that read ``weight`` (directly or through one another), in
     topological order: a resource variable's ``ReadVariableOp`` s, a ref variable's ``w/read``.
     They hold the weight's value wherever it is used, so a change of the weight is theirs too."""
-    found = [n for n in reachable(nx.subgraph_view(graph.g, filter_node=lambda n: n == weight or (
-        graph.op_type(n) in PASS_THROUGH and len(graph.data_inputs(n)) == 1)), [weight]) if n != weight]
-    order = {n: i for i, n in enumerate(graph.topo_order())}
-    return sorted((n for n in found if weight_of(graph, n) == weight), key=order.__getitem__)
+    reads = nx.subgraph_view(graph.g, filter_node=lambda n: n == weight or (
+        graph.op_type(n) in PASS_THROUGH and len(graph.data_inputs(n)) == 1))
+    found = [n for n in reachable(reads, [weight]) if n != weight and weight_of(graph, n) == weight]
+    position = graph.flow_order()  # cached: its last field is the topological position
+    return sorted(found, key=lambda n: position[n][2])
 
 
 def relevant_slots(graph: OpGraph, op: str) -> list[int]:
