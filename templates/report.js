@@ -408,7 +408,12 @@
       var loop = (P.loop_results || {})[i];
       var replayed = loop ? "the while loop " + loop + " (replayed whole)" : "the op alone";
       var verdict = { own_error: "own error — " + replayed + " differs given identical inputs",
+        weights_differ: "weights differ — A and B hold different values for this weight; no kernel computes it",
         inherited: "inherited — " + replayed + " agrees; the difference comes from upstream",
+        nondeterministic: "nondeterministic — on identical inputs the op changes from run to run",
+        run_time_rewrite: "rewritten at run time — the runs executed it as different kernels; alone it agrees",
+        state: "model state — the op reads a variable the graph writes on every run; not its kernel",
+        not_reproduced: "not reproduced — alone, on identical inputs, the op agrees on both sides",
         not_run: "not run",
         not_replayed: "not replayed — TensorFlow could not run it alone on identical inputs (see detail)" }[iso.verdict]
         || String(iso.verdict);

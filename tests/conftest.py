@@ -93,6 +93,19 @@ def slim_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def ema_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A TF1 net trained with an ExponentialMovingAverage and its export of the averages (see
+    tests/fixtures/ema_export.py), built once per session in a child process: ``ref/`` (TF1 ref
+    variables) and ``resource/`` (resource variables), each ``ckpt/`` + ``savedmodel/``; ``steps/``
+    (no averages, the export two training steps later); ``facts.json``."""
+    out = tmp_path_factory.mktemp("ema") / "models"
+    subprocess.run([sys.executable, str(REPO / "tests" / "fixtures" / "ema_export.py"), str(out)], cwd=REPO,
+                   check=True, capture_output=True, timeout=300,
+                   env={**os.environ, "CUDA_VISIBLE_DEVICES": "-1", "TF_ENABLE_ONEDNN_OPTS": "0"})
+    return out
+
+
+@pytest.fixture(scope="session")
 def keras_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Keras 3 exports of one small functional model (see tests/fixtures/keras_export.py), built once
     per session in a child process: ``export/`` (``model.export``), ``tfsave/``

@@ -9,7 +9,7 @@ import pytest
 
 from tracer.comparison.align import ROLE_COMPARED, ROLE_REWRITTEN, Alignment, NodeAlignment, TensorPair
 from tracer.comparison.divergence import Divergence, NodeResult, Tolerance, classify
-from tracer.comparison.pipeline import _inputs_from, _to_isolate
+from tracer.comparison.pipeline import _inputs_from, to_isolate
 from tracer.errors import TftraceError
 from tracer.metrics import compare_arrays
 from tracer.opgraph import OpGraph
@@ -120,9 +120,9 @@ def test_the_first_divergences_are_isolated_whatever_their_rank() -> None:
     first = ranked[-1]
     unmeasured = NodeResult("nan_only", "origin", "nan_only:0", None)
     divergence = Divergence({r.name: r for r in ranked}, ranked + [unmeasured], first, first)
-    assert [r.name for r in _to_isolate(divergence, 5)] == ["op0", "op1", "op2", "op3", "op4", "op11"]
-    assert _to_isolate(divergence, 0) == []  # --isolate 0: nothing replayed, as asked
-    assert [r.name for r in _to_isolate(divergence, 20)] == [f"op{i}" for i in range(12)]
+    assert [r.name for r in to_isolate(divergence, 5)] == ["op11", "op0", "op1", "op2", "op3"]  # the first, first
+    assert to_isolate(divergence, 0) == []  # --isolate 0: nothing replayed, as asked
+    assert [r.name for r in to_isolate(divergence, 20)] == ["op11"] + [f"op{i}" for i in range(11)]
 
 
 def test_b_is_not_fed_without_an_input_that_a_could_not_keep(tmp_path: Path) -> None:

@@ -342,7 +342,8 @@ def test_const_changed_by_digest_and_by_value() -> None:
 
     by_digest = diff_graphs(model("a" * 40), model("b" * 40))
     assert [r.to_json() for r in by_digest.rewrites] == [
-        {"kind": "const_changed", "a_nodes": ["w"], "b_nodes": ["w"], "detail": {"max_abs_change": None}},
+        {"kind": "const_changed", "a_nodes": ["w", "w/read"], "b_nodes": ["w", "w/read"],
+         "detail": {"max_abs_change": None}},
     ]
     assert diff_graphs(model("a" * 40), model("a" * 40)).rewrites == []
 
@@ -351,7 +352,34 @@ def test_const_changed_by_digest_and_by_value() -> None:
     wb[2, 3] = 0.75
     by_value = diff_graphs(model(sha(wa)), model(sha(wb)), values({"w": wa}), values({"w": wb}))
     assert [r.to_json() for r in by_value.rewrites] == [
-        {"kind": "const_changed", "a_nodes": ["w"], "b_nodes": ["w"], "detail": {"max_abs_change": 0.25}},
+        {"kind": "const_changed", "a_nodes": ["w", "w/read"], "b_nodes": ["w", "w/read"],
+         "detail": {"max_abs_change": 0.25}},
+    ]
+
+
+def resource_variable(name: str, reads: Iterable[str], shape: list[int] | None = None) -> list[dict[str, Any]]:
+    """A resource variable (``use_resource=True``, TF2): its handle and one ReadVariableOp per use."""
+    shape = [4, 4] if shape is None else shape
+    handle = op(name, "VarHandleOp", attrs={"dtype": "float32", "shape": shape, "shared_name": name},
+                dtype="resource", shape=[])
+    return [handle, *(op(r, "ReadVariableOp", [f"{name}:0"], attrs={"dtype": "float32"}, shape=shape) for r in reads)]
+
+
+def test_a_changed_resource_variable_carries_its_reads() -> None:
+    """A resource handle holds no values (it is never captured): the difference shows at its
+    ReadVariableOps, so they belong to the const_changed of their variable, on both sides."""
+    def model() -> OpGraph:
+        # two reads, as a layer that also reads its kernel for a regulariser has; MatMul reads the last
+        return dense_model(w=resource_variable("w", ["w_norm/ReadVariableOp", "dense/MatMul/ReadVariableOp"]))
+
+    wa = np.full((4, 4), 0.5, np.float32)
+    wb = wa.copy()
+    wb[0, 1] = 0.625
+    diff = diff_graphs(model(), model(), values({"w": wa}), values({"w": wb}))
+    assert [r.to_json() for r in diff.rewrites] == [
+        {"kind": "const_changed", "a_nodes": ["w", "dense/MatMul/ReadVariableOp", "w_norm/ReadVariableOp"],
+         "b_nodes": ["w", "dense/MatMul/ReadVariableOp", "w_norm/ReadVariableOp"],
+         "detail": {"max_abs_change": 0.125}},
     ]
 
 
@@ -367,7 +395,8 @@ def test_variable_frozen_is_exact_only_when_the_values_agree() -> None:
     moved[1, 2] += np.float32(0.125)
     changed = diff_graphs(dense_model(), frozen, values({"w": moved}), values({"w": w}))
     assert [r.to_json() for r in changed.rewrites] == [
-        {"kind": "const_changed", "a_nodes": ["w"], "b_nodes": ["w"], "detail": {"max_abs_change": 0.125}},
+        {"kind": "const_changed", "a_nodes": ["w", "w/read"], "b_nodes": ["w", "w/read"],
+         "detail": {"max_abs_change": 0.125}},
     ]
     unknown = diff_graphs(dense_model(), frozen)  # no checkpoint to read A's value from
     assert [r.detail for r in unknown.rewrites] == [{"exact": False, "verified_by_value": False}]
@@ -599,5 +628,7 @@ def test_origins_in_rewrites_point_at_their_kinds_cause() -> None:
         return explain_comparison(report)["causes"]
 
     assert causes("batchnorm_folded") == ["export"]
+    assert causes("const_changed") == ["weights"]  # a weight's values differ: tests/test_weights.py says how
+    assert causes("const_changed", "batchnorm_folded") == ["weights", "export"]
     assert causes("fused", "cast_inserted") == ["mixed_precision"]
     assert causes("variable_frozen") == []

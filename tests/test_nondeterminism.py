@@ -262,6 +262,7 @@ def test_a_variable_initialised_at_every_load_is_load_state_not_a_kernel_or_a_re
     assert (first["node"], first["op"]) == ("conv2d/Conv2D/ReadVariableOp", "ReadVariableOp")
     assert first["isolation"]["verdict"] == "nondeterministic" and first["isolation"]["load_state"] is True
     assert report["rewrites"] == []  # the same weights loaded twice: no const_changed
+    assert first["rewrite"] is None and first["isolation"]["verdict"] != "weights_differ"  # nor do its reads sit in one
     assert report["answers"]["causes"] == ["load_state"]
     assert report["outputs"]["y"]["identical"] is True
     assert "its value changes from one load of the model to the next" in " ".join(proc.stdout.split())

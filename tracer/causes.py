@@ -58,6 +58,20 @@ CAUSES: dict[str, Cause] = {c.key: c for c in (
     Cause("export", "export-time rewrites (batch-norm folding, optimize_for_inference, TF-TRT, fp16 conversion)",
           "test the exported artifact itself; fold in both or in neither (freezing alone is exact)",
           "folding is a speed-up (~1.8× on one CPU model)"),
+    Cause("weights", "the two artifacts hold different weights (other values for the same variables or constants: "
+          "an export written from another training step, from the weights' moving averages, or with weights "
+          "changed on purpose)",
+          "compare the export with the very weights it was written from (the same checkpoint step, the averaged "
+          "weights if the export restored them); a weight changed on purpose (quantised, retrained) is tested on "
+          "the exported artifact itself", "none"),
+    Cause("moving_averages", "the export holds the checkpoint's exponential moving averages of the weights "
+          "(`<variable>/ExponentialMovingAverage`, restored into the variables as the Object Detection API's "
+          "exporter does), not the weights the checkpoint's graph restores",
+          "compare the export against the checkpoint's averaged weights (restore the checkpoint with "
+          "`tf.compat.v1.train.Saver(tf.compat.v1.train.ExponentialMovingAverage(decay).variables_to_restore())`, "
+          "save it with a plain `Saver()` and compare that checkpoint with the export), or export the raw weights "
+          "if those are the ones to serve",
+          "none: the averages are what the export serves"),
     Cause("serving_batching", "TF Serving batching pads requests up to the next allowed batch size",
           "`allowed_batch_sizes: [N]` or batching off", "latency/throughput"),
     Cause("build", "different TF/CUDA/cuDNN builds", "the same build for tests and serving", "none"),
@@ -164,6 +178,84 @@ def _run_time_rewrite(report: dict[str, Any], first: dict[str, Any]) -> dict[str
     return {"grappler": evidence}
 
 
+WEIGHTS_NAMED = 3  # the changed weights a sentence names before "and N more"
+
+
+def _weights(report: dict[str, Any], origins: list[dict[str, Any]]) -> dict[str, str]:
+    """The evidence that the two sides hold different weights: every ``const_changed`` of the
+    report, counted and named together (one change to the model's weights, not N findings), and
+    whether the other side holds exactly the checkpoint's moving averages of them.
+
+    Said only when a difference starts there (an origin in a const_changed, or isolated as
+    ``weights_differ``); the moving averages only when their digests match, never from names.
+    """
+    starts = [o for o in origins if _in_weights(o)]
+    if not starts:
+        return {}
+    changed = [r for r in report.get("rewrites") or [] if isinstance(r, dict) and r.get("kind") == "const_changed"
+               and r.get("a_nodes")] or [{"a_nodes": [o["node"]], "detail": {}} for o in starts]  # no diff recorded
+    details = {str(r["a_nodes"][0]): r["detail"] if isinstance(r.get("detail"), dict) else {} for r in changed}
+    sizes = [d.get("max_abs_change") for d in details.values() if isinstance(d.get("max_abs_change"), (int, float))]
+    head = (f"{_count(len(details), 'weight')} {'differs' if len(details) == 1 else 'differ'} between A and B "
+            f"({_named(list(details))}){f', by up to {max(sizes):.3g}' if sizes else ''}")
+    averages = {name: d["moving_average"] for name, d in details.items() if isinstance(d.get("moving_average"), dict)}
+    held = {name: a for name, a in averages.items() if a.get("matches") is True}
+    if held:
+        return _averages_held(head, list(details), held)
+    if not averages:
+        return {"weights": f"{head}."}
+    side = str(next(iter(averages.values())).get("checkpoint", "a")).upper()
+    return {"weights": f"{head}; {side}'s checkpoint also holds moving averages of {len(averages)} of them, but the "
+                       "other side's values are not those averages."}
+
+
+def _averages_held(head: str, names: list[str], held: dict[str, dict[str, Any]]) -> dict[str, str]:
+    """The evidence when the other side holds, bit for bit, the checkpoint's moving averages of
+    some of the changed weights (``held``): the export restored them; the rest differ otherwise."""
+    side = str(next(iter(held.values())).get("checkpoint", "a")).upper()
+    other = "B" if side == "A" else "A"
+    which = "all of them" if len(held) == len(names) else f"{len(held)} of them ({_named(list(held))})"
+    found = {"moving_averages": (
+        f"{head}. {other} holds, bit for bit, {side}'s checkpoint's moving averages of {which} (each "
+        f"`<variable>/ExponentialMovingAverage` in {side}'s checkpoint): the export restored the moving averages "
+        "into the variables, so it is compared with weights it does not hold.")}
+    rest = [name for name in names if name not in held]
+    if rest:
+        found["weights"] = (f"the {'other weight' if len(rest) == 1 else f'other {len(rest)} weights'} "
+                            f"({_named(rest)}) {'is' if len(rest) == 1 else 'are'} not {side}'s checkpoint's "
+                            "moving average.")
+    return found
+
+
+def _in_weights(origin: dict[str, Any]) -> bool:
+    """Whether a difference starts at a weight: an origin in a const_changed, or isolated as one
+    (never a variable set anew at each load: that is the loading, ``load_state``)."""
+    isolation = origin.get("isolation") or {}
+    if isolation.get("load_state"):
+        return False
+    return origin.get("rewrite") == "const_changed" or isolation.get("verdict") == "weights_differ"
+
+
+def _first_of_weights(report: dict[str, Any], first: dict[str, Any]) -> str:
+    """Why the first divergence is this weight among several that differ: the examples meet it
+    first (the order :meth:`tracer.opgraph.OpGraph.flow_order` gives), which no name decides."""
+    changed = sum(1 for r in report.get("rewrites") or [] if isinstance(r, dict) and r.get("kind") == "const_changed")
+    if changed < 2 or not _in_weights(first):
+        return ""
+    return f": of the {changed} weights that differ, the one the examples meet first"
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def _named(names: list[str]) -> str:
+    """The first few names in backticks, and how many more."""
+    if len(names) <= WEIGHTS_NAMED + 1:  # "and 1 more" would hide a name for no room saved
+        return ", ".join(f"`{n}`" for n in names)
+    return ", ".join(f"`{n}`" for n in names[:WEIGHTS_NAMED]) + f" and {len(names) - WEIGHTS_NAMED} more"
+
+
 def _within_output_noise(report: dict[str, Any], observer: dict[str, Any]) -> bool:
     """Whether a side's plain-vs-instrumented shift is no larger than its outputs' measured
     run-to-run noise (``--repeat``): then observation is not shown to be the cause."""
@@ -195,6 +287,13 @@ def _negligible_shift(report: dict[str, Any], observer: dict[str, Any]) -> bool:
     return True
 
 
+def _cost_line(cause: Cause) -> str:
+    """What a cause's remedy costs, as the catalogue says; a cost measured by ``tftrace diagnose``
+    is marked as the catalogue's until then, a remedy that costs nothing is not."""
+    measured = "" if cause.cost.startswith("none") else " (catalogue figure; `tftrace diagnose` measures it on this model)"
+    return f"{cause.title.split(' (')[0]}: {cause.cost}{measured}."
+
+
 def explain_comparison(report: dict[str, Any]) -> dict[str, Any]:
     """The why / prevent / cost a single comparison can support, from the report dict alone."""
     found: dict[str, str] = {}  # cause key -> the evidence sentence
@@ -203,7 +302,7 @@ def explain_comparison(report: dict[str, Any]) -> dict[str, Any]:
     origins = report.get("origins") or []
     # the op report.json calls the first divergence (bitwise), as the title and the terminal do
     first = report.get("first_divergence") or report.get("first_divergence_beyond_tolerance")
-    where = f" The first divergence is `{first['node']}` ({first['op']})." if first else ""
+    where = f" The first divergence is `{first['node']}` ({first['op']}){_first_of_weights(report, first)}." if first else ""
     if report.get("verdict") == "identical":
         # Nothing diverged: a difference between the sides (batch size, a knob) is no cause of anything.
         return {"why": ["The two sides compute bit-identical results for these examples.", *_state_caveat(report)],
@@ -211,8 +310,10 @@ def explain_comparison(report: dict[str, Any]) -> dict[str, Any]:
     own = first and (first.get("isolation") or {}).get("verdict") == "own_error"
     loop = own and (first.get("isolation") or {}).get("loop")  # replayed with the while loop above it
     found.update(_nondeterminism(report, first, (a, b)))
-    # an origin in a rewrite points at its kind's cause (tracer.diff.kinds); exact kinds at none
-    rewritten = [o for o in origins if getattr(kind_of(o.get("rewrite")), "cause", None)]
+    found.update(_weights(report, origins))
+    # an origin in a rewrite points at its kind's cause (tracer.diff.kinds); exact kinds at none;
+    # changed weights (const_changed) are said above, all of them together
+    rewritten = [o for o in origins if getattr(kind_of(o.get("rewrite")), "cause", None) not in (None, "weights")]
     if rewritten:
         kinds = sorted({o["rewrite"] for o in rewritten})
         causes = {kind.cause for kind in map(kind_of, kinds) if kind and kind.cause}  # several: the catalogue's first
@@ -265,8 +366,7 @@ def explain_comparison(report: dict[str, Any]) -> dict[str, Any]:
     return {
         "why": why,
         "prevent": [f"{CAUSES[k].title.split(' (')[0]}: {CAUSES[k].remedy}." for k in found],
-        "cost": [f"{CAUSES[k].title.split(' (')[0]}: {CAUSES[k].cost} (catalogue figure; `tftrace diagnose` measures it "
-                 "on this model)." for k in found],
+        "cost": [_cost_line(CAUSES[k]) for k in found],
         "source": "compare",
         "causes": list(found),
     }

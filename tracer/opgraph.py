@@ -25,11 +25,11 @@ from typing import Any
 import networkx as nx
 
 from .jsonvalues import jsonable
-from .optypes import (EXIT_OPS, FLOW_CARRIERS, FRAME_OPS, LOOP_BACK_EDGE_OPS, OFFSET_CARRIERS, SHAPE_READERS,
-                      TENSOR_ARRAY_FLOW_INPUT, VALUE_SIZED_OPS)
+from .optypes import (EXIT_OPS, FLOW_CARRIERS, FRAME_OPS, LOOP_BACK_EDGE_OPS, OFFSET_CARRIERS, PASS_THROUGH,
+                      SHAPE_READERS, TENSOR_ARRAY_FLOW_INPUT, VALUE_SIZED_OPS, WEIGHT_OPS)
 
 __all__ = ["OpGraph", "tensor_op", "tensor_slot", "relevant_slots", "NOT_FETCHABLE_DTYPES", "WHILE_FRAME_REASON",
-           "EXIT_OPS", "FRAME_OPS", "reachable", "ops_in_while_frames"]
+           "EXIT_OPS", "FRAME_OPS", "reachable", "ops_in_while_frames", "weight_of", "weight_reads"]
 
 NOT_FETCHABLE_DTYPES = {"resource": "a resource handle holds no values", "variant": "a variant tensor has no array form"}
 WHILE_FRAME_REASON = "inside a while-loop frame: a session cannot fetch it"
@@ -59,6 +59,7 @@ class OpGraph:
         self.outputs = outputs
         self._order: list[str] | None = None
         self._flows: frozenset[str] | None = None
+        self._flow: dict[str, tuple[int, int, int]] | None = None
 
     # ---- queries ---------------------------------------------------------------------------
 
@@ -84,6 +85,29 @@ class OpGraph:
             )
             self._order = list(nx.lexicographical_topological_sort(dag))
         return self._order
+
+    def flow_order(self) -> dict[str, tuple[int, int, int]]:
+        """Each op's sort key in the order the examples flow through the graph: an op that depends
+        on the fed inputs sits at its topological position; an op that does not (a weight, its read,
+        arithmetic on weights alone such as a batch norm's ``gamma * rsqrt(variance)``) sits just
+        before the first op on the inputs' path that it reaches, ties by topological position.
+        Weights have no inputs, so a topological order alone puts them anywhere before their
+        readers (by name); this order puts them where the examples meet them. A graph fed
+        nothing keeps its topological order."""
+        if self._flow is None:
+            order = self.topo_order()
+            position = {op: i for i, op in enumerate(order)}
+            data = nx.subgraph_view(self.g, filter_edge=lambda u, v: not self.g.edges[u, v]["control"])
+            on_path = reachable(data, self.fed_ops())
+            rank: dict[str, tuple[int, int, int]] = {}
+            for op in reversed(order):  # readers first
+                if op in on_path or not on_path:
+                    rank[op] = (position[op], 1, position[op])
+                    continue
+                readers = [rank[n][0] for n in data.successors(op) if n in rank]
+                rank[op] = (min(readers, default=position[op]), 0, position[op])
+            self._flow = rank
+        return self._flow
 
     def tensors(self) -> Iterator[tuple[str, dict[str, Any]]]:
         """Every output tensor of every op, in topological order: ``(name, output_info)``."""
@@ -245,6 +269,34 @@ def reachable(g: nx.DiGraph, sources: Iterable[str]) -> set[str]:
     from all of them at once. ``g`` may be a ``networkx.subgraph_view`` that filters nodes or edges."""
     start = [s for s in sources if s in g]
     return set().union(*nx.bfs_layers(g, start)) if start else set()
+
+
+def weight_of(graph: OpGraph, op: str) -> str | None:
+    """The weight (a variable or a constant) that ``op`` is, or that it reads through pass-through
+    ops (``w/read``, a ``ReadVariableOp``); None for an op that computes. Such an op's value is what
+    loading the model put there: a difference in it is a difference in the weights, not in a kernel."""
+    seen: set[str] = set()
+    while op in graph and op not in seen:
+        seen.add(op)
+        kind = graph.op_type(op)
+        if kind in WEIGHT_OPS:
+            return op
+        inputs = graph.data_inputs(op)
+        if kind not in PASS_THROUGH or len(inputs) != 1:
+            return None
+        op = tensor_op(inputs[0])
+    return None
+
+
+def weight_reads(graph: OpGraph, weight: str) -> list[str]:
+    """The pass-through ops that read ``weight`` (directly or through one another), in
+    topological order: a resource variable's ``ReadVariableOp`` s, a ref variable's ``w/read``.
+    They hold the weight's value wherever it is used, so a change of the weight is theirs too."""
+    reads = nx.subgraph_view(graph.g, filter_node=lambda n: n == weight or (
+        graph.op_type(n) in PASS_THROUGH and len(graph.data_inputs(n)) == 1))
+    found = [n for n in reachable(reads, [weight]) if n != weight and weight_of(graph, n) == weight]
+    position = graph.flow_order()  # cached: its last field is the topological position
+    return sorted(found, key=lambda n: position[n][2])
 
 
 def relevant_slots(graph: OpGraph, op: str) -> list[int]:

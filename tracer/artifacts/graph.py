@@ -9,7 +9,6 @@ here by name, and where the names differ by the structural matching diff-graph u
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -297,21 +296,79 @@ def build_opgraph(artifact: Artifact, graph: Any | None = None) -> tuple[OpGraph
     return opgraph, signature
 
 
-def value_source(artifact: Artifact) -> Callable[[str], np.ndarray | None]:
-    """Weight values by node name: constants from the graph, variables from the checkpoint."""
-    from tensorflow.python.framework import tensor_util  # noqa: PLC0415
+# The checkpoint key under which ``tf.train.ExponentialMovingAverage`` (its default name) keeps the
+# average of a variable: ``<variable's key>/ExponentialMovingAverage``. An exporter that serves the
+# averages (the Object Detection API's ``use_moving_averages``) restores these keys into the variables.
+MOVING_AVERAGE_SUFFIX = "/ExponentialMovingAverage"
 
-    nodes = {n.name: n for n in artifact.graph_def.node}
 
-    def value(name: str) -> np.ndarray | None:
-        node = nodes.get(name)
+def checkpoint_key(graph: OpGraph, variable: str) -> str:
+    """The checkpoint key a variable op restores from: its ``shared_name`` (a resource variable's),
+    else its node name (what ``tf.compat.v1.train.Saver`` writes)."""
+    shared = graph.node(variable)["attrs"].get("shared_name")
+    return shared if isinstance(shared, str) and shared else variable
+
+
+def moving_averages(artifact: Artifact, graph: OpGraph) -> dict[str, dict[str, str]]:
+    """Variable op of the inference graph -> ``{"key", "digest"}`` of the moving average the
+    artifact's checkpoint also holds for it (``<key>/ExponentialMovingAverage``; digest as
+    :func:`tracer.captures._packed.content_digest`): what tells a comparison that the other side
+    holds the averages, without reading them again. Empty when the checkpoint holds none."""
+    from ..captures._packed import content_digest  # noqa: PLC0415
+
+    try:
+        keys = artifact.checkpoint_keys()
+    except TftraceError:  # evidence only: an unreadable index is the restore's to report, with its context
+        return {}
+    found: dict[str, dict[str, str]] = {}
+    for op in graph.topo_order():
+        key = checkpoint_key(graph, op) + MOVING_AVERAGE_SUFFIX if graph.op_type(op) in VARIABLE_OPS else None
+        if key in keys:
+            value = artifact.variable_value(key)
+            if value is not None:
+                found[op] = {"key": key, "digest": content_digest(value)}
+    return found
+
+
+class ArtifactValues:
+    """Weight values by node name (a :data:`tracer.diff.rewrites.ValueSource`): constants from the
+    graph, variables from the checkpoint; with the checkpoint's moving averages of the variables."""
+
+    def __init__(self, artifact: Artifact, graph: OpGraph | None = None) -> None:
+        self.artifact, self.graph = artifact, graph
+        self.nodes = {n.name: n for n in artifact.graph_def.node}
+        self._averages: dict[str, dict[str, str]] | None = None
+
+    def __call__(self, name: str) -> np.ndarray | None:
+        from tensorflow.python.framework import tensor_util  # noqa: PLC0415
+
+        node = self.nodes.get(name)
         if node is None:
             return None
         if node.op == "Const":
             return tensor_util.MakeNdarray(node.attr["value"].tensor)
         if node.op in VARIABLE_OPS:
             shared = node.attr["shared_name"].s.decode("utf-8", "replace") if "shared_name" in node.attr else ""
-            return artifact.variable_value(shared or name)
+            return self.artifact.variable_value(shared or name)
         return None
 
-    return value
+    def content_digest(self, name: str) -> str | None:
+        """The digest of a weight's value, in the scheme of :func:`moving_averages`."""
+        from ..captures._packed import content_digest  # noqa: PLC0415
+
+        value = self(name)
+        return None if value is None else content_digest(value)
+
+    def moving_average(self, name: str) -> dict[str, str] | None:
+        """``{"key", "digest"}`` of the checkpoint's moving average of variable ``name``, or None."""
+        if self.graph is None:
+            return None
+        if self._averages is None:  # read once, only when a variable's value differs
+            self._averages = moving_averages(self.artifact, self.graph)
+        return self._averages.get(name)
+
+
+def value_source(artifact: Artifact, graph: OpGraph | None = None) -> ArtifactValues:
+    """Weight values by node name: constants from the graph, variables from the checkpoint (and,
+    given the artifact's inference ``graph``, the checkpoint's moving averages of its variables)."""
+    return ArtifactValues(artifact, graph)

@@ -149,6 +149,20 @@ class Artifact:
             return self.variable_values[name]
         if self.checkpoint_prefix is None:
             return None
+        reader = self._checkpoint_reader()
+        for key in (name, name.split(":")[0]):
+            if reader.has_tensor(key):
+                return np.asarray(reader.get_tensor(key))
+        return None
+
+    def checkpoint_keys(self) -> set[str]:
+        """Every key the artifact's checkpoint holds (its index: nothing is read), the variables its
+        inference graph does not use included (optimizer slots, moving averages); empty without one."""
+        if self.checkpoint_prefix is None:
+            return set()
+        return set(self._checkpoint_reader().get_variable_to_shape_map())
+
+    def _checkpoint_reader(self) -> Any:
         if self._reader is None:
             try:  # not tf.train.load_checkpoint: on ram:// it takes the prefix for a directory
                 self._reader = tf().compat.v1.train.NewCheckpointReader(self.checkpoint_prefix)
@@ -157,10 +171,7 @@ class Artifact:
                     f"cannot read the weights of {self.checkpoint_prefix}: {str(exc).splitlines()[0][:300]}",
                     "re-copy the checkpoint's .index and .data-* files",
                 ) from exc
-        for key in (name, name.split(":")[0]):
-            if self._reader.has_tensor(key):
-                return np.asarray(self._reader.get_tensor(key))
-        return None
+        return self._reader
 
     def describe(self) -> str:
         sig = f", signature {self.signature.key!r}" if self.signature else ""

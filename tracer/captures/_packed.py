@@ -26,6 +26,8 @@ from typing import Any
 
 import numpy as np
 
+from ._format import to_storage
+
 __all__ = ["CODEC", "PACKED_SUFFIX", "compress", "decompress", "predictor_for", "predict", "forms", "choose_form", "digest",
            "MAX_LEVEL", "BN_FORMS"]
 
@@ -121,6 +123,13 @@ def digest(stored: np.ndarray) -> str:
     h = hashlib.sha256(f"{stored.dtype.str}{list(stored.shape)}".encode())
     h.update(np.ascontiguousarray(stored).reshape(-1).view(np.uint8).data)
     return "sha256:" + h.hexdigest()
+
+
+def content_digest(array: np.ndarray) -> str:
+    """:func:`digest` of a value as a capture stores it: equal to the digest a capture keeps of a
+    weight with these values, so a value read elsewhere (a checkpoint's moving average) can be
+    matched with a captured weight without storing either."""
+    return digest(np.require(to_storage(np.asarray(array))[1], requirements="C"))
 
 
 # --------------------------------------------------------------------------- predictions

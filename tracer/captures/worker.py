@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from .._tf import tf
+from ..artifacts.graph import moving_averages
 from ..errors import TftraceError
 from .inputs import Examples, batches, make_examples, run_batch_size
 from ..runspec import Side, job_side
@@ -134,6 +135,9 @@ def run_capture(side: Side, out_dir: str, force: bool, prepared: Prepared | None
             },
             "environment": environment_fingerprint(runtime.session),
             "notes": notes,
+            # the checkpoint's moving averages of the graph's variables (key, digest): a comparison
+            # tells by them that the other side holds the averages (an export that restored them)
+            "moving_averages": moving_averages(runtime.artifact, runtime.opgraph),
         }
         manifest["environment"]["onednn"]["ops_executed"] = sorted(
             op for op in observer["executed_ops"]["plain"] if op.startswith("_Mkl")

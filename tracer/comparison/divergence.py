@@ -16,8 +16,15 @@ the nearest compared tensors above them: a folded batch norm is judged against t
 that fed its conv, a cast region against the tensor that fed its first cast.
 
 Two kinds of origin are reported: *bitwise* (differs at all while its inputs are bitwise equal —
-``first_divergence``) and *tolerance* (``first_divergence_beyond_tolerance``). Amplification is an
-op's relative L2 error over the largest relative error among its inputs. Measured run-to-run
+``first_divergence``) and *tolerance* (``first_divergence_beyond_tolerance``). "First" is in the
+order the examples flow through the graph (:meth:`OpGraph.flow_order`): an op that depends on the fed
+inputs at its topological position, and what does not (a weight, a read of it, arithmetic on
+weights alone such as a batch norm's ``gamma * rsqrt(variance)``) just before the first op on the
+inputs' path that uses it. Weights have no inputs, so a plain topological order puts them
+anywhere before their readers, and "the first of 13 changed variables" would be an accident of
+names; the one whose values meet the examples first is where the outputs start to differ.
+
+Amplification is an op's relative L2 error over the largest relative error among its inputs. Measured run-to-run
 noise of a side (``--repeat``) raises the bar: a difference no larger than the noise is never an
 origin, and when such differences are all there is the verdict is ``within_noise``.
 """
@@ -116,7 +123,8 @@ def classify(
         if result.status == "beyond":
             result.status = "origin" if inputs_ok else "propagated"
         result.amplification = _amplification(result, inputs)
-    ordered = list(results.values())
+    rank = graph.flow_order()
+    ordered = sorted(results.values(), key=lambda r: rank[r.name])
     bitwise = [r for r in ordered if r.bitwise_origin]
     beyond = [r for r in ordered if r.status == "origin"]
     origins = sorted(

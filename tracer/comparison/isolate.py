@@ -50,8 +50,8 @@ from ..errors import TftraceError
 from ..diff.kinds import KINDS
 from ..captures.inputs import batched_alike
 from ..jsonvalues import dumps, loads
-from ..opgraph import OpGraph, tensor_op
-from ..optypes import EXIT_OPS, PASS_THROUGH, PLACEHOLDER_OPS, VARIABLE_OPS, changes_state, loop_result
+from ..opgraph import OpGraph, tensor_op, weight_of, weight_reads
+from ..optypes import EXIT_OPS, PLACEHOLDER_OPS, VARIABLE_OPS, changes_state, loop_result
 from ..runspec import Side, spec_without_permissions
 from ..safewrite import write_file
 
@@ -60,7 +60,6 @@ __all__ = ["IsolationResult", "isolate_origins", "replay_plan", "loop_above", "g
            "load_state_variables"]
 
 GROUP_REWRITES = tuple(k.name for k in KINDS.values() if k.group)  # an origin that stands for several A ops (and B ops)
-VARIABLE_READS = PASS_THROUGH  # of a variable: its loaded value
 
 
 def replay_plan(graph: OpGraph, tensor: str, to_a: dict[str, str]) -> dict[str, str]:
@@ -221,6 +220,10 @@ def isolate_origins(
                       "inputs_identical": result.bitwise_origin,
                       "reads_variable": reads_variable(view_a.graph, result.name),
                       "writes": variable_writes(view_a.graph, result.name),
+                      # a weight's value is loaded, never computed: its difference is no kernel's (on both
+                      # sides: B may compute A's weight, a cast of it in a mixed-precision export)
+                      "weight": (weight_of(view_a.graph, result.name)
+                                 if weight_of(view_b.graph, tensor_op(pair.b)) is not None else None),
                       "executed": {"a": executed_form(manifests["a"], view_a.graph, result.name),
                                    "b": executed_form(manifests["b"], view_b.graph, tensor_op(pair.b))},
                       "same_settings": same_settings, "per_process": per_process,
@@ -359,15 +362,8 @@ def reads_variable(graph: OpGraph, op: str) -> bool:
 def _variable_of(graph: OpGraph, op: str) -> str | None:
     """The variable ``op`` is, or reads through pass-through ops (a TF2 function's inlined
     variable reaches its ReadVariableOp through an Identity of the handle), else None."""
-    name = op
-    for _ in range(len(graph)):  # a chain, never longer than the graph
-        if graph.op_type(name) in VARIABLE_OPS:
-            return name
-        inputs = graph.data_inputs(name)
-        if graph.op_type(name) not in VARIABLE_READS or not inputs or tensor_op(inputs[0]) not in graph:
-            return None
-        name = tensor_op(inputs[0])
-    return None
+    weight = weight_of(graph, op)
+    return weight if weight is not None and graph.op_type(weight) in VARIABLE_OPS else None
 
 
 def variable_writes(graph: OpGraph, op: str) -> list[str]:
@@ -417,7 +413,9 @@ def load_state_variables(isolation: dict[str, IsolationResult], graph: OpGraph) 
     for name, result in isolation.items():
         if result.load_state and name in graph:
             found.add(name)
-            found.update(tensor_op(t) for t in graph.data_inputs(name))
+            weight = weight_of(graph, name)
+            if weight is not None:  # the variable and every read of it, as its const_changed names them
+                found.update([weight, *weight_reads(graph, weight)])
     return found
 
 

@@ -5,6 +5,9 @@ inputs. This module reads the two replays next to what each side captured and na
 cause the evidence supports:
 
 * ``own_error``: the replays differ — the op's kernel computes differently given identical inputs.
+* ``weights_differ``: the op is a weight (a variable, a constant, or a read of one) and the two
+  sides hold different values for it — nothing computes it, so no kernel differs: the artifacts
+  hold different weights (an export that restored a checkpoint's moving averages, another step).
 * ``inherited``: the replays agree and the op's inputs differed in the runs — it only passed on
   a difference from upstream.
 * ``nondeterministic``: two runs of the *same* computation disagree. Only three things show
@@ -107,9 +110,13 @@ def judge(ra: np.ndarray, rb: np.ndarray, op: dict[str, Any], capture_a: Any, ca
     ``op`` is the origin's entry in ``isolation_index.json``: besides names and op types it may
     hold ``executed`` (each side's :func:`executed_form`), ``repeat_noise`` (what ``--repeat``
     measured on the tensor; absent: no repeat ran), ``per_process`` (the sides for which
-    :func:`per_process_nondeterminism` holds) and ``same_settings``. Reports written before
-    those were recorded are judged without them.
+    :func:`per_process_nondeterminism` holds), ``same_settings``, and ``weight`` (the variable or
+    constant the origin is or reads, with ``reads_variable`` for a variable; absent: it computes).
+    Reports written before those were recorded are judged without them.
     """
+    if op.get("weight") and ra.shape != rb.shape:
+        return IsolationResult("weights_differ", detail=f"{_weight_words(op)} have different shapes: {ra.shape} vs "
+                                                        f"{rb.shape}; nothing computes them, so no kernel differs")
     if ra.shape != rb.shape and ra.shape[:1] == rb.shape[:1] and same_rows(ra.shape[1:], rb.shape[1:]):
         rb = rb.reshape(ra.shape)  # B has no batch axis: its rows hold A's rows' elements
     if ra.shape != rb.shape:
@@ -136,6 +143,11 @@ def judge(ra: np.ndarray, rb: np.ndarray, op: dict[str, Any], capture_a: Any, ca
             f"the variable's value changes from one load of the model to the next ({moved_text}): it is set when the "
             "model loads (an initialiser that runs at load time, e.g. for a variable the checkpoint does not hold), "
             "not computed by a kernel and not changed by an export", load_state=True)
+    if op.get("weight") and not m.identical:
+        rel_l2 = f", rel L2 {m.rel_l2:.3g}" if m.kind == "float" else ""
+        return result("weights_differ", f"{_weight_words(op)} differ by up to {m.max_abs:.3g} (rel {m.max_rel:.3g}"
+                                        f"{rel_l2}); nothing computes them, so no kernel differs: the two artifacts "
+                                        "hold different weights")
     repeat_noise = op.get("repeat_noise")  # what --repeat measured on this tensor; None: not measured
     per_process = [side for side in noisy if side.lower() in (op.get("per_process") or [])]
     noise_is_shown = bool(repeat_noise) or bool(per_process)
@@ -197,6 +209,16 @@ def _state_detail(writes: list[str], moved_text: str) -> str:
             f"run reads what the runs before it left. Replayed in fresh processes, both sides read the same value, "
             f"but {moved_text}: the sides' earlier runs left different states (a different number of runs, or "
             "other inputs, before the ones captured). No kernel, input or export makes this difference")
+
+
+def _weight_words(op: dict[str, Any]) -> str:
+    """What the two sides hold for a weight origin, in words: the variable's loaded values (read
+    by this op, where the origin is its read) or the constant's values."""
+    weight = str(op.get("weight"))
+    read = "" if weight == tensor_op(op["a_tensor"]) else ", which this op reads,"
+    if op.get("reads_variable"):
+        return f"the values A and B load into the variable `{weight}`{read}"
+    return f"the values A's and B's graphs hold in the constant `{weight}`{read}"
 
 
 def _rewritten_at_run_time(op: dict[str, Any]) -> str:

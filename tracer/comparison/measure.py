@@ -9,6 +9,7 @@ The plain runs' outputs (what production computes) are measured here too.
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from typing import Any
 
@@ -24,6 +25,8 @@ from ..metrics.arrays import trim_memory
 from ..opgraph import tensor_op
 
 __all__ = ["pair_metrics", "plain_output_metrics", "value_source"]
+
+SHA256 = re.compile(r"sha256:[0-9a-f]{64}")
 
 
 def plain_output_metrics(
@@ -68,6 +71,25 @@ def value_source(cap: Capture, view: CaptureView):  # noqa: ANN202 - a ValueSour
             name = readers.get(op, f"{op}:0")
             return cap.digest(name) if cap.has(name) else None
 
+        def content_digest(self, op: str) -> str | None:
+            """The sha256 digest of the value (kept, or taken of the stored values), the scheme of
+            the moving averages a checkpoint's capture records."""
+            name = readers.get(op, f"{op}:0")
+            return cap.digest(name, compute=True) if cap.has(name) else None
+
+        def moving_average(self, op: str) -> dict[str, str] | None:
+            """``{"key", "digest"}`` of the moving average this side's checkpoint holds for variable
+            ``op`` (recorded by its capture); None when it holds none or the record is malformed
+            (a received manifest is checked before it is believed)."""
+            found = averages.get(op) if isinstance(averages, dict) else None
+            if not isinstance(found, dict):
+                return None
+            key, digest = found.get("key"), found.get("digest")
+            if not (isinstance(key, str) and isinstance(digest, str) and SHA256.fullmatch(digest)):
+                return None
+            return {"key": key, "digest": digest}
+
+    averages = cap.manifest.get("moving_averages")
     return Values()
 
 

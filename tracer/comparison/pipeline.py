@@ -38,9 +38,9 @@ from ..metrics import TensorMetrics, compare_arrays
 from ..runspec import InputSpec, Side
 from ..safewrite import claim, output_directory, write_file
 from .measure import pair_metrics, plain_output_metrics, value_source
-from .statuses import VERDICTS
+from .statuses import BORN_HERE, VERDICTS
 
-__all__ = ["Comparison", "compare", "comparing", "directory_size", "examples_digest", "open_or_capture"]
+__all__ = ["Comparison", "compare", "comparing", "directory_size", "examples_digest", "open_or_capture", "to_isolate"]
 
 
 
@@ -260,16 +260,14 @@ def _compare(
     metrics = pair_metrics(cap_a, cap_b, alignment, tolerance)
     noise = _noise(a, b, cap_a, cap_b, alignment, out, repeat, console, signature_map or {})
     divergence = classify(view_a.graph, alignment, metrics, tolerance, noise.per_tensor)
-    top = _to_isolate(divergence, isolate)
+    top = to_isolate(divergence, isolate)
     if top:
         claim(out, ["work"])
     isolation = isolate_origins(top, alignment, view_a, view_b, str(out / "work"), console,
                                 allow_unsafe_ops=permits, repeat_noise=noise.known(alignment)) if top else {}
-    loaded = load_state_variables(isolation, view_a.graph)
-    if loaded:  # the same weights loaded twice came out different: not an export rewrite
-        diff.rewrites[:] = [r for r in diff.rewrites if not (r.kind == "const_changed" and set(r.a_nodes) <= loaded)]
-    # An origin whose own kernel differs given identical inputs outranks one that only inherited.
-    own = {name for name, iso in isolation.items() if iso.verdict == "own_error"}
+    _drop_load_state(diff, alignment, load_state_variables(isolation, view_a.graph))
+    # An origin where the difference is born (its own kernel, its weights) outranks one that only inherited.
+    own = {name for name, iso in isolation.items() if iso.verdict in BORN_HERE}
     divergence.origins.sort(key=lambda r: r.name not in own)
     made_here = out / "captures"
     kept = {key: keep_captures or not _inside(cap.path, made_here) for key, cap in (("a", cap_a), ("b", cap_b))}
@@ -283,17 +281,24 @@ def _compare(
     return comparison
 
 
-def _to_isolate(divergence: Divergence, isolate: int) -> list[NodeResult]:
-    """The ``isolate`` top-ranked origins, and the first divergences (bitwise, beyond tolerance)
-    whatever their rank: the report leads with them, and an unrolled LSTM's first MatMul ranked
-    twelfth was once shown as "not isolated"."""
-    ranked = [r for r in divergence.origins if r.metrics is not None]
-    top = ranked[: max(0, isolate)]
-    if isolate > 0:
-        for first in (divergence.first_bitwise, divergence.first_beyond_tolerance):
-            if first is not None and first.metrics is not None and first not in top:
-                top.append(first)
-    return top
+def _drop_load_state(diff: GraphDiff, alignment: Alignment, loaded: set[str]) -> None:
+    """The same weights loaded twice came out different (``loaded``: variables set at load, and
+    their reads): not a change of the weights, so no const_changed, and their ops sit in none."""
+    dropped = [r for r in diff.rewrites if r.kind == "const_changed" and set(r.a_nodes) <= loaded]
+    diff.rewrites[:] = [r for r in diff.rewrites if r not in dropped]
+    for op in (op for r in dropped for op in r.a_nodes):
+        node = alignment.nodes.get(op)
+        if node is not None and node.rewrite == "const_changed":
+            node.rewrite = None
+
+
+def to_isolate(divergence: Divergence, count: int) -> list[NodeResult]:
+    """The origins to replay (``--isolate N``): the first divergence (bitwise, then beyond
+    tolerance) and then the top-ranked origins, N in all. The first divergence is the op every
+    summary names first, so its verdict must be there even when others differ more."""
+    firsts = [r for r in (divergence.first_bitwise, divergence.first_beyond_tolerance) if r is not None]
+    chosen = {r.name: r for r in [*firsts, *divergence.origins] if r.metrics is not None}
+    return list(chosen.values())[: max(0, count)]
 
 
 def examples_digest(view: CaptureView) -> str | None:

@@ -44,8 +44,8 @@ def diff_artifacts(a: ArtifactRef | str, b: ArtifactRef | str, *, allow_unsafe_o
     diff = diff_graphs(
         graph_a,
         graph_b,
-        value_source(art_a),
-        value_source(art_b),
+        value_source(art_a, graph_a),
+        value_source(art_b, graph_b),
         a_inlined_by_loader=art_a.inlined_by_loader,
         b_inlined_by_loader=art_b.inlined_by_loader,
     )

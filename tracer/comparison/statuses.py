@@ -8,7 +8,7 @@ re-render of a report (``tftrace report``) can use it without the comparison's n
 
 from __future__ import annotations
 
-__all__ = ["STATUSES", "STATUS_LABELS", "VERDICTS", "ISOLATION_VERDICTS"]
+__all__ = ["STATUSES", "STATUS_LABELS", "VERDICTS", "ISOLATION_VERDICTS", "BORN_HERE"]
 
 # An op's status, worst first (the order a scope box uses to pick the colour of its worst op) -> its label.
 STATUS_LABELS: dict[str, str] = {
@@ -26,8 +26,11 @@ STATUSES: tuple[str, ...] = tuple(STATUS_LABELS)
 # A comparison's verdict, best to worst: the worse of two verdicts is the later one.
 VERDICTS: tuple[str, ...] = ("identical", "within_tolerance", "within_noise", "diverged")
 
-# An origin's isolation verdict (tracer.comparison.judge names the first five from its replays):
-# not_run, its replay is pending on the machine that has a side's model; not_replayed,
-# TensorFlow could not run the replay (the detail gives its reason).
-ISOLATION_VERDICTS: tuple[str, ...] = ("own_error", "inherited", "nondeterministic", "run_time_rewrite",
-                                       "not_reproduced", "not_run", "not_replayed")
+# An origin's isolation verdict (tracer.comparison.judge names the replayed ones; the README's table):
+# not_run, its replay is pending on the machine that has a side's model; not_replayed, TensorFlow
+# could not run the replay (the detail gives its reason).
+ISOLATION_VERDICTS: tuple[str, ...] = ("own_error", "weights_differ", "inherited", "nondeterministic",
+                                       "run_time_rewrite", "state", "not_reproduced", "not_run", "not_replayed")
+# The isolation verdicts that say the difference is born at the op itself — its kernel computes
+# differently, or the weights it holds differ — so its origin is ranked before the others.
+BORN_HERE: frozenset[str] = frozenset({"own_error", "weights_differ"})

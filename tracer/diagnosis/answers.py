@@ -58,6 +58,8 @@ def _where(exp: dict[str, Any]) -> str:
     if verdict == "own_error":
         text += f", where the while loop {loop} differs given identical inputs" if loop else \
             ", whose own kernel differs given identical inputs"
+    elif verdict == "weights_differ":
+        text += ", a weight the two sides hold with different values (no kernel is involved)"
     elif verdict == "inherited":
         text += ", which only inherits a difference too small to judge above it"
     elif verdict == "nondeterministic":

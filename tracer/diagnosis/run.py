@@ -40,6 +40,7 @@ from ..artifacts.loader import ArtifactRef
 from ..captures.launcher import capture as capture_side
 from ..captures.reader import Capture
 from ..comparison.divergence import Tolerance
+from ..comparison.statuses import BORN_HERE
 from ..errors import TftraceError
 from .experiments import FACTORS, plan_experiments
 from .gpus import gpu_unavailable_reason
@@ -401,7 +402,7 @@ def _write_report(doc: dict[str, Any], results: list[dict[str, Any]], out: Path)
     def rank(r: dict[str, Any]) -> tuple:
         first = r.get("first_divergence") or {}
         diff = r.get("max_abs_output_diff")
-        return (r["verdict"] == "diverged", bool(first), first.get("isolation") == "own_error",
+        return (r["verdict"] == "diverged", bool(first), first.get("isolation") in BORN_HERE,
                 float("inf") if diff is None else float(diff))
 
     chosen = max(candidates, key=rank)

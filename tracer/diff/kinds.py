@@ -102,7 +102,7 @@ KINDS: dict[str, RewriteKind] = {k.name: k for k in (
     RewriteKind("node_removed", "unmatched", "export", 8),
     RewriteKind("op_changed", "per_pair", "export", 4),
     RewriteKind("attr_changed", "per_pair", "export", 5),
-    RewriteKind("const_changed", "per_pair", "export", 0),
+    RewriteKind("const_changed", "per_pair", "weights", 0),  # a weight's values differ: tracer.causes explains them
     RewriteKind("rewired", "per_pair", "export", 6),
     RewriteKind("variable_frozen", "per_pair", None, 9),
     RewriteKind("batchnorm_folded", "batchnorm_folds", "export", 1, _pair_batchnorm_folded, "folded batch norm"),

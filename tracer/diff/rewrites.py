@@ -28,11 +28,14 @@ from ..errors import TftraceError
 from .kinds import PASSES, REWRITE_KINDS
 from .records import GraphDiff, Rewrite
 from .match import canonical_tensor, match_graphs
-from ..opgraph import OpGraph, tensor_op, tensor_slot
+from ..opgraph import OpGraph, tensor_op, tensor_slot, weight_reads
 from ..optypes import BATCH_NORM_OPS, CHAIN_BOUNDARY_OPS, LINEAR_OPS, PASS_THROUGH, VARIABLE_OPS, WEIGHT_OPS, is_fused_op
 
 __all__ = ["diff_graphs", "ValueSource", "REWRITE_KINDS"]
 
+# A weight's value by op name. A source may also offer ``kept_digest(op)`` (a capture's digest kept
+# instead of the value), ``content_digest(op)`` (the sha256 of the value) and ``moving_average(op)``
+# (``{"key", "digest"}`` of the average its checkpoint holds for a variable): looked up, not required.
 ValueSource = Callable[[str], "np.ndarray | None"]
 TYPE_ATTRS = {"T", "dtype", "SrcT", "DstT", "Tidx", "U"}
 IGNORED_ATTRS = {"value", "shared_name", "container", "_class"}
@@ -54,8 +57,9 @@ def diff_graphs(
     """
     ctx = _Context(a, b, values_a or _none, values_b or _none, a_inlined_by_loader or b_inlined_by_loader)
     rewrites = [r for detector in PASSES for r in getattr(ctx, detector)()]  # the registry's passes (kinds.py)
-    order = {name: i for i, name in enumerate(a.topo_order())}
-    rewrites.sort(key=lambda r: (min((order.get(n, 1 << 30) for n in r.a_nodes), default=1 << 30), r.kind))
+    # in the order the examples meet them (a weight where it is first used, not where its name sorts)
+    order, last = a.flow_order(), (1 << 30, 0, 0)
+    rewrites.sort(key=lambda r: (min((order.get(n, last) for n in r.a_nodes), default=last), r.kind))
     only_a = [n for n in a.topo_order() if n not in ctx.pairs]
     only_b = [n for n in b.topo_order() if n not in ctx.inverse]
     return GraphDiff(ctx.pairs, only_a, only_b, rewrites)
@@ -112,6 +116,25 @@ class _Context:
         except TftraceError:  # kept by digest and not readable here: the pair's metrics say so
             return None
         return None if array is None else hashlib.sha1(np.ascontiguousarray(array).tobytes()).hexdigest()
+
+    def moving_average(self, x: str, y: str) -> dict[str, Any] | None:
+        """Where one side's checkpoint also holds a moving average of the changed variable
+        (``w/ExponentialMovingAverage``): which side, its key, and whether the other side's value
+        is that average bit for bit (None: not known). An export that restored the averages holds
+        them; only the digests say so, never the names alone."""
+        for side, (own, other, mine, theirs) in (("a", (self.va, self.vb, x, y)), ("b", (self.vb, self.va, y, x))):
+            found = getattr(own, "moving_average", None)
+            average = found(mine) if found is not None else None
+            if average is None:
+                continue
+            digest = getattr(other, "content_digest", None)
+            try:
+                held = digest(theirs) if digest is not None else None
+            except TftraceError:  # a value kept by digest that cannot be read back here
+                held = None
+            return {"checkpoint": side, "key": average["key"],
+                    "matches": None if held is None else held == average["digest"]}
+        return None
 
     def max_change(self, x: str, y: str) -> float | None:
         try:
@@ -256,7 +279,14 @@ class _Context:
         if da is not None and db is not None and da.startswith("sha256:") != db.startswith("sha256:"):
             da, db = self.digest(self.a, x, self.va, kept=False), self.digest(self.b, y, self.vb, kept=False)
         if da is not None and db is not None and da != db:
-            return [Rewrite("const_changed", [x], [y], {"max_abs_change": self.max_change(x, y)})]
+            # the weight's reads hold its value wherever it is used: the change is theirs too (a
+            # resource variable is never captured itself, so its ReadVariableOp is where it shows)
+            a_nodes, b_nodes = [x, *weight_reads(self.a, x)], [y, *weight_reads(self.b, y)]
+            detail: dict[str, Any] = {"max_abs_change": self.max_change(x, y)}
+            average = self.moving_average(x, y)
+            if average is not None:
+                detail["moving_average"] = average
+            return [Rewrite("const_changed", a_nodes, b_nodes, detail)]
         if op_a in VARIABLE_OPS and op_b == "Const":
             a_nodes = [x] + [n for n in self.a.g.successors(x) if self.a.op_type(n) in PASS_THROUGH and n not in self.pairs]
             self.done_a.update(a_nodes)

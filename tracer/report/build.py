@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from .._version import __version__
 from ..captures.inputs import run_batch_size
 from ..causes import explain_comparison
+from ..comparison.statuses import BORN_HERE
 from ..jsonvalues import jsonable
 from ..opgraph import tensor_op
 from ..safewrite import write_file
@@ -295,7 +296,7 @@ def merge_isolation(report: dict[str, Any], results: dict[str, Any]) -> dict[str
         for key in ("first_divergence", "first_divergence_beyond_tolerance"):
             if report.get(key) and report[key]["node"] == name:
                 report[key]["isolation"] = doc
-    report["origins"].sort(key=lambda o: ((o.get("isolation") or {}).get("verdict") != "own_error", o.get("rank", 0)))
+    report["origins"].sort(key=lambda o: ((o.get("isolation") or {}).get("verdict") not in BORN_HERE, o.get("rank", 0)))
     for rank, origin in enumerate(report["origins"], 1):
         origin["rank"] = rank
     report["answers"] = explain_comparison(report) if (report.get("answers") or {}).get("source") != "diagnosis" \

@@ -272,6 +272,7 @@ def _headline(report: dict[str, Any], op_count: int) -> str:
         verdicts = {"own_error": f"where the while loop {loop} differs given identical inputs" if loop
                     else "its own error",
                     "inherited": "inherited from upstream",
+                    "weights_differ": "where the two artifacts hold different weights",
                     "nondeterministic": "which changes from run to run on identical inputs (nondeterminism)",
                     "run_time_rewrite": "which the two runs executed as different kernels (a rewrite at run time)",
                     "state": "which reads the model's own state (a variable the graph writes on every run)",

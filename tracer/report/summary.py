@@ -280,6 +280,33 @@ def nonfinite_context(report: dict[str, Any]) -> list[str]:
     return [f"NaN/Inf first computed from finite inputs on {k.upper()} at {words(v)}{agree}" for k, v in found.items()]
 
 
+def changed_weights(report: dict[str, Any]) -> list[str]:
+    """The weights (variables, constants) whose values differ between the sides: the A node of
+    each ``const_changed`` rewrite, in the report's order. One change to the model's weights shows
+    as one rewrite per weight, so a summary counts them together."""
+    return [str(r["a_nodes"][0]) for r in report.get("rewrites") or []
+            if isinstance(r, dict) and r.get("kind") == "const_changed" and r.get("a_nodes")]
+
+
+def moving_average_text(average: dict[str, Any]) -> str:
+    """A const_changed's ``moving_average`` detail in words: which side's checkpoint holds an
+    average of the variable, and whether the other side's value is it."""
+    own = str(average.get("checkpoint", "a")).upper()
+    other = "B" if own == "A" else "A"
+    held = {True: f"{other} holds exactly {own}'s checkpoint's `{average.get('key')}`",
+            False: f"{own}'s checkpoint also holds `{average.get('key')}`, but {other}'s value is not it"}
+    return held.get(average.get("matches"), f"{own}'s checkpoint also holds `{average.get('key')}` "
+                                            f"({other}'s value could not be compared with it)")
+
+
+def weights_differ_text(report: dict[str, Any]) -> str:
+    """The first divergence's isolation in words when it is a weight the sides hold differently
+    (``weights_differ``), with how many weights differ in all: they are one finding, not N."""
+    count = len(changed_weights(report))
+    others = f", as {count} weights do" if count > 1 else ""
+    return f"its weights differ (A and B hold different values for it{others}; no kernel is involved)"
+
+
 def isolation_text(isolation: dict[str, Any] | None, op_type: str = "") -> str:
     """Own error vs inherited, in words: the fact a reader needs to know where to look.
 
@@ -294,6 +321,9 @@ def isolation_text(isolation: dict[str, Any] | None, op_type: str = "") -> str:
         alone = "the op with the while loop above it" if isolation.get("loop") else replayed
         head = (f"own error: fed identical inputs, {alone} still differs "
                 f"(max abs {fmt(isolation.get('max_abs'))}, {relative_text(isolation)})")
+    elif verdict == "weights_differ":
+        head = ("weights differ: A and B hold different values for this weight — nothing computes it, so no "
+                "kernel differs")
     elif verdict == "inherited":
         head = f"inherited: fed identical inputs, {replayed} agrees — the difference comes from upstream"
     elif verdict == "nondeterministic":
@@ -444,9 +474,10 @@ def diagnosis_rows(report: dict[str, Any]) -> list[dict[str, str]]:
         first = exp.get("first_divergence") if isinstance(exp.get("first_divergence"), dict) else {}
         latency = exp.get("latency_ms") if isinstance(exp.get("latency_ms"), dict) else {}
         iso = first.get("isolation") if isinstance(first.get("isolation"), dict) else {}
-        own = {"own_error": "own error", "inherited": "inherited", "nondeterministic": "nondeterministic",
-               "run_time_rewrite": "rewritten at run time", "state": "model state",
-               "not_reproduced": "not reproduced", "not_replayed": "not replayed"}.get(str(iso.get("verdict")), "")
+        own = {"own_error": "own error", "weights_differ": "weights differ", "inherited": "inherited",
+               "nondeterministic": "nondeterministic", "run_time_rewrite": "rewritten at run time",
+               "state": "model state", "not_reproduced": "not reproduced",
+               "not_replayed": "not replayed"}.get(str(iso.get("verdict")), "")
         where = f"{first.get('node')} ({first.get('op')})" if first.get("node") else ""
         rows.append({
             "name": str(exp.get("name") or ""),

@@ -15,7 +15,8 @@ from ..optypes import loop_result
 from ..text import printable, printable_tree
 from .numbers import figure
 from .summary import (first_divergences, mismatch_note, noise_lines, nonfinite_context, not_captured_text,
-                      observed_beside, outputs_not_compared, relative_text, unobserved_divergence)
+                      moving_average_text, observed_beside, outputs_not_compared, relative_text,
+                      unobserved_divergence, weights_differ_text)
 
 __all__ = ["print_graph_diff", "print_comparison"]
 
@@ -63,6 +64,9 @@ def _detail(detail: dict) -> str:
             continue
         if key == "attrs":
             value = "; ".join(f"{k}: {v['a']!r} → {v['b']!r}" for k, v in value.items())
+        elif key == "moving_average" and isinstance(value, dict):
+            parts.append(moving_average_text(value))
+            continue
         elif isinstance(value, float):
             value = figure(value)
         parts.append(f"{key}={value}")
@@ -164,6 +168,7 @@ def print_comparison(console: Console, report: dict, out_dir: object = None) -> 
                    else "with the while loop above it (replayed whole), it differs given identical inputs"
                    if iso.get("loop") else "its own kernel differs given identical inputs")
             verdict_iso = {"own_error": own,
+                           "weights_differ": weights_differ_text(report),
                            "inherited": "inherited (identical given identical inputs)",
                            "nondeterministic": "nondeterministic (changes from run to run on identical inputs)",
                            "run_time_rewrite": "rewritten at run time (the runs executed it as different kernels; "
