@@ -256,7 +256,7 @@ def test_a_factor_declared_only_in_the_registry_appears_in_the_matrix(monkeypatc
     assert answers["prevent"][0].startswith("FP8 matmuls: no fp8 anywhere.")
     assert answers["cost"][0].startswith("FP8 matmuls: fp32: 2 ms") and "Choosing fp8 off costs +50.0%" in answers["cost"][0]
     recipe = plan_recipe(list(planned.values()), [{"name": "fp8", "factor": "fp8", "verdict": "diverged"}], ctx)
-    assert recipe.applied == ("fp8 off",) and recipe.planned.a.side.knobs.tf32 == "off"
+    assert recipe.applied == ("TF32 off",) and recipe.planned.a.side.knobs.tf32 == "off"  # the knob it sets, in words
 
 
 def test_unparsable_batching_file_is_refused_before_anything_runs(tmp_path):
