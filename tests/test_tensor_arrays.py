@@ -62,6 +62,10 @@ def test_a_difference_inside_the_map_fn_body_is_isolated_by_replaying_the_loop(m
         "the ops inside a loop) differs from A's by up to ")
     assert isolation["noise_max_abs"] == 0.0  # A's replay recomputed A's own result: the loop ran, from x
     assert "the while loop that filled its TensorArray differs given identical inputs" in " ".join(proc.stdout.split())
+    # the changed constant inside the loop body is what the replay ran: the origin's rewrite, and the answer
+    assert isolation["rewritten"] == [{"op": "map/while/mul/y", "kind": "const_changed"}]
+    assert first["rewrite"] == "const_changed" and report["answers"]["causes"] == ["weights"]
+    assert "1 weight differs between A and B (`map/while/mul/y`)" in report["answers"]["why"][0]
 
 
 def test_a_difference_before_the_loop_propagates_through_the_gather(map_models: Path, tmp_path: Path) -> None:
@@ -86,6 +90,10 @@ def test_with_tf2_control_flow_the_tensor_list_stack_is_isolated_with_its_functi
     assert first["isolation"]["detail"].startswith("given identical inputs, B's while loop that filled its TensorList "
                                                    "(replayed whole: a session cannot fetch the ops inside a loop)")
     assert "the while loop that filled its TensorList differs given identical inputs" in " ".join(proc.stdout.split())
+    # TF2 keeps the loop body in a function: its changed constant changes the While's body digest
+    assert first["isolation"]["rewritten"] == [{"op": "map/while", "kind": "attr_changed"}]
+    assert first["rewrite"] == "attr_changed" and report["answers"]["causes"] == ["export"]
+    assert ("whose replay ran the rewritten `map/while` (attr_changed) with it" in report["answers"]["why"][0])
 
 
 # The CLI with the replay plan as it was before TensorArray flows were known: the loop's Exit

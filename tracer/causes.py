@@ -294,6 +294,16 @@ def _cost_line(cause: Cause) -> str:
     return f"{cause.title.split(' (')[0]}: {cause.cost}{measured}."
 
 
+def _replayed_rewrite(origin: dict[str, Any]) -> str:
+    """For an origin whose rewrite is that of an op its replay ran with it (the loop a gather
+    stands for): which op, so the sentence does not seem to blame the gather."""
+    rewritten = (origin.get("isolation") or {}).get("rewritten") or []
+    first = rewritten[0] if rewritten and isinstance(rewritten[0], dict) else {}
+    if not first.get("op") or first.get("op") == origin.get("node"):
+        return ""
+    return f", whose replay ran the rewritten `{first['op']}` ({first.get('kind')}) with it"
+
+
 def explain_comparison(report: dict[str, Any]) -> dict[str, Any]:
     """The why / prevent / cost a single comparison can support, from the report dict alone."""
     found: dict[str, str] = {}  # cause key -> the evidence sentence
@@ -318,7 +328,8 @@ def explain_comparison(report: dict[str, Any]) -> dict[str, Any]:
         kinds = sorted({o["rewrite"] for o in rewritten})
         causes = {kind.cause for kind in map(kind_of, kinds) if kind and kind.cause}  # several: the catalogue's first
         found[min(causes, key=list(CAUSES).index)] = (
-            f"{len(rewritten)} origin(s) sit in export rewrites ({', '.join(kinds)}), e.g. `{rewritten[0]['node']}`."
+            f"{len(rewritten)} origin(s) sit in export rewrites ({', '.join(kinds)}), e.g. `{rewritten[0]['node']}`"
+            + _replayed_rewrite(rewritten[0]) + "."
         )
     # an origin that reads the model's state: the batch sizes matter through the runs made, not the kernels
     state = bool(first) and (first.get("isolation") or {}).get("verdict") == "state"

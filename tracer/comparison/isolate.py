@@ -230,7 +230,8 @@ def isolate_origins(
                       "repeat_noise": None if repeat_noise is None else repeat_noise.get(result.tensor),
                       "same_op_same_settings": same_settings and not node.rewrite
                       and _replayed_alone_alike(view_a.graph, view_b.graph, result.name, tensor_op(pair.b), plans),
-                      "loop": loop_above(view_a.graph, result.tensor, plans["a"])})
+                      "loop": loop_above(view_a.graph, result.tensor, plans["a"]),
+                      "rewritten": rewritten_in_replay(alignment, view_a.graph, result, plans["a"])})
         if group:
             index[-1]["group"] = group
         for key, fetch in (("a", result.tensor), ("b", pair.b)):
@@ -352,6 +353,33 @@ def evaluate(workdir: str) -> dict[str, IsolationResult]:
         ra, rb = np.load(replays["a"]), np.load(replays["b"])
         results[op["node"]] = judge(ra, rb, op, capture_a, capture_b)
     return results
+
+
+def rewritten_in_replay(alignment: Alignment, graph: OpGraph, result: Any, feeds: dict[str, str]
+                        ) -> list[dict[str, str]]:
+    """The ops of A an origin's replay recomputes with it (from ``feeds`` up to it, control
+    inputs included) that an export rewrote, in topological order: ``[{"op", "kind"}]``.
+
+    A loop's result is replayed with the whole loop, whose body is not captured op by op: a
+    constant changed inside a ``tf.map_fn`` body (an NMS threshold) or a TF2 While whose body
+    changed shows only at the gather after the loop, an origin with no rewrite of its own. Its own
+    error is then that of these rewrites, and the report says so."""
+    walked: set[str] = set()
+    stack = [result.name]
+    while stack:
+        op = stack.pop()
+        if op in walked or op not in graph:
+            continue
+        walked.add(op)
+        node = graph.node(op)
+        stack.extend(tensor_op(t) for t in node["inputs"] if t not in feeds)
+        stack.extend(tensor_op(c) for c in node["control_inputs"])
+    found = []
+    for op in graph.topo_order():
+        node = alignment.nodes.get(op)
+        if op in walked and op != result.name and node is not None and node.rewrite:
+            found.append({"op": op, "kind": node.rewrite})
+    return found
 
 
 def reads_variable(graph: OpGraph, op: str) -> bool:

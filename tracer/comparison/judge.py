@@ -61,12 +61,15 @@ class IsolationResult:
     executed: dict[str, list[str]] | None = None  # run_time_rewrite: each side's kernel(s) for the op in its run
     loop: str | None = None  # the Exit of a while loop the replay recomputed with the op (isolate.loop_above)
     writes: list[str] | None = None  # state: the ops that write the variable the op reads (isolate.variable_writes)
+    # ops the replay recomputed with the origin that an export rewrote ({"op", "kind"}: a constant
+    # inside a loop body, a While whose body changed): an own error may be theirs (isolate.rewritten_in_replay)
+    rewritten: list[dict[str, str]] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"verdict": self.verdict, "max_abs": self.max_abs, "max_rel": self.max_rel, "rel_l2": self.rel_l2,
                 "detail": self.detail, "command": self.command, "noise_max_abs": self.noise_max_abs,
                 "load_state": self.load_state, "executed": self.executed, "loop": self.loop,
-                "writes": self.writes}
+                "writes": self.writes, "rewritten": self.rewritten}
 
 
 def executed_form(manifest: dict[str, Any], graph: OpGraph, node: str) -> list[str] | None:
@@ -133,7 +136,8 @@ def judge(ra: np.ndarray, rb: np.ndarray, op: dict[str, Any], capture_a: Any, ca
 
     def result(verdict: str, detail: str, **extra: Any) -> IsolationResult:  # with the replays' metrics and noise
         return IsolationResult(verdict, m.max_abs, m.max_rel, detail, noise_max_abs=replay_noise,
-                               rel_l2=m.rel_l2 if m.kind == "float" else None, loop=op.get("loop"), **extra)
+                               rel_l2=m.rel_l2 if m.kind == "float" else None, loop=op.get("loop"),
+                               rewritten=op.get("rewritten") or None, **extra)
 
     if op.get("writes") and m.identical and noisy:
         return result("state", _state_detail(op["writes"], moved_text), writes=list(op["writes"]))

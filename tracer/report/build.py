@@ -95,12 +95,20 @@ def _origin(result: NodeResult, comparison: Comparison, rank: int | None = None)
         "rel_to_peak": rel_to_peak(comparison.view_a, result.tensor, m),
         "level": "tolerance" if result.status == "origin" else "bitwise",
         "status": result.status,
-        "rewrite": node.rewrite if node else None,
+        "rewrite": (node.rewrite if node else None) or _rewrite_replayed_with(iso),
         "isolation": iso.to_json() if iso else None,
     }
     if rank is not None:
         out["rank"] = rank
     return out
+
+
+def _rewrite_replayed_with(iso: Any) -> str | None:
+    """An origin's own error that its replay owes to a rewritten op it recomputed (a constant inside
+    the loop a gather stands for): that op's rewrite kind, which the causes then explain."""
+    if iso is None or iso.verdict != "own_error" or not iso.rewritten:
+        return None
+    return str(iso.rewritten[0]["kind"])
 
 
 def _node(result: NodeResult, comparison: Comparison, index: int) -> dict[str, Any]:
