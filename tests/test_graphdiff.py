@@ -460,6 +460,36 @@ def test_batchnorm_folded_names_the_batch_norm_its_conv_and_every_member() -> No
     ]
 
 
+def test_a_resize_fused_into_the_folded_conv_is_named_and_its_filter_found() -> None:
+    """optimize_for_inference folds the batch norm and fuses the resize before the conv into one
+    FusedResizeAndPadConv2D(input, size, paddings, filter): the filter was taken as input 1 (the
+    size), so the fold's weight change read None, and the fusion, which changes what the resize
+    computes, was not named at all."""
+    a_doc = _conv_bn_model(False).to_json()
+    for node in a_doc["nodes"]:
+        if node["name"] == "conv/Conv2D":
+            node["inputs"][0] = "resize/ResizeBilinear:0"
+    a_doc["nodes"] += [const("resize/size", "1" * 40, [2]),
+                       op("resize/ResizeBilinear", "ResizeBilinear", ["images:0", "resize/size:0"],
+                          attrs={"T": "float32", "half_pixel_centers": True}, shape=[None, 8, 8, 3])]
+    b_doc = _conv_bn_model(True).to_json()
+    for node in b_doc["nodes"]:
+        if node["name"] == "conv/Conv2D":
+            node["op"] = "FusedResizeAndPadConv2D"
+            node["inputs"] = ["images:0", "resize/size:0", "conv/paddings:0", "conv/Conv2D_weights:0"]
+    b_doc["nodes"] += [const("resize/size", "1" * 40, [2]), const("conv/paddings", "2" * 40, [4, 2])]
+    wa, wb = np.ones((3, 3, 3, 2), np.float32), np.full((3, 3, 3, 2), 0.5, np.float32)
+    diff = diff_graphs(OpGraph.from_json(a_doc), OpGraph.from_json(b_doc), values({"conv/weights": wa}),
+                       values({"conv/Conv2D_weights": wb}))
+    by_kind = {r.kind: r for r in diff.rewrites}
+    fused = by_kind["fused"]
+    assert (fused.a_nodes, fused.b_nodes, fused.detail["fused_op"]) == (
+        ["resize/ResizeBilinear", "conv/Conv2D"], ["conv/Conv2D"], "FusedResizeAndPadConv2D")
+    folded = by_kind["batchnorm_folded"].detail
+    assert (folded["weights_max_abs_change"], folded["conv_became"]) == (0.5, "FusedResizeAndPadConv2D")
+    assert "resize/size" not in by_kind["batchnorm_folded"].b_nodes
+
+
 def test_cast_inserted_around_a_narrowed_op() -> None:
     a = dense_model()
     doc = dense_model().to_json()

@@ -231,6 +231,24 @@ def test_within_noise_names_nondeterminism_not_the_observer_when_the_shift_is_no
     assert "observation" in explain_comparison(report)["causes"]
 
 
+def test_a_resize_fused_into_a_conv_is_said_beside_the_batch_norm_fold() -> None:
+    """optimize_for_inference's fuse_resize_and_conv: a detector export differed by 5.3 at its first
+    conv because the fused op cannot do half_pixel_centers, and the why named only the fold."""
+    first = {"node": "conv1_bn/FusedBatchNormV3", "op": "FusedBatchNormV3", "rewrite": "batchnorm_folded",
+             "isolation": {"verdict": "own_error"}}
+    side = {"device": "cpu", "batch_size": 8, "knobs": {}}
+    report = {"verdict": "diverged", "sides": {"a": side, "b": side}, "origins": [first], "first_divergence": first,
+              "nodes": {"resize/ResizeBilinear": {"op": "ResizeBilinear", "attrs_a": {"half_pixel_centers": True}},
+                        first["node"]: {"rewrite": "batchnorm_folded"}},
+              "rewrites": [{"kind": "fused", "a_nodes": ["resize/ResizeBilinear", "conv1/Conv2D"],
+                            "b_nodes": ["conv1/Conv2D"], "detail": {"fused_op": "FusedResizeAndPadConv2D"}}]}
+    why = explain_comparison(report)["why"][0]
+    assert why.endswith("e.g. `conv1_bn/FusedBatchNormV3`. The export also fused `resize/ResizeBilinear` into the "
+                        "convolution after it (FusedResizeAndPadConv2D, optimize_for_inference's fuse_resize_and_conv; "
+                        "`toco_compatible=True` leaves it out). A's resize used half_pixel_centers, which the fused op "
+                        "cannot: it resizes differently.")
+
+
 def test_the_batch_sentence_ends_where_its_evidence_does() -> None:
     """Without an own-error isolation the batch sentence once ended in a dangling ';'."""
     assert "the sides run batch 8 vs 1; the origin op's own kernel differs given identical inputs." in \

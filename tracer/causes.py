@@ -294,9 +294,31 @@ def _cost_line(cause: Cause) -> str:
     return f"{cause.title.split(' (')[0]}: {cause.cost}{measured}."
 
 
-def _replayed_rewrite(origin: dict[str, Any]) -> str:
+def _fused_resize(report: dict[str, Any]) -> str:
+    """optimize_for_inference's fuse_resize_and_conv folds a ResizeBilinear into the next conv as
+    FusedResizeAndPadConv2D, which has no ``half_pixel_centers``: a resize that used it computes
+    other values there (by up to whole pixels), whatever the batch-norm folding beside it did."""
+    for rewrite in report.get("rewrites") or []:
+        detail = rewrite.get("detail") if isinstance(rewrite, dict) else None
+        if rewrite.get("kind") != "fused" or not isinstance(detail, dict) or detail.get("fused_op") not in (
+                "FusedResizeAndPadConv2D", "FusedPadConv2D"):
+            continue
+        resize = next((n for n in rewrite.get("a_nodes") or [] if "Resize" in str(
+            ((report.get("nodes") or {}).get(n) or {}).get("op", ""))), None)
+        attrs = ((report.get("nodes") or {}).get(resize) or {}).get("attrs_a") or {}
+        lost = (" A's resize used half_pixel_centers, which the fused op cannot: it resizes differently."
+                if attrs.get("half_pixel_centers") is True else "")
+        return (f" The export also fused `{(rewrite.get('a_nodes') or ['?'])[0]}` into the convolution after it "
+                f"({detail['fused_op']}, optimize_for_inference's fuse_resize_and_conv; `toco_compatible=True` "
+                f"leaves it out).{lost}")
+    return ""
+
+
+def _replayed_rewrite(report: dict[str, Any], origin: dict[str, Any]) -> str:
     """For an origin whose rewrite is that of an op its replay ran with it (the loop a gather
-    stands for): which op, so the sentence does not seem to blame the gather."""
+    stands for), not its own: which op, so the sentence does not seem to blame the gather."""
+    if ((report.get("nodes") or {}).get(origin.get("node")) or {}).get("rewrite"):
+        return ""  # in a rewrite itself (a folded batch norm's group)
     rewritten = (origin.get("isolation") or {}).get("rewritten") or []
     first = rewritten[0] if rewritten and isinstance(rewritten[0], dict) else {}
     if not first.get("op") or first.get("op") == origin.get("node"):
@@ -329,7 +351,7 @@ def explain_comparison(report: dict[str, Any]) -> dict[str, Any]:
         causes = {kind.cause for kind in map(kind_of, kinds) if kind and kind.cause}  # several: the catalogue's first
         found[min(causes, key=list(CAUSES).index)] = (
             f"{len(rewritten)} origin(s) sit in export rewrites ({', '.join(kinds)}), e.g. `{rewritten[0]['node']}`"
-            + _replayed_rewrite(rewritten[0]) + "."
+            + _replayed_rewrite(report, rewritten[0]) + "." + _fused_resize(report)
         )
     # an origin that reads the model's state: the batch sizes matter through the runs made, not the kernels
     state = bool(first) and (first.get("isolation") or {}).get("verdict") == "state"

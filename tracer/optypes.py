@@ -53,7 +53,10 @@ LINEAR_OPS = frozenset({"Conv2D", "Conv3D", "DepthwiseConv2dNative", "MatMul", "
 # Ops that replace a chain of ops by one kernel: Grappler's remapper (``_Fused*``), oneDNN's
 # (``_MklFused*``, ``_MklNativeFused*``), and TF-TRT/contrib's fused conv.
 FUSED_OP_PREFIXES = ("_Fused", "_MklFused", "_MklNativeFused")
-FUSED_OPS = frozenset({"FusedConv2DBiasActivation"})
+FUSED_OPS = frozenset({"FusedConv2DBiasActivation",
+                       # optimize_for_inference's fuse_resize_and_conv: a resize (and pad) folded into the conv,
+                       # which has no half_pixel_centers: the resize it computes may be another one
+                       "FusedResizeAndPadConv2D", "FusedPadConv2D"})
 
 
 def is_fused_op(op_type: str) -> bool:

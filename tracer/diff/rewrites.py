@@ -160,16 +160,16 @@ class _Context:
             conv_b = self.partner(conv)
             if self.a.op_type(conv) not in LINEAR_OPS or conv_b is None:
                 continue
-            a_nodes = [bn, conv] + self.source_chain(self.a, self.a.data_inputs(conv)[1])
+            a_nodes = [bn, conv] + self.source_chain(self.a, _filter_input(self.a, conv))
             for param in inputs[1:]:
                 a_nodes += [n for n in self.source_chain(self.a, param) if n not in self.pairs or n == bn]
-            b_nodes = [conv_b] + self.source_chain(self.b, self.b.data_inputs(conv_b)[1])
+            b_nodes = [conv_b] + self.source_chain(self.b, _filter_input(self.b, conv_b))
             if partner is not None:
                 b_nodes.append(partner)
                 for tensor in self.b.data_inputs(partner)[1:]:
                     b_nodes += [n for n in self.source_chain(self.b, tensor) if n not in self.inverse]
-            weights_a = self.source_chain(self.a, self.a.data_inputs(conv)[1])[-1]
-            weights_b = self.source_chain(self.b, self.b.data_inputs(conv_b)[1])[-1]
+            weights_a = self.source_chain(self.a, _filter_input(self.a, conv))[-1]
+            weights_b = self.source_chain(self.b, _filter_input(self.b, conv_b))[-1]
             detail = {
                 "batch_norm": bn,
                 "conv": conv,
@@ -177,6 +177,8 @@ class _Context:
                 "replaced_by": self.b.op_type(partner) if partner else None,
                 "weights_max_abs_change": self.max_change(weights_a, weights_b),
             }
+            if self.b.op_type(conv_b) != self.a.op_type(conv):  # optimize_for_inference fused more into the conv
+                detail["conv_became"] = self.b.op_type(conv_b)
             out.append(Rewrite("batchnorm_folded", _unique(a_nodes), _unique(b_nodes), detail))
             self.done_a.update(a_nodes)
             self.done_b.update(b_nodes)
@@ -350,6 +352,16 @@ def _fed_changes(x: str, y: str, na: dict[str, Any], nb: dict[str, Any]) -> list
 def _type_attrs_differ(a: OpGraph, b: OpGraph, x: str, y: str) -> bool:
     ta, tb = a.node(x)["attrs"], b.node(y)["attrs"]
     return any(ta.get(k) != tb.get(k) for k in TYPE_ATTRS if k in ta or k in tb)
+
+
+# Where a convolution's filter is among its inputs: optimize_for_inference's fused convolutions
+# (fuse_resize_and_conv) take the resize's size and the paddings before it.
+FILTER_INPUT = {"FusedResizeAndPadConv2D": 3, "FusedPadConv2D": 2}
+
+
+def _filter_input(graph: Any, conv: str) -> str:
+    inputs = graph.data_inputs(conv)
+    return inputs[min(FILTER_INPUT.get(graph.op_type(conv), 1), len(inputs) - 1)]
 
 
 def _attr_changes(na: dict[str, Any], nb: dict[str, Any]) -> dict[str, dict[str, Any]]:
