@@ -9,6 +9,7 @@ import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -75,6 +76,19 @@ def assert_user_error(proc: subprocess.CompletedProcess, *fragments: str) -> Non
     assert len(lines) == 1, err
     for fragment in fragments:
         assert fragment in lines[0], (fragment, lines[0])
+
+
+class Captured:
+    """What the isolation judge reads of a capture, held in memory: ``has`` and ``tensor``."""
+
+    def __init__(self, tensors: dict[str, Any]) -> None:
+        self.tensors = tensors
+
+    def has(self, name: str) -> bool:
+        return name in self.tensors
+
+    def tensor(self, name: str) -> Any:
+        return self.tensors[name]
 
 
 @pytest.fixture(scope="session")

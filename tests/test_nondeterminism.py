@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from conftest import build_model, run_cli
+from conftest import Captured, build_model, run_cli
 from tracer.causes import explain_comparison
 from tracer.comparison.isolate import same_run_settings
 from tracer.comparison.judge import judge
@@ -96,19 +96,6 @@ def test_repeat_gives_a_within_noise_verdict_with_the_real_magnitudes(noisy_mode
     assert "by no more than each side differs from itself" in html
 
 
-class _Captured:
-    """What the judge reads of a capture: ``has`` and ``tensor`` (values a real capture held)."""
-
-    def __init__(self, tensors: dict[str, np.ndarray]) -> None:
-        self.tensors = tensors
-
-    def has(self, name: str) -> bool:
-        return name in self.tensors
-
-    def tensor(self, name: str) -> np.ndarray:
-        return self.tensors[name]
-
-
 OP = {"a_tensor": "conv:0", "b_tensor": "conv:0", "a_op": "Conv2D", "b_op": "Conv2D"}
 VALUE = np.array([1.0, 2.0, 3.0], dtype=np.float32)
 MOVED = VALUE + np.float32(1e-3)
@@ -116,7 +103,7 @@ MOVED = VALUE + np.float32(1e-3)
 
 def test_judge_a_replay_that_moved_on_a_gpu_without_determinism_is_nondeterministic() -> None:
     op = {**OP, "inputs_identical": True, "per_process": ["a"]}
-    result = judge(VALUE, VALUE, op, _Captured({"conv:0": MOVED}), None)
+    result = judge(VALUE, VALUE, op, Captured({"conv:0": MOVED}), None)
     assert result.verdict == "nondeterministic"
     assert result.noise_max_abs == pytest.approx(1e-3, rel=1e-3)
     assert "A's replay differs from A's captured value by up to 0.001" in result.detail
@@ -125,19 +112,19 @@ def test_judge_a_replay_that_moved_on_a_gpu_without_determinism_is_nondeterminis
 
 def test_judge_a_replay_that_moved_where_repeat_saw_noise_is_nondeterministic() -> None:
     op = {**OP, "inputs_identical": True, "repeat_noise": 2e-3}
-    result = judge(VALUE, VALUE, op, _Captured({"conv:0": MOVED}), None)
+    result = judge(VALUE, VALUE, op, Captured({"conv:0": MOVED}), None)
     assert result.verdict == "nondeterministic" and "`--repeat` measured up to 0.002 on this tensor" in result.detail
 
 
 def test_judge_a_replay_that_moved_on_a_cpu_with_nothing_measured_is_not_called_nondeterminism() -> None:
     """A replay alone differing from the side's own capture is also what a rewrite inside the
     whole graph produces: without a measurement of noise, neither cause is claimed."""
-    result = judge(VALUE, VALUE, {**OP, "inputs_identical": True}, _Captured({"conv:0": MOVED}), None)
+    result = judge(VALUE, VALUE, {**OP, "inputs_identical": True}, Captured({"conv:0": MOVED}), None)
     assert result.verdict == "not_reproduced"
     assert "either the op computed differently inside its whole graph" in result.detail
     assert "`--repeat 2` tells which" in result.detail
     measured_zero = judge(VALUE, VALUE, {**OP, "inputs_identical": True, "repeat_noise": 0.0},
-                          _Captured({"conv:0": MOVED}), None)
+                          Captured({"conv:0": MOVED}), None)
     assert measured_zero.verdict == "not_reproduced"
     assert "`--repeat` measured no run-to-run noise on this tensor" in measured_zero.detail
 
@@ -146,45 +133,45 @@ def test_judge_runs_that_executed_the_op_as_different_kernels_are_a_run_time_rew
     executed = {"a": ["_MklNativeFusedBatchNormV3"], "b": ["Add", "Mul"]}
     op = {**OP, "a_op": "FusedBatchNormV3", "b_op": "FusedBatchNormV3", "inputs_identical": True,
           "executed": executed, "same_settings": True}
-    result = judge(VALUE, VALUE, op, _Captured({"conv:0": VALUE}), _Captured({"conv:0": MOVED}))
+    result = judge(VALUE, VALUE, op, Captured({"conv:0": VALUE}), Captured({"conv:0": MOVED}))
     assert result.verdict == "run_time_rewrite" and result.executed == executed
     assert "A as _MklNativeFusedBatchNormV3, B as Add + Mul" in result.detail
     assert "B's replay differs from B's captured value by up to 0.001" in result.detail
     # with different settings (oneDNN on one side only), different kernels are the settings' doing
-    other = judge(VALUE, VALUE, {**op, "same_settings": False}, _Captured({"conv:0": VALUE}),
-                  _Captured({"conv:0": MOVED}))
+    other = judge(VALUE, VALUE, {**op, "same_settings": False}, Captured({"conv:0": VALUE}),
+                  Captured({"conv:0": MOVED}))
     assert other.verdict == "not_reproduced"
     # the replays differing is the kernel's own error, whatever ran in the graph
-    own = judge(VALUE, VALUE + np.float32(0.5), op, _Captured({"conv:0": VALUE}), _Captured({"conv:0": MOVED}))
+    own = judge(VALUE, VALUE + np.float32(0.5), op, Captured({"conv:0": VALUE}), Captured({"conv:0": MOVED}))
     assert own.verdict == "own_error"
 
 
 def test_judge_replays_that_agree_with_identical_inputs_and_no_noise_are_not_reproduced() -> None:
-    result = judge(VALUE, VALUE, {**OP, "inputs_identical": True}, _Captured({"conv:0": VALUE}), None)
+    result = judge(VALUE, VALUE, {**OP, "inputs_identical": True}, Captured({"conv:0": VALUE}), None)
     assert result.verdict == "not_reproduced" and result.noise_max_abs == 0.0
 
 
 def test_judge_replays_that_agree_after_inputs_that_differed_are_inherited() -> None:
-    result = judge(VALUE, VALUE, {**OP, "inputs_identical": False}, _Captured({"conv:0": VALUE}), None)
+    result = judge(VALUE, VALUE, {**OP, "inputs_identical": False}, Captured({"conv:0": VALUE}), None)
     assert result.verdict == "inherited"
 
 
 def test_judge_the_same_op_with_the_same_settings_can_only_differ_by_nondeterminism() -> None:
     result = judge(VALUE, MOVED, {**OP, "inputs_identical": True, "same_op_same_settings": True},
-                    _Captured({"conv:0": VALUE}), _Captured({"conv:0": MOVED}))
+                    Captured({"conv:0": VALUE}), Captured({"conv:0": MOVED}))
     assert result.verdict == "nondeterministic"
     assert "the same Conv2D with the same settings on identical inputs" in result.detail
 
 
 def test_judge_a_difference_within_a_sides_own_noise_is_nondeterministic_beyond_it_own_error() -> None:
-    noisy_b = _Captured({"conv:0": VALUE + np.float32(2e-3)})
+    noisy_b = Captured({"conv:0": VALUE + np.float32(2e-3)})
     on_gpu = {**OP, "inputs_identical": True, "per_process": ["b"]}
-    within = judge(VALUE, MOVED, on_gpu, _Captured({"conv:0": VALUE}), noisy_b)
+    within = judge(VALUE, MOVED, on_gpu, Captured({"conv:0": VALUE}), noisy_b)
     assert within.verdict == "nondeterministic"
-    beyond = judge(VALUE, VALUE + np.float32(0.5), on_gpu, _Captured({"conv:0": VALUE}), noisy_b)
+    beyond = judge(VALUE, VALUE + np.float32(0.5), on_gpu, Captured({"conv:0": VALUE}), noisy_b)
     assert beyond.verdict == "own_error" and "beyond its run-to-run noise" in beyond.detail
     # on a CPU, with no noise measured, a replay that moved is no noise floor: the kernels differ
-    unbacked = judge(VALUE, MOVED, {**OP, "inputs_identical": True}, _Captured({"conv:0": VALUE}), noisy_b)
+    unbacked = judge(VALUE, MOVED, {**OP, "inputs_identical": True}, Captured({"conv:0": VALUE}), noisy_b)
     assert unbacked.verdict == "own_error" and "its replay also differs from its own capture" in unbacked.detail
 
 

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from conftest import run_cli
+from conftest import Captured, run_cli
 
 from tracer.causes import explain_comparison
 from tracer.comparison.align import ROLE_COMPARED, Alignment, NodeAlignment, TensorPair
@@ -92,19 +92,6 @@ def test_the_first_divergence_is_always_among_the_origins_isolated() -> None:
     assert to_isolate(divergence, 0) == []
 
 
-class _Captured:
-    """What the judge reads of a capture: ``has`` and ``tensor``."""
-
-    def __init__(self, tensors: dict[str, np.ndarray]) -> None:
-        self.tensors = tensors
-
-    def has(self, name: str) -> bool:
-        return name in self.tensors
-
-    def tensor(self, name: str) -> np.ndarray:
-        return self.tensors[name]
-
-
 READ = {"a_tensor": "layer1/ReadVariableOp:0", "b_tensor": "layer1/ReadVariableOp:0", "a_op": "ReadVariableOp",
         "b_op": "ReadVariableOp", "inputs_identical": True, "reads_variable": True, "weight": "z_early"}
 AVERAGE = BASE + np.float32(0.25)
@@ -113,30 +100,30 @@ AVERAGE = BASE + np.float32(0.25)
 def test_a_variable_loaded_with_other_values_is_weights_differ_not_its_kernel() -> None:
     """Each side's replay reproduces its own capture (the values are what each load restores), and
     the two differ: the artifacts hold different weights. No kernel computes a variable."""
-    result = judge(BASE, AVERAGE, READ, _Captured({READ["a_tensor"]: BASE}), _Captured({READ["b_tensor"]: AVERAGE}))
+    result = judge(BASE, AVERAGE, READ, Captured({READ["a_tensor"]: BASE}), Captured({READ["b_tensor"]: AVERAGE}))
     assert result.verdict == "weights_differ" and result.load_state is False
     assert result.max_abs == 0.25 and result.noise_max_abs == 0.0
     assert result.detail == ("the values A and B load into the variable `z_early`, which this op reads, differ by up "
                              "to 0.25 (rel 0.2, rel L2 0.0913); nothing computes them, so no kernel differs: the two "
                              "artifacts hold different weights")
     ref = {**READ, "a_tensor": "z_early:0", "b_tensor": "z_early:0", "a_op": "VariableV2", "b_op": "VariableV2"}
-    assert judge(BASE, AVERAGE, ref, _Captured({"z_early:0": BASE})).detail.startswith(
+    assert judge(BASE, AVERAGE, ref, Captured({"z_early:0": BASE})).detail.startswith(
         "the values A and B load into the variable `z_early` differ by up to 0.25")
     const = {**ref, "reads_variable": False, "a_op": "Const", "b_op": "Const"}
-    assert judge(BASE, AVERAGE, const, _Captured({"z_early:0": BASE})).detail.startswith(
+    assert judge(BASE, AVERAGE, const, Captured({"z_early:0": BASE})).detail.startswith(
         "the values A's and B's graphs hold in the constant `z_early` differ by up to 0.25")
 
 
 def test_a_variable_that_changes_from_load_to_load_is_still_load_state() -> None:
     """A's replay (a fresh load) differs from A's capture (another load): set at load, not restored."""
-    result = judge(BASE, AVERAGE, READ, _Captured({READ["a_tensor"]: BASE + np.float32(1.0)}), None)
+    result = judge(BASE, AVERAGE, READ, Captured({READ["a_tensor"]: BASE + np.float32(1.0)}), None)
     assert result.verdict == "nondeterministic" and result.load_state is True
 
 
 def test_an_op_that_computes_is_still_judged_by_its_kernel() -> None:
     conv = {k: v for k, v in READ.items() if k not in ("reads_variable", "weight")}
-    result = judge(BASE, AVERAGE, {**conv, "a_op": "MatMul", "b_op": "MatMul"}, _Captured({READ["a_tensor"]: BASE}),
-                   _Captured({READ["b_tensor"]: AVERAGE}))
+    result = judge(BASE, AVERAGE, {**conv, "a_op": "MatMul", "b_op": "MatMul"}, Captured({READ["a_tensor"]: BASE}),
+                   Captured({READ["b_tensor"]: AVERAGE}))
     assert result.verdict == "own_error"
     assert result.detail.startswith("given identical inputs, B's MatMul kernel differs from A's by up to 0.25")
 
