@@ -9,6 +9,7 @@ here by name, and where the names differ by the structural matching diff-graph u
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -309,13 +310,13 @@ def checkpoint_key(graph: OpGraph, variable: str) -> str:
     return shared if isinstance(shared, str) and shared else variable
 
 
-def moving_averages(artifact: Artifact, graph: OpGraph) -> dict[str, dict[str, str]]:
+def moving_averages(artifact: Artifact, graph: OpGraph, digest_of: Callable[[np.ndarray], str]
+                    ) -> dict[str, dict[str, str]]:
     """Variable op of the inference graph -> ``{"key", "digest"}`` of the moving average the
-    artifact's checkpoint also holds for it (``<key>/ExponentialMovingAverage``; digest as
-    :func:`tracer.captures._packed.content_digest`): what tells a comparison that the other side
+    artifact's checkpoint also holds for it (``<key>/ExponentialMovingAverage``; ``digest_of`` is
+    the captures' :func:`tracer.captures._packed.content_digest`, passed in by the caller, as a
+    capture format is no business of the artifacts): what tells a comparison that the other side
     holds the averages, without reading them again. Empty when the checkpoint holds none."""
-    from ..captures._packed import content_digest  # noqa: PLC0415
-
     try:
         keys = artifact.checkpoint_keys()
     except TftraceError:  # evidence only: an unreadable index is the restore's to report, with its context
@@ -326,7 +327,7 @@ def moving_averages(artifact: Artifact, graph: OpGraph) -> dict[str, dict[str, s
         if key in keys:
             value = artifact.variable_value(key)
             if value is not None:
-                found[op] = {"key": key, "digest": content_digest(value)}
+                found[op] = {"key": key, "digest": digest_of(value)}
     return found
 
 
@@ -334,8 +335,9 @@ class ArtifactValues:
     """Weight values by node name (a :data:`tracer.diff.rewrites.ValueSource`): constants from the
     graph, variables from the checkpoint; with the checkpoint's moving averages of the variables."""
 
-    def __init__(self, artifact: Artifact, graph: OpGraph | None = None) -> None:
-        self.artifact, self.graph = artifact, graph
+    def __init__(self, artifact: Artifact, graph: OpGraph | None = None,
+                 digest_of: Callable[[np.ndarray], str] | None = None) -> None:
+        self.artifact, self.graph, self.digest_of = artifact, graph, digest_of
         self.nodes = {n.name: n for n in artifact.graph_def.node}
         self._averages: dict[str, dict[str, str]] | None = None
 
@@ -354,21 +356,21 @@ class ArtifactValues:
 
     def content_digest(self, name: str) -> str | None:
         """The digest of a weight's value, in the scheme of :func:`moving_averages`."""
-        from ..captures._packed import content_digest  # noqa: PLC0415
-
-        value = self(name)
-        return None if value is None else content_digest(value)
+        value = self(name) if self.digest_of is not None else None
+        return None if value is None or self.digest_of is None else self.digest_of(value)
 
     def moving_average(self, name: str) -> dict[str, str] | None:
         """``{"key", "digest"}`` of the checkpoint's moving average of variable ``name``, or None."""
-        if self.graph is None:
+        if self.graph is None or self.digest_of is None:
             return None
         if self._averages is None:  # read once, only when a variable's value differs
-            self._averages = moving_averages(self.artifact, self.graph)
+            self._averages = moving_averages(self.artifact, self.graph, self.digest_of)
         return self._averages.get(name)
 
 
-def value_source(artifact: Artifact, graph: OpGraph | None = None) -> ArtifactValues:
+def value_source(artifact: Artifact, graph: OpGraph | None = None,
+                 digest_of: Callable[[np.ndarray], str] | None = None) -> ArtifactValues:
     """Weight values by node name: constants from the graph, variables from the checkpoint (and,
-    given the artifact's inference ``graph``, the checkpoint's moving averages of its variables)."""
-    return ArtifactValues(artifact, graph)
+    given the artifact's inference ``graph`` and a ``digest_of``, the checkpoint's moving averages
+    of its variables)."""
+    return ArtifactValues(artifact, graph, digest_of)

@@ -31,6 +31,7 @@ import numpy as np
 
 from .._tf import tf
 from ..artifacts.graph import moving_averages
+from ._packed import content_digest
 from ..errors import TftraceError
 from .inputs import Examples, batches, make_examples, run_batch_size
 from ..runspec import Side, job_side
@@ -137,7 +138,7 @@ def run_capture(side: Side, out_dir: str, force: bool, prepared: Prepared | None
             "notes": notes,
             # the checkpoint's moving averages of the graph's variables (key, digest): a comparison
             # tells by them that the other side holds the averages (an export that restored them)
-            "moving_averages": moving_averages(runtime.artifact, runtime.opgraph),
+            "moving_averages": moving_averages(runtime.artifact, runtime.opgraph, content_digest),
         }
         manifest["environment"]["onednn"]["ops_executed"] = sorted(
             op for op in observer["executed_ops"]["plain"] if op.startswith("_Mkl")

@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 
 from ..artifacts.loader import Artifact, ArtifactRef, Signature, load
 from ..artifacts.graph import build_opgraph, value_source
+from ..captures._packed import content_digest
 from ..diff.records import GraphDiff
 from ..diff.rewrites import diff_graphs
 from ..opgraph import OpGraph
@@ -44,8 +45,8 @@ def diff_artifacts(a: ArtifactRef | str, b: ArtifactRef | str, *, allow_unsafe_o
     diff = diff_graphs(
         graph_a,
         graph_b,
-        value_source(art_a, graph_a),
-        value_source(art_b, graph_b),
+        value_source(art_a, graph_a, content_digest),
+        value_source(art_b, graph_b, content_digest),
         a_inlined_by_loader=art_a.inlined_by_loader,
         b_inlined_by_loader=art_b.inlined_by_loader,
     )
