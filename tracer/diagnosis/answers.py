@@ -56,21 +56,20 @@ def _where(exp: dict[str, Any]) -> str:
     verdict = first.get("isolation")
     loop = loop_result(str(first.get("op") or ""))  # its replay ran the whole loop
     if verdict == "own_error":
-        text += f", where the while loop {loop} differs given identical inputs" if loop else \
-            ", whose own kernel differs given identical inputs"
-    elif verdict == "weights_differ":
-        text += ", a weight the two sides hold with different values (no kernel is involved)"
-    elif verdict == "inherited":
-        text += ", which only inherits a difference too small to judge above it"
-    elif verdict == "nondeterministic":
-        text += ", whose result changes from run to run on identical inputs"
-    elif verdict == "run_time_rewrite":
-        text += ", which the two runs executed as different kernels (a rewrite at run time)"
-    elif verdict == "state":
-        text += ", which reads the model's own state (a variable the graph writes on every run)"
-    elif verdict == "not_replayed":
-        text += ", which could not be replayed alone"
-    return text
+        return text + (f", where the while loop {loop} differs given identical inputs" if loop else
+                       ", whose own kernel differs given identical inputs")
+    return text + ISOLATION_WORDS.get(str(verdict), "")
+
+
+# What each isolation verdict (but own_error, said with its loop above) adds to where an experiment's difference starts.
+ISOLATION_WORDS = {
+    "weights_differ": ", a weight the two sides hold with different values (no kernel is involved)",
+    "inherited": ", which only inherits a difference too small to judge above it",
+    "nondeterministic": ", whose result changes from run to run on identical inputs",
+    "run_time_rewrite": ", which the two runs executed as different kernels (a rewrite at run time)",
+    "state": ", which reads the model's own state (a variable the graph writes on every run)",
+    "not_replayed": ", which could not be replayed alone",
+}
 
 
 def _discrete_text(exp: dict[str, Any]) -> str:
