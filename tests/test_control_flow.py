@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from conftest import build_model, run_cli
-from tracer.comparison.isolate import replay_plan
+from tracer.comparison.replay_plan import replay_plan
 from tracer.opgraph import OpGraph
 
 LOOP_EXIT = "StatefulPartitionedCall/while/exit/_26"  # the carried activation h, after the loop

@@ -9,7 +9,8 @@ import pytest
 
 from tracer.comparison.align import ROLE_COMPARED, ROLE_REWRITTEN, Alignment, NodeAlignment, TensorPair
 from tracer.comparison.divergence import Divergence, NodeResult, Tolerance, classify
-from tracer.comparison.pipeline import _inputs_from, to_isolate
+from tracer.comparison.pairing import inputs_from
+from tracer.comparison.pipeline import to_isolate
 from tracer.errors import TftraceError
 from tracer.metrics import compare_arrays
 from tracer.opgraph import OpGraph
@@ -138,7 +139,7 @@ def test_b_is_not_fed_without_an_input_that_a_could_not_keep(tmp_path: Path) -> 
 
     with pytest.raises(TftraceError, match=r"A's input 'words' was not kept in its capture \(object tensor holding "
                                            r"str values cannot be stored\), so B cannot be fed A's examples"):
-        _inputs_from(Stub(), tmp_path, {})  # type: ignore[arg-type]
+        inputs_from(Stub(), tmp_path, {})  # type: ignore[arg-type]
     assert list(tmp_path.iterdir()) == []
 
 

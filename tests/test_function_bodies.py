@@ -4,7 +4,7 @@ Two exports name one body differently (``while_body_243``, ``while_body_2087``: 
 every function it traces) and may change what it computes under the same structure. diff-graph
 once compared the names: a renamed, identical body was an ``attr_changed``, and a changed NMS
 threshold inside the loop was no rewrite at all. The op graph now carries a digest of what each
-called function computes (:class:`tracer.opgraph.FunctionDigests`), and the diff compares those.
+called function computes (:class:`tracer.function_digests.FunctionDigests`), and the diff compares those.
 """
 
 from __future__ import annotations

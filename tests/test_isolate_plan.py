@@ -24,8 +24,8 @@ from tracer.captures.launcher import ChildCrashed
 from tracer.captures.replay_records import failure, record_failure, record_value, replay_path
 from tracer.comparison import isolate
 from tracer.comparison.align import ROLE_COMPARED, ROLE_REWRITTEN, Alignment, NodeAlignment, TensorPair
-from tracer.comparison.isolate import (group_members, loop_above, origin_feeds, reads_variable, replay_plan,
-                                       variable_writes)
+from tracer.comparison.replay_plan import (group_members, loop_above, origin_feeds, reads_variable, replay_plan,
+                                           variable_writes)
 from tracer.comparison.judge import judge
 from tracer.errors import TftraceError
 from tracer.opgraph import OpGraph

@@ -17,7 +17,7 @@ from rich.console import Console
 
 from tracer.causes import explain_comparison
 from tracer.metrics import compare_arrays
-from tracer.comparison.pipeline import examples_digest
+from tracer.comparison.pairing import examples_digest
 from tracer.report.build import rel_to_peak
 from tracer.report.markdown import render_markdown
 from tracer.report.render import render_report

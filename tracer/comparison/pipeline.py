@@ -12,8 +12,6 @@ never imports the report stage.
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import io
 import os
 import shutil
 from collections.abc import Callable, Iterator
@@ -21,7 +19,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from rich.console import Console
 
 from .align import Alignment, CaptureView, align
@@ -32,16 +29,16 @@ from .divergence import Divergence, NodeResult, Tolerance, classify
 from ..errors import TftraceError
 from ..diff.records import GraphDiff
 from ..diff.rewrites import diff_graphs
-from ..captures.inputs import same_rows
 from .isolate import IsolationResult, isolate_origins, load_state_variables
 from ..metrics import TensorMetrics, compare_arrays
 from ..runspec import InputSpec, Side
-from ..safewrite import claim, output_directory, write_file
+from ..safewrite import claim, output_directory
 from .measure import pair_metrics, plain_output_metrics, value_source
+from .pairing import (apply_signature_map, examples_digest, examples_of_a_given_capture, inputs_from, is_capture,
+                      one_input_each, require_pairable, require_same_examples)
 from .statuses import BORN_HERE, VERDICTS
 
-__all__ = ["Comparison", "compare", "comparing", "directory_size", "examples_digest", "open_or_capture", "to_isolate"]
-
+__all__ = ["Comparison", "compare", "comparing", "directory_size", "open_or_capture", "to_isolate"]
 
 
 @dataclass
@@ -133,7 +130,7 @@ def prepare_ahead(target: str | Side, other: str | Side, allow_unsafe_ops: bool)
     """Start ``target``'s capture child now, to import TensorFlow and load its model while
     ``other`` is captured (its examples, ``other``'s, are known only then), when it is to be
     captured here and memory allows both at once; None otherwise (captured after, as before)."""
-    if _is_capture(target) or (isinstance(target, str) and os.path.isdir(os.path.join(target, "tensors"))):
+    if is_capture(target) or (isinstance(target, str) and os.path.isdir(os.path.join(target, "tensors"))):
         return None
     from ..artifacts.loader import ArtifactRef  # noqa: PLC0415
 
@@ -227,11 +224,11 @@ def _compare(
             ahead["b"] = prepare_ahead(b, a, allow_unsafe_ops)
 
     try:
-        from_b = _examples_of_a_given_capture(a, b, out, signature_map or {})
+        from_b = examples_of_a_given_capture(a, b, out, signature_map or {})
         cap_a = open_or_capture(a, out, "a", console=console, allow_unsafe_ops=allow_unsafe_ops, on_event=start_b,
                                 shared_inputs=from_b)
         prepared_b = ahead.get("b")
-        shared = _inputs_from(cap_a, out, signature_map or {}) if not _is_capture(b) else None
+        shared = inputs_from(cap_a, out, signature_map or {}) if not is_capture(b) else None
         try:
             cap_b = open_or_capture(b, out, "b", console=console, shared_inputs=shared,
                                     allow_unsafe_ops=allow_unsafe_ops, prepared=prepared_b)
@@ -246,10 +243,10 @@ def _compare(
         if ahead.get("b") is not None:
             ahead["b"].cancel()  # its job never came (A failed), or it is over: nothing is left running
     view_a, view_b = CaptureView(cap_a), CaptureView(cap_b)
-    signature_map = signature_map or _one_input_each(view_a, view_b)
-    _apply_signature_map(view_a, view_b, signature_map)
-    _require_pairable(view_a, view_b)
-    _require_same_examples(view_a, view_b)
+    signature_map = signature_map or one_input_each(view_a, view_b)
+    apply_signature_map(view_a, view_b, signature_map)
+    require_pairable(view_a, view_b)
+    require_same_examples(view_a, view_b)
     diff = diff_graphs(
         view_a.graph, view_b.graph, value_source(cap_a, view_a), value_source(cap_b, view_b),
         a_inlined_by_loader=cap_a.manifest.get("artifact", {}).get("inlined_by_loader", False),
@@ -301,21 +298,6 @@ def to_isolate(divergence: Divergence, count: int) -> list[NodeResult]:
     return list(chosen.values())[: max(0, count)]
 
 
-def examples_digest(view: CaptureView) -> str | None:
-    """SHA-256 over the examples a side ran on (its signature inputs, in key order), so two
-    sides fed the same values from differently named files are seen to agree. The keys are the
-    view's: B's inputs under A's names where ``--map`` (or one input each) paired them."""
-    digest = hashlib.sha256()
-    inputs = view.graph.inputs
-    for key, tensor in sorted(inputs.items()):
-        if not view.capture.has(tensor):
-            return None
-        value = np.ascontiguousarray(view.capture.tensor(tensor))
-        digest.update(f"{key}:{value.dtype.str}:{value.shape}".encode())
-        digest.update(value.tobytes())
-    return digest.hexdigest() if inputs else None
-
-
 def directory_size(path: str | os.PathLike[str]) -> int:
     """Bytes under ``path`` as they occupy a disk or an archive: a hard-linked file once."""
     seen: set[tuple[int, int]] = set()
@@ -363,7 +345,7 @@ def _noise(
     a_keys = {b_key: a_key for a_key, b_key in signature_map.items()}  # B's output key -> A's (--map)
     summary: dict[str, Any] = {"repeats": repeat}
     for name, target, base in (("a", a, cap_a), ("b", b, cap_b)):
-        if _is_capture(target):
+        if is_capture(target):
             summary[name] = {"skipped": "given as a capture directory: re-run it to measure its noise"}
             continue
         side = Side.from_json(base.manifest["spec"])  # exactly what ran, the examples included; the permission
@@ -404,7 +386,7 @@ def _lend_signatures(a: str | Side, b: str | Side, allow_unsafe_ops: bool) -> tu
         return ArtifactRef(target) if isinstance(target, str) else target.artifact.lender()
 
     def lend(target: str | Side, other: str | Side) -> str | Side:
-        if isinstance(target, str) and (_is_capture(target) or os.path.isdir(os.path.join(target, "tensors"))):
+        if isinstance(target, str) and (is_capture(target) or os.path.isdir(os.path.join(target, "tensors"))):
             return target  # a capture (open_or_capture refuses an incomplete one)
         side = target if isinstance(target, Side) else Side(ArtifactRef(target), allow_unsafe_ops=allow_unsafe_ops)
         if side.artifact.signature_from is not None or side.artifact.borrowed is not None:
@@ -412,105 +394,3 @@ def _lend_signatures(a: str | Side, b: str | Side, allow_unsafe_ops: bool) -> tu
         return side.with_(artifact=replace(side.artifact, signature_from=ref(other)))
 
     return lend(a, b), lend(b, a)
-
-
-def _is_capture(target: str | Side) -> bool:
-    return isinstance(target, str) and is_capture_dir(target)
-
-
-def _examples_of_a_given_capture(a: str | Side, b: str | Side, out: Path,
-                                 signature_map: dict[str, str]) -> InputSpec | None:
-    """A model compared with a capture made elsewhere (the GPU server's) runs on the examples that
-    capture holds, unless ``--inputs`` names others: it was refused as "fed different examples"
-    when the capture had been given an inputs file."""
-    if not _is_capture(b) or _is_capture(a) or (isinstance(a, Side) and a.inputs.inputs_file):
-        return None
-    reverse = {key_b: key_a for key_a, key_b in signature_map.items()}
-    return _inputs_from(Capture.open(str(b)), out, reverse, name="inputs_from_b")
-
-
-def _inputs_from(cap: Capture, out: Path, signature_map: dict[str, str], name: str = "inputs_from_a") -> InputSpec:
-    """Feed the other side the very examples this capture saw (under its key names when ``--map``
-    renames them): B those of A, or A those of a capture given as B (``name``).
-
-    One input and no ``--map``: a plain ``.npy``, which a signature of one input takes whatever
-    its key (Keras's ``model.export`` keys it after the Input layer, ``tf.saved_model.save`` of the
-    same model ``inputs``); :func:`_one_input_each` then pairs the keys."""
-    inputs = cap.manifest["graph"]["inputs"]
-    lost = {key: cap.uncaptured.get(t, "not stored") for key, t in inputs.items() if not cap.has(t)}
-    if lost:  # feeding B without it would end in a misleading "cannot be paired"
-        key, why = next(iter(lost.items()))
-        other, this = ("B", "A") if name == "inputs_from_b" else ("A", "B")
-        raise TftraceError(f"{other}'s input {key!r} was not kept in its capture ({why}), so {this} cannot be fed "
-                           f"{other}'s examples",
-                           "give both sides the same --inputs FILE.npz")
-    arrays = {signature_map.get(key, key): np.asarray(cap.tensor(t)) for key, t in inputs.items()}
-    buffer = io.BytesIO()
-    if len(arrays) == 1 and not signature_map:
-        path = out / f"{name}.npy"
-        np.save(buffer, next(iter(arrays.values())))
-    else:
-        path = out / f"{name}.npz"
-        np.savez(buffer, **arrays)
-    write_file(path, buffer.getvalue())
-    examples = int(cap.manifest["examples"]["count"]) or 1
-    return InputSpec(inputs_file=str(path), seed=0, examples=examples)
-
-
-def _one_input_each(view_a: CaptureView, view_b: CaptureView) -> dict[str, str]:
-    """``{A's key: B's key}`` when each signature has one input and the keys differ: the one input
-    each side has is the same input (B was fed A's examples). Noted on side B, for the report."""
-    (key_a, *more_a), (key_b, *more_b) = list(view_a.graph.inputs) or [None], list(view_b.graph.inputs) or [None]
-    if more_a or more_b or key_a is None or key_b is None or key_a == key_b:
-        return {}
-    notes = view_b.capture.manifest.setdefault("notes", [])
-    if isinstance(notes, list):  # in memory only, for the report: the capture on disk is not changed
-        notes.append(f"its one input {key_b!r} was paired with A's one input {key_a!r} (keyed differently; "
-                     "--map A_KEY=B_KEY pairs keys by hand)")
-    return {key_a: key_b}
-
-
-def _apply_signature_map(view_a: CaptureView, view_b: CaptureView, mapping: dict[str, str]) -> None:
-    for key_a, key_b in mapping.items():
-        for role in ("inputs", "outputs"):
-            sig_b = getattr(view_b.graph, role)
-            if key_b in sig_b and key_a in getattr(view_a.graph, role):
-                sig_b[key_a] = sig_b.pop(key_b)
-
-
-def _require_pairable(view_a: CaptureView, view_b: CaptureView) -> None:
-    ga, gb = view_a.graph, view_b.graph
-    problems = []
-    for role in ("inputs", "outputs"):
-        ka, kb = set(getattr(ga, role)), set(getattr(gb, role))
-        if ka != kb:
-            problems.append(f"{role}: A has {sorted(ka)}, B has {sorted(kb)}")
-    common_outputs = set(ga.outputs) & set(gb.outputs)
-    if not common_outputs or (set(ga.inputs) != set(gb.inputs)):
-        raise TftraceError(
-            "the two signatures cannot be paired (" + "; ".join(problems) + ")",
-            "map keys with --map A_KEY=B_KEY[,...], or choose matching signatures with --a-signature/--b-signature",
-        )
-
-
-def _require_same_examples(view_a: CaptureView, view_b: CaptureView) -> None:
-    na = view_a.capture.manifest["examples"]["count"]
-    nb = view_b.capture.manifest["examples"]["count"]
-    if na != nb:
-        raise TftraceError(
-            f"the two sides ran different numbers of examples ({na} vs {nb})",
-            "capture both with the same --examples/--inputs",
-        )
-    for key, ta in view_a.graph.inputs.items():
-        tb = view_b.graph.inputs.get(key)
-        if tb is None or not (view_a.capture.has(ta) and view_b.capture.has(tb)):
-            continue
-        xa, xb = view_a.capture.tensor(ta), view_b.capture.tensor(tb)
-        if xa.shape[:1] == xb.shape[:1] and same_rows(xa.shape[1:], xb.shape[1:]):
-            xb = xb.reshape(xa.shape)  # one side has no batch axis: its examples are rows too
-        if xa.shape != xb.shape or not np.array_equal(xa, xb):
-            raise TftraceError(
-                f"the two sides were fed different examples for input {key!r} "
-                f"(shapes {list(xa.shape)} and {list(xb.shape)})",
-                "capture both with the same --inputs file, or the same --seed and --examples",
-            )

@@ -1,0 +1,143 @@
+"""How the two sides of a comparison are paired: on the same examples, under the same keys.
+
+B runs on A's examples (a plain ``.npy`` when each signature has one input, which a signature
+takes whatever its key), a model compared with a capture made elsewhere on that capture's; the
+keys ``--map`` (or one input each) pairs are applied to B's view; and before anything is compared
+the sides must have the same inputs and outputs and have been fed the same values. Never imports
+TensorFlow.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+from pathlib import Path
+
+import numpy as np
+
+from .align import CaptureView
+from ..captures.inputs import same_rows
+from ..captures.reader import Capture, is_capture_dir
+from ..errors import TftraceError
+from ..runspec import InputSpec, Side
+from ..safewrite import write_file
+
+__all__ = ["apply_signature_map", "examples_digest", "examples_of_a_given_capture", "inputs_from", "is_capture",
+           "one_input_each", "require_pairable", "require_same_examples"]
+
+
+def examples_digest(view: CaptureView) -> str | None:
+    """SHA-256 over the examples a side ran on (its signature inputs, in key order), so two
+    sides fed the same values from differently named files are seen to agree. The keys are the
+    view's: B's inputs under A's names where ``--map`` (or one input each) paired them."""
+    digest = hashlib.sha256()
+    inputs = view.graph.inputs
+    for key, tensor in sorted(inputs.items()):
+        if not view.capture.has(tensor):
+            return None
+        value = np.ascontiguousarray(view.capture.tensor(tensor))
+        digest.update(f"{key}:{value.dtype.str}:{value.shape}".encode())
+        digest.update(value.tobytes())
+    return digest.hexdigest() if inputs else None
+
+
+def is_capture(target: str | Side) -> bool:
+    return isinstance(target, str) and is_capture_dir(target)
+
+
+def examples_of_a_given_capture(a: str | Side, b: str | Side, out: Path,
+                                 signature_map: dict[str, str]) -> InputSpec | None:
+    """A model compared with a capture made elsewhere (the GPU server's) runs on the examples that
+    capture holds, unless ``--inputs`` names others: it was refused as "fed different examples"
+    when the capture had been given an inputs file."""
+    if not is_capture(b) or is_capture(a) or (isinstance(a, Side) and a.inputs.inputs_file):
+        return None
+    reverse = {key_b: key_a for key_a, key_b in signature_map.items()}
+    return inputs_from(Capture.open(str(b)), out, reverse, name="inputs_from_b")
+
+
+def inputs_from(cap: Capture, out: Path, signature_map: dict[str, str], name: str = "inputs_from_a") -> InputSpec:
+    """Feed the other side the very examples this capture saw (under its key names when ``--map``
+    renames them): B those of A, or A those of a capture given as B (``name``).
+
+    One input and no ``--map``: a plain ``.npy``, which a signature of one input takes whatever
+    its key (Keras's ``model.export`` keys it after the Input layer, ``tf.saved_model.save`` of the
+    same model ``inputs``); :func:`one_input_each` then pairs the keys."""
+    inputs = cap.manifest["graph"]["inputs"]
+    lost = {key: cap.uncaptured.get(t, "not stored") for key, t in inputs.items() if not cap.has(t)}
+    if lost:  # feeding B without it would end in a misleading "cannot be paired"
+        key, why = next(iter(lost.items()))
+        other, this = ("B", "A") if name == "inputs_from_b" else ("A", "B")
+        raise TftraceError(f"{other}'s input {key!r} was not kept in its capture ({why}), so {this} cannot be fed "
+                           f"{other}'s examples",
+                           "give both sides the same --inputs FILE.npz")
+    arrays = {signature_map.get(key, key): np.asarray(cap.tensor(t)) for key, t in inputs.items()}
+    buffer = io.BytesIO()
+    if len(arrays) == 1 and not signature_map:
+        path = out / f"{name}.npy"
+        np.save(buffer, next(iter(arrays.values())))
+    else:
+        path = out / f"{name}.npz"
+        np.savez(buffer, **arrays)
+    write_file(path, buffer.getvalue())
+    examples = int(cap.manifest["examples"]["count"]) or 1
+    return InputSpec(inputs_file=str(path), seed=0, examples=examples)
+
+
+def one_input_each(view_a: CaptureView, view_b: CaptureView) -> dict[str, str]:
+    """``{A's key: B's key}`` when each signature has one input and the keys differ: the one input
+    each side has is the same input (B was fed A's examples). Noted on side B, for the report."""
+    (key_a, *more_a), (key_b, *more_b) = list(view_a.graph.inputs) or [None], list(view_b.graph.inputs) or [None]
+    if more_a or more_b or key_a is None or key_b is None or key_a == key_b:
+        return {}
+    notes = view_b.capture.manifest.setdefault("notes", [])
+    if isinstance(notes, list):  # in memory only, for the report: the capture on disk is not changed
+        notes.append(f"its one input {key_b!r} was paired with A's one input {key_a!r} (keyed differently; "
+                     "--map A_KEY=B_KEY pairs keys by hand)")
+    return {key_a: key_b}
+
+
+def apply_signature_map(view_a: CaptureView, view_b: CaptureView, mapping: dict[str, str]) -> None:
+    for key_a, key_b in mapping.items():
+        for role in ("inputs", "outputs"):
+            sig_b = getattr(view_b.graph, role)
+            if key_b in sig_b and key_a in getattr(view_a.graph, role):
+                sig_b[key_a] = sig_b.pop(key_b)
+
+
+def require_pairable(view_a: CaptureView, view_b: CaptureView) -> None:
+    ga, gb = view_a.graph, view_b.graph
+    problems = []
+    for role in ("inputs", "outputs"):
+        ka, kb = set(getattr(ga, role)), set(getattr(gb, role))
+        if ka != kb:
+            problems.append(f"{role}: A has {sorted(ka)}, B has {sorted(kb)}")
+    common_outputs = set(ga.outputs) & set(gb.outputs)
+    if not common_outputs or (set(ga.inputs) != set(gb.inputs)):
+        raise TftraceError(
+            "the two signatures cannot be paired (" + "; ".join(problems) + ")",
+            "map keys with --map A_KEY=B_KEY[,...], or choose matching signatures with --a-signature/--b-signature",
+        )
+
+
+def require_same_examples(view_a: CaptureView, view_b: CaptureView) -> None:
+    na = view_a.capture.manifest["examples"]["count"]
+    nb = view_b.capture.manifest["examples"]["count"]
+    if na != nb:
+        raise TftraceError(
+            f"the two sides ran different numbers of examples ({na} vs {nb})",
+            "capture both with the same --examples/--inputs",
+        )
+    for key, ta in view_a.graph.inputs.items():
+        tb = view_b.graph.inputs.get(key)
+        if tb is None or not (view_a.capture.has(ta) and view_b.capture.has(tb)):
+            continue
+        xa, xb = view_a.capture.tensor(ta), view_b.capture.tensor(tb)
+        if xa.shape[:1] == xb.shape[:1] and same_rows(xa.shape[1:], xb.shape[1:]):
+            xb = xb.reshape(xa.shape)  # one side has no batch axis: its examples are rows too
+        if xa.shape != xb.shape or not np.array_equal(xa, xb):
+            raise TftraceError(
+                f"the two sides were fed different examples for input {key!r} "
+                f"(shapes {list(xa.shape)} and {list(xb.shape)})",
+                "capture both with the same --inputs file, or the same --seed and --examples",
+            )
