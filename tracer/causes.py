@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .diff.kinds import kind_of
-from .optypes import loop_result
+from .optypes import RESIZE_FUSED_CONV_FILTER, loop_result
 
 __all__ = ["Cause", "CAUSES", "explain_comparison"]
 
@@ -300,8 +300,8 @@ def _fused_resize(report: dict[str, Any]) -> str:
     other values there (by up to whole pixels), whatever the batch-norm folding beside it did."""
     for rewrite in report.get("rewrites") or []:
         detail = rewrite.get("detail") if isinstance(rewrite, dict) else None
-        if rewrite.get("kind") != "fused" or not isinstance(detail, dict) or detail.get("fused_op") not in (
-                "FusedResizeAndPadConv2D", "FusedPadConv2D"):
+        if rewrite.get("kind") != "fused" or not isinstance(detail, dict) or \
+                detail.get("fused_op") not in RESIZE_FUSED_CONV_FILTER:
             continue
         resize = next((n for n in rewrite.get("a_nodes") or [] if "Resize" in str(
             ((report.get("nodes") or {}).get(n) or {}).get("op", ""))), None)

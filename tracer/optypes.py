@@ -15,7 +15,7 @@ from __future__ import annotations
 
 __all__ = [
     "VARIABLE_OPS", "WEIGHT_OPS", "PASS_THROUGH", "WEIGHT_SOURCES", "PLACEHOLDER_OPS", "CHAIN_BOUNDARY_OPS",
-    "BATCH_NORM_OPS", "LINEAR_OPS", "FUSED_OP_PREFIXES", "FUSED_OPS", "is_fused_op",
+    "BATCH_NORM_OPS", "LINEAR_OPS", "FUSED_OP_PREFIXES", "FUSED_OPS", "RESIZE_FUSED_CONV_FILTER", "is_fused_op",
     "FRAME_OPS", "EXIT_OPS", "LOOP_BACK_EDGE_OPS", "SWITCH_OPS", "MERGE_OPS", "LOOP_COND_OP",
     "TENSOR_ARRAY_FLOW_INPUT", "FLOW_CARRIERS", "TENSOR_ARRAY_READ_OPS", "TENSOR_LIST_READ_OPS", "loop_result",
     "SHAPE_OPS", "SHAPE_READERS", "OFFSET_CARRIERS", "MAYBE_UNCHANGED_OPS",
@@ -53,10 +53,10 @@ LINEAR_OPS = frozenset({"Conv2D", "Conv3D", "DepthwiseConv2dNative", "MatMul", "
 # Ops that replace a chain of ops by one kernel: Grappler's remapper (``_Fused*``), oneDNN's
 # (``_MklFused*``, ``_MklNativeFused*``), and TF-TRT/contrib's fused conv.
 FUSED_OP_PREFIXES = ("_Fused", "_MklFused", "_MklNativeFused")
-FUSED_OPS = frozenset({"FusedConv2DBiasActivation",
-                       # optimize_for_inference's fuse_resize_and_conv: a resize (and pad) folded into the conv,
-                       # which has no half_pixel_centers: the resize it computes may be another one
-                       "FusedResizeAndPadConv2D", "FusedPadConv2D"})
+# optimize_for_inference's fuse_resize_and_conv: a resize (and pad) folded into the conv, which has
+# no half_pixel_centers (the resize it computes may be another one) -> the index of its filter input
+RESIZE_FUSED_CONV_FILTER = {"FusedResizeAndPadConv2D": 3, "FusedPadConv2D": 2}
+FUSED_OPS = frozenset({"FusedConv2DBiasActivation", *RESIZE_FUSED_CONV_FILTER})
 
 
 def is_fused_op(op_type: str) -> bool:

@@ -11,6 +11,7 @@ tells the judge a loaded or stateful value from a computed one. Pure functions o
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from .align import ROLE_REWRITTEN, Alignment
@@ -41,7 +42,15 @@ def replay_plan(graph: OpGraph, tensor: str, to_a: dict[str, str]) -> dict[str, 
     TensorList travels as a variant, which a capture never holds: it is recomputed anyway.
     """
     flows = graph.tensor_array_flows()
-    feeds: dict[str, str] = {}
+    _ops, fed = _replay_walk(graph, tensor, lambda name: name in to_a and name not in flows)
+    return {name: to_a[name] for name in fed}
+
+
+def _replay_walk(graph: OpGraph, tensor: str, feedable: Callable[[str], bool]) -> tuple[set[str], set[str]]:
+    """The ops a replay of ``tensor`` runs, and the tensors it feeds: the walk of :func:`replay_plan`
+    up data inputs to the nearest ``feedable`` tensors, and up control inputs to ops that must run."""
+    fed: set[str] = set()
+    ops: set[str] = set()
     seen: set[tuple[bool, str]] = set()
     stack: list[tuple[bool, str]] = [(True, tensor_op(tensor))]  # (must run, op) or (False, tensor)
     while stack:
@@ -51,20 +60,21 @@ def replay_plan(graph: OpGraph, tensor: str, to_a: dict[str, str]) -> dict[str, 
         seen.add(item)
         must_run, name = item
         if not must_run:
-            if name in to_a and name not in flows:
-                feeds[name] = to_a[name]
+            if feedable(name):
+                fed.add(name)
             else:
                 stack.append((True, tensor_op(name)))
             continue
         if name not in graph:
             continue
+        ops.add(name)
         if graph.op_type(name) in PLACEHOLDER_OPS:
             stack.append((False, f"{name}:0"))
             continue
         node = graph.node(name)
         stack.extend((False, t) for t in node["inputs"])
         stack.extend((True, tensor_op(c)) for c in node["control_inputs"])
-    return feeds
+    return ops, fed
 
 
 def loop_above(graph: OpGraph, tensor: str, feeds: dict[str, str]) -> str | None:
@@ -150,16 +160,7 @@ def rewritten_in_replay(alignment: Alignment, graph: OpGraph, result: Any, feeds
     constant changed inside a ``tf.map_fn`` body (an NMS threshold) or a TF2 While whose body
     changed shows only at the gather after the loop, an origin with no rewrite of its own. Its own
     error is then that of these rewrites, and the report says so."""
-    walked: set[str] = set()
-    stack = [result.name]
-    while stack:
-        op = stack.pop()
-        if op in walked or op not in graph:
-            continue
-        walked.add(op)
-        node = graph.node(op)
-        stack.extend(tensor_op(t) for t in node["inputs"] if t not in feeds)
-        stack.extend(tensor_op(c) for c in node["control_inputs"])
+    walked, _fed = _replay_walk(graph, result.tensor, lambda name: name in feeds)
     found = []
     for op in graph.topo_order():
         node = alignment.nodes.get(op)

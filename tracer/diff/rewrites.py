@@ -29,7 +29,8 @@ from .kinds import PASSES, REWRITE_KINDS
 from .records import GraphDiff, Rewrite
 from .match import canonical_tensor, match_graphs
 from ..opgraph import OpGraph, tensor_op, tensor_slot, weight_reads
-from ..optypes import BATCH_NORM_OPS, CHAIN_BOUNDARY_OPS, LINEAR_OPS, PASS_THROUGH, VARIABLE_OPS, WEIGHT_OPS, is_fused_op
+from ..optypes import (BATCH_NORM_OPS, CHAIN_BOUNDARY_OPS, LINEAR_OPS, PASS_THROUGH, RESIZE_FUSED_CONV_FILTER, VARIABLE_OPS,
+                       WEIGHT_OPS, is_fused_op)
 
 __all__ = ["diff_graphs", "ValueSource", "REWRITE_KINDS"]
 
@@ -354,14 +355,11 @@ def _type_attrs_differ(a: OpGraph, b: OpGraph, x: str, y: str) -> bool:
     return any(ta.get(k) != tb.get(k) for k in TYPE_ATTRS if k in ta or k in tb)
 
 
-# Where a convolution's filter is among its inputs: optimize_for_inference's fused convolutions
-# (fuse_resize_and_conv) take the resize's size and the paddings before it.
-FILTER_INPUT = {"FusedResizeAndPadConv2D": 3, "FusedPadConv2D": 2}
-
-
 def _filter_input(graph: Any, conv: str) -> str:
+    """A convolution's filter: input 1, but after the resize's size and the paddings in
+    optimize_for_inference's fused convolutions."""
     inputs = graph.data_inputs(conv)
-    return inputs[min(FILTER_INPUT.get(graph.op_type(conv), 1), len(inputs) - 1)]
+    return inputs[min(RESIZE_FUSED_CONV_FILTER.get(graph.op_type(conv), 1), len(inputs) - 1)]
 
 
 def _attr_changes(na: dict[str, Any], nb: dict[str, Any]) -> dict[str, dict[str, Any]]:
