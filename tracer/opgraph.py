@@ -116,9 +116,6 @@ class OpGraph:
             for slot, info in enumerate(self.g.nodes[op]["outputs"]):
                 yield f"{op}:{slot}", info
 
-    def capturable_tensors(self) -> list[str]:
-        return [name for name, info in self.tensors() if info["capturable"]]
-
     def data_inputs(self, op: str) -> list[str]:
         return list(self.g.nodes[op]["inputs"])
 

@@ -291,8 +291,6 @@ OPTIONS: tuple[Option, ...] = (
            side="allow_unsafe_ops", convert=bool, recorded=False),
 )
 
-_BY_KEYWORD = {o.api_keyword: o for o in OPTIONS if o.api_keyword}
-
 
 def options_for(command: str, group: str | None = None) -> list[Option]:
     return [o for o in OPTIONS if command in o.commands and (group is None or o.group == group)]

@@ -46,8 +46,7 @@ from .runtime import Runtime, determinism_fix, open_runtime, tf_error_text
 from .session_runs import feed_for, traced_run
 from .store import CaptureWriter
 
-__all__ = ["run_capture", "main", "emit"]  # emit: from ._events, for older importers
-
+__all__ = ["run_capture", "main"]
 
 
 def run_capture(side: Side, out_dir: str, force: bool, prepared: Prepared | None = None) -> None:

@@ -41,8 +41,6 @@ from .statuses import STATUSES
 
 __all__ = ["Tolerance", "NodeResult", "Divergence", "classify", "STATUSES"]
 
-WORST_FIRST = ("propagated", "origin", "within_tolerance", "identical")
-
 
 @dataclass(frozen=True)
 class Tolerance:
