@@ -28,7 +28,7 @@ def _planted() -> dict[str, Any]:
 def test_the_schema_ships_in_the_package_and_states_the_design_contract() -> None:
     schema = report_schema()
     assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
-    # DESIGN.md "Contracts": these report.json fields are never renamed
+    # docs/contracts.md: these report.json fields are never renamed
     assert schema["required"] == ["schema_version", "verdict", "sides", "first_divergence",
                                   "first_divergence_beyond_tolerance", "origins", "nodes", "outputs", "rewrites",
                                   "observer_effect"]

@@ -312,7 +312,7 @@ def test_chunk_bytes_that_do_not_decode_are_refused_on_read(tmp_path: Path) -> N
 def test_tensor_format_npy_writes_files_numpy_reads_and_compares_as_the_packed_one(
     models: dict[str, Path], tmp_path: Path
 ) -> None:
-    """``--tensor-format npy`` keeps DESIGN.md's plain capture (every file a ``.npy``, weights
+    """``--tensor-format npy`` keeps format 1's plain capture (docs/contracts.md) (every file a ``.npy``, weights
     included) for tools that read tensors themselves; it holds the same values as the packed one."""
     from conftest import run_cli  # noqa: PLC0415
 

@@ -1,4 +1,4 @@
-"""The cause catalogue (shared/CAUSES.md) as data, and the "why" a comparison can give.
+"""The cause catalogue (docs/causes.md) as data, and the "why" a comparison can give.
 
 Each :class:`Cause` carries its remedy and what the remedy costs, in the catalogue's words;
 :func:`explain_comparison` picks the causes whose signature the report shows — which rewrites

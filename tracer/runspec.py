@@ -109,7 +109,7 @@ class Side:
     durable: bool = True  # fsync every tensor file before the manifest: a capture survives a power cut, not only a kill
     keep_weights: bool = False  # store the variables' values too, not only digests of what the checkpoint holds
     # "packed": format 2 (byte-shuffled zstd chunks, predicted outputs, weights by digest); "npy": every
-    # tensor a plain .npy any numpy reads (the capture contract of DESIGN.md before format 2), ~4x the disk
+    # tensor a plain .npy any numpy reads (as in capture format 1, docs/contracts.md), ~4x the disk
     tensor_format: str = "packed"
 
     def __post_init__(self) -> None:

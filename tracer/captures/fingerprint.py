@@ -1,6 +1,6 @@
 """The environment fingerprint of a capture: what built and ran the numbers.
 
-"Different builds" is a cause of its own (CAUSES.md), so the fingerprint records everything
+"Different builds" is a cause of its own (docs/causes.md), so the fingerprint records everything
 that can change a kernel's result: TF version and build (CUDA/cuDNN for GPU builds), visible
 devices (GPU name, compute capability), CPU model and vector flags, oneDNN state, TF32 and
 determinism state, and the ``TF_*`` variables TensorFlow may read. Runs in the child, with

@@ -96,7 +96,7 @@ def _pair_fused(rewrite: Rewrite, ga: OpGraph, gb: OpGraph, diff: GraphDiff) -> 
             {chain[-1]: (f"{fused_b}:0", "fused")})
 
 
-# In the published order of the kinds (DESIGN.md, ``REWRITE_KINDS``): per-node kinds, then patterns.
+# In the published order of the kinds (docs/contracts.md, ``REWRITE_KINDS``): per-node kinds, then patterns.
 KINDS: dict[str, RewriteKind] = {k.name: k for k in (
     RewriteKind("node_added", "unmatched", "export", 7),
     RewriteKind("node_removed", "unmatched", "export", 8),

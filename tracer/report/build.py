@@ -1,4 +1,4 @@
-"""``report.json``: the machine contract of a comparison (DESIGN.md), built from a Comparison.
+"""``report.json``: the machine contract of a comparison (docs/contracts.md), built from a Comparison.
 
 Field names are a contract: add freely, never rename. JSON has no infinities, so non-finite
 floats are written as the strings ``"inf"``, ``"-inf"`` and ``"nan"`` (:mod:`tracer.jsonvalues`). Files are written to a

@@ -1,6 +1,6 @@
 """report.json as a contract: its JSON Schema, and reading a report.json someone else may have made.
 
-The format is published as ``tracer/schemas/report.schema.json`` (DESIGN.md, "Contracts": fields
+The format is published as ``tracer/schemas/report.schema.json`` (docs/contracts.md: fields
 may be added, never renamed) and checked with ``jsonschema``, a maintained validator. Every
 report tftrace writes satisfies the whole schema (the tests check each one). A report read back
 (``tftrace report``, ``tftrace isolate --from``) is refused, naming the field, when its top-level
