@@ -43,8 +43,8 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 @pytest.fixture(scope="session")
 def real_models() -> dict[str, Path]:
-    """The two SavedModels written by old TF releases (shared/real_models, see its README)."""
-    base = REPO / "tests" / "real_models"  # a copy of shared/real_models, so CI's fresh clone has them
+    """The two SavedModels written by old TF releases (tests/real_models, see its README)."""
+    base = REPO / "tests" / "real_models"  # in the repository, so CI's fresh clone has them
     return {
         "half_plus_two": base / "saved_model_half_plus_two_mkl",
         "counter": base / "saved_model_counter",

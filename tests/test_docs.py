@@ -5,9 +5,9 @@ and names its keys in its first column. These tests compare those keys with the 
 registries (statuses, isolation and overall verdicts, rewrite kinds, causes, diagnose factors,
 CLI options, exit codes, metrics), the schema's enums and properties with the documented
 tables, the documented files' fields with what the code writes, and check that every relative
-link in docs/ and README.md resolves and that nothing in the repository points outside it to
-``../shared/``. A new verdict, option or cause without its row here fails; so does a row whose
-key the code no longer has.
+link in docs/ and README.md resolves and that nothing in the repository points outside it, to
+the shared folder beside the checkout. A new verdict, option or cause without its row here
+fails; so does a row whose key the code no longer has.
 """
 
 from __future__ import annotations
