@@ -282,8 +282,8 @@ OPTIONS: tuple[Option, ...] = (
                                    "default": "tftrace-diagnosis"}}),
     Option("force", "replace what tftrace wrote in an existing output directory (never other files)", "output",
            ("capture", "compare", "diagnose"), flag=True),
-    Option("json", "print the machine-readable diff (its fields: docs/contracts.md)", "output", ("diff-graph",), flag=True,
-           keyword=None),
+    Option("json", "print the machine-readable diff (its fields: docs/contracts.md)", "output", ("diff-graph",),
+           flag=True, keyword=None),
     # -- permissions: passed, never recorded
     Option("allow-unsafe-ops", "run graphs whose ops read or write files or call Python, and load TF2 SavedModels "
            "whose loading does (refused by default: models come from others; never taken from a capture, report "
