@@ -148,6 +148,13 @@ def tolerances(value: Iterable[str] | Mapping[str, tuple[float, float]]) -> tupl
     return tuple(overrides)
 
 
+def detection_spec(value: str | Mapping[str, Any]) -> dict[str, Any] | None:
+    """``boxes=KEY,scores=KEY,...`` or {"boxes": KEY, ...} -> the checked spec (see tracer.comparison.detections)."""
+    from .comparison.detections import parse_spec  # noqa: PLC0415
+
+    return parse_spec(value)
+
+
 def batch_sizes(value: str | Iterable[int]) -> tuple[int, ...]:
     """``1,8`` or (1, 8) -> (1, 8); positive integers (checked with the other inputs by diagnose)."""
     text = value if isinstance(value, str) else ",".join(map(str, value))
@@ -262,6 +269,11 @@ OPTIONS: tuple[Option, ...] = (
            keyword="signature_map", convert=signature_map),
     Option("repeat", "run each side K times (fresh processes) to measure its own noise; noise is never an origin",
            "compare", ("compare",), type=int, default=1),
+    Option("detections", "outputs that are a detector's detections, matched between the sides by class and IoU per "
+           "image instead of index by index: boxes=KEY,scores=KEY[,classes=KEY][,count=KEY][,format=yxyx|xyxy|xywh|"
+           "center_xywh|...][,iou=0.5] (A's signature keys; by default the Object Detection API's detection_* and "
+           "KerasCV's boxes/confidence/classes are recognised by name)", "compare", ("compare",),
+           metavar="ROLE=KEY,...", convert=detection_spec),
     Option("keep-captures", "keep the sides captured here in OUT/captures (by default only what the report and "
            "tftrace isolate --from need is kept: a report small enough to attach)", "compare", ("compare",),
            flag=True),
@@ -428,4 +440,5 @@ def compare_settings(values: Mapping[str, Any]) -> dict[str, Any]:
     c = converted("compare", values, group="compare")
     return {"tolerance": Tolerance(c["atol"], c["rtol"], c["tol"] or ()), "isolate": c["isolate"],
             "signature_map": c["signature_map"] or {}, "repeat": c["repeat"], "keep_captures": bool(c["keep_captures"]),
+            "detections": c["detections"],
             "allow_unsafe_ops": bool(values.get("allow_unsafe_ops"))}

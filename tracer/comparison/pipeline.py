@@ -29,6 +29,7 @@ from .divergence import Divergence, NodeResult, Tolerance, classify
 from ..errors import TftraceError
 from ..diff.records import GraphDiff
 from ..diff.rewrites import diff_graphs
+from .detections import detection_verdicts, detections_of
 from .isolate import IsolationResult, isolate_origins, load_state_variables
 from ..metrics import TensorMetrics, compare_arrays
 from ..runspec import InputSpec, Side
@@ -67,6 +68,8 @@ class Comparison:
     kept_captures: dict[str, bool] = field(default_factory=lambda: {"a": True, "b": True})
     # "a"/"b" -> examples_digest of the side, taken while its capture is still on disk
     examples_digests: dict[str, str | None] = field(default_factory=dict)
+    # report.json's "detections": each group of detector outputs matched by class and IoU (detections.py)
+    detections: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def verdict(self) -> str:
@@ -78,7 +81,12 @@ class Comparison:
     def outputs_verdict(self) -> str:
         """The verdict of the plain runs' outputs alone ("identical" when none were compared)."""
         found = "identical"
+        as_detections = detection_verdicts(self.detections)  # a detector's outputs: judged as detections
+        for verdict in as_detections.values():
+            found = max(found, verdict, key=VERDICTS.index)
         for key, m in self.plain_outputs.items():
+            if key in as_detections:
+                continue
             atol, rtol = self.tolerance.for_tensor(self.view_a.graph.outputs.get(key, key))
             noise = self.noise_per_output.get(key, 0.0)
             here = ("identical" if m.identical else "within_tolerance" if m.within(atol, rtol)
@@ -168,6 +176,7 @@ def comparing(
     repeat: int = 1,
     allow_unsafe_ops: bool = False,
     keep_captures: bool = False,
+    detections: dict[str, Any] | None = None,
 ) -> Iterator[Comparison]:
     """Capture (or open) both sides, align, measure, find where they diverge, isolate; yield the
     :class:`Comparison` while ``out_dir`` is still this run's, so the caller writes the report
@@ -180,7 +189,7 @@ def comparing(
     with output_directory(out, force, "report"):
         yield _compare(a, b, out, tolerance=tolerance, isolate=isolate, console=console, command=command,
                        signature_map=signature_map, repeat=repeat, allow_unsafe_ops=allow_unsafe_ops,
-                       keep_captures=keep_captures)
+                       keep_captures=keep_captures, detections=detections)
 
 
 def compare(a: str | Side, b: str | Side, out_dir: str | os.PathLike[str], **options: Any) -> Comparison:
@@ -202,6 +211,7 @@ def _compare(
     repeat: int,
     allow_unsafe_ops: bool,
     keep_captures: bool,
+    detections: dict[str, Any] | None = None,
 ) -> Comparison:
     """:func:`compare` inside its prepared, locked ``out`` directory.
 
@@ -272,7 +282,8 @@ def _compare(
                             noise=noise.summary, noise_per_tensor=noise.per_tensor, noise_per_output=noise.per_output,
                             kept_captures=kept,
                             plain_outputs=plain_output_metrics(view_a, view_b, metrics, tolerance, signature_map or {}),
-                            examples_digests={"a": examples_digest(view_a), "b": examples_digest(view_b)})
+                            examples_digests={"a": examples_digest(view_a), "b": examples_digest(view_b)},
+                            detections=detections_of(view_a, view_b, tolerance, signature_map or {}, detections))
     if not keep_captures and made_here.is_dir():
         shutil.rmtree(made_here)  # before the report: a report.json present means the directory is as it stays
     return comparison

@@ -258,6 +258,8 @@ def build_report(comparison: Comparison) -> dict[str, Any]:
         },
         "first_nonfinite": {"a": _first_nonfinite(view_a), "b": _first_nonfinite(view_b)},
         "noise": comparison.noise,
+        # a detector's outputs matched as detections (class and IoU per image): tracer/comparison/detections.py
+        "detections": comparison.detections,
         "diagnosis": None,
     }
     report["answers"] = explain_comparison(report)
