@@ -151,7 +151,8 @@ def corners(boxes: np.ndarray, fmt: str) -> np.ndarray:
 
 
 def iou_matrix(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """IoU of every corner box of ``a`` with every one of ``b`` (a box of no area overlaps nothing)."""
+    """IoU of every corner box of ``a`` with every one of ``b``. Boxes of no area (clipped to an
+    image's edge) overlap nothing, except the same box on the other side: IoU 1."""
     lo = np.maximum(a[:, None, :2], b[None, :, :2])
     hi = np.minimum(a[:, None, 2:], b[None, :, 2:])
     inter = np.prod(np.clip(hi - lo, 0.0, None), axis=-1)
@@ -160,7 +161,8 @@ def iou_matrix(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     union = area_a[:, None] + area_b[None, :] - inter
     with np.errstate(invalid="ignore", divide="ignore"):
         out = np.where(union > 0, inter / np.where(union > 0, union, 1.0), 0.0)
-    return np.nan_to_num(out, nan=0.0)
+    same = np.all(a[:, None, :] == b[None, :, :], axis=-1)
+    return np.where((union <= 0) & same, 1.0, np.nan_to_num(out, nan=0.0))
 
 
 @dataclass

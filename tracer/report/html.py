@@ -25,6 +25,7 @@ from markupsafe import Markup, escape
 from ..comparison.statuses import STATUS_LABELS, STATUSES
 from ..optypes import loop_result
 from .dot import PROPAGATED_SHADES, STYLES, OpIndex, legend
+from .detections_view import change_text, detection_groups, detection_headline, image_header, image_rows
 from .numbers import fmt
 from .plots import error_growth_svg, histogram_svg
 from .summary import (
@@ -64,14 +65,18 @@ class PageView:
 
 
 def templates_dir() -> Path:
-    """The installed ``tracer.templates`` package, or ``<repo>/templates`` in a plain checkout."""
+    """``<repo>/templates`` beside the running ``tracer`` in a checkout (an editable install made in
+    another checkout or worktree maps ``tracer.templates`` to that one's), else the installed package."""
+    beside = Path(__file__).resolve().parents[2] / "templates"
+    if (beside / "report.html.j2").is_file():
+        return beside
     try:
         found = importlib.resources.files("tracer.templates")
         if found.joinpath("report.html.j2").is_file():
             return Path(str(found))
     except ModuleNotFoundError:
-        pass  # not installed: running from a source checkout
-    return Path(__file__).resolve().parents[2] / "templates"
+        pass  # neither: the page's error says the templates are missing
+    return beside
 
 
 @lru_cache(maxsize=1)
@@ -213,6 +218,7 @@ def build_html(report: dict[str, Any], index: OpIndex, views: list[PageView], sv
         "outputs_plain": any(isinstance(o, dict) and o.get("compared_as") == "plain" for o in outputs.values()),
         "outputs_beside": any(isinstance(o, dict) and observed_beside(o) for o in outputs.values()),
         "unobserved": unobserved_divergence(report),
+        "detections": _detections(report),
         "noise_lines": noise_lines(report),
         "origins": [(o, index.position.get(str(o.get("node")))) for o in (report.get("origins") or [])[:TABLE_CAP]
                     if isinstance(o, dict)],
@@ -243,6 +249,13 @@ def build_html(report: dict[str, Any], index: OpIndex, views: list[PageView], sv
         "first_name": headline_origin.get("node") if headline_origin else None,
     }
     return _environment().get_template("report.html.j2").render(context)
+
+
+def _detections(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """The Detections section: per group its headline, a row per image, the changed detections."""
+    return [{"headline": detection_headline(g), "header": image_header(), "rows": image_rows(g)[:TABLE_CAP],
+             "changes": [change_text(c) for c in (g.get("changes") or []) if isinstance(c, dict)][:TABLE_CAP]}
+            for g in detection_groups(report)]
 
 
 def _headline(report: dict[str, Any], op_count: int) -> str:

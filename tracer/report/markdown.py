@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..text import printable
+from .detections_view import change_text, detection_groups, detection_headline, image_header, image_rows
 from .numbers import fmt
 from .summary import (
     answers,
@@ -155,6 +156,21 @@ def _outputs(report: dict[str, Any], lim: _Limits) -> list[str]:
             + _relative_note(report))
 
 
+def _detections(report: dict[str, Any], lim: _Limits) -> list[str]:
+    """A detector's outputs compared as detections: per group its headline, the images where
+    something changed, and the changed detections."""
+    out = []
+    for group in detection_groups(report):
+        out += ["### Detections", "", md_text(detection_headline(group), 1200), ""]
+        rows = [[md_text(v, 40) for v in row] for row in image_rows(group, only_changed=True)]
+        if rows:
+            out += _table(image_header(), rows[: lim.rows], len(rows), "images") + [""]
+        changes = [c for c in group.get("changes") or [] if isinstance(c, dict)]
+        out += [f"- {md_text(change_text(c), lim.cell + 200)}" for c in changes[: lim.rows]]
+        out += [""] if changes else []
+    return out
+
+
 def _relative_note(report: dict[str, Any]) -> list[str]:
     """What "rel to peak" means, once, where a column shows it."""
     if not report.get("origins") and not report.get("outputs"):
@@ -260,6 +276,7 @@ def _diagnosis(report: dict[str, Any], lim: _Limits) -> list[str]:
 
 def _render(report: dict[str, Any], lim: _Limits, has_svg: bool) -> str:
     lines = (_diagnosis(report, lim) + _header(report, lim) + _origins(report, lim) + _outputs(report, lim)
+             + _detections(report, lim)
              + ([] if diagnosis_rows(report) else _answers(report, lim))
              + _rewrites(report, lim) + _environment(report, lim) + _observer(report) + _reproduce(report, has_svg))
     return "\n".join(lines).rstrip() + "\n"

@@ -13,6 +13,7 @@ from ..artifacts.records import USER_SIGNATURE
 from ..diff.records import GraphDiff
 from ..optypes import loop_result
 from ..text import printable, printable_tree
+from .detections_view import change_text, detection_groups, detection_headline, image_header, image_rows
 from .numbers import figure
 from .summary import (first_divergences, mismatch_note, noise_lines, nonfinite_context, not_captured_text,
                       moving_average_text, observed_beside, outputs_not_compared, relative_text,
@@ -134,6 +135,20 @@ def _print_outputs(console: Console, report: dict) -> None:
     console.print(table)
 
 
+def _print_detections(console: Console, report: dict) -> None:
+    """A detector's outputs compared as detections: a line per group, the images and the
+    detections that changed (report.json has them all)."""
+    for group in detection_groups(report):
+        console.print(f"Detections: {detection_headline(group)}", highlight=False, markup=False)
+        changed = image_rows(group, only_changed=True)
+        header = image_header()
+        for row in changed[:10]:
+            console.print("  " + ", ".join(f"{h} {v}" for h, v in zip(header, row) if v not in ("0", "—")
+                                           or h in ("image", "matched", "A", "B")), highlight=False, markup=False)
+        for change in [c for c in group.get("changes") or [] if isinstance(c, dict)][:10]:
+            console.print(f"  {change_text(change)}", highlight=False, markup=False)
+
+
 VERDICT_STYLE = {"identical": "bold green", "within_tolerance": "bold yellow", "within_noise": "bold yellow",
                  "diverged": "bold red"}
 
@@ -188,6 +203,7 @@ def print_comparison(console: Console, report: dict, out_dir: object = None) -> 
     if origins:
         _print_origins(console, origins[:8])
     _print_outputs(console, report)
+    _print_detections(console, report)
     unobserved = unobserved_divergence(report)
     if unobserved:
         console.print(f"Not seen op by op: {unobserved}", highlight=False, markup=False)

@@ -1,0 +1,122 @@
+"""What report.json's ``detections`` says, in the words the terminal, report.md and report.html share.
+
+A detector's outputs after NMS are compared as detections (:mod:`tracer.comparison.detections`):
+one headline per group of outputs (what was matched, how, and what changed), a row per image, a
+line per changed detection. Read back from JSON written by any tftrace, so every reader tolerates a
+missing or wrong-typed field; model strings are returned as they are, each renderer escapes them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .numbers import fmt
+
+__all__ = ["detection_groups", "detection_headline", "detection_outputs", "image_header", "image_rows",
+           "change_text", "changed_images"]
+
+BOX_WORDS = {"yxyx": "[ymin, xmin, ymax, xmax]", "xyxy": "[xmin, ymin, xmax, ymax]", "xywh": "[x, y, width, height]",
+             "center_xywh": "[x centre, y centre, width, height]", "center_yxhw": "[y centre, x centre, height, width]"}
+CONVENTIONS = {"object_detection_api": "the Object Detection API's output names", "keras_cv": "KerasCV's output names",
+               "option": "named with --detections"}
+COUNTS = ("matched", "appeared", "disappeared", "changed_class")
+
+
+def detection_groups(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """The report's groups of detections (none in a report made before tftrace matched them)."""
+    groups = report.get("detections")
+    return [g for g in groups if isinstance(g, dict)] if isinstance(groups, list) else []
+
+
+def detection_outputs(report: dict[str, Any]) -> set[str]:
+    """Signature keys judged as detections: their index-by-index rows are not what decides."""
+    out: set[str] = set()
+    for group in detection_groups(report):
+        if group.get("compared"):
+            keys = group.get("keys") if isinstance(group.get("keys"), dict) else {}
+            out.update(str(k) for k in keys.values())
+    return out
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _boxes(group: dict[str, Any]) -> str:
+    fmt_name = str(group.get("box_format") or "")
+    base = fmt_name.removeprefix("rel_")
+    words = BOX_WORDS.get(base, fmt_name or "?")
+    return f"{'relative ' if fmt_name.startswith('rel_') else ''}{words}"
+
+
+def detection_headline(group: dict[str, Any]) -> str:
+    """``detection_boxes, …: 49 of 50 matched, 0 appeared, 0 disappeared, 1 changed class; …``."""
+    keys = group.get("keys") if isinstance(group.get("keys"), dict) else {}
+    names = ", ".join(str(v) for v in keys.values()) or "?"
+    how = (f"{CONVENTIONS.get(str(group.get('convention')), str(group.get('convention')))}; boxes {_boxes(group)}"
+           f"{' (' + str(group['box_format_source']) + ')' if group.get('box_format_source') else ''}; matched by "
+           f"{'class and ' if 'classes' in keys else ''}IoU ≥ {fmt(group.get('iou_threshold'))}, greedy by A's score")
+    if not group.get("compared"):
+        return f"{names} ({how}): not compared: {group.get('not_compared') or 'no reason recorded'}"
+    total = group.get("total") if isinstance(group.get("total"), dict) else {}
+    counts = (f"{_int(total.get('matched'))} of {_int(total.get('a'))} matched (B has {_int(total.get('b'))}), "
+              f"{_int(total.get('appeared'))} appeared, {_int(total.get('disappeared'))} disappeared, "
+              f"{_int(total.get('changed_class'))} changed class")
+    matched = ""
+    if _int(total.get("matched")):
+        beyond = _int(total.get("matched_beyond_tolerance"))
+        matched = (f"; matched detections: scores within {fmt(total.get('max_score_diff'))}, IoU ≥ "
+                   f"{fmt(total.get('min_iou'), 4)}, box coordinates within {fmt(total.get('max_box_diff'))} "
+                   + (f"({beyond} beyond tolerance)" if beyond else "(all within tolerance)"))
+    extra = group.get("per_detection_max_abs") if isinstance(group.get("per_detection_max_abs"), dict) else {}
+    extras = "".join(f"; {k} of matched detections within {fmt(v)}" for k, v in extra.items() if v is not None)
+    verdict = str(group.get("verdict") or "").replace("_", " ")
+    return f"{names} ({how}): {verdict + ': ' if verdict else ''}{counts}{matched}{extras}"
+
+
+def image_header() -> list[str]:
+    return ["image", "A", "B", "matched", "appeared", "disappeared", "changed class", "max score diff", "min IoU",
+            "max box diff"]
+
+
+def image_rows(group: dict[str, Any], only_changed: bool = False) -> list[list[str]]:
+    """One row per image (``only_changed``: the images where a detection appeared, disappeared or
+    changed class, or a matched one moved beyond tolerance)."""
+    rows = []
+    for image in group.get("images") or []:
+        if not isinstance(image, dict):
+            continue
+        if only_changed and not any(_int(image.get(k)) for k in (*COUNTS[1:], "matched_beyond_tolerance")):
+            continue
+        rows.append([str(image.get("image")), str(_int(image.get("a"))), str(_int(image.get("b"))),
+                     *(str(_int(image.get(k))) for k in COUNTS), fmt(image.get("max_score_diff")),
+                     fmt(image.get("min_iou"), 4), fmt(image.get("max_box_diff"))])
+    return rows
+
+
+def changed_images(group: dict[str, Any]) -> int:
+    return len(image_rows(group, only_changed=True))
+
+
+def _one(d: Any) -> str:
+    if not isinstance(d, dict):
+        return "?"
+    box = d.get("box") if isinstance(d.get("box"), list) else []
+    cls = f"class {d.get('class')}, " if d.get("class") is not None else ""
+    return f"{cls}score {fmt(d.get('score'))}, box [{', '.join(fmt(v) for v in box)}] (row {d.get('index')})"
+
+
+def change_text(change: dict[str, Any]) -> str:
+    """``image 0: class 3 → 2 (score 0.889 → 0.889, IoU 1)``, or what appeared or disappeared."""
+    kind = change.get("kind")
+    a, b = change.get("a") if isinstance(change.get("a"), dict) else {}, \
+        change.get("b") if isinstance(change.get("b"), dict) else {}
+    where = f"image {change.get('image')}"
+    if kind == "changed_class":
+        return (f"{where}: class {a.get('class')} → {b.get('class')} (score {fmt(a.get('score'))} → "
+                f"{fmt(b.get('score'))}, IoU {fmt(change.get('iou'), 4)}; A row {a.get('index')}, B row {b.get('index')})")
+    if kind == "disappeared":
+        return f"{where}: disappeared in B: {_one(a)}"
+    if kind == "appeared":
+        return f"{where}: appeared in B: {_one(b)}"
+    return f"{where}: {kind}"
