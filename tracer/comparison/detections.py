@@ -115,7 +115,7 @@ def recognise(output_keys: list[str], given: Mapping[str, Any] | None = None) ->
         absent = [k for k in given["keys"].values() if k not in output_keys]
         if absent:
             raise TftraceError(f"--detections names {', '.join(map(repr, absent))}, which A's signature does not "
-                               f"output (its outputs: {', '.join(output_keys) or 'none'})",
+                               f"output (its outputs: {', '.join(sorted(output_keys)) or 'none'})",
                                "name the signature's output keys (A's; --map pairs B's)")
         source = "given with --detections" if given.get("format_given") else "--detections without format=: yxyx assumed"
         return [DetectionSpec(dict(given["keys"]), "option", given["format"], source, given["iou"])]
@@ -410,4 +410,20 @@ def detection_verdicts(entries: list[dict[str, Any]]) -> dict[str, str]:
             measured = [k for k, w in (entry.get("per_detection_max_abs") or {}).items() if w is not None]
             for key in [*entry["keys"].values(), *measured]:
                 out[key] = entry["verdict"]
+    return out
+
+
+def detections_summary(entries: Any) -> list[dict[str, Any]]:
+    """What diagnose keeps of a report's ``detections`` per experiment: each group's keys, whether it
+    was compared, its totals and per-detection differences, and its discrete outputs (classes and
+    count: never given a tolerance)."""
+    out = []
+    for entry in entries if isinstance(entries, list) else []:
+        if not isinstance(entry, dict) or not isinstance(entry.get("keys"), dict):
+            continue
+        keys = {str(r): str(k) for r, k in entry["keys"].items()}
+        out.append({"keys": keys, "compared": bool(entry.get("compared")), "verdict": entry.get("verdict"),
+                    "total": entry.get("total") if isinstance(entry.get("total"), dict) else None,
+                    "per_detection_max_abs": entry.get("per_detection_max_abs") or {},
+                    "discrete": [keys[r] for r in ("classes", "count") if r in keys]})
     return out

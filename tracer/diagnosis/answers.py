@@ -73,9 +73,49 @@ ISOLATION_WORDS = {
 
 
 def _discrete_text(exp: dict[str, Any]) -> str:
-    """`detection_classes`: 2 values changed, ... — what no tolerance can cover."""
+    """`detection_classes`: 2 values changed, ... — what no tolerance can cover; a detector's
+    detections that appeared, disappeared or changed class, counted as detections."""
     changes = exp.get("discrete_changes") or {}
-    return "; ".join(f"`{key}` ({c.get('dtype')}): {c.get('changed')} value(s) changed" for key, c in changes.items())
+    parts = [f"`{key}` ({c.get('dtype')}): {c.get('changed')} value(s) changed" for key, c in changes.items()]
+    for group in _changed_detections(exp):
+        t = group["total"]
+        parts.append(f"detections (`{group['keys'].get('boxes')}`…): {t.get('changed_class', 0)} changed class, "
+                     f"{t.get('appeared', 0)} appeared, {t.get('disappeared', 0)} disappeared of {t.get('a', 0)}")
+    return "; ".join(parts)
+
+
+def _changed_detections(exp: dict[str, Any]) -> list[dict[str, Any]]:
+    """The experiment's groups of detections where one appeared, disappeared or changed class."""
+    return [g for g in exp.get("detections") or [] if isinstance(g, dict) and g.get("compared")
+            and isinstance(g.get("total"), dict)
+            and any(g["total"].get(k) for k in ("appeared", "disappeared", "changed_class"))]
+
+
+def _tolerance_text(exp: dict[str, Any]) -> str:
+    """" Or accept it: tolerances of 0.0035 on `scores`, …": one figure per output, in that output's
+    units, each what was measured on it. Class and count outputs get none (they must be equal), and a
+    detector's boxes and scores are given as their matched detections differ, not row by row."""
+    groups = [g for g in exp.get("detections") or [] if isinstance(g, dict)]
+    owned = {k for g in groups if g.get("compared") for k in [*g["keys"].values(), *(g.get("per_detection_max_abs") or {})]}
+    discrete = {k for g in groups for k in g.get("discrete") or []} | set(exp.get("discrete_changes") or {})
+    parts = [f"{figure(v)} on `{k}`" for k, v in (exp.get("outputs") or {}).items()
+             if k not in owned and k not in discrete and isinstance(v, (int, float)) and v > 0]
+    for g in groups:
+        total = g.get("total") if g.get("compared") and isinstance(g.get("total"), dict) else {}
+        for what, value, key in (("scores", total.get("max_score_diff"), g["keys"].get("scores")),
+                                 ("box coordinates", total.get("max_box_diff"), g["keys"].get("boxes"))):
+            if isinstance(value, (int, float)) and value > 0:
+                parts.append(f"{figure(value)} on the matched detections' {what} (`{key}`)")
+        for key, value in (g.get("per_detection_max_abs") or {}).items():
+            if g.get("compared") and isinstance(value, (int, float)) and value > 0:
+                parts.append(f"{figure(value)} on `{key}` of matched detections")
+    if not parts:
+        return ""
+    exact = sorted(k for k in discrete if k in (exp.get("outputs") or {}))
+    none = f"; no tolerance for {', '.join(f'`{k}`' for k in exact)}: they must be equal" if exact else ""
+    many = len(parts) > 1
+    return (f" Or accept it: {'tolerances' if many else 'a tolerance'} of {', '.join(parts)} "
+            f"cover{'' if many else 's'} what was measured, each in its output's units{none}.")
 
 
 def _nondeterminism_explains(factor: str, exp: dict[str, Any], diverged: dict[str, list[dict[str, Any]]]) -> float | None:
@@ -152,10 +192,10 @@ def _prevent(factor: str, exps: list[dict[str, Any]], diverged: dict[str, list[d
         text += f" This still leaves a difference from {', '.join(left)} (measured with this setting on both sides)."
     text += FACTORS[factor].prevent_note
     effect = _effect(worst)
-    if worst.get("discrete_changes"):
+    if worst.get("discrete_changes") or _changed_detections(worst):
         text += f" A tolerance is no remedy here: discrete outputs changed ({_discrete_text(worst)})."
     elif effect != float("inf"):
-        text += f" Or accept it: a tolerance above {effect:.2g} covers what was measured."
+        text += _tolerance_text(worst)
     return text
 
 

@@ -24,6 +24,7 @@ from rich.console import Console
 
 from ..captures.reader import Capture
 from ..comparison.pipeline import Comparison, comparing
+from ..comparison.detections import detections_summary
 from ..comparison.divergence import Tolerance, classify
 from ..comparison.statuses import VERDICTS
 from .experiments import FACTORS
@@ -136,6 +137,7 @@ def _compare(result: dict[str, Any], p: Planned, cap_a: Capture, cap_b: Capture,
     result["first_divergence"] = _first(report)
     result["rewrite_count"] = len(report.get("rewrites") or [])
     result["discrete_changes"] = discrete_changes(report)
+    result["detections"] = detections_summary(report.get("detections"))
     if all(c.manifest["observer_effect"]["outputs_identical"] for c in (cap_a, cap_b)):
         return  # plain == instrumented on both sides: the captured outputs are the plain outputs
     if quick and result["verdict"] == "diverged":
@@ -164,15 +166,23 @@ def discrete_changes(report: dict[str, Any]) -> dict[str, dict[str, int]]:
 
     A class that flips from 3 to 4 is not "off by 1": no tolerance covers it, so such outputs are
     reported as changed detections, never folded into a tolerance.
+
+    A detector's outputs compared as detections (report.json's ``detections``) are counted there, as
+    detections that appeared, disappeared or changed class, not row by row here; the class and count
+    outputs of a group that could not be compared so are discrete whatever their dtype (the Object
+    Detection API writes both as float32).
     """
+    groups = detections_summary(report.get("detections"))
+    as_detections = {k for g in groups if g["compared"] for k in g["keys"].values()}
+    discrete = {k for g in groups if not g["compared"] for k in g["discrete"]}
     changes = {}
     for key, out in (report.get("outputs") or {}).items():
-        if not isinstance(out, dict) or out.get("identical") is not False:
+        if not isinstance(out, dict) or out.get("identical") is not False or key in as_detections:
             continue
         node = (report.get("nodes") or {}).get(str(out.get("a_tensor") or "").rsplit(":", 1)[0]) or {}
         dtype = str(node.get("dtype") or "") if node.get("tensor") == out.get("a_tensor") else ""
-        if dtype.startswith(("int", "uint", "bool")):
-            changes[key] = {"changed": int(out.get("mismatch_count") or 0), "dtype": dtype}
+        if dtype.startswith(("int", "uint", "bool")) or key in discrete:
+            changes[key] = {"changed": int(out.get("mismatch_count") or 0), "dtype": dtype or "float32"}
     return changes
 
 

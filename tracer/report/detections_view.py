@@ -81,12 +81,12 @@ def image_header() -> list[str]:
 
 def image_rows(group: dict[str, Any], only_changed: bool = False) -> list[list[str]]:
     """One row per image (``only_changed``: the images where a detection appeared, disappeared or
-    changed class, or a matched one moved beyond tolerance)."""
+    changed class; matched ones beyond tolerance are counted in the headline)."""
     rows = []
     for image in group.get("images") or []:
         if not isinstance(image, dict):
             continue
-        if only_changed and not any(_int(image.get(k)) for k in (*COUNTS[1:], "matched_beyond_tolerance")):
+        if only_changed and not any(_int(image.get(k)) for k in COUNTS[1:]):
             continue
         rows.append([str(image.get("image")), str(_int(image.get("a"))), str(_int(image.get("b"))),
                      *(str(_int(image.get(k))) for k in COUNTS), fmt(image.get("max_score_diff")),
