@@ -7,6 +7,7 @@ TF2 detector whose outputs are named with ``--detections``.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -265,3 +266,28 @@ def test_a_tf2_detector_named_with_the_option_is_matched_and_a_wrong_key_is_refu
                    "boxes=boxes,scores=confidence", env=ENV)
     assert_user_error(proc, "--detections names 'confidence', which A's signature does not output",
                       "boxes, classes, scores, valid")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("keras_cv") is None,
+                    reason="keras-cv is not installed (nor is it in the project's environment): the KerasCV YOLOv8 "
+                           "export needs it and its imports (tensorflow-datasets, dm-tree, regex, ...)")
+def test_a_kerascv_yolov8_export_with_a_higher_confidence_threshold_loses_exactly_the_detections_below_it(tmp_path):
+    models = tmp_path / "kcv"
+    subprocess.run([sys.executable, str(REPO / "tests" / "fixtures" / "kerascv_export.py"), str(models)], cwd=REPO,
+                   check=True, capture_output=True, timeout=600, env={**os.environ, **ENV})
+    facts = json.loads((models / "facts.json").read_text())
+    counts = facts["yolo"]["num_detections"]
+    below = sum(sum(1 for c in row[:n] if c < facts["yolo_strict"]["threshold"])
+                for row, n in zip(facts["yolo"]["confidence"], counts))
+    assert below > 0 and sum(facts["yolo_strict"]["num_detections"]) == sum(counts) - below
+    _, report = _compare(models / "yolo", models / "yolo_strict", tmp_path / "r", "--inputs",
+                         str(models / "images.npz"), "--detections",
+                         "boxes=boxes,scores=confidence,classes=classes,count=num_detections,format=xywh")
+    [group] = report["detections"]
+    assert group["box_format"] == "xywh" and group["convention"] == "option"
+    total = group["total"]
+    assert (total["a"], total["b"], total["matched"], total["disappeared"], total["appeared"],
+            total["changed_class"]) == (sum(counts), sum(counts) - below, sum(counts) - below, below, 0, 0)
+    assert [row["a"] for row in group["images"]] == counts
+    assert total["max_score_diff"] == 0.0 and total["min_iou"] == 1.0 and report["verdict_outputs"] == "diverged"
