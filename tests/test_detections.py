@@ -108,6 +108,35 @@ def test_the_detections_option_is_checked_before_anything_runs_and_against_the_s
         recognise(["boxes", "scores"], parse_spec("boxes=boxes,scores=scores,count=valid"))
 
 
+def test_detections_with_hostile_strings_and_wrong_types_render_escaped_everywhere(tmp_path: Path):
+    """A received report.json: a key holding markup, a box that is not a list, counts that are strings."""
+    from tracer.report.render import render_report
+    from tracer.report.terminal import print_comparison
+    from rich.console import Console
+
+    report = json.loads((REPO / "tests" / "fixtures" / "report_detector_planted.json").read_text(encoding="utf-8"))
+    evil = "<script>alert(1)</script>"
+    spec = DetectionSpec({"boxes": evil, "scores": "s", "classes": "c"}, "option")
+    a = {"boxes": np.array([[[0, 0, 1, 1]]], np.float32), "scores": np.array([[0.9]], np.float32),
+         "classes": np.array([[1]], np.float32)}
+    b = {**a, "classes": np.array([[2]], np.float32)}
+    good = compare_detections(spec, a, b, lambda key: (0.0, 0.0))
+    assert good["total"]["changed_class"] == 1
+    broken = {**good, "keys": {"boxes": evil}, "total": {"matched": "many"}, "images": [None, {"image": evil}],
+              "changes": [{"kind": "appeared", "b": {"box": evil, "class": evil}}, "x"], "box_format": 3}
+    report["detections"] = [good, broken, "not a group"]
+    result = render_report(report, tmp_path)
+    html = result["html"].read_text(encoding="utf-8")
+    md = result["md"].read_text(encoding="utf-8") if "md" in result else (tmp_path / "report.md").read_text()
+    assert evil not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    assert "1 changed class" in html and "image 0: class 1 → 2" in html
+    assert evil not in md and "image 0: class 1 → 2" in md
+    console = Console(record=True, width=200, file=open(os.devnull, "w"))
+    print_comparison(console, report)
+    text = " ".join(console.export_text().split())
+    assert "Detections: <script>alert(1)</script>" in text and "0 of 1 matched (B has 1), 0 appeared" in text
+
+
 # ---- the tolerance advice: per output, in its units; none for classes and counts -------------------
 
 
