@@ -168,6 +168,7 @@ SETTINGS = {
     "atol": 1.0, "rtol": 1.0, "tol": ["dense/MatMul=1e-4,1e-3"], "isolate": 0, "signature_map": "y=output", "repeat": 3,
     "keep_captures": True, "allow_unsafe_ops": True, "force": True, "savedmodel": "exported/", "batch_sizes": "2,4",
     "quick": True, "only": "batch,onednn", "serving_batching": "batching.txt", "serving_session_config": "config.txt",
+    "detections": "boxes=boxes,scores=scores,classes=classes,count=valid",
 }
 
 
