@@ -320,3 +320,17 @@ def test_a_kerascv_yolov8_export_with_a_higher_confidence_threshold_loses_exactl
             total["changed_class"]) == (sum(counts), sum(counts) - below, sum(counts) - below, below, 0, 0)
     assert [row["a"] for row in group["images"]] == counts
     assert total["max_score_diff"] == 0.0 and total["min_iou"] == 1.0 and report["verdict_outputs"] == "diverged"
+
+
+def test_outputs_that_are_not_shaped_as_detections_are_not_compared_saying_why():
+    spec = DetectionSpec({"boxes": "b", "scores": "s", "count": "n"}, "option")
+    a = {"boxes": np.zeros((2, 3, 4), np.float32), "scores": np.zeros((2, 3), np.float32),
+         "count": np.array(2.0, np.float32)}
+    entry = compare_detections(spec, a, a, lambda key: (0.0, 0.0))
+    assert (entry["compared"], entry["verdict"], entry["not_compared"]) == (
+        False, None, "A's 'n' has shape [], not [2]")
+    b = {**a, "count": np.array([1, 1]), "scores": np.zeros((2, 4), np.float32)}
+    entry = compare_detections(spec, {**a, "count": np.array([1, 1])}, b, lambda key: (0.0, 0.0))
+    assert entry["not_compared"] == "B's 's' has shape [2, 4], not [2, 3]"
+    entry = compare_detections(spec, {**a, "count": None}, a, lambda key: (0.0, 0.0))
+    assert entry["not_compared"] == "no value for A's 'n'"

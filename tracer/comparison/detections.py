@@ -245,6 +245,10 @@ def _valid(arrays: Mapping[str, np.ndarray], image: int) -> Detections:
 
 
 def _shape_problem(spec: DetectionSpec, arrays: Mapping[str, np.ndarray], side: str) -> str | None:
+    """Why ``side``'s arrays are not detections (numbers shaped [images, detections, ...]), or None."""
+    for role, value in arrays.items():
+        if value.dtype.kind not in "biuf":
+            return f"{side}'s {spec.keys[role]!r} holds {value.dtype} values, not numbers"
     boxes, scores = arrays["boxes"], arrays["scores"]
     if boxes.ndim != 3 or boxes.shape[-1] != 4:
         return f"{side}'s {spec.keys['boxes']!r} has shape {list(boxes.shape)}, not [images, detections, 4]"
@@ -252,7 +256,8 @@ def _shape_problem(spec: DetectionSpec, arrays: Mapping[str, np.ndarray], side: 
         return f"{side}'s {spec.keys['scores']!r} has shape {list(scores.shape)}, not {list(boxes.shape[:2])}"
     if "classes" in arrays and arrays["classes"].shape != boxes.shape[:2]:
         return f"{side}'s {spec.keys['classes']!r} has shape {list(arrays['classes'].shape)}, not {list(boxes.shape[:2])}"
-    if "count" in arrays and arrays["count"].reshape(arrays["count"].shape[0], -1).shape != (boxes.shape[0], 1):
+    count = arrays.get("count")
+    if count is not None and (count.ndim == 0 or count.reshape(count.shape[0], -1).shape != (boxes.shape[0], 1)):
         return f"{side}'s {spec.keys['count']!r} has shape {list(arrays['count'].shape)}, not [{boxes.shape[0]}]"
     return None
 
