@@ -673,7 +673,7 @@ def test_a_killed_capture_leaves_an_incomplete_directory(tmp_path: Path, models:
         while not (out / "tensors").is_dir() or not any((out / "tensors").iterdir()):
             assert cli.poll() is None and time.monotonic() < deadline, cli.communicate()
             time.sleep(0.05)
-        workers = [pid for pid, cmd in _children(cli.pid) if "tracer.captures.worker" in cmd]
+        workers = [pid for pid, cmd in _children(cli.pid) if "tracer.interpreter" in cmd]
         assert len(workers) == 1
         os.kill(workers[0], signal.SIGKILL)
         stdout, stderr = cli.communicate(timeout=60)

@@ -59,7 +59,7 @@ def _parent_of(pid: int) -> int | None:
 
 
 def _workers(pid: int) -> list[int]:
-    """The ``tracer.captures.worker`` children of ``pid``."""
+    """The capture children (``python -m tracer.interpreter``) of ``pid``."""
     found = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit() and _parent_of(int(entry.name)) == pid:
@@ -67,7 +67,7 @@ def _workers(pid: int) -> list[int]:
                 cmdline = (entry / "cmdline").read_bytes()
             except OSError:
                 continue
-            if b"tracer.captures.worker" in cmdline:
+            if b"tracer.interpreter" in cmdline:
                 found.append(int(entry.name))
     return found
 

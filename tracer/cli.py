@@ -143,7 +143,8 @@ def _cmd_isolate(args: argparse.Namespace, console: Console) -> int:
     report = load_report(args.from_dir)
     with lock_directory(Path(args.from_dir), "report"):  # its work/ and report files: one run at a time
         results = isolate_remote(args.model, args.from_dir, args.side, console=terminal(stderr=True),
-                                 allow_unsafe_ops=args.allow_unsafe_ops, max_memory=args.max_memory)
+                                 allow_unsafe_ops=args.allow_unsafe_ops, max_memory=args.max_memory,
+                                 python=args.python)
         report = merge_isolation(report, results)
         written = write_reports(report, Path(args.from_dir))
     print_comparison(console, report, args.from_dir)

@@ -226,6 +226,12 @@ OPTIONS: tuple[Option, ...] = (
            "side", SIDE_COMMANDS, per_side=("compare",), side="knobs.session_config_path", metavar="FILE"),
     Option("env", "any other environment variable{who} (repeatable)", "side", SIDE_COMMANDS, repeat=True,
            metavar="KEY=VALUE", per_side=("compare",), side="knobs.env", convert=env),
+    Option("python", "the Python interpreter that runs the side{who}: another environment's TensorFlow (a release, "
+           "a build; it needs tensorflow, numpy, networkx, xxhash, zstandard: `make other-tf TF=2.12.1` prepares "
+           "one); never taken from a capture or report", "side", (*SIDE_COMMANDS, "isolate"), per_side=("compare",),
+           metavar="PATH", side="python", recorded=False,
+           overrides={"isolate": {"help": "the Python interpreter that replays the side (another environment's "
+                                          "TensorFlow, as the side was captured with); never taken from the report"}}),
     Option("timeout", "seconds before the child is stopped{who}", "limits", SIDE_COMMANDS, type=float,
            per_side=("compare",), keyword="timeout_s", side="timeout_s"),
     # -- inputs (the same examples on both sides)

@@ -111,6 +111,10 @@ class Side:
     # "packed": format 2 (byte-shuffled zstd chunks, predicted outputs, weights by digest); "npy": every
     # tensor a plain .npy any numpy reads (as in capture format 1, docs/contracts.md), ~4x the disk
     tensor_format: str = "packed"
+    # The interpreter the child runs in (--python: another TensorFlow release or build); None = this one.
+    # Like the permission, this run's choice: never in to_json, so no capture, report or job file can pick
+    # a program to run; the child's environment fingerprint records what ran (python_executable, tensorflow).
+    python: str | None = None
 
     def __post_init__(self) -> None:
         parse_device(self.device)
@@ -126,6 +130,8 @@ class Side:
 
     def label(self) -> str:
         parts = [self.device, f"batch {self.batch_size or self.inputs.examples}"]
+        if self.python:
+            parts.append(f"python {self.python}")
         parts += [f"{k}={v}" for k, v in self.knobs.describe().items() if k != "session_config_path"]
         if self.knobs.session_config_path:
             parts.append(f"session config {os.path.basename(self.knobs.session_config_path)}")
@@ -135,7 +141,8 @@ class Side:
         return replace(self, **changes)
 
     def to_json(self) -> dict[str, Any]:
-        """What ran (a capture's manifest ``spec``); the permission ``allow_unsafe_ops`` is not in it."""
+        """What ran (a capture's manifest ``spec``); the permission ``allow_unsafe_ops`` and the
+        interpreter ``python`` are not in it (the fingerprint records the interpreter that ran)."""
         knobs = asdict(self.knobs)
         knobs["grappler"] = dict(self.knobs.grappler)
         knobs["env"] = dict(self.knobs.env)

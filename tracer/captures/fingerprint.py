@@ -156,6 +156,7 @@ def environment_fingerprint(session: Any | None = None) -> dict[str, Any]:
         "tf_env": tensorflow_env(os.environ),
         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
         "python": sys.version.split()[0],
+        "python_executable": sys.executable,  # --python: the environment whose TensorFlow ran
         "numpy": np.__version__,
         "platform": platform.platform(),
         "hostname": socket.gethostname(),

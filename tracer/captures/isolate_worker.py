@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import io
 import os
+import sys
 from typing import Any
 
 import numpy as np
@@ -40,6 +41,11 @@ def run_isolation(job: dict[str, Any]) -> None:
     runs = [tuple(r) for r in job["runs"]]
     count = int(job["count"])
     os.makedirs(job["out_dir"], exist_ok=True)
+    other = _other_release(job.get("tensorflow"))
+    if other is not None:  # another TensorFlow's kernels would be measured: no op is replayed, each says why
+        for op in job["ops"]:
+            record_failure(job["out_dir"], op["id"], other)
+        return
     emit("stage", text="loading model")
     runtime = open_runtime(side)
     try:
@@ -57,6 +63,20 @@ def run_isolation(job: dict[str, Any]) -> None:
             emit("progress", done=index + 1, total=len(job["ops"]), bytes=int(result.nbytes))
     finally:
         runtime.close()
+
+
+def _other_release(captured: Any) -> str | None:
+    """Why this interpreter must not replay a side captured under TensorFlow ``captured``, or None.
+
+    "Given identical inputs, the kernels differ" is a statement about the release that ran the
+    side; a replay under another one (``tftrace isolate`` without the side's ``--python``) would
+    measure that release instead."""
+    running = tf().__version__
+    if not isinstance(captured, str) or not captured or captured == running:
+        return None
+    return (f"the side was captured with TensorFlow {captured} but this replay would run TensorFlow {running} "
+            f"({sys.executable}); replay it in the side's own environment: tftrace isolate MODEL --from REPORT_DIR "
+            "--python PATH_TO_ITS_PYTHON")
 
 
 class NotReplayed(Exception):

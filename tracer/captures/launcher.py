@@ -13,7 +13,6 @@ import os
 import selectors
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -24,6 +23,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ..errors import TftraceError
+from ..interpreter import interpreter, remember
 from ..jsonvalues import dumps
 from ..runspec import Side, child_env
 from .orphan import PARENT_PID_ENV
@@ -50,7 +50,7 @@ def run_child(
     console: Console | None = None,
     on_event: Callable[[dict[str, Any]], None] | None = None,
 ) -> None:
-    """Run ``python -m tracer.captures.worker`` for ``job``; raise TftraceError if it fails.
+    """Run the worker (``python -m tracer.interpreter -``) for ``job``; raise TftraceError if it fails.
 
     ``side``'s permission (``allow_unsafe_ops``) travels beside the job's side, never inside it:
     the child reads it from here, while a side read back from a file never carries one."""
@@ -71,6 +71,7 @@ class PreparedChild:
     """
 
     def __init__(self, side: Side, *, prepare: bool = False) -> None:
+        executable = interpreter(side.python)  # this Python, or the side's --python (checked there, then here)
         env = child_env(side)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (PACKAGE_ROOT, env.get("PYTHONPATH", "")) if p)
         env[PARENT_PID_ENV] = str(os.getpid())  # the child stops itself if this process is SIGKILLed
@@ -79,7 +80,7 @@ class PreparedChild:
         self._stderr = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace", prefix="tftrace-stderr-")
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "tracer.captures.worker", "-"],
+                [executable, "-m", "tracer.interpreter", "-"],  # checks its packages, then runs the worker
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=self._stderr,
@@ -312,4 +313,5 @@ def capture(
     child = prepared if prepared is not None else PreparedChild(side)
     child.run(job, label=f"capture {os.path.basename(side.artifact.path.rstrip('/'))} [{side.label()}]",
               console=console, on_event=on_event)
+    remember(out, side.python)  # its replays run the same interpreter
     return Capture.open(out)

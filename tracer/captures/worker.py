@@ -1,6 +1,7 @@
 """The capture child: run one side plainly, then instrumented, and stream every tensor to disk.
 
-Started by :mod:`tracer.captures.launcher` as ``python -m tracer.captures.worker -`` (the job
+Started by :mod:`tracer.captures.launcher` as ``python -m tracer.interpreter -`` (which checks the
+interpreter has what the child imports, then runs :func:`main`; the job
 JSON on stdin, so no job file outlives a SIGKILLed tftrace; a JOB.json path works too) with
 the side's environment already in place (TF reads it at import). A child started ahead of its
 job (``compare``'s side B) first gets a ``{"prepare": side}`` line and loads that side's model

@@ -47,6 +47,7 @@ from ..captures.replay_records import failure, record_failure, replay_path
 from .divergence import NodeResult
 from .judge import IsolationResult, executed_form, judge, per_process_nondeterminism
 from ..errors import TftraceError
+from ..interpreter import made_with
 from ..captures.inputs import batched_alike
 from ..jsonvalues import dumps, loads
 from ..opgraph import OpGraph, tensor_op, weight_of, weight_reads
@@ -122,11 +123,13 @@ def isolate_origins(
     for key, view in (("a", view_a), ("b", view_b)):
         spec = spec_without_permissions(view.capture.manifest["spec"])  # decided by whoever runs the job
         job = {"mode": "isolate", "side": spec, "feeds_from": feeds_dir,
+               # the release the side ran: a replay under another one is refused op by op (isolate_worker)
+               "tensorflow": (view.capture.manifest.get("environment") or {}).get("tensorflow"),
                "ops": ops[key], "runs": view.capture.manifest["runs"],
                "count": view.capture.manifest["examples"]["count"], "out_dir": os.path.join(workdir, f"isolation_{key}")}
         _write_json(os.path.join(workdir, f"isolation_{key}.job.json"), job)
         if _local_side(view) is not None:
-            run_job(job, console=console, allow_unsafe_ops=allow_unsafe_ops[key])
+            run_job(job, console=console, allow_unsafe_ops=allow_unsafe_ops[key], python=made_with(view.capture.path))
     return evaluate(workdir)
 
 
@@ -171,12 +174,13 @@ def write_feeds(capture_a: Capture, ops: dict[str, list[dict[str, Any]]], path: 
 
 
 def run_job(job: dict[str, Any], *, allow_unsafe_ops: bool, console: Any = None,
-            artifact_path: str | None = None, max_memory: int | None = None) -> None:
+            artifact_path: str | None = None, max_memory: int | None = None, python: str | None = None) -> None:
     """Replay one side's ops in a child process (optionally against a local copy of the model).
 
     A job file may come from anyone (a report attached to an issue), so whether unsafe ops may
     run is this caller's ``allow_unsafe_ops``, whatever the job's side says, and the memory
-    limit is never raised by it: at most ``max_memory`` (default: a side's default limit).
+    limit is never raised by it: at most ``max_memory`` (default: a side's default limit). The
+    interpreter is the caller's too (``python``: the one the side was captured with, else this one).
 
     An op TensorFlow refuses to replay gets a failure record from the child, which goes on; a
     child that crashes leaves one for each op it had not answered. Either way the comparison
@@ -184,7 +188,7 @@ def run_job(job: dict[str, Any], *, allow_unsafe_ops: bool, console: Any = None,
     error the child reports (a refused unsafe model, a report made from another model) and a
     timeout stay errors: they have a fix.
     """
-    side = Side.from_json(job["side"]).with_(allow_unsafe_ops=allow_unsafe_ops)
+    side = Side.from_json(job["side"]).with_(allow_unsafe_ops=allow_unsafe_ops, python=python)
     ceiling = max_memory if max_memory is not None else Side.__dataclass_fields__["max_memory"].default
     side = side.with_(max_memory=min(side.max_memory, ceiling))
     if artifact_path is not None:
@@ -304,8 +308,10 @@ def _open_optional(path: str | None) -> Capture | None:
 
 
 def isolate_remote(model: str, report_dir: str, side_key: str | None = None, console: Any = None, *,
-                   allow_unsafe_ops: bool = False, max_memory: int | None = None) -> dict[str, IsolationResult]:
-    """``tftrace isolate``: replay the pending side of a report on this machine, against MODEL."""
+                   allow_unsafe_ops: bool = False, max_memory: int | None = None,
+                   python: str | None = None) -> dict[str, IsolationResult]:
+    """``tftrace isolate``: replay the pending side of a report on this machine, against MODEL
+    (in ``python``, the interpreter of the TensorFlow that side was captured with; default this one)."""
     workdir = os.path.join(report_dir, "work")
     jobs = {k: Path(workdir, f"isolation_{k}.job.json") for k in ("a", "b")}
     if not any(p.exists() for p in jobs.values()):
@@ -324,5 +330,6 @@ def isolate_remote(model: str, report_dir: str, side_key: str | None = None, con
             "copy the whole report directory written by tftrace compare, its work/ folder included",
         )
     job["out_dir"] = os.path.join(workdir, f"isolation_{side_key}")
-    run_job(job, console=console, artifact_path=model, allow_unsafe_ops=allow_unsafe_ops, max_memory=max_memory)
+    run_job(job, console=console, artifact_path=model, allow_unsafe_ops=allow_unsafe_ops, max_memory=max_memory,
+            python=python)
     return evaluate(workdir)

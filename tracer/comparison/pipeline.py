@@ -32,6 +32,7 @@ from ..diff.rewrites import diff_graphs
 from .detections import detection_verdicts, detections_of
 from .isolate import IsolationResult, isolate_origins, load_state_variables
 from ..metrics import TensorMetrics, compare_arrays
+from ..interpreter import made_with
 from ..runspec import InputSpec, Side
 from ..safewrite import claim, output_directory
 from .measure import pair_metrics, plain_output_metrics, value_source
@@ -360,7 +361,8 @@ def _noise(
             summary[name] = {"skipped": "given as a capture directory: re-run it to measure its noise"}
             continue
         side = Side.from_json(base.manifest["spec"])  # exactly what ran, the examples included; the permission
-        side = side.with_(allow_unsafe_ops=isinstance(target, Side) and target.allow_unsafe_ops)  # is not recorded
+        side = side.with_(allow_unsafe_ops=isinstance(target, Side) and target.allow_unsafe_ops,  # is not recorded
+                          python=made_with(base.path))  # nor the interpreter: the one that captured it here
         worst, noisy = 0.0, 0
         for i in range(1, repeat):
             claim(out, ["captures"])

@@ -31,6 +31,7 @@ import numpy as np
 from ..captures.reader import Capture
 from ..errors import TftraceError
 from ..comparison.isolate import run_job
+from ..interpreter import made_with
 from ..optypes import changes_state, draws_random
 
 __all__ = ["Replay", "replay_alone", "signature_feeds", "state_changing_ops"]
@@ -84,8 +85,9 @@ def replay_alone(
     out_dir = Path(workdir).absolute()
     out_dir.mkdir(parents=True, exist_ok=True)
     job = {"mode": "isolate", "side": side.manifest["spec"], "feeds_from": str(source.path), "ops": ops,
-           "runs": runs, "count": rows, "out_dir": str(out_dir)}
-    run_job(job, console=console, allow_unsafe_ops=allow_unsafe_ops)
+           "runs": runs, "count": rows, "out_dir": str(out_dir),
+           "tensorflow": (side.manifest.get("environment") or {}).get("tensorflow")}
+    run_job(job, console=console, allow_unsafe_ops=allow_unsafe_ops, python=made_with(side.path))
     values = [{name: np.load(out_dir / f"{r * len(names) + j}.npy") for j, name in enumerate(names)}
               for r in range(repeats)]
     return Replay(values, rows)
