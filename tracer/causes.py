@@ -178,6 +178,42 @@ def _run_time_rewrite(report: dict[str, Any], first: dict[str, Any]) -> dict[str
     return {"grappler": evidence}
 
 
+def _build_name(env: dict[str, Any]) -> str:
+    """A TensorFlow build in a few words: release, git version, CUDA where it has it."""
+    build = env.get("build") or {}
+    extra = [str(env.get("tf_git_version"))] if env.get("tf_git_version") else []
+    if build.get("is_cuda_build"):
+        extra.append(f"CUDA {build.get('cuda_version')}, cuDNN {build.get('cudnn_version')}")
+    return f"TensorFlow {env.get('tensorflow')}" + (f" ({', '.join(extra)})" if extra else "")
+
+
+def _builds(env_a: dict[str, Any], env_b: dict[str, Any], first: dict[str, Any] | None,
+            rewritten: list[dict[str, Any]]) -> str:
+    """The evidence that the builds differ, and what of the difference they account for.
+
+    Where the graphs match at the origins (none sits in a rewrite between the artifacts), the
+    builds are what differs, and the first divergence's isolation says how: replayed alone on
+    identical inputs under each side's own TensorFlow, its kernels differ (``own_error``: a kernel
+    change between the releases), or agree while the whole graphs executed it as different
+    kernels (``run_time_rewrite``: a Grappler change between the releases)."""
+    said = f"{_build_name(env_a)} on side A vs {_build_name(env_b)} on side B"
+    isolation = (first or {}).get("isolation") or {}
+    if not first or rewritten:
+        return said + "."
+    verdict = isolation.get("verdict")
+    if verdict == "own_error":
+        return (f"{said}; the graphs match where the numbers part, and `{first['node']}` ({first['op']}) is the first "
+                f"op whose kernel differs: replayed alone on identical inputs, each in its side's own TensorFlow, "
+                f"the two builds' kernels differ by up to {isolation.get('max_abs'):.3g} (a kernel change between "
+                "the builds).")
+    if verdict == "run_time_rewrite":
+        ran = {key: " + ".join(form) for key, form in (isolation.get("executed") or {}).items() if form}
+        return (f"{said}; the graphs match, but the builds' Grappler ran `{first['node']}` ({first['op']}) as "
+                f"{ran.get('a', '?')} on side A and {ran.get('b', '?')} on side B, and replayed alone the two agree "
+                "(a Grappler change between the builds, not a kernel's).")
+    return f"{said}; the graphs match where the numbers part, at `{first['node']}` ({first['op']})."
+
+
 WEIGHTS_NAMED = 3  # the changed weights a sentence names before "and N more"
 
 
@@ -376,7 +412,7 @@ def explain_comparison(report: dict[str, Any]) -> dict[str, Any]:
         found.setdefault("tf32", f"the sides run on {a.get('device')} vs {b.get('device')}.")
     env_a, env_b = a.get("environment", {}), b.get("environment", {})
     if env_a.get("tensorflow") != env_b.get("tensorflow") or env_a.get("build") != env_b.get("build"):
-        found["build"] = f"TensorFlow {env_a.get('tensorflow')} vs {env_b.get('tensorflow')}."
+        found["build"] = _builds(env_a, env_b, first, rewritten)
     elif (env_a.get("cpu") or {}).get("model") != (env_b.get("cpu") or {}).get("model"):
         found.setdefault("onednn", "the sides ran on different CPUs, where oneDNN and kernel choices differ.")
     for side_key, side in (("a", report.get("observer_effect", {}).get("a")), ("b", report.get("observer_effect", {}).get("b"))):

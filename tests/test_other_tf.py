@@ -1,0 +1,126 @@
+"""Another TensorFlow per side (issue 28): "we upgraded TensorFlow and the numbers moved".
+
+The second environment is the one ``make other-tf`` prepares (``make test`` does it once, cached
+like ``.venv``): tensorflow-cpu 2.12.1, the oldest release that installs for Python 3.11, beside
+this environment's 2.21. Its interpreter comes from ``TFTRACE_OTHER_PYTHON`` (the Makefile sets
+it) or ``.venv-tf2.12/bin/python``; without one the cross-release tests are skipped, naming the
+make target. Every number depends on oneDNN: conftest pins ``TF_ENABLE_ONEDNN_OPTS=0`` and the
+comparisons pass ``--onednn off`` too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import REPO, assert_user_error, run_cli
+
+OTHER_RELEASE = "2.12.1"
+
+
+def _other_python() -> str | None:
+    given = os.environ.get("TFTRACE_OTHER_PYTHON")
+    default = REPO / ".venv-tf2.12" / "bin" / "python"
+    path = given or (str(default) if default.exists() else None)
+    return path if path and os.access(path, os.X_OK) else None
+
+
+OTHER = _other_python()
+needs_other = pytest.mark.skipif(OTHER is None, reason="no second TensorFlow environment: run make other-tf TF=2.12.1")
+
+
+@pytest.fixture(scope="module")
+def images(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The examples both releases are fed: the ones the plain sessions of the docstrings were fed."""
+    path = tmp_path_factory.mktemp("inputs") / "images.npz"
+    np.savez(path, images=np.random.default_rng(0).random((8, 64, 64, 3), dtype=np.float32))
+    return path
+
+
+def _compare_releases(model: Path, images: Path, out: Path) -> dict:
+    proc = run_cli("compare", str(model), str(model), "--b-python", str(OTHER), "--onednn", "off",
+                   "--inputs", str(images), "--out", str(out), "--force")
+    assert proc.returncode in (0, 1), proc.stderr
+    return json.loads((out / "report.json").read_text(encoding="utf-8"))
+
+
+@pytest.mark.slow
+@needs_other
+def test_the_detector_across_releases_first_differs_at_its_first_batch_norm_whose_kernel_differs(models, images,
+                                                                                                  tmp_path):
+    """Plain sessions (tf.compat.v1 loader, every float tensor fetched in one session.run, these
+    inputs, oneDNN off), one per release, found the detector SavedModel's first differing tensor
+    in topological order to be ``block1/bn/FusedBatchNormV3:0`` (max |Δ| 2.4e-07 between TF 2.21.0
+    and TF 2.12.1; 62 tensors differ after it, every op above it is bit-identical). tftrace must
+    find the same op, replay it alone on identical inputs in each release's own interpreter, and
+    find that the two releases' kernels differ there: the cause is the builds, not the graph."""
+    report = _compare_releases(models["detector"], images, tmp_path / "report")
+    envs = {k: report["sides"][k]["environment"] for k in ("a", "b")}
+    assert envs["b"]["tensorflow"] == OTHER_RELEASE and envs["a"]["tensorflow"] != OTHER_RELEASE
+    assert envs["b"]["python_executable"] == os.path.abspath(str(OTHER))
+    first = report["first_divergence"]
+    assert (first["node"], first["op"]) == ("block1/bn/FusedBatchNormV3", "FusedBatchNormV3")
+    assert first["isolation"]["verdict"] == "own_error"
+    assert first["rewrite"] is None
+    assert report["answers"]["causes"][0] == "build"
+    why = report["answers"]["why"][0]
+    assert f"TensorFlow {OTHER_RELEASE}" in why and "`block1/bn/FusedBatchNormV3` (FusedBatchNormV3) is the first op " \
+                                                     "whose kernel differs" in why
+
+
+@pytest.mark.slow
+@needs_other
+def test_the_folded_detector_across_releases_first_differs_at_its_softmax(models, images, tmp_path):
+    """Plain sessions as above found the folded detector's first differing tensor to be
+    ``class_head/scores:0`` (a Softmax; max |Δ| 6.0e-08, then 4 tensors of the NMS after it differ):
+    the batch norms are folded away, so the releases part only at the Softmax kernel. tftrace
+    must name that op, its own kernel differing given identical inputs, and no export rewrite."""
+    report = _compare_releases(models["detector_folded"], images, tmp_path / "report")
+    first = report["first_divergence"]
+    assert (first["node"], first["op"]) == ("class_head/scores", "Softmax")
+    assert first["isolation"]["verdict"] == "own_error"
+    assert report["verdict"] == "within_tolerance"
+    assert report["answers"]["causes"] == ["build"]
+
+
+@pytest.mark.slow
+@needs_other
+def test_isolate_under_another_release_than_the_capture_is_refused_op_by_op(models, images, tmp_path):
+    """A report whose side B ran TF 2.12.1, re-isolated with ``tftrace isolate`` in this
+    interpreter (TF 2.21), would measure 2.21's kernel as B's: each op is not replayed, and says
+    which release the side needs and the --python that gives it; with --python it is replayed."""
+    out = tmp_path / "report"
+    _compare_releases(models["detector"], images, out)
+    proc = run_cli("isolate", str(models["detector"]), "--from", str(out), "--side", "b")
+    assert proc.returncode in (0, 1), proc.stderr
+    report = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    detail = report["first_divergence"]["isolation"]["detail"]
+    assert report["first_divergence"]["isolation"]["verdict"] == "not_replayed"
+    assert f"captured with TensorFlow {OTHER_RELEASE}" in detail and "--python" in detail
+    proc = run_cli("isolate", str(models["detector"]), "--from", str(out), "--side", "b", "--python", str(OTHER))
+    assert proc.returncode in (0, 1), proc.stderr
+    report = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    assert report["first_divergence"]["isolation"]["verdict"] == "own_error"
+
+
+def test_an_interpreter_without_the_childs_packages_is_a_user_error_naming_the_install_command(models, tmp_path):
+    """A bare virtual environment (no pip, no packages): the child checks before importing any."""
+    venv = tmp_path / "bare"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    python = venv / "bin" / "python"
+    proc = run_cli("capture", str(models["detector"]), "--python", str(python), "--out", str(tmp_path / "cap"))
+    assert_user_error(proc, f"the side's interpreter {python} lacks tensorflow, numpy, networkx, xxhash, zstandard",
+                      f"{python} -m pip install tensorflow-cpu numpy networkx xxhash zstandard")
+    assert not (tmp_path / "cap" / "manifest.json").exists()
+
+
+def test_a_python_that_is_not_there_is_a_user_error(models, tmp_path):
+    proc = run_cli("compare", str(models["detector"]), str(models["detector"]), "--b-python",
+                   str(tmp_path / "nowhere" / "python"), "--out", str(tmp_path / "report"))
+    assert_user_error(proc, f"--python {tmp_path / 'nowhere' / 'python'} does not exist", "make other-tf")
