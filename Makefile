@@ -7,8 +7,16 @@ MODELS_DIR   := sample_models/generated
 MODELS_STAMP := $(MODELS_DIR)/.complete
 OUT    ?= out/demo
 PYTEST_ARGS ?=
+# A second TensorFlow for --python / --a-python / --b-python and diagnose --other-python (issue 28):
+# 2.12.1 is the oldest tensorflow-cpu that installs for Python 3.11. `make other-tf TF=2.17.1` makes another.
+TF        ?= 2.12.1
+TF_MINOR  := $(word 1,$(subst ., ,$(TF))).$(word 2,$(subst ., ,$(TF)))
+OTHER_VENV := .venv-tf$(TF_MINOR)
+OTHER_STAMP := $(OTHER_VENV)/.setup-done-$(TF)
+# what tftrace's child imports there (tracer/interpreter.py's CHILD_PACKAGES); numpy is TensorFlow's pin
+CHILD_PACKAGES := numpy networkx xxhash zstandard
 
-.PHONY: setup system-deps models demo test test-fast bench clean
+.PHONY: setup system-deps models demo test test-fast bench clean other-tf
 
 setup: $(SETUP_STAMP) system-deps
 
@@ -32,6 +40,16 @@ system-deps:
 	  fi; \
 	fi
 
+# Cached like .venv: nothing is downloaded again once the stamp of that release is there.
+other-tf: $(OTHER_STAMP)
+
+$(OTHER_STAMP):
+	@test -x $(OTHER_VENV)/bin/python || $(PYTHON) -m venv $(OTHER_VENV)
+	$(OTHER_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(OTHER_VENV)/bin/python -m pip install --quiet 'tensorflow-cpu==$(TF)' $(CHILD_PACKAGES)
+	@touch $@
+	@echo "$(OTHER_VENV)/bin/python: TensorFlow $(TF) for --python"
+
 models: $(MODELS_STAMP)
 
 $(MODELS_STAMP): $(SETUP_STAMP) $(wildcard sample_models/*.py)
@@ -46,8 +64,8 @@ demo: setup models
 	  echo; echo "verdict: $$($(BIN)/python -c "import json;r=json.load(open('$(OUT)/report.json'));f=r['first_divergence'];print(r['verdict'], '- first divergence:', f['node'] if f else 'none')")"; \
 	  echo "open $(abspath $(OUT))/report.html"
 
-test: setup models
-	$(BIN)/python -m pytest -n 2 $(PYTEST_ARGS)
+test: setup models other-tf
+	TFTRACE_OTHER_PYTHON=$(abspath $(OTHER_VENV))/bin/python $(BIN)/python -m pytest -n 2 $(PYTEST_ARGS)
 
 test-fast: setup
 	$(BIN)/python -m pytest -m "not slow and not browser" $(PYTEST_ARGS)

@@ -292,6 +292,8 @@ OPTIONS: tuple[Option, ...] = (
            "diagnose", ("diagnose",), metavar="FILE"),
     Option("serving-session-config", "TF Serving's --tensorflow_session_config_file (a text ConfigProto)",
            "diagnose", ("diagnose",), metavar="FILE"),
+    Option("other-python", "another environment's Python (another TensorFlow release or build): adds the factor "
+           "tf_version, this TensorFlow vs that one", "diagnose", ("diagnose",), metavar="PATH"),
     # -- output
     Option("out", "report directory (default ./tftrace-report)", "output", ("capture", "compare", "diagnose"),
            default="tftrace-report", keyword=None,

@@ -60,6 +60,7 @@ def diagnose_options(model: Any, out_dir: str, values: dict[str, Any], command: 
         seed=c["seed"], quick=bool(c["quick"]),
         only=parse_factors(only if isinstance(only, str) or only is None else ",".join(only)),
         serving_batching=c["serving_batching"], serving_session_config=c["serving_session_config"],
+        other_python=c["other_python"],
         tolerance=Tolerance(c["atol"], c["rtol"]), timing_runs=c["timing_runs"],
         allow_unsafe_ops=bool(c["allow_unsafe_ops"]), force=bool(c["force"]), command=command,
     )

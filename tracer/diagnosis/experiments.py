@@ -264,6 +264,17 @@ def _layout_optimizer(ctx: PlanContext) -> list[Planned]:
                      "`rewrite_options { layout_optimizer: OFF }` in the session config")
 
 
+def _tf_version(ctx: PlanContext) -> list[Planned]:
+    """This TensorFlow against another environment's (``--other-python``), the same side otherwise:
+    what upgrading (or downgrading) the release changes, op by op, and what it costs in latency."""
+    if ctx.other_python is None:
+        return [Planned("tf_version", "tf_version", "skipped",
+                        skipped="give another environment's Python with --other-python PATH (make other-tf prepares one)")]
+    other = ctx.base.with_(python=ctx.other_python)
+    return [Planned("tf_version", "tf_version", "compare", replace(_base(ctx), describe="this TensorFlow"),
+                    Run(other, f"the TensorFlow of {ctx.other_python}"))]
+
+
 def _atomics(ctx: PlanContext) -> list[Planned]:
     on_gpu = at_batch(_gpu_side(ctx))
     return [Planned("gpu_repeat", "atomics", "repeat_process", on_gpu, on_gpu, repeats=GPU_REPEATS,
@@ -307,6 +318,10 @@ FACTORS: dict[str, Factor] = {f.key: f for f in (
                      "server the throughput of merged requests."),
     Factor("serving_session_config", "TF Serving session config",
            "the session config TF Serving would use vs the default session", _session_config, cause="grappler"),
+    Factor("tf_version", "TensorFlow version", "this TensorFlow vs another environment's (--other-python)",
+           _tf_version, cause="build", setting=lambda m: (m.get("environment") or {}).get("tensorflow"),
+           prevent="test and serve with the same TensorFlow release and build; across releases, compare with a "
+                   "tolerance"),
     Factor("device", "CPU vs GPU", "CPU vs GPU", _device, cause="build", gpu=True,
            setting=lambda m: m["spec"].get("device", "cpu"),
            prevent="compare CPU and GPU results with a tolerance; they run different kernels"),

@@ -25,7 +25,8 @@ class Run:
     instance: int = 0
 
     def key(self) -> str:
-        return json.dumps(self.side.to_json(), sort_keys=True) + f"#{self.instance}"
+        # the interpreter is no part of a side's JSON (never taken from a file) but makes another run
+        return json.dumps({**self.side.to_json(), "python": self.side.python}, sort_keys=True) + f"#{self.instance}"
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,7 @@ class PlanContext:
     serving_inputs: dict[int, tuple[str, int]] = field(default_factory=dict)  # size -> (padded .npz, rows)
     serving_batching: str | None = None  # the file, or None
     session_config: tuple[str, str] | None = None  # (path, text)
+    other_python: str | None = None  # --other-python: the interpreter of the other TensorFlow
 
 
 Remedy = Literal["setting", "shape", "determinism", "none"]

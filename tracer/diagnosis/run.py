@@ -74,6 +74,7 @@ class DiagnoseOptions:
     only: tuple[str, ...] = ()
     serving_batching: str | None = None
     serving_session_config: str | None = None
+    other_python: str | None = None  # --other-python: the factor tf_version runs side B there
     tolerance: Tolerance = field(default_factory=Tolerance)
     timing_runs: int | None = None  # default 5 with --quick, 10 without
     allow_unsafe_ops: bool = False  # see tracer.safety: refused by default, on every side
@@ -267,7 +268,7 @@ def _plan_context(options: DiagnoseOptions, base: Capture, base_side: Side, fact
         batch_major=bool(base.manifest["examples"]["batch_major"]), onednn_on=env["onednn"].get("enabled"),
         xla_on="--tf_xla_auto_jit" in env.get("tf_env", {}).get("TF_XLA_FLAGS", ""),
         gpu=gpu_unavailable_reason(env, ask_tensorflow=gpu_needed),
-        serving_batching=options.serving_batching, session_config=session_config,
+        serving_batching=options.serving_batching, session_config=session_config, other_python=options.other_python,
     )
     if batching is not None and ctx.batch_major and "serving_batching" in factors:
         ctx.serving_inputs = _serving_inputs(base, batching, out)
