@@ -124,3 +124,33 @@ def test_a_python_that_is_not_there_is_a_user_error(models, tmp_path):
     proc = run_cli("compare", str(models["detector"]), str(models["detector"]), "--b-python",
                    str(tmp_path / "nowhere" / "python"), "--out", str(tmp_path / "report"))
     assert_user_error(proc, f"--python {tmp_path / 'nowhere' / 'python'} does not exist", "make other-tf")
+
+
+@pytest.mark.slow
+@needs_other
+def test_diagnose_other_python_measures_the_tensorflow_version_factor(models, tmp_path):
+    """diagnose --other-python adds tf_version: the base side (TF 2.21, batch 1, oneDNN off as
+    conftest pins it) against the same side in the other environment (TF 2.12.1). Measured
+    here: the plain outputs differ (up to 8.9e-7 on ``scores``), within the default tolerance;
+    the latency cost is read like every other factor's (B's median against A's)."""
+    out = tmp_path / "diagnosis"
+    proc = run_cli("diagnose", str(models["detector"]), "--only", "tf_version", "--other-python", str(OTHER),
+                   "--out", str(out))
+    assert proc.returncode in (0, 1), proc.stderr
+    doc = json.loads((out / "diagnosis.json").read_text(encoding="utf-8"))
+    exp = next(e for e in doc["experiments"] if e["factor"] == "tf_version")
+    assert exp["skipped"] is None
+    assert exp["settings"]["b"]["tf_version"] == OTHER_RELEASE and exp["settings"]["a"]["tf_version"] != OTHER_RELEASE
+    assert exp["verdict"] in ("within_tolerance", "diverged") and exp["max_abs_output_diff"] > 0
+    assert isinstance(exp["cost_pct"], float)
+    assert exp["latency_ms"]["a"]["runs"] == exp["latency_ms"]["b"]["runs"] == 10
+
+
+@pytest.mark.slow
+def test_diagnose_without_other_python_skips_the_tensorflow_version_saying_how(models, tmp_path):
+    out = tmp_path / "diagnosis"
+    proc = run_cli("diagnose", str(models["detector"]), "--only", "tf_version", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads((out / "diagnosis.json").read_text(encoding="utf-8"))
+    exp = next(e for e in doc["experiments"] if e["factor"] == "tf_version")
+    assert exp["skipped"] == "give another environment's Python with --other-python PATH (make other-tf prepares one)"
