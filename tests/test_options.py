@@ -83,7 +83,8 @@ def test_allow_unsafe_ops_is_declared_once_with_one_help_text() -> None:
 
 def test_every_side_option_reaches_the_side_and_its_manifest_field() -> None:
     side_keywords = [o.api_keyword for o in OPTIONS if o.side]
-    assert set(side_keywords) - {"allow_unsafe_ops", "session_config"} == set(SAMPLES), "add a sample for a new option"
+    assert set(side_keywords) - {"allow_unsafe_ops", "session_config", "python"} == set(SAMPLES), \
+        "add a sample for a new option"
     for option in OPTIONS:
         if not option.side or option.api_keyword not in SAMPLES:
             continue
@@ -149,6 +150,15 @@ def test_a_permission_is_passed_never_recorded() -> None:
     assert job_side({"side": side.to_json(), "allow_unsafe_ops": "yes"}).allow_unsafe_ops is False
 
 
+def test_an_interpreter_is_passed_never_recorded() -> None:
+    """--python names a program to run: like a permission, never in a manifest, report or job file."""
+    side = build_side("m", {"python": "/opt/tf2.12/bin/python"})
+    assert side.python == "/opt/tf2.12/bin/python" and "python" not in side.to_json()
+    planted = {**side.to_json(), "python": "/tmp/evil"}  # a received capture's spec naming one
+    assert Side.from_json(planted).python is None and job_side({"side": planted}).python is None
+    assert "python /opt/tf2.12/bin/python" in side.label()
+
+
 def test_batch_size_10_and_8_over_8_examples_is_batched_alike() -> None:
     """--a-batch-size 10 --b-batch-size 8 with 8 examples: both sides ran the 8 examples in one run.
     Before, "batched alike" was decided by runs (alike) and by the recorded batch size (10 vs 8:
@@ -168,7 +178,8 @@ SETTINGS = {
     "atol": 1.0, "rtol": 1.0, "tol": ["dense/MatMul=1e-4,1e-3"], "isolate": 0, "signature_map": "y=output", "repeat": 3,
     "keep_captures": True, "allow_unsafe_ops": True, "force": True, "savedmodel": "exported/", "batch_sizes": "2,4",
     "quick": True, "only": "batch,onednn", "serving_batching": "batching.txt", "serving_session_config": "config.txt",
-    "detections": "boxes=boxes,scores=scores,classes=classes,count=valid",
+    "detections": "boxes=boxes,scores=scores,classes=classes,count=valid", "python": "/opt/tf2.12/bin/python",
+    "other_python": "/opt/tf2.12/bin/python",
 }
 
 
