@@ -142,7 +142,12 @@ def recipe_text(result: dict[str, Any]) -> str:
         text += f" No setting removes what {', '.join(f'`{n}`' for n in left)} measured."
     pct, ref = result.get("combined_cost_pct"), result.get("reference_latency_ms") or {}
     lat = (result.get("latency_ms") or {}).get("a") or {}
-    if pct is not None:
-        text += (f" Together they cost {pct:+.1f}% latency on this machine ({ref.get('median'):.3g} ms without → "
+    timing = result.get("combined_timing") or {}
+    if "ratio" in timing:  # interleaved against the plain base side, judged by tracer.diagnosis.timing
+        text += (f" Against the plain base side at the same batch size, the combination {timing['words']} "
+                 f"(medians {timing['median_a_ms']:.3g} ms without → {timing['median_b_ms']:.3g} ms with).")
+    elif pct is not None:
+        text += (f" Not timed against the plain base side ({timing.get('error', 'no interleaved timings')}); the "
+                 f"captures' medians, which claim no cost: {pct:+.1f}% on this machine ({ref.get('median'):.3g} ms without → "
                  f"{lat.get('median'):.3g} ms with, medians of {lat.get('runs', '?')} runs).")
     return text
