@@ -17,6 +17,7 @@ import pytest
 
 from conftest import assert_user_error, run_cli
 from tracer.diagnosis.answers import FACTOR_TITLES, build_answers
+from tracer.diagnosis.timing import compare_timings
 from tracer.artifacts.loader import ArtifactRef
 from tracer.errors import TftraceError
 from tracer.diagnosis.experiments import FACTORS, GPU_FACTORS, QUICK_FACTORS, PlanContext, plan_experiments
@@ -132,7 +133,11 @@ def test_answers_name_only_the_factors_that_diverged():
     assert answers["why"][1].startswith("Batch size: A side vs B side changes the outputs by up to 4e-07.")
     for other in ("xla", "threads"):
         assert FACTOR_TITLES[other] not in text
-    assert answers["cost"][0].endswith("Choosing B side costs +50.0% on this machine.")
+    # two captures' medians (2 ms vs 3 ms) without interleaved timings: no cost is claimed from them
+    assert answers["cost"][0].endswith("Choosing B side was not timed interleaved with the other side (no interleaved "
+                                       "timings), and two captures' medians are no evidence of a cost: none is "
+                                       "claimed on this machine.")
+    assert "50" not in answers["cost"][0]
     assert len(answers["why"]) == 2  # xla within tolerance is no question the user asked
 
     # the user's own question, answered when the difference is small: where it starts, and why
@@ -195,7 +200,9 @@ def _diverged(p, diff=1e-3):
             "first_divergence": None, "a": {"describe": p.a.describe}, "b": {"describe": p.b.describe},
             "latency_ms": {"a": lat, "b": dict(lat, median=3.0, per_row_median=3.0)},
             "latency_basis": "per example" if p.per_row else "per run", "cost_pct": 50.0, "remedy": p.remedy,
-            "skipped": None, "settings": None}
+            "skipped": None, "settings": None,
+            "timing": compare_timings([2.0 + 0.01 * (i % 5) for i in range(20)],
+                                      [3.0 + 0.01 * (i % 5) for i in range(20)]).to_json()}
 
 
 def test_every_registered_factor_has_its_texts_and_its_answers():
@@ -221,7 +228,7 @@ def test_every_registered_factor_has_its_texts_and_its_answers():
         costs = [line for line in answers["cost"] if not line.startswith("Timing noise: ")]
         assert bool(costs) != factor.costless, key  # a cost line exactly when there is something to set
         if costs:
-            assert costs[0].startswith(f"{factor.title}: ") and "+50.0%" in costs[0], (key, costs)
+            assert costs[0].startswith(f"{factor.title}: ") and "costs +49.5% (95% interval" in costs[0], (key, costs)
 
 
 def test_a_factor_declared_only_in_the_registry_appears_in_the_matrix(monkeypatch):
@@ -254,7 +261,8 @@ def test_a_factor_declared_only_in_the_registry_appears_in_the_matrix(monkeypatc
     assert answers["why"][0].startswith("FP8 matmuls: fp32 vs fp8 off changes the outputs by up to 0.001.")
     assert "Cause: mixed precision computes parts of the model" in answers["why"][0]
     assert answers["prevent"][0].startswith("FP8 matmuls: no fp8 anywhere.")
-    assert answers["cost"][0].startswith("FP8 matmuls: fp32: 2 ms") and "Choosing fp8 off costs +50.0%" in answers["cost"][0]
+    assert answers["cost"][0].startswith("FP8 matmuls: fp32: 2.02 ms; fp8 off: 3.02 ms (medians of 20 interleaved runs")
+    assert "Choosing fp8 off costs +49.5% (95% interval +49.4% to +49.6%, 20 interleaved runs of each)" in answers["cost"][0]
     recipe = plan_recipe(list(planned.values()), [{"name": "fp8", "factor": "fp8", "verdict": "diverged"}], ctx)
     assert recipe.applied == ("TF32 off",) and recipe.planned.a.side.knobs.tf32 == "off"  # the knob it sets, in words
 

@@ -16,7 +16,7 @@ from ..causes import CAUSES
 from ..optypes import loop_result
 from ..report.numbers import figure
 from .experiments import FACTORS
-from .noise import effective, noise_finding
+from .noise import NOISE_FACTORS, effective, noise_finding
 from .recipe import recipe_text
 
 __all__ = ["build_answers", "FACTOR_TITLES"]
@@ -88,8 +88,7 @@ def _noise_words(noise: dict[str, Any]) -> str:
     """``one side alone differs by up to 0.00037 between two runs (two fresh processes)``."""
     if noise.get("max_abs") is None:
         return str(noise.get("reason"))
-    where = "in one process" if noise.get("measured_by") == ["repeat_same_process"] else "in two fresh processes"
-    return f"one side alone differs by up to {_fmt(noise['max_abs'])} between two runs ({where})"
+    return f"one side alone differs by up to {_fmt(noise['max_abs'])} between two runs ({noise.get('where')})"
 
 
 def _removed_words(exp: dict[str, Any]) -> str:
@@ -141,7 +140,17 @@ def _why(factor: str, exps: list[dict[str, Any]], noise: dict[str, Any] | None =
     removed = _removed_words(worst) if worst.get("raw") else ""
     return (f"{_title(factor)}: {a} vs {b} changes the outputs by up to "
             f"{_fmt(worst['max_abs_output_diff'])}{_where(worst)}{removed}.{because}{others}{discrete}"
-            f"{_noise_apart(factor, noise)}")
+            f"{_noise_apart(factor, noise)}{_not_alone(factor, worst, noise)}")
+
+
+def _not_alone(factor: str, exp: dict[str, Any], noise: dict[str, Any] | None) -> str:
+    """A factor measured only with the noise in it: its difference is not its own alone."""
+    if noise is None or exp.get("raw") or factor in NOISE_FACTORS:
+        return ""
+    refused = (noise.get("refused") or {}).get(exp.get("name"))
+    why = f"the noise could not be removed ({refused})" if refused else "it was not measured with the noise removed"
+    return (f" This is not this factor's difference alone: {_noise_words(noise)}, and {why}; "
+            f"compare the two sizes before acting on it.")
 
 
 def _noise_apart(factor: str, noise: dict[str, Any] | None) -> str:
@@ -223,13 +232,15 @@ def _latency_text(lat: dict[str, Any], basis: str) -> str:
     return text
 
 
-def _cost(factor: str, exps: list[dict[str, Any]]) -> str | None:
+def _cost(factor: str, exps: list[dict[str, Any]], noise: dict[str, Any] | None = None) -> str | None:
     """The cost sentence, by the one rule of :mod:`tracer.diagnosis.timing`: a cost is claimed
     only when the interleaved timings make it significant; otherwise "within timing noise"."""
     measured = [e for e in exps if e.get("latency_ms") and not e.get("attribution")]
     if not measured or FACTORS[factor].costless:  # nothing to set, so nothing to pay
         return None
     worst = max(measured, key=_effect)
+    if _not_the_factor(factor, worst, noise) is not None:  # not blamed: nothing to pay for either
+        return None
     lat, basis = worst["latency_ms"], worst.get("latency_basis", "per run")
     a, b = worst["a"]["describe"], worst["b"]["describe"]
     timing = worst.get("timing") or {}
@@ -239,8 +250,8 @@ def _cost(factor: str, exps: list[dict[str, Any]]) -> str | None:
         pct = timing["words"]
     else:
         both = f"{a}: {_latency_text(lat['a'], basis)}; {b}: {_latency_text(lat['b'], basis)}"
-        pct = (f"was not timed against it ({timing.get('error', 'no interleaved timings')}); two captures' "
-               "medians are no evidence of a cost")
+        pct = (f"was not timed interleaved with the other side ({timing.get('error', 'no interleaved timings')}), "
+               "and two captures' medians are no evidence of a cost: none is claimed")
     template = FACTORS[factor].cost_text or DEFAULT_COST[bool(worst.get("remedy"))]
     return template.format(title=_title(factor), both=both, pct=pct, signed=f"B {pct}", a=a, b=b,
                            a_rows=lat["a"].get("batch_rows"), b_rows=lat["b"].get("batch_rows"), noise="")
@@ -315,7 +326,7 @@ def build_answers(experiments: list[dict[str, Any]], tolerance: dict[str, Any],
         "why": [_why(f, diverged[f], noise) for f in order] + within + noise_lines,
         "prevent": [_prevent(f, diverged[f], diverged, noise) for f in order]
         + ([recipe_text(recipe)] if recipe else []),
-        "cost": [c for c in (_cost(f, diverged[f]) for f in order) if c],
+        "cost": [c for c in (_cost(f, diverged[f], noise) for f in order) if c],
         "source": "diagnosis",
         "timing_noise_pct": noise_pct,
         "factors": order,

@@ -62,12 +62,13 @@ def noise_finding(base_device: str, base_determinism: bool, results: list[dict[s
         "measured_by": [r["name"] for r in moved],
         "max_abs": worst["max_abs_output_diff"] if worst else None,
         "first_divergence": (worst or {}).get("first_divergence"),
-        "random_ops": list((worst or {}).get("state_ops") or []) if (worst or {}).get("attribution") == "random" else [],
+        "random_ops": sorted({op for r in moved if r.get("attribution") == "random" for op in r.get("state_ops") or []}),
         "gpu_without_determinism": gpu,
         "twins": [], "refused": {},
     }
     if worst:
-        where = "two runs in one process" if worst["name"] == "repeat_same_process" else "two fresh processes"
+        where = "in one process" if worst["name"] == "repeat_same_process" else "in two fresh processes"
+        finding["where"] = where
         finding["reason"] = f"the same side run twice ({where}) changed its outputs by up to {_figure(worst)}"
     else:
         finding["reason"] = ("a GPU side without op determinism: each process autotunes its own kernels, so one pair "
@@ -137,7 +138,7 @@ def run_noise_free(planned: list[Planned], finding: dict[str, Any], capture: Cal
             try:
                 capture(run)
             except TftraceError as exc:
-                failed[run.key()] = str(exc)
+                failed[run.key()] = exc.problem  # the fix it carries is for a capture's own --determinism
                 return failed[run.key()]
         return None
 

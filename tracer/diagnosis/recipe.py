@@ -32,8 +32,12 @@ class Recipe:
     not_removable: tuple[str, ...]  # diverged factors that no setting removes (a rewrite, CPU vs GPU)
 
 
-def plan_recipe(planned: list[Planned], results: list[dict[str, Any]], ctx: PlanContext) -> Recipe | None:
-    """The pair of runs with every measured remedy on both sides, or None when nothing diverged."""
+def plan_recipe(planned: list[Planned], results: list[dict[str, Any]], ctx: PlanContext,
+                no_determinism: str | None = None) -> Recipe | None:
+    """The pair of runs with every measured remedy on both sides, or None when nothing diverged.
+
+    ``no_determinism``: why TensorFlow refused op determinism for this model (a random op
+    without a seed), if it did; the recipe then leaves it out and says so, rather than fail."""
     diverged = {r["name"]: r for r in results if r.get("verdict") == "diverged" and not r.get("attribution")}
     if not diverged:
         return None
@@ -50,6 +54,8 @@ def plan_recipe(planned: list[Planned], results: list[dict[str, Any]], ctx: Plan
                     applied.append(words)
         elif factor.remedy == "shape":  # removed by one fixed batch shape on both sides
             fixed_shape = True
+        elif factor.remedy == "determinism" and no_determinism:  # refused for this model: nothing to set
+            left.append(p.name)
         elif factor.remedy == "determinism":  # removed, where a kernel allows, by op determinism
             if not side.knobs.determinism:
                 side = side.with_(knobs=replace(side.knobs, determinism=True))

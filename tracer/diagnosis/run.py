@@ -196,7 +196,8 @@ def _run_diagnosis(options: DiagnoseOptions, out: Path, console: Console | None,
                                lambda ps: _evaluate_all(ps, captures, options, out, quiet, progress, count=True))
         link(results, twins, finding)
         results += twins
-    recipe = plan_recipe(planned, effective(results), ctx)
+    refused = next(iter((finding or {}).get("refused", {}).values()), None)
+    recipe = plan_recipe(planned, effective(results), ctx, refused if refused and "determinis" in refused else None)
     recipe_result = None
     if recipe is not None:
         recipe_result = _run_recipe(recipe, captures, options, out, quiet, progress)
