@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..causes import CAUSES
+from ..diff.kinds import kind_of
 from ..optypes import loop_result
 from ..report.numbers import figure
 from .experiments import FACTORS
@@ -55,6 +56,10 @@ def _where(exp: dict[str, Any]) -> str:
             text += f", inside the converted region that begins at `{converted[0]}`"
         return text
     verdict = first.get("isolation")
+    rewrite = first.get("rewrite")
+    if isinstance(rewrite, str) and rewrite:  # the graph diff's rewrite at the origin: the export's own change
+        kind = kind_of(rewrite)
+        text += f" — the export's {(kind.group if kind and kind.group else rewrite.replace('_', ' '))} ({rewrite})"
     loop = loop_result(str(first.get("op") or ""))  # its replay ran the whole loop
     if verdict == "own_error":
         return text + (f", where the while loop {loop} differs given identical inputs" if loop else
@@ -118,7 +123,9 @@ def _not_the_factor(factor: str, exp: dict[str, Any], noise: dict[str, Any] | No
 
 
 def _why(factor: str, exps: list[dict[str, Any]], noise: dict[str, Any] | None = None) -> str:
-    worst = max(exps, key=_effect)
+    # what the graph does by design (its state, its random draws) explains its repeats, the largest or not
+    worst = max([e for e in exps if e.get("attribution")] or exps, key=_effect)
+    largest = _fmt(max(exps, key=_effect)["max_abs_output_diff"])
     discrete = _discrete_text(worst)
     discrete = f" Discrete outputs changed ({discrete}): no tolerance covers a changed class or count." if discrete else ""
     not_it = _not_the_factor(factor, worst, noise)
@@ -133,7 +140,7 @@ def _why(factor: str, exps: list[dict[str, Any]], noise: dict[str, Any] | None =
     if worst.get("attribution") == "random":
         ops = ", ".join(f"`{n}`" for n in worst.get("state_ops", [])[:3])
         return (f"Random ops: the graph draws random numbers ({ops}), so repeated runs differ by design "
-                f"(by up to {_fmt(worst['max_abs_output_diff'])}).{_noise_apart(factor, noise)}")
+                f"(by up to {largest}).{_noise_apart(factor, noise)}")
     cause = CAUSES.get(FACTORS[factor].cause or "")
     because = f" Cause: {cause.title}." if cause else ""
     others = f" ({len(exps)} experiments of this factor diverged; the largest is shown)" if len(exps) > 1 else ""
