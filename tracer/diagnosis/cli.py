@@ -86,7 +86,7 @@ def _cost_cell(exp: dict[str, Any]) -> str:
     """B vs A as the rule of tracer.diagnosis.timing judged it: a cost only where it is
     significant, "noise" where the interleaved timings cannot tell the sides apart, "untimed"
     where no cost is claimed (two captures' medians are no evidence of one)."""
-    timing = exp.get("timing") or {}
+    timing = exp.get("timing") or exp.get("combined_timing") or {}  # the recipe: against the plain base side
     per_example = " /ex" if exp.get("latency_basis") == "per example" else ""
     if "ratio" in timing:
         low, high = timing["interval_pct"]

@@ -78,7 +78,6 @@ class DiagnoseOptions:
     serving_session_config: str | None = None
     tolerance: Tolerance = field(default_factory=Tolerance)
     timing_runs: int | None = None  # default 5 with --quick, 10 without
-    timed_runs: int | None = None  # interleaved timings of each side of a cost (costs.TIMED_RUNS)
     allow_unsafe_ops: bool = False  # see tracer.safety: refused by default, on every side
     force: bool = False
     command: str = ""
@@ -205,7 +204,7 @@ def _run_diagnosis(options: DiagnoseOptions, out: Path, console: Console | None,
     progress.total += 1
     progress.step("timing each cost: both sides interleaved, judged by one rule (tracer.diagnosis.timing)")
     time_costs(effective(results), results, planned, captures.get, out / "timing",
-               options.timed_runs or (TIMED_RUNS * 2 // 3 if options.quick else TIMED_RUNS),
+               TIMED_RUNS * 2 // 3 if options.quick else TIMED_RUNS,
                (recipe_result, recipe.reference, recipe.planned.a) if recipe and recipe_result else None)
     answers = build_answers(results, options.tolerance.to_json(), finding)
     doc = _document(options, base, results, answers, finding, {
