@@ -6,7 +6,6 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from tracer.diagnosis.timing import MIN_RUNS, compare_timings
@@ -24,14 +23,16 @@ def _interleaved(first, second, runs: int = 30) -> tuple[list[float], list[float
     return a, b
 
 
-def _matmul() -> None:
-    m = np.random.default_rng(0).standard_normal((160, 160))
-    for _ in range(3):
-        m = m @ m / 160.0
+def _work() -> None:
+    """About a millisecond of one thread's arithmetic (no BLAS threads that spin on a busy machine)."""
+    total = 0
+    for i in range(40_000):
+        total += i * i
+    assert total > 0
 
 
 def test_the_same_work_timed_twice_is_within_timing_noise():
-    a, b = _interleaved(_matmul, _matmul)
+    a, b = _interleaved(_work, _work)
     result = compare_timings(a, b)
     assert not result.significant, result.to_json()
     assert result.interval[0] <= 1.0 <= result.interval[1] or abs(result.ratio - 1.0) < 0.05
@@ -40,7 +41,7 @@ def test_the_same_work_timed_twice_is_within_timing_noise():
 
 
 def test_a_measured_sleep_is_a_significant_cost():
-    a, b = _interleaved(_matmul, lambda: (_matmul(), time.sleep(0.004)))
+    a, b = _interleaved(_work, lambda: (_work(), time.sleep(0.004)))
     result = compare_timings(a, b)
     assert result.significant and result.interval[0] > 1.02, result.to_json()
     assert result.cost_pct > 0 and result.words().startswith(f"costs +{result.cost_pct:.1f}% (95% interval +")
@@ -49,16 +50,16 @@ def test_a_measured_sleep_is_a_significant_cost():
 
 
 def test_per_example_scales_the_ratio_by_the_rows_of_each_side():
-    a, b = _interleaved(_matmul, lambda: (_matmul(), _matmul()))  # B: twice the work for four times the rows
+    a, b = _interleaved(_work, _work)  # B: the same run for four times the rows
     per_run = compare_timings(a, b)
     per_example = compare_timings(a, b, scale=1 / 4, basis="per example")
     assert per_example.ratio == pytest.approx(per_run.ratio / 4)
     assert per_example.interval == pytest.approx((per_run.interval[0] / 4, per_run.interval[1] / 4))
-    assert per_example.significant and per_example.cost_pct < -40 and "per example" in per_example.words()
+    assert per_example.significant and per_example.cost_pct < -60 and "per example" in per_example.words()
 
 
 def test_the_interval_depends_on_the_timings_alone():
-    a, b = _interleaved(_matmul, _matmul, runs=12)
+    a, b = _interleaved(_work, _work, runs=12)
     assert compare_timings(a, b).to_json() == compare_timings(list(a), list(b)).to_json()
 
 
