@@ -120,6 +120,30 @@ def ema_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def dropout_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A small TF1 classifier whose exported graph kept an unseeded dropout (tests/fixtures/dropout_tf1.py):
+    ``ckpt/`` (Saver, no signature) and ``savedmodel/`` (its faithful export). Every run draws a new mask."""
+    out = tmp_path_factory.mktemp("dropout") / "models"
+    subprocess.run([sys.executable, str(REPO / "tests" / "fixtures" / "dropout_tf1.py"), str(out)], cwd=REPO,
+                   check=True, capture_output=True, timeout=300,
+                   env={**os.environ, "CUDA_VISIBLE_DEVICES": "-1", "TF_ENABLE_ONEDNN_OPTS": "0"})
+    return out
+
+
+@pytest.fixture(scope="session")
+def mobilenet_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A small MobileNet-style TF1 net with fixed random weights (see tests/fixtures/mobilenet_tf1.py),
+    built once per session in a child process: ``ckpt/`` (Saver, no signature), ``savedmodel/`` (its
+    faithful SavedModelBuilder export), ``folded/`` (optimize_for_inference: batch norms folded),
+    ``images_b8.npz`` / ``images_b1.npz`` (key ``images``), ``facts.json``. Built on CPU with oneDNN off."""
+    out = tmp_path_factory.mktemp("mobilenet") / "models"
+    subprocess.run([sys.executable, str(REPO / "tests" / "fixtures" / "mobilenet_tf1.py"), str(out)], cwd=REPO,
+                   check=True, capture_output=True, timeout=300,
+                   env={**os.environ, "CUDA_VISIBLE_DEVICES": "-1", "TF_ENABLE_ONEDNN_OPTS": "0"})
+    return out
+
+
+@pytest.fixture(scope="session")
 def keras_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Keras 3 exports of one small functional model (see tests/fixtures/keras_export.py), built once
     per session in a child process: ``export/`` (``model.export``), ``tfsave/``

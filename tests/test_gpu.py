@@ -147,3 +147,89 @@ def test_keras_model_export_and_tf_saved_model_save_agree_on_gpu(keras_models: P
     _record("keras_export_vs_tfsave", verdict=report["verdict"], outputs=_outputs(report),
             notes_b=report["sides"]["b"]["notes"])
     assert code == 0 and report["verdict"] == "identical"
+
+
+# ---- issue 23.3 and 23.5: diagnose measures each factor net of noise; a cost only when significant ----
+
+DENSE = "head/MatMul"  # tests/fixtures/mobilenet_tf1.py: the dense head, where batch size first changes the numbers
+
+
+def _diagnose(out: Path, *args: str) -> tuple[int, dict[str, Any], str]:
+    proc = run_cli("diagnose", *args, "--out", str(out), timeout=2400)
+    assert proc.returncode in (0, 1), proc.stderr
+    return proc.returncode, json.loads((out / "diagnosis.json").read_text(encoding="utf-8")), proc.stdout
+
+
+def _by_name(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {e["name"]: e for e in doc["experiments"]}
+
+
+def test_diagnose_on_gpu_rests_the_export_and_batch_answers_on_runs_with_the_noise_removed(
+        mobilenet_models: Path, tmp_path: Path) -> None:
+    """Issue 23 points 3 and 4: the faithful SavedModel was blamed on export-time rewrites, and the
+    batch answer named the first pointwise conv (noise) instead of the dense MatMul."""
+    m = mobilenet_models
+    code, doc, stdout = _diagnose(tmp_path / "d", str(m / "ckpt"), "--savedmodel", str(m / "savedmodel"),
+                                  "--device", "gpu", "--batch-sizes", "1,8", "--inputs", str(m / "images_b8.npz"),
+                                  "--only", "repeat,export,batch")
+    exps, noise, answers = _by_name(doc), doc["noise"], doc["answers"]
+    twins = {n: exps[n] for n in noise["twins"]}
+    _record("diagnose_mobilenet_savedmodel", noise={k: v for k, v in noise.items() if k != "first_divergence"},
+            twins={n: (t["verdict"], t["max_abs_output_diff"], (t["first_divergence"] or {}).get("node"))
+                   for n, t in twins.items()},
+            raw={n: (e["verdict"], e["max_abs_output_diff"], (e["first_divergence"] or {}).get("node"))
+                 for n, e in exps.items() if e.get("verdict") and not e.get("noise_removed_of")},
+            why=answers["why"], cost=answers["cost"])
+    assert noise["gpu_without_determinism"] is True and noise["refused"] == {}
+    assert set(twins) == {"ckpt_vs_savedmodel_batch_1_noise_removed", "ckpt_vs_savedmodel_batch_8_noise_removed",
+                          "batch_1_vs_8_noise_removed"}
+    for n in (1, 8):  # the fact: with the noise removed the export changes nothing
+        twin = twins[f"ckpt_vs_savedmodel_batch_{n}_noise_removed"]
+        assert twin["verdict"] == "identical" and twin["rewrite_count"] == 0, twin
+        assert exps[f"ckpt_vs_savedmodel_batch_{n}"]["noise_removed"]["verdict"] == "identical"
+    assert "export" not in answers["factors"]
+    assert "Cause: export-time rewrites" not in " ".join(answers["why"])
+    batch = twins["batch_1_vs_8_noise_removed"]
+    assert batch["verdict"] == "diverged" and batch["first_divergence"]["node"] == DENSE, batch["first_divergence"]
+    batch_why = next(w for w in answers["why"] if w.startswith("Batch size: "))
+    assert f"`{DENSE}` (MatMul)" in batch_why and "measured with the noise removed: op determinism on both sides" \
+        in batch_why
+    assert any(w.startswith("Run-to-run nondeterminism: ") for w in answers["why"])  # the noise: a cause of its own
+
+
+def test_diagnose_on_gpu_blames_the_fold_of_an_optimize_for_inference_export(mobilenet_models: Path,
+                                                                           tmp_path: Path) -> None:
+    m = mobilenet_models
+    code, doc, stdout = _diagnose(tmp_path / "d", str(m / "ckpt"), "--savedmodel", str(m / "folded"),
+                                  "--device", "gpu", "--batch-sizes", "8", "--inputs", str(m / "images_b8.npz"),
+                                  "--only", "repeat,export")
+    exps, answers = _by_name(doc), doc["answers"]
+    twin = exps["ckpt_vs_savedmodel_batch_8_noise_removed"]
+    first = twin["first_divergence"] or {}
+    _record("diagnose_mobilenet_folded", verdict=twin["verdict"], max_abs=twin["max_abs_output_diff"],
+            first=first.get("node"), rewrite=first.get("rewrite"), rewrites=twin.get("rewrite_count"),
+            why=answers["why"], noise=doc["noise"].get("reason"))
+    assert code == 1 and twin["verdict"] == "diverged" and twin["rewrite_count"] > 0
+    assert first.get("rewrite") == "batchnorm_folded", first
+    export_why = next(w for w in answers["why"] if w.startswith("Checkpoint vs SavedModel export: "))
+    assert "Cause: export-time rewrites" in export_why and "folded batch norm (batchnorm_folded)" in export_why
+    assert "measured with the noise removed" in export_why
+
+
+def test_two_identical_gpu_sides_timed_interleaved_are_within_timing_noise(mobilenet_models: Path,
+                                                                          tmp_path: Path) -> None:
+    from tracer.artifacts.loader import ArtifactRef  # noqa: PLC0415
+    from tracer.captures.launcher import capture  # noqa: PLC0415
+    from tracer.diagnosis.interleave import Timer  # noqa: PLC0415
+    from tracer.diagnosis.timing import compare_timings  # noqa: PLC0415
+    from tracer.runspec import InputSpec, Side  # noqa: PLC0415
+
+    side = Side(artifact=ArtifactRef(str(mobilenet_models / "savedmodel")), device="gpu", batch_size=8,
+                inputs=InputSpec(inputs_file=str(mobilenet_models / "images_b8.npz"), seed=0, examples=8),
+                timing_runs=5)
+    cap = capture(side, tmp_path / "cap", force=True)
+    with Timer(tmp_path / "timing") as timer:
+        a, b = timer.time_pair(("a", side, cap), ("b", side, cap), 30)
+    result = compare_timings(a, b)
+    _record("timing_identical_gpu_sides", **{k: v for k, v in result.to_json().items() if k not in ("a_ms", "b_ms")})
+    assert not result.significant and result.words().startswith("is within timing noise"), result.to_json()

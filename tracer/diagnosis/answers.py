@@ -13,9 +13,11 @@ from __future__ import annotations
 from typing import Any
 
 from ..causes import CAUSES
+from ..diff.kinds import kind_of
 from ..optypes import loop_result
 from ..report.numbers import figure
 from .experiments import FACTORS
+from .noise import NOISE_FACTORS, effective, noise_finding
 from .recipe import recipe_text
 
 __all__ = ["build_answers", "FACTOR_TITLES"]
@@ -24,7 +26,7 @@ FACTOR_TITLES = {key: factor.title for key, factor in FACTORS.items()}  # a view
 SHAPE_SETTING = "batch"  # a "shape" remedy holds when both sides ran at one batch size, whatever it is
 DEFAULT_COST = {  # the cost sentence of a factor without its own ``cost_text``: B is a remedy, or just the varied run
     True: "{title}: {both}. Choosing {b} {pct} on this machine{noise}.",
-    False: "{title}: no setting to pay for; {both} ({signed}){noise}.",
+    False: "{title}: no setting to pay for; {both}; {signed}{noise}.",
 }
 
 
@@ -54,6 +56,10 @@ def _where(exp: dict[str, Any]) -> str:
             text += f", inside the converted region that begins at `{converted[0]}`"
         return text
     verdict = first.get("isolation")
+    rewrite = first.get("rewrite")
+    if isinstance(rewrite, str) and rewrite:  # the graph diff's rewrite at the origin: the export's own change
+        kind = kind_of(rewrite)
+        text += f" — the export's {(kind.group if kind and kind.group else rewrite.replace('_', ' '))} ({rewrite})"
     loop = loop_result(str(first.get("op") or ""))  # its replay ran the whole loop
     if verdict == "own_error":
         return text + (f", where the while loop {loop} differs given identical inputs" if loop else
@@ -118,26 +124,53 @@ def _tolerance_text(exp: dict[str, Any]) -> str:
             f"cover{'' if many else 's'} what was measured, each in its output's units{none}.")
 
 
-def _nondeterminism_explains(factor: str, exp: dict[str, Any], diverged: dict[str, list[dict[str, Any]]]) -> float | None:
-    """For the export factor: the fresh-process repeat's effect, when the static diff found no
-    rewrite and one side alone already differs from run to run — then the export is not the cause."""
-    if not FACTORS[factor].same_graph_is_nondeterminism or exp.get("rewrite_count") != 0:
+def _explained_by_the_graphs(exp: dict[str, Any]) -> bool:
+    """The graph diff found a rewrite, or the two sides executed other kernels."""
+    return bool(exp.get("rewrite_count")) or bool(exp.get("executed_ops_differ"))
+
+
+def _noise_words(noise: dict[str, Any]) -> str:
+    """``one side alone differs by up to 0.00037 between two runs (two fresh processes)``."""
+    if noise.get("max_abs") is None:
+        return str(noise.get("reason"))
+    return f"one side alone differs by up to {_fmt(noise['max_abs'])} between two runs ({noise.get('where')})"
+
+
+def _removed_words(exp: dict[str, Any]) -> str:
+    raw = exp.get("raw") or {}
+    return (f" (measured with the noise removed: {exp.get('noise_removed_how')}; the default runs differ by up to "
+            f"{_fmt(raw.get('max_abs_output_diff'))})")
+
+
+def _not_the_factor(factor: str, exp: dict[str, Any], noise: dict[str, Any] | None) -> str | None:
+    """For a factor that the same graph cannot cause (the export): why it is not blamed, or
+    None when it is. It is blamed only when a difference survives with the noise removed and
+    the graph diff or the executed kernels explain it."""
+    if not FACTORS[factor].same_graph_is_nondeterminism or _explained_by_the_graphs(exp):
         return None
-    repeats = [e for e in diverged.get("repeat", []) if e.get("name") == "repeat_fresh_process"
-               and not e.get("attribution")]
-    return max((_effect(e) for e in repeats), default=None)
+    title, size = _title(factor), _fmt(exp.get("max_abs_output_diff"))
+    if exp.get("raw"):  # the noise-free pair still differs, and nothing in the graphs says why
+        return (f"{title}: with the noise removed ({exp.get('noise_removed_how')}) the outputs still differ by up to "
+                f"{size}{_where(exp)}, but the two graphs are the same (graph diff: no rewrite) and both sides "
+                f"executed the same kernels: nothing in the export explains it, so it is not blamed.")
+    if noise is None:
+        return None
+    refused = (noise.get("refused") or {}).get(exp.get("name"))
+    refused = f" (the noise could not be removed: {refused})" if refused else ""
+    return (f"{title}: the outputs differ by up to {size}, but the two graphs are the same (graph diff: no "
+            f"rewrite, the same kernels executed) and {_noise_words(noise)}: this is run-to-run nondeterminism, "
+            f"not the export (see {_title('repeat')}){refused}.")
 
 
-def _why(factor: str, exps: list[dict[str, Any]], diverged: dict[str, list[dict[str, Any]]] | None = None) -> str:
-    worst = max(exps, key=_effect)
+def _why(factor: str, exps: list[dict[str, Any]], noise: dict[str, Any] | None = None) -> str:
+    # what the graph does by design (its state, its random draws) explains its repeats, the largest or not
+    worst = max([e for e in exps if e.get("attribution")] or exps, key=_effect)
+    largest = _fmt(max(exps, key=_effect)["max_abs_output_diff"])
     discrete = _discrete_text(worst)
     discrete = f" Discrete outputs changed ({discrete}): no tolerance covers a changed class or count." if discrete else ""
-    repeat_effect = _nondeterminism_explains(factor, worst, diverged or {})
-    if repeat_effect is not None:
-        return (f"{_title(factor)}: the outputs differ by up to {_fmt(worst['max_abs_output_diff'])}, but the "
-                f"two graphs are the same (graph diff: no rewrite) and a fresh-process repeat of one side alone "
-                f"differs by up to {_fmt(repeat_effect)}: this is run-to-run nondeterminism, not the export "
-                f"(see {_title('repeat')}).{discrete}")
+    not_it = _not_the_factor(factor, worst, noise)
+    if not_it is not None:
+        return not_it + discrete
     a, b = (worst.get("a") or {}).get("describe", "A"), (worst.get("b") or {}).get("describe", "B")
     if worst.get("attribution") == "state":
         ops = ", ".join(f"`{n}`" for n in worst.get("state_ops", [])[:3])
@@ -147,12 +180,48 @@ def _why(factor: str, exps: list[dict[str, Any]], diverged: dict[str, list[dict[
     if worst.get("attribution") == "random":
         ops = ", ".join(f"`{n}`" for n in worst.get("state_ops", [])[:3])
         return (f"Random ops: the graph draws random numbers ({ops}), so repeated runs differ by design "
-                f"(by up to {_fmt(worst['max_abs_output_diff'])}).")
+                f"(by up to {largest}).{_noise_apart(factor, noise)}")
     cause = CAUSES.get(FACTORS[factor].cause or "")
     because = f" Cause: {cause.title}." if cause else ""
     others = f" ({len(exps)} experiments of this factor diverged; the largest is shown)" if len(exps) > 1 else ""
+    removed = _removed_words(worst) if worst.get("raw") else ""
     return (f"{_title(factor)}: {a} vs {b} changes the outputs by up to "
-            f"{_fmt(worst['max_abs_output_diff'])}{_where(worst)}.{because}{others}{discrete}")
+            f"{_fmt(worst['max_abs_output_diff'])}{_where(worst)}{removed}.{because}{others}{discrete}"
+            f"{_noise_apart(factor, noise)}{_not_alone(factor, worst, noise)}")
+
+
+def _not_alone(factor: str, exp: dict[str, Any], noise: dict[str, Any] | None) -> str:
+    """A factor measured only with the noise in it: its difference is not its own alone."""
+    if noise is None or exp.get("raw") or factor in NOISE_FACTORS:
+        return ""
+    refused = (noise.get("refused") or {}).get(exp.get("name"))
+    why = f"the noise could not be removed ({refused})" if refused else "it was not measured with the noise removed"
+    return (f" This is not this factor's difference alone: {_noise_words(noise)}, and {why}; "
+            f"compare the two sizes before acting on it.")
+
+
+def _noise_apart(factor: str, noise: dict[str, Any] | None) -> str:
+    """The repeat factor's line, when the base side is noisy: how every other factor was kept apart from it."""
+    if factor != "repeat" or noise is None:
+        return ""
+    twins, refused = noise.get("twins") or [], noise.get("refused") or {}
+    text = ""
+    if twins:
+        text += (f" It is one cause of its own: every other factor's pair was also run with it removed "
+                 f"({len(twins)} pair(s); op determinism on both sides) and is judged by those runs.")
+    if refused:
+        reason = next(iter(refused.values()))
+        text += f" It could not be removed for {', '.join(sorted(refused))}: {reason}"
+        text = text.rstrip(".") + "."
+    return text
+
+
+def _noise_line(noise: dict[str, Any]) -> str:
+    """The noise as a cause of its own, when no repeat experiment diverged (it moved within the
+    tolerance, or a GPU side without op determinism did not move this time)."""
+    first = noise.get("first_divergence") or {}
+    where = f"; it starts at `{first['node']}` ({first['op']})" if first.get("node") else ""
+    return f"{_title('repeat')}: {_noise_words(noise)}{where}.{_noise_apart('repeat', noise)}"
 
 
 def _settings_agree(exp: dict[str, Any], factor: str, value: Any | None) -> bool:
@@ -174,12 +243,13 @@ def _still_leaves(factor: str, exp: dict[str, Any], diverged: dict[str, list[dic
             if other not in same_cause and any(_settings_agree(e, setting, value) for e in exps)]
 
 
-def _prevent(factor: str, exps: list[dict[str, Any]], diverged: dict[str, list[dict[str, Any]]]) -> str:
+def _prevent(factor: str, exps: list[dict[str, Any]], diverged: dict[str, list[dict[str, Any]]],
+             noise: dict[str, Any] | None = None) -> str:
     worst = max(exps, key=_effect)
     if worst.get("attribution") in ("state", "random"):
         return ("State: compare runs that start from the same state (reload the model, or reset its variables) — "
                 "repeats of a stateful graph are not a determinism test.")
-    if _nondeterminism_explains(factor, worst, diverged) is not None:
+    if _not_the_factor(factor, worst, noise) is not None:
         return (f"{_title(factor)}: nothing to change in the export (no rewrite); make the runs deterministic "
                 f"as for {_title('repeat')}.")
     remedy = worst.get("remedy") or FACTORS[factor].prevent
@@ -209,91 +279,104 @@ def _latency_text(lat: dict[str, Any], basis: str) -> str:
     return text
 
 
-def _overlap(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    if not all(k in a and k in b for k in ("min", "max")):
-        return False
-    return a["min"] <= b["max"] and b["min"] <= a["max"]
-
-
-def _pct(pct: float) -> str:
-    return f"costs {pct:+.1f}%" if pct >= 0 else f"is {-pct:.1f}% faster"
-
-
-def _cost(factor: str, exps: list[dict[str, Any]], noise_pct: float | None) -> str | None:
-    measured = [e for e in exps if e.get("cost_pct") is not None and e.get("latency_ms") and not e.get("attribution")]
+def _cost(factor: str, exps: list[dict[str, Any]], noise: dict[str, Any] | None = None) -> str | None:
+    """The cost sentence, by the one rule of :mod:`tracer.diagnosis.timing`: a cost is claimed
+    only when the interleaved timings make it significant; otherwise "within timing noise"."""
+    measured = [e for e in exps if e.get("latency_ms") and not e.get("attribution")]
     if not measured or FACTORS[factor].costless:  # nothing to set, so nothing to pay
         return None
     worst = max(measured, key=_effect)
-    lat, basis, pct = worst["latency_ms"], worst.get("latency_basis", "per run"), worst["cost_pct"]
+    if _not_the_factor(factor, worst, noise) is not None:  # not blamed: nothing to pay for either
+        return None
+    lat, basis = worst["latency_ms"], worst.get("latency_basis", "per run")
     a, b = worst["a"]["describe"], worst["b"]["describe"]
-    both = f"{a}: {_latency_text(lat['a'], basis)}; {b}: {_latency_text(lat['b'], basis)}"
-    if noise_pct is not None:
-        quiet = abs(pct) <= noise_pct
-        noise = f" — within the timing noise (±{noise_pct:.1f}% between two identical runs)" if quiet else ""
+    timing = worst.get("timing") or {}
+    if "ratio" in timing:
+        both = (f"{a}: {timing['median_a_ms']:.3g} ms; {b}: {timing['median_b_ms']:.3g} ms (medians of "
+                f"{timing['runs']} interleaved runs of each, per run)")
+        pct = timing["words"]
     else:
-        noise = " — within the timing noise (the two ranges overlap)" if basis == "per run" and \
-            _overlap(lat["a"], lat["b"]) else ""
+        both = f"{a}: {_latency_text(lat['a'], basis)}; {b}: {_latency_text(lat['b'], basis)}"
+        pct = (f"was not timed interleaved with the other side ({timing.get('error', 'no interleaved timings')}), "
+               "and two captures' medians are no evidence of a cost: none is claimed")
     template = FACTORS[factor].cost_text or DEFAULT_COST[bool(worst.get("remedy"))]
-    return template.format(title=_title(factor), both=both, pct=_pct(pct), signed=f"{pct:+.1f}%", a=a, b=b,
-                           a_rows=lat["a"].get("batch_rows"), b_rows=lat["b"].get("batch_rows"), noise=noise)
+    return template.format(title=_title(factor), both=both, pct=pct, signed=f"B {pct}", a=a, b=b,
+                           a_rows=lat["a"].get("batch_rows"), b_rows=lat["b"].get("batch_rows"), noise="")
 
 
 def _noise_pct(ran: list[dict[str, Any]]) -> float | None:
-    """How much two captures of one side differ in median latency: the floor below which a
-    measured cost means nothing (the fresh-process repeat measures exactly that)."""
+    """How much two captures of one side differ in median latency (the fresh-process repeat):
+    kept in diagnosis.json for what it shows, no longer a floor for costs (each cost has its own
+    interval)."""
     repeats = [abs(e["cost_pct"]) for e in ran if e["name"] == "repeat_fresh_process" and e.get("cost_pct") is not None]
     return repeats[0] if repeats else None
-
-
-def _noise_line(noise_pct: float | None) -> list[str]:
-    if noise_pct is None:
-        return []
-    return [f"Timing noise: two captures of the same side differ by {noise_pct:.1f}% in median latency on this "
-            "machine now (repeat in a fresh process); smaller costs are not significant."]
 
 
 ASKED = ("export", "batch")  # the user's own questions: checkpoint vs SavedModel, batch 1 vs N
 
 
 def _within_tolerance(experiments: list[dict[str, Any]], diverged: dict[str, list[dict[str, Any]]]) -> list[str]:
-    """A line for each factor the user asks about whose experiments differ only within tolerance:
-    small, but not nothing, and where it starts is what they came for."""
+    """A line for each factor the user asks about whose experiments differ only within tolerance
+    (small, but not nothing, and where it starts is what they came for), or whose default runs
+    diverged but not with the noise removed (the difference was the noise)."""
     lines = []
     for factor in ASKED:
-        near = [e for e in experiments if e.get("factor") == factor and e.get("verdict") == "within_tolerance"]
-        if factor in diverged or not near:
+        if factor in diverged:
             continue
-        worst = max(near, key=_effect)
-        lines.append(f"{_title(factor)}: within tolerance, the outputs differ by up to "
-                     f"{_fmt(worst['max_abs_output_diff'])}{_where(worst)}.")
+        cleared = [e for e in experiments if e.get("factor") == factor and (e.get("raw") or {}).get("verdict")
+                   == "diverged"]
+        near = [e for e in experiments if e.get("factor") == factor and e.get("verdict") == "within_tolerance"]
+        if cleared:
+            worst = max(cleared, key=lambda e: _effect(e["raw"]))
+            now = ("bit-identical" if worst["verdict"] == "identical" else
+                   f"within tolerance (up to {_fmt(worst['max_abs_output_diff'])}{_where(worst)})")
+            lines.append(f"{_title(factor)}: {now} with the noise removed ({worst.get('noise_removed_how')}); the "
+                         f"default runs differ by up to {_fmt(worst['raw'].get('max_abs_output_diff'))}, which is the "
+                         f"run-to-run noise, not this factor (see {_title('repeat')}).")
+        elif near:
+            worst = max(near, key=_effect)
+            lines.append(f"{_title(factor)}: within tolerance, the outputs differ by up to "
+                         f"{_fmt(worst['max_abs_output_diff'])}{_where(worst)}{_removed_words(worst) if worst.get('raw') else ''}.")
     return lines
 
 
-def build_answers(experiments: list[dict[str, Any]], tolerance: dict[str, Any]) -> dict[str, Any]:
-    """``{"why", "prevent", "cost", "source": "diagnosis", "factors"}`` from the experiment results."""
-    diverged: dict[str, list[dict[str, Any]]] = {}
+def build_answers(experiments: list[dict[str, Any]], tolerance: dict[str, Any],
+                  noise: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``{"why", "prevent", "cost", "source": "diagnosis", "factors"}`` from the experiment results.
+
+    ``noise`` is :func:`tracer.diagnosis.noise.noise_finding`'s record (found from the repeat
+    experiments when not given). Each experiment that was also run with the noise removed is
+    judged by that run (:func:`tracer.diagnosis.noise.effective`)."""
     recipe = next((e for e in experiments if e.get("factor") == "recipe"), None)
     experiments = [e for e in experiments if e.get("factor") != "recipe"]
-    for exp in experiments:
+    if noise is None:
+        noise = noise_finding("cpu", False, experiments)
+    views = effective(experiments)
+    diverged: dict[str, list[dict[str, Any]]] = {}
+    for exp in views:
         if exp.get("verdict") == "diverged":
             diverged.setdefault(exp["factor"], []).append(exp)
     order = sorted(diverged, key=lambda f: -max(_effect(e) for e in diverged[f]))
-    ran = [e for e in experiments if not e.get("skipped")]
+    ran = [e for e in views if not e.get("skipped")]
     noise_pct = _noise_pct(ran)
-    within = _within_tolerance(experiments, diverged)
+    within = _within_tolerance(views, diverged)
+    noise_lines = [_noise_line(noise)] if noise is not None and "repeat" not in diverged else []
     if not order:
         return {
             "why": [f"None of the {len(ran)} experiments that ran changes the outputs beyond the tolerance "
                     f"(atol {tolerance.get('atol')}, rtol {tolerance.get('rtol')}): on this machine the factors tested "
-                    f"({', '.join(sorted({_title(e['factor']) for e in ran}))}) do not explain a difference."] + within,
-            "prevent": [], "cost": [], "source": "diagnosis", "factors": [],
+                    f"({', '.join(sorted({_title(e['factor']) for e in ran}))}) do not explain a difference."]
+                   + within + noise_lines,
+            "prevent": [], "cost": [], "source": "diagnosis", "factors": [], "noise": noise,
         }
     return {
-        "why": [_why(f, diverged[f], diverged) for f in order] + within,
-        "prevent": [_prevent(f, diverged[f], diverged) for f in order] + ([recipe_text(recipe)] if recipe else []),
-        "cost": [c for c in (_cost(f, diverged[f], noise_pct) for f in order) if c] + _noise_line(noise_pct),
+        "why": [_why(f, diverged[f], noise) for f in order] + within + noise_lines,
+        "prevent": [_prevent(f, diverged[f], diverged, noise) for f in order]
+        + ([recipe_text(recipe)] if recipe else []),
+        "cost": [c for c in (_cost(f, diverged[f], noise) for f in order) if c],
         "source": "diagnosis",
         "timing_noise_pct": noise_pct,
         "factors": order,
         "factor_descriptions": {f: FACTORS[f].description for f in order},
+        "noise": noise,
     }

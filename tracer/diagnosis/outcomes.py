@@ -34,7 +34,7 @@ from ..opgraph import OpGraph, tensor_op
 from ..report.build import report_comparison
 from .replays import replay_alone, state_changing_ops
 
-__all__ = ["evaluate", "side_settings", "latency"]
+__all__ = ["evaluate", "side_settings", "latency", "executed_ops_differ"]
 
 REPLAYABLE_LAYOUTS = ("rows", "whole")  # tensors whose value a fetch-alone replay of the first batch reproduces
 _AMP_CAST = re.compile(r"^(?P<src>.+)-(?P<slot>\d+)-CastTo(?P<to>Bf16|Fp16|Fp32)-\d+-AutoMixedPrecision$")
@@ -79,6 +79,7 @@ def _skeleton(p: Planned, cap_a: Capture | None, cap_b: Capture | None) -> dict[
         "remedy": p.remedy, "skipped": p.skipped, "notes": list(p.notes), "attribution": None,
         "settings": {"a": side_settings(cap_a), "b": side_settings(cap_b)} if cap_a and cap_b else None,
         "report_dir": None,
+        **({"noise_removed_of": p.noise_removed_of} if p.noise_removed_of else {}),
     }
 
 
@@ -138,6 +139,7 @@ def _compare(result: dict[str, Any], p: Planned, cap_a: Capture, cap_b: Capture,
     result["rewrite_count"] = len(report.get("rewrites") or [])
     result["discrete_changes"] = discrete_changes(report)
     result["detections"] = detections_summary(report.get("detections"))
+    result["executed_ops_differ"] = executed_ops_differ(cap_a, cap_b)
     if all(c.manifest["observer_effect"]["outputs_identical"] for c in (cap_a, cap_b)):
         return  # plain == instrumented on both sides: the captured outputs are the plain outputs
     if quick and result["verdict"] == "diverged":
@@ -159,6 +161,14 @@ def _compare(result: dict[str, Any], p: Planned, cap_a: Capture, cap_b: Capture,
         result["first_divergence"], result["converted_ops"] = _unobserved(comparison, cap_a, cap_b, out / "walk",
                                                                           quiet, tolerance, allow)
     result["verdict"] = _worse(result["verdict"], plain_verdict)
+
+
+def executed_ops_differ(cap_a: Capture, cap_b: Capture) -> list[str]:
+    """The op types the two plain runs executed a different number of times (kernels one side
+    ran and the other did not, a fusion, a fold): the executed kernels' evidence of a rewrite
+    that the static graph diff may not see. Empty when both ran the same kernels."""
+    ran = [c.manifest["observer_effect"]["executed_ops"]["plain"] for c in (cap_a, cap_b)]
+    return sorted(op for op in set(ran[0]) | set(ran[1]) if ran[0].get(op) != ran[1].get(op))
 
 
 def discrete_changes(report: dict[str, Any]) -> dict[str, dict[str, int]]:

@@ -41,6 +41,7 @@ class Planned:
     notes: tuple[str, ...] = ()
     repeats: int = 2  # repeat_process: runs in the one process
     per_row: bool = False  # latency compared per example (the sides run different batch sizes)
+    noise_removed_of: str | None = None  # this pair is that experiment's, run with the noise removed
 
 
 @dataclass

@@ -32,8 +32,12 @@ class Recipe:
     not_removable: tuple[str, ...]  # diverged factors that no setting removes (a rewrite, CPU vs GPU)
 
 
-def plan_recipe(planned: list[Planned], results: list[dict[str, Any]], ctx: PlanContext) -> Recipe | None:
-    """The pair of runs with every measured remedy on both sides, or None when nothing diverged."""
+def plan_recipe(planned: list[Planned], results: list[dict[str, Any]], ctx: PlanContext,
+                no_determinism: str | None = None) -> Recipe | None:
+    """The pair of runs with every measured remedy on both sides, or None when nothing diverged.
+
+    ``no_determinism``: why TensorFlow refused op determinism for this model (a random op
+    without a seed), if it did; the recipe then leaves it out and says so, rather than fail."""
     diverged = {r["name"]: r for r in results if r.get("verdict") == "diverged" and not r.get("attribution")}
     if not diverged:
         return None
@@ -50,6 +54,8 @@ def plan_recipe(planned: list[Planned], results: list[dict[str, Any]], ctx: Plan
                     applied.append(words)
         elif factor.remedy == "shape":  # removed by one fixed batch shape on both sides
             fixed_shape = True
+        elif factor.remedy == "determinism" and no_determinism:  # refused for this model: nothing to set
+            left.append(p.name)
         elif factor.remedy == "determinism":  # removed, where a kernel allows, by op determinism
             if not side.knobs.determinism:
                 side = side.with_(knobs=replace(side.knobs, determinism=True))
@@ -142,7 +148,12 @@ def recipe_text(result: dict[str, Any]) -> str:
         text += f" No setting removes what {', '.join(f'`{n}`' for n in left)} measured."
     pct, ref = result.get("combined_cost_pct"), result.get("reference_latency_ms") or {}
     lat = (result.get("latency_ms") or {}).get("a") or {}
-    if pct is not None:
-        text += (f" Together they cost {pct:+.1f}% latency on this machine ({ref.get('median'):.3g} ms without → "
+    timing = result.get("combined_timing") or {}
+    if "ratio" in timing:  # interleaved against the plain base side, judged by tracer.diagnosis.timing
+        text += (f" Against the plain base side at the same batch size, the combination {timing['words']} "
+                 f"(medians {timing['median_a_ms']:.3g} ms without → {timing['median_b_ms']:.3g} ms with).")
+    elif pct is not None:
+        text += (f" Not timed against the plain base side ({timing.get('error', 'no interleaved timings')}); the "
+                 f"captures' medians, which claim no cost: {pct:+.1f}% on this machine ({ref.get('median'):.3g} ms without → "
                  f"{lat.get('median'):.3g} ms with, medians of {lat.get('runs', '?')} runs).")
     return text

@@ -44,6 +44,8 @@ from ..comparison.statuses import BORN_HERE
 from ..errors import TftraceError
 from .experiments import FACTORS, plan_experiments
 from .gpus import gpu_unavailable_reason
+from .costs import TIMED_RUNS, time_costs
+from .noise import effective, link, noise_finding, run_noise_free
 from .outcomes import evaluate, latency
 from .plan import PlanContext, Planned, Run, at_batch
 from .recipe import Recipe, plan_recipe, recipe_facts
@@ -162,7 +164,7 @@ def run_diagnosis(options: DiagnoseOptions, console: Console | None = None) -> D
     batching = _check_inputs(options)  # a mistake in the options is reported before --out is touched
     session_config = _read_session_config(options.serving_session_config)
     with output_directory(out, options.force, "diagnosis"):
-        claim(out, ["captures", "experiments"])
+        claim(out, ["captures", "experiments", "timing"])
         return _run_diagnosis(options, out, console, started, batching, session_config)
 
 
@@ -188,11 +190,25 @@ def _run_diagnosis(options: DiagnoseOptions, out: Path, console: Console | None,
         captures.get(run)
     t_experiments = time.monotonic()
     results = _evaluate_all(planned, captures, options, out, quiet, progress)
-    recipe = plan_recipe(planned, results, ctx)
+    finding = noise_finding(base_side.device, base_side.knobs.determinism, results)
+    if finding is not None:  # every factor again with the noise removed: the answers rest on those pairs
+        twins = run_noise_free(planned, finding, _announced(captures, progress, "with the noise removed"),
+                               lambda ps: _evaluate_all(ps, captures, options, out, quiet, progress, count=True))
+        link(results, twins, finding)
+        results += twins
+    refused = next(iter((finding or {}).get("refused", {}).values()), None)
+    recipe = plan_recipe(planned, effective(results), ctx, refused if refused and "determinis" in refused else None)
+    recipe_result = None
     if recipe is not None:
-        results.append(_run_recipe(recipe, captures, options, out, quiet, progress))
-    answers = build_answers(results, options.tolerance.to_json())
-    doc = _document(options, base, results, answers, {
+        recipe_result = _run_recipe(recipe, captures, options, out, quiet, progress)
+        results.append(recipe_result)
+    progress.total += 1
+    progress.step("timing each cost: both sides interleaved, judged by one rule (tracer.diagnosis.timing)")
+    time_costs(effective(results), results, planned, captures.get, out / "timing",
+               TIMED_RUNS * 2 // 3 if options.quick else TIMED_RUNS,
+               (recipe_result, recipe.reference, recipe.planned.a) if recipe and recipe_result else None)
+    answers = build_answers(results, options.tolerance.to_json(), finding)
+    doc = _document(options, base, results, answers, finding, {
         "total_s": round(time.monotonic() - started, 2), "base_s": round(t_captures - started, 2),
         "captures_s": round(t_experiments - t_captures, 2), "experiments_s": round(time.monotonic() - t_experiments, 2),
     })
@@ -318,7 +334,10 @@ def _runs_to_capture(planned: list[Planned], captures: _Captures) -> list[tuple[
 
 
 def _evaluate_all(planned: list[Planned], captures: _Captures, options: DiagnoseOptions, out: Path,
-                  quiet: Console, progress: _Progress) -> list[dict[str, Any]]:
+                  quiet: Console, progress: _Progress, *, count: bool = False) -> list[dict[str, Any]]:
+    """Evaluate the experiments, two at a time (``count``: add them to the progress total)."""
+    if count:
+        progress.total += sum(p.kind != "skipped" for p in planned)
     def one(p: Planned) -> dict[str, Any]:
         progress.start(f"{p.name}: {p.a.describe if p.a else ''} vs {p.b.describe if p.b else ''}")
         cap_a = captures.get(p.a) if p.a else None
@@ -339,6 +358,16 @@ def _evaluate_all(planned: list[Planned], captures: _Captures, options: Diagnose
         pool.shutdown(wait=True, cancel_futures=True)
     return [done[p.name] if p.name in done else evaluate(p, None, None, out, options.tolerance, quiet, "")
             for p in planned]
+
+
+def _announced(captures: _Captures, progress: _Progress, why: str) -> Any:
+    """``captures.get`` that says on the console which run it captures, when it captures one."""
+    def get(run: Run) -> Capture:
+        if not captures.has(run):
+            progress.total += 1
+            progress.step(f"capturing {run.describe} [{run.side.label()}] {why}")
+        return captures.get(run)
+    return get
 
 
 def _run_recipe(recipe: Recipe, captures: _Captures, options: DiagnoseOptions, out: Path, quiet: Console,
@@ -368,7 +397,7 @@ def _summary_line(result: dict[str, Any]) -> str:
 
 
 def _document(options: DiagnoseOptions, base: Capture, results: list[dict[str, Any]], answers: dict[str, Any],
-              timings: dict[str, float]) -> dict[str, Any]:
+              noise: dict[str, Any] | None, timings: dict[str, float]) -> dict[str, Any]:
     env = base.manifest["environment"]
     public = [{k: v for k, v in r.items() if not k.startswith("_")} for r in results]
     return {
@@ -387,7 +416,11 @@ def _document(options: DiagnoseOptions, base: Capture, results: list[dict[str, A
                         "gpus": env.get("gpus"), "build": env.get("build")},
         "remedy_side": "b",
         "cost_formula": "cost_pct = (latency_b - latency_a) / latency_a * 100, per example when the sides run "
-                        "different batch sizes; B is the remedy where the factor has one",
+                        "different batch sizes; B is the remedy where the factor has one. Where an experiment has "
+                        "`timing`, cost_pct is the ratio of medians of interleaved timings of both sides and "
+                        "`timing.significant` says whether it is a cost (tracer.diagnosis.timing); elsewhere it is "
+                        "the two captures' medians, which claim nothing",
+        "noise": noise,
         "experiments": public,
         "answers": answers,
         "timings": timings,

@@ -1,0 +1,92 @@
+"""The one rule every cost of ``tftrace diagnose`` is judged by (tracer.diagnosis.timing), on
+real timings: work timed here, interleaved as the rule asks, and a side timed in its children."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from tracer.diagnosis.timing import MIN_RUNS, compare_timings
+
+
+def _interleaved(first, second, runs: int = 30) -> tuple[list[float], list[float]]:
+    """Milliseconds of each callable, timed A B, B A, ... as tracer.diagnosis.interleave does."""
+    a, b = [], []
+    for i in range(runs):
+        order = ((first, a), (second, b)) if i % 2 == 0 else ((second, b), (first, a))
+        for work, times in order:
+            t0 = time.perf_counter()
+            work()
+            times.append((time.perf_counter() - t0) * 1000.0)
+    return a, b
+
+
+def _work() -> None:
+    """About a millisecond of one thread's arithmetic (no BLAS threads that spin on a busy machine)."""
+    total = 0
+    for i in range(40_000):
+        total += i * i
+    assert total > 0
+
+
+def test_the_same_work_timed_twice_is_within_timing_noise():
+    a, b = _interleaved(_work, _work)
+    result = compare_timings(a, b)
+    assert not result.significant, result.to_json()
+    assert result.interval[0] <= 1.0 <= result.interval[1] or abs(result.ratio - 1.0) < 0.05
+    assert result.words().startswith("is within timing noise (95% interval ")
+    assert result.words().endswith(", 30 interleaved runs of each)")
+
+
+def test_a_measured_sleep_is_a_significant_cost():
+    a, b = _interleaved(_work, lambda: (_work(), time.sleep(0.004)))
+    result = compare_timings(a, b)
+    assert result.significant and result.interval[0] > 1.02, result.to_json()
+    assert result.cost_pct > 0 and result.words().startswith(f"costs +{result.cost_pct:.1f}% (95% interval +")
+    faster = compare_timings(b, a)  # the same timings the other way round: a saving, as significant
+    assert faster.significant and faster.words().startswith(f"is {-faster.cost_pct:.1f}% faster (95% interval -")
+
+
+def test_per_example_scales_the_ratio_by_the_rows_of_each_side():
+    a, b = _interleaved(_work, _work)  # B: the same run for four times the rows
+    per_run = compare_timings(a, b)
+    per_example = compare_timings(a, b, scale=1 / 4, basis="per example")
+    assert per_example.ratio == pytest.approx(per_run.ratio / 4)
+    assert per_example.interval == pytest.approx((per_run.interval[0] / 4, per_run.interval[1] / 4))
+    assert per_example.significant and per_example.cost_pct < -60 and "per example" in per_example.words()
+
+
+def test_the_interval_depends_on_the_timings_alone():
+    a, b = _interleaved(_work, _work, runs=12)
+    assert compare_timings(a, b).to_json() == compare_timings(list(a), list(b)).to_json()
+
+
+def test_too_few_or_impossible_timings_claim_nothing():
+    with pytest.raises(ValueError, match=f"at least {MIN_RUNS} timings"):
+        compare_timings([1.0] * (MIN_RUNS - 1), [1.0] * 10)
+    with pytest.raises(ValueError, match="positive and finite"):
+        compare_timings([1.0] * 9 + [0.0], [1.0] * 10)
+
+
+@pytest.mark.slow
+def test_a_side_timed_in_its_children_costs_what_its_batch_costs(models, tmp_path):
+    """The detector at batch 1 and at batch 16, each in a child of its own, interleaved: 16 rows
+    per run cost more per run, and far less per example."""
+    import os  # noqa: PLC0415
+
+    from tracer.captures.launcher import capture  # noqa: PLC0415
+    from tracer.diagnosis.interleave import Timer  # noqa: PLC0415
+    from tracer.runspec import InputSpec, Side  # noqa: PLC0415
+    from tracer.artifacts.loader import ArtifactRef  # noqa: PLC0415
+
+    os.environ["TF_ENABLE_ONEDNN_OPTS"] = "0"
+    sides = {n: Side(artifact=ArtifactRef(str(models["detector"])), batch_size=n,
+                     inputs=InputSpec(seed=0, examples=16), timing_runs=5) for n in (1, 16)}
+    caps = {n: capture(side, Path(tmp_path / f"b{n}"), force=True) for n, side in sides.items()}
+    with Timer(tmp_path / "timing") as timer:
+        t1, t16 = timer.time_pair(("b1", sides[1], caps[1]), ("b16", sides[16], caps[16]), 20)
+    assert len(t1) == len(t16) == 20 and min(t1 + t16) > 0
+    per_example = compare_timings(t1, t16, scale=1 / 16, basis="per example")
+    assert per_example.significant and per_example.cost_pct < 0, per_example.to_json()

@@ -1,0 +1,123 @@
+"""The one statistical rule of every latency comparison ``tftrace diagnose`` makes.
+
+A cost is a claim that B is slower (or faster) than A, and two medians alone cannot carry it:
+on a ~1 ms model two captures of the *same* side differed by 9.4% in median latency, and a
+cost of 17.4% was claimed from one median against another (issue 23.5). So every cost is
+measured and judged the same way:
+
+* **Repeated, interleaved timings of both sides.** A and B each run in a process of their own,
+  loaded and warmed up, and are timed one ``session.run`` at a time in the order A B B A A B …
+  (:mod:`tracer.diagnosis.interleave`): whatever drifts meanwhile — another job on the cores,
+  the clock, the GPU's temperature — hits both sides alike, and one side never runs while the
+  other does.
+* **The statistic: the ratio of the medians**, ``median(B) / median(A)`` (per example where the
+  sides run different batch sizes). Medians, because a single preempted run must not move it.
+* **The confidence: a 95% moving-block bootstrap interval** of that ratio. The i-th timings of A
+  and B ran next to each other, so they are resampled together, in blocks of ``√n`` consecutive
+  pairs, ``RESAMPLES`` times; the ratio of medians of each resample; the 2.5th and 97.5th
+  percentiles. Blocks, because a loaded machine runs in spells (a side at 4 ms for ten runs,
+  then at 13 ms): timings next to each other are not independent, and an interval that treated
+  them as such would claim costs that are spells. The resampling is seeded, so the interval is
+  a function of the timings alone (the same samples always give the same answer).
+* **A cost is claimed only when it is significant**: when the whole interval lies beyond
+  ``MARGIN`` (2%) on one side of no change. Otherwise the comparison is *within timing noise*,
+  and says so with its interval ("−3.1% to +4.2%"), never as "17% faster". The margin is there
+  because two processes of one configuration can differ by a percent or so in a stable way
+  (where their memory landed, which core they ran on), which no resampling can tell from a cost.
+
+Nothing here runs anything; the samples come from :mod:`tracer.diagnosis.interleave`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+__all__ = ["CONFIDENCE", "MARGIN", "RESAMPLES", "MIN_RUNS", "TimingComparison", "compare_timings"]
+
+CONFIDENCE = 0.95
+MARGIN = 0.02  # |ratio - 1| the whole interval must exceed for a cost to be claimed
+RESAMPLES = 2000
+MIN_RUNS = 5  # fewer timings than this per side give no interval worth stating
+SEED = 20231  # the bootstrap's own seed: the interval depends on the timings only
+METHOD = ("interleaved runs (A B B A ...), ratio of medians B/A, 95% moving-block bootstrap interval "
+          f"({RESAMPLES} resamples); significant when the interval lies beyond ±{MARGIN:.0%}")
+
+
+@dataclass(frozen=True)
+class TimingComparison:
+    """B's latency against A's, judged by the module's rule. ``ratio`` and ``interval`` are per
+    run, or per example when the two sides run different batch sizes (``scale`` = rows of A /
+    rows of B, applied to the ratio of the run medians)."""
+
+    a_ms: tuple[float, ...]
+    b_ms: tuple[float, ...]
+    ratio: float  # median(B) / median(A), scaled
+    interval: tuple[float, float]  # the bootstrap interval of ``ratio``
+    basis: str  # "per run" | "per example"
+    scale: float = 1.0
+
+    @property
+    def runs(self) -> int:
+        return min(len(self.a_ms), len(self.b_ms))
+
+    @property
+    def cost_pct(self) -> float:
+        return round((self.ratio - 1.0) * 100.0, 2)
+
+    @property
+    def interval_pct(self) -> tuple[float, float]:
+        return round((self.interval[0] - 1.0) * 100.0, 2), round((self.interval[1] - 1.0) * 100.0, 2)
+
+    @property
+    def significant(self) -> bool:
+        low, high = self.interval
+        return low > 1.0 + MARGIN or high < 1.0 - MARGIN
+
+    def words(self) -> str:
+        """``costs +12.3% (95% interval +8.1% to +15.0%, 20 interleaved runs of each)``, or
+        ``is within timing noise (…)``: the only way a cost is ever said."""
+        low, high = self.interval_pct
+        basis = " per example" if self.basis == "per example" else ""
+        stated = (f"{CONFIDENCE:.0%} interval {low:+.1f}% to {high:+.1f}%{basis}, {self.runs} interleaved runs "
+                  "of each")
+        if not self.significant:
+            return f"is within timing noise ({stated})"
+        pct = self.cost_pct
+        return f"costs {pct:+.1f}% ({stated})" if pct >= 0 else f"is {-pct:.1f}% faster ({stated})"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "method": METHOD, "confidence": CONFIDENCE, "margin": MARGIN, "basis": self.basis,
+            "runs": self.runs, "a_ms": [round(t, 4) for t in self.a_ms], "b_ms": [round(t, 4) for t in self.b_ms],
+            "median_a_ms": round(float(np.median(self.a_ms)), 4), "median_b_ms": round(float(np.median(self.b_ms)), 4),
+            "scale": self.scale, "ratio": round(self.ratio, 5), "interval": [round(v, 5) for v in self.interval],
+            "cost_pct": self.cost_pct, "interval_pct": list(self.interval_pct), "significant": self.significant,
+            "words": self.words(),
+        }
+
+
+def compare_timings(a_ms: Sequence[float], b_ms: Sequence[float], *, scale: float = 1.0,
+                    basis: str = "per run") -> TimingComparison:
+    """Judge B's timings against A's (milliseconds, one per run) by the module's rule.
+
+    ``scale`` turns the ratio of run medians into a ratio per example (rows of A / rows of B).
+    Raises ValueError for fewer than :data:`MIN_RUNS` timings on a side or a non-positive one:
+    a caller that has so few has nothing to claim."""
+    a, b = np.asarray(a_ms, dtype=np.float64), np.asarray(b_ms, dtype=np.float64)
+    if min(a.size, b.size) < MIN_RUNS:
+        raise ValueError(f"need at least {MIN_RUNS} timings of each side, got {a.size} and {b.size}")
+    if (a <= 0).any() or (b <= 0).any() or not (np.isfinite(a).all() and np.isfinite(b).all()):
+        raise ValueError("timings must be positive and finite")
+    rng = np.random.default_rng(SEED)
+    n = min(a.size, b.size)  # the i-th timings of A and B ran next to each other
+    block = max(1, int(round(np.sqrt(n))))
+    starts = rng.integers(0, n - block + 1, size=(RESAMPLES, -(-n // block)))
+    picks = (starts[:, :, None] + np.arange(block)).reshape(RESAMPLES, -1)[:, :n]
+    ratios = np.median(b[:n][picks], axis=1) / np.median(a[:n][picks], axis=1) * scale
+    tail = (1.0 - CONFIDENCE) / 2.0 * 100.0
+    low, high = np.percentile(ratios, [tail, 100.0 - tail])
+    ratio = float(np.median(b) / np.median(a) * scale)
+    return TimingComparison(tuple(map(float, a)), tuple(map(float, b)), ratio, (float(low), float(high)), basis, scale)
