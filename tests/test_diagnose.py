@@ -189,9 +189,11 @@ def test_the_plan_shares_runs_and_puts_the_remedy_on_side_b():
 
 
 def _runnable_context(**changes):
-    """A context in which every factor can run: a GPU, a batching file, a session config."""
+    """A context in which every factor can run: a GPU, a batching file, a session config, another
+    TensorFlow's interpreter."""
     return _context(serving_batching="batching.txt", serving_inputs={2: ("padded.npz", 4)},
-                    session_config=("session.pbtxt", "intra_op_parallelism_threads: 1"), **changes)
+                    session_config=("session.pbtxt", "intra_op_parallelism_threads: 1"),
+                    other_python="/opt/tf2.12/bin/python", **changes)
 
 
 def _diverged(p, diff=1e-3):
