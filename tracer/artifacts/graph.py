@@ -59,6 +59,8 @@ def resolve_signature(artifact: Artifact, graph: Any) -> Signature:
             "name them with --outputs NAME[,NAME...] and --input-names NAME[,NAME...]",
         )
 
+    contradicted: dict[str, tuple[TensorSpec, tuple[int | None, ...]]] = {}  # "input 'x'" -> declared, graph's
+
     def filled(specs: dict[str, TensorSpec], role: str) -> dict[str, TensorSpec]:
         out = {}
         for key, spec in specs.items():
@@ -70,11 +72,12 @@ def resolve_signature(artifact: Artifact, graph: Any) -> Signature:
                     "check --outputs/--input-names (op names, optionally with :slot)",
                 )
             tensor = op.outputs[int(slot or 0)]
-            out[key] = TensorSpec(
-                spec.name,
-                tensor.dtype.base_dtype.name,
-                spec.shape if spec.shape is not None else (None if tensor.shape.rank is None else tuple(tensor.shape.as_list())),
-            )
+            in_graph = None if tensor.shape.rank is None else tuple(tensor.shape.as_list())
+            shape = spec.shape if spec.shape is not None else in_graph
+            if spec.shape is not None and in_graph is not None and not _compatible(spec.shape, in_graph):
+                shape = in_graph  # what a session checks a feed against, and what it returns
+                contradicted[f"{role} {key!r}"] = (spec, in_graph)
+            out[key] = TensorSpec(spec.name, tensor.dtype.base_dtype.name, shape)
         return out
 
     outputs = filled(sig.outputs, "output")
@@ -82,7 +85,39 @@ def resolve_signature(artifact: Artifact, graph: Any) -> Signature:
     if sig.from_user and not inputs:  # --outputs alone: what must be fed are the placeholders they need
         needed = _placeholders_needed(by_name, [tensor_op(t.name) for t in outputs.values()])
         inputs = {name: TensorSpec(f"{name}:0", "unknown", None) for name in needed}
-    return Signature(sig.key, filled(inputs, "input"), outputs, sig.method_name, sig.from_user, sig.borrowed_from)
+    inputs = filled(inputs, "input")
+    if contradicted:
+        note = _contradiction_note(sig.key, dict(sorted(contradicted.items())))
+        if note not in artifact.notes:  # each stage that builds the op graph resolves the signature again
+            artifact.notes.append(note)
+    return Signature(sig.key, inputs, outputs, sig.method_name, sig.from_user, sig.borrowed_from)
+
+
+def _compatible(declared: tuple[int | None, ...], in_graph: tuple[int | None, ...]) -> bool:
+    """Could one tensor have both shapes (same rank, no two known sizes that differ)?"""
+    return len(declared) == len(in_graph) and all(a is None or b is None or a == b for a, b in zip(declared, in_graph))
+
+
+def shape_text(shape: tuple[int | None, ...] | None) -> str:
+    """``[?, 1]``; a scalar and an unknown rank in words."""
+    if shape is None:
+        return "of unknown rank"
+    return "a scalar" if not shape else "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
+
+
+def _contradiction_note(key: str, contradicted: dict[str, tuple[TensorSpec, tuple[int | None, ...]]]) -> str:
+    """Why signature tensors are fed and read with other shapes than the SignatureDef declares.
+
+    TensorFlow Serving's own ``saved_model_half_plus_three`` (TF 1.0) declares ``x`` and ``y``
+    scalars while ``x:0`` is ``[?, 1]``: TF 1.0's builder wrote TensorInfos without a shape, which
+    read as scalars. A session feeds the tensor, never the TensorInfo, so the graph decides."""
+    declared = " and ".join(f"{what} ({spec.name}) as {shape_text(spec.shape)}" for what, (spec, _) in contradicted.items())
+    in_graph = " and ".join(f"{spec.name} is {shape_text(shape)}" for spec, shape in contradicted.values())
+    scalar = any(spec.shape == () for spec, _ in contradicted.values())
+    return (f"signature {key!r} declares {declared}, but in the graph {in_graph}: fed and read with the graph's "
+            "shapes, as a session does"
+            + (" (a TensorInfo written without a shape, as TF 1.0's SavedModel builder wrote them, reads as a scalar)"
+               if scalar else ""))
 
 
 BOOKKEEPING_SCOPE = re.compile(

@@ -110,7 +110,6 @@ def open_runtime(side: Side) -> Runtime:
     config = session_config(side)  # before loading: a bad config file should not cost a model load
     refuse_oversized_weights(side)  # from the checkpoint's index, before a byte of it is restored
     artifact = load_checked(side)
-    notes += artifact.notes
     graph = t.Graph()
     session = t.compat.v1.Session(graph=graph, config=config)
     try:
@@ -127,6 +126,7 @@ def open_runtime(side: Side) -> Runtime:
             or "check that the model runs in this TensorFlow version (and that checkpoint shards are complete)",
         ) from exc
     opgraph, signature = build_opgraph(artifact, graph)
+    notes += artifact.notes  # after the op graph: resolving the signature may add one (a shape it contradicts)
     from google.protobuf import text_format  # noqa: PLC0415 - comes with TF
 
     return Runtime(side, artifact, graph, session, signature, opgraph, notes, text_format.MessageToString(config))
