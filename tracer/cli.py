@@ -241,6 +241,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except TftraceError as exc:
         if args.debug:
             traceback.print_exc()
+            if exc.debug_detail:  # a failed child's own stack and logs, after this process's
+                print(f"--- the child process's stderr (last lines) ---\n{exc.debug_detail}", file=sys.stderr)
         _error(f"tftrace: error: {exc}")
         return EXIT_ERROR
     except KeyboardInterrupt:

@@ -19,6 +19,8 @@ EXIT_ERROR = 2
 class TftraceError(Exception):
     """An error in the user's input or environment, with the fix spelled out."""
 
+    debug_detail: str = ""  # what --debug prints after the line: a failed child's stderr (its traceback)
+
     def __init__(self, problem: str, fix: str = "") -> None:
         self.problem = printable(problem).rstrip(". ")  # model text in a message never reaches a terminal raw
         self.fix = printable(fix).rstrip(". ")

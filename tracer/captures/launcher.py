@@ -26,6 +26,7 @@ from ..errors import TftraceError
 from ..interpreter import interpreter, remember
 from ..jsonvalues import dumps
 from ..runspec import Side, child_env
+from .child_errors import DEBUG_LINES, cause_in_stderr
 from .orphan import PARENT_PID_ENV
 
 if TYPE_CHECKING:
@@ -116,17 +117,13 @@ class PreparedChild:
                 if proc.poll() is None:  # interrupted while following: never leave it running
                     _kill(proc)
             stderr_file.seek(0)
-            tail = stderr_file.read().strip().splitlines()[-STDERR_TAIL_LINES:]
-        if error is not None:
-            raise TftraceError(error["problem"], error.get("fix", ""))
+            lines = stderr_file.read().strip().splitlines()
+        debug = "\n".join(lines[-DEBUG_LINES:])
+        if error is not None and error.get("event") == "error":
+            raise _with_debug(TftraceError(error["problem"], error.get("fix", "")), debug)
         if proc.returncode != 0:
             how = f"was killed by signal {-proc.returncode}" if proc.returncode < 0 else f"exited with {proc.returncode}"
-            shown = "\n".join("    " + line for line in tail) or "    (no output)"
-            raise ChildCrashed(
-                f"the child process running {label} {how}; the tail of its stderr:\n{shown}\n",
-                "fix what it reports (re-run with --debug for the full picture); any partial output is left incomplete",
-                reason=f"its child process {how}" + (f" ({_exception_line(tail)})" if _exception_line(tail) else ""),
-            )
+            raise _with_debug(_crashed(label, how, error, lines), debug)
 
     def cancel(self) -> None:
         """Stop a child that will get no job (the other side failed); nothing of it is left."""
@@ -148,13 +145,33 @@ class ChildCrashed(TftraceError):
         self.reason = reason
 
 
-def _exception_line(tail: list[str]) -> str:
-    """The last ``SomeError: message`` line of a Python traceback's tail, or ""."""
-    for line in reversed(tail):
-        head = line.strip().split(":", 1)[0]
-        if head.endswith(("Error", "Exception")) and " " not in head:
-            return line.strip()
-    return ""
+def _crashed(label: str, how: str, crash: dict[str, Any] | None, lines: list[str]) -> ChildCrashed:
+    """A child that ended without reporting a user error, said in one line: the exception the
+    child described (its ``crash`` event), TensorFlow's fatal log message, or a Python exception
+    line in its stderr; only when none is found, the tail of its stderr. Its stack is --debug's."""
+    incomplete = "any partial output is left incomplete"
+    if crash is not None:
+        cause = str(crash.get("error", ""))
+        what = "TensorFlow raised " if crash.get("tensorflow") else "an error tftrace did not expect: "
+        fix = ("fix what TensorFlow reports (--debug shows the child's traceback)" if crash.get("tensorflow") else
+               "this is a bug in tftrace: re-run with --debug and report the child's traceback")
+        return ChildCrashed(f"the child process running {label} {how}: {what}{cause}", f"{fix}; {incomplete}",
+                            reason=f"its child process {how} ({cause})")
+    cause = cause_in_stderr(lines)
+    if cause:
+        return ChildCrashed(f"the child process running {label} {how}: {cause}",
+                            f"fix what it reports (--debug shows the child's stderr); {incomplete}",
+                            reason=f"its child process {how} ({cause})")
+    shown = "\n".join("    " + line for line in lines[-STDERR_TAIL_LINES:]) or "    (no output)"
+    return ChildCrashed(f"the child process running {label} {how}; the tail of its stderr:\n{shown}\n",
+                        f"fix what it reports (re-run with --debug for the full picture); {incomplete}",
+                        reason=f"its child process {how}")
+
+
+def _with_debug(error: TftraceError, detail: str) -> TftraceError:
+    """Attach what ``--debug`` prints after the error line (the child's stderr: its traceback)."""
+    error.debug_detail = detail
+    return error
 
 
 def _send(proc: subprocess.Popen, text: str, *, close: bool) -> None:
@@ -223,8 +240,8 @@ def _follow(
                 continue
             if on_event:
                 on_event(event)
-            if event.get("event") == "error":
-                error = event
+            if event.get("event") in ("error", "crash"):
+                error = event  # a user error the child explains, or an exception it describes (child_errors)
             elif event.get("event") == "stage":
                 progress.update(task, description=f"{label}: {event.get('text', '')}")
             elif event.get("event") == "progress":

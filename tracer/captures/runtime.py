@@ -258,13 +258,13 @@ def tf_error_text(exc: BaseException, limit: int = 300) -> str:
     """What a TensorFlow error says failed, without its stack traces and framing lines.
 
     TF's messages start with "Graph execution error:" and end with the Python stack that
-    built the op; the lines in between (the node and the reason) are the useful part.
+    built the op (its ``File "…", line N`` frames); the node and the reason are the useful part.
     """
     text = str(getattr(exc, "message", "") or exc).split("Original stack trace", 1)[0]
     lines = [
         line.strip()
         for line in text.splitlines()
-        if line.strip() and not line.strip().startswith(("Graph execution error", "Detected at node", "[["))
+        if line.strip() and not line.strip().startswith(("Graph execution error", "Detected at node", "[[", 'File "'))
     ]
     return "; ".join(lines)[:limit] or type(exc).__name__
 

@@ -38,6 +38,7 @@ from .inputs import Examples, batches, make_examples, run_batch_size
 from ..runspec import Side, job_side
 from ..safewrite import refuse_link_dir
 from ._events import emit
+from .child_errors import describe_exception
 from .fetch_plan import FetchPlan, fetch_plan, refit_sizes, scaled_sizes, sizes_scale_with_rows
 from .fingerprint import environment_fingerprint
 from .instrumented import instrumented_runs
@@ -342,12 +343,19 @@ def main(argv: list[str] | None = None) -> int:
         if exc.errno == 28:  # ENOSPC
             emit("error", problem=f"disk full while writing the capture ({exc})", fix="free space or choose another --out")
             return 3
-        traceback.print_exc()
-        return 4
-    except Exception:  # noqa: BLE001 - the parent shows this traceback's tail
-        traceback.print_exc()
-        return 4
+        return _crashed(exc)
+    except Exception as exc:  # noqa: BLE001 - the parent says it in one line; the stack is for --debug
+        return _crashed(exc)
     return 0
+
+
+def _crashed(exc: BaseException) -> int:
+    """An exception no stage turned into a user error: its stack to stderr (what ``--debug``
+    shows), its one line to the parent, which says that line (TensorFlow's op and message)."""
+    traceback.print_exc()
+    line, from_tf = describe_exception(exc)
+    emit("crash", error=line, tensorflow=from_tf)
+    return 4
 
 
 if __name__ == "__main__":
