@@ -45,11 +45,15 @@ with open(os.path.join(path, "saved_model.pb"), "rb") as fh:
     model.ParseFromString(fh.read())
 sig = model.meta_graphs[0].signature_def["serving_default"]
 for info in [*sig.inputs.values(), *sig.outputs.values()]:
-    info.ClearField("tensor_shape")
+    if sys.argv[2:] == ["unsized"]:  # a later writer's TensorInfo that knows the rank only: [?, ?]
+        for dim in info.tensor_shape.dim:
+            dim.size = -1
+    else:
+        info.ClearField("tensor_shape")
 with open(os.path.join(path, "saved_model.pb"), "wb") as fh:
     fh.write(model.SerializeToString())
-assert tf1.saved_model.load(tf1.Session(graph=tf.Graph()), ["serve"], path).signature_def[
-    "serving_default"].inputs["x"].tensor_shape.dim == []  # read back: a scalar, as the real one reads
+read = tf1.saved_model.load(tf1.Session(graph=tf.Graph()), ["serve"], path).signature_def["serving_default"]
+assert [d.size for d in read.inputs["x"].tensor_shape.dim] == ([-1, -1] if sys.argv[2:] else [])  # [] reads as a scalar
 """
 X = np.array([[1.0], [2.0], [5.0]], np.float32)  # TF Serving's own example: 0.5x+2 and 0.5x+3 exact in float32
 NOTE = ("signature 'serving_default' declares input 'x' (x:0) as a scalar and output 'y' (y:0) as a scalar, but "
@@ -94,3 +98,16 @@ def test_diff_graph_notes_the_contradicted_signature(half_plus_three: Path, real
     assert proc.returncode == 0, proc.stderr
     said = " ".join(proc.stdout.split())  # the console wraps a long note
     assert said.count("declares") == 1 and f"note (B): {NOTE} (a TensorInfo written without a shape" in said
+
+
+@pytest.mark.slow
+def test_a_signature_that_knows_less_than_its_graph_takes_the_graphs_sizes(tmp_path: Path) -> None:
+    """TensorInfo [?, ?] for x:0 of [?, 1]: no contradiction, so no note; the generated examples
+    take the graph's 1 (it was "input 'x' has unknown dimensions at axes [1]")."""
+    model = tmp_path / "unsized"
+    build_model(HALF_PLUS_THREE_TF1_0, str(model), "unsized")
+    proc = run_cli("capture", str(model), "--out", str(tmp_path / "cap"), "--examples", "3")
+    assert proc.returncode == 0, proc.stderr
+    manifest = json.loads((tmp_path / "cap" / "manifest.json").read_text(encoding="utf-8"))
+    assert manifest["signature"]["inputs"]["x"]["shape"] == [None, 1]
+    assert manifest["examples"]["count"] == 3 and not any("declares" in n for n in manifest["notes"])

@@ -74,9 +74,12 @@ def resolve_signature(artifact: Artifact, graph: Any) -> Signature:
             tensor = op.outputs[int(slot or 0)]
             in_graph = None if tensor.shape.rank is None else tuple(tensor.shape.as_list())
             shape = spec.shape if spec.shape is not None else in_graph
-            if spec.shape is not None and in_graph is not None and not _compatible(spec.shape, in_graph):
-                shape = in_graph  # what a session checks a feed against, and what it returns
-                contradicted[f"{role} {key!r}"] = (spec, in_graph)
+            if spec.shape is not None and in_graph is not None:  # a session checks a feed against the graph's
+                if _compatible(spec.shape, in_graph):  # the sizes either knows: [?, ?] declared, [?, 3] in the graph
+                    shape = tuple(d if d is not None else g for d, g in zip(spec.shape, in_graph))
+                else:
+                    shape = in_graph
+                    contradicted[f"{role} {key!r}"] = (spec, in_graph)
             out[key] = TensorSpec(spec.name, tensor.dtype.base_dtype.name, shape)
         return out
 
