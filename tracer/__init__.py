@@ -137,3 +137,16 @@ def diagnose(model: str | ArtifactRef, out_dir: str, *, console: Any = None, **o
 
     check_keywords("diagnose", options)
     return run_diagnosis(diagnose_options(model, out_dir, options), console)
+
+
+# The subpackages the README names after ``import tracer`` (``tracer.options.api_keywords``,
+# ``tracer.captures.Capture``), imported on first use: ``import tracer`` stays cheap for the CLI.
+_SUBMODULES = frozenset({"options", "captures", "comparison", "report", "artifacts", "diff", "metrics", "errors"})
+
+
+def __getattr__(name: str) -> Any:
+    if name in _SUBMODULES:
+        import importlib  # noqa: PLC0415
+
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module 'tracer' has no attribute {name!r}")
