@@ -57,20 +57,35 @@ def _sections(help_text: str) -> dict[str, str]:
 
 
 def test_every_declared_option_is_in_its_commands_help_under_its_group() -> None:
+    """Each option under its group; a per-side one marked [A/B], its --a-/--b- forms parsed but
+    said once, in the per-side paragraph, not listed twice more."""
     commands = _subparsers(build_parser())
     for command in COMMANDS:
-        sections = _sections(commands[command].format_help())
+        text = commands[command].format_help()
+        sections = _sections(text)
         declared = options_for(command)
         assert declared, command
         for option in declared:
-            assert re.search(rf"^  --{option.name}\b", sections[GROUPS[option.group]], re.MULTILINE), \
+            line = re.search(rf"^  --{option.name}\b.*(?:\n {{4,}}.*)*", sections[GROUPS[option.group]], re.MULTILINE)
+            assert line, (command, option.name)
+            assert (" ".join(line.group(0).split()).endswith("[A/B]")) == (command in option.per_side), \
                 (command, option.name)
             for side in ("a", "b") if command in option.per_side else ():
-                assert re.search(rf"^  --{side}-{option.name}\b", sections[GROUPS[side]], re.MULTILINE), \
-                    (command, side, option.name)
+                listed = "".join(v for k, v in sections.items() if k not in (GROUPS["per_side"], "examples"))
+                assert not re.search(rf"^  --{side}-{option.name}\b", listed, re.MULTILINE), (command, side, option.name)
+                value = [] if option.flag else [option.choices[0] if option.choices else "1"]
+                args = commands[command].parse_args([f"--{side}-{option.name}", *value]
+                                                    + (["x", "y"] if command in ("compare", "diff-graph") else []))
+                parsed = getattr(args, f"{side}_{option.dest}")
+                assert parsed in (True, *value, *(option.type(v) for v in value if option.type), value), \
+                    (command, option.name, parsed)
+        if any(command in o.per_side for o in OPTIONS):
+            assert " ".join(sections[GROUPS["per_side"]].split()) == (
+                "Every option marked [A/B] also takes the form --a-NAME or --b-NAME, which sets it for side A or B "
+                "only, over the shared value (e.g. --a-batch-size 1 --b-batch-size 8).")
     titles = set(_sections(commands["compare"].format_help()))
-    assert {GROUPS[g] for g in ("artifact", "side", "inputs", "limits", "compare", "output", "permissions", "a",
-                                "b")} <= titles
+    assert {GROUPS[g] for g in ("artifact", "side", "inputs", "limits", "compare", "output", "permissions",
+                                "per_side")} <= titles
 
 
 def test_allow_unsafe_ops_is_declared_once_with_one_help_text() -> None:

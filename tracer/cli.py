@@ -36,6 +36,7 @@ def _cmd_diff_graph(args: argparse.Namespace, console: Console) -> int:
     from .report.terminal import print_graph_diff  # noqa: PLC0415
     from .comparison.static import diff_artifacts  # noqa: PLC0415
 
+    _refuse_missing_paths(a=args.a, b=args.b)
     result = diff_artifacts(artifact_ref(args, args.a, "a"), artifact_ref(args, args.b, "b"),
                             allow_unsafe_ops=args.allow_unsafe_ops)
     if args.json:
@@ -58,6 +59,11 @@ def side_from_args(args: argparse.Namespace, path: str, side: str = ""):  # noqa
 def _cmd_capture(args: argparse.Namespace, console: Console) -> int:
     from .captures.launcher import capture  # noqa: PLC0415
 
+    if (args.model is None) == (args.model_dir is None):
+        raise TftraceError("tftrace capture takes one model: MODEL or --dir MODEL",
+                           "e.g. tftrace capture savedmodel/ --out cap")
+    args.model = args.model or args.model_dir
+    _refuse_missing_paths(model=args.model)
     result = capture(side_from_args(args, args.model), args.out, force=args.force, console=terminal(stderr=True))
     manifest = result.manifest
     observer = manifest["observer_effect"]
@@ -81,6 +87,7 @@ def _cmd_compare(args: argparse.Namespace, console: Console) -> int:
     from .report.build import report_comparison  # noqa: PLC0415
     from .report.terminal import print_comparison  # noqa: PLC0415
 
+    _refuse_missing_paths(a=args.a, b=args.b)
     with comparing(
         side_from_args(args, args.a, "a") if not _is_capture_dir(args.a) else args.a,
         side_from_args(args, args.b, "b") if not _is_capture_dir(args.b) else args.b,
@@ -95,6 +102,14 @@ def _cmd_compare(args: argparse.Namespace, console: Console) -> int:
     _print_report_size(console, result)
     _print_notices(result.notices)
     return EXIT_OK if result else EXIT_DIVERGED
+
+
+def _refuse_missing_paths(**paths: str) -> None:
+    """Every side's path checked before any model loads or child starts (``a``/``b`` name the side)."""
+    from .artifacts.kinds import refuse_missing_local  # noqa: PLC0415 - TF-free for local paths
+
+    for side, path in paths.items():
+        refuse_missing_local(path, side if side in ("a", "b") else "")
 
 
 def _print_report_size(console: Console, result: Any) -> None:
@@ -181,18 +196,25 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"tftrace {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    diff = sub.add_parser("diff-graph", help="list the rewrites between two artifacts' inference graphs (static)")
+    diff = sub.add_parser("diff-graph", help="list the rewrites between two artifacts' inference graphs (static)",
+                          usage="%(prog)s A B [options]", description=DIFF_GRAPH_DESCRIPTION,
+                          epilog=DIFF_GRAPH_EPILOG, formatter_class=HelpFormatter)
     diff.add_argument("a", help="artifact A: checkpoint dir/prefix, SavedModel dir, or .pb/.pbtxt GraphDef")
     diff.add_argument("b", help="artifact B")
     add_options(diff, "diff-graph")
     diff.set_defaults(func=_cmd_diff_graph)
 
-    cap = sub.add_parser("capture", help="run one side and record every intermediate tensor into a directory")
-    cap.add_argument("model", help="the artifact to run")
+    cap = sub.add_parser("capture", help="run one side and record every intermediate tensor into a directory",
+                         usage="%(prog)s MODEL --out DIR [options]", description=CAPTURE_DESCRIPTION,
+                         epilog=CAPTURE_EPILOG, formatter_class=HelpFormatter)
+    cap.add_argument("model", nargs="?", help="the artifact to run (or --dir, as saved_model_cli names it)")
+    cap.add_argument("--dir", dest="model_dir", metavar="MODEL", help=argparse.SUPPRESS)
     add_options(cap, "capture")
     cap.set_defaults(func=_cmd_capture)
 
-    cmp_ = sub.add_parser("compare", help="find the op where two sides first diverge; write report.json/.html/.md")
+    cmp_ = sub.add_parser("compare", help="find the op where two sides first diverge; write report.json/.html/.md",
+                          usage="%(prog)s A B [options]", description=COMPARE_DESCRIPTION, epilog=COMPARE_EPILOG,
+                          formatter_class=HelpFormatter)
     cmp_.add_argument("a", help="side A: an artifact or a capture directory")
     cmp_.add_argument("b", help="side B: an artifact or a capture directory")
     add_options(cmp_, "compare")
@@ -216,6 +238,70 @@ def build_parser() -> argparse.ArgumentParser:
     for command in sub.choices.values():  # `tftrace compare ... --debug` works as well as `tftrace --debug compare`
         command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks of errors")
     return parser
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """argparse's formatter, except that a paragraph of indented lines (examples, exit codes) or
+    one under a ``title:`` line keeps its lines; prose paragraphs are wrapped to the terminal."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        import textwrap  # noqa: PLC0415
+
+        paragraphs = []
+        for paragraph in text.split("\n\n"):
+            lines = paragraph.splitlines()
+            if any(line.startswith(" ") for line in lines) or (lines and lines[0].endswith(":")):
+                paragraphs.append("\n".join(indent + line for line in lines))
+            else:
+                paragraphs.append(textwrap.fill(" ".join(paragraph.split()), width, initial_indent=indent,
+                                                subsequent_indent=indent))
+        return "\n\n".join(paragraphs)
+
+
+EXIT_CODES = """exit codes:
+  0  no difference beyond tolerance (or each within the noise --repeat measured)
+  1  the sides diverge beyond tolerance
+  2  bad input or a failed run: one line on stderr says what and how to fix it
+     (--debug adds the traceback)"""
+COMPARE_DESCRIPTION = """\
+Run side A and side B (each an artifact or a capture directory) on the same examples, each in its
+own process, capturing every intermediate tensor; find the op where their numbers first diverge
+beyond tolerance, replay it alone on identical inputs to tell whether its own kernel differs, and
+write report.json, report.html and report.md into --out. The verdict and the exit code are those
+of the signature outputs of the plain runs, as production computes them."""
+COMPARE_EPILOG = f"""\
+examples:
+  tftrace compare ckpt/ savedmodel/        # a TF1 checkpoint and its export
+  tftrace compare model/ model/ --a-batch-size 1 --b-batch-size 8
+  tftrace compare model/ model/ --a-onednn off --b-onednn on --out onednn
+  tftrace compare cap_gpu/ savedmodel/     # cap_gpu/ captured on a GPU server
+
+{EXIT_CODES}"""
+DIFF_GRAPH_DESCRIPTION = """\
+Match the two inference graphs op by op without running them and list every rewrite (batch norm
+folded, casts inserted, ops fused, variables frozen, constants and attributes changed ...)."""
+DIFF_GRAPH_EPILOG = """\
+examples:
+  tftrace diff-graph ckpt/ savedmodel/
+  tftrace diff-graph model/ model_fp16/ --json > diff.json
+
+exit codes:
+  0  the graphs were compared (rewrites or none)
+  2  bad input: one line on stderr says what and how to fix it
+     (--debug adds the traceback)"""
+CAPTURE_DESCRIPTION = """\
+Run one side in a child process and record every intermediate tensor, the plain run's outputs and
+the manifest (run settings, environment, op graph) into --out; tftrace compare takes the directory
+as a side, on this machine or another."""
+CAPTURE_EPILOG = """\
+examples:
+  tftrace capture savedmodel/ --out cap_gpu --device gpu
+  tftrace capture --dir sm/ --tag_set serve --signature_def predict --out cap
+
+exit codes:
+  0  captured
+  2  bad input or a failed run: one line on stderr says what and how to fix it
+     (--debug adds the traceback)"""
 
 
 def _error(line: str) -> None:

@@ -54,6 +54,7 @@ class Option:
     recorded: bool = True  # False: a permission, passed to the child, never written to a manifest
     required: bool = False
     overrides: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # per command: help, default
+    aliases: tuple[str, ...] = ()  # other spellings of the shared flag (saved_model_cli's: "tag_set")
 
     @property
     def dest(self) -> str:
@@ -178,9 +179,11 @@ GROUPS = {
     "diagnose": "experiment matrix",
     "output": "output",
     "permissions": "permissions (given to this run only, never recorded in a capture or report)",
-    "a": "side A only: overrides the option of the same name for A",
-    "b": "side B only: overrides the option of the same name for B",
+    "per_side": "side A or B only",
 }
+PER_SIDE_MARK = " [A/B]"  # ends the help of an option that also takes --a-NAME / --b-NAME
+PER_SIDE_HELP = ("Every option marked [A/B] also takes the form --a-NAME or --b-NAME, which sets it for side A or "
+                 "B only, over the shared value (e.g. --a-batch-size 1 --b-batch-size 8).")
 SIDE_COMMANDS = ("capture", "compare")
 ARTIFACT_COMMANDS = ("diff-graph", "capture", "compare", "diagnose")
 TRI = ("on", "off", "default")
@@ -188,9 +191,9 @@ TRI = ("on", "off", "default")
 OPTIONS: tuple[Option, ...] = (
     # -- artifact: which graph (compare and diff-graph also per side)
     Option("tag", "SavedModel tag set{who}, comma-separated (default: serve)", "artifact", ARTIFACT_COMMANDS,
-           per_side=("compare", "diff-graph"), side="artifact.tag"),
+           per_side=("compare", "diff-graph"), side="artifact.tag", aliases=("tag_set",)),
     Option("signature", "signature key{who} (default: serving_default)", "artifact", ARTIFACT_COMMANDS,
-           per_side=("compare", "diff-graph"), side="artifact.signature"),
+           per_side=("compare", "diff-graph"), side="artifact.signature", aliases=("signature_def",)),
     Option("outputs", "tensors to trace{who} when the graph has no signature: NAME[,NAME...]", "artifact",
            ARTIFACT_COMMANDS, per_side=("compare", "diff-graph"), side="artifact.outputs", convert=names,
            overrides={"diagnose": {"help": "tensors of MODEL to trace when it has no signature: NAME[,NAME...] (a "
@@ -318,17 +321,20 @@ def options_for(command: str, group: str | None = None) -> list[Option]:
 
 def add_options(parser: argparse.ArgumentParser, command: str, **fill: str) -> None:
     """Add ``command``'s options to ``parser``, group by group, then its ``--a-``/``--b-`` overrides.
-    ``fill`` completes help texts (``{factors}`` -> diagnose's factor names)."""
+    ``fill`` completes help texts (``{factors}`` -> diagnose's factor names).
+
+    The overrides are parsed but not listed one by one (they doubled ``compare --help``): the
+    options that take them are marked [A/B], and one paragraph says what the mark means."""
     for group, title in GROUPS.items():
         members = options_for(command, group)
         if members:
             section = parser.add_argument_group(title)
             for option in members:
                 _add(section, option, command, fill)
-    for side, who in SIDE_NAMES.items():
-        members = [o for o in OPTIONS if command in o.per_side]
-        if members:
-            section = parser.add_argument_group(GROUPS[side])
+    members = [o for o in OPTIONS if command in o.per_side]
+    if members:
+        section = parser.add_argument_group(GROUPS["per_side"], PER_SIDE_HELP)
+        for side, who in SIDE_NAMES.items():
             for option in members:
                 _add(section, option, command, {**fill, "who": who}, side)
 
@@ -337,7 +343,10 @@ def _add(section: Any, option: Option, command: str, fill: Mapping[str, str], si
     text = option.setting(command, "help")
     for key, value in {"who": "", **fill}.items():
         text = text.replace("{" + key + "}", value)
-    kwargs: dict[str, Any] = {"dest": f"{side}_{option.dest}" if side else option.dest, "help": text}
+    if not side and command in option.per_side:
+        text += PER_SIDE_MARK
+    kwargs: dict[str, Any] = {"dest": f"{side}_{option.dest}" if side else option.dest,
+                              "help": argparse.SUPPRESS if side else text}
     if option.flag:
         kwargs.update(action="store_true", default=None if side else False)
     else:
@@ -347,7 +356,8 @@ def _add(section: Any, option: Option, command: str, fill: Mapping[str, str], si
             kwargs["action"] = "append"
         if option.setting(command, "required"):
             kwargs["required"] = True
-    section.add_argument(f"--{side}-{option.name}" if side else f"--{option.name}", **kwargs)
+    flags = [f"--{side}-{option.name}"] if side else [f"--{option.name}", *(f"--{a}" for a in option.aliases)]
+    section.add_argument(*flags, **kwargs)
 
 
 # ---- values -> a Side ----------------------------------------------------------------------------

@@ -9,6 +9,8 @@ path goes through ``tf.io.gfile``, so ``gs://`` and ``ram://`` paths work like l
 
 from __future__ import annotations
 
+import difflib
+import os
 import posixpath
 import re
 from typing import Any
@@ -16,7 +18,7 @@ from typing import Any
 from .._tf import tf
 from ..errors import TftraceError
 
-__all__ = ["CAPTURE_MANIFEST", "detect", "io_gfile"]
+__all__ = ["CAPTURE_MANIFEST", "detect", "io_gfile", "refuse_missing_local"]
 
 CAPTURE_MANIFEST = "manifest.json"
 
@@ -26,6 +28,24 @@ def io_gfile() -> Any:
     return tf().io.gfile
 
 
+
+
+def refuse_missing_local(path: str, side: str = "") -> None:
+    """Refuse a local path that does not exist, before TensorFlow is imported or a child started.
+
+    A typo in B's path used to be found by B's loader, after A's child had imported TensorFlow
+    (~10 s), and the line did not say which side. A URL (``gs://``) is left to ``detect``, which
+    reads it through ``tf.io.gfile``; a checkpoint prefix exists through its ``.index``/``.meta``."""
+    if "://" in path or any(os.path.exists(path + end) for end in ("", ".index", ".meta")):
+        return
+    parent, name = os.path.split(path.rstrip("/") or path)
+    try:
+        near = difflib.get_close_matches(name, os.listdir(parent or "."), n=1, cutoff=0.6)
+    except OSError:
+        near = []
+    where = f"side {side.upper()}'s path {path}" if side else path
+    hint = f" (did you mean {os.path.join(parent, near[0])}?)" if near else ""
+    raise TftraceError(f"{where} does not exist{hint}", "check the path (and the scheme, for gs:// or ram://)")
 
 
 def _listdir(path: str) -> list[str]:
