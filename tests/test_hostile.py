@@ -953,6 +953,18 @@ def reliability_rows() -> tuple[list[Row], list[Row]]:
             "there meanwhile stays",
             ("test_out_dir.py::test_a_failed_run_takes_back_what_it_wrote_and_keeps_the_users_files",
              "test_out_dir.py::test_a_compare_that_fails_after_its_first_capture_can_be_run_again")),
+        Row("a typo in a side's path (compare's B, diff-graph's A, capture --dir)", 3,
+            "`tftrace: error: side B's path …_mlk does not exist (did you mean …_mkl?). Check the path …` (exit 2) "
+            "in under a second: before TensorFlow is imported or a child started", "nothing written; no --out made",
+            ("test_cli_help.py::test_a_typo_in_bs_path_is_said_at_once_with_its_side",
+             "test_cli_help.py::test_capture_takes_one_model_by_position_or_by_dir")),
+        Row("a signature whose declared shapes contradict its graph (TF 1.0's TensorInfos without a shape: TF "
+            "Serving's half_plus_three declares x and y scalars, x:0 is [?, 1]); one that leaves sizes unknown", 2,
+            "compare runs (DIVERGED by 1.0 on y against half_plus_two); B's side notes: \"signature 'serving_default' "
+            "declares input 'x' (x:0) as a scalar … fed and read with the graph's shapes, as a session does\"",
+            "the graph's shapes feed the side; the report",
+            ("test_signature_shapes.py::test_half_plus_two_against_half_plus_three_feeds_the_graphs_shape",
+             "test_signature_shapes.py::test_a_signature_that_knows_less_than_its_graph_takes_the_graphs_sizes")),
     ]
     faults = [
         Row("SIGINT or SIGTERM to `tftrace capture` while its worker writes tensors", len(SIGNALS),
@@ -1004,6 +1016,15 @@ def reliability_rows() -> tuple[list[Row], list[Row]]:
             "freed by the kernel when its holder is SIGKILLed (no stale lock)",
             (f"{f}test_two_compares_into_one_out_the_second_is_refused_naming_the_first",
              "test_out_dir.py::test_second_run_into_a_locked_out_is_refused_naming_the_first")),
+        Row("TensorFlow stopping a child (an unknown flag in TF_XLA_FLAGS, for capture and for compare's B); "
+            "exceptions TensorFlow raises (a feed of the wrong shape, an op failing at run time)", 3,
+            "`tftrace: error: the child process running capture M [cpu, …] exited with 1: Unknown flag in "
+            "TF_XLA_FLAGS: --bogus_flag. Fix what it reports (--debug shows the child's stderr) …` (exit 2); no "
+            "Python stack in the line, the child's stderr after it under --debug",
+            "any partial output left incomplete",
+            ("test_child_errors.py::test_tensorflow_stopping_the_child_is_its_one_line",
+             "test_child_errors.py::test_compare_names_the_failing_side_by_its_error",
+             "test_child_errors.py::test_tensorflows_exceptions_are_said_as_tensorflow_said_them")),
     ]
     return inputs, faults
 
