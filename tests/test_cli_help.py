@@ -49,7 +49,7 @@ def test_compare_help_lists_each_option_once() -> None:
     assert len(re.findall(r"^  --batch-size\b", text, re.MULTILINE)) == 1
     assert text.count("[A/B]") == 17 and len(text.splitlines()) < 130
     assert ("Every option marked [A/B] also takes the form --a-NAME or --b-NAME, which sets it for side A or B only, "
-            "over the shared value (e.g. --a-batch-size 1 --b-batch-size 8).") in " ".join(text.split())
+            "in place of --NAME (e.g. --a-batch-size 1 --b-batch-size 8).") in " ".join(text.split())
 
 
 def test_saved_model_cli_spellings_are_accepted() -> None:

@@ -82,7 +82,7 @@ def test_every_declared_option_is_in_its_commands_help_under_its_group() -> None
         if any(command in o.per_side for o in OPTIONS):
             assert " ".join(sections[GROUPS["per_side"]].split()) == (
                 "Every option marked [A/B] also takes the form --a-NAME or --b-NAME, which sets it for side A or B "
-                "only, over the shared value (e.g. --a-batch-size 1 --b-batch-size 8).")
+                "only, in place of --NAME (e.g. --a-batch-size 1 --b-batch-size 8).")
     titles = set(_sections(commands["compare"].format_help()))
     assert {GROUPS[g] for g in ("artifact", "side", "inputs", "limits", "compare", "output", "permissions",
                                 "per_side")} <= titles

@@ -183,7 +183,7 @@ GROUPS = {
 }
 PER_SIDE_MARK = " [A/B]"  # ends the help of an option that also takes --a-NAME / --b-NAME
 PER_SIDE_HELP = ("Every option marked [A/B] also takes the form --a-NAME or --b-NAME, which sets it for side A or "
-                 "B only, over the shared value (e.g. --a-batch-size 1 --b-batch-size 8).")
+                 "B only, in place of --NAME (e.g. --a-batch-size 1 --b-batch-size 8).")
 SIDE_COMMANDS = ("capture", "compare")
 ARTIFACT_COMMANDS = ("diff-graph", "capture", "compare", "diagnose")
 TRI = ("on", "off", "default")
