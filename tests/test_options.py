@@ -72,7 +72,8 @@ def test_every_declared_option_is_in_its_commands_help_under_its_group() -> None
                 (command, option.name)
             for side in ("a", "b") if command in option.per_side else ():
                 listed = "".join(v for k, v in sections.items() if k not in (GROUPS["per_side"], "examples"))
-                assert not re.search(rf"^  --{side}-{option.name}\b", listed, re.MULTILINE), (command, side, option.name)
+                assert not re.search(rf"^  --{side}-{option.name}\b", listed, re.MULTILINE), \
+                    (command, side, option.name)
                 value = [] if option.flag else [option.choices[0] if option.choices else "1"]
                 args = commands[command].parse_args([f"--{side}-{option.name}", *value]
                                                     + (["x", "y"] if command in ("compare", "diff-graph") else []))

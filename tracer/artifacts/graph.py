@@ -114,7 +114,8 @@ def _contradiction_note(key: str, contradicted: dict[str, tuple[TensorSpec, tupl
     TensorFlow Serving's own ``saved_model_half_plus_three`` (TF 1.0) declares ``x`` and ``y``
     scalars while ``x:0`` is ``[?, 1]``: TF 1.0's builder wrote TensorInfos without a shape, which
     read as scalars. A session feeds the tensor, never the TensorInfo, so the graph decides."""
-    declared = " and ".join(f"{what} ({spec.name}) as {shape_text(spec.shape)}" for what, (spec, _) in contradicted.items())
+    declared = " and ".join(f"{what} ({spec.name}) as {shape_text(spec.shape)}"
+                            for what, (spec, _) in contradicted.items())
     in_graph = " and ".join(f"{spec.name} is {shape_text(shape)}" for spec, shape in contradicted.values())
     scalar = any(spec.shape == () for spec, _ in contradicted.values())
     return (f"signature {key!r} declares {declared}, but in the graph {in_graph}: fed and read with the graph's "

@@ -17,7 +17,8 @@ import traceback
 __all__ = ["describe_exception", "cause_in_stderr", "DEBUG_LINES"]
 
 DEBUG_LINES = 80  # the child's stderr shown under --debug: its traceback whole, TF's logs around it
-FATAL_LOG = re.compile(r"^\s*F\d{4} [\d:.]+\s+\d+ [^\]]+\] (?P<message>.+)$")  # absl/glog: F0000 00:00:1.2 123 file.cc:45] …
+# absl/glog's fatal line: F0000 00:00:1796158403.825723   24802 parse_flags_from_env.cc:234] message
+FATAL_LOG = re.compile(r"^\s*F\d{4} [\d:.]+\s+\d+ [^\]]+\] (?P<message>.+)$")
 CHECK_FAILED = re.compile(r"Check failed: .+")
 MESSAGE_LIMIT = 400
 
