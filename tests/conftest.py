@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import os
 import subprocess
 import sys
@@ -192,3 +193,20 @@ def _written_reports_satisfy_the_schema(tmp_path_factory: pytest.TempPathFactory
         if (doc.get("tool") or {}).get("name") == "tftrace":
             problems += written_report_errors(path)
     assert not problems, "a report tftrace wrote breaks tracer/schemas/report.schema.json:\n" + "\n".join(problems[:20])
+
+
+SHARE = re.compile(r" \[(?:up to [^\]]+|its share not measured)\]")
+
+
+def why_lines(answers: dict[str, Any]) -> list[str]:
+    """A comparison's "why" lines without the share each cause line carries (tracer/cause_shares.py:
+    ``[up to X at ...]``), for tests that hold the evidence's words; every cause line must carry one,
+    and the shares are ranked biggest first (the unmeasured last)."""
+    why = list(answers["why"])
+    causes = answers.get("causes") or []
+    for line in why[: len(causes)]:
+        assert SHARE.search(line), line
+    sizes = [s["max_abs"] for s in answers.get("shares") or []]
+    measured = [v for v in sizes if v is not None]
+    assert measured == sorted(measured, reverse=True) and sizes[: len(measured)] == measured, sizes
+    return [SHARE.sub("", line, count=1) for line in why]

@@ -8,6 +8,7 @@ its figures there as one JSON line, so the record in GPU_RESULTS.md is what the 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -64,7 +65,7 @@ def test_checkpoint_vs_savedmodel_on_gpu_is_never_blamed_on_a_kernel_or_the_expo
     _record("ckpt_vs_savedmodel", verdict=report["verdict"], first=first.get("node"), isolation=iso,
             noise=(first.get("isolation") or {}).get("noise_max_abs"),
             detail=(first.get("isolation") or {}).get("detail"), outputs=_outputs(report),
-            rewrites=len(report["rewrites"]), causes=report["answers"].get("causes"))
+            rewrites=len(report["rewrites"]), causes=report["answers"].get("causes"), headline=report.get("headline"))
     assert report["rewrites"] == []  # a faithful export: the same graph
     if report["verdict"] == "identical":
         return  # both processes happened to autotune the same algorithms: nothing to attribute
@@ -91,7 +92,7 @@ def test_repeat_shows_real_magnitudes_next_to_the_noise_floor(models: dict[str, 
         assert out["noise_max_abs"] is not None
         if out["identical"] is False:
             assert out["max_abs"] > 0
-            assert f"noise: {key} differs by" in stdout
+            assert f"noise: {key}: A vs B up to" in " ".join(stdout.split())
     if report["verdict"] == "within_noise":
         assert code == 0 and stdout.startswith("WITHIN NOISE")
 
@@ -117,15 +118,22 @@ def test_cpu_vs_gpu_names_tf32(models: dict[str, Path], tmp_path: Path) -> None:
     _record("cpu_vs_gpu", verdict=report["verdict"], first=first.get("node"), op=first.get("op"),
             max_abs=first.get("max_abs"), isolation=(first.get("isolation") or {}).get("verdict"),
             tf32_enabled=env_b.get("tf32_enabled"), gpus=env_b.get("gpus"), build=env_b.get("build"),
-            outputs=_outputs(report))
-    assert code == 1 and first["op"] in ("Conv2D", "MatMul")
+            outputs=_outputs(report), headline=report.get("headline"))
+    # B (a GPU without determinism) has its noise measured now: TF32's difference may sit within it
+    assert code == (1 if report["verdict"] == "diverged" else 0) and first["op"] in ("Conv2D", "MatMul")
+    assert report["noise"]["b"].get("runs") == 2 and "runs" not in report["noise"]["a"]
     assert first["isolation"]["verdict"] == "own_error"
     assert env_b["tf32_enabled"] is True and "tf32" in report["answers"]["causes"]
 
 
 KERAS_CONV = "StatefulPartitionedCall/detector_1/stem_conv_1/convolution"  # tests/fixtures/keras_export.py
+# The documented GPU kit (../shared/gpu/README.md) may install TensorFlow without Keras: then the
+# Keras fixture cannot be built, and the two tests say why instead of erroring.
+needs_keras = pytest.mark.skipif(importlib.util.find_spec("keras") is None,
+                                 reason="Keras is not installed here (tests/fixtures/keras_export.py builds with it)")
 
 
+@needs_keras
 def test_keras_mixed_float16_export_on_gpu_diverges_at_its_first_cast_conv(keras_models: Path, tmp_path: Path) -> None:
     """The GPU's usual Keras policy, mixed_float16, against the float32 export of the same weights."""
     code, report, stdout = _compare(tmp_path / "r", keras_models / "export", keras_models / "fp16", "--device", "gpu",
@@ -141,6 +149,7 @@ def test_keras_mixed_float16_export_on_gpu_diverges_at_its_first_cast_conv(keras
     assert "mixed_precision" in report["answers"]["causes"]
 
 
+@needs_keras
 def test_keras_model_export_and_tf_saved_model_save_agree_on_gpu(keras_models: Path, tmp_path: Path) -> None:
     code, report, _ = _compare(tmp_path / "r", keras_models / "export", keras_models / "tfsave", "--device", "gpu",
                                "--determinism")
@@ -233,3 +242,121 @@ def test_two_identical_gpu_sides_timed_interleaved_are_within_timing_noise(mobil
     result = compare_timings(a, b)
     _record("timing_identical_gpu_sides", **{k: v for k, v in result.to_json().items() if k not in ("a_ms", "b_ms")})
     assert not result.significant and result.words().startswith("is within timing noise"), result.to_json()
+
+
+# ---- issue 23 on a MobileNet-style TF1 net (tests/fixtures/mobilenet_tf1.py): its fresh-process
+# noise on the GPU (cuDNN autotuning, batch 8: 1.1e-3 on the scores on the H200) is larger than its
+# checkpoint-vs-SavedModel difference (none: a faithful export), and its folded export differs for
+# real (5.2e-4 with autotuning off). Each test asserts what the issue's table measured, in words
+# robust to which algorithms a given pair of processes happens to pick.
+
+def _mobilenet(report_dir: Path, mobilenet_models: Path, b: str, *args: str) -> tuple[int, dict[str, Any], str]:
+    return _compare(report_dir, mobilenet_models / "ckpt", mobilenet_models / b, "--inputs",
+                    str(mobilenet_models / "images_b8.npz"), "--device", "gpu", *args)
+
+
+def _keys(report: dict[str, Any]) -> list[str]:
+    return [line["key"] for line in report["headline"]]
+
+
+def _said_everywhere(text: str, stdout: str, report_dir: Path) -> None:
+    """One headline line, in the terminal, report.md and report.html alike (words, not wrapping)."""
+    words = " ".join(text.split())[:60]
+    assert words in " ".join(stdout.split()), (words, stdout[:2000])
+    assert words in " ".join((report_dir / "report.md").read_text(encoding="utf-8").split())
+    html = (report_dir / "report.html").read_text(encoding="utf-8")
+    assert words.replace("`", "") in " ".join(html.replace("<code>", "").replace("</code>", "").split()) or \
+        words in " ".join(html.split())
+
+
+def test_mobilenet_gpu_noise_is_measured_by_default_and_said_first(mobilenet_models: Path, tmp_path: Path) -> None:
+    """#23.1: no --repeat, all sides on the GPU without determinism: each side is run again in a fresh
+    process, what that cost is said, and a side that does not repeat itself is the headline's first
+    line; IDENTICAL only when both repeat bit for bit and agree."""
+    code, report, stdout = _mobilenet(tmp_path / "r", mobilenet_models, "savedmodel")
+    noise = report["noise"]
+    _record("mobilenet_ckpt_vs_savedmodel_default", verdict=report["verdict"], headline=report["headline"],
+            noise={k: noise.get(k) for k in ("a", "b", "processes", "seconds")}, outputs=_outputs(report))
+    assert report["rewrites"] == []  # a faithful export
+    assert noise["processes"] == 2 and noise["seconds"] > 0  # one more fresh process of each side, timed
+    assert report["noise_not_measured"] == []
+    assert "more fresh processes" in report["headline"][0]["text"]
+    repeats = all(noise[k]["repeats_itself"] for k in ("a", "b"))
+    if repeats:  # both processes picked the same algorithms as their first runs: then, and only then
+        assert _keys(report)[0] == "repeatable" and report["verdict"] in ("identical", "within_tolerance")
+        return
+    assert _keys(report)[0] == "noise" and report["verdict"] != "identical", report["headline"]
+    assert report["headline"][0]["text"].startswith(("Each side changes from run to run", "Side "))
+    assert code == 0 and report["verdict"] in ("within_noise", "within_tolerance")  # the export changes nothing
+    assert "export" not in report["answers"]["causes"]
+    _said_everywhere(report["headline"][0]["text"], stdout, tmp_path / "r")
+
+
+def test_mobilenet_gpu_repeat_1_says_the_noise_was_not_measured(mobilenet_models: Path, tmp_path: Path) -> None:
+    code, report, stdout = _mobilenet(tmp_path / "r", mobilenet_models, "savedmodel", "--repeat", "1")
+    _record("mobilenet_ckpt_vs_savedmodel_repeat1", verdict=report["verdict"], headline=report["headline"])
+    assert report["noise"] is None  # no extra process
+    assert {u["side"] for u in report["noise_not_measured"]} == {"a", "b"}
+    assert _keys(report)[:2] == ["noise_not_measured", "noise_not_measured"]
+    _said_everywhere(report["headline"][0]["text"], stdout, tmp_path / "r")
+
+
+def test_mobilenet_gpu_autotune_off_is_identical_because_both_sides_repeat(mobilenet_models: Path,
+                                                                           tmp_path: Path) -> None:
+    """The table: autotune off, checkpoint vs SavedModel bit-identical, each side bit-identical to itself."""
+    code, report, _ = _mobilenet(tmp_path / "r", mobilenet_models, "savedmodel", "--autotune", "off")
+    _record("mobilenet_ckpt_vs_savedmodel_autotune_off", verdict=report["verdict"], headline=report["headline"])
+    assert report["noise"]["processes"] == 2  # still no op determinism: measured, not assumed
+    assert all(report["noise"][k]["repeats_itself"] for k in ("a", "b"))
+    assert code == 0 and report["verdict"] == "identical" and _keys(report)[0] == "repeatable"
+
+
+def test_mobilenet_gpu_repeat_3_judges_every_pair_of_runs(mobilenet_models: Path, tmp_path: Path) -> None:
+    """#23.2: --repeat 3: every output over 9 pairs of runs against each side's spread, its noise beside it."""
+    code, report, stdout = _mobilenet(tmp_path / "r", mobilenet_models, "savedmodel", "--repeat", "3")
+    _record("mobilenet_ckpt_vs_savedmodel_repeat3", verdict=report["verdict"], headline=report["headline"],
+            outputs={k: o.get("noise") for k, o in report["outputs"].items()})
+    md = " ".join((tmp_path / "r" / "report.md").read_text(encoding="utf-8").split())
+    for key, out in report["outputs"].items():
+        assert out["noise"]["pairs"] == 9 and out["noise"]["runs"] == {"a": 3, "b": 3}
+        if out["noise"]["cross_max_abs"] or out["noise_max_abs"]:
+            assert f"noise: {key}: A vs B up to" in " ".join(stdout.split())
+            assert f"{key}: A vs B up to" in md
+    assert code == 0 and report["verdict"] != "diverged"  # the same graph: never beyond its own noise
+    if report["verdict"] != "identical":
+        assert _keys(report)[0] == "noise"
+
+
+def test_mobilenet_gpu_folded_causes_ranked_by_their_share(mobilenet_models: Path, tmp_path: Path) -> None:
+    """#23.4 and #25.1: the folded export; every why line carries its magnitude, biggest first, and the
+    cause of the first divergence beyond tolerance is never below a cause of a smaller effect."""
+    code, report, stdout = _mobilenet(tmp_path / "r", mobilenet_models, "folded")
+    answers = report["answers"]
+    _record("mobilenet_ckpt_vs_folded", verdict=report["verdict"], headline=report["headline"],
+            shares=answers.get("shares"), why=answers.get("why"), outputs=_outputs(report))
+    assert any(r["kind"] == "batchnorm_folded" for r in report["rewrites"])
+    sizes = [s["max_abs"] for s in answers["shares"]]
+    measured = [v for v in sizes if v is not None]
+    assert measured == sorted(measured, reverse=True) and sizes[: len(measured)] == measured
+    assert all("[up to " in line or "[its share not measured]" in line for line in answers["why"][: len(sizes)])
+    first = [s for s in answers["shares"] if s.get("first_divergence")]
+    if first:
+        assert all(s["max_abs"] is None or s["max_abs"] <= first[0]["max_abs"]
+                   for s in answers["shares"][: answers["shares"].index(first[0])])
+    assert code == (1 if report["verdict"] == "diverged" else 0)
+    assert report["verdict_decided_by"] == "outputs"
+
+
+def test_mobilenet_gpu_determinism_batch_1_vs_8_spends_no_process_on_noise(mobilenet_models: Path,
+                                                                           tmp_path: Path) -> None:
+    """Op determinism on: nothing to measure, no extra process; batch 1 vs 8 still differs (7.2e-4 on the
+    H200), first at the dense MatMul."""
+    code, report, _ = _compare(tmp_path / "r", mobilenet_models / "savedmodel", mobilenet_models / "savedmodel",
+                               "--inputs", str(mobilenet_models / "images_b8.npz"), "--device", "gpu",
+                               "--determinism", "--a-batch-size", "1", "--b-batch-size", "8")
+    first = report.get("first_divergence") or {}
+    _record("mobilenet_batch_1_vs_8_determinism", verdict=report["verdict"], first=first.get("node"),
+            outputs=_outputs(report), headline=report["headline"])
+    assert report["noise"] is None and report["noise_not_measured"] == []
+    assert first.get("node") == "head/MatMul", first
+    assert code == (1 if report["verdict"] == "diverged" else 0)

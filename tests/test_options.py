@@ -192,7 +192,7 @@ def test_batch_size_10_and_8_over_8_examples_is_batched_alike() -> None:
 # One value per API keyword of the comparison and diagnose options (not its default).
 SETTINGS = {
     "atol": 1.0, "rtol": 1.0, "tol": ["dense/MatMul=1e-4,1e-3"], "isolate": 0, "signature_map": "y=output", "repeat": 3,
-    "keep_captures": True, "allow_unsafe_ops": True, "force": True, "savedmodel": "exported/", "batch_sizes": "2,4",
+    "keep_captures": True, "intermediates_decide": True, "allow_unsafe_ops": True, "force": True, "savedmodel": "exported/", "batch_sizes": "2,4",
     "quick": True, "only": "batch,onednn", "serving_batching": "batching.txt", "serving_session_config": "config.txt",
     "detections": "boxes=boxes,scores=scores,classes=classes,count=valid", "python": "/opt/tf2.12/bin/python",
     "other_python": "/opt/tf2.12/bin/python",

@@ -15,6 +15,7 @@ from .errors import TftraceError
 
 __all__ = [
     "TftraceError", "load", "diff_graphs", "capture", "compare", "assert_equivalent", "diagnose", "__version__",
+    "RunToRunNoiseWarning",
 ]
 
 if TYPE_CHECKING:
@@ -68,8 +69,9 @@ def compare(
     b_options: dict | None = None, force: bool = True, **options: Any,
 ) -> Comparison:
     """Compare two sides (artifacts or capture directories); ``bool(result)`` is True when no
-    divergence beyond tolerance was found. ``options``: atol, rtol, tol, isolate, signature_map,
-    repeat, keep_captures (keep the sides captured here in ``out_dir/captures``, to read their
+    divergence beyond tolerance was found (by default at the outputs; ``intermediates_decide=True``:
+    at any op). ``options``: atol, rtol, tol, isolate, signature_map, intermediates_decide,
+    repeat (None: a second run where a side can change from run to run; 1: never), keep_captures (keep the sides captured here in ``out_dir/captures``, to read their
     tensors afterwards), allow_unsafe_ops, plus side options applied to both sides;
     ``a_options``/``b_options`` override side options per side (:func:`tracer.options.api_keywords`
     lists them; an unknown keyword is a TftraceError naming them)."""
@@ -93,14 +95,26 @@ def _is_capture(target: Any) -> bool:
     return isinstance(target, str) and is_capture_dir(target)
 
 
+class RunToRunNoiseWarning(UserWarning):
+    """:func:`assert_equivalent` passed, but a side does not repeat itself: the equivalence holds
+    within each side's run-to-run noise, which the warning's text measures."""
+
+
 def assert_equivalent(a: str | Side, b: str | Side, *, rtol: float = 1e-5, atol: float = 1e-6, **options: Any) -> Comparison:
-    """For unit tests: raise AssertionError naming the first divergent op, its type, the max
-    output difference and the report path when A and B differ beyond tolerance, or naming the
-    outputs that could not be compared (equivalence not shown is not equivalence)."""
+    """For unit tests: raise AssertionError when A's and B's outputs (the plain runs, as production
+    computes them) differ beyond tolerance, naming the first divergent op, its type, the max output
+    difference and the report path; or naming the outputs that could not be compared (equivalence
+    not shown is not equivalence). ``intermediates_decide=True`` makes intermediate ops beyond
+    tolerance fail it too. The message leads with the headline (a side that changes from run to
+    run is said first); a pass on sides that do not repeat themselves warns
+    :class:`RunToRunNoiseWarning` with the same words."""
     result = compare(a, b, atol=atol, rtol=rtol, **options)
+    from .report.headline import headline  # noqa: PLC0415
     from .report.summary import outputs_not_compared  # noqa: PLC0415
 
     report = result.report
+    told = headline(report)
+    noise = " ".join(line["text"] for line in told if line["key"] in ("noise", "noise_not_measured"))
     missing = outputs_not_compared(report)
     if result and missing:
         raise AssertionError(
@@ -109,6 +123,11 @@ def assert_equivalent(a: str | Side, b: str | Side, *, rtol: float = 1e-5, atol:
             + f"; report: {result.out_dir}/report.html"
         )
     if result:
+        if any(line["key"] == "noise" for line in told):
+            import warnings  # noqa: PLC0415
+
+            warnings.warn(f"{a} and {b} agree within their run-to-run noise: {noise}", RunToRunNoiseWarning,
+                          stacklevel=2)
         return result
     first = report.get("first_divergence_beyond_tolerance") or report.get("first_divergence") or {}
     worst = max(((k, o.get("max_abs")) for k, o in report["outputs"].items() if isinstance(o.get("max_abs"), float)),
@@ -118,9 +137,12 @@ def assert_equivalent(a: str | Side, b: str | Side, *, rtol: float = 1e-5, atol:
 
     where = (f"first at op {first.get('node')!r} ({first.get('op')}; {isolation})" if first
              else unobserved_divergence(report) or "no op found")
+    judged = ("outputs and intermediates" if report.get("verdict_decided_by") == "outputs_and_intermediates"
+              else "outputs")
     raise AssertionError(
-        f"{a} and {b} diverge beyond atol={atol:g}, rtol={rtol:g}: {where}, max abs difference at the outputs "
-        f"{worst[1]!r} on {worst[0]!r}; report: {result.out_dir}/report.html"
+        (f"{noise} " if noise else "")
+        + f"{a} and {b}: {judged} diverge beyond atol={atol:g}, rtol={rtol:g}: {where}, max abs difference at the "
+        f"outputs {worst[1]!r} on {worst[0]!r}; report: {result.out_dir}/report.html"
     )
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from .cause_shares import ranked, share_words, shares
 from .diff.kinds import kind_of
 from .optypes import RESIZE_FUSED_CONV_FILTER, loop_result
 
@@ -429,13 +430,17 @@ def explain_comparison(report: dict[str, Any]) -> dict[str, Any]:
                     f"{', '.join(op_types)} ops.{where} Run `tftrace diagnose` to test each factor on its own."],
             "prevent": [], "cost": [], "source": "compare", "causes": [],
         }
-    why = [f"{CAUSES[k].title[0].upper()}{CAUSES[k].title[1:]}: {evidence}" for k, evidence in found.items()]
+    measured = shares(report, found)  # what each cause accounts for: the causes ranked by it (cause_shares)
+    order = ranked(found, measured)
+    why = [f"{CAUSES[k].title[0].upper()}{CAUSES[k].title[1:]} [{share_words(measured[k])}]: {found[k]}"
+           for k in order]
     if why and where:
         why.append(where.strip())
     return {
         "why": why,
-        "prevent": [f"{CAUSES[k].title.split(' (')[0]}: {CAUSES[k].remedy}." for k in found],
-        "cost": [_cost_line(CAUSES[k]) for k in found],
+        "prevent": [f"{CAUSES[k].title.split(' (')[0]}: {CAUSES[k].remedy}." for k in order],
+        "cost": [_cost_line(CAUSES[k]) for k in order],
         "source": "compare",
-        "causes": list(found),
+        "causes": order,
+        "shares": [measured[k] for k in order],  # each cause's measured magnitude, biggest first
     }

@@ -276,8 +276,12 @@ OPTIONS: tuple[Option, ...] = (
            default=5),
     Option("map", "pair signature keys that differ: A_KEY=B_KEY[,...]", "compare", ("compare",),
            keyword="signature_map", convert=signature_map),
-    Option("repeat", "run each side K times (fresh processes) to measure its own noise; noise is never an origin",
-           "compare", ("compare",), type=int, default=1),
+    Option("repeat", "run each side K times (fresh processes) to measure its own noise; noise is never an origin "
+           "(default: twice where a side can change from run to run: a GPU side without --determinism, or a side "
+           "whose replay moved; once elsewhere; 1 = never measure it)", "compare", ("compare",), type=int, default=None),
+    Option("intermediates-decide", "let the intermediate ops decide too: an op beyond tolerance anywhere makes the "
+           "verdict diverged even when every output agrees (by default the outputs decide)", "compare", ("compare",),
+           flag=True),
     Option("detections", "outputs that are a detector's detections, matched between the sides by class and IoU per "
            "image instead of index by index: boxes=KEY,scores=KEY[,classes=KEY][,count=KEY][,format=yxyx|xyxy|xywh|"
            "center_xywh|...][,iou=0.5] (A's signature keys; by default the Object Detection API's detection_* and "
@@ -459,4 +463,5 @@ def compare_settings(values: Mapping[str, Any]) -> dict[str, Any]:
     return {"tolerance": Tolerance(c["atol"], c["rtol"], c["tol"] or ()), "isolate": c["isolate"],
             "signature_map": c["signature_map"] or {}, "repeat": c["repeat"], "keep_captures": bool(c["keep_captures"]),
             "detections": c["detections"],
+            "intermediates_decide": bool(c["intermediates_decide"]),
             "allow_unsafe_ops": bool(values.get("allow_unsafe_ops"))}

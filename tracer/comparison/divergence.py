@@ -93,6 +93,34 @@ class Divergence:
             return "within_tolerance"
         return "identical"
 
+    def intermediates(self, graph: OpGraph) -> dict[str, Any] | None:
+        """Where the intermediates differ beyond tolerance, and where that difference heals: the
+        report's ``intermediates`` (None when no op is beyond tolerance).
+
+        An op *heals* the difference when one of its inputs is beyond tolerance and its own result
+        is within it (a softmax saturates, an argmax or NMS picks the same winners). ``heals_at``
+        is the last such op in the order the examples flow, past which nothing differs beyond
+        tolerance any more: what the outputs are judged on shows no trace of it."""
+        beyond = [r for r in self.nodes.values() if r.status in ("origin", "propagated")]
+        if not beyond:
+            return None
+        rank = graph.flow_order()
+        healers = sorted((r for r in self.nodes.values() if r.status in ("identical", "within_tolerance")
+                          and any(self.nodes[f].status in ("origin", "propagated") for f in r.frontier
+                                  if f in self.nodes)), key=lambda r: rank[r.name])
+        last_beyond = max(beyond, key=lambda r: rank[r.name])
+        heals = healers[-1] if healers and rank[healers[-1].name] > rank[last_beyond.name] else None
+        first = self.first_beyond_tolerance or min(beyond, key=lambda r: rank[r.name])
+        worst = max(beyond, key=lambda r: (r.metrics.max_abs if r.metrics else 0.0))
+        return {
+            "from": first.name, "from_op": graph.op_type(first.name),
+            "ops_beyond_tolerance": len(beyond),
+            "max_abs": worst.metrics.max_abs if worst.metrics else None, "max_abs_at": worst.name,
+            "heals_at": heals.name if heals else None, "heals_at_op": graph.op_type(heals.name) if heals else None,
+            "heal_ops": [r.name for r in healers][:20], "heal_count": len(healers),
+            "last_beyond_tolerance": last_beyond.name,
+        }
+
 
 def classify(
     graph: OpGraph,
@@ -100,14 +128,18 @@ def classify(
     metrics: dict[str, TensorMetrics],
     tolerance: Tolerance,
     noise: dict[str, float] | None = None,
+    closest: dict[str, float] | None = None,
 ) -> Divergence:
     """``metrics``: A tensor -> metrics for every comparable pair; ``noise``: A tensor -> max abs
-    run-to-run difference measured on either side (absent = no repeats were run)."""
+    run-to-run difference measured on either side (absent = no repeats were run); ``closest``: A
+    tensor -> the smallest max |A - B| over every pair of repeated runs, where measured (a
+    difference within the noise in some pair of runs is within the noise: see
+    :mod:`tracer.comparison.noise`)."""
     noise = noise or {}
     results: dict[str, NodeResult] = {}
     for op in graph.topo_order():
         node = alignment.nodes.get(op)
-        results[op] = _judge_outputs(op, node, metrics, tolerance, noise)
+        results[op] = _judge_outputs(op, node, metrics, tolerance, noise, closest or {})
     for op in graph.topo_order():
         result = results[op]
         if result.status not in ("identical", "within_tolerance", "beyond"):
@@ -133,7 +165,8 @@ def classify(
 
 
 def _judge_outputs(
-    op: str, node: Any, metrics: dict[str, TensorMetrics], tolerance: Tolerance, noise: dict[str, float]
+    op: str, node: Any, metrics: dict[str, TensorMetrics], tolerance: Tolerance, noise: dict[str, float],
+    closest: dict[str, float],
 ) -> NodeResult:
     if node is None or node.role == ROLE_UNMATCHED:
         return NodeResult(op, "unmatched", reason=node.note if node else "no counterpart in B")
@@ -151,7 +184,8 @@ def _judge_outputs(
         m = metrics[pair.a]
         atol, rtol = tolerance.for_tensor(pair.a)
         own_noise = noise.get(pair.a, 0.0)
-        noisy = not m.identical and own_noise > 0 and m.max_abs <= own_noise and not (m.nan_mismatch or m.inf_mismatch)
+        near = min(m.max_abs, closest.get(pair.a, m.max_abs))
+        noisy = not m.identical and own_noise > 0 and near <= own_noise and not (m.nan_mismatch or m.inf_mismatch)
         retyped = _same_values_retyped(m)
         if m.identical or retyped:
             status = "identical"

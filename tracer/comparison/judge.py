@@ -64,12 +64,14 @@ class IsolationResult:
     # ops the replay recomputed with the origin that an export rewrote ({"op", "kind"}: a constant
     # inside a loop body, a While whose body changed): an own error may be theirs (isolate.rewritten_in_replay)
     rewritten: list[dict[str, str]] | None = None
+    # "a"/"b": the sides whose replay differed from their own capture (the run may not repeat itself)
+    replay_moved: list[str] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"verdict": self.verdict, "max_abs": self.max_abs, "max_rel": self.max_rel, "rel_l2": self.rel_l2,
                 "detail": self.detail, "command": self.command, "noise_max_abs": self.noise_max_abs,
                 "load_state": self.load_state, "executed": self.executed, "loop": self.loop,
-                "writes": self.writes, "rewritten": self.rewritten}
+                "writes": self.writes, "rewritten": self.rewritten, "replay_moved": self.replay_moved}
 
 
 def executed_form(manifest: dict[str, Any], graph: OpGraph, node: str) -> list[str] | None:
@@ -137,7 +139,8 @@ def judge(ra: np.ndarray, rb: np.ndarray, op: dict[str, Any], capture_a: Any, ca
     def result(verdict: str, detail: str, **extra: Any) -> IsolationResult:  # with the replays' metrics and noise
         return IsolationResult(verdict, m.max_abs, m.max_rel, detail, noise_max_abs=replay_noise,
                                rel_l2=m.rel_l2 if m.kind == "float" else None, loop=op.get("loop"),
-                               rewritten=op.get("rewritten") or None, **extra)
+                               rewritten=op.get("rewritten") or None,
+                               replay_moved=[side.lower() for side in noisy] or None, **extra)
 
     if op.get("writes") and m.identical and noisy:
         return result("state", _state_detail(op["writes"], moved_text), writes=list(op["writes"]))

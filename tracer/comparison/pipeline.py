@@ -31,14 +31,14 @@ from ..diff.records import GraphDiff
 from ..diff.rewrites import diff_graphs
 from .detections import detection_verdicts, detections_of
 from .isolate import IsolationResult, isolate_origins, load_state_variables
-from ..metrics import TensorMetrics, compare_arrays
-from ..interpreter import made_with
+from ..metrics import TensorMetrics
 from ..runspec import InputSpec, Side
 from ..safewrite import claim, output_directory
 from .measure import pair_metrics, plain_output_metrics, value_source
+from .noise import NONDETERMINISTIC_GPU, Noise, OutputNoise, measure_noise, sides_to_repeat
 from .pairing import (apply_signature_map, examples_digest, examples_of_a_given_capture, inputs_from, is_capture,
                       one_input_each, require_pairable, require_same_examples)
-from .statuses import BORN_HERE, VERDICTS
+from .statuses import BORN_HERE, worse
 
 __all__ = ["Comparison", "compare", "comparing", "directory_size", "open_or_capture", "to_isolate"]
 
@@ -71,29 +71,57 @@ class Comparison:
     examples_digests: dict[str, str | None] = field(default_factory=dict)
     # report.json's "detections": each group of detector outputs matched by class and IoU (detections.py)
     detections: list[dict[str, Any]] = field(default_factory=list)
+    # --intermediates-decide: an op beyond tolerance anywhere makes the verdict, even when the outputs agree
+    intermediates_decide: bool = False
+    noise_outputs: dict[str, OutputNoise] = field(default_factory=dict)  # A's key -> over every pair of runs
+    noise_not_measured: list[dict[str, str]] = field(default_factory=list)  # sides that could move, not measured
 
     @property
     def verdict(self) -> str:
-        """The worse of the op-by-op verdict (the instrumented runs) and the plain outputs' one:
-        a difference observation hides is still a difference in production."""
-        return max(self.divergence.verdict, self.outputs_verdict, key=VERDICTS.index)
+        """What the user tests decides: the outputs (the plain runs, as production computes them),
+        each judged over every pair of runs against each side's own spread. An intermediate op
+        beyond tolerance whose difference heals before the outputs is a finding (the report's
+        ``intermediates``), not a failure, unless ``intermediates_decide``; with no output compared
+        at all, the ops decide (equivalence not shown is not equivalence)."""
+        outputs = self.outputs_verdict
+        if self.intermediates_decide or not self.output_verdicts():
+            return worse(self.divergence.verdict, outputs)
+        if outputs == "identical" and self.divergence.verdict != "identical":
+            return "within_tolerance"  # bit-identical outputs, but not every op: "identical" would say more
+        return outputs
+
+    @property
+    def decided_by(self) -> str:
+        """What made :attr:`verdict`: "outputs", or "outputs_and_intermediates"."""
+        return "outputs" if not self.intermediates_decide and self.output_verdicts() else "outputs_and_intermediates"
 
     @property
     def outputs_verdict(self) -> str:
-        """The verdict of the plain runs' outputs alone ("identical" when none were compared)."""
-        found = "identical"
-        as_detections = detection_verdicts(self.detections)  # a detector's outputs: judged as detections
-        for verdict in as_detections.values():
-            found = max(found, verdict, key=VERDICTS.index)
-        for key, m in self.plain_outputs.items():
-            if key in as_detections:
+        """The verdict of the outputs alone ("identical" when none were compared)."""
+        return worse("identical", *self.output_verdicts().values())
+
+    def output_verdicts(self) -> dict[str, str]:
+        """A's signature key -> its verdict: the plain runs' outputs where both captures hold
+        them, else the captured output tensors. ``identical`` only when every run of A equals
+        every run of B bit for bit and no side moved by itself; ``within_noise`` when A and B
+        differ beyond tolerance, or a side moves beyond it, but A and B come as close in some pair of
+        runs as a side comes to itself (:mod:`tracer.comparison.noise` says why not the farthest pair)."""
+        found = {}
+        for key, (ta, _tb, observed) in self.output_metrics().items():
+            m = self.plain_outputs.get(key) or observed
+            if m is None:
                 continue
-            atol, rtol = self.tolerance.for_tensor(self.view_a.graph.outputs.get(key, key))
-            noise = self.noise_per_output.get(key, 0.0)
-            here = ("identical" if m.identical else "within_tolerance" if m.within(atol, rtol)
-                    else "within_noise" if 0 < m.max_abs <= noise and not (m.nan_mismatch or m.inf_mismatch)
-                    else "diverged")
-            found = max(found, here, key=VERDICTS.index)
+            atol, rtol = self.tolerance.for_tensor(ta)
+            over = self.noise_outputs.get(key) if key in self.plain_outputs else None
+            noise = over.noise if over else self.noise_per_output.get(key, 0.0)
+            nonfinite = bool(m.nan_mismatch or m.inf_mismatch) or bool(over and over.cross_nonfinite)
+            identical = m.identical and (over.cross_identical if over else True) and noise == 0
+            within = m.within(atol, rtol) and (over.cross_within_tolerance and over.spread_within_tolerance
+                                                if over else True)
+            closest = min(m.max_abs, over.cross_closest) if over else m.max_abs  # see tracer.comparison.noise
+            found[key] = ("identical" if identical else "within_tolerance" if within and not nonfinite
+                          else "within_noise" if closest <= noise and not nonfinite else "diverged")
+        found.update(detection_verdicts(self.detections))  # a detector's outputs: judged as detections
         return found
 
     def __bool__(self) -> bool:
@@ -174,10 +202,11 @@ def comparing(
     console: Console | None = None,
     command: str = "",
     signature_map: dict[str, str] | None = None,
-    repeat: int = 1,
+    repeat: int | None = None,
     allow_unsafe_ops: bool = False,
     keep_captures: bool = False,
     detections: dict[str, Any] | None = None,
+    intermediates_decide: bool = False,
 ) -> Iterator[Comparison]:
     """Capture (or open) both sides, align, measure, find where they diverge, isolate; yield the
     :class:`Comparison` while ``out_dir`` is still this run's, so the caller writes the report
@@ -185,12 +214,18 @@ def comparing(
 
     ``out_dir`` is locked for this run (a second run into it exits 2 naming this one's pid),
     and ``force`` replaces only what tftrace recorded writing there (:mod:`tracer.safewrite`).
+    ``repeat``: runs of each side (None: a second one only where a side can change from run to run,
+    :mod:`tracer.comparison.noise`; 1: never).
     """
+    if repeat is not None and repeat < 1:
+        raise TftraceError(f"--repeat {repeat}: a side runs at least once",
+                           "give --repeat 1 (no noise measured), 2 or more, or leave it out (measured where needed)")
     out = Path(out_dir).absolute()
     with output_directory(out, force, "report"):
         yield _compare(a, b, out, tolerance=tolerance, isolate=isolate, console=console, command=command,
                        signature_map=signature_map, repeat=repeat, allow_unsafe_ops=allow_unsafe_ops,
-                       keep_captures=keep_captures, detections=detections)
+                       keep_captures=keep_captures, detections=detections,
+                       intermediates_decide=intermediates_decide)
 
 
 def compare(a: str | Side, b: str | Side, out_dir: str | os.PathLike[str], **options: Any) -> Comparison:
@@ -209,10 +244,11 @@ def _compare(
     console: Console | None,
     command: str,
     signature_map: dict[str, str] | None,
-    repeat: int,
+    repeat: int | None,
     allow_unsafe_ops: bool,
     keep_captures: bool,
     detections: dict[str, Any] | None = None,
+    intermediates_decide: bool = False,
 ) -> Comparison:
     """:func:`compare` inside its prepared, locked ``out`` directory.
 
@@ -266,13 +302,35 @@ def _compare(
     alignment = align(view_a, view_b, diff)
     tolerance = tolerance or Tolerance()
     metrics = pair_metrics(cap_a, cap_b, alignment, tolerance)
-    noise = _noise(a, b, cap_a, cap_b, alignment, out, repeat, console, signature_map or {})
-    divergence = classify(view_a.graph, alignment, metrics, tolerance, noise.per_tensor)
-    top = to_isolate(divergence, isolate)
-    if top:
-        claim(out, ["work"])
-    isolation = isolate_origins(top, alignment, view_a, view_b, str(out / "work"), console,
-                                allow_unsafe_ops=permits, repeat_noise=noise.known(alignment)) if top else {}
+    targets, captures = {"a": a, "b": b}, {"a": cap_a, "b": cap_b}
+    runs, unmeasured = sides_to_repeat(targets, captures, repeat)
+    why = {u["side"]: "" for u in unmeasured} | {key: ("`--repeat`" if repeat is not None else
+                                                       f"side {key.upper()} {NONDETERMINISTIC_GPU}") for key in runs}
+    noise = (measure_noise(targets, captures, alignment, out, runs, console, signature_map or {}, tolerance, why)
+             if runs else Noise())
+    noise.not_measured = unmeasured
+
+    def classify_and_isolate() -> tuple[Divergence, dict[str, IsolationResult]]:
+        noise.judge_pairs(alignment, metrics, tolerance)
+        found = classify(view_a.graph, alignment, metrics, tolerance, noise.per_tensor, noise.closest)
+        top = to_isolate(found, isolate)
+        if top:
+            claim(out, ["work"])
+        return found, isolate_origins(top, alignment, view_a, view_b, str(out / "work"), console,
+                                      allow_unsafe_ops=permits, repeat_noise=noise.known(alignment)) if top else {}
+
+    divergence, isolation = classify_and_isolate()
+    moved = _replays_that_moved(isolation, noise)
+    for key in [key for key in moved if repeat is not None or is_capture(targets[key])]:
+        why = ("it was given as a capture directory, which cannot be re-run here" if is_capture(targets[key])
+               else f"`--repeat {repeat}` did not repeat it")
+        if all(u["side"] != key for u in noise.not_measured):
+            noise.not_measured.append({"side": key, "why": f"{moved[key]}, and {why}"})
+        del moved[key]
+    if moved:  # a side's replay differed from its own capture: measure that side's noise, then judge again
+        noise = measure_noise(targets, captures, alignment, out, {key: 2 for key in moved}, console,
+                              signature_map or {}, tolerance, moved, earlier=noise)
+        divergence, isolation = classify_and_isolate()
     _drop_load_state(diff, alignment, load_state_variables(isolation, view_a.graph))
     # An origin where the difference is born (its own kernel, its weights) outranks one that only inherited.
     own = {name for name, iso in isolation.items() if iso.verdict in BORN_HERE}
@@ -281,7 +339,8 @@ def _compare(
     kept = {key: keep_captures or not _inside(cap.path, made_here) for key, cap in (("a", cap_a), ("b", cap_b))}
     comparison = Comparison(view_a, view_b, diff, alignment, metrics, divergence, tolerance, isolation, out, command,
                             noise=noise.summary, noise_per_tensor=noise.per_tensor, noise_per_output=noise.per_output,
-                            kept_captures=kept,
+                            kept_captures=kept, intermediates_decide=intermediates_decide,
+                            noise_outputs=noise.outputs, noise_not_measured=noise.not_measured,
                             plain_outputs=plain_output_metrics(view_a, view_b, metrics, tolerance, signature_map or {}),
                             examples_digests={"a": examples_digest(view_a), "b": examples_digest(view_b)},
                             detections=detections_of(view_a, view_b, tolerance, signature_map or {}, detections))
@@ -327,66 +386,16 @@ def _inside(path: Path, folder: Path) -> bool:
     return Path(path).absolute().is_relative_to(folder.absolute())
 
 
-@dataclass
-class _Noise:
-    per_tensor: dict[str, float]  # A tensor -> the larger run-to-run max |diff| of the two sides
-    summary: dict[str, Any] | None
-    per_output: dict[str, float] = field(default_factory=dict)  # A's signature key -> the same, plain outputs
-
-    def known(self, alignment: Alignment) -> dict[str, float] | None:
-        """A tensor -> its measured run-to-run noise, 0.0 included where both sides were repeated
-        and it did not move; None when ``--repeat`` did not run. A tensor absent is not known."""
-        if not self.summary:
-            return None
-        if all("max_abs" in (self.summary.get(key) or {}) for key in ("a", "b")):
-            return {p.a: self.per_tensor.get(p.a, 0.0)
-                    for n in alignment.nodes.values() for p in n.tensors if p.comparable and p.a}
-        return {name: v for name, v in self.per_tensor.items() if v > 0}  # one side only: a zero is half a measure
-
-
-def _noise(
-    a: str | Side, b: str | Side, cap_a: Capture, cap_b: Capture, alignment: Alignment, out: Path, repeat: int,
-    console: Console, signature_map: dict[str, str],
-) -> _Noise:
-    """``--repeat K``: capture each side K-1 more times, in fresh processes, and measure how much
-    every tensor moves by itself. Sides given as capture directories cannot be repeated here."""
-    if repeat <= 1:
-        return _Noise({}, None)
-    per_tensor: dict[str, float] = {}
-    per_output: dict[str, float] = {}
-    a_keys = {b_key: a_key for a_key, b_key in signature_map.items()}  # B's output key -> A's (--map)
-    summary: dict[str, Any] = {"repeats": repeat}
-    for name, target, base in (("a", a, cap_a), ("b", b, cap_b)):
-        if is_capture(target):
-            summary[name] = {"skipped": "given as a capture directory: re-run it to measure its noise"}
-            continue
-        side = Side.from_json(base.manifest["spec"])  # exactly what ran, the examples included; the permission
-        side = side.with_(allow_unsafe_ops=isinstance(target, Side) and target.allow_unsafe_ops,  # is not recorded
-                          python=made_with(base.path))  # nor the interpreter: the one that captured it here
-        worst, noisy = 0.0, 0
-        for i in range(1, repeat):
-            claim(out, ["captures"])
-            again = capture_side(side, out / "captures" / f"{name}_repeat{i}", force=True, console=console)
-            for node in alignment.nodes.values():
-                for pair in node.tensors:
-                    own = pair.a if name == "a" else pair.b
-                    if not pair.comparable or own is None or not again.has(own):
-                        continue
-                    m = compare_arrays(base.tensor(own), again.tensor(own))
-                    if not m.identical:
-                        noisy += 1
-                        per_tensor[pair.a] = max(per_tensor.get(pair.a, 0.0), m.max_abs)
-                        worst = max(worst, m.max_abs)
-            for key in base.manifest["graph"]["outputs"]:  # the plain runs' outputs move by themselves too
-                first, later = base.plain_output(key), again.plain_output(key)
-                if first is not None and later is not None and first.shape == later.shape:
-                    m = compare_arrays(first, later)
-                    moved = 0.0 if m.identical else m.max_abs
-                    a_key = key if name == "a" else a_keys.get(key, key)
-                    per_output[a_key] = max(per_output.get(a_key, 0.0), moved)
-        summary[name] = {"max_abs": worst, "tensors_that_moved": noisy}
-    return _Noise(per_tensor, summary, per_output)
-
+def _replays_that_moved(isolation: dict[str, IsolationResult], noise: Noise) -> dict[str, str]:
+    """Side -> why its noise is to be measured now: its replay of an origin differed from its own
+    capture (the run may not repeat itself), and its noise is not measured yet."""
+    found: dict[str, str] = {}
+    for name, iso in isolation.items():
+        for side in iso.replay_moved or ():
+            if side not in found and not noise.measured(side):
+                found[side] = (f"its replay of `{name}` differed from its own capture by up to "
+                               f"{iso.noise_max_abs:.3g}")
+    return found
 
 
 def _lend_signatures(a: str | Side, b: str | Side, allow_unsafe_ops: bool) -> tuple[str | Side, str | Side]:

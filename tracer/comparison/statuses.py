@@ -8,7 +8,7 @@ re-render of a report (``tftrace report``) can use it without the comparison's n
 
 from __future__ import annotations
 
-__all__ = ["STATUSES", "STATUS_LABELS", "VERDICTS", "ISOLATION_VERDICTS", "BORN_HERE"]
+__all__ = ["STATUSES", "STATUS_LABELS", "VERDICTS", "ISOLATION_VERDICTS", "BORN_HERE", "worse"]
 
 # An op's status, worst first (the order a scope box uses to pick the colour of its worst op) -> its label.
 STATUS_LABELS: dict[str, str] = {
@@ -25,6 +25,12 @@ STATUSES: tuple[str, ...] = tuple(STATUS_LABELS)
 
 # A comparison's verdict, best to worst: the worse of two verdicts is the later one.
 VERDICTS: tuple[str, ...] = ("identical", "within_tolerance", "within_noise", "diverged")
+
+
+def worse(*verdicts: str) -> str:
+    """The worst of some verdicts (the latest in VERDICTS)."""
+    return max(verdicts, key=VERDICTS.index)
+
 
 # An origin's isolation verdict (tracer.comparison.judge names the replayed ones; the README's table):
 # not_run, its replay is pending on the machine that has a side's model; not_replayed, TensorFlow

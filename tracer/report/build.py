@@ -20,6 +20,7 @@ from ..comparison.statuses import BORN_HERE
 from ..jsonvalues import jsonable
 from ..opgraph import tensor_op
 from ..safewrite import write_file
+from .headline import build_headline
 
 if TYPE_CHECKING:
     from ..comparison.pipeline import Comparison
@@ -198,6 +199,7 @@ def _why_not_compared(comparison: Comparison, key: str, ta: str, tb: str) -> str
 
 def _output_fields(m: Any, atol: float, rtol: float) -> dict[str, Any]:
     return {
+        "dtype": m.dtype_a if m else None,
         "identical": m.identical if m else None,
         "within_tolerance": m.within(atol, rtol) if m else None,
         "max_abs": m.max_abs if m else None, "max_rel": m.max_rel if m else None,
@@ -213,6 +215,7 @@ def build_report(comparison: Comparison) -> dict[str, Any]:
     div = comparison.divergence
     view_a, view_b = comparison.view_a, comparison.view_b
     outputs = {}
+    verdicts = comparison.output_verdicts()
     for key, (ta, tb, observed) in comparison.output_metrics().items():
         atol, rtol = comparison.tolerance.for_tensor(ta)
         plain = comparison.plain_outputs.get(key)
@@ -229,15 +232,21 @@ def build_report(comparison: Comparison) -> dict[str, Any]:
             # captures stored them; "instrumented" is the same comparison of the captured tensors
             "compared_as": "plain" if plain else ("instrumented" if m else None),
             "instrumented": _output_fields(observed, atol, rtol) if observed else None,
+            # what the verdict judges: over every pair of runs, against each side's own spread
+            "verdict": verdicts.get(key),
+            "noise": comparison.noise_outputs[key].to_json() if key in comparison.noise_outputs else None,
         }
     report = {
         "schema_version": SCHEMA_VERSION,
         "tool": {"name": "tftrace", "version": __version__},
         "command": comparison.command,
         "created_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "verdict": comparison.verdict,  # the worse of the two below
+        "verdict": comparison.verdict,  # the outputs' (by default), or the worse of the two below
         "verdict_ops": div.verdict,  # op by op, over the captured (instrumented) tensors
         "verdict_outputs": comparison.outputs_verdict,  # the plain runs' outputs
+        "verdict_decided_by": comparison.decided_by,  # "outputs" | "outputs_and_intermediates"
+        # intermediates beyond tolerance: from where, and the op by which they heal (None: none are)
+        "intermediates": div.intermediates(view_a.graph),
         "tolerance": comparison.tolerance.to_json(),
         "sides": {key: _side(view, comparison.kept_captures[key], comparison.examples_digests.get(key))
                   for key, view in (("a", view_a), ("b", view_b))},
@@ -260,9 +269,12 @@ def build_report(comparison: Comparison) -> dict[str, Any]:
         "noise": comparison.noise,
         # a detector's outputs matched as detections (class and IoU per image): tracer/comparison/detections.py
         "detections": comparison.detections,
+        # sides that can change from run to run but were run once (--repeat 1, a capture directory)
+        "noise_not_measured": comparison.noise_not_measured,
         "diagnosis": None,
     }
     report["answers"] = explain_comparison(report)
+    report["headline"] = build_headline(report)
     return jsonable(report)
 
 

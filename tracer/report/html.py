@@ -24,6 +24,7 @@ from markupsafe import Markup, escape
 
 from ..comparison.statuses import STATUS_LABELS, STATUSES
 from ..optypes import loop_result
+from .headline import headline_texts
 from .dot import PROPAGATED_SHADES, STYLES, OpIndex, legend
 from .detections_view import change_text, detection_groups, detection_headline, image_header, image_rows
 from .numbers import fmt
@@ -266,9 +267,12 @@ def _headline(report: dict[str, Any], op_count: int) -> str:
     where = headline_divergence(report)  # the op report.json, report.md and the terminal name first
     missing = len(outputs_not_compared(report))
     caveat = f" {missing} of {len(outputs)} outputs could not be compared (see Outputs)." if missing else ""
+    told = " ".join(headline_texts(report))  # noise first, then the outputs, then inside (tracer.report.headline)
     if verdict == "identical":
-        return f"A and B compute bit-identical results for all {op_count} compared ops.{caveat}"
-    if verdict == "within_tolerance":
+        return f"{told} A and B compute bit-identical results for all {op_count} compared ops.{caveat}".lstrip()
+    if told and verdict != "diverged":
+        head = told
+    elif verdict == "within_tolerance":
         head = f"{differ} of {len(outputs)} outputs differ, but only within tolerance."
     elif verdict == "within_noise":
         head = (f"{differ} of {len(outputs)} outputs differ, but by no more than each side differs from itself "
@@ -276,11 +280,12 @@ def _headline(report: dict[str, Any], op_count: int) -> str:
     elif verdict == "diverged":
         beyond_count = sum(1 for o in outputs if o.get("within_tolerance") is False)
         head = f"{beyond_count} of {len(outputs)} outputs differ beyond tolerance." if outputs else "The results diverge."
+        head = told or head
     elif verdict:
         head = f"Verdict: {verdict}."
     else:
         head = "This report holds no verdict (an incomplete report.json?)."
-    if isinstance(where, dict) and where.get("node"):
+    if isinstance(where, dict) and where.get("node") and verdict == "diverged":
         loop = loop_result(str(where.get("op") or ""))  # replayed whole: the loop's own error, not one kernel's
         verdicts = {"own_error": f"where the while loop {loop} differs given identical inputs" if loop
                     else "its own error",

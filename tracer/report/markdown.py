@@ -17,6 +17,7 @@ from typing import Any
 from ..text import printable
 from .detections_view import change_text, detection_groups, detection_headline, image_header, image_rows
 from .numbers import fmt
+from .headline import headline_texts
 from .summary import (
     answers,
     diagnosis_rows,
@@ -62,6 +63,12 @@ def md_code(value: Any, limit: int = 120) -> str:
     return md_text(text, limit)
 
 
+def _with_code(line: str, limit: int = 600) -> str:
+    """A headline line: its `names` as code spans (when safe), the rest as inert text."""
+    parts = line[:limit].split("`")
+    return "".join(md_code(p, 200) if i % 2 else (md_text(p, limit) if p else "") for i, p in enumerate(parts))
+
+
 def _sentence(sentence: str, limit: int) -> str:
     """An answer sentence: its `backticked` parts as code, the rest as escaped text."""
     parts = str(sentence).split("`")
@@ -98,6 +105,7 @@ def _header(report: dict[str, Any], lim: _Limits) -> list[str]:
            f"rtol {fmt(tol.get('rtol'))} · {len(report.get('nodes') or {})} ops · "
            f"{md_text(tool.get('name') or 'tftrace', 40)} {md_text(tool.get('version') or '', 40)} · "
            f"{md_text(report.get('created_utc') or '', 40)}", ""]
+    out += [f"{_with_code(line)}  " for line in headline_texts(report)] + ([""] if headline_texts(report) else [])
     sides = report.get("sides") or {}
     rows = [["label", md_text((sides.get("a") or {}).get("label"), lim.cell), md_text((sides.get("b") or {}).get("label"), lim.cell)]]
     for key, a, b, differs in side_rows(sides):

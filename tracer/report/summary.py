@@ -171,18 +171,29 @@ def outputs_not_compared(report: dict[str, Any]) -> dict[str, str]:
 
 
 def noise_lines(report: dict[str, Any]) -> list[str]:
-    """Each output that differs, its magnitude next to the run-to-run noise ``--repeat`` measured:
-    a difference explained by noise is still a difference, never "identical, 0"."""
+    """Each output that differs or moves by itself, its magnitude next to the run-to-run noise the
+    repeats measured: a difference explained by noise is still a difference, never "identical, 0".
+    Over every pair of runs where they were judged so (the output's ``noise``)."""
     noise = report.get("noise") if isinstance(report.get("noise"), dict) else None
     if not noise:
         return []
     runs = noise.get("repeats")
     lines = []
     for key, o in (report.get("outputs") or {}).items():
-        if not isinstance(o, dict) or o.get("identical") is not False or o.get("noise_max_abs") is None:
+        if not isinstance(o, dict) or o.get("noise_max_abs") is None:
             continue
-        diff, floor = o.get("max_abs"), o.get("noise_max_abs")
+        diff, floor, over = o.get("max_abs"), o.get("noise_max_abs"), o.get("noise")
         if not isinstance(diff, (int, float)) or not isinstance(floor, (int, float)):
+            continue
+        if o.get("identical") is not False and not floor and not (isinstance(over, dict) and over.get("cross_max_abs")):
+            continue
+        if isinstance(over, dict) and over.get("pairs"):
+            spread = over.get("spread") or {}
+            sides = ", ".join(f"{k.upper()} {fmt(v)}" for k, v in spread.items())
+            where = "within" if o.get("verdict") != "diverged" else "beyond"
+            lines.append(f"{key}: A vs B up to {fmt(over.get('cross_max_abs'))} over {over.get('pairs')} pairs of runs "
+                         f"(closest {fmt(over.get('cross_closest'))}), {where} the run-to-run noise of {fmt(floor)} "
+                         f"({sides} between runs of one side)")
             continue
         where = "within" if diff <= floor else "beyond"
         lines.append(f"{key} differs by {fmt(diff)}, {where} the run-to-run noise of {fmt(floor)} "

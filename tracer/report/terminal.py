@@ -15,9 +15,10 @@ from ..optypes import loop_result
 from ..text import printable, printable_tree
 from .detections_view import change_text, detection_groups, detection_headline, image_header, image_rows
 from .numbers import figure
+from .headline import headline_texts
 from .summary import (first_divergences, mismatch_note, noise_lines, nonfinite_context, not_captured_text,
                       moving_average_text, observed_beside, outputs_not_compared, relative_text,
-                      unobserved_divergence, weights_differ_text)
+                      weights_differ_text)
 
 __all__ = ["print_graph_diff", "print_comparison"]
 
@@ -161,6 +162,8 @@ def print_comparison(console: Console, report: dict, out_dir: object = None) -> 
     missing = outputs_not_compared(report)
     caveat = f" (but {len(missing)} of {len(report['outputs'])} outputs not compared)" if missing else ""
     console.print(f"[{VERDICT_STYLE.get(verdict, 'bold')}]{escape(verdict.replace('_', ' ').upper())}[/]{escape(caveat)}")
+    for line in headline_texts(report):  # what the verdict rests on, noise first (tracer.report.headline)
+        console.print(f"  {line}", highlight=False, markup=False)
     for key in ("a", "b"):
         side = sides[key]
         console.print(f"  {key.upper()}: {side['artifact'].get('location') or side['artifact'].get('path')} "
@@ -204,9 +207,6 @@ def print_comparison(console: Console, report: dict, out_dir: object = None) -> 
         _print_origins(console, origins[:8])
     _print_outputs(console, report)
     _print_detections(console, report)
-    unobserved = unobserved_divergence(report)
-    if unobserved:
-        console.print(f"Not seen op by op: {unobserved}", highlight=False, markup=False)
     for key, why in missing.items():
         console.print(f"[bold yellow]not compared:[/] {escape(str(key))}: {escape(str(why))}")
     for line in noise_lines(report):

@@ -1,0 +1,126 @@
+"""How much of the difference each cause a comparison names accounts for, and the causes ranked by it.
+
+Why: a list of causes in catalogue order reads as a ranking it is not (autotuning and atomics once
+led a "why" whose real cause, a folded batch norm 5.2e-4 beyond tolerance, came third). Each cause
+:func:`tracer.causes.explain_comparison` finds is given the magnitude it was measured to account
+for — the run-to-run noise for nondeterminism, the origin's difference replayed on identical inputs
+for an export rewrite or a weight, the first divergence's difference for a setting that differs —
+and the causes are ranked by it, biggest first. The cause of the first divergence beyond tolerance
+carries at least that divergence's size, so it is never listed below a cause of a smaller effect.
+A cause nothing measured is listed last, and says so.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from .diff.kinds import kind_of
+
+__all__ = ["Share", "shares", "ranked", "share_words"]
+
+NOISE_CAUSES = ("autotune", "atomics", "nondeterminism")
+WEIGHT_CAUSES = ("moving_averages", "weights")  # the more specific first: it names the first divergence
+
+Share = dict[str, Any]  # {"cause", "max_abs" (None: not measured), "measured": words}
+
+
+def _num(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) \
+        else None
+
+
+def _replayed(origin: dict[str, Any]) -> tuple[float | None, str]:
+    """An origin's own difference: its replay on identical inputs where it was isolated as its own
+    error or its weights (noise removed: both sides fed A's inputs), else its difference in the runs."""
+    iso = origin.get("isolation") or {}
+    if iso.get("verdict") in ("own_error", "weights_differ") and _num(iso.get("max_abs")) is not None:
+        return _num(iso["max_abs"]), f"at `{origin.get('node')}`, replayed alone on identical inputs"
+    return _num(origin.get("max_abs")), f"at `{origin.get('node')}`"
+
+
+def _noise(report: dict[str, Any], first: dict[str, Any] | None) -> tuple[float | None, str]:
+    noise = report.get("noise") if isinstance(report.get("noise"), dict) else {}
+    sizes = [v for key in ("a", "b") for v in ((noise.get(key) or {}).get("outputs_max_abs") or {}).values()
+             if _num(v)]
+    if sizes:
+        return max(sizes), "between two runs of one side, at the outputs"
+    inside = [_num((noise.get(key) or {}).get("max_abs")) for key in ("a", "b")]
+    if any(inside):
+        return max(v for v in inside if v), "between two runs of one side, inside the model"
+    iso = (first or {}).get("isolation") or {}
+    if _num(iso.get("noise_max_abs")):
+        return _num(iso["noise_max_abs"]), f"between a replay of `{first.get('node')}` and its own capture"
+    return None, ""
+
+
+def _first_cause(report: dict[str, Any], found: dict[str, str], first: dict[str, Any] | None) -> str | None:
+    """The cause key of the first divergence beyond tolerance, among those found."""
+    if not first:
+        return None
+    iso = (first.get("isolation") or {}).get("verdict")
+    cause = getattr(kind_of(first.get("rewrite")), "cause", None)
+    candidates = []
+    if cause == "weights" or iso == "weights_differ":
+        candidates += list(WEIGHT_CAUSES)
+    elif cause:
+        candidates.append(cause)
+    if iso in ("nondeterministic", "not_reproduced") or report.get("verdict") == "within_noise":
+        candidates += list(NOISE_CAUSES)
+    candidates += {"state": ["state"], "run_time_rewrite": ["grappler"]}.get(str(iso), [])
+    candidates.append("batch")
+    return next((c for c in candidates if c in found), None)
+
+
+def shares(report: dict[str, Any], found: dict[str, str]) -> dict[str, Share]:
+    """Each found cause -> what it was measured to account for."""
+    origins = [o for o in report.get("origins") or [] if isinstance(o, dict)]
+    first = report.get("first_divergence_beyond_tolerance") or report.get("first_divergence")
+    out: dict[str, Share] = {}
+    for key in found:
+        size: float | None = None
+        words = ""
+        if key in NOISE_CAUSES:
+            size, words = _noise(report, first)
+        elif key in WEIGHT_CAUSES:
+            mine = [_replayed(o) for o in origins if o.get("rewrite") == "const_changed"
+                    or (o.get("isolation") or {}).get("verdict") == "weights_differ"]
+            size, words = max(mine, key=lambda t: t[0] or 0.0, default=(None, ""))
+            if size is None:  # the weights' own change, as the graph diff read it
+                changes = [_num((r.get("detail") or {}).get("max_abs_change")) for r in report.get("rewrites") or []
+                           if isinstance(r, dict) and r.get("kind") == "const_changed"]
+                size = max((v for v in changes if v is not None), default=None)
+                words = "between the weights themselves" if size is not None else ""
+        else:
+            mine = [_replayed(o) for o in origins if getattr(kind_of(o.get("rewrite")), "cause", None) == key]
+            if mine:
+                size, words = max(mine, key=lambda t: t[0] or 0.0)
+            elif key == "observation":
+                shifts = [_num(v) for side in (report.get("observer_effect") or {}).values() if isinstance(side, dict)
+                          for v in (side.get("outputs_max_abs_diff") or {}).values()]
+                size = max((v for v in shifts if v is not None), default=None)
+                words = "the outputs' shift when every tensor is fetched"
+        out[key] = {"cause": key, "max_abs": size, "measured": words}
+    key = _first_cause(report, found, first)
+    if key is not None and first:
+        size = _num(first.get("max_abs"))
+        if size is not None and (out[key]["max_abs"] is None or out[key]["max_abs"] < size):
+            out[key] = {"cause": key, "max_abs": size,
+                        "measured": f"the first divergence beyond tolerance, `{first.get('node')}`"}
+        out[key]["first_divergence"] = True
+    return out
+
+
+def ranked(found: dict[str, str], measured: dict[str, Share]) -> list[str]:
+    """The found causes, biggest measured share first; the unmeasured last, in the order found."""
+    order = list(found)
+    return sorted(order, key=lambda k: (measured[k]["max_abs"] is None, -(measured[k]["max_abs"] or 0.0),
+                                        not measured[k].get("first_divergence"), order.index(k)))
+
+
+def share_words(share: Share) -> str:
+    """"up to 5.2e-04 at `x`, replayed alone on identical inputs" or "not measured"."""
+    if share.get("max_abs") is None:
+        return "its share not measured"
+    words = f"up to {share['max_abs']:.3g}"
+    return f"{words} {share['measured']}".rstrip() if share.get("measured") else words

@@ -1,0 +1,273 @@
+"""A side's run-to-run noise, measured in fresh processes: whether each side repeats itself.
+
+Why a stage of its own: an agreement between two runs says nothing about the next two when a
+side does not repeat itself (cuDNN autotuning picks each process's convolution algorithms by
+timing; atomics accumulate in any order). So the noise is *measured*, never assumed:
+
+* ``--repeat K`` runs every side K times (K-1 more fresh processes);
+* by default (``repeat=None``) a side is run once more only where it can be nondeterministic —
+  a GPU side without op determinism (:func:`tracer.comparison.judge.per_process_nondeterminism`),
+  or, found later by the isolation, a side whose replay differed from its own capture — and a
+  CPU side whose replays repeat costs no process at all;
+* ``--repeat 1`` opts out: the sides that could have moved are named in
+  :attr:`Noise.not_measured`, so the headline says the noise was not measured.
+
+Every output is then judged over every pair of runs (A run i against B run j), against each
+side's spread (:class:`OutputNoise`): "A vs B within what each side does by itself" is a
+statement about all the runs, not about a lucky first pair. Bit-identical and within tolerance
+must hold for every pair; "within the noise" asks whether A and B come, in some pair of runs, as
+close as a side comes to itself (the closest pair against the largest spread). Not the farthest
+pair: with K runs a side there are K² pairs across and K(K-1) within, all alike when A and B are
+the same computation, so the farthest of the many would beat the farthest of the few by chance
+alone (two runs each: two times in three).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from ..captures.launcher import capture as capture_side
+from ..captures.reader import Capture
+from ..interpreter import made_with
+from ..metrics import TensorMetrics, compare_arrays
+from ..runspec import Side
+from ..safewrite import claim
+from .align import Alignment
+from .divergence import Tolerance
+from .judge import per_process_nondeterminism
+from .pairing import is_capture
+
+__all__ = ["Noise", "OutputNoise", "measure_noise", "sides_to_repeat", "NONDETERMINISTIC_GPU"]
+
+NONDETERMINISTIC_GPU = ("runs on a GPU without op determinism, where each fresh process may pick other kernels "
+                        "(cuDNN autotuning) and atomics sum in any order")
+
+
+@dataclass
+class OutputNoise:
+    """One output over every run: each side's spread, and A against B over every pair of runs."""
+
+    spread: dict[str, float] = field(default_factory=dict)  # "a"/"b" -> max |run i - run 1| of that side
+    spread_within_tolerance: bool = True  # every repeat of each side within tolerance of its first run
+    cross_max_abs: float = 0.0  # the largest max |A run i - B run j| over every pair
+    cross_closest: float = math.inf  # the smallest of those: how close A and B come in some pair of runs
+    cross_identical: bool = True  # every pair bit for bit
+    cross_within_tolerance: bool = True  # every pair within tolerance
+    cross_nonfinite: bool = False  # NaN or Inf where the other side has none, in some pair
+    pairs: int = 0
+    runs: dict[str, int] = field(default_factory=dict)  # "a"/"b" -> how many runs of it were compared
+
+    @property
+    def chance(self) -> float | None:
+        """How likely the closest A-vs-B pair lies beyond the largest spread by chance alone, when A
+        and B are one computation: the runs are then exchangeable, and the chance that the
+        within-side pairs are the smallest of all pairs' differences is 1 / C(all pairs, within
+        pairs) (two runs each: 1 in 15; three: 1 in 5005). None where no side was repeated."""
+        n = sum(self.runs.values())
+        within = sum(k * (k - 1) // 2 for k in self.runs.values())
+        return 1 / math.comb(n * (n - 1) // 2, within) if within else None
+
+    @property
+    def noise(self) -> float:
+        return max(self.spread.values(), default=0.0)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"spread": dict(self.spread), "spread_within_tolerance": self.spread_within_tolerance,
+                "cross_max_abs": self.cross_max_abs, "cross_closest": self.cross_closest if self.pairs else None,
+                "cross_identical": self.cross_identical,
+                "cross_within_tolerance": self.cross_within_tolerance, "pairs": self.pairs,
+                "runs": dict(self.runs), "chance_beyond_by_chance": self.chance}
+
+
+@dataclass
+class Noise:
+    """What the repeats measured (empty when none ran)."""
+
+    per_tensor: dict[str, float] = field(default_factory=dict)  # A tensor -> the larger run-to-run max |diff|
+    summary: dict[str, Any] | None = None  # report.json's "noise" (None: no side was repeated)
+    per_output: dict[str, float] = field(default_factory=dict)  # A's signature key -> the same, plain outputs
+    outputs: dict[str, OutputNoise] = field(default_factory=dict)  # A's signature key -> over every run pair
+    not_measured: list[dict[str, str]] = field(default_factory=list)  # {"side", "why"}: could move, not measured
+    runs: dict[str, list[Capture]] = field(default_factory=dict)  # "a"/"b" -> its captures, the first one first
+    closest: dict[str, float] = field(default_factory=dict)  # A tensor -> smallest max |A - B| over run pairs
+
+    def judge_pairs(self, alignment: Alignment, metrics: dict[str, TensorMetrics], tolerance: Tolerance) -> None:
+        """For each tensor beyond tolerance and beyond the noise in the first pair of runs, the
+        closest A and B come over every pair of runs (:attr:`closest`): read only for those few."""
+        if not self.runs or all(len(v) < 2 for v in self.runs.values()):
+            return
+        for node in alignment.nodes.values():
+            for pair in node.tensors:
+                m = metrics.get(pair.a)
+                if (m is None or pair.b is None or m.identical or m.max_abs <= self.per_tensor.get(pair.a, 0.0)
+                        or m.within(*tolerance.for_tensor(pair.a)) or not self.per_tensor.get(pair.a)):
+                    continue
+                sizes = [_closest(ca, cb, pair.a, pair.b) for ca in self.runs["a"] for cb in self.runs["b"]]
+                found = [v for v in sizes if v is not None]
+                if found:
+                    self.closest[pair.a] = min(found)
+
+    def known(self, alignment: Alignment) -> dict[str, float] | None:
+        """A tensor -> its measured run-to-run noise, 0.0 included where both sides were repeated
+        and it did not move; None when no repeat ran. A tensor absent is not known."""
+        if not self.summary:
+            return None
+        if all("max_abs" in (self.summary.get(key) or {}) for key in ("a", "b")):
+            return {p.a: self.per_tensor.get(p.a, 0.0)
+                    for n in alignment.nodes.values() for p in n.tensors if p.comparable and p.a}
+        return {name: v for name, v in self.per_tensor.items() if v > 0}  # one side only: a zero is half a measure
+
+    def measured(self, side: str) -> bool:
+        return bool(self.summary) and "max_abs" in (self.summary.get(side) or {})
+
+
+def sides_to_repeat(targets: dict[str, Any], captures: dict[str, Capture], repeat: int | None
+                    ) -> tuple[dict[str, int], list[dict[str, str]]]:
+    """How many runs each side gets, and the sides that can move but will not be measured.
+
+    ``repeat`` given: every side that can be re-run gets it (1: none). None (the default): 2 runs
+    for a side that can be nondeterministic (see the module docstring), 1 for the others.
+    """
+    runs: dict[str, int] = {}
+    unmeasured: list[dict[str, str]] = []
+    for key, target in targets.items():
+        risky = per_process_nondeterminism(captures[key].manifest)
+        wanted = repeat if repeat is not None else (2 if risky else 1)
+        if wanted > 1 and is_capture(target):
+            if risky:
+                unmeasured.append({"side": key, "why": f"it {NONDETERMINISTIC_GPU}, and was given as a capture "
+                                                       "directory, which cannot be re-run here"})
+            continue
+        if wanted > 1:
+            runs[key] = wanted
+        elif risky:
+            unmeasured.append({"side": key, "why": f"it {NONDETERMINISTIC_GPU}, and `--repeat 1` ran it once"})
+    return runs, unmeasured
+
+
+def measure_noise(
+    targets: dict[str, Any], captures: dict[str, Capture], alignment: Alignment, out: Path, runs: dict[str, int],
+    console: Console, signature_map: dict[str, str], tolerance: Tolerance, why: dict[str, str],
+    earlier: Noise | None = None,
+) -> Noise:
+    """Capture each side in ``runs`` that many times in all (fresh processes) and measure how
+    much every tensor and every plain output moves by itself; then judge every output over every
+    pair of A and B runs. ``earlier``: a measurement this one extends (its sides are kept)."""
+    noise = earlier or Noise()
+    summary: dict[str, Any] = dict(noise.summary or {})
+    runs_of = noise.runs or {key: [captures[key]] for key in ("a", "b")}
+    noise.runs = runs_of
+    started = time.monotonic()
+    for name, count in runs.items():
+        side = Side.from_json(captures[name].manifest["spec"])  # exactly what ran, the examples included;
+        target = targets[name]  # the permission is not recorded
+        side = side.with_(allow_unsafe_ops=isinstance(target, Side) and target.allow_unsafe_ops,
+                          python=made_with(captures[name].path))  # nor the interpreter: the one that captured it
+        for i in range(1, count):
+            claim(out, ["captures"])
+            runs_of[name].append(capture_side(side, out / "captures" / f"{name}_repeat{i}", force=True,
+                                              console=console))
+        summary[name] = _side_noise(name, runs_of[name], alignment, noise, signature_map) | {
+            "runs": count, "why": why.get(name, "")}
+    seconds = time.monotonic() - started
+    summary["repeats"] = max([summary.get("repeats", 1), *runs.values()])
+    summary["seconds"] = round(summary.get("seconds", 0.0) + seconds, 3)  # what measuring the noise cost
+    summary["processes"] = summary.get("processes", 0) + sum(count - 1 for count in runs.values())
+    for name in ("a", "b"):
+        summary.setdefault(name, {"skipped": "run once: nothing showed that it changes from run to run"})
+    noise.summary = summary
+    if runs:
+        noise.outputs = _over_every_pair(runs_of, signature_map, tolerance)
+        summary["outputs"] = {key: o.to_json() for key, o in noise.outputs.items()}
+    return noise
+
+
+def _side_noise(name: str, runs: list[Capture], alignment: Alignment, noise: Noise,
+                signature_map: dict[str, str]) -> dict[str, Any]:
+    """One side's spread over its runs: every compared tensor, then every plain output."""
+    base = runs[0]
+    worst, noisy = 0.0, 0
+    outputs: dict[str, float] = {}
+    a_keys = {b_key: a_key for a_key, b_key in signature_map.items()}  # B's output key -> A's (--map)
+    for again in runs[1:]:
+        for node in alignment.nodes.values():
+            for pair in node.tensors:
+                own = pair.a if name == "a" else pair.b
+                if not pair.comparable or own is None or not again.has(own) or not base.has(own):
+                    continue
+                m = compare_arrays(base.tensor(own), again.tensor(own))
+                if not m.identical:
+                    noisy += 1
+                    moved = _moved(m)
+                    noise.per_tensor[pair.a] = max(noise.per_tensor.get(pair.a, 0.0), moved)
+                    worst = max(worst, moved)
+        for key in base.manifest["graph"]["outputs"]:  # the plain runs' outputs move by themselves too
+            first, later = base.plain_output(key), again.plain_output(key)
+            if first is None or later is None or first.shape != later.shape:
+                continue
+            m = compare_arrays(first, later)
+            moved = 0.0 if m.identical else _moved(m)
+            a_key = key if name == "a" else a_keys.get(key, key)
+            noise.per_output[a_key] = max(noise.per_output.get(a_key, 0.0), moved)
+            outputs[a_key] = max(outputs.get(a_key, 0.0), moved)
+    return {"max_abs": worst, "tensors_that_moved": noisy, "outputs_max_abs": outputs,
+            "repeats_itself": worst == 0 and not any(outputs.values())}
+
+
+def _closest(ca: Capture, cb: Capture, ta: str, tb: str) -> float | None:
+    """max |A - B| of one pair of runs on one tensor; None where a run lacks it or shapes differ."""
+    if not ca.has(ta) or not cb.has(tb):
+        return None
+    va, vb = ca.tensor(ta), cb.tensor(tb)
+    if va.shape != vb.shape:
+        return None
+    m = compare_arrays(va, vb)
+    return 0.0 if m.identical else m.max_abs
+
+
+def _moved(m: TensorMetrics) -> float:
+    """How far a tensor moved between two runs: its max |diff|; a bool that flipped (max |diff| 0
+    for a bool) moved by 1, so the noise it shows is never read as none."""
+    return m.max_abs if m.max_abs > 0 or m.identical else 1.0
+
+
+def _over_every_pair(runs_of: dict[str, list[Capture]], signature_map: dict[str, str],
+                     tolerance: Tolerance) -> dict[str, OutputNoise]:
+    """Every plain output, A's run i against B's run j for every i, j, and each side's spread."""
+    found: dict[str, OutputNoise] = {}
+    for a_key, a_tensor in (runs_of["a"][0].manifest["graph"].get("outputs") or {}).items():
+        b_key = signature_map.get(a_key, a_key)
+        atol, rtol = tolerance.for_tensor(a_tensor)
+        a_values = [v for v in (c.plain_output(a_key) for c in runs_of["a"]) if v is not None]
+        b_values = [v for v in (c.plain_output(b_key) for c in runs_of["b"]) if v is not None]
+        if not a_values or not b_values or a_values[0].shape != b_values[0].shape:
+            continue
+        record = OutputNoise(runs={"a": len(a_values), "b": len(b_values)})
+        for key, values in (("a", a_values), ("b", b_values)):
+            spreads = [compare_arrays(values[0], v, rtols=(rtol,)) for v in values[1:]]
+            record.spread[key] = max((0.0 if m.identical else m.max_abs for m in spreads), default=0.0)
+            record.spread_within_tolerance &= all(m.within(atol, rtol) for m in spreads)
+        for m in _pairs(a_values, b_values, rtol):
+            record.pairs += 1
+            record.cross_identical &= m.identical
+            record.cross_within_tolerance &= m.within(atol, rtol)
+            record.cross_nonfinite |= bool(m.nan_mismatch or m.inf_mismatch)
+            record.cross_max_abs = max(record.cross_max_abs, 0.0 if m.identical else m.max_abs)
+            record.cross_closest = min(record.cross_closest, 0.0 if m.identical else m.max_abs)
+        found[a_key] = record
+    return found
+
+
+def _pairs(a_values: list[Any], b_values: list[Any], rtol: float) -> Iterable[TensorMetrics]:
+    for va in a_values:
+        for vb in b_values:
+            if va.shape == vb.shape:
+                yield compare_arrays(va, vb, rtols=(rtol,))
+

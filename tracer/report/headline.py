@@ -1,0 +1,182 @@
+"""The headline of a comparison: what the verdict rests on, in the order a user needs it.
+
+One list of ``{"key", "text"}`` lines, written into report.json (``headline``) and printed first
+by the terminal, report.md and report.html, so every renderer and the API say the same:
+
+1. ``noise`` — a side that does not repeat itself is said first ("each side changes from run to
+   run by up to X; a detection changed class between two runs of A; A vs B within that"): any
+   difference between the sides is read against it. ``repeatable`` says the sides were measured
+   and repeat themselves bit for bit; ``noise_not_measured`` says a side could move but was run
+   once (``--repeat 1``, or a capture directory).
+2. ``outputs`` — what the verdict judges by default: the outputs as production computes them.
+3. ``inside`` — intermediates beyond tolerance whose difference heals before the outputs: a
+   finding with its place (from where, healed by which op), not a failure of what the user tests.
+4. ``unobserved`` — a difference only the plain runs show.
+
+Built from the report dict alone, so a report written by an older tftrace renders too.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .numbers import fmt
+
+__all__ = ["headline", "headline_texts"]
+
+
+def headline_texts(report: dict[str, Any]) -> list[str]:
+    return [line["text"] for line in headline(report)]
+
+
+def headline(report: dict[str, Any]) -> list[dict[str, str]]:
+    """The report's own ``headline`` when it has one, else built from its fields."""
+    given = report.get("headline")
+    if isinstance(given, list) and all(isinstance(x, dict) and "text" in x for x in given):
+        return [{"key": str(x.get("key") or ""), "text": str(x["text"])} for x in given]
+    return build_headline(report)
+
+
+def build_headline(report: dict[str, Any]) -> list[dict[str, str]]:
+    lines = _noise(report)
+    outputs = _outputs(report)
+    if outputs:
+        lines.append({"key": "outputs", "text": outputs})
+    inside = _inside(report)
+    if inside:
+        lines.append({"key": "inside", "text": inside})
+    from .summary import unobserved_divergence  # noqa: PLC0415 - summary imports this module's users
+
+    unobserved = unobserved_divergence(report)
+    if unobserved:
+        lines.append({"key": "unobserved", "text": f"Not seen op by op: {unobserved}."})
+    return lines
+
+
+def _outputs_of(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {str(k): o for k, o in (report.get("outputs") or {}).items() if isinstance(o, dict)}
+
+
+def _noise(report: dict[str, Any]) -> list[dict[str, str]]:
+    noise = report.get("noise") if isinstance(report.get("noise"), dict) else {}
+    lines = []
+    unmeasured = [u for u in report.get("noise_not_measured") or [] if isinstance(u, dict)]
+    measured = {key: noise[key] for key in ("a", "b") if isinstance(noise.get(key), dict) and "max_abs" in noise[key]}
+    if measured:
+        moving = {key: side for key, side in measured.items() if not side.get("repeats_itself", side.get("max_abs") == 0)}
+        cost = _cost(noise)
+        if moving:
+            lines.append({"key": "noise", "text": _moving(report, measured, moving) + cost})
+        else:
+            sides = " and ".join(f"{k.upper()}" for k in measured)
+            lines.append({"key": "repeatable", "text": f"Run-to-run noise measured: {sides} "
+                          f"{'repeats itself' if len(measured) == 1 else 'each repeat themselves'} bit for bit "
+                          f"over {noise.get('repeats')} runs{cost}."})
+    for u in unmeasured:
+        lines.append({"key": "noise_not_measured",
+                      "text": f"Run-to-run noise not measured on side {str(u.get('side')).upper()}: {u.get('why')}; "
+                              "one pair of runs that agree says nothing of the next pair."})
+    return lines
+
+
+def _cost(noise: dict[str, Any]) -> str:
+    processes, seconds = noise.get("processes"), noise.get("seconds")
+    if not isinstance(processes, int) or not isinstance(seconds, (int, float)):
+        return ""
+    return f" (measured with {processes} more fresh process{'es' if processes != 1 else ''}, {seconds:.1f} s)"
+
+
+def _moving(report: dict[str, Any], measured: dict[str, Any], moving: dict[str, Any]) -> str:
+    """"Each side changes from run to run by up to X ...; A vs B within that"."""
+    outputs = _outputs_of(report)
+    parts = []
+    for key, side in measured.items():
+        moved = {k: v for k, v in (side.get("outputs_max_abs") or {}).items() if isinstance(v, (int, float)) and v > 0}
+        if key not in moving:
+            parts.append(f"{key.upper()} repeats itself bit for bit")
+        elif moved:  # the largest move of a value output; class and count outputs are said apart below
+            values = {k: v for k, v in moved.items() if "class" not in k.lower() and "num_" not in k.lower()} or moved
+            worst = max(values, key=lambda k: values[k])
+            parts.append(f"{key.upper()} by up to {fmt(moved[worst])} (on `{worst}`)")
+        else:
+            parts.append(f"{key.upper()}'s intermediates by up to {fmt(side.get('max_abs'))}, its outputs not at all")
+    who = "Each side changes" if len(moving) == 2 else f"Side {next(iter(moving)).upper()} changes"
+    text = f"{who} from run to run: " + "; ".join(parts)
+    for key, side in moving.items():
+        for out, v in (side.get("outputs_max_abs") or {}).items():
+            dtype = str((outputs.get(out) or {}).get("dtype") or "")
+            classes = "class" in out.lower() and isinstance(v, (int, float)) and v >= 0.5  # float classes too (OD API)
+            if isinstance(v, (int, float)) and v > 0 and (dtype.startswith(("int", "uint", "bool")) or classes):
+                what = "a detection changed class" if classes else f"`{out}` changed"
+                text += f"; {what} between two runs of {key.upper()} (`{out}` by up to {fmt(v)})"
+    return text + "; " + _against_noise(report)
+
+
+def _against_noise(report: dict[str, Any]) -> str:
+    """A vs B, over every pair of runs, against what the sides do by themselves."""
+    per = {k: (o.get("noise") or {}) for k, o in _outputs_of(report).items() if isinstance(o.get("noise"), dict)}
+    if not per:
+        return "A vs B not compared over the repeated runs."
+    def spread(n: dict[str, Any]) -> float:
+        return max((v for v in (n.get("spread") or {}).values() if isinstance(v, (int, float))), default=0.0)
+
+    beyond = {k: n for k, n in per.items() if (n.get("cross_closest") or 0) > spread(n)}
+    pairs = max((n.get("pairs") or 0 for n in per.values()), default=0)
+    if not beyond:
+        largest = max(per, key=lambda k: per[k].get("cross_max_abs") or 0)
+        size = per[largest].get("cross_max_abs") or 0
+        return (f"A vs B within that (up to {fmt(size)} on `{largest}` over {pairs} pairs of runs)" if size
+                else f"A vs B bit for bit in every one of {pairs} pairs of runs")
+    worst = max(beyond, key=lambda k: beyond[k].get("cross_closest") or 0)
+    chance = beyond[worst].get("chance_beyond_by_chance")
+    odds = (f"; one computation shows such a gap by chance 1 time in {round(1 / chance):,} with these runs, "
+            "more runs (`--repeat K`) make that rarer" if isinstance(chance, (int, float)) and chance > 0 else "")
+    return (f"A vs B beyond that: at least {fmt(beyond[worst].get('cross_closest'))} on `{worst}` in every one of "
+            f"{pairs} pairs of runs ({len(beyond)} output{'s' if len(beyond) != 1 else ''}){odds}")
+
+
+def _outputs(report: dict[str, Any]) -> str:
+    outputs = {k: o for k, o in _outputs_of(report).items() if o.get("identical") is not None}
+    if not outputs:
+        return ""
+    verdicts = {k: o.get("verdict") or ("identical" if o.get("identical") else "within_tolerance"
+                                        if o.get("within_tolerance") else "diverged") for k, o in outputs.items()}
+    sizes = {k: o.get("max_abs") for k, o in outputs.items() if isinstance(o.get("max_abs"), (int, float))}
+    worst = max(sizes, key=lambda k: sizes[k], default=None)
+    largest = f"largest difference {fmt(sizes[worst])} on `{worst}`" if worst is not None and sizes[worst] else ""
+    n, beyond = len(_outputs_of(report)), [k for k, v in verdicts.items() if v == "diverged"]
+    plain = any(o.get("compared_as") == "plain" for o in outputs.values())
+    what = ("output" if n == 1 else "outputs") + (" (plain runs, as production computes them)" if plain else "")
+    every = ("The" if n == 1 else f"All {n}") if len(outputs) == n else f"The {len(outputs)} compared of {n}"
+    if beyond:
+        worst_beyond = max(beyond, key=lambda k: sizes.get(k) or 0)
+        runs = " (the plain runs, as production computes them)" if plain else ""
+        return (f"{len(beyond)} of {n} output{'s' if n != 1 else ''} {'differs' if n == 1 else 'differ'} beyond tolerance. The largest difference "
+                f"is {fmt(sizes.get(worst_beyond))} on `{worst_beyond}`{runs}.")
+    if all(v == "identical" for v in verdicts.values()):
+        return f"{every} {what} bit-identical."
+    if any(v == "within_noise" for v in verdicts.values()):
+        return (f"{every} {what} {'agrees' if n == 1 else 'agree'} between A and B within what each side differs from itself from run to "
+                f"run{f' ({largest})' if largest else ''}.")
+    return f"{every} {what} within tolerance{f' ({largest})' if largest else ''}."
+
+
+def _inside(report: dict[str, Any]) -> str:
+    inside = report.get("intermediates") if isinstance(report.get("intermediates"), dict) else None
+    first = report.get("first_divergence") if isinstance(report.get("first_divergence"), dict) else None
+    if (not inside or not inside.get("from")) and first and first.get("node"):
+        return (f"Inside, the numbers differ (within tolerance) from `{first['node']}` ({first.get('op')}) on."
+                if report.get("verdict_outputs") in ("identical", "within_tolerance") else "")
+    if not inside or not inside.get("from"):
+        return ""
+    start = f"`{inside['from']}` ({inside.get('from_op')})"
+    count = inside.get("ops_beyond_tolerance")
+    extent = f"{count} op{'s' if count != 1 else ''} beyond tolerance, up to {fmt(inside.get('max_abs'))}"
+    heals = (f", and heal by `{inside['heals_at']}` ({inside.get('heals_at_op')})" if inside.get("heals_at")
+             else "")
+    if report.get("verdict_decided_by") == "outputs_and_intermediates":
+        return f"Inside, the numbers differ from {start} on ({extent}){heals}; --intermediates-decide: they decide."
+    if report.get("verdict_outputs") == "diverged":
+        return f"Inside, the numbers differ beyond tolerance from {start} on ({extent})."
+    return (f"Inside, the numbers differ beyond tolerance from {start} on ({extent}){heals}: the outputs decide "
+            "the verdict (--intermediates-decide lets the intermediates decide too).")
