@@ -350,13 +350,17 @@ def test_mobilenet_gpu_folded_causes_ranked_by_their_share(mobilenet_models: Pat
 def test_mobilenet_gpu_determinism_batch_1_vs_8_spends_no_process_on_noise(mobilenet_models: Path,
                                                                            tmp_path: Path) -> None:
     """Op determinism on: nothing to measure, no extra process; batch 1 vs 8 still differs (7.2e-4 on the
-    H200), first at the dense MatMul."""
+    H200), first beyond tolerance at the dense MatMul. The first bitwise difference comes earlier (on the
+    H200, 2026-12-01: ``block3/pointwise/Conv2D``, a few ulps that stay within tolerance until the head):
+    the op where batch size first matters beyond tolerance is the MatMul, as plain sessions showed."""
     code, report, _ = _compare(tmp_path / "r", mobilenet_models / "savedmodel", mobilenet_models / "savedmodel",
                                "--inputs", str(mobilenet_models / "images_b8.npz"), "--device", "gpu",
                                "--determinism", "--a-batch-size", "1", "--b-batch-size", "8")
-    first = report.get("first_divergence") or {}
+    first = report.get("first_divergence_beyond_tolerance") or {}
+    bitwise = report.get("first_divergence") or {}
     _record("mobilenet_batch_1_vs_8_determinism", verdict=report["verdict"], first=first.get("node"),
-            outputs=_outputs(report), headline=report["headline"])
+            first_bitwise=bitwise.get("node"), outputs=_outputs(report), headline=report["headline"])
     assert report["noise"] is None and report["noise_not_measured"] == []
     assert first.get("node") == "head/MatMul", first
+    assert bitwise.get("node"), bitwise  # batch size changes some kernel's rounding: a bitwise first exists
     assert code == (1 if report["verdict"] == "diverged" else 0)
