@@ -1,0 +1,259 @@
+"""Effects hidden in a model's function library (issue 24): each refused before anything runs.
+
+The scan of issue 15 followed functions by name and read each function's attributes as written,
+so an effect whose destination is an *attribute placeholder* (bound by the calling node when
+TensorFlow instantiates the function), a function handed to another inside a call's
+``NameAttrList``, and the library's gradient table all ran unchecked. The models here are TF1
+SavedModels whose ``saved_model.pb`` carries a hand-made function library, the way the red team
+built them, one attack each, aimed at a directory outside. :data:`BUILD` first proves every
+attack real: the same model aimed at a scratch directory is loaded and run by TensorFlow itself
+and its canary file must appear there. Then ``tftrace`` must refuse each one (exit 2, naming
+the node and the op), and nothing may appear outside.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import REPO, assert_user_error, run_cli
+
+BUILD = r'''
+import json, os, sys
+import tensorflow as tf
+from tensorflow.core.framework import attr_value_pb2, function_pb2, node_def_pb2, types_pb2
+from tensorflow.core.protobuf import saved_model_pb2
+
+out, outside, effects = sys.argv[1:4]
+tf1 = tf.compat.v1
+tf1.disable_eager_execution()
+F, S = types_pb2.DT_FLOAT, types_pb2.DT_STRING
+
+
+def clean(path):
+    with tf1.Graph().as_default():
+        x = tf1.placeholder(tf.float32, [None, 4], name="x")
+        y = tf.identity(x * 2.0, name="y")
+        with tf1.Session() as sess:
+            builder = tf1.saved_model.Builder(path)
+            sig = tf1.saved_model.signature_def_utils.predict_signature_def({"x": x}, {"y": y})
+            builder.add_meta_graph_and_variables(sess, ["serve"], signature_def_map={"serving_default": sig})
+            builder.save()
+
+
+def attr(**kw):
+    return attr_value_pb2.AttrValue(**kw)
+
+
+def node(name, op, inputs=(), **attrs):
+    return node_def_pb2.NodeDef(name=name, op=op, input=list(inputs), attr=attrs)
+
+
+def const_s(name, text):
+    return node(name, "Const", dtype=attr(type=S), value=attr(tensor=tf.make_tensor_proto(text)))
+
+
+def function(name, body, ret, attrs=(), inputs=(("v", F),), outputs=(("out", F),)):
+    fn = function_pb2.FunctionDef()
+    fn.signature.name = name
+    fn.signature.is_stateful = True
+    for arg, dtype in inputs:
+        fn.signature.input_arg.add(name=arg, type=dtype)
+    for arg, dtype in outputs:
+        fn.signature.output_arg.add(name=arg, type=dtype)
+    for attr_name, attr_type in attrs:
+        fn.signature.attr.add(name=attr_name, type=attr_type)
+    fn.node_def.extend(body)
+    fn.ret.update(ret)
+    return fn
+
+
+def printer(name="printer"):  # PrintV2 whose stream is the placeholder "stream"
+    return function(name, [
+        node("fmt", "StringFormat", ["v"], T=attr(list=attr_value_pb2.AttrValue.ListValue(type=[F])),
+             template=attr(s=b"{}"), placeholder=attr(s=b"{}"), summarize=attr(i=3)),
+        node("print", "PrintV2", ["fmt:output:0"], output_stream=attr(placeholder="stream"), end=attr(s=b"\n")),
+        node("pass", "Identity", ["v", "^print"], T=attr(type=F)),
+    ], {"out": "pass:output:0"}, attrs=[("stream", "string")])
+
+
+def tap():  # DebugIdentity whose debug_urls are the placeholder "urls"
+    return function("tap", [
+        node("dbg", "DebugIdentity", ["v"], T=attr(type=F), tensor_name=attr(s=b"x:0"),
+             debug_urls=attr(placeholder="urls")),
+    ], {"out": "dbg:output:0"}, attrs=[("urls", "list(string)")])
+
+
+def writer(name, path):  # WriteFile of a constant path, its input passed through
+    return function(name, [
+        const_s("path", path), const_s("text", "pwned"),
+        node("write", "WriteFile", ["path:output:0", "text:output:0"]),
+        node("pass", "Identity", ["v", "^write"], T=attr(type=F)),
+    ], {"out": "pass:output:0"})
+
+
+def calls(f_name, inputs=("x",), **f_attrs):
+    return dict(args=attr(), Tin=attr(list=attr_value_pb2.AttrValue.ListValue(type=[F])),
+                Tout=attr(list=attr_value_pb2.AttrValue.ListValue(type=[F])),
+                f=attr(func=attr_value_pb2.NameAttrList(name=f_name, attr=f_attrs)))
+
+
+def partitioned(name, f_name, inputs=("x",), **f_attrs):
+    a = calls(f_name, **f_attrs)
+    del a["args"]
+    return node(name, "PartitionedCall", inputs, **a)
+
+
+def graft(path, functions, nodes, gradients=(), main_op=None):
+    """Add functions and nodes to a clean model's graph; y is then the last node's output."""
+    pb = os.path.join(path, "saved_model.pb")
+    saved = saved_model_pb2.SavedModel()
+    saved.ParseFromString(open(pb, "rb").read())
+    meta = saved.meta_graphs[0]
+    meta.graph_def.library.function.extend(functions)
+    for fn_name, grad in gradients:
+        meta.graph_def.library.gradient.add(function_name=fn_name, gradient_func=grad)
+    meta.graph_def.node.extend(nodes)
+    if main_op is not None:
+        meta.collection_def["saved_model_main_op"].node_list.value.append(main_op)
+    else:
+        y = next(n for n in meta.graph_def.node if n.name == "y")
+        y.input[0] = nodes[-1].name
+    open(pb, "wb").write(saved.SerializeToString())
+
+
+def file_url(where, name):
+    return ("file://" + os.path.join(where, name)).encode()
+
+
+def attacks(where):
+    """name -> (functions, nodes, gradients, main op) aimed at directory ``where``."""
+    grad_in = dict(Tin=attr(list=attr_value_pb2.AttrValue.ListValue(type=[F, F])),
+                   Tout=attr(list=attr_value_pb2.AttrValue.ListValue(type=[F])))
+    evil_grad = function("evil_grad", [
+        const_s("path", os.path.join(where, "gradient.txt")), const_s("text", "pwned"),
+        node("write", "WriteFile", ["path:output:0", "text:output:0"]),
+        node("pass", "Identity", ["dy", "^write"], T=attr(type=F)),
+    ], {"out": "pass:output:0"}, inputs=(("v", F), ("dy", F)))
+    benign = function("benign", [node("twice", "Mul", ["v", "v"], T=attr(type=F))], {"out": "twice:z:0"})
+    outer = function("outer", [
+        partitioned("inner", None, ("v",)),
+    ], {"out": "inner:output:0"}, attrs=[("g", "func")])
+    outer.node_def[0].attr["f"].CopyFrom(attr(placeholder="g"))
+    return {
+        "print_placeholder": ([printer()], [partitioned("call", "printer", stream=attr(s=file_url(where, "printed.txt")))],
+                              (), None),
+        "debug_placeholder": ([tap()], [partitioned("call", "tap", urls=attr(
+            list=attr_value_pb2.AttrValue.ListValue(s=[file_url(where, "tfdbg")])))], (), None),
+        "nested_function": ([outer, writer("evil", os.path.join(where, "nested.txt"))],
+                            [partitioned("call", "outer", g=attr(func=attr_value_pb2.NameAttrList(name="evil")))], (), None),
+        "gradient_table": ([benign, evil_grad], [node("dy", "OnesLike", ["x"], T=attr(type=F)),
+                                                 node("grad", "SymbolicGradient", ["x", "dy"],
+                                                      f=attr(func=attr_value_pb2.NameAttrList(name="benign")), **grad_in)],
+                           [("benign", "evil_grad")], None),
+        "defun_binds_placeholder": ([printer("printer_defun")], [node("call", "printer_defun", ["x"],
+                                                                      stream=attr(s=file_url(where, "defun.txt")))], (), None),
+        "main_op_placeholder": ([printer()], [node("seed", "Const", dtype=attr(type=F),
+                                                   value=attr(tensor=tf.make_tensor_proto(1.0))),
+                                              partitioned("init_call", "printer", ("seed",),
+                                                          stream=attr(s=file_url(where, "main_op.txt")))],
+                                (), "init_call"),
+    }
+
+
+def run(path):
+    with tf1.Graph().as_default(), tf1.Session() as sess:
+        meta = tf1.saved_model.loader.load(sess, ["serve"], path)  # runs the main op
+        sig = meta.signature_def["serving_default"]
+        sess.run(sig.outputs["y"].name, {sig.inputs["x"].name: [[1.0, 2.0, 3.0, 4.0]]})
+
+
+made = {}
+for where, suffix in ((effects, "_live"), (outside, "")):
+    for name, (functions, nodes, gradients, main_op) in attacks(where).items():
+        path = os.path.join(out, name + suffix)
+        clean(path)
+        graft(path, functions, nodes, gradients, main_op)
+        if suffix:
+            before = set(os.listdir(effects))
+            run(path)
+            made[name] = sorted(set(os.listdir(effects)) - before)
+json.dump(made, open(os.path.join(out, "effects.json"), "w"))
+'''
+
+# attack -> (the canary TensorFlow writes when it runs it, the fragments the refusal names)
+ATTACKS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "print_placeholder": ("printed.txt", ("'call/printer/print' (PrintV2: prints to file://",)),
+    "debug_placeholder": ("tfdbg", ("'call/tap/dbg' (DebugIdentity: writes debug dumps to its debug_urls)",)),
+    "nested_function": ("nested.txt", ("'call/outer/inner/evil/write' (WriteFile: writes a file)",)),
+    "gradient_table": ("gradient.txt", ("'grad/evil_grad/write' (WriteFile: writes a file)",)),
+    "defun_binds_placeholder": ("defun.txt", ("'call/printer_defun/print' (PrintV2: prints to file://",)),
+    "main_op_placeholder": ("main_op.txt", ("'init_call/printer/print' (PrintV2: prints to file://",)),
+}
+
+
+@pytest.fixture(scope="module")
+def library_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    root = tmp_path_factory.mktemp("library")
+    for part in ("models", "outside", "effects"):
+        (root / part).mkdir()
+    subprocess.run([sys.executable, "-c", BUILD, str(root / "models"), str(root / "outside"), str(root / "effects")],
+                   cwd=REPO, check=True, capture_output=True, timeout=300, env={**os.environ, "CUDA_VISIBLE_DEVICES": "-1"})
+    return {"root": root, "effects": json.loads((root / "models" / "effects.json").read_text())}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(ATTACKS))
+def test_each_library_attack_is_real(name: str, library_models: dict[str, Any]) -> None:
+    """TensorFlow itself, loading and running the model aimed at a scratch directory, makes the canary."""
+    canary, _ = ATTACKS[name]
+    assert library_models["effects"][name] == [canary]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(ATTACKS))
+def test_library_attack_is_refused_before_it_runs(name: str, library_models: dict[str, Any]) -> None:
+    from tracer.artifacts.loader import ArtifactRef  # noqa: PLC0415
+    from tracer.captures.runtime import load_checked  # noqa: PLC0415 - imports TensorFlow (lazily)
+    from tracer.errors import TftraceError  # noqa: PLC0415
+    from tracer.runspec import Side  # noqa: PLC0415
+
+    location = library_models["root"] / "models" / name
+    with pytest.raises(TftraceError) as refused:
+        load_checked(Side(ArtifactRef(str(location))))
+    message = str(refused.value)
+    assert message.startswith(f"refusing to run {location}: "), message
+    for fragment in ATTACKS[name][1]:
+        assert fragment in message, (fragment, message)
+    assert os.listdir(library_models["root"] / "outside") == []
+
+
+@pytest.mark.slow
+def test_library_attacks_through_the_cli_write_nothing(library_models: dict[str, Any], tmp_path: Path) -> None:
+    models = library_models["root"] / "models"
+    for name in ("print_placeholder", "main_op_placeholder"):
+        proc = run_cli("capture", str(models / name), "--out", str(tmp_path / name), "--examples", "2")
+        assert_user_error(proc, f"refusing to run {models / name}: ", *ATTACKS[name][1], "pass --allow-unsafe-ops")
+        assert not (tmp_path / name).exists()
+    assert os.listdir(library_models["root"] / "outside") == []
+
+
+@pytest.mark.slow
+def test_keras_tf2_loop_and_slim_exports_still_pass_the_scan(keras_models: Path, slim_models: Path) -> None:
+    """No false refusals from the bound scan: Keras 3 exports (``model.export`` and
+    ``tf.saved_model.save``, recurrent layers whose loops are functional Whiles over function
+    bodies, random augmentation with its seed state) and tf-slim's TF1 SavedModel load checked.
+    The generated sample models and the real ones are test_safe_ops's negative control."""
+    from tracer.artifacts.loader import ArtifactRef  # noqa: PLC0415
+    from tracer.captures.runtime import load_checked  # noqa: PLC0415 - imports TensorFlow (lazily)
+    from tracer.runspec import Side  # noqa: PLC0415
+
+    paths = [keras_models / name for name in ("export", "tfsave", "lstm", "lstm_tfsave", "gru", "simple_rnn", "augment")]
+    kinds = [load_checked(Side(ArtifactRef(str(path)))).kind for path in [*paths, slim_models / "savedmodel"]]
+    assert kinds == ["saved_model_v2"] * len(paths) + ["saved_model_v1"]
