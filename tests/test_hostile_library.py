@@ -39,7 +39,7 @@ F, S = types_pb2.DT_FLOAT, types_pb2.DT_STRING
 def clean(path):
     with tf1.Graph().as_default():
         x = tf1.placeholder(tf.float32, [None, 4], name="x")
-        y = tf.identity(x * 2.0, name="y")
+        y = tf.identity(tf.multiply(x, tf.constant(2.0, name="scale"), name="mul"), name="y")
         with tf1.Session() as sess:
             builder = tf1.saved_model.Builder(path)
             sig = tf1.saved_model.signature_def_utils.predict_signature_def({"x": x}, {"y": y})
@@ -174,6 +174,7 @@ def run(path):
         sess.run(sig.outputs["y"].name, {sig.inputs["x"].name: [[1.0, 2.0, 3.0, 4.0]]})
 
 
+clean(os.path.join(out, "clean"))  # x, scale -> mul -> y: the graph test_fuzz's synthetic captures record
 made = {}
 for where, suffix in ((effects, "_live"), (outside, "")):
     for name, (functions, nodes, gradients, main_op) in attacks(where).items():
@@ -257,3 +258,61 @@ def test_keras_tf2_loop_and_slim_exports_still_pass_the_scan(keras_models: Path,
     paths = [keras_models / name for name in ("export", "tfsave", "lstm", "lstm_tfsave", "gru", "simple_rnn", "augment")]
     kinds = [load_checked(Side(ArtifactRef(str(path)))).kind for path in [*paths, slim_models / "savedmodel"]]
     assert kinds == ["saved_model_v2"] * len(paths) + ["saved_model_v1"]
+
+
+def _env_attack(tmp_path: Path) -> dict[str, str]:
+    dumps = tmp_path / "dumps"
+    return {"TF_DUMP_GRAPH_PREFIX": str(dumps), "ONEDNN_JIT_DUMP": "1", "XLA_FLAGS": f"--xla_dump_to={dumps}",
+            "TF_XLA_FLAGS": "--tf_xla_auto_jit=2 --tf_xla_clustering_debug",
+            "CUDA_INJECTION64_PATH": str(tmp_path / "inject.so"), "TF_ENABLE_ONEDNN_OPTS": "0"}
+
+
+ENV_REFUSED = ("the side to replay asks for CUDA_INJECTION64_PATH, ONEDNN_JIT_DUMP, TF_DUMP_GRAPH_PREFIX, TF_XLA_FLAGS, "
+               "XLA_FLAGS in the child's environment, as recorded in a capture or report file", "export CUDA_INJECTION64_PATH=")
+
+
+@pytest.mark.slow
+def test_isolation_takes_no_dump_or_injection_environment_from_a_capture(library_models: dict[str, Any],
+                                                                         tmp_path: Path) -> None:
+    """A received capture names a model on this machine and records dump and code-loading variables
+    among its side's ``--env``; compare's isolation replay (and ``tftrace isolate --from`` with the
+    report's job file) would start the child with them."""
+    from test_fuzz import synthetic  # noqa: PLC0415 - the TF-free capture pair of the reader tests
+    from tracer.comparison.isolate import isolate_remote  # noqa: PLC0415
+    from tracer.errors import TftraceError  # noqa: PLC0415
+
+    model = str(library_models["root"] / "models" / "clean")
+    b = synthetic(tmp_path / "b", 2.001, "/nonexistent/model_b")
+    a = synthetic(tmp_path / "a", 2.0, model, env=_env_attack(tmp_path))
+    proc = run_cli("compare", str(a), str(b), "--out", str(tmp_path / "refused"))
+    assert_user_error(proc, *ENV_REFUSED)
+    assert not (tmp_path / "dumps").exists() and not (tmp_path / "refused").exists()
+    # the same side, its model elsewhere: the job file the report keeps is refused by `tftrace isolate` here
+    away = synthetic(tmp_path / "away", 2.0, "/nonexistent/model_a", env=_env_attack(tmp_path))
+    proc = run_cli("compare", str(away), str(b), "--out", str(tmp_path / "report"))
+    assert proc.returncode == 1, proc.stderr
+    with pytest.raises(TftraceError) as refused:
+        isolate_remote(model, str(tmp_path / "report"), "a")
+    assert all(fragment in str(refused.value) for fragment in ENV_REFUSED), str(refused.value)
+    # a knob tftrace sets, with a value it does not take, is refused too
+    odd = synthetic(tmp_path / "odd", 2.0, model, env={"TF_ENABLE_ONEDNN_OPTS": "1 --xla_dump_to=/tmp"})
+    assert_user_error(run_cli("compare", str(odd), str(b), "--out", str(tmp_path / "odd_report")),
+                      "the side to replay asks for TF_ENABLE_ONEDNN_OPTS in the child's environment")
+    assert not (tmp_path / "dumps").exists()
+
+
+@pytest.mark.slow
+def test_isolation_still_replays_tftraces_own_knobs_from_a_capture(library_models: dict[str, Any],
+                                                                   tmp_path: Path) -> None:
+    """The negative control: the knobs tftrace records (oneDNN, autotune, XLA's auto-jit, log level)
+    replay as before."""
+    from test_fuzz import synthetic  # noqa: PLC0415
+
+    model = str(library_models["root"] / "models" / "clean")
+    env = {"TF_ENABLE_ONEDNN_OPTS": "0", "TF_CPP_MIN_LOG_LEVEL": "3", "TF_XLA_FLAGS": "--tf_xla_auto_jit=-1"}
+    a = synthetic(tmp_path / "a", 2.0, model, env=env)
+    b = synthetic(tmp_path / "b", 2.001, "/nonexistent/model_b")
+    proc = run_cli("compare", str(a), str(b), "--out", str(tmp_path / "report"))
+    assert proc.returncode == 1, proc.stderr
+    report = json.loads((tmp_path / "report" / "report.json").read_text())
+    assert report["first_divergence"]["node"] == "scale"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import selectors
 import signal
 import subprocess
@@ -38,9 +39,25 @@ PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 STDERR_TAIL_LINES = 15
 PROGRESS_AFTER_S = 1.0  # no progress bar for captures quicker than this
 HEARTBEAT_S = 0.25  # how often a quiet child is checked on (deadline, progress bar)
-# --env families a replayed side may set: TensorFlow's and its math and GPU libraries' knobs.
-REPLAY_ENV_PREFIXES = ("TF_", "XLA_", "CUDA_", "CUDNN_", "NCCL_", "NVIDIA_", "OMP_", "KMP_", "MKL_", "ONEDNN_", "DNNL_",
-                       "OPENBLAS_")
+# What a side read back from a file (a capture's manifest, a report's job) may put in the replay
+# child's environment: the knobs tftrace itself sets or records, each with the values it takes.
+# Anything else there (TF_DUMP_GRAPH_PREFIX, XLA_FLAGS=--xla_dump_to, ONEDNN_JIT_DUMP write files;
+# CUDA_INJECTION64_PATH, NCCL's plugins, LD_PRELOAD load code) must come from the user's own shell.
+_FLAG = r"(--tf_xla_auto_jit=(-1|0|1|2|fusible|single-gpu\([0-2]\))|--tf_xla_cpu_global_jit(=(true|false))?)"
+REPLAYABLE_ENV: dict[str, str] = {
+    "TF_ENABLE_ONEDNN_OPTS": r"[01]",
+    "TF_CUDNN_USE_AUTOTUNE": r"[01]",
+    "TF_DETERMINISTIC_OPS": r"[01]|true|false",
+    "TF_CUDNN_DETERMINISTIC": r"[01]|true|false",
+    "NVIDIA_TF32_OVERRIDE": r"[01]",
+    "TF_CPP_MIN_LOG_LEVEL": r"[0-3]",
+    "TF_XLA_FLAGS": rf"({_FLAG}( {_FLAG})*)?",
+    "CUDA_VISIBLE_DEVICES": r"-1|[0-9]{1,3}(,[0-9]{1,3})*|",
+    "TF_GPU_ALLOCATOR": r"cuda_malloc_async|bfc",
+    "OMP_NUM_THREADS": r"[0-9]{1,4}",
+    "TF_NUM_INTRAOP_THREADS": r"[0-9]{1,4}",
+    "TF_NUM_INTEROP_THREADS": r"[0-9]{1,4}",
+}
 
 
 def run_child(
@@ -190,19 +207,26 @@ def _send(proc: subprocess.Popen, text: str, *, close: bool) -> None:
 def _refuse_code_loading_env(side: Side) -> None:
     """An isolation job replays a side read from a file (a capture's manifest, a report's job),
     which may come from anyone; its ``--env`` values would reach the child's environment, and
-    some variables make the child run code (``LD_PRELOAD``, ``PYTHONPATH`` with a
-    ``sitecustomize.py``...). Only TensorFlow's own knob families are replayed from a file;
-    anything else must already be set, to the same value, in the user's own environment.
+    many variables make the child write files or run code (``TF_DUMP_GRAPH_PREFIX``,
+    ``XLA_FLAGS=--xla_dump_to=...``, ``CUDA_INJECTION64_PATH``, ``LD_PRELOAD``...). A family of
+    prefixes cannot tell these apart, so only :data:`REPLAYABLE_ENV`'s knobs, each with a value it
+    takes, are replayed from a file; anything else must already be set, to the same value, in the
+    user's own environment.
     """
     foreign = sorted(key for key, value in side.knobs.env
-                     if not key.startswith(REPLAY_ENV_PREFIXES) and os.environ.get(key) != value)
+                     if not _replayable(key, value) and os.environ.get(key) != value)
     if foreign:
         raise TftraceError(
-            f"the side to replay asks for {', '.join(foreign)} in the child's environment, as recorded in a "
-            "capture or report file; tftrace replays only TF_*/CUDA_*/OMP_*-style variables from files, because "
-            "others can make the child run code",
+            f"the side to replay asks for {', '.join(foreign)} in the child's environment, as recorded in a capture or report "
+            f"file; tftrace replays from files only its own knobs ({', '.join(sorted(REPLAYABLE_ENV))}) with the "
+            "values they take, because other variables can make the child write files or run code",
             f"if you trust the file, set them in your own shell first (e.g. export {foreign[0]}=...) and re-run",
         )
+
+
+def _replayable(key: str, value: str) -> bool:
+    pattern = REPLAYABLE_ENV.get(key)
+    return pattern is not None and re.fullmatch(pattern, value) is not None
 
 
 def _follow(
