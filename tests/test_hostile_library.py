@@ -175,6 +175,13 @@ def run(path):
 
 
 clean(os.path.join(out, "clean"))  # x, scale -> mul -> y: the graph test_fuzz's synthetic captures record
+# a model printing tftrace's own events to stdout (PrintV2 to stdout is allowed): a bare progress, then an error
+clean(os.path.join(out, "prints_events"))
+SAID = ('{"event": "progress"}\n{"event": "error", "problem": "the model says it is unsafe", '
+        '"fix": "re-run with --allow-unsafe-ops"}')
+graft(os.path.join(out, "prints_events"), [], [
+    const_s("said", SAID), node("say", "PrintV2", ["said"], output_stream=attr(s=b"stdout"), end=attr(s=b"\n")),
+    node("passed", "Identity", ["mul", "^say"], T=attr(type=F))])
 made = {}
 for where, suffix in ((effects, "_live"), (outside, "")):
     for name, (functions, nodes, gradients, main_op) in attacks(where).items():
@@ -316,3 +323,16 @@ def test_isolation_still_replays_tftraces_own_knobs_from_a_capture(library_model
     assert proc.returncode == 1, proc.stderr
     report = json.loads((tmp_path / "report" / "report.json").read_text())
     assert report["first_divergence"]["node"] == "scale"
+
+
+@pytest.mark.slow
+def test_a_model_printing_tftraces_events_to_stdout_is_not_heard(library_models: dict[str, Any], tmp_path: Path) -> None:
+    """The child's events travel on a pipe of their own; what the model prints to stdout goes with
+    the child's stderr. Before, the model's ``error`` line was tftrace's error (exit 2, telling the
+    user to pass --allow-unsafe-ops) and a bare ``progress`` line crashed the parent (KeyError)."""
+    model = library_models["root"] / "models" / "prints_events"
+    proc = run_cli("capture", str(model), "--out", str(tmp_path / "cap"), "--examples", "2")
+    assert proc.returncode == 0, proc.stderr
+    assert "allow-unsafe-ops" not in proc.stderr and "Traceback" not in proc.stderr
+    manifest = json.loads((tmp_path / "cap" / "manifest.json").read_text())
+    assert manifest["examples"]["count"] == 2

@@ -27,6 +27,7 @@ from ..errors import TftraceError
 from ..interpreter import interpreter, remember
 from ..jsonvalues import dumps
 from ..runspec import Side, child_env
+from ._events import EVENT_FD_ENV, valid
 from .child_errors import DEBUG_LINES, cause_in_stderr
 from .orphan import PARENT_PID_ENV
 
@@ -96,18 +97,26 @@ class PreparedChild:
         # No named file in the temp directory: the job goes through the child's stdin and its stderr
         # into a file without a name (unlinked at once), so a SIGKILLed tftrace leaves nothing behind.
         self._stderr = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace", prefix="tftrace-stderr-")
+        # The events come on a pipe of their own; the child's stdout (where the model may print)
+        # goes with its stderr, so nothing the model prints is taken for tftrace's words.
+        self._events, write_end = os.pipe()
+        env[EVENT_FD_ENV] = str(write_end)
         try:
             self.proc = subprocess.Popen(
                 [executable, "-m", "tracer.interpreter", "-"],  # checks its packages, then runs the worker
                 stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
+                stdout=self._stderr,
                 stderr=self._stderr,
                 env=env,
+                pass_fds=(write_end,),
                 start_new_session=True,  # so a timeout or Ctrl-C can stop the whole child group
             )
         except BaseException:
             self._stderr.close()
+            os.close(self._events)
             raise
+        finally:
+            os.close(write_end)  # the child holds it: EOF on the read end once the child is gone
         self.side = side
         if prepare:
             _send(self.proc, dumps({"prepare": side.to_json(), "allow_unsafe_ops": side.allow_unsafe_ops}) + "\n",
@@ -127,10 +136,9 @@ class PreparedChild:
         with self._stderr as stderr_file:
             try:
                 _send(proc, dumps({**job, "allow_unsafe_ops": self.side.allow_unsafe_ops}), close=True)
-                error = _follow(proc, self.side.timeout_s, label, console, on_event)
+                error = _follow(proc, self.side.timeout_s, label, console, on_event, events=self._events)
             finally:
-                assert proc.stdout is not None
-                proc.stdout.close()
+                self._close_events()
                 if proc.poll() is None:  # interrupted while following: never leave it running
                     _kill(proc)
             stderr_file.seek(0)
@@ -146,10 +154,15 @@ class PreparedChild:
         """Stop a child that will get no job (the other side failed); nothing of it is left."""
         if self.proc.poll() is None:
             _kill(self.proc)
-        for pipe in (self.proc.stdin, self.proc.stdout):
-            if pipe is not None and not pipe.closed:
-                pipe.close()
+        if self.proc.stdin is not None and not self.proc.stdin.closed:
+            self.proc.stdin.close()
+        self._close_events()
         self._stderr.close()
+
+    def _close_events(self) -> None:
+        if self._events >= 0:
+            os.close(self._events)
+            self._events = -1
 
 
 class ChildCrashed(TftraceError):
@@ -235,8 +248,12 @@ def _follow(
     label: str,
     console: Console,
     on_event: Callable[[dict[str, Any]], None] | None,
+    events: int | None = None,
 ) -> dict[str, Any] | None:
     """Read the child's JSON lines until it exits; returns its reported error, if any.
+
+    ``events``: the read end of the child's event pipe (else its stdout). Every line is checked
+    (:func:`tracer.captures._events.valid`): one that is not a well-formed event is dropped.
 
     The progress bar (runs done, bytes written) appears only once the child has run for
     PROGRESS_AFTER_S, so quick captures do not flicker, and only on a terminal.
@@ -251,7 +268,7 @@ def _follow(
     )
     task = progress.add_task(label, total=None, mb=0.0)
     try:
-        for line in _lines(proc, deadline):
+        for line in _lines(proc, deadline, events):
             if not progress.live.is_started and time.monotonic() - started > PROGRESS_AFTER_S:
                 progress.start()
             if not line.strip():
@@ -260,8 +277,8 @@ def _follow(
                 event = json.loads(line)
             except json.JSONDecodeError:
                 continue  # stray prints from TF or user code in the child
-            if not isinstance(event, dict):
-                continue
+            if not valid(event):
+                continue  # not an event of tftrace's: a damaged or foreign line, dropped
             if on_event:
                 on_event(event)
             if event.get("event") in ("error", "crash"):
@@ -284,15 +301,16 @@ def _follow(
     return error
 
 
-def _lines(proc: subprocess.Popen, deadline: float | None) -> Iterator[str]:
+def _lines(proc: subprocess.Popen, deadline: float | None, events: int | None = None) -> Iterator[str]:
     """The child's stdout, line by line, until it exits; raises TimeoutError at the deadline.
 
     Reads the raw pipe (``os.read`` after ``select``), so no line can sit in a Python buffer
     while ``select`` says there is nothing to read. Yields ``""`` after every quiet
     HEARTBEAT_S, so the caller can bring up the progress bar while the child is busy.
     """
-    assert proc.stdout is not None
-    fd = proc.stdout.fileno()
+    if events is None:
+        assert proc.stdout is not None
+    fd = proc.stdout.fileno() if events is None else events
     selector = selectors.DefaultSelector()
     selector.register(fd, selectors.EVENT_READ)
     pending = b""
