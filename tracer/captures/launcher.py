@@ -373,4 +373,5 @@ def capture(
     child.run(job, label=f"capture {os.path.basename(side.artifact.path.rstrip('/'))} [{side.label()}]",
               console=console, on_event=on_event)
     remember(out, side.python)  # its replays run the same interpreter
-    return Capture.open(out, received=False)  # written by this run's own child: its digests are its own
+    # written by this run's own child: its digests are its own
+    return Capture.open(out, received=False, max_memory=side.max_memory)

@@ -41,6 +41,7 @@ from ._checks import validate_manifest, validate_record
 __all__ = ["Capture", "MissingKey", "is_capture_dir"]
 
 MAX_MANIFEST_BYTES = 1 << 30  # a real manifest of a 10,000-op model is a few MB
+DEFAULT_READ_MEMORY = 2 << 30  # a side's default --max-memory
 DECODED_CACHE_BYTES = 16 << 20  # packed tensors decoded lately: the predicted tensors read next need them
 
 
@@ -76,8 +77,12 @@ class Capture:
     """
 
     def __init__(self, path: Path, manifest: dict[str, Any], files: dict[str, Path | None],
-                 plain_files: dict[str, Path] | None = None, received: bool = True) -> None:
+                 plain_files: dict[str, Path] | None = None, received: bool = True,
+                 max_memory: int | None = None) -> None:
         self.path = path
+        # what one decode may inflate (--max-memory): checked against the declared sizes before a
+        # chunk is decompressed, so a few KB of zstd declaring a GiB is refused, not inflated
+        self.max_memory = DEFAULT_READ_MEMORY if max_memory is None else max_memory
         # a capture this run did not write (a directory given on the command line may come from
         # anyone): the digests its manifest claims are checked against its stored bytes before use
         self.received = received
@@ -89,10 +94,11 @@ class Capture:
         self._chunk_cache: ChunkCache | None = None  # made on the first stream
 
     @classmethod
-    def open(cls, path: str | Path, received: bool = True) -> Capture:
+    def open(cls, path: str | Path, received: bool = True, max_memory: int | None = None) -> Capture:
         """Open and validate a capture directory; refuses incomplete or damaged ones.
 
-        ``received``: False only for a capture this very run's child wrote (see :attr:`received`)."""
+        ``received``: False only for a capture this very run's child wrote (see :attr:`received`);
+        ``max_memory``: the most one decode may inflate (--max-memory; default that of a side)."""
         root = Path(path)
         if not root.exists():
             raise TftraceError(f"no capture at {root}: the path does not exist", "check the path")
@@ -122,7 +128,7 @@ class Capture:
         files = validate_manifest(root, manifest)
         plain = {key: validate_record(root, root.resolve() / TENSORS, f"plain output {key}", rec)
                  for key, rec in manifest.get("plain_outputs", {}).items()}
-        return cls(root, manifest, files, plain, received)
+        return cls(root, manifest, files, plain, received, max_memory)
 
     @property
     def spec(self) -> dict[str, Any]:
@@ -179,6 +185,7 @@ class Capture:
         encoding = stored.get("encoding")
         if encoding is None or stored.get("values") == "artifact":
             return None
+        self._within_budget(owner, _largest_chunk(stored, encoding), "one chunk of it")
         if self._chunk_cache is None:
             self._chunk_cache = ChunkCache(self.manifest["tensors"])
         cache, dtype_name = self._chunk_cache, record["dtype"]
@@ -255,6 +262,7 @@ class Capture:
         stored = self.manifest["tensors"][owner]
         stored_dtype, shape = np.dtype(stored["stored_dtype"]), list(stored["shape"])
         batch_major = bool(stored["batch_major"])
+        self._within_budget(owner, _largest_chunk(stored, stored["encoding"]), "one chunk of it")
         h = xxhash.xxh3_128(f"{stored_dtype.str}{shape}".encode())
         whole = xxhash.xxh3_128()
         try:
@@ -284,6 +292,7 @@ class Capture:
         if name in self._decoded:
             self._decoded.move_to_end(name)
             return self._decoded[name]
+        self._within_budget(name, int(record["size_bytes"]), "it")
         self._make_room(int(record["size_bytes"]), (encoding.get("predict") or {}).get("inputs", []))
         try:
             value = read_packed(self._files[name], record, encoding, stored_dtype, self._input_rows)
@@ -304,6 +313,17 @@ class Capture:
                 return
             if name not in keep:
                 del self._decoded[name]
+
+    def _within_budget(self, name: str, nbytes: int, what: str) -> None:
+        """Refuse a decode of ``nbytes`` (declared by the manifest and its chunk index) over
+        ``max_memory`` before anything is inflated."""
+        if nbytes > self.max_memory:
+            raise TftraceError(
+                f"tensor {name!r} of the capture at {self.path}: decoding {what} takes {nbytes:,} bytes, more than "
+                f"--max-memory {self.max_memory:,}",
+                "raise --max-memory if you trust the capture and have the memory (it was made with a larger one, "
+                "or it is not what tftrace writes)",
+            )
 
     def _input_rows(self, name: str, r0: int | None, r1: int | None) -> np.ndarray:
         """Rows ``[r0, r1)`` of a prediction's input (all of a non-batch-major one): from a tensor
@@ -346,3 +366,12 @@ class Capture:
 
     def __repr__(self) -> str:
         return f"Capture({str(self.path)!r}, {len(self.manifest['tensors'])} tensors)"
+
+
+def _largest_chunk(record: dict[str, Any], encoding: dict[str, Any]) -> int:
+    """The bytes the largest chunk of a packed tensor decodes to, from its validated index."""
+    shape = list(record["shape"])
+    if not record["batch_major"] or not shape:
+        return int(record["size_bytes"])
+    row = int(np.prod(shape[1:], dtype=object)) * np.dtype(record["stored_dtype"]).itemsize
+    return max((c[1] - c[0] for c in encoding["chunks"]), default=0) * row
