@@ -1012,6 +1012,14 @@ def reliability_rows() -> tuple[list[Row], list[Row]]:
             "refused before anything is inflated; no report",
             ("test_received.py::test_a_decompression_bomb_chunk_is_refused_before_it_is_inflated",
              "test_received.py::test_chunks_laid_out_as_the_writer_does_are_bounded_by_max_memory")),
+        Row("wide strings (issue 24): a `[2048]` string tensor with one 917 KB element (1.8 GB stored fixed-width) "
+            "under `--max-memory 50000000`; a string of 1,200,000 bytes", 2,
+            "`tftrace: error: tensor wide:0 is 1,878,016,000 bytes per run as fetched …, more than --max-memory "
+            "50,000,000 …` (exit 2): strings are sized by their contents before they are converted or written; the "
+            "megabyte string is captured and read back (it was refused as `stored dtype '|S…' does not hold string`)",
+            "nothing of the wide tensor written; the capture is left incomplete",
+            ("test_hostile_library.py::test_a_wide_string_tensor_is_sized_by_its_contents_before_it_is_stored",
+             "test_hostile_library.py::test_a_string_of_a_megabyte_is_captured_and_read_back")),
         Row("`isolate --from` a received report whose `work/` itself is a symbolic link (issue 24)", 1,
             "`tftrace: error: DIR/work is a symbolic link; tftrace never writes through a link …` (exit 2): work/ "
             "is walked without following links", "nothing read or written through the link",

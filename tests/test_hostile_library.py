@@ -182,6 +182,29 @@ SAID = ('{"event": "progress"}\n{"event": "error", "problem": "the model says it
 graft(os.path.join(out, "prints_events"), [], [
     const_s("said", SAID), node("say", "PrintV2", ["said"], output_stream=attr(s=b"stdout"), end=attr(s=b"\n")),
     node("passed", "Identity", ["mul", "^say"], T=attr(type=F))])
+
+
+def strings_model(path, build):
+    """x -> y = 2x, y also waiting on a string tensor built from a 1 KB constant."""
+    with tf1.Graph().as_default():
+        x = tf1.placeholder(tf.float32, [None, 4], name="x")
+        text = build()
+        y = tf.identity(x * 2.0 + 0.0 * tf.cast(tf.reduce_sum(tf.strings.length(text)), tf.float32), name="y")
+        with tf1.Session() as sess:
+            builder = tf1.saved_model.Builder(path)
+            sig = tf1.saved_model.signature_def_utils.predict_signature_def({"x": x}, {"y": y})
+            builder.add_meta_graph_and_variables(sess, ["serve"], signature_def_map={"serving_default": sig})
+            builder.save()
+
+
+def long_string(n):  # one string of n KB, joined at run time from a 1 KB constant
+    return tf.strings.reduce_join(tf.fill([n], tf.constant("k" * 1000)), name=f"long_{n}")
+
+
+strings_model(os.path.join(out, "wide_strings"), lambda: tf.concat(
+    [tf.reshape(long_string(917), [1]), tf.fill([2047], "")], 0, name="wide"))
+strings_model(os.path.join(out, "megabyte_string"), lambda: long_string(1200))
+
 made = {}
 for where, suffix in ((effects, "_live"), (outside, "")):
     for name, (functions, nodes, gradients, main_op) in attacks(where).items():
@@ -336,3 +359,27 @@ def test_a_model_printing_tftraces_events_to_stdout_is_not_heard(library_models:
     assert "allow-unsafe-ops" not in proc.stderr and "Traceback" not in proc.stderr
     manifest = json.loads((tmp_path / "cap" / "manifest.json").read_text())
     assert manifest["examples"]["count"] == 2
+
+
+@pytest.mark.slow
+def test_a_wide_string_tensor_is_sized_by_its_contents_before_it_is_stored(library_models: dict[str, Any],
+                                                                           tmp_path: Path) -> None:
+    """A ``[2048]`` string tensor with one 917 KB element, stored fixed-width, is 1.8 GB: its
+    step statistics counted only the header, and 1.8 GB went to disk under --max-memory 50000000."""
+    model = library_models["root"] / "models" / "wide_strings"
+    proc = run_cli("capture", str(model), "--out", str(tmp_path / "cap"), "--examples", "2", "--max-memory", "50000000")
+    assert_user_error(proc, "tensor wide:0 is 1,878,016,000 bytes per run as fetched", "more than --max-memory 50,000,000")
+    assert not (tmp_path / "cap" / "manifest.json").exists()
+
+
+@pytest.mark.slow
+def test_a_string_of_a_megabyte_is_captured_and_read_back(library_models: dict[str, Any], tmp_path: Path) -> None:
+    """Any string of 1,000,000 bytes or more was written, then tftrace refused its own capture
+    (``stored dtype '|S4194304' does not hold string``)."""
+    from tracer.captures import Capture  # noqa: PLC0415
+
+    model = library_models["root"] / "models" / "megabyte_string"
+    proc = run_cli("capture", str(model), "--out", str(tmp_path / "cap"), "--examples", "2")
+    assert proc.returncode == 0, proc.stderr
+    value = Capture.open(tmp_path / "cap").tensor("ReduceJoin/long_1200:0")
+    assert value.dtype.kind == "S" and len(value.item()) == 1_200_000 and value.item()[:3] == b"kkk"
