@@ -57,6 +57,22 @@ def test_events_are_read_whole_even_when_split_across_writes() -> None:
     assert out.getvalue() == ""  # under a second: no progress bar
 
 
+def test_events_with_missing_or_wrong_fields_are_dropped_not_a_crash() -> None:
+    """A bare ``progress`` crashed the parent with a KeyError; every event's fields are checked."""
+    proc = _child(
+        """
+        import json
+        for event in ({"event": "progress"}, {"event": "progress", "done": "1", "total": 2, "bytes": 0},
+                      {"event": "progress", "done": True, "total": 2, "bytes": 0}, {"event": "error", "problem": 3},
+                      {"event": "stage"}, {"event": "launch", "what": "x"}, {"event": "stage", "text": "ok"}):
+            print(json.dumps(event), flush=True)
+        """
+    )
+    events: list[dict[str, Any]] = []
+    assert _follow(proc, None, "cap", _terminal()[0], events.append) is None
+    assert events == [{"event": "stage", "text": "ok"}]
+
+
 def test_progress_bar_appears_after_a_second_on_a_terminal() -> None:
     proc = _child(
         """

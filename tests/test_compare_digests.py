@@ -121,7 +121,8 @@ def test_capture_then_compare_measures_differing_weights_from_the_checkpoints(tm
 def test_packed_tensors_with_equal_values_digests_are_compared_without_a_read(tmp_path: Path) -> None:
     """Format 2 digests every packed tensor's values row by row: the same values batched
     differently digest alike, a single flipped bit does not, and compare reads neither side of
-    an equal pair (its files are gone here)."""
+    an equal pair written by this run (its files are gone here; a received capture's digests are
+    checked against its bytes first: test_received.py)."""
     rows = np.random.default_rng(3).normal(size=(6, 5)).astype(np.float32)
     changed = rows.copy()
     changed.view(np.uint32)[4, 2] ^= 1
@@ -132,7 +133,7 @@ def test_packed_tensors_with_equal_values_digests_are_compared_without_a_read(tm
                 writer.write_rows("t:0", value[start:stop], start, 6)
             writer.write_rows("t/read:0", value, 0, 6, same_as="t:0")
             writer.finalize({})
-        caps[key] = Capture.open(tmp_path / key)
+        caps[key] = Capture.open(tmp_path / key, received=False)  # as the capture child of this run wrote it
     assert caps["a"].values_digest("t:0") == caps["b"].values_digest("t:0") == caps["b"].values_digest("t/read:0")
     assert caps["a"].values_digest("t:0") != caps["c"].values_digest("t:0")
     assert caps["a"].values_digest("t:0").startswith("xxh3-128:") and len(caps["a"].values_digest("t:0")) == 41
@@ -158,7 +159,8 @@ def test_a_values_digest_meets_only_its_own_kind(tmp_path: Path) -> None:
     manifest = json.loads((caps["old"] / "manifest.json").read_text())
     manifest["tensors"]["t:0"]["values_digest"] = "sha256:" + "0" * 64
     (caps["old"] / "manifest.json").write_text(json.dumps(manifest))
-    old, new = Capture.open(caps["old"]), Capture.open(caps["new"])
+    old, new = Capture.open(caps["old"], received=False), Capture.open(caps["new"], received=False)
     assert old.values_digest("t:0") == "sha256:" + "0" * 64 and new.values_digest("t:0").startswith("xxh3-128:")
+    assert Capture.open(caps["old"]).values_digest("t:0") is None  # received: a kind it cannot check is not used
     alignment = Alignment({"t": NodeAlignment("t", "t", "name", "compared", [TensorPair("t:0", "t:0", "name", True)])}, [])
     assert pair_metrics(old, new, alignment, Tolerance())["t:0"].identical  # read, not trusted from the digests

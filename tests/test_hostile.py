@@ -747,6 +747,7 @@ class Row:
 def reliability_rows() -> tuple[list[Row], list[Row]]:
     """The rows, with counts taken from the tests' own case lists (so they cannot drift)."""
     from test_faults import SIGNALS  # noqa: PLC0415
+    from test_hostile_library import ATTACKS as LIBRARY_ATTACKS  # noqa: PLC0415
     from test_out_dir import PLANTED  # noqa: PLC0415
     from test_fuzz import (  # noqa: PLC0415
         EXAMPLES, MANIFEST_ATTACKS, REFUSED_REPORT_TEXTS, REFUSED_REPORTS, SAFE_REPORTS, TEXT_ATTACKS,
@@ -965,6 +966,64 @@ def reliability_rows() -> tuple[list[Row], list[Row]]:
             "the graph's shapes feed the side; the report",
             ("test_signature_shapes.py::test_half_plus_two_against_half_plus_three_feeds_the_graphs_shape",
              "test_signature_shapes.py::test_a_signature_that_knows_less_than_its_graph_takes_the_graphs_sizes")),
+        # issue 24: round three
+        Row("effects hidden in the function library (issue 24): PrintV2 and DebugIdentity whose destination is an "
+            "attribute placeholder bound to `file://` by the calling PartitionedCall, or by a Defun-style call's own "
+            "attributes; a WriteFile function handed inside another call's attributes; the gradient table mapping an "
+            "allowed SymbolicGradient's function to a WriteFile one; the first trick in a TF1 main op",
+            len(LIBRARY_ATTACKS), "`… 'call/printer/print' (PrintV2: prints to file://…) …`; `… 'call/outer/inner/evil/"
+            "write' (WriteFile: writes a file) …`; `… 'grad/evil_grad/write' …` (exit 2); an effect whose attribute "
+            "no caller binds: `its output_stream is an attribute placeholder no caller binds`",
+            "nothing ran (TensorFlow itself, running each model aimed at a scratch directory, writes its canary "
+            "there); Keras exports, recurrent TF2 loops, augmentation, tf-slim, sample and real models still pass",
+            ("test_hostile_library.py::test_each_library_attack_is_real",
+             "test_hostile_library.py::test_library_attack_is_refused_before_it_runs",
+             "test_hostile_library.py::test_library_attacks_through_the_cli_write_nothing",
+             "test_hostile_library.py::test_keras_tf2_loop_and_slim_exports_still_pass_the_scan")),
+        Row("environment from a received capture or report job (issue 24): `TF_DUMP_GRAPH_PREFIX`, `ONEDNN_JIT_DUMP`, "
+            "`TF_XLA_FLAGS=--tf_xla_clustering_debug`, `XLA_FLAGS=--xla_dump_to`, `CUDA_INJECTION64_PATH`; a knob "
+            "tftrace sets with a value it does not take", 3,
+            "`tftrace: error: the side to replay asks for CUDA_INJECTION64_PATH, ONEDNN_JIT_DUMP, TF_DUMP_GRAPH_PREFIX, "
+            "TF_XLA_FLAGS, XLA_FLAGS in the child's environment, as recorded in a capture or report file; tftrace "
+            "replays from files only its own knobs (…) with the values they take …` (exit 2; also `tftrace isolate`)",
+            "no child started, no dump written; tftrace's own knobs still replay",
+            ("test_hostile_library.py::test_isolation_takes_no_dump_or_injection_environment_from_a_capture",
+             "test_hostile_library.py::test_isolation_still_replays_tftraces_own_knobs_from_a_capture")),
+        Row("a received capture whose tensor has another tensor's chunk file but keeps its own `values_digest` "
+            "(issue 24: equal digests were IDENTICAL, exit 0, for tensors 2x apart)", 1,
+            "`tftrace: error: damaged capture at CAP: tensor 'mul:0': its values_digest xxh3-128:… is not the digest "
+            "of its stored values (…)` (exit 2)", "no report; an untouched received capture is still identical "
+            "(verified by reading); captures this run wrote are compared without a read as before",
+            ("test_received.py::test_a_values_digest_is_checked_against_the_stored_bytes",
+             "test_received.py::test_an_untouched_received_capture_is_still_identical",
+             "test_compare_digests.py::test_packed_tensors_with_equal_values_digests_are_compared_without_a_read")),
+        Row("the model writes on tftrace's event channel (issue 24): PrintV2 to stdout of an `error` event and a bare "
+            "`progress` line; events with missing or wrong-typed fields", 2,
+            "nothing: the capture succeeds (exit 0); events travel on a pipe of their own, the model's stdout goes "
+            "with the child's stderr, and malformed events are dropped (it was exit 2 with the model's words, or a "
+            "KeyError)", "the capture is complete",
+            ("test_hostile_library.py::test_a_model_printing_tftraces_events_to_stdout_is_not_heard",
+             "test_capture_launcher.py::test_events_with_missing_or_wrong_fields_are_dropped_not_a_crash")),
+        Row("decompression bombs in capture format 2 (issue 24): a few KB of zstd declaring 1 GiB in one chunk; "
+            "256 MiB rows one chunk each, under `--max-memory 50000000`", 2,
+            "`tftrace: error: damaged capture at CAP: tensor 'mul:0': chunk of rows 0:4 holds 1,073,741,824 bytes of "
+            "rows; tftrace writes at most 1 row(s) of this tensor per chunk …`; `… decoding one chunk of it takes "
+            "268,435,456 bytes, more than --max-memory 50,000,000 …` (exit 2)",
+            "refused before anything is inflated; no report",
+            ("test_received.py::test_a_decompression_bomb_chunk_is_refused_before_it_is_inflated",
+             "test_received.py::test_chunks_laid_out_as_the_writer_does_are_bounded_by_max_memory")),
+        Row("wide strings (issue 24): a `[2048]` string tensor with one 917 KB element (1.8 GB stored fixed-width) "
+            "under `--max-memory 50000000`; a string of 1,200,000 bytes", 2,
+            "`tftrace: error: tensor wide:0 is 1,878,016,000 bytes per run as fetched …, more than --max-memory "
+            "50,000,000 …` (exit 2): strings are sized by their contents before they are converted or written; the "
+            "megabyte string is captured and read back (it was refused as `stored dtype '|S…' does not hold string`)",
+            "nothing of the wide tensor written; the capture is left incomplete",
+            ("test_hostile_library.py::test_a_wide_string_tensor_is_sized_by_its_contents_before_it_is_stored",
+             "test_hostile_library.py::test_a_string_of_a_megabyte_is_captured_and_read_back")),
+        Row("`isolate --from` a received report whose `work/` itself is a symbolic link (issue 24)", 1,
+            "`tftrace: error: DIR/work is a symbolic link; tftrace never writes through a link …` (exit 2): work/ "
+            "is walked without following links", "nothing read or written through the link",
+            ("test_report_dir.py::test_isolate_from_a_received_report_never_writes_through_a_planted_link",)),
     ]
     faults = [
         Row("SIGINT or SIGTERM to `tftrace capture` while its worker writes tensors", len(SIGNALS),

@@ -134,7 +134,7 @@ def test_keep_captures_keeps_both_sides_and_costs_their_size(models, tmp_path) -
     assert "the sides captured here kept in captures/" in kept_proc.stdout.replace("\n", " ")
 
 
-@pytest.mark.parametrize("planted", ["the replay file", "the replay directory"])
+@pytest.mark.parametrize("planted", ["the replay file", "the replay directory", "the work directory"])
 def test_isolate_from_a_received_report_never_writes_through_a_planted_link(machines, tmp_path, planted) -> None:
     """Issue 15: a report directory from someone else may hold links where the replays are
     written (``work/isolation_a/0.npy``, or the ``isolation_a`` directory itself)."""
@@ -147,9 +147,15 @@ def test_isolate_from_a_received_report_never_writes_through_a_planted_link(mach
         replays.mkdir()
         (replays / "0.npy").symlink_to(outside / "evil.pth")
         link = replays / "0.npy"
-    else:
+    elif planted == "the replay directory":
         replays.symlink_to(outside)
         link = replays
+    else:  # issue 24: work/ itself, its job, index and feeds moved outside (they were read, the replays written there)
+        shutil.move(str(received / "work"), str(outside / "work"))
+        (received / "work").symlink_to(outside / "work")
+        link = received / "work"
+    before = sorted(p.relative_to(outside) for p in outside.rglob("*"))
     proc = run_cli("isolate", str(machines["back"] / "model"), "--from", str(received), "--side", "a")
     assert_user_error(proc, f"{link} is a symbolic link; tftrace never writes through a link")
-    assert list(outside.iterdir()) == [] and link.is_symlink()
+    assert sorted(p.relative_to(outside) for p in outside.rglob("*")) == before and link.is_symlink()
+    assert not (outside / "work" / "isolation_a").exists()

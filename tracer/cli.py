@@ -95,6 +95,7 @@ def _cmd_compare(args: argparse.Namespace, console: Console) -> int:
         force=args.force,
         console=terminal(stderr=True),
         command=_command_line(),
+        read_memory=args.max_memory,  # also bounds decoding a capture directory given as a side
         **compare_settings(values_from_args(args, "compare")),
     ) as result:
         report_comparison(result)

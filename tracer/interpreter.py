@@ -107,8 +107,12 @@ def main() -> int:
     if problem is not None:
         import json  # noqa: PLC0415
 
-        sys.stdout.write(json.dumps({"event": "error", "problem": problem[0], "fix": problem[1]}) + "\n")
-        sys.stdout.flush()
+        # on the parent's event pipe (tracer.captures._events; its stdout is not the channel), named
+        # by TFTRACE_EVENT_FD: that module's package is not imported before the check
+        fd = os.environ.get("TFTRACE_EVENT_FD", "")
+        out = os.fdopen(int(fd), "w", encoding="utf-8", closefd=False) if fd.isdigit() else sys.stdout
+        out.write(json.dumps({"event": "error", "problem": problem[0], "fix": problem[1]}) + "\n")
+        out.flush()
         return 3  # a user error, as the worker reports them
     from .captures import worker  # noqa: PLC0415 - imports numpy and the rest: checked above
 

@@ -36,7 +36,7 @@ try:
 except ImportError:  # not POSIX: directories are not locked there (dir_fd writes need POSIX too)
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["OWNED", "LOCK", "write_file", "replacing", "open_new", "start_owned", "claim", "clear_owned",
+__all__ = ["OWNED", "LOCK", "write_file", "refuse_links_within", "replacing", "open_new", "start_owned", "claim", "clear_owned",
            "lock_directory", "refuse_link_dir"]
 
 OWNED = ".tftrace-owned.json"
@@ -65,6 +65,22 @@ def refuse_link_dir(directory: Path, flag: str = "--out") -> None:
         )
     if directory.exists() and not directory.is_dir():
         raise TftraceError(f"{flag} {directory} exists and is not a directory", "choose a directory path")
+
+
+def refuse_links_within(directory: Path) -> None:
+    """A directory received from someone else (a report's ``work/``), walked without following
+    links (``os.fwalk``, each entry by ``lstat`` relative to its parent's descriptor): the
+    directory itself or anything inside it that is a symbolic link is refused, since reading or
+    writing through one reaches wherever it points (issue 24: a link at ``work/`` itself was
+    followed, the replays written and the job read outside the report)."""
+    if directory.is_symlink():
+        raise _link_error(directory)
+    if not directory.is_dir():
+        return
+    for root, dirs, files, root_fd in os.fwalk(directory, follow_symlinks=False):
+        for name in (*dirs, *files):
+            if stat.S_ISLNK(os.stat(name, dir_fd=root_fd, follow_symlinks=False).st_mode):
+                raise _link_error(Path(root, name))
 
 
 def _open_dir(directory: Path) -> int:

@@ -21,8 +21,12 @@ is how every variable restore and every vocabulary table works, and the graph ca
 
 The scan follows tensors, not ops: it starts from the tensors actually fetched (and the ops
 actually run as targets) and stops only at the tensors actually fed, because feeding ``x:0``
-does not stop op ``x`` from running for ``x:1``. Functions are followed whether they are called
-through a ``func`` attribute or as a node's op type (a Defun call).
+does not stop op ``x`` from running for ``x:1``. Functions are followed the way TensorFlow
+instantiates them (:class:`_Library`): called through a ``func`` attribute (also one nested in
+another call's attributes), as a node's op type (a Defun call), or as the gradient the library's
+gradient table names; and each is judged with its caller's attribute bindings applied, so a
+``PrintV2`` whose ``output_stream`` is a placeholder bound to ``file://...`` is seen printing to
+that file, and an effect whose destination nobody binds is refused (issue 24).
 
 Works on GraphDef protos by attribute access only: no TensorFlow import.
 """
@@ -158,10 +162,10 @@ def find_unsafe_ops(
     the scan for that tensor only (the op still runs when another of its outputs, or a control
     edge, is needed); ``trusted_files``: fed tensors that hold a path inside the artifact (see
     the module docstring), which file-*reading* ops may read. Ops inside functions called from
-    running nodes count too.
+    running nodes count too, with the attributes their callers bind (:class:`_Library`).
     """
     nodes = {n.name: n for n in graph_def.node}
-    functions = {f.signature.name: f for f in graph_def.library.function}
+    library = _Library(graph_def.library)
     fed = {_tensor_name(t) for t in allowed_inputs if not t.startswith("^")}
     trusted = frozenset(_tensor_name(t) for t in trusted_files)
     found: list[tuple[str, str, str]] = []
@@ -184,9 +188,7 @@ def find_unsafe_ops(
         if name not in nodes:
             continue  # the graph's own check (artifacts) names inputs that do not exist
         node = nodes[name]
-        found.extend(_check(node, name, trusted, functions))
-        for fn_name in _called_functions(node, functions):
-            found.extend(_scan_function(functions, fn_name, name, set()))
+        found.extend(library.node(node, name, {}, trusted, set()))
         for i in node.input:
             (ops if i.startswith("^") else tensors).append(i)
     return sorted(set(found))
@@ -197,25 +199,44 @@ def op_allowed(op: str) -> bool:
     return op in STATELESS_OPS or op in STATEFUL_ALLOWED
 
 
-def _check(node: Any, label: str, trusted: frozenset[str], functions: dict[str, Any]) -> list[tuple[str, str, str]]:
+# Attributes an op's effect depends on: a placeholder no caller binds leaves the effect unknown.
+_EFFECT_ATTRS = {"PrintV2": "output_stream", **dict.fromkeys(_DEBUG_URL_OPS, "debug_urls"),
+                 **dict.fromkeys(_DESCRIPTOR_OPS, "descriptor_source")}
+# Where PrintV2 may print (TensorFlow accepts these and ``file://PATH``, which appends to PATH).
+_PRINT_STREAMS = ("stderr", "stdout", "log(info)", "log(warning)", "log(error)")
+_UNBOUND = object()  # an attribute placeholder no caller binds
+_MAX_INSTANCES = 20000  # function instantiations one scan follows (a library built to blow up is refused)
+
+Attrs = dict[str, Any]  # attribute name -> AttrValue with the callers' bindings applied, or _UNBOUND
+
+
+def _check(node: Any, attrs: Attrs, label: str, trusted: frozenset[str], functions: dict[str, Any]
+           ) -> list[tuple[str, str, str]]:
+    """Whether one node may run, judged by its op type and its *resolved* attributes ``attrs``
+    (a placeholder replaced by what the calling node binds, as TensorFlow instantiates it)."""
     op = node.op
     if op in functions:
-        return []  # a call of a library function: its body is scanned (_called_functions)
+        return []  # a call of a library function: its body is scanned (_Library.node)
     if op in FILE_NAME_INPUT and trusted:
         index = FILE_NAME_INPUT[op]
         if index < len(node.input) and not node.input[index].startswith("^") and _tensor_name(node.input[index]) in trusted:
             return []  # reads the file the loader names: the artifact's own variables or assets
-    if op == "PrintV2" and "output_stream" in node.attr:
-        stream = node.attr["output_stream"].s.decode("utf-8", "replace")
-        if stream.startswith("file://"):
+    effect_attr = _EFFECT_ATTRS.get(op)
+    if effect_attr and attrs.get(effect_attr) is _UNBOUND:
+        return [(label, op, f"its {effect_attr} is an attribute placeholder no caller binds, so where it "
+                            "writes or reads is not known")]
+    if op == "PrintV2":
+        stream = attrs["output_stream"].s.decode("utf-8", "replace") if "output_stream" in attrs else "stderr"
+        if stream not in _PRINT_STREAMS:
             return [(label, op, f"prints to {stream}")]
+        return []
     if op in _DEBUG_URL_OPS:
-        urls = [u.decode("utf-8", "replace") for u in node.attr["debug_urls"].list.s] if "debug_urls" in node.attr else []
+        urls = list(attrs["debug_urls"].list.s) if "debug_urls" in attrs else []
         if not urls:
             return []  # no dump destination: it only summarises its input (NaN counts, min/max)
         return [(label, op, UNSAFE_OPS[op])]
     if op in _DESCRIPTOR_OPS:
-        source = node.attr["descriptor_source"].s.decode("utf-8", "replace") if "descriptor_source" in node.attr else ""
+        source = attrs["descriptor_source"].s.decode("utf-8", "replace") if "descriptor_source" in attrs else ""
         if source in ("", "local://"):
             return []  # the descriptors compiled into TensorFlow: no file
         return [(label, op, f"reads proto descriptors from {source!r}")]
@@ -224,38 +245,125 @@ def _check(node: Any, label: str, trusted: frozenset[str], functions: dict[str, 
     return [(label, op, UNSAFE_OPS.get(op, NOT_KNOWN))]
 
 
-def _called_functions(node: Any, functions: dict[str, Any]) -> list[str]:
-    """Library functions a node runs: through ``func`` attributes, or as its op type (a Defun call)."""
-    names = [node.op] if node.op in functions else []
-    for value in node.attr.values():
-        if value.WhichOneof("value") == "func":
-            names.append(value.func.name)
-        elif value.WhichOneof("value") == "list":
-            names.extend(f.name for f in value.list.func)
-    return names
+class _Library:
+    """A graph's function library, scanned the way TensorFlow instantiates it.
 
-
-def _scan_function(
-    functions: dict[str, Any], fn_name: str, caller: str, visiting: set[str], trust_args: bool = False
-) -> list[tuple[str, str, str]]:
-    """Unsafe ops in a library function and everything it calls.
-
-    ``trust_args``: the function is one the TF2 loader calls itself, passing the artifact's own
-    files (asset paths, the checkpoint prefix) as arguments, so reading a file named by an
-    argument is allowed there; functions it calls get no such trust (their arguments can be
-    any constant the caller chose).
+    A function runs when a node names it in a ``func`` attribute (also inside a list, and inside
+    the attributes of another call's ``NameAttrList``: a function handed to a function), as its
+    op type (a Defun call, whose own attributes bind the function's), or as the gradient the
+    library's gradient table maps a called function to (``SymbolicGradient``). Each function is
+    scanned *with its caller's attribute bindings applied* (its signature's defaults beneath):
+    an attribute placeholder such as a ``PrintV2``'s ``output_stream`` is judged by the value it
+    will have, and one nobody binds is refused where the op's effect depends on it.
     """
-    if fn_name in visiting or fn_name not in functions:
-        return []
-    visiting.add(fn_name)
-    function = functions[fn_name]
-    args = frozenset(_tensor_name(a.name) for a in function.signature.input_arg) if trust_args else frozenset()
-    found = []
-    for node in function.node_def:
-        found.extend(_check(node, f"{caller}/{fn_name}/{node.name}", args, functions))
-        for inner in _called_functions(node, functions):
-            found.extend(_scan_function(functions, inner, caller, visiting))
-    return found
+
+    def __init__(self, library: Any) -> None:
+        self.functions = {f.signature.name: f for f in library.function}
+        self.gradients = {g.function_name: g.gradient_func for g in library.gradient}
+        self.instances = 0
+
+    def node(self, node: Any, label: str, bindings: Attrs, trusted: frozenset[str], seen: set[Any]
+             ) -> list[tuple[str, str, str]]:
+        """The node's own verdict and those of every function it runs, under ``bindings``."""
+        attrs = {key: _resolve(value, bindings) for key, value in node.attr.items()}
+        found = _check(node, attrs, label, trusted, self.functions)
+        for fn_name, fn_bindings, why in self._calls(node, attrs, bindings):
+            if fn_name is None:
+                found.append((label, node.op, why))
+                continue
+            found.extend(self.function(fn_name, fn_bindings, label, seen))
+        return found
+
+    def function(self, fn_name: str, bindings: Attrs, caller: str, seen: set[Any], trust_args: bool = False
+                 ) -> list[tuple[str, str, str]]:
+        """Unsafe ops in one instantiation of a library function (and its gradient).
+
+        ``trust_args``: the function is one the TF2 loader calls itself, passing the artifact's own
+        files (asset paths, the checkpoint prefix) as arguments, so reading a file named by an
+        argument is allowed there; functions it calls get no such trust (their arguments can be
+        any constant the caller chose).
+        """
+        key = (fn_name, _bindings_key(bindings))
+        if key in seen or fn_name not in self.functions:
+            return []
+        seen.add(key)
+        self.instances += 1
+        if self.instances > _MAX_INSTANCES:
+            return [(f"{caller}/{fn_name}", fn_name, f"its function library instantiates more than {_MAX_INSTANCES:,} "
+                                                     "functions, more than tftrace checks")]
+        function = self.functions[fn_name]
+        scope = _with_defaults(function, bindings)
+        args = frozenset(_tensor_name(a.name) for a in function.signature.input_arg) if trust_args else frozenset()
+        found = []
+        for node in function.node_def:
+            found.extend(self.node(node, f"{caller}/{fn_name}/{node.name}", scope, args, seen))
+        if fn_name in self.gradients:  # SymbolicGradient of this function runs that one instead
+            found.extend(self.function(self.gradients[fn_name], bindings, caller, seen))
+        return found
+
+    def _calls(self, node: Any, attrs: Attrs, bindings: Attrs) -> list[tuple[str | None, Attrs, str]]:
+        """``(function, its bindings, "")`` for every function the node runs; ``(None, {}, why)``
+        for a function attribute that is a placeholder nobody binds (what would run is unknown)."""
+        calls: list[tuple[str | None, Attrs, str]] = []
+        if node.op in self.functions:
+            calls.append((node.op, attrs, ""))  # a Defun call: the node's own attributes bind the function's
+        for key, value in attrs.items():
+            if value is _UNBOUND:
+                if node.attr[key].placeholder in _func_attrs(bindings):
+                    calls.append((None, {}, f"its {key} is a function placeholder no caller binds"))
+                continue
+            kind = value.WhichOneof("value")
+            if kind == "func":
+                calls.append((value.func.name, _bind(value.func.attr, bindings), ""))
+            elif kind == "list":
+                calls.extend((f.name, _bind(f.attr, bindings), "") for f in value.list.func)
+        return calls
+
+
+def _resolve(value: Any, bindings: Attrs) -> Any:
+    """An attribute with the caller's placeholder bound (already resolved in the caller's scope)."""
+    if value.WhichOneof("value") == "placeholder":
+        return bindings.get(value.placeholder, _UNBOUND)
+    return value
+
+
+def _bind(attrs: Any, bindings: Attrs) -> Attrs:
+    """The attributes a ``NameAttrList`` passes to its function, placeholders resolved here."""
+    return {key: _resolve(value, bindings) for key, value in attrs.items()}
+
+
+def _with_defaults(function: Any, bindings: Attrs) -> Attrs:
+    """A function's scope: the caller's bindings over the signature's defaults; a declared
+    attribute with neither is unbound. The ``__func_attrs`` key lists the function-typed ones."""
+    scope: Attrs = {}
+    func_attrs = []
+    for attr in function.signature.attr:
+        if attr.type in ("func", "list(func)"):
+            func_attrs.append(attr.name)
+        if attr.name in bindings:
+            scope[attr.name] = bindings[attr.name]
+        elif attr.HasField("default_value"):
+            scope[attr.name] = attr.default_value
+        else:
+            scope[attr.name] = _UNBOUND
+    for key, value in bindings.items():
+        scope.setdefault(key, value)
+    scope["__func_attrs"] = tuple(func_attrs)
+    return scope
+
+
+def _func_attrs(bindings: Attrs) -> tuple[str, ...]:
+    return bindings.get("__func_attrs", ())
+
+
+def _bindings_key(bindings: Attrs) -> tuple[Any, ...]:
+    out = []
+    for key in sorted(bindings):
+        value = bindings[key]
+        if key == "__func_attrs":
+            continue
+        out.append((key, None if value is _UNBOUND else value.SerializeToString(deterministic=True)))
+    return tuple(out)
 
 
 def unsafe_at_load_v2(meta_graph: Any) -> list[tuple[str, str, str]]:
@@ -268,7 +376,7 @@ def unsafe_at_load_v2(meta_graph: Any) -> list[tuple[str, str, str]]:
     carries (``SaveV2``, ``MergeV2Checkpoints``) are not run by loading and are not reported.
     """
     nodes = list(meta_graph.object_graph_def.nodes)
-    functions = {f.signature.name: f for f in meta_graph.graph_def.library.function}
+    library = _Library(meta_graph.graph_def.library)
     called: set[tuple[str, str]] = set()
     for node in nodes:
         for child in node.children:
@@ -279,7 +387,7 @@ def unsafe_at_load_v2(meta_graph: Any) -> list[tuple[str, str, str]]:
                 called.update((f"restore {key}", fn) for fn in _concrete_functions(nodes[saveable.restore_function]))
     found: list[tuple[str, str, str]] = []
     for role, fn_name in sorted(called):
-        found.extend(_scan_function(functions, fn_name, role, set(), trust_args=True))
+        found.extend(library.function(fn_name, {}, role, set(), trust_args=True))
     return sorted(set(found))
 
 

@@ -45,7 +45,7 @@ EXTENDED: dict[str, tuple[str, str]] = {
     "int4": ("u1", "int8"),
     "uint4": ("u1", "uint8"),
 }
-STORED_DTYPE = re.compile(r"[<>|=]([biufcS])([0-9]{1,6})")
+STORED_DTYPE = re.compile(r"[<>|=]([biufcS])([0-9]{1,9})")  # a string as wide as 999,999,999 bytes
 
 
 class Unstorable(Exception):
@@ -62,6 +62,21 @@ def to_storage(arr: np.ndarray) -> tuple[str, np.ndarray]:
     if arr.dtype.kind in "SUO":
         return STRING, _as_fixed_bytes(arr)
     raise Unstorable(f"dtype {name} cannot be stored in a capture")
+
+
+def storage_nbytes(arr: np.ndarray) -> int:
+    """The bytes ``arr`` takes once stored (:func:`to_storage`), known before it is converted.
+
+    A fetched string tensor is an array of Python objects: its ``nbytes`` counts pointers, and
+    TensorFlow's step statistics count only its header, while the capture stores it fixed-width,
+    every element as wide as the longest (a ``[2048]`` tensor with one 917 KB string is 1.8 GB).
+    So strings are sized by their contents' lengths, the larger of the fixed-width size and the
+    contents, and checked against --max-memory before anything is converted or written."""
+    if arr.dtype.kind != "O":
+        return int(arr.nbytes)  # a unicode array's 4 bytes a character bound its UTF-8
+    lengths = [len(v) if isinstance(v, (bytes, str)) else 0 for v in arr.ravel().tolist()]
+    widest = max(lengths, default=0)
+    return max(len(lengths) * max(1, widest), sum(lengths))
 
 
 def _as_fixed_bytes(arr: np.ndarray) -> np.ndarray:

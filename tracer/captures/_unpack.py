@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from ._format import damaged
-from ._packed import CODEC, MAX_LEVEL, PREDICTORS, decompress, forms, predict, xor
+from ._packed import CHUNK_BYTES, CODEC, MAX_LEVEL, PREDICTORS, decompress, forms, predict, xor
 
 __all__ = ["read_packed", "iter_packed", "chunk_rows", "validate_chunks", "validate_prediction"]
 
@@ -123,10 +123,18 @@ def validate_chunks(bad: Any, encoding: Any, shape: list[int], batch_major: Any,
     rows = shape[0] if batch_major is True and shape else 1
     if batch_major is not True and (len(chunks) != 1 or chunks[0][:2] != [0, 1]):
         raise bad("a tensor that is not batch-major must be one chunk [0, 1, ...]")
+    # the writer puts at most CHUNK_BYTES of rows in a chunk (one row when a row is larger): a chunk
+    # declaring more rows is not one tftrace wrote, and would inflate past that before any check
+    # (a decompression bomb: a few KB of zstd declaring a GiB, issue 24)
+    row_bytes = max(1, int(np.prod(shape[1:], dtype=object)) * itemsize) if batch_major is True and shape else 0
+    most = max(1, CHUNK_BYTES // row_bytes) if row_bytes else 1
     covered = 0
     for r0, r1, offset, nbytes, _ in sorted(chunks):
         if r0 != covered or offset + nbytes > size:
             raise bad(f"chunk of rows {r0}:{r1} overlaps another, leaves rows out or lies outside the file")
+        if r1 - r0 > most:
+            raise bad(f"chunk of rows {r0}:{r1} holds {(r1 - r0) * row_bytes:,} bytes of rows; tftrace writes at most "
+                      f"{most} row(s) of this tensor per chunk ({CHUNK_BYTES:,} bytes, or one row)")
         covered = r1
     if covered != rows:
         raise bad(f"its chunks cover {covered} of {rows} rows")

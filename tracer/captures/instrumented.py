@@ -22,7 +22,7 @@ from .inputs import Examples
 from ..opgraph import OpGraph, tensor_op, tensor_slot
 from ..optypes import MAYBE_UNCHANGED_OPS
 from ._events import emit
-from ._format import bitwise_equal
+from ._format import bitwise_equal, storage_nbytes
 from .fetch_plan import DEAD_BRANCH_REASON, BranchSchedule, FetchPlan, check_fetched, chunked
 from .runtime import Runtime, tf_error_text
 from .session_runs import feed_for, traced_run
@@ -70,7 +70,7 @@ def instrumented_runs(
                     schedule.record(switch, value)
                 if name in step.extra:
                     continue
-                check_fetched(plan, name, value.nbytes)  # before a byte of it is written
+                check_fetched(plan, name, storage_nbytes(value))  # before a byte of it is converted or written
                 written += value.nbytes
                 for key in output_keys.get(name, ()):
                     outputs[key] = value

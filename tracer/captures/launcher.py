@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import selectors
 import signal
 import subprocess
@@ -26,6 +27,7 @@ from ..errors import TftraceError
 from ..interpreter import interpreter, remember
 from ..jsonvalues import dumps
 from ..runspec import Side, child_env
+from ._events import EVENT_FD_ENV, valid
 from .child_errors import DEBUG_LINES, cause_in_stderr
 from .orphan import PARENT_PID_ENV
 
@@ -38,9 +40,25 @@ PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 STDERR_TAIL_LINES = 15
 PROGRESS_AFTER_S = 1.0  # no progress bar for captures quicker than this
 HEARTBEAT_S = 0.25  # how often a quiet child is checked on (deadline, progress bar)
-# --env families a replayed side may set: TensorFlow's and its math and GPU libraries' knobs.
-REPLAY_ENV_PREFIXES = ("TF_", "XLA_", "CUDA_", "CUDNN_", "NCCL_", "NVIDIA_", "OMP_", "KMP_", "MKL_", "ONEDNN_", "DNNL_",
-                       "OPENBLAS_")
+# What a side read back from a file (a capture's manifest, a report's job) may put in the replay
+# child's environment: the knobs tftrace itself sets or records, each with the values it takes.
+# Anything else there (TF_DUMP_GRAPH_PREFIX, XLA_FLAGS=--xla_dump_to, ONEDNN_JIT_DUMP write files;
+# CUDA_INJECTION64_PATH, NCCL's plugins, LD_PRELOAD load code) must come from the user's own shell.
+_FLAG = r"(--tf_xla_auto_jit=(-1|0|1|2|fusible|single-gpu\([0-2]\))|--tf_xla_cpu_global_jit(=(true|false))?)"
+REPLAYABLE_ENV: dict[str, str] = {
+    "TF_ENABLE_ONEDNN_OPTS": r"[01]",
+    "TF_CUDNN_USE_AUTOTUNE": r"[01]",
+    "TF_DETERMINISTIC_OPS": r"[01]|true|false",
+    "TF_CUDNN_DETERMINISTIC": r"[01]|true|false",
+    "NVIDIA_TF32_OVERRIDE": r"[01]",
+    "TF_CPP_MIN_LOG_LEVEL": r"[0-3]",
+    "TF_XLA_FLAGS": rf"({_FLAG}( {_FLAG})*)?",
+    "CUDA_VISIBLE_DEVICES": r"-1|[0-9]{1,3}(,[0-9]{1,3})*|",
+    "TF_GPU_ALLOCATOR": r"cuda_malloc_async|bfc",
+    "OMP_NUM_THREADS": r"[0-9]{1,4}",
+    "TF_NUM_INTRAOP_THREADS": r"[0-9]{1,4}",
+    "TF_NUM_INTEROP_THREADS": r"[0-9]{1,4}",
+}
 
 
 def run_child(
@@ -79,18 +97,26 @@ class PreparedChild:
         # No named file in the temp directory: the job goes through the child's stdin and its stderr
         # into a file without a name (unlinked at once), so a SIGKILLed tftrace leaves nothing behind.
         self._stderr = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace", prefix="tftrace-stderr-")
+        # The events come on a pipe of their own; the child's stdout (where the model may print)
+        # goes with its stderr, so nothing the model prints is taken for tftrace's words.
+        self._events, write_end = os.pipe()
+        env[EVENT_FD_ENV] = str(write_end)
         try:
             self.proc = subprocess.Popen(
                 [executable, "-m", "tracer.interpreter", "-"],  # checks its packages, then runs the worker
                 stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
+                stdout=self._stderr,
                 stderr=self._stderr,
                 env=env,
+                pass_fds=(write_end,),
                 start_new_session=True,  # so a timeout or Ctrl-C can stop the whole child group
             )
         except BaseException:
             self._stderr.close()
+            os.close(self._events)
             raise
+        finally:
+            os.close(write_end)  # the child holds it: EOF on the read end once the child is gone
         self.side = side
         if prepare:
             _send(self.proc, dumps({"prepare": side.to_json(), "allow_unsafe_ops": side.allow_unsafe_ops}) + "\n",
@@ -110,10 +136,9 @@ class PreparedChild:
         with self._stderr as stderr_file:
             try:
                 _send(proc, dumps({**job, "allow_unsafe_ops": self.side.allow_unsafe_ops}), close=True)
-                error = _follow(proc, self.side.timeout_s, label, console, on_event)
+                error = _follow(proc, self.side.timeout_s, label, console, on_event, events=self._events)
             finally:
-                assert proc.stdout is not None
-                proc.stdout.close()
+                self._close_events()
                 if proc.poll() is None:  # interrupted while following: never leave it running
                     _kill(proc)
             stderr_file.seek(0)
@@ -129,10 +154,15 @@ class PreparedChild:
         """Stop a child that will get no job (the other side failed); nothing of it is left."""
         if self.proc.poll() is None:
             _kill(self.proc)
-        for pipe in (self.proc.stdin, self.proc.stdout):
-            if pipe is not None and not pipe.closed:
-                pipe.close()
+        if self.proc.stdin is not None and not self.proc.stdin.closed:
+            self.proc.stdin.close()
+        self._close_events()
         self._stderr.close()
+
+    def _close_events(self) -> None:
+        if self._events >= 0:
+            os.close(self._events)
+            self._events = -1
 
 
 class ChildCrashed(TftraceError):
@@ -190,19 +220,26 @@ def _send(proc: subprocess.Popen, text: str, *, close: bool) -> None:
 def _refuse_code_loading_env(side: Side) -> None:
     """An isolation job replays a side read from a file (a capture's manifest, a report's job),
     which may come from anyone; its ``--env`` values would reach the child's environment, and
-    some variables make the child run code (``LD_PRELOAD``, ``PYTHONPATH`` with a
-    ``sitecustomize.py``...). Only TensorFlow's own knob families are replayed from a file;
-    anything else must already be set, to the same value, in the user's own environment.
+    many variables make the child write files or run code (``TF_DUMP_GRAPH_PREFIX``,
+    ``XLA_FLAGS=--xla_dump_to=...``, ``CUDA_INJECTION64_PATH``, ``LD_PRELOAD``...). A family of
+    prefixes cannot tell these apart, so only :data:`REPLAYABLE_ENV`'s knobs, each with a value it
+    takes, are replayed from a file; anything else must already be set, to the same value, in the
+    user's own environment.
     """
     foreign = sorted(key for key, value in side.knobs.env
-                     if not key.startswith(REPLAY_ENV_PREFIXES) and os.environ.get(key) != value)
+                     if not _replayable(key, value) and os.environ.get(key) != value)
     if foreign:
         raise TftraceError(
-            f"the side to replay asks for {', '.join(foreign)} in the child's environment, as recorded in a "
-            "capture or report file; tftrace replays only TF_*/CUDA_*/OMP_*-style variables from files, because "
-            "others can make the child run code",
+            f"the side to replay asks for {', '.join(foreign)} in the child's environment, as recorded in a capture or report "
+            f"file; tftrace replays from files only its own knobs ({', '.join(sorted(REPLAYABLE_ENV))}) with the "
+            "values they take, because other variables can make the child write files or run code",
             f"if you trust the file, set them in your own shell first (e.g. export {foreign[0]}=...) and re-run",
         )
+
+
+def _replayable(key: str, value: str) -> bool:
+    pattern = REPLAYABLE_ENV.get(key)
+    return pattern is not None and re.fullmatch(pattern, value) is not None
 
 
 def _follow(
@@ -211,8 +248,12 @@ def _follow(
     label: str,
     console: Console,
     on_event: Callable[[dict[str, Any]], None] | None,
+    events: int | None = None,
 ) -> dict[str, Any] | None:
     """Read the child's JSON lines until it exits; returns its reported error, if any.
+
+    ``events``: the read end of the child's event pipe (else its stdout). Every line is checked
+    (:func:`tracer.captures._events.valid`): one that is not a well-formed event is dropped.
 
     The progress bar (runs done, bytes written) appears only once the child has run for
     PROGRESS_AFTER_S, so quick captures do not flicker, and only on a terminal.
@@ -227,7 +268,7 @@ def _follow(
     )
     task = progress.add_task(label, total=None, mb=0.0)
     try:
-        for line in _lines(proc, deadline):
+        for line in _lines(proc, deadline, events):
             if not progress.live.is_started and time.monotonic() - started > PROGRESS_AFTER_S:
                 progress.start()
             if not line.strip():
@@ -236,8 +277,8 @@ def _follow(
                 event = json.loads(line)
             except json.JSONDecodeError:
                 continue  # stray prints from TF or user code in the child
-            if not isinstance(event, dict):
-                continue
+            if not valid(event):
+                continue  # not an event of tftrace's: a damaged or foreign line, dropped
             if on_event:
                 on_event(event)
             if event.get("event") in ("error", "crash"):
@@ -260,15 +301,16 @@ def _follow(
     return error
 
 
-def _lines(proc: subprocess.Popen, deadline: float | None) -> Iterator[str]:
+def _lines(proc: subprocess.Popen, deadline: float | None, events: int | None = None) -> Iterator[str]:
     """The child's stdout, line by line, until it exits; raises TimeoutError at the deadline.
 
     Reads the raw pipe (``os.read`` after ``select``), so no line can sit in a Python buffer
     while ``select`` says there is nothing to read. Yields ``""`` after every quiet
     HEARTBEAT_S, so the caller can bring up the progress bar while the child is busy.
     """
-    assert proc.stdout is not None
-    fd = proc.stdout.fileno()
+    if events is None:
+        assert proc.stdout is not None
+    fd = proc.stdout.fileno() if events is None else events
     selector = selectors.DefaultSelector()
     selector.register(fd, selectors.EVENT_READ)
     pending = b""
@@ -331,4 +373,5 @@ def capture(
     child.run(job, label=f"capture {os.path.basename(side.artifact.path.rstrip('/'))} [{side.label()}]",
               console=console, on_event=on_event)
     remember(out, side.python)  # its replays run the same interpreter
-    return Capture.open(out)
+    # written by this run's own child: its digests are its own
+    return Capture.open(out, received=False, max_memory=side.max_memory)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import xxhash
 
 from ..errors import TftraceError
 from ..jsonvalues import loads
@@ -31,6 +32,7 @@ from ._format import (
     widen,
 )
 from ._packed import digest
+from ._packing import VALUES_DIGEST, row_digest
 from ._stream import ChunkCache, TensorStream
 from ._unpack import iter_packed, read_packed
 from ._values import artifact_values
@@ -39,6 +41,7 @@ from ._checks import validate_manifest, validate_record
 __all__ = ["Capture", "MissingKey", "is_capture_dir"]
 
 MAX_MANIFEST_BYTES = 1 << 30  # a real manifest of a 10,000-op model is a few MB
+DEFAULT_READ_MEMORY = 2 << 30  # a side's default --max-memory
 DECODED_CACHE_BYTES = 16 << 20  # packed tensors decoded lately: the predicted tensors read next need them
 
 
@@ -74,8 +77,15 @@ class Capture:
     """
 
     def __init__(self, path: Path, manifest: dict[str, Any], files: dict[str, Path | None],
-                 plain_files: dict[str, Path] | None = None) -> None:
+                 plain_files: dict[str, Path] | None = None, received: bool = True,
+                 max_memory: int | None = None) -> None:
         self.path = path
+        # what one decode may inflate (--max-memory): checked against the declared sizes before a
+        # chunk is decompressed, so a few KB of zstd declaring a GiB is refused, not inflated
+        self.max_memory = DEFAULT_READ_MEMORY if max_memory is None else max_memory
+        # a capture this run did not write (a directory given on the command line may come from
+        # anyone): the digests its manifest claims are checked against its stored bytes before use
+        self.received = received
         self.manifest = manifest
         self._files = files
         self._plain_files = plain_files or {}
@@ -84,8 +94,11 @@ class Capture:
         self._chunk_cache: ChunkCache | None = None  # made on the first stream
 
     @classmethod
-    def open(cls, path: str | Path) -> Capture:
-        """Open and validate a capture directory; refuses incomplete or damaged ones."""
+    def open(cls, path: str | Path, received: bool = True, max_memory: int | None = None) -> Capture:
+        """Open and validate a capture directory; refuses incomplete or damaged ones.
+
+        ``received``: False only for a capture this very run's child wrote (see :attr:`received`);
+        ``max_memory``: the most one decode may inflate (--max-memory; default that of a side)."""
         root = Path(path)
         if not root.exists():
             raise TftraceError(f"no capture at {root}: the path does not exist", "check the path")
@@ -115,7 +128,7 @@ class Capture:
         files = validate_manifest(root, manifest)
         plain = {key: validate_record(root, root.resolve() / TENSORS, f"plain output {key}", rec)
                  for key, rec in manifest.get("plain_outputs", {}).items()}
-        return cls(root, manifest, files, plain)
+        return cls(root, manifest, files, plain, received, max_memory)
 
     @property
     def spec(self) -> dict[str, Any]:
@@ -172,6 +185,7 @@ class Capture:
         encoding = stored.get("encoding")
         if encoding is None or stored.get("values") == "artifact":
             return None
+        self._within_budget(owner, _largest_chunk(stored, encoding), "one chunk of it")
         if self._chunk_cache is None:
             self._chunk_cache = ChunkCache(self.manifest["tensors"])
         cache, dtype_name = self._chunk_cache, record["dtype"]
@@ -208,8 +222,61 @@ class Capture:
         """The digest format 2 takes of a packed tensor's values as it writes them (None for
         others): two tensors with equal ones are bitwise identical, so compare reads neither."""
         record = self.record(name)
-        found = self.manifest["tensors"][record.get("alias_of") or name].get("values_digest")
-        return found if isinstance(found, str) and found.startswith(("sha256:", "xxh3-128:")) else None
+        owner = record.get("alias_of") or name
+        found = self.manifest["tensors"][owner].get("values_digest")
+        if not (isinstance(found, str) and found.startswith(("sha256:", VALUES_DIGEST))):
+            return None
+        if self.received and not found.startswith(VALUES_DIGEST):
+            return None  # the first format-2 release's sha256 kind, from elsewhere: read, not trusted
+        return found
+
+    def bear_out(self, name: str) -> None:
+        """Check the digests a received capture claims for a tensor against what they name, before
+        an equal pair of them decides that two tensors are identical (nothing to check in a capture
+        this run wrote): a packed tensor's ``values_digest`` against its stored bytes, a digest kept
+        instead of the values against the values its artifact holds, where that is here (else the
+        recorded digest is all there is). Raises the "damaged capture" error when one is false."""
+        if not self.received:
+            return
+        owner = self.record(name).get("alias_of") or name
+        record = self.manifest["tensors"][owner]
+        claimed = self.values_digest(name)
+        if claimed is not None:
+            actual = self._rows_digest(owner)
+            if actual != claimed:
+                raise damaged(self.path, f"tensor {owner!r}: its values_digest {claimed[:30]}... is not the digest "
+                                         f"of its stored values ({actual[:30]}...)")
+        kept = record.get("digest")
+        if kept is not None:
+            try:
+                actual = digest(self._stored(owner))
+            except TftraceError:
+                return  # the artifact is not here: the recorded digest is the only evidence
+            if actual != kept:
+                raise damaged(self.path, f"tensor {owner!r}: its digest {str(kept)[:30]}... is not the digest of the "
+                                         f"values its artifact holds ({actual[:30]}...)")
+
+    def _rows_digest(self, owner: str) -> str:
+        """The values digest of a packed tensor, taken of its stored bytes as the writer takes it
+        (:meth:`tracer.captures._packing.PackedWrites.rows_digest`), one decoded chunk at a time."""
+        stored = self.manifest["tensors"][owner]
+        stored_dtype, shape = np.dtype(stored["stored_dtype"]), list(stored["shape"])
+        batch_major = bool(stored["batch_major"])
+        self._within_budget(owner, _largest_chunk(stored, stored["encoding"]), "one chunk of it")
+        h = xxhash.xxh3_128(f"{stored_dtype.str}{shape}".encode())
+        whole = xxhash.xxh3_128()
+        try:
+            for _, _, rows in iter_packed(self._files[owner], stored, stored["encoding"], stored_dtype, self._input_rows):
+                if batch_major:
+                    for row in rows:
+                        h.update(row_digest(row))
+                else:
+                    whole.update(np.ascontiguousarray(rows).reshape(-1).view(np.uint8).data)
+        except ValueError as exc:
+            raise damaged(self.path, f"tensor {owner!r}: {exc}") from exc
+        if not batch_major:
+            h.update(whole.digest())
+        return VALUES_DIGEST + h.hexdigest()
 
     def _stored(self, name: str) -> np.ndarray:
         """A tensor's stored values: mapped ``.npy``, decoded packed chunks, or read from the artifact."""
@@ -225,6 +292,7 @@ class Capture:
         if name in self._decoded:
             self._decoded.move_to_end(name)
             return self._decoded[name]
+        self._within_budget(name, int(record["size_bytes"]), "it")
         self._make_room(int(record["size_bytes"]), (encoding.get("predict") or {}).get("inputs", []))
         try:
             value = read_packed(self._files[name], record, encoding, stored_dtype, self._input_rows)
@@ -245,6 +313,17 @@ class Capture:
                 return
             if name not in keep:
                 del self._decoded[name]
+
+    def _within_budget(self, name: str, nbytes: int, what: str) -> None:
+        """Refuse a decode of ``nbytes`` (declared by the manifest and its chunk index) over
+        ``max_memory`` before anything is inflated."""
+        if nbytes > self.max_memory:
+            raise TftraceError(
+                f"tensor {name!r} of the capture at {self.path}: decoding {what} takes {nbytes:,} bytes, more than "
+                f"--max-memory {self.max_memory:,}",
+                "raise --max-memory if you trust the capture and have the memory (it was made with a larger one, "
+                "or it is not what tftrace writes)",
+            )
 
     def _input_rows(self, name: str, r0: int | None, r1: int | None) -> np.ndarray:
         """Rows ``[r0, r1)`` of a prediction's input (all of a non-batch-major one): from a tensor
@@ -287,3 +366,12 @@ class Capture:
 
     def __repr__(self) -> str:
         return f"Capture({str(self.path)!r}, {len(self.manifest['tensors'])} tensors)"
+
+
+def _largest_chunk(record: dict[str, Any], encoding: dict[str, Any]) -> int:
+    """The bytes the largest chunk of a packed tensor decodes to, from its validated index."""
+    shape = list(record["shape"])
+    if not record["batch_major"] or not shape:
+        return int(record["size_bytes"])
+    row = int(np.prod(shape[1:], dtype=object)) * np.dtype(record["stored_dtype"]).itemsize
+    return max((c[1] - c[0] for c in encoding["chunks"]), default=0) * row

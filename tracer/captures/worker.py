@@ -37,7 +37,7 @@ from ..errors import TftraceError
 from .inputs import Examples, batches, make_examples, run_batch_size
 from ..runspec import Side, job_side
 from ..safewrite import refuse_link_dir
-from ._events import emit
+from ._events import claim_channel, emit
 from .child_errors import describe_exception
 from .fetch_plan import FetchPlan, fetch_plan, refit_sizes, scaled_sizes, sizes_scale_with_rows
 from .fingerprint import environment_fingerprint
@@ -314,6 +314,7 @@ def _plain_outputs(
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     exit_with_parent()  # a SIGKILLed tftrace cannot stop its children itself
+    claim_channel()  # the events' own pipe, before any model code runs (its stdout is not the channel)
     prepared: Prepared | None = None
     if argv[0] == "-":  # the launcher's way: no job file is left behind if tftrace is SIGKILLed
         first = sys.stdin.buffer.readline()

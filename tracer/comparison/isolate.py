@@ -54,7 +54,7 @@ from ..opgraph import OpGraph, tensor_op, weight_of, weight_reads
 from .replay_plan import (loop_above, origin_feeds, reads_variable, replayed_alone_alike, rewritten_in_replay,
                           variable_writes)
 from ..runspec import Side, spec_without_permissions
-from ..safewrite import write_file
+from ..safewrite import refuse_links_within, write_file
 
 __all__ = ["IsolationResult", "isolate_origins", "run_job", "evaluate", "isolate_remote", "same_run_settings",
            "load_state_variables"]
@@ -313,6 +313,7 @@ def isolate_remote(model: str, report_dir: str, side_key: str | None = None, con
     """``tftrace isolate``: replay the pending side of a report on this machine, against MODEL
     (in ``python``, the interpreter of the TensorFlow that side was captured with; default this one)."""
     workdir = os.path.join(report_dir, "work")
+    refuse_links_within(Path(workdir))  # received: its job, index and feeds are read, its replays written there
     jobs = {k: Path(workdir, f"isolation_{k}.job.json") for k in ("a", "b")}
     if not any(p.exists() for p in jobs.values()):
         raise TftraceError(f"{report_dir} has no isolation jobs", "run tftrace compare with --isolate N > 0 first")

@@ -95,7 +95,9 @@ def value_source(cap: Capture, view: CaptureView):  # noqa: ANN202 - a ValueSour
 
 def pair_metrics(cap_a: Capture, cap_b: Capture, alignment: Alignment, tolerance: Tolerance) -> dict[str, TensorMetrics]:
     """Every comparable pair's metrics. Values kept only by digest (capture format 2: a variable
-    the checkpoint holds) with equal digests are bitwise identical: not read at all. Values that
+    the checkpoint holds) with equal digests are bitwise identical: not read at all, unless a
+    capture was received (not written by this run), whose digests are first checked against what
+    they name (:meth:`Capture.bear_out`). Values that
     cannot be read back make their pair not comparable, its note saying why and how to get them."""
     out: dict[str, TensorMetrics] = {}
     for cap in (cap_a, cap_b):  # what the stages before decoded: the pairs are read chunk by chunk
@@ -108,11 +110,10 @@ def pair_metrics(cap_a: Capture, cap_b: Capture, alignment: Alignment, tolerance
                 da, db = cap_a.digest(pair.a), cap_b.digest(pair.b)
                 if (da is None) != (db is None):  # one side stored its values: its digest settles identity too
                     da, db = da or cap_a.digest(pair.a, compute=True), db or cap_b.digest(pair.b, compute=True)
-                if da is not None and da == db:
-                    out[pair.a] = _identical_by_digest(cap_a.record(pair.a), rtol)
-                    continue
                 va = cap_a.values_digest(pair.a)
-                if va is not None and va == cap_b.values_digest(pair.b):  # packed and bitwise identical: no read
+                if (da is not None and da == db) or (va is not None and va == cap_b.values_digest(pair.b)):
+                    cap_a.bear_out(pair.a)  # a received capture's digests are claims, checked before they decide
+                    cap_b.bear_out(pair.b)
                     out[pair.a] = _identical_by_digest(cap_a.record(pair.a), rtol)
                     continue
                 # each pair is read once here: its mapped pages are given back as it is scanned, and

@@ -138,14 +138,15 @@ class Comparison:
 def open_or_capture(
     target: str | Side, out_dir: Path, name: str, *, console: Console | None, shared_inputs: InputSpec | None = None,
     allow_unsafe_ops: bool = False, prepared: PreparedChild | None = None,
-    on_event: Callable[[dict[str, Any]], None] | None = None,
+    on_event: Callable[[dict[str, Any]], None] | None = None, read_memory: int | None = None,
 ) -> Capture:
     """A capture directory is opened; an artifact (or a Side) is captured into ``out_dir/captures/name``
     (by ``prepared``, its child started ahead by :func:`prepare_ahead`, when given; ``on_event``
-    hears the capture child's events)."""
+    hears the capture child's events; ``read_memory``: --max-memory, the most one decode of a
+    given capture directory may inflate)."""
     if isinstance(target, str):
         if is_capture_dir(target):
-            return Capture.open(target)
+            return Capture.open(target, max_memory=read_memory)
         if os.path.isdir(os.path.join(target, "tensors")) and not os.path.exists(os.path.join(target, "saved_model.pb")):
             Capture.open(target)  # raises the "incomplete capture" error
         from ..artifacts.loader import ArtifactRef  # noqa: PLC0415
@@ -207,6 +208,7 @@ def comparing(
     keep_captures: bool = False,
     detections: dict[str, Any] | None = None,
     intermediates_decide: bool = False,
+    read_memory: int | None = None,
 ) -> Iterator[Comparison]:
     """Capture (or open) both sides, align, measure, find where they diverge, isolate; yield the
     :class:`Comparison` while ``out_dir`` is still this run's, so the caller writes the report
@@ -225,7 +227,7 @@ def comparing(
         yield _compare(a, b, out, tolerance=tolerance, isolate=isolate, console=console, command=command,
                        signature_map=signature_map, repeat=repeat, allow_unsafe_ops=allow_unsafe_ops,
                        keep_captures=keep_captures, detections=detections,
-                       intermediates_decide=intermediates_decide)
+                       intermediates_decide=intermediates_decide, read_memory=read_memory)
 
 
 def compare(a: str | Side, b: str | Side, out_dir: str | os.PathLike[str], **options: Any) -> Comparison:
@@ -249,6 +251,7 @@ def _compare(
     keep_captures: bool,
     detections: dict[str, Any] | None = None,
     intermediates_decide: bool = False,
+    read_memory: int | None = None,
 ) -> Comparison:
     """:func:`compare` inside its prepared, locked ``out`` directory.
 
@@ -273,12 +276,12 @@ def _compare(
     try:
         from_b = examples_of_a_given_capture(a, b, out, signature_map or {})
         cap_a = open_or_capture(a, out, "a", console=console, allow_unsafe_ops=allow_unsafe_ops, on_event=start_b,
-                                shared_inputs=from_b)
+                                shared_inputs=from_b, read_memory=read_memory)
         prepared_b = ahead.get("b")
         shared = inputs_from(cap_a, out, signature_map or {}) if not is_capture(b) else None
         try:
             cap_b = open_or_capture(b, out, "b", console=console, shared_inputs=shared,
-                                    allow_unsafe_ops=allow_unsafe_ops, prepared=prepared_b)
+                                    allow_unsafe_ops=allow_unsafe_ops, prepared=prepared_b, read_memory=read_memory)
         except TftraceError as exc:
             if shared is None or not any(t in exc.problem for t in ("the signature expects", "holds one array")):
                 raise

@@ -1,0 +1,385 @@
+"""Effects hidden in a model's function library (issue 24): each refused before anything runs.
+
+The scan of issue 15 followed functions by name and read each function's attributes as written,
+so an effect whose destination is an *attribute placeholder* (bound by the calling node when
+TensorFlow instantiates the function), a function handed to another inside a call's
+``NameAttrList``, and the library's gradient table all ran unchecked. The models here are TF1
+SavedModels whose ``saved_model.pb`` carries a hand-made function library, the way the red team
+built them, one attack each, aimed at a directory outside. :data:`BUILD` first proves every
+attack real: the same model aimed at a scratch directory is loaded and run by TensorFlow itself
+and its canary file must appear there. Then ``tftrace`` must refuse each one (exit 2, naming
+the node and the op), and nothing may appear outside.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import REPO, assert_user_error, run_cli
+
+BUILD = r'''
+import json, os, sys
+import tensorflow as tf
+from tensorflow.core.framework import attr_value_pb2, function_pb2, node_def_pb2, types_pb2
+from tensorflow.core.protobuf import saved_model_pb2
+
+out, outside, effects = sys.argv[1:4]
+tf1 = tf.compat.v1
+tf1.disable_eager_execution()
+F, S = types_pb2.DT_FLOAT, types_pb2.DT_STRING
+
+
+def clean(path):
+    with tf1.Graph().as_default():
+        x = tf1.placeholder(tf.float32, [None, 4], name="x")
+        y = tf.identity(tf.multiply(x, tf.constant(2.0, name="scale"), name="mul"), name="y")
+        with tf1.Session() as sess:
+            builder = tf1.saved_model.Builder(path)
+            sig = tf1.saved_model.signature_def_utils.predict_signature_def({"x": x}, {"y": y})
+            builder.add_meta_graph_and_variables(sess, ["serve"], signature_def_map={"serving_default": sig})
+            builder.save()
+
+
+def attr(**kw):
+    return attr_value_pb2.AttrValue(**kw)
+
+
+def node(name, op, inputs=(), **attrs):
+    return node_def_pb2.NodeDef(name=name, op=op, input=list(inputs), attr=attrs)
+
+
+def const_s(name, text):
+    return node(name, "Const", dtype=attr(type=S), value=attr(tensor=tf.make_tensor_proto(text)))
+
+
+def function(name, body, ret, attrs=(), inputs=(("v", F),), outputs=(("out", F),)):
+    fn = function_pb2.FunctionDef()
+    fn.signature.name = name
+    fn.signature.is_stateful = True
+    for arg, dtype in inputs:
+        fn.signature.input_arg.add(name=arg, type=dtype)
+    for arg, dtype in outputs:
+        fn.signature.output_arg.add(name=arg, type=dtype)
+    for attr_name, attr_type in attrs:
+        fn.signature.attr.add(name=attr_name, type=attr_type)
+    fn.node_def.extend(body)
+    fn.ret.update(ret)
+    return fn
+
+
+def printer(name="printer"):  # PrintV2 whose stream is the placeholder "stream"
+    return function(name, [
+        node("fmt", "StringFormat", ["v"], T=attr(list=attr_value_pb2.AttrValue.ListValue(type=[F])),
+             template=attr(s=b"{}"), placeholder=attr(s=b"{}"), summarize=attr(i=3)),
+        node("print", "PrintV2", ["fmt:output:0"], output_stream=attr(placeholder="stream"), end=attr(s=b"\n")),
+        node("pass", "Identity", ["v", "^print"], T=attr(type=F)),
+    ], {"out": "pass:output:0"}, attrs=[("stream", "string")])
+
+
+def tap():  # DebugIdentity whose debug_urls are the placeholder "urls"
+    return function("tap", [
+        node("dbg", "DebugIdentity", ["v"], T=attr(type=F), tensor_name=attr(s=b"x:0"),
+             debug_urls=attr(placeholder="urls")),
+    ], {"out": "dbg:output:0"}, attrs=[("urls", "list(string)")])
+
+
+def writer(name, path):  # WriteFile of a constant path, its input passed through
+    return function(name, [
+        const_s("path", path), const_s("text", "pwned"),
+        node("write", "WriteFile", ["path:output:0", "text:output:0"]),
+        node("pass", "Identity", ["v", "^write"], T=attr(type=F)),
+    ], {"out": "pass:output:0"})
+
+
+def calls(f_name, inputs=("x",), **f_attrs):
+    return dict(args=attr(), Tin=attr(list=attr_value_pb2.AttrValue.ListValue(type=[F])),
+                Tout=attr(list=attr_value_pb2.AttrValue.ListValue(type=[F])),
+                f=attr(func=attr_value_pb2.NameAttrList(name=f_name, attr=f_attrs)))
+
+
+def partitioned(name, f_name, inputs=("x",), **f_attrs):
+    a = calls(f_name, **f_attrs)
+    del a["args"]
+    return node(name, "PartitionedCall", inputs, **a)
+
+
+def graft(path, functions, nodes, gradients=(), main_op=None):
+    """Add functions and nodes to a clean model's graph; y is then the last node's output."""
+    pb = os.path.join(path, "saved_model.pb")
+    saved = saved_model_pb2.SavedModel()
+    saved.ParseFromString(open(pb, "rb").read())
+    meta = saved.meta_graphs[0]
+    meta.graph_def.library.function.extend(functions)
+    for fn_name, grad in gradients:
+        meta.graph_def.library.gradient.add(function_name=fn_name, gradient_func=grad)
+    meta.graph_def.node.extend(nodes)
+    if main_op is not None:
+        meta.collection_def["saved_model_main_op"].node_list.value.append(main_op)
+    else:
+        y = next(n for n in meta.graph_def.node if n.name == "y")
+        y.input[0] = nodes[-1].name
+    open(pb, "wb").write(saved.SerializeToString())
+
+
+def file_url(where, name):
+    return ("file://" + os.path.join(where, name)).encode()
+
+
+def attacks(where):
+    """name -> (functions, nodes, gradients, main op) aimed at directory ``where``."""
+    grad_in = dict(Tin=attr(list=attr_value_pb2.AttrValue.ListValue(type=[F, F])),
+                   Tout=attr(list=attr_value_pb2.AttrValue.ListValue(type=[F])))
+    evil_grad = function("evil_grad", [
+        const_s("path", os.path.join(where, "gradient.txt")), const_s("text", "pwned"),
+        node("write", "WriteFile", ["path:output:0", "text:output:0"]),
+        node("pass", "Identity", ["dy", "^write"], T=attr(type=F)),
+    ], {"out": "pass:output:0"}, inputs=(("v", F), ("dy", F)))
+    benign = function("benign", [node("twice", "Mul", ["v", "v"], T=attr(type=F))], {"out": "twice:z:0"})
+    outer = function("outer", [
+        partitioned("inner", None, ("v",)),
+    ], {"out": "inner:output:0"}, attrs=[("g", "func")])
+    outer.node_def[0].attr["f"].CopyFrom(attr(placeholder="g"))
+    return {
+        "print_placeholder": ([printer()], [partitioned("call", "printer", stream=attr(s=file_url(where, "printed.txt")))],
+                              (), None),
+        "debug_placeholder": ([tap()], [partitioned("call", "tap", urls=attr(
+            list=attr_value_pb2.AttrValue.ListValue(s=[file_url(where, "tfdbg")])))], (), None),
+        "nested_function": ([outer, writer("evil", os.path.join(where, "nested.txt"))],
+                            [partitioned("call", "outer", g=attr(func=attr_value_pb2.NameAttrList(name="evil")))], (), None),
+        "gradient_table": ([benign, evil_grad], [node("dy", "OnesLike", ["x"], T=attr(type=F)),
+                                                 node("grad", "SymbolicGradient", ["x", "dy"],
+                                                      f=attr(func=attr_value_pb2.NameAttrList(name="benign")), **grad_in)],
+                           [("benign", "evil_grad")], None),
+        "defun_binds_placeholder": ([printer("printer_defun")], [node("call", "printer_defun", ["x"],
+                                                                      stream=attr(s=file_url(where, "defun.txt")))], (), None),
+        "main_op_placeholder": ([printer()], [node("seed", "Const", dtype=attr(type=F),
+                                                   value=attr(tensor=tf.make_tensor_proto(1.0))),
+                                              partitioned("init_call", "printer", ("seed",),
+                                                          stream=attr(s=file_url(where, "main_op.txt")))],
+                                (), "init_call"),
+    }
+
+
+def run(path):
+    with tf1.Graph().as_default(), tf1.Session() as sess:
+        meta = tf1.saved_model.loader.load(sess, ["serve"], path)  # runs the main op
+        sig = meta.signature_def["serving_default"]
+        sess.run(sig.outputs["y"].name, {sig.inputs["x"].name: [[1.0, 2.0, 3.0, 4.0]]})
+
+
+clean(os.path.join(out, "clean"))  # x, scale -> mul -> y: the graph test_fuzz's synthetic captures record
+# a model printing tftrace's own events to stdout (PrintV2 to stdout is allowed): a bare progress, then an error
+clean(os.path.join(out, "prints_events"))
+SAID = ('{"event": "progress"}\n{"event": "error", "problem": "the model says it is unsafe", '
+        '"fix": "re-run with --allow-unsafe-ops"}')
+graft(os.path.join(out, "prints_events"), [], [
+    const_s("said", SAID), node("say", "PrintV2", ["said"], output_stream=attr(s=b"stdout"), end=attr(s=b"\n")),
+    node("passed", "Identity", ["mul", "^say"], T=attr(type=F))])
+
+
+def strings_model(path, build):
+    """x -> y = 2x, y also waiting on a string tensor built from a 1 KB constant."""
+    with tf1.Graph().as_default():
+        x = tf1.placeholder(tf.float32, [None, 4], name="x")
+        text = build()
+        y = tf.identity(x * 2.0 + 0.0 * tf.cast(tf.reduce_sum(tf.strings.length(text)), tf.float32), name="y")
+        with tf1.Session() as sess:
+            builder = tf1.saved_model.Builder(path)
+            sig = tf1.saved_model.signature_def_utils.predict_signature_def({"x": x}, {"y": y})
+            builder.add_meta_graph_and_variables(sess, ["serve"], signature_def_map={"serving_default": sig})
+            builder.save()
+
+
+def long_string(n):  # one string of n KB, joined at run time from a 1 KB constant
+    return tf.strings.reduce_join(tf.fill([n], tf.constant("k" * 1000)), name=f"long_{n}")
+
+
+strings_model(os.path.join(out, "wide_strings"), lambda: tf.concat(
+    [tf.reshape(long_string(917), [1]), tf.fill([2047], "")], 0, name="wide"))
+strings_model(os.path.join(out, "megabyte_string"), lambda: long_string(1200))
+
+made = {}
+for where, suffix in ((effects, "_live"), (outside, "")):
+    for name, (functions, nodes, gradients, main_op) in attacks(where).items():
+        path = os.path.join(out, name + suffix)
+        clean(path)
+        graft(path, functions, nodes, gradients, main_op)
+        if suffix:
+            before = set(os.listdir(effects))
+            run(path)
+            made[name] = sorted(set(os.listdir(effects)) - before)
+json.dump(made, open(os.path.join(out, "effects.json"), "w"))
+'''
+
+# attack -> (the canary TensorFlow writes when it runs it, the fragments the refusal names)
+ATTACKS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "print_placeholder": ("printed.txt", ("'call/printer/print' (PrintV2: prints to file://",)),
+    "debug_placeholder": ("tfdbg", ("'call/tap/dbg' (DebugIdentity: writes debug dumps to its debug_urls)",)),
+    "nested_function": ("nested.txt", ("'call/outer/inner/evil/write' (WriteFile: writes a file)",)),
+    "gradient_table": ("gradient.txt", ("'grad/evil_grad/write' (WriteFile: writes a file)",)),
+    "defun_binds_placeholder": ("defun.txt", ("'call/printer_defun/print' (PrintV2: prints to file://",)),
+    "main_op_placeholder": ("main_op.txt", ("'init_call/printer/print' (PrintV2: prints to file://",)),
+}
+
+
+@pytest.fixture(scope="module")
+def library_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    root = tmp_path_factory.mktemp("library")
+    for part in ("models", "outside", "effects"):
+        (root / part).mkdir()
+    subprocess.run([sys.executable, "-c", BUILD, str(root / "models"), str(root / "outside"), str(root / "effects")],
+                   cwd=REPO, check=True, capture_output=True, timeout=300, env={**os.environ, "CUDA_VISIBLE_DEVICES": "-1"})
+    return {"root": root, "effects": json.loads((root / "models" / "effects.json").read_text())}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(ATTACKS))
+def test_each_library_attack_is_real(name: str, library_models: dict[str, Any]) -> None:
+    """TensorFlow itself, loading and running the model aimed at a scratch directory, makes the canary."""
+    canary, _ = ATTACKS[name]
+    assert library_models["effects"][name] == [canary]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(ATTACKS))
+def test_library_attack_is_refused_before_it_runs(name: str, library_models: dict[str, Any]) -> None:
+    from tracer.artifacts.loader import ArtifactRef  # noqa: PLC0415
+    from tracer.captures.runtime import load_checked  # noqa: PLC0415 - imports TensorFlow (lazily)
+    from tracer.errors import TftraceError  # noqa: PLC0415
+    from tracer.runspec import Side  # noqa: PLC0415
+
+    location = library_models["root"] / "models" / name
+    with pytest.raises(TftraceError) as refused:
+        load_checked(Side(ArtifactRef(str(location))))
+    message = str(refused.value)
+    assert message.startswith(f"refusing to run {location}: "), message
+    for fragment in ATTACKS[name][1]:
+        assert fragment in message, (fragment, message)
+    assert os.listdir(library_models["root"] / "outside") == []
+
+
+@pytest.mark.slow
+def test_library_attacks_through_the_cli_write_nothing(library_models: dict[str, Any], tmp_path: Path) -> None:
+    models = library_models["root"] / "models"
+    for name in ("print_placeholder", "main_op_placeholder"):
+        proc = run_cli("capture", str(models / name), "--out", str(tmp_path / name), "--examples", "2")
+        assert_user_error(proc, f"refusing to run {models / name}: ", *ATTACKS[name][1], "pass --allow-unsafe-ops")
+        assert not (tmp_path / name).exists()
+    assert os.listdir(library_models["root"] / "outside") == []
+
+
+@pytest.mark.slow
+def test_keras_tf2_loop_and_slim_exports_still_pass_the_scan(keras_models: Path, slim_models: Path) -> None:
+    """No false refusals from the bound scan: Keras 3 exports (``model.export`` and
+    ``tf.saved_model.save``, recurrent layers whose loops are functional Whiles over function
+    bodies, random augmentation with its seed state) and tf-slim's TF1 SavedModel load checked.
+    The generated sample models and the real ones are test_safe_ops's negative control."""
+    from tracer.artifacts.loader import ArtifactRef  # noqa: PLC0415
+    from tracer.captures.runtime import load_checked  # noqa: PLC0415 - imports TensorFlow (lazily)
+    from tracer.runspec import Side  # noqa: PLC0415
+
+    paths = [keras_models / name for name in ("export", "tfsave", "lstm", "lstm_tfsave", "gru", "simple_rnn", "augment")]
+    kinds = [load_checked(Side(ArtifactRef(str(path)))).kind for path in [*paths, slim_models / "savedmodel"]]
+    assert kinds == ["saved_model_v2"] * len(paths) + ["saved_model_v1"]
+
+
+def _env_attack(tmp_path: Path) -> dict[str, str]:
+    dumps = tmp_path / "dumps"
+    return {"TF_DUMP_GRAPH_PREFIX": str(dumps), "ONEDNN_JIT_DUMP": "1", "XLA_FLAGS": f"--xla_dump_to={dumps}",
+            "TF_XLA_FLAGS": "--tf_xla_auto_jit=2 --tf_xla_clustering_debug",
+            "CUDA_INJECTION64_PATH": str(tmp_path / "inject.so"), "TF_ENABLE_ONEDNN_OPTS": "0"}
+
+
+ENV_REFUSED = ("the side to replay asks for CUDA_INJECTION64_PATH, ONEDNN_JIT_DUMP, TF_DUMP_GRAPH_PREFIX, TF_XLA_FLAGS, "
+               "XLA_FLAGS in the child's environment, as recorded in a capture or report file", "export CUDA_INJECTION64_PATH=")
+
+
+@pytest.mark.slow
+def test_isolation_takes_no_dump_or_injection_environment_from_a_capture(library_models: dict[str, Any],
+                                                                         tmp_path: Path) -> None:
+    """A received capture names a model on this machine and records dump and code-loading variables
+    among its side's ``--env``; compare's isolation replay (and ``tftrace isolate --from`` with the
+    report's job file) would start the child with them."""
+    from test_fuzz import synthetic  # noqa: PLC0415 - the TF-free capture pair of the reader tests
+    from tracer.comparison.isolate import isolate_remote  # noqa: PLC0415
+    from tracer.errors import TftraceError  # noqa: PLC0415
+
+    model = str(library_models["root"] / "models" / "clean")
+    b = synthetic(tmp_path / "b", 2.001, "/nonexistent/model_b")
+    a = synthetic(tmp_path / "a", 2.0, model, env=_env_attack(tmp_path))
+    proc = run_cli("compare", str(a), str(b), "--out", str(tmp_path / "refused"))
+    assert_user_error(proc, *ENV_REFUSED)
+    assert not (tmp_path / "dumps").exists() and not (tmp_path / "refused").exists()
+    # the same side, its model elsewhere: the job file the report keeps is refused by `tftrace isolate` here
+    away = synthetic(tmp_path / "away", 2.0, "/nonexistent/model_a", env=_env_attack(tmp_path))
+    proc = run_cli("compare", str(away), str(b), "--out", str(tmp_path / "report"))
+    assert proc.returncode == 1, proc.stderr
+    with pytest.raises(TftraceError) as refused:
+        isolate_remote(model, str(tmp_path / "report"), "a")
+    assert all(fragment in str(refused.value) for fragment in ENV_REFUSED), str(refused.value)
+    # a knob tftrace sets, with a value it does not take, is refused too
+    odd = synthetic(tmp_path / "odd", 2.0, model, env={"TF_ENABLE_ONEDNN_OPTS": "1 --xla_dump_to=/tmp"})
+    assert_user_error(run_cli("compare", str(odd), str(b), "--out", str(tmp_path / "odd_report")),
+                      "the side to replay asks for TF_ENABLE_ONEDNN_OPTS in the child's environment")
+    assert not (tmp_path / "dumps").exists()
+
+
+@pytest.mark.slow
+def test_isolation_still_replays_tftraces_own_knobs_from_a_capture(library_models: dict[str, Any],
+                                                                   tmp_path: Path) -> None:
+    """The negative control: the knobs tftrace records (oneDNN, autotune, XLA's auto-jit, log level)
+    replay as before."""
+    from test_fuzz import synthetic  # noqa: PLC0415
+
+    model = str(library_models["root"] / "models" / "clean")
+    env = {"TF_ENABLE_ONEDNN_OPTS": "0", "TF_CPP_MIN_LOG_LEVEL": "3", "TF_XLA_FLAGS": "--tf_xla_auto_jit=-1"}
+    a = synthetic(tmp_path / "a", 2.0, model, env=env)
+    b = synthetic(tmp_path / "b", 2.001, "/nonexistent/model_b")
+    proc = run_cli("compare", str(a), str(b), "--out", str(tmp_path / "report"))
+    assert proc.returncode == 1, proc.stderr
+    report = json.loads((tmp_path / "report" / "report.json").read_text())
+    assert report["first_divergence"]["node"] == "scale"
+
+
+@pytest.mark.slow
+def test_a_model_printing_tftraces_events_to_stdout_is_not_heard(library_models: dict[str, Any], tmp_path: Path) -> None:
+    """The child's events travel on a pipe of their own; what the model prints to stdout goes with
+    the child's stderr. Before, the model's ``error`` line was tftrace's error (exit 2, telling the
+    user to pass --allow-unsafe-ops) and a bare ``progress`` line crashed the parent (KeyError)."""
+    model = library_models["root"] / "models" / "prints_events"
+    proc = run_cli("capture", str(model), "--out", str(tmp_path / "cap"), "--examples", "2")
+    assert proc.returncode == 0, proc.stderr
+    assert "allow-unsafe-ops" not in proc.stderr and "Traceback" not in proc.stderr
+    manifest = json.loads((tmp_path / "cap" / "manifest.json").read_text())
+    assert manifest["examples"]["count"] == 2
+
+
+@pytest.mark.slow
+def test_a_wide_string_tensor_is_sized_by_its_contents_before_it_is_stored(library_models: dict[str, Any],
+                                                                           tmp_path: Path) -> None:
+    """A ``[2048]`` string tensor with one 917 KB element, stored fixed-width, is 1.8 GB: its
+    step statistics counted only the header, and 1.8 GB went to disk under --max-memory 50000000."""
+    model = library_models["root"] / "models" / "wide_strings"
+    proc = run_cli("capture", str(model), "--out", str(tmp_path / "cap"), "--examples", "2", "--max-memory", "50000000")
+    assert_user_error(proc, "tensor wide:0 is 1,878,016,000 bytes per run as fetched", "more than --max-memory 50,000,000")
+    assert not (tmp_path / "cap" / "manifest.json").exists()
+
+
+@pytest.mark.slow
+def test_a_string_of_a_megabyte_is_captured_and_read_back(library_models: dict[str, Any], tmp_path: Path) -> None:
+    """Any string of 1,000,000 bytes or more was written, then tftrace refused its own capture
+    (``stored dtype '|S4194304' does not hold string``)."""
+    from tracer.captures import Capture  # noqa: PLC0415
+
+    model = library_models["root"] / "models" / "megabyte_string"
+    proc = run_cli("capture", str(model), "--out", str(tmp_path / "cap"), "--examples", "2")
+    assert proc.returncode == 0, proc.stderr
+    value = Capture.open(tmp_path / "cap").tensor("ReduceJoin/long_1200:0")
+    assert value.dtype.kind == "S" and len(value.item()) == 1_200_000 and value.item()[:3] == b"kkk"
