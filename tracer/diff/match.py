@@ -41,7 +41,7 @@ from collections.abc import Callable
 from ..opgraph import OpGraph, tensor_op, tensor_slot
 from ..optypes import PASS_THROUGH, WEIGHT_SOURCES
 
-__all__ = ["match_graphs", "canonical_tensor", "canonical_inputs", "name_stem", "is_precision_cast", "uncast_tensor"]
+__all__ = ["SpreadStats", "match_graphs", "canonical_tensor", "canonical_inputs", "name_stem", "is_precision_cast", "uncast_tensor"]
 
 # The dtypes a precision cast converts between: a cast to or from an integer or bool changes the
 # values themselves, so matching never looks through it.
@@ -188,17 +188,69 @@ def _compatible(a: OpGraph, b: OpGraph, x: str, y: str) -> bool:
 def _spread(
     a: OpGraph, b: OpGraph, pairs: dict[str, tuple[str, str]], taken_b: set[str], pair: Callable[[str, str, str], bool]
 ) -> None:
-    """Spread pairs along edges until nothing changes: along plain edges first, then once across
+    """Spread pairs along edges until nothing changes: along plain edges first, then across
     precision casts, then along plain edges again from what that found (see the module's rules).
-    Graphs without a precision cast skip the crossing, which could find nothing there."""
+    Graphs without a precision cast skip the crossing, which could find nothing there.
+
+    Only pairs whose neighbourhood changed are looked at again (a worklist): a pair's producers
+    are paired or refused once and for all, and its readers can only pair once a rival reader
+    was paired elsewhere, so a pair is revisited when it is new or when one of its readers (on
+    either side, plainly or through a cast) was just paired. Sweeping every pair until a sweep
+    found nothing cost sweeps x pairs: 60 sweeps over 51,000 pairs on the Model Garden's
+    RetinaNet, three minutes. ``SpreadStats`` counts the visits, for the test that keeps it linear.
+    """
     plain = (_consumers(a), _consumers(b))
     casts = any(is_precision_cast(g, op) for g in (a, b) for op in g.topo_order())
     across = (_consumers(a, uncast=True), _consumers(b, uncast=True)) if casts else None
+    producers = (_producers(a, casts), _producers(b, casts))
+    dirty_plain: dict[str, None] = dict.fromkeys(pairs)
+    dirty_across: dict[str, None] = dict.fromkeys(pairs) if across is not None else {}
+    from_b = {y: x for x, (y, _) in pairs.items()}
+
+    def note(x: str, y: str, reason: str) -> bool:
+        if not pair(x, y, reason):
+            return False
+        from_b[y] = x
+        touched = [x, *producers[0].get(x, ())]
+        touched += [from_b[p] for p in producers[1].get(y, ()) if p in from_b]
+        for op in touched:
+            if op in pairs:
+                dirty_plain[op] = None
+                if across is not None:
+                    dirty_across[op] = None
+        return True
+
     while True:
-        while _spread_step(a, b, pairs, taken_b, pair, plain, uncast=False):
-            pass
-        if across is None or not _spread_step(a, b, pairs, taken_b, pair, across, uncast=True):
+        while dirty_plain:
+            batch = list(dirty_plain)
+            dirty_plain.clear()
+            _spread_step(a, b, pairs, taken_b, note, plain, batch, uncast=False)
+        if across is None or not dirty_across:
             return
+        batch = list(dirty_across)
+        dirty_across.clear()
+        _spread_step(a, b, pairs, taken_b, note, across, batch, uncast=True)
+
+
+class SpreadStats:
+    """How many pairs the spread looked at, summed over every match in this process: the test
+    of a several-thousand-op graph asserts it grows with the op count, not with its square."""
+
+    visits = 0
+
+
+def _producers(g: OpGraph, casts: bool) -> dict[str, set[str]]:
+    """op -> the ops it reads, plainly and (where ``casts``) through precision casts: the ops
+    whose readers change when ``op`` is paired."""
+    table: dict[str, set[str]] = {}
+    for dst in g.topo_order():
+        found = set()
+        for tensor in g.data_inputs(dst):
+            found.add(tensor_op(canonical_tensor(g, tensor)))
+            if casts:
+                found.add(tensor_op(uncast_tensor(g, tensor)))
+        table[dst] = found
+    return table
 
 
 def _spread_step(
@@ -208,15 +260,18 @@ def _spread_step(
     taken_b: set[str],
     pair: Callable[[str, str, str], bool],
     consumers: tuple[Consumers, Consumers],
+    batch: list[str],
     *,
     uncast: bool,
 ) -> bool:
-    """One pass over the matched ops, pairing their producers and readers; True if it paired any.
-    With ``uncast``, producers are paired only across a precision cast on one side (the plain pass
-    pairs the rest), and readers are looked up in tables that see through such casts."""
+    """One pass over the matched ops in ``batch``, pairing their producers and readers; True if
+    it paired any. With ``uncast``, producers are paired only across a precision cast on one side
+    (the plain pass pairs the rest), and readers are looked up in tables that see through such casts."""
     consumers_a, consumers_b = consumers
     changed = False
-    for x, (y, _) in list(pairs.items()):
+    SpreadStats.visits += len(batch)
+    for x in batch:
+        y = pairs[x][0]
         # backwards: producer of input i <-> producer of input i
         ins_x, ins_y = canonical_inputs(a, x), canonical_inputs(b, y)
         if len(ins_x) == len(ins_y) and (a.op_type(x) == b.op_type(y) or {a.op_type(x), b.op_type(y)} <= PASS_THROUGH):
@@ -227,8 +282,8 @@ def _spread_step(
                 if px in a and py in b and tensor_slot(tx) == tensor_slot(ty) and _compatible(a, b, px, py):
                     changed |= pair(px, py, "structure")
         # forwards: the unique unmatched reader of the same slot at the same input index
-        for (slot, index, op_type), readers_x in consumers_a[x].items():
-            readers_y = consumers_b[y].get((slot, index, op_type), [])
+        for (slot, index, op_type), readers_x in consumers_a.get(x, {}).items():
+            readers_y = consumers_b.get(y, {}).get((slot, index, op_type), [])
             free_x = [r for r in readers_x if r not in pairs]
             free_y = [r for r in readers_y if r not in taken_b]
             if len(free_x) == 1 and len(free_y) == 1:
