@@ -37,7 +37,9 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = GENERATED
     if not _fresh(root):
         root = tmp_path_factory.mktemp("models") / "generated"
-        subprocess.run([sys.executable, "-m", "sample_models.generate", "--out", str(root)], cwd=REPO, check=True)
+        # on the CPU: a model-building process on a GPU machine takes the GPU's memory from the tests beside it
+        subprocess.run([sys.executable, "-m", "sample_models.generate", "--out", str(root)], cwd=REPO, check=True,
+                       env={**os.environ, "CUDA_VISIBLE_DEVICES": "-1"})
     table = json.loads((root / "models.json").read_text())
     return {name: root / rel for name, rel in table.items()}
 
@@ -156,7 +158,8 @@ def keras_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
     augmentation layers, which write their seed state)."""
     out = tmp_path_factory.mktemp("keras") / "models"
     subprocess.run([sys.executable, str(REPO / "tests" / "fixtures" / "keras_export.py"), str(out)], cwd=REPO,
-                   check=True, capture_output=True, timeout=300, env={**os.environ, "TF_ENABLE_ONEDNN_OPTS": "0"})
+                   check=True, capture_output=True, timeout=300,
+                   env={**os.environ, "CUDA_VISIBLE_DEVICES": "-1", "TF_ENABLE_ONEDNN_OPTS": "0"})
     return out
 
 

@@ -334,3 +334,24 @@ def test_outputs_that_are_not_shaped_as_detections_are_not_compared_saying_why()
     assert entry["not_compared"] == "B's 's' has shape [2, 4], not [2, 3]"
     entry = compare_detections(spec, {**a, "count": None}, a, lambda key: (0.0, 0.0))
     assert entry["not_compared"] == "no value for A's 'n'"
+
+
+def test_detections_that_change_between_two_runs_of_one_side_as_much_as_between_sides_are_within_noise():
+    """The H200's sample detector (2026-12-01): B's own two runs changed a detection's class (noise 1.0
+    on detection_classes, 0.508 on detection_boxes) and A vs B came no closer than that; the detections
+    diverge as detections, but a side does that to itself, so the outputs are within the noise. Where
+    the arrays are beyond the noise (or no noise was measured) the detections decide."""
+    from tracer.comparison.pipeline import _detections_net_of_noise
+
+    group = {"keys": {"boxes": "detection_boxes", "scores": "detection_scores", "classes": "detection_classes",
+                      "count": "num_detections"}, "per_detection_max_abs": {"detection_multiclass_scores": 0.1}}
+    as_detections = {k: "diverged" for k in [*group["keys"].values(), "detection_multiclass_scores"]}
+    noisy = {"detection_boxes": "within_noise", "detection_scores": "within_noise",
+             "detection_classes": "within_noise", "num_detections": "identical"}
+    assert set(_detections_net_of_noise(as_detections, noisy, [group]).values()) == {"within_noise"}
+    beyond = {**noisy, "detection_scores": "diverged"}  # one output further apart than any side from itself
+    assert _detections_net_of_noise(as_detections, beyond, [group]) == as_detections
+    unmeasured = {k: "diverged" for k in noisy}  # no noise measured: the arrays say nothing of the runs
+    assert _detections_net_of_noise(as_detections, unmeasured, [group]) == as_detections
+    quiet = {k: "within_tolerance" for k in noisy}  # nothing moved by itself: the detections decide
+    assert _detections_net_of_noise(as_detections, quiet, [group]) == as_detections

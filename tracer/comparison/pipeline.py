@@ -121,7 +121,7 @@ class Comparison:
             closest = min(m.max_abs, over.cross_closest) if over else m.max_abs  # see tracer.comparison.noise
             found[key] = ("identical" if identical else "within_tolerance" if within and not nonfinite
                           else "within_noise" if closest <= noise and not nonfinite else "diverged")
-        found.update(detection_verdicts(self.detections))  # a detector's outputs: judged as detections
+        found.update(_detections_net_of_noise(detection_verdicts(self.detections), found, self.detections))
         return found
 
     def __bool__(self) -> bool:
@@ -133,6 +133,27 @@ class Comparison:
             tb = self.view_b.graph.outputs.get(key, "")
             out[key] = (ta, tb, self.metrics.get(ta))
         return out
+
+
+def _detections_net_of_noise(as_detections: dict[str, str], as_arrays: dict[str, str],
+                             groups: list[dict[str, Any]]) -> dict[str, str]:
+    """A detector's outputs are judged as detections (matched by class and IoU), except where the
+    sides' own runs move them: a group that diverges as detections while each of its outputs, taken
+    array by array over every pair of runs, is no further from the other side than a side is from
+    itself (``within_noise`` at worst, and some output moved by itself) is within the noise — its
+    detections change between two runs of one side as much as between A and B. Measured only where
+    the noise was (``as_arrays`` then holds ``within_noise``); otherwise the detections decide."""
+    judged = dict(as_detections)
+    for group in groups:
+        keys = [k for k in (group.get("keys") or {}).values() if k in as_detections]
+        if not keys or as_detections[keys[0]] != "diverged":
+            continue
+        arrays = [as_arrays.get(k) for k in keys]
+        if "within_noise" in arrays and all(v in ("identical", "within_tolerance", "within_noise") for v in arrays):
+            measured = [k for k, w in (group.get("per_detection_max_abs") or {}).items() if w is not None]
+            for key in [*keys, *measured]:
+                judged[key] = "within_noise"
+    return judged
 
 
 def open_or_capture(
