@@ -69,6 +69,10 @@ def test_checkpoint_vs_savedmodel_on_gpu_is_never_blamed_on_a_kernel_or_the_expo
     assert report["rewrites"] == []  # a faithful export: the same graph
     if report["verdict"] == "identical":
         return  # both processes happened to autotune the same algorithms: nothing to attribute
+    if not first:  # no op differs beyond what a side does by itself (the H200's second run, 2026-12-01)
+        assert report["verdict"] == "within_noise" and code == 0, report["verdict"]
+        assert report["headline"][0]["key"] == "noise", report["headline"]
+        return
     assert iso in ("nondeterministic", "not_reproduced"), first
     causes = report["answers"]["causes"]
     assert causes[:2] == ["autotune", "atomics"] and "export" not in causes
