@@ -366,10 +366,25 @@ def _node_data(op: Any, digests: FunctionDigests) -> dict[str, Any]:
         "device": node_def.device,
         "scope": op.name.rsplit("/", 1)[0] if "/" in op.name else "",
         "attrs": attrs,
+        "attr_defaults": _at_their_default(op, attrs),
         "inputs": [t.name for t in op.inputs],
         "control_inputs": [c.name for c in op.control_inputs],
         "outputs": outputs,
     }
+
+
+def _at_their_default(op: Any, attrs: dict[str, Any]) -> list[str]:
+    """The attributes of ``op`` that hold their op definition's default value. A newer TensorFlow
+    adds attributes to existing ops (2.21's ``grad_a``/``grad_b`` on MatMul) and writes them at their
+    default into every graph it loads; an older one has no such attribute. Such an attribute changes
+    nothing, so the graph diff does not call it ``attr_changed`` (as ``strip_default_attrs`` would
+    drop it at export)."""
+    try:
+        defs = op.op_def.attr
+    except Exception:  # noqa: BLE001 - a function-call op whose definition is a library function
+        return []
+    return sorted(a.name for a in defs
+                  if a.name in attrs and a.HasField("default_value") and op.node_def.attr[a.name] == a.default_value)
 
 
 def _add_edges(g: nx.DiGraph) -> None:

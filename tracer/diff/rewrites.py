@@ -363,10 +363,14 @@ def _filter_input(graph: Any, conv: str) -> str:
 
 
 def _attr_changes(na: dict[str, Any], nb: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The attributes whose values differ; one that only one side has, at its op's default value
+    there (an attribute a newer TensorFlow added to the op), is no change (opgraph's ``attr_defaults``)."""
     keys = (set(na["attrs"]) | set(nb["attrs"])) - IGNORED_ATTRS
+    only_default = ({k for k in na.get("attr_defaults") or () if k not in nb["attrs"]}
+                    | {k for k in nb.get("attr_defaults") or () if k not in na["attrs"]})
     return {
         k: {"a": na["attrs"].get(k), "b": nb["attrs"].get(k)}
-        for k in sorted(keys)
+        for k in sorted(keys - only_default)
         if not _same_attr(na["attrs"].get(k), nb["attrs"].get(k))
     }
 
