@@ -131,7 +131,7 @@ def test_cpu_vs_gpu_names_tf32(models: dict[str, Path], tmp_path: Path) -> None:
 
 
 KERAS_CONV = "StatefulPartitionedCall/detector_1/stem_conv_1/convolution"  # tests/fixtures/keras_export.py
-# The documented GPU kit (../shared/gpu/README.md) may install TensorFlow without Keras: then the
+# The documented GPU kit (the lent machine's recipe, GPU_RESULTS.md) may install TensorFlow without Keras: then the
 # Keras fixture cannot be built, and the two tests say why instead of erroring.
 needs_keras = pytest.mark.skipif(importlib.util.find_spec("keras") is None,
                                  reason="Keras is not installed here (tests/fixtures/keras_export.py builds with it)")
