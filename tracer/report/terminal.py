@@ -42,16 +42,34 @@ def print_graph_diff(console: Console, diff: GraphDiff, label_a: str, label_b: s
     table.add_column("B")
     table.add_column("detail", overflow="fold")
     ranked = sorted(diff.rewrites, key=lambda r: display_rank(r.kind))
+    # one row repeats nothing: its names stay whole
+    scope = _common_scope([n for r in ranked[:60] for n in (*r.a_nodes, *r.b_nodes)]) if len(ranked) > 1 else ""
+    if scope:
+        console.print(f"(op names below are under {_shown(scope)})", highlight=False)
+
+    def names(nodes: list[str]) -> str:
+        return _shown("\n".join(n.removeprefix(scope) for n in nodes[:4]) + (" …" if len(nodes) > 4 else ""))
+
     for rewrite in ranked[:60]:
-        table.add_row(
-            rewrite.kind,
-            _shown("\n".join(rewrite.a_nodes[:4]) + (" …" if len(rewrite.a_nodes) > 4 else "")),
-            _shown("\n".join(rewrite.b_nodes[:4]) + (" …" if len(rewrite.b_nodes) > 4 else "")),
-            _shown(_detail(rewrite.detail)),
-        )
+        table.add_row(rewrite.kind, names(rewrite.a_nodes), names(rewrite.b_nodes),
+                      _shown(_detail(rewrite.detail).replace(scope, "") if scope else _detail(rewrite.detail)))
     console.print(table)
     if len(ranked) > 60:
         console.print(f"… and {len(ranked) - 60} more (use --json for all)")
+
+
+def _common_scope(names: list[str]) -> str:
+    """The scope every name shares (``StatefulPartitionedCall/`` of an inlined TF2 signature),
+    with its slash: printed once above the table, so its columns show what differs, not 30 rows
+    of the same truncated prefix."""
+    if not names:
+        return ""
+    parts = [n.split("/")[:-1] for n in names]
+    common = parts[0]
+    for p in parts[1:]:
+        while common and p[: len(common)] != common:
+            common = common[:-1]
+    return "/".join(common) + "/" if common else ""
 
 
 def _shown(text: str) -> str:
