@@ -239,6 +239,8 @@ def test_node_data_shapes_dtypes_scopes_and_edges(tf: Any, models: dict[str, Pat
         "scope": "block1/conv",
         "attrs": {"T": "float32", "data_format": "NHWC", "dilations": [1, 1, 1, 1], "explicit_paddings": [],
                   "padding": "SAME", "strides": [1, 2, 2, 1], "use_cudnn_on_gpu": True},
+        # at Conv2D's OpDef defaults (padding, strides, T have none): another release lacking one is no change
+        "attr_defaults": ["data_format", "dilations", "explicit_paddings", "use_cudnn_on_gpu"],
         "inputs": ["images:0", "block1/conv/weights/read:0"],
         "control_inputs": [],
         "outputs": [{"dtype": "float32", "shape": [None, 32, 32, 16], "capturable": True, "reason": ""}],
