@@ -351,11 +351,17 @@ def _compare(
         if all(u["side"] != key for u in noise.not_measured):
             noise.not_measured.append({"side": key, "why": f"{moved[key]}, and {why}"})
         del moved[key]
+    loaded = load_state_variables(isolation, view_a.graph)
     if moved:  # a side's replay differed from its own capture: measure that side's noise, then judge again
         noise = measure_noise(targets, captures, alignment, out, {key: 2 for key in moved}, console,
                               signature_map or {}, tolerance, moved, earlier=noise)
+        first_isolation = isolation
         divergence, isolation = classify_and_isolate()
-    _drop_load_state(diff, alignment, load_state_variables(isolation, view_a.graph))
+        # a variable set anew at each load is within the noise once the noise is known, and so no origin
+        # to replay again: its first replay's finding (load_state) stays, and with it no const_changed
+        isolation = {**{n: r for n, r in first_isolation.items() if r.load_state}, **isolation}
+        loaded |= load_state_variables(isolation, view_a.graph)
+    _drop_load_state(diff, alignment, loaded)
     # An origin where the difference is born (its own kernel, its weights) outranks one that only inherited.
     own = {name for name, iso in isolation.items() if iso.verdict in BORN_HERE}
     divergence.origins.sort(key=lambda r: r.name not in own)
