@@ -462,10 +462,14 @@ def test_diagnosis_contract_and_report_on_top(full):
     report = json.loads((out / "report.json").read_text())
     assert report["answers"] == doc["answers"]
     assert report["diagnosis"]["experiments"] == doc["experiments"]
-    assert report["verdict"] == "diverged" and doc["report_experiment"] in _by_name(doc)
+    # the report on top is the first experiment that differs; its verdict is its outputs' (they may
+    # agree within tolerance while ops inside differ)
+    assert doc["report_experiment"] in _by_name(doc)
+    assert report["verdict"] in ("diverged", "within_tolerance", "within_noise") and report["verdict_ops"] != "identical"
     markdown = (out / "report.md").read_text()
     assert markdown.startswith(f"## tftrace diagnose: {len(doc['experiments'])} experiments")
-    assert markdown.index("### Why it happens") < markdown.index("### Experiments") < markdown.index("## tftrace: DIVERGED")
+    title = "## tftrace: " + report["verdict"].replace("_", " ").upper()
+    assert markdown.index("### Why it happens") < markdown.index("### Experiments") < markdown.index(title)
     assert "batch\\_1\\_vs\\_4" in markdown
     html = (out / "report.html").read_text()
     assert html.index('id="diagnosis"') < html.index('id="summary"')

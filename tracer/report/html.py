@@ -285,7 +285,7 @@ def _headline(report: dict[str, Any], op_count: int) -> str:
         head = f"Verdict: {verdict}."
     else:
         head = "This report holds no verdict (an incomplete report.json?)."
-    if isinstance(where, dict) and where.get("node") and verdict == "diverged":
+    if isinstance(where, dict) and where.get("node") and verdict in ("diverged", "within_tolerance", "within_noise"):
         loop = loop_result(str(where.get("op") or ""))  # replayed whole: the loop's own error, not one kernel's
         verdicts = {"own_error": f"where the while loop {loop} differs given identical inputs" if loop
                     else "its own error",
