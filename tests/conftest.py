@@ -61,6 +61,15 @@ def build_model(script: str, *args: object) -> None:
                    timeout=300, env={**os.environ, "CUDA_VISIBLE_DEVICES": "-1"})
 
 
+def build_fixture(script: str, out: Path) -> Path:
+    """Run ``tests/fixtures/SCRIPT OUT`` in a child process, on the CPU with oneDNN off (the numbers
+    the fixtures record depend on it); returns ``out``."""
+    subprocess.run([sys.executable, str(REPO / "tests" / "fixtures" / script), str(out)], cwd=REPO, check=True,
+                   capture_output=True, timeout=300,
+                   env={**os.environ, "CUDA_VISIBLE_DEVICES": "-1", "TF_ENABLE_ONEDNN_OPTS": "0"})
+    return out
+
+
 def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
     """Run ``tftrace`` as a user would, in a fresh process; returns the CompletedProcess."""
     full_env = {**os.environ, **(env or {}), "COLUMNS": "200"}
@@ -116,10 +125,7 @@ def ema_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
     variables) and ``resource/`` (resource variables), each ``ckpt/`` + ``savedmodel/``; ``steps/``
     (no averages, the export two training steps later); ``facts.json``."""
     out = tmp_path_factory.mktemp("ema") / "models"
-    subprocess.run([sys.executable, str(REPO / "tests" / "fixtures" / "ema_export.py"), str(out)], cwd=REPO,
-                   check=True, capture_output=True, timeout=300,
-                   env={**os.environ, "CUDA_VISIBLE_DEVICES": "-1", "TF_ENABLE_ONEDNN_OPTS": "0"})
-    return out
+    return build_fixture("ema_export.py", out)
 
 
 @pytest.fixture(scope="session")
@@ -127,10 +133,7 @@ def dropout_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A small TF1 classifier whose exported graph kept an unseeded dropout (tests/fixtures/dropout_tf1.py):
     ``ckpt/`` (Saver, no signature) and ``savedmodel/`` (its faithful export). Every run draws a new mask."""
     out = tmp_path_factory.mktemp("dropout") / "models"
-    subprocess.run([sys.executable, str(REPO / "tests" / "fixtures" / "dropout_tf1.py"), str(out)], cwd=REPO,
-                   check=True, capture_output=True, timeout=300,
-                   env={**os.environ, "CUDA_VISIBLE_DEVICES": "-1", "TF_ENABLE_ONEDNN_OPTS": "0"})
-    return out
+    return build_fixture("dropout_tf1.py", out)
 
 
 @pytest.fixture(scope="session")
@@ -140,10 +143,7 @@ def mobilenet_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
     faithful SavedModelBuilder export), ``folded/`` (optimize_for_inference: batch norms folded),
     ``images_b8.npz`` / ``images_b1.npz`` (key ``images``), ``facts.json``. Built on CPU with oneDNN off."""
     out = tmp_path_factory.mktemp("mobilenet") / "models"
-    subprocess.run([sys.executable, str(REPO / "tests" / "fixtures" / "mobilenet_tf1.py"), str(out)], cwd=REPO,
-                   check=True, capture_output=True, timeout=300,
-                   env={**os.environ, "CUDA_VISIBLE_DEVICES": "-1", "TF_ENABLE_ONEDNN_OPTS": "0"})
-    return out
+    return build_fixture("mobilenet_tf1.py", out)
 
 
 @pytest.fixture(scope="session")
