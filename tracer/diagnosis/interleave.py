@@ -18,7 +18,6 @@ import io
 import json
 import os
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -26,9 +25,11 @@ from typing import Any
 
 import numpy as np
 
+from ..captures._events import EVENT_FD_ENV
 from ..captures.launcher import PACKAGE_ROOT
 from ..captures.orphan import PARENT_PID_ENV
 from ..captures.reader import Capture
+from ..interpreter import interpreter
 from ..runspec import Side, child_env
 from ..safewrite import write_file
 
@@ -64,9 +65,22 @@ class _Child:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (PACKAGE_ROOT, env.get("PYTHONPATH", "")) if p)
         env[PARENT_PID_ENV] = str(os.getpid())
         self.stderr = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace", prefix="tftrace-timing-")
-        self.proc = subprocess.Popen([sys.executable, "-m", "tracer.diagnosis.timing_worker"], env=env,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, text=True,
-                                     start_new_session=True)
+        # as for a capture child (tracer.captures.launcher): the side's own interpreter (--python), and the
+        # events on a pipe of their own, the model's stdout going with its stderr, so that nothing the
+        # model prints is taken for a timing
+        read_end, write_end = os.pipe()
+        env[EVENT_FD_ENV] = str(write_end)
+        try:
+            self.proc = subprocess.Popen([interpreter(side.python), "-m", "tracer.diagnosis.timing_worker"], env=env,
+                                         stdin=subprocess.PIPE, stdout=self.stderr, stderr=self.stderr, text=True,
+                                         pass_fds=(write_end,), start_new_session=True)
+        except BaseException:
+            self.stderr.close()
+            os.close(read_end)
+            raise
+        finally:
+            os.close(write_end)  # the child holds it: EOF on the read end once the child is gone
+        self.events = os.fdopen(read_end, "r", encoding="utf-8", errors="replace")
         job = {"side": side.to_json(), "allow_unsafe_ops": side.allow_unsafe_ops, "inputs": str(inputs), "warmup": WARMUP}
         self._send(json.dumps(job))
         self.ready = False
@@ -80,8 +94,7 @@ class _Child:
             raise TimingFailed(self._fate(f"the timing child stopped ({exc})")) from exc
 
     def _event(self) -> dict[str, Any]:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
+        for line in self.events:
             try:
                 message = json.loads(line)
             except json.JSONDecodeError:
@@ -120,7 +133,7 @@ class _Child:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
-        for stream in (self.proc.stdin, self.proc.stdout):
+        for stream in (self.proc.stdin, self.events):
             if stream is not None:
                 stream.close()
         self.stderr.close()

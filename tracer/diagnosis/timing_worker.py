@@ -4,7 +4,8 @@ one timed ``session.run`` each time the parent asks.
 Started as ``python -m tracer.diagnosis.timing_worker`` with the side's environment (its knobs
 set as for its capture). Its first stdin line is the job ``{"side", "allow_unsafe_ops",
 "inputs", "warmup"}``: the side, the ``.npz`` of the signature inputs its capture fed to its
-first batch, the warm-up runs. It answers ``{"event": "ready"}``, then for every ``run`` line
+first batch, the warm-up runs. On its event pipe (:mod:`tracer.captures._events`, never its
+stdout, where the model may print) it answers ``{"event": "ready"}``, then for every ``run`` line
 one ``{"event": "time", "ms": …}`` (only ``session.run`` is inside the clock), and stops at
 ``quit`` or at the end of its stdin. Between two runs it waits on its stdin, using no core, so
 the other side's run is never slowed down by this one. Errors are one ``error`` event (the
@@ -20,7 +21,7 @@ import time
 
 import numpy as np
 
-from ..captures._events import emit
+from ..captures._events import claim_channel, emit
 from ..captures.orphan import exit_with_parent
 from ..captures.runtime import open_runtime, tf, tf_error_text
 from ..errors import TftraceError
@@ -52,6 +53,7 @@ def _serve(job: dict) -> None:
 
 def main() -> int:
     exit_with_parent()  # a SIGKILLed tftrace cannot stop its children itself
+    claim_channel()  # the parent's event pipe, before the model loads (tracer.captures._events)
     job = json.loads(sys.stdin.readline())
     try:
         _serve(job)
