@@ -267,3 +267,18 @@ def test_an_orphaned_child_stops_its_group_when_its_parent_is_sigkilled(tmp_path
         time.sleep(0.05)
     assert not _running(child_pid), "the orphaned child ran on"
     assert not _running(grandchild), "the orphaned child's group ran on"
+
+
+def test_a_child_dead_at_start_takes_its_job_and_its_cancel_without_a_broken_pipe():
+    """compare's side B, started ahead, can die at import (a bad TF_XLA_FLAGS) before its job is
+    sent: the job stayed in stdin's buffer, and closing stdin in cancel() flushed it into the broken
+    pipe, so the user got "internal error: BrokenPipeError" instead of the child's own error (seen
+    once in CI, test_child_errors). The writes and the close now take a dead child quietly."""
+    from tracer.captures.launcher import _close_stdin, _send
+
+    proc = subprocess.Popen([sys.executable, "-c", "pass"], stdin=subprocess.PIPE)
+    proc.wait()
+    _send(proc, "x" * 200_000, close=False)  # the prepare message: more than the pipe holds
+    _send(proc, "{}", close=True)  # the job
+    _close_stdin(proc)  # cancel()
+    assert proc.stdin is not None and proc.stdin.closed

@@ -154,8 +154,7 @@ class PreparedChild:
         """Stop a child that will get no job (the other side failed); nothing of it is left."""
         if self.proc.poll() is None:
             _kill(self.proc)
-        if self.proc.stdin is not None and not self.proc.stdin.closed:
-            self.proc.stdin.close()
+        _close_stdin(self.proc)
         self._close_events()
         self._stderr.close()
 
@@ -208,13 +207,27 @@ def _send(proc: subprocess.Popen, text: str, *, close: bool) -> None:
     """Write to the child's stdin (it reads the job whole before anything else), closing it
     after the job."""
     assert proc.stdin is not None
+    if proc.stdin.closed:
+        return  # closed when an earlier write found the child gone
     try:
         proc.stdin.write(text.encode("utf-8"))
         proc.stdin.flush()
-        if close:
-            proc.stdin.close()
     except BrokenPipeError:
-        pass  # the child died at start: its exit status and stderr tell why
+        _close_stdin(proc)  # the child died at start: its exit status and stderr tell why
+        return
+    if close:
+        _close_stdin(proc)
+
+
+def _close_stdin(proc: subprocess.Popen) -> None:
+    """Close the child's stdin. A child that died at start (a bad TF_XLA_FLAGS) leaves what was
+    written to it in the buffer, which closing flushes into the broken pipe: that is no error of
+    ours, and its exit status and stderr say what happened (the buffered pipe is closed anyway)."""
+    if proc.stdin is not None and not proc.stdin.closed:
+        try:
+            proc.stdin.close()
+        except BrokenPipeError:
+            pass
 
 
 def _refuse_code_loading_env(side: Side) -> None:
