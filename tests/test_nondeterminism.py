@@ -277,6 +277,8 @@ def test_a_variable_initialised_at_every_load_is_load_state_not_a_kernel_or_a_re
         assert report["noise"][side]["repeats_itself"] is False
         assert "conv2d/Conv2D/ReadVariableOp" in report["noise"][side]["why"]
     # its first replay's finding is kept: the value changes from one load to the next, in no kernel
-    iso = report["nodes"]["conv2d/Conv2D/ReadVariableOp"]["isolation"]
-    assert iso["verdict"] == "nondeterministic" and iso["load_state"] is True
+    read = report["nodes"]["conv2d/Conv2D/ReadVariableOp"]
+    assert read["isolation"]["verdict"] == "nondeterministic" and read["isolation"]["load_state"] is True
+    # and that finding, not which of four random draws landed closest (1 in 15 by chance), makes it noise
+    assert read["reason"] == "its value is drawn anew at every load of the model"
     assert report["rewrites"] == []  # the same weights loaded twice: no const_changed

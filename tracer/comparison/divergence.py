@@ -129,17 +129,24 @@ def classify(
     tolerance: Tolerance,
     noise: dict[str, float] | None = None,
     closest: dict[str, float] | None = None,
+    drawn_at_load: frozenset[str] | set[str] = frozenset(),
 ) -> Divergence:
     """``metrics``: A tensor -> metrics for every comparable pair; ``noise``: A tensor -> max abs
     run-to-run difference measured on either side (absent = no repeats were run); ``closest``: A
     tensor -> the smallest max |A - B| over every pair of repeated runs, where measured (a
     difference within the noise in some pair of runs is within the noise: see
-    :mod:`tracer.comparison.noise`)."""
+    :mod:`tracer.comparison.noise`).
+
+    ``drawn_at_load``: A ops whose value an isolation replay found drawn anew at every load of
+    the model (a variable initialised from a random op, and its reads). They are within the noise
+    by that measurement, whatever their magnitudes: A and B there are draws of one distribution,
+    as two loads of one side are, and which pair of draws lands closest is chance (with two runs
+    a side, the within-side pairs are the two farthest one time in fifteen)."""
     noise = noise or {}
     results: dict[str, NodeResult] = {}
     for op in graph.topo_order():
         node = alignment.nodes.get(op)
-        results[op] = _judge_outputs(op, node, metrics, tolerance, noise, closest or {})
+        results[op] = _judge_outputs(op, node, metrics, tolerance, noise, closest or {}, op in drawn_at_load)
     for op in graph.topo_order():
         result = results[op]
         if result.status not in ("identical", "within_tolerance", "beyond"):
@@ -166,7 +173,7 @@ def classify(
 
 def _judge_outputs(
     op: str, node: Any, metrics: dict[str, TensorMetrics], tolerance: Tolerance, noise: dict[str, float],
-    closest: dict[str, float],
+    closest: dict[str, float], drawn_at_load: bool = False,
 ) -> NodeResult:
     if node is None or node.role == ROLE_UNMATCHED:
         return NodeResult(op, "unmatched", reason=node.note if node else "no counterpart in B")
@@ -185,7 +192,8 @@ def _judge_outputs(
         atol, rtol = tolerance.for_tensor(pair.a)
         own_noise = noise.get(pair.a, 0.0)
         near = min(m.max_abs, closest.get(pair.a, m.max_abs))
-        noisy = not m.identical and own_noise > 0 and near <= own_noise and not (m.nan_mismatch or m.inf_mismatch)
+        noisy = (not m.identical and (drawn_at_load or (own_noise > 0 and near <= own_noise))
+                 and not (m.nan_mismatch or m.inf_mismatch))
         retyped = _same_values_retyped(m)
         if m.identical or retyped:
             status = "identical"
@@ -193,7 +201,8 @@ def _judge_outputs(
             status = "within_tolerance"
         else:
             status = "beyond"
-        reason = ("within the run-to-run noise of the sides" if noisy
+        reason = ("its value is drawn anew at every load of the model" if noisy and drawn_at_load
+                  else "within the run-to-run noise of the sides" if noisy
                   else f"the same values, as {m.dtype_a} in A and {m.dtype_b} in B" if retyped else "")
         candidate = NodeResult(op, status, pair.a, m, within_noise=noisy, reason=reason)
         if worst is None or _severity(candidate) > _severity(worst):

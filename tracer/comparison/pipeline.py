@@ -334,9 +334,10 @@ def _compare(
              if runs else Noise())
     noise.not_measured = unmeasured
 
-    def classify_and_isolate() -> tuple[Divergence, dict[str, IsolationResult]]:
+    def classify_and_isolate(drawn_at_load: frozenset[str] | set[str] = frozenset()
+                             ) -> tuple[Divergence, dict[str, IsolationResult]]:
         noise.judge_pairs(alignment, metrics, tolerance)
-        found = classify(view_a.graph, alignment, metrics, tolerance, noise.per_tensor, noise.closest)
+        found = classify(view_a.graph, alignment, metrics, tolerance, noise.per_tensor, noise.closest, drawn_at_load)
         top = to_isolate(found, isolate)
         if top:
             claim(out, ["work"])
@@ -356,11 +357,14 @@ def _compare(
         noise = measure_noise(targets, captures, alignment, out, {key: 2 for key in moved}, console,
                               signature_map or {}, tolerance, moved, earlier=noise)
         first_isolation = isolation
-        divergence, isolation = classify_and_isolate()
-        # a variable set anew at each load is within the noise once the noise is known, and so no origin
-        # to replay again: its first replay's finding (load_state) stays, and with it no const_changed
+        divergence, isolation = classify_and_isolate(loaded)
+        # a variable set anew at each load is within the noise, by its replay's measurement, and so no
+        # origin to replay again: its first replay's finding (load_state) stays, and with it no const_changed
         isolation = {**{n: r for n, r in first_isolation.items() if r.load_state}, **isolation}
         loaded |= load_state_variables(isolation, view_a.graph)
+    elif loaded:  # the noise was measured before (--repeat): judge again, keeping what was replayed
+        noise.judge_pairs(alignment, metrics, tolerance)
+        divergence = classify(view_a.graph, alignment, metrics, tolerance, noise.per_tensor, noise.closest, loaded)
     _drop_load_state(diff, alignment, loaded)
     # An origin where the difference is born (its own kernel, its weights) outranks one that only inherited.
     own = {name for name, iso in isolation.items() if iso.verdict in BORN_HERE}
