@@ -38,6 +38,8 @@ __all__ = ["diff_graphs", "ValueSource", "REWRITE_KINDS"]
 # instead of the value), ``content_digest(op)`` (the sha256 of the value) and ``moving_average(op)``
 # (``{"key", "digest"}`` of the average its checkpoint holds for a variable): looked up, not required.
 ValueSource = Callable[[str], "np.ndarray | None"]
+
+SMALL_WEIGHT = 4  # a weight of at most this many numbers has both its values in a const_changed's detail
 TYPE_ATTRS = {"T", "dtype", "SrcT", "DstT", "Tidx", "U"}
 IGNORED_ATTRS = {"value", "shared_name", "container", "_class"}
 
@@ -145,6 +147,24 @@ class _Context:
         if va is None or vb is None or np.shape(va) != np.shape(vb) or np.asarray(va).dtype.kind not in "fiu":
             return None
         return float(np.max(np.abs(np.asarray(va, np.float64) - np.asarray(vb, np.float64)), initial=0.0))
+
+    def what_changed(self, x: str, y: str) -> dict[str, Any]:
+        """What a reader of the table needs beside the size of a weight's change: its dtype on each
+        side where they differ (a mixed-precision export re-types a constant float32 -> float16),
+        and both values where the weight is a few numbers (an NMS threshold 0.05 -> 0.0499878)."""
+        try:
+            va, vb = self.va(x), self.vb(y)
+        except TftraceError:
+            return {}
+        if va is None or vb is None:
+            return {}
+        a, b = np.asarray(va), np.asarray(vb)
+        found: dict[str, Any] = {}
+        if a.dtype != b.dtype:
+            found["dtype"] = {"a": a.dtype.name, "b": b.dtype.name}
+        if a.size <= SMALL_WEIGHT and b.size <= SMALL_WEIGHT and a.dtype.kind in "fiub" and b.dtype.kind in "fiub":
+            found["values"] = {"a": a.tolist(), "b": b.tolist()}
+        return found
 
     # ---- export patterns -------------------------------------------------------------------
 
@@ -285,7 +305,7 @@ class _Context:
             # the weight's reads hold its value wherever it is used: the change is theirs too (a
             # resource variable is never captured itself, so its ReadVariableOp is where it shows)
             a_nodes, b_nodes = [x, *weight_reads(self.a, x)], [y, *weight_reads(self.b, y)]
-            detail: dict[str, Any] = {"max_abs_change": self.max_change(x, y)}
+            detail: dict[str, Any] = {"max_abs_change": self.max_change(x, y), **self.what_changed(x, y)}
             average = self.moving_average(x, y)
             if average is not None:
                 detail["moving_average"] = average

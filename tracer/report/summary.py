@@ -93,6 +93,11 @@ def _scalar_text(value: Any) -> str:
     return str(value)
 
 
+def _side_text(value: Any) -> str:
+    """One side's value of a changed weight: a number, a few in brackets, or a dtype's name."""
+    return f"[{_scalar_text(value)}]" if isinstance(value, list) else _scalar_text(value)
+
+
 def flatten(value: Any, prefix: str = "") -> dict[str, str]:
     """Nested dicts to dotted keys with printable values, so two environments line up row by row."""
     out: dict[str, str] = {}
@@ -428,6 +433,8 @@ def rewrite_detail(detail: Any) -> str:
             continue
         if key == "attrs" and isinstance(value, dict) and all(isinstance(v, dict) for v in value.values()):
             parts += [f"{name}: {_scalar_text(v.get('a'))} → {_scalar_text(v.get('b'))}" for name, v in value.items()]
+        elif isinstance(value, dict) and set(value) == {"a", "b"}:  # a const_changed's dtype and values
+            parts.append(f"{key}: {_side_text(value['a'])} → {_side_text(value['b'])}")
         else:
             parts += [f"{k}: {v}" for k, v in flatten(value, str(key)).items()]
     return "; ".join(parts)

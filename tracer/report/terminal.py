@@ -84,13 +84,26 @@ def _detail(detail: dict) -> str:
             continue
         if key == "attrs":
             value = "; ".join(f"{k}: {v['a']!r} → {v['b']!r}" for k, v in value.items())
+        elif key in ("dtype", "values") and isinstance(value, dict) and {"a", "b"} <= value.keys():
+            value = f"{_number_text(value['a'])} → {_number_text(value['b'])}"
         elif key == "moving_average" and isinstance(value, dict):
             parts.append(moving_average_text(value))
             continue
         elif isinstance(value, float):
             value = figure(value)
+        elif isinstance(value, list) and all(isinstance(v, str) for v in value):
+            value = ", ".join(value)  # op names as names, not a Python list's repr
         parts.append(f"{key}={value}")
     return ", ".join(parts)
+
+
+def _number_text(value: object) -> str:
+    """A dtype's name or a few numbers as a person writes them: 0.0499878, [1, 2], float16."""
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_number_text(v) for v in value) + "]"
+    return str(value)
 
 
 WIDE_TABLE_COLUMNS = 120  # below this the origins table would cut node names ("Statefu…"): one line each instead
