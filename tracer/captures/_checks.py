@@ -276,10 +276,9 @@ def _refuse_cycles(nodes: list[dict[str, Any]], bad: Any) -> None:
     g.add_nodes_from(n["name"] for n in nodes)
     g.add_edges_from((src, n["name"]) for n in nodes
                      for src in {_op(t) for t in [*n["inputs"], *n["control_inputs"]]} & forward)
-    try:
-        cycle = nx.find_cycle(g)
-    except nx.NetworkXNoCycle:
-        return
+    if nx.is_directed_acyclic_graph(g):  # linear; find_cycle on an acyclic graph walks the edges below
+        return  # every source again (115 s for a 35,000-op detector's manifest, this 0.1 s)
+    cycle = nx.find_cycle(g)
     raise bad(f"it has a cycle (through {', '.join(map(repr, sorted({src for src, _ in cycle})[:3]))})")
 
 
