@@ -85,7 +85,7 @@ def test_progress_bar_appears_after_a_second_on_a_terminal() -> None:
     console, out = _terminal()
     assert _follow(proc, None, "capture detector", console, None) is None
     shown = out.getvalue()
-    assert "capture detector" in shown and "3/3 runs" in shown and "7.5 MB" in shown
+    assert "capture detector" in shown and "run 3/3" in shown and "7.5 MB" in shown
 
 
 def test_progress_bar_appears_while_the_child_is_quiet() -> None:
@@ -101,7 +101,7 @@ def test_progress_bar_appears_while_the_child_is_quiet() -> None:
     assert "capture detector: loading model" in out.getvalue()
 
 
-def test_no_progress_bar_when_not_a_terminal() -> None:
+def test_a_quick_child_prints_nothing_on_a_pipe() -> None:
     proc = _child(
         """
         import json, time
@@ -112,6 +112,37 @@ def test_no_progress_bar_when_not_a_terminal() -> None:
     out = io.StringIO()
     assert _follow(proc, None, "cap", Console(file=out, force_terminal=False), None) is None
     assert out.getvalue() == ""
+
+
+def test_a_long_child_on_a_pipe_says_each_stage_and_where_it_is(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Piped into a CI log, a 35,000-op capture printed nothing for 24 minutes: past PLAIN_AFTER_S
+    a line at each stage, and one at least every PLAIN_EVERY_S while a stage goes on."""
+    from tracer.captures import progress_view
+
+    monkeypatch.setattr(progress_view, "PLAIN_AFTER_S", 0.3)
+    monkeypatch.setattr(progress_view, "PLAIN_EVERY_S", 0.6)
+    proc = _child(
+        """
+        import json, time
+        say = lambda **e: print(json.dumps(e), flush=True)
+        say(event="stage", text="loading model")
+        time.sleep(0.5)
+        say(event="stage", text="instrumented run: fetching 35,445 tensors")
+        time.sleep(1.5)
+        say(event="stage", text="instrumented run: storing 35,445 tensors")
+        say(event="progress", done=0, total=1, bytes=350_000_000, stored=12000, tensors=35445)
+        time.sleep(0.9)
+        """
+    )
+    out = io.StringIO()
+    assert _follow(proc, None, "capture fp32 [cpu, batch 4]", Console(file=out, force_terminal=False, width=80),
+                   None) is None
+    lines = out.getvalue().splitlines()
+    assert lines and all(line.startswith("capture fp32 [cpu, batch 4]: ") and line.endswith(" s)") for line in lines)
+    fetching = [line for line in lines if "fetching 35,445 tensors" in line]
+    assert len(fetching) >= 2  # the stage, then still at it a PLAIN_EVERY_S later
+    assert any("storing 35,445 tensors, run 1/1 · 12,000/35,445 tensors stored, 350.0 MB" in line for line in lines)
+    assert not any(line.startswith(" ") for line in lines)  # one line each, never wrapped at 80 columns
 
 
 def test_timeout_kills_the_whole_child_group() -> None:

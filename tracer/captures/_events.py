@@ -28,6 +28,10 @@ _FIELDS: dict[str, dict[str, type]] = {
     "progress": {"done": int, "total": int, "bytes": int},
     "error": {"problem": str, "fix": str},
 }
+# fields an event may carry, checked like the others where present
+_OPTIONAL: dict[str, dict[str, type]] = {
+    "progress": {"stored": int, "tensors": int},  # tensors of the run in hand stored so far, of how many
+}
 
 
 def claim_channel() -> None:
@@ -55,7 +59,8 @@ def valid(event: Any) -> bool:
     its type (text bounded), so a damaged or foreign line is dropped, never a crash (KeyError)."""
     if not isinstance(event, dict) or event.get("event") not in _FIELDS:
         return False
-    for key, kind in _FIELDS[event["event"]].items():
+    optional = _OPTIONAL.get(event["event"], {})
+    for key, kind in [*_FIELDS[event["event"]].items(), *((k, t) for k, t in optional.items() if k in event)]:
         value = event.get(key)
         if not isinstance(value, kind) or isinstance(value, bool):
             return False

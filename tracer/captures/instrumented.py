@@ -54,9 +54,13 @@ def instrumented_runs(
         outputs: dict[str, np.ndarray] = {}
         schedule = BranchSchedule(wanted, plan)
         chunks = 0
+        told = _Told(run_index, len(ranges), len(wanted))
         for step in _fetch_steps(schedule, plan, writer, layout):  # lazily: each step follows the predicates
             chunks += 1
+            emit("stage", text=f"instrumented run: fetching {len(step.names):,} tensors"
+                               + (f" (part {chunks})" if chunks > 1 else ""))
             fetched, values, failed, ops, nodes = _run_chunk(runtime, step.names, feed, run_index == 0, step.branch)
+            emit("stage", text=f"instrumented run: storing {len(fetched):,} tensors")
             for name, reason in failed.items():
                 if name not in step.extra:
                     writer.mark_uncaptured(name, reason)
@@ -76,6 +80,8 @@ def instrumented_runs(
                     outputs[key] = value
                 _store(writer, name, value, where, opgraph, plan.constant, layout, stored)
                 stored[name] = value
+                told.stored(written)
+            told.stored(written, force=True)
             del values, stored  # peak memory: one chunk's tensors (plus what the writer still has to write)
         if chunks > chunk_count:
             chunk_count = chunks
@@ -91,6 +97,25 @@ def instrumented_runs(
         "executed_ops": executed_ops,
         "executed_nodes": executed_nodes,
     }
+
+
+class _Told:
+    """The parent's progress line while one run's tensors are stored: at most every
+    ``TELL_EVERY_S``, so 35,000 tensors cost a few dozen events, not 35,000."""
+
+    TELL_EVERY_S = 1.0
+
+    def __init__(self, run_index: int, runs: int, tensors: int) -> None:
+        self.run_index, self.runs, self.tensors = run_index, runs, tensors
+        self.count, self.last = 0, time.monotonic()
+
+    def stored(self, written: int, force: bool = False) -> None:
+        """One more tensor stored (``force``: a chunk is done; say where we are now)."""
+        self.count += 0 if force else 1
+        if force or time.monotonic() - self.last >= self.TELL_EVERY_S:
+            self.last = time.monotonic()
+            emit("progress", done=self.run_index, total=self.runs, bytes=written,
+                 stored=min(self.count, self.tensors), tensors=self.tensors)
 
 
 @dataclass

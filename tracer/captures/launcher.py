@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ..errors import TftraceError
 from ..interpreter import interpreter, remember
@@ -30,6 +29,7 @@ from ..runspec import Side, child_env
 from ._events import EVENT_FD_ENV, valid
 from .child_errors import DEBUG_LINES, cause_in_stderr
 from .orphan import PARENT_PID_ENV
+from .progress_view import ProgressView
 
 if TYPE_CHECKING:
     from .reader import Capture
@@ -38,7 +38,6 @@ __all__ = ["run_child", "capture", "PreparedChild", "ChildCrashed"]
 
 PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 STDERR_TAIL_LINES = 15
-PROGRESS_AFTER_S = 1.0  # no progress bar for captures quicker than this
 HEARTBEAT_S = 0.25  # how often a quiet child is checked on (deadline, progress bar)
 # What a side read back from a file (a capture's manifest, a report's job) may put in the replay
 # child's environment: the knobs tftrace itself sets or records, each with the values it takes.
@@ -268,23 +267,17 @@ def _follow(
     ``events``: the read end of the child's event pipe (else its stdout). Every line is checked
     (:func:`tracer.captures._events.valid`): one that is not a well-formed event is dropped.
 
-    The progress bar (runs done, bytes written) appears only once the child has run for
-    PROGRESS_AFTER_S, so quick captures do not flicker, and only on a terminal.
+    What the child is doing is shown by a :class:`ProgressView`: a bar on a terminal, plain
+    lines on a pipe, neither for a child quicker than a second (ten on a pipe).
     """
     error = None
     started = time.monotonic()
     deadline = None if timeout_s is None else started + timeout_s
-    progress = Progress(
-        TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} runs"),
-        TextColumn("{task.fields[mb]:.1f} MB"), TimeElapsedColumn(),
-        console=console, transient=True, disable=not console.is_terminal,
-    )
-    task = progress.add_task(label, total=None, mb=0.0)
+    view = ProgressView(console, label)
     try:
         for line in _lines(proc, deadline, events):
-            if not progress.live.is_started and time.monotonic() - started > PROGRESS_AFTER_S:
-                progress.start()
             if not line.strip():
+                view.tick()
                 continue  # a heartbeat or an empty line
             try:
                 event = json.loads(line)
@@ -297,9 +290,9 @@ def _follow(
             if event.get("event") in ("error", "crash"):
                 error = event  # a user error the child explains, or an exception it describes (child_errors)
             elif event.get("event") == "stage":
-                progress.update(task, description=f"{label}: {event.get('text', '')}")
+                view.stage(event["text"])
             elif event.get("event") == "progress":
-                progress.update(task, completed=event["done"], total=event["total"], mb=event["bytes"] / 1e6)
+                view.progress(event)
     except KeyboardInterrupt:
         _kill(proc)
         raise
@@ -310,7 +303,7 @@ def _follow(
             "raise --timeout, or lower --examples/--batch-size",
         ) from None
     finally:
-        progress.stop()
+        view.stop()
     return error
 
 

@@ -1,0 +1,90 @@
+"""What a running child is doing, shown while it does it.
+
+On a terminal: a live bar (stage, runs, tensors stored, megabytes, time) that appears once the
+child has run for a second, so quick captures do not flicker. On a pipe (a CI log, ``| tee``),
+where a bar cannot be drawn: a plain line once the child has run for ``PLAIN_AFTER_S``, then one
+at each new stage and at most every ``PLAIN_EVERY_S`` while it works, so a long capture is never
+minutes of silence (a 35,000-op detector's capture printed nothing for 24 minutes), and a quick
+one prints nothing at all.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+__all__ = ["ProgressView", "PROGRESS_AFTER_S", "PLAIN_AFTER_S", "PLAIN_EVERY_S"]
+
+PROGRESS_AFTER_S = 1.0  # no bar for captures quicker than this
+PLAIN_AFTER_S = 10.0  # no plain line for captures quicker than this
+PLAIN_EVERY_S = 30.0  # a plain line at least this far apart, but for a new stage
+
+
+class ProgressView:
+    """One child's progress: :meth:`stage` and :meth:`progress` take its events, :meth:`tick`
+    its quiet moments (the reader calls it at every heartbeat)."""
+
+    def __init__(self, console: Console, label: str) -> None:
+        self.console, self.label = console, label
+        self.started = time.monotonic()
+        self.stage_text = ""
+        self.where = ""  # "run 1/2 · 12,000/35,445 tensors stored"
+        self.mb = 0.0
+        self.terminal = console.is_terminal
+        self._bar = Progress(
+            TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[where]}"),
+            TextColumn("{task.fields[mb]:.1f} MB"), TimeElapsedColumn(),
+            console=console, transient=True, disable=not self.terminal,
+        )
+        self._task = self._bar.add_task(label, total=None, mb=0.0, where="")
+        self._said: tuple[str, str] | None = None  # the last plain line's stage and progress
+        self._said_at = 0.0
+
+    def stage(self, text: str) -> None:
+        self.stage_text = text
+        self._bar.update(self._task, description=f"{self.label}: {text}")
+        self.tick()
+
+    def progress(self, event: dict[str, Any]) -> None:
+        """A ``progress`` event: ``done``/``total`` runs, ``bytes`` written, and where the child
+        has them, ``stored``/``tensors`` of the run in hand."""
+        done, total = event["done"], event["total"]
+        self.mb = event["bytes"] / 1e6
+        where = [f"run {min(done + 1, total)}/{total}" if done < total else f"{total}/{total} runs"]
+        if isinstance(event.get("tensors"), int) and done < total:
+            where.append(f"{event.get('stored', 0):,}/{event['tensors']:,} tensors stored")
+        self.where = " · ".join(where)
+        self._bar.update(self._task, completed=done, total=total, mb=self.mb, where=self.where)
+        self.tick()
+
+    def tick(self) -> None:
+        elapsed = time.monotonic() - self.started
+        if self.terminal:
+            if not self._bar.live.is_started and elapsed > PROGRESS_AFTER_S:
+                self._bar.start()
+            return
+        if elapsed < PLAIN_AFTER_S:
+            return
+        new_stage = self._said is None or self.stage_text != self._said[0]
+        if new_stage or time.monotonic() - self._said_at >= PLAIN_EVERY_S:  # unchanged: still alive, said so
+            self._say(elapsed)
+
+    def _say(self, elapsed: float) -> None:
+        parts = [p for p in (self.stage_text, self.where, f"{self.mb:.1f} MB" if self.mb else "") if p]
+        self.console.print(f"{self.label}: {', '.join(parts) or 'starting'} ({_duration(elapsed)})",
+                           highlight=False, markup=False, soft_wrap=True)
+        self._said, self._said_at = (self.stage_text, self.where), time.monotonic()
+
+    def stop(self) -> None:
+        self._bar.stop()
+
+
+def _duration(seconds: float) -> str:
+    """12 s, 3 min 05 s: how long the child has run, as a person reads it in a log."""
+    if seconds < 60:
+        return f"{seconds:.0f} s"
+    minutes, rest = divmod(int(seconds), 60)
+    return f"{minutes} min {rest:02d} s"
