@@ -101,8 +101,12 @@ def test_diff_graph_prints_tensorflows_banners_once(real_models: dict[str, Path]
                            str(real_models["half_plus_two"])], cwd=REPO, capture_output=True, text=True, timeout=300,
                           env=env)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stderr.count("All log messages before absl::InitializeLog() is called") == 1, proc.stderr
-    assert proc.stderr.count("oneDNN custom operations are on") <= 1, proc.stderr
+    # whether TensorFlow logs before absl is set up depends on the machine (this CPU's oneDNN default,
+    # CUDA libraries present or not): one plain import at tftrace's log level says what it prints
+    plain = subprocess.run([sys.executable, "-c", "import tensorflow as tf; tf.constant(1)"], capture_output=True,
+                           text=True, timeout=300, env={**env, "TF_CPP_MIN_LOG_LEVEL": "2"}).stderr
+    for banner in ("All log messages before absl::InitializeLog() is called", "oneDNN custom operations are on"):
+        assert proc.stderr.count(banner) == min(1, plain.count(banner)), (banner, proc.stderr, plain)
 
 
 def test_the_readmes_api_names_work_after_import_tracer() -> None:

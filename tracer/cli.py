@@ -82,22 +82,24 @@ def _cmd_capture(args: argparse.Namespace, console: Console) -> int:
 
 
 def _cmd_compare(args: argparse.Namespace, console: Console) -> int:
+    from .captures.progress_view import working  # noqa: PLC0415
     from .comparison.pipeline import comparing  # noqa: PLC0415
     from .options import compare_settings, values_from_args  # noqa: PLC0415
     from .report.build import report_comparison  # noqa: PLC0415
     from .report.terminal import print_comparison  # noqa: PLC0415
 
     _refuse_missing_paths(a=args.a, b=args.b)
+    progress = terminal(stderr=True)
     with comparing(
         side_from_args(args, args.a, "a") if not _is_capture_dir(args.a) else args.a,
         side_from_args(args, args.b, "b") if not _is_capture_dir(args.b) else args.b,
         args.out,
         force=args.force,
-        console=terminal(stderr=True),
+        console=progress,
         command=_command_line(),
         read_memory=args.max_memory,  # also bounds decoding a capture directory given as a side
         **compare_settings(values_from_args(args, "compare")),
-    ) as result:
+    ) as result, working(progress, "compare", "writing report.json, report.md and report.html"):
         report_comparison(result)
     print_comparison(console, result.report, result.out_dir)
     _print_report_size(console, result)

@@ -29,7 +29,7 @@ from ..runspec import Side, child_env
 from ._events import EVENT_FD_ENV, valid
 from .child_errors import DEBUG_LINES, cause_in_stderr
 from .orphan import PARENT_PID_ENV
-from .progress_view import ProgressView
+from .progress_view import ProgressView, working
 
 if TYPE_CHECKING:
     from .reader import Capture
@@ -376,8 +376,9 @@ def capture(
     out = os.path.abspath(os.fspath(out_dir))
     job = {"mode": "capture", "side": side.to_json(), "out_dir": out, "force": force}
     child = prepared if prepared is not None else PreparedChild(side)
-    child.run(job, label=f"capture {os.path.basename(side.artifact.path.rstrip('/'))} [{side.label()}]",
-              console=console, on_event=on_event)
+    label = f"capture {os.path.basename(side.artifact.path.rstrip('/'))} [{side.label()}]"
+    child.run(job, label=label, console=console, on_event=on_event)
     remember(out, side.python)  # its replays run the same interpreter
-    # written by this run's own child: its digests are its own
-    return Capture.open(out, received=False, max_memory=side.max_memory)
+    with working(console or Console(stderr=True), label, "checking what was written"):
+        # written by this run's own child: its digests are its own
+        return Capture.open(out, received=False, max_memory=side.max_memory)

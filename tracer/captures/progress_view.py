@@ -10,13 +10,16 @@ one prints nothing at all.
 
 from __future__ import annotations
 
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-__all__ = ["ProgressView", "PROGRESS_AFTER_S", "PLAIN_AFTER_S", "PLAIN_EVERY_S"]
+__all__ = ["ProgressView", "working", "PROGRESS_AFTER_S", "PLAIN_AFTER_S", "PLAIN_EVERY_S"]
 
 PROGRESS_AFTER_S = 1.0  # no bar for captures quicker than this
 PLAIN_AFTER_S = 10.0  # no plain line for captures quicker than this
@@ -80,6 +83,28 @@ class ProgressView:
 
     def stop(self) -> None:
         self._bar.stop()
+
+
+@contextmanager
+def working(console: Console, label: str, text: str) -> Iterator[None]:
+    """A long step of the parent's own (diffing two 35,000-op graphs, comparing every tensor,
+    writing the report) shown as a child's stage is: a thread ticks the view while it runs."""
+    view = ProgressView(console, label)
+    view.stage(text)
+    done = threading.Event()
+
+    def beat() -> None:
+        while not done.wait(0.25):
+            view.tick()
+
+    thread = threading.Thread(target=beat, name="tftrace-progress", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+        view.stop()
 
 
 def _duration(seconds: float) -> str:

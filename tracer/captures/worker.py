@@ -108,6 +108,7 @@ def run_capture(side: Side, out_dir: str, force: bool, prepared: Prepared | None
                 "branch that does not run is never fetched): each is its own session.run over the same inputs "
                 "with a different fetch set, which Grappler may optimise differently"
             )
+        emit("stage", text="finishing: outputs, manifest, the last writes made durable")
         observer = observer_effect(runtime.signature.outputs, runtime.opgraph, plain, instrumented)
         for key, value in _plain_outputs(runtime, plain["outputs"], ranges, instrumented["layout"]).items():
             writer.write_plain_output(key, value)

@@ -24,6 +24,7 @@ from rich.console import Console
 from .align import Alignment, CaptureView, align
 from ..captures.launcher import PreparedChild
 from ..captures.launcher import capture as capture_side
+from ..captures.progress_view import working
 from ..captures.reader import Capture, is_capture_dir
 from .divergence import Divergence, NodeResult, Tolerance, classify
 from ..errors import TftraceError
@@ -318,14 +319,15 @@ def _compare(
     apply_signature_map(view_a, view_b, signature_map)
     require_pairable(view_a, view_b)
     require_same_examples(view_a, view_b)
-    diff = diff_graphs(
-        view_a.graph, view_b.graph, value_source(cap_a, view_a), value_source(cap_b, view_b),
-        a_inlined_by_loader=cap_a.manifest.get("artifact", {}).get("inlined_by_loader", False),
-        b_inlined_by_loader=cap_b.manifest.get("artifact", {}).get("inlined_by_loader", False),
-    )
-    alignment = align(view_a, view_b, diff)
-    tolerance = tolerance or Tolerance()
-    metrics = pair_metrics(cap_a, cap_b, alignment, tolerance)
+    with working(console, "compare", f"diffing the graphs and comparing every tensor ({len(view_a.graph):,} ops)"):
+        diff = diff_graphs(
+            view_a.graph, view_b.graph, value_source(cap_a, view_a), value_source(cap_b, view_b),
+            a_inlined_by_loader=cap_a.manifest.get("artifact", {}).get("inlined_by_loader", False),
+            b_inlined_by_loader=cap_b.manifest.get("artifact", {}).get("inlined_by_loader", False),
+        )
+        alignment = align(view_a, view_b, diff)
+        tolerance = tolerance or Tolerance()
+        metrics = pair_metrics(cap_a, cap_b, alignment, tolerance)
     targets, captures = {"a": a, "b": b}, {"a": cap_a, "b": cap_b}
     runs, unmeasured = sides_to_repeat(targets, captures, repeat)
     why = {u["side"]: "" for u in unmeasured} | {key: ("`--repeat`" if repeat is not None else
