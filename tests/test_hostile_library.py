@@ -522,6 +522,27 @@ def test_a_model_printing_tftraces_events_to_stdout_is_not_heard(library_models:
 
 
 @pytest.mark.slow
+def test_a_model_printing_timing_events_to_stdout_is_not_heard_by_diagnoses_timer(library_models: dict[str, Any],
+                                                                                   tmp_path: Path) -> None:
+    """diagnose times each cost in children of its own (tracer.diagnosis.interleave), which answer
+    ``ready`` and ``time`` events. The model prints ``ready``, a ``time`` of 0.125 ms and an
+    ``error`` on stdout at every run: before the timing children got the private pipe, the first
+    was taken for the child's readiness, the second for a timing, the third for the child's error."""
+    from tracer.artifacts.loader import ArtifactRef  # noqa: PLC0415
+    from tracer.captures.launcher import capture  # noqa: PLC0415
+    from tracer.diagnosis.interleave import Timer  # noqa: PLC0415
+    from tracer.runspec import InputSpec, Side  # noqa: PLC0415
+
+    model = library_models["root"] / "models" / "prints_timings"
+    side = Side(artifact=ArtifactRef(str(model)), batch_size=2, inputs=InputSpec(seed=0, examples=2), timing_runs=1)
+    cap = capture(side, tmp_path / "cap", force=True)
+    with Timer(tmp_path / "timing") as timer:  # raises TimingFailed with the model's words if it hears them
+        times_a, times_b = timer.time_pair(("a", side, cap), ("b", side, cap), 6)
+    assert len(times_a) == len(times_b) == 6
+    assert 0.125 not in times_a + times_b and min(times_a + times_b) > 0
+
+
+@pytest.mark.slow
 def test_a_wide_string_tensor_is_sized_by_its_contents_before_it_is_stored(library_models: dict[str, Any],
                                                                            tmp_path: Path) -> None:
     """A ``[2048]`` string tensor with one 917 KB element, stored fixed-width, is 1.8 GB: its
