@@ -189,11 +189,12 @@ graft(os.path.join(out, "prints_events"), [], [
 
 
 def strings_model(path, build):
-    """x -> y = 2x, y also waiting on a string tensor built from a 1 KB constant."""
+    """x -> y = 2x, y also waiting on string tensors built from a 1 KB constant."""
     with tf1.Graph().as_default():
         x = tf1.placeholder(tf.float32, [None, 4], name="x")
-        text = build()
-        y = tf.identity(x * 2.0 + 0.0 * tf.cast(tf.reduce_sum(tf.strings.length(text)), tf.float32), name="y")
+        texts = build()
+        lengths = [tf.reduce_sum(tf.strings.length(text)) for text in (texts if isinstance(texts, list) else [texts])]
+        y = tf.identity(x * 2.0 + 0.0 * tf.cast(tf.add_n(lengths), tf.float32), name="y")
         with tf1.Session() as sess:
             builder = tf1.saved_model.Builder(path)
             sig = tf1.saved_model.signature_def_utils.predict_signature_def({"x": x}, {"y": y})
@@ -201,13 +202,15 @@ def strings_model(path, build):
             builder.save()
 
 
-def long_string(n):  # one string of n KB, joined at run time from a 1 KB constant
-    return tf.strings.reduce_join(tf.fill([n], tf.constant("k" * 1000)), name=f"long_{n}")
+def long_string(n, name=None):  # one string of n KB, joined at run time from a 1 KB constant
+    return tf.strings.reduce_join(tf.fill([n], tf.constant("k" * 1000)), name=name or f"long_{n}")
 
 
 strings_model(os.path.join(out, "wide_strings"), lambda: tf.concat(
     [tf.reshape(long_string(917), [1]), tf.fill([2047], "")], 0, name="wide"))
 strings_model(os.path.join(out, "megabyte_string"), lambda: long_string(1200))
+# 16 scalar strings of 40 MB each (and the 40 MB [40000] tensors they are joined from)
+strings_model(os.path.join(out, "sixteen_strings"), lambda: [long_string(40000, f"long_{i}") for i in range(16)])
 
 made = {}
 for where, suffix in ((effects, "_live"), (outside, "")):
@@ -549,8 +552,48 @@ def test_a_wide_string_tensor_is_sized_by_its_contents_before_it_is_stored(libra
     step statistics counted only the header, and 1.8 GB went to disk under --max-memory 50000000."""
     model = library_models["root"] / "models" / "wide_strings"
     proc = run_cli("capture", str(model), "--out", str(tmp_path / "cap"), "--examples", "2", "--max-memory", "50000000")
-    assert_user_error(proc, "tensor wide:0 is 1,878,016,000 bytes per run as fetched", "more than --max-memory 50,000,000")
+    assert_user_error(proc, "tensor wide:0 is 1,878,016,000 bytes per run by its strings' lengths (sized before it "
+                      "was fetched), more than --max-memory 50,000,000; nothing of it was fetched")
     assert not (tmp_path / "cap" / "manifest.json").exists()
+
+
+# runs a command; prints its exit status, then the peak resident memory (KB) of the largest process under it
+PEAK = ("import resource, subprocess, sys; p = subprocess.run(sys.argv[1:], capture_output=True, text=True); "
+        "print(p.returncode); print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); sys.stderr.write(p.stderr)")
+PLAIN_RUN = r"""
+import sys, numpy as np, tensorflow as tf
+tf1 = tf.compat.v1
+with tf1.Session(graph=tf1.Graph()) as sess:
+    sig = tf1.saved_model.loader.load(sess, ["serve"], sys.argv[1]).signature_def["serving_default"]
+    sess.run(sig.outputs["y"].name, {sig.inputs["x"].name: np.ones([2, 4], np.float32)})
+"""
+
+
+def _peak(*command: str) -> tuple[int, int, str]:
+    """(exit status, peak resident KB of the largest process, stderr) of a command run on the CPU, oneDNN off."""
+    proc = subprocess.run([sys.executable, "-c", PEAK, *command], cwd=REPO, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "CUDA_VISIBLE_DEVICES": "-1", "TF_ENABLE_ONEDNN_OPTS": "0", "COLUMNS": "200"})
+    code, peak = proc.stdout.split()[:2]
+    return int(code), int(peak), proc.stderr
+
+
+@pytest.mark.slow
+def test_sixteen_strings_of_40_mb_are_refused_within_the_memory_the_model_itself_takes(
+        library_models: dict[str, Any], tmp_path: Path) -> None:
+    """16 scalar strings of 40 MB, each joined at run time from a 1 KB constant: their step
+    statistics count only a header, so all of them (and the 40 MB tensors they are joined from)
+    were fetched in one session.run, and fetched apart each stayed in the session as a constant
+    Grappler folded: 2.5 GB at the peak, exit 0, under --max-memory 50000000. Sized before they
+    are fetched, they are refused using no more memory than running the model plainly does."""
+    model = str(library_models["root"] / "models" / "sixteen_strings")
+    _, plain, _ = _peak(sys.executable, "-c", PLAIN_RUN, model)
+    code, peak, stderr = _peak(sys.executable, "-m", "tracer.cli", "capture", model, "--out", str(tmp_path / "cap"),
+                               "--examples", "2", "--max-memory", "50000000")
+    assert code == 2, stderr
+    assert "the string tensors that do not depend on the inputs take 1,280,016,000 bytes in all (48 of them" in stderr
+    assert "more than --max-memory 50,000,000" in stderr and "Traceback" not in stderr
+    assert not (tmp_path / "cap" / "manifest.json").exists()
+    assert peak < plain + 300_000, (peak, plain)  # KB: what tftrace adds to the model's own run
 
 
 @pytest.mark.slow
