@@ -278,7 +278,9 @@ class _Library:
         one is refused). Those no other unreachable function calls are scanned first, so a function
         called only from another one is judged with that caller's bindings. Functions reached from a
         node that does not run (the saver's ``SaveV2`` function of every TF2 SavedModel) are not
-        scanned here: what runs is the scan of :func:`find_unsafe_ops`.
+        scanned here: what runs is the scan of :func:`find_unsafe_ops`. The price: a TF2 model that
+        exports a method of its own writing or reading a file (kept for Python, never run by a
+        signature or at load) is refused for it; ``--allow-unsafe-ops`` is the way to trust it.
         """
         reached: set[str] = set()
         todo = [name for node in nodes for name in _names_called(node, self.functions)] + list(entries)
