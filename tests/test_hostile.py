@@ -747,7 +747,7 @@ class Row:
 def reliability_rows() -> tuple[list[Row], list[Row]]:
     """The rows, with counts taken from the tests' own case lists (so they cannot drift)."""
     from test_faults import SIGNALS  # noqa: PLC0415
-    from test_hostile_library import ATTACKS as LIBRARY_ATTACKS  # noqa: PLC0415
+    from test_hostile_library import ATTACKS as LIBRARY_ATTACKS, LATENT  # noqa: PLC0415
     from test_out_dir import PLANTED  # noqa: PLC0415
     from test_fuzz import (  # noqa: PLC0415
         EXAMPLES, MANIFEST_ATTACKS, REFUSED_REPORT_TEXTS, REFUSED_REPORTS, SAFE_REPORTS, TEXT_ATTACKS,
@@ -966,20 +966,8 @@ def reliability_rows() -> tuple[list[Row], list[Row]]:
             "the graph's shapes feed the side; the report",
             ("test_signature_shapes.py::test_half_plus_two_against_half_plus_three_feeds_the_graphs_shape",
              "test_signature_shapes.py::test_a_signature_that_knows_less_than_its_graph_takes_the_graphs_sizes")),
-        # issue 24: round three
-        Row("effects hidden in the function library (issue 24): PrintV2 and DebugIdentity whose destination is an "
-            "attribute placeholder bound to `file://` by the calling PartitionedCall, or by a Defun-style call's own "
-            "attributes; a WriteFile function handed inside another call's attributes; the gradient table mapping an "
-            "allowed SymbolicGradient's function to a WriteFile one; the first trick in a TF1 main op",
-            len(LIBRARY_ATTACKS), "`… 'call/printer/print' (PrintV2: prints to file://…) …`; `… 'call/outer/inner/evil/"
-            "write' (WriteFile: writes a file) …`; `… 'grad/evil_grad/write' …` (exit 2); an effect whose attribute "
-            "no caller binds: `its output_stream is an attribute placeholder no caller binds`",
-            "nothing ran (TensorFlow itself, running each model aimed at a scratch directory, writes its canary "
-            "there); Keras exports, recurrent TF2 loops, augmentation, tf-slim, sample and real models still pass",
-            ("test_hostile_library.py::test_each_library_attack_is_real",
-             "test_hostile_library.py::test_library_attack_is_refused_before_it_runs",
-             "test_hostile_library.py::test_library_attacks_through_the_cli_write_nothing",
-             "test_hostile_library.py::test_keras_tf2_loop_and_slim_exports_still_pass_the_scan")),
+        # issue 24: round three, one row per class
+        *library_rows(LIBRARY_ATTACKS, LATENT),
         Row("environment from a received capture or report job (issue 24): `TF_DUMP_GRAPH_PREFIX`, `ONEDNN_JIT_DUMP`, "
             "`TF_XLA_FLAGS=--tf_xla_clustering_debug`, `XLA_FLAGS=--xla_dump_to`, `CUDA_INJECTION64_PATH`; a knob "
             "tftrace sets with a value it does not take", 3,
@@ -998,11 +986,14 @@ def reliability_rows() -> tuple[list[Row], list[Row]]:
              "test_received.py::test_an_untouched_received_capture_is_still_identical",
              "test_compare_digests.py::test_packed_tensors_with_equal_values_digests_are_compared_without_a_read")),
         Row("the model writes on tftrace's event channel (issue 24): PrintV2 to stdout of an `error` event and a bare "
-            "`progress` line; events with missing or wrong-typed fields", 2,
-            "nothing: the capture succeeds (exit 0); events travel on a pipe of their own, the model's stdout goes "
-            "with the child's stderr, and malformed events are dropped (it was exit 2 with the model's words, or a "
-            "KeyError)", "the capture is complete",
+            "`progress` line (capture); of `ready`, a `time` of 0.125 ms and an `error` (diagnose's timing children); "
+            "events with missing or wrong-typed fields", 3,
+            "nothing: the capture succeeds (exit 0) and the timings are the model's own; events travel on a pipe of "
+            "their own, the model's stdout goes with the child's stderr, and malformed events are dropped (it was exit "
+            "2 with the model's words, or a KeyError; the timer raised the model's error as its own)",
+            "the capture is complete; every timing is a real run's",
             ("test_hostile_library.py::test_a_model_printing_tftraces_events_to_stdout_is_not_heard",
+             "test_hostile_library.py::test_a_model_printing_timing_events_to_stdout_is_not_heard_by_diagnoses_timer",
              "test_capture_launcher.py::test_events_with_missing_or_wrong_fields_are_dropped_not_a_crash")),
         Row("decompression bombs in capture format 2 (issue 24): a few KB of zstd declaring 1 GiB in one chunk; "
             "256 MiB rows one chunk each, under `--max-memory 50000000`", 2,
@@ -1012,13 +1003,19 @@ def reliability_rows() -> tuple[list[Row], list[Row]]:
             "refused before anything is inflated; no report",
             ("test_received.py::test_a_decompression_bomb_chunk_is_refused_before_it_is_inflated",
              "test_received.py::test_chunks_laid_out_as_the_writer_does_are_bounded_by_max_memory")),
-        Row("wide strings (issue 24): a `[2048]` string tensor with one 917 KB element (1.8 GB stored fixed-width) "
-            "under `--max-memory 50000000`; a string of 1,200,000 bytes", 2,
-            "`tftrace: error: tensor wide:0 is 1,878,016,000 bytes per run as fetched …, more than --max-memory "
-            "50,000,000 …` (exit 2): strings are sized by their contents before they are converted or written; the "
-            "megabyte string is captured and read back (it was refused as `stored dtype '|S…' does not hold string`)",
-            "nothing of the wide tensor written; the capture is left incomplete",
-            ("test_hostile_library.py::test_a_wide_string_tensor_is_sized_by_its_contents_before_it_is_stored",
+        Row("huge or wide strings (issue 24): 16 scalar strings of 40 MB each built from a 1 KB constant (step "
+            "statistics count only the header); a `[2048]` string tensor with one 917 KB element (1.8 GB stored "
+            "fixed-width), both under `--max-memory 50000000`; a string of 1,200,000 bytes", 3,
+            "`tftrace: error: the string tensors that do not depend on the inputs take 1,280,016,000 bytes in all (48 "
+            "of them; …), more than --max-memory 50,000,000: TensorFlow folds each into a constant that the session "
+            "keeps …`; `tftrace: error: tensor wide:0 is 1,878,016,000 bytes per run by its strings' lengths (sized "
+            "before it was fetched), more than --max-memory 50,000,000 …` (exit 2): strings are sized by their "
+            "contents before they are fetched (it was exit 0 at 2.5 GB peak, and 1.8 GB on disk); the megabyte "
+            "string is captured and read back (it was refused as `stored dtype '|S…' does not hold string`)",
+            "nothing of them fetched or written; the capture is left incomplete; the sixteen strings are refused "
+            "within the memory the model's own plain run takes (0.73 GB against 0.69 GB)",
+            ("test_hostile_library.py::test_sixteen_strings_of_40_mb_are_refused_within_the_memory_the_model_itself_takes",
+             "test_hostile_library.py::test_a_wide_string_tensor_is_sized_by_its_contents_before_it_is_stored",
              "test_hostile_library.py::test_a_string_of_a_megabyte_is_captured_and_read_back")),
         Row("`isolate --from` a received report whose `work/` itself is a symbolic link (issue 24)", 1,
             "`tftrace: error: DIR/work is a symbolic link; tftrace never writes through a link …` (exit 2): work/ "
@@ -1088,6 +1085,69 @@ def reliability_rows() -> tuple[list[Row], list[Row]]:
     return inputs, faults
 
 
+def library_rows(attacks: dict[str, Any], latent: dict[str, Any]) -> list[Row]:
+    """Issue 24's function-library classes, a row each, every case by the name the tests give it."""
+    lib = "test_hostile_library.py::"
+
+    def cases(*names: str, cli: tuple[str, ...] = ()) -> tuple[str, ...]:
+        assert all(name in attacks for name in names), names
+        return (*(f"{lib}{test}[{name}]" for name in names for test in (
+            "test_each_library_attack_is_real", "test_library_attack_is_refused_before_it_runs")), *(lib + t for t in cli))
+
+    real = ("nothing ran: TensorFlow itself, running the model aimed at a scratch directory, writes its canary there; "
+            "aimed outside, nothing appeared")
+    assert sorted(attacks) == sorted(("print_placeholder", "debug_placeholder", "nested_function", "gradient_table",
+                                      "defun_binds_placeholder", "main_op_placeholder", "tf2_init_placeholder"))
+    return [
+        Row("a file destination hidden in a function's attribute placeholder (issue 24): PrintV2 inside a library "
+            "function whose `output_stream` is a placeholder, bound to `file://…` by the calling PartitionedCall", 1,
+            "`tftrace: error: refusing to run M: … 'call/printer/print' (PrintV2: prints to file://…) …` (exit 2; the "
+            "scan judges each function with its caller's bindings; it read the placeholder's empty value: exit 0, the "
+            "file appended to)", real,
+            cases("print_placeholder", cli=("test_library_attacks_through_the_cli_write_nothing",))),
+        Row("the same through DebugIdentity (issue 24): `debug_urls` a placeholder bound to `file://…`", 1,
+            "`… 'call/tap/dbg' (DebugIdentity: writes debug dumps to its debug_urls) …` (exit 2; a tfdbg dump was "
+            "written outside `--out`)", real, cases("debug_placeholder")),
+        Row("a function passed inside another call's attribute (issue 24): `PartitionedCall(f={outer, attr:{g: func "
+            "evil}})`, `outer` calls `g`, `evil` a WriteFile", 1,
+            "`… 'call/outer/inner/evil/write' (WriteFile: writes a file) …` (exit 2; functions nested in a "
+            "`NameAttrList`'s attributes were never scanned)", real, cases("nested_function")),
+        Row("the library's gradient table (issue 24): an allowed `SymbolicGradient(f=benign)` with `library.gradient` "
+            "mapping `benign` to a WriteFile function", 1,
+            "`… 'grad/evil_grad/write' (WriteFile: writes a file) …` (exit 2)", real, cases("gradient_table")),
+        Row("a Defun-style call that binds the placeholder itself (issue 24): the node's op type is the function's "
+            "name and its own attributes bind `output_stream=file://…`", 1,
+            "`… 'call/printer_defun/print' (PrintV2: prints to file://…) …` (exit 2; one line was appended per run)",
+            real, cases("defun_binds_placeholder")),
+        Row("the same in the init path (issue 24): a TF1 SavedModel's `saved_model_main_op` calling the printer bound "
+            "to `file://…`; a TF2 SavedModel whose resource initialiser calls it Defun-style (`tf.saved_model.load` "
+            "runs it), through capture, compare and `diff-graph`", 2,
+            "`tftrace: error: refusing to run M: … 'init_call/printer/print' (PrintV2: prints to file://…) …`; TF2: "
+            "`refusing to load M: loading this TF2 SavedModel runs its resource initialisers …: '_initialize/"
+            "__inference__initializer_…/init_call/printer_defun/print' (PrintV2: prints to file://…) …` (exit 2, "
+            "also from `diff-graph`)", "nothing ran at load: loaded aimed at a scratch directory (a TF1 session, "
+            "`tf.saved_model.load`), each writes its canary there; aimed outside, nothing appeared",
+            (*cases("main_op_placeholder", "tf2_init_placeholder", cli=(
+                "test_library_attacks_through_the_cli_write_nothing",)),
+             f"{lib}test_a_tf2_initialiser_carrying_the_trick_is_refused_by_capture_compare_and_diff_graph")),
+        Row("effects TensorFlow does not run as the model stands (issue 24: an effect whose attribute is an unresolved "
+            "placeholder is refused; every function of the library is scanned, reachable or not): a PrintV2 whose "
+            "`output_stream` no caller binds; a WriteFile and an unbound PrintV2 in functions nothing calls",
+            len(latent), "`… 'call/printer/print' (PrintV2: its output_stream is an attribute placeholder no caller "
+            "binds, so where it writes or reads is not known) …`; `… '(no caller)/stray/write' (WriteFile: writes a "
+            "file) …` (exit 2; the uncalled ones passed before)", "nothing ran (TensorFlow refuses to instantiate the "
+            "unbound printer, NotFoundError, and never calls the others): a call tftrace does not know of cannot run "
+            "an unscanned function", tuple(f"{lib}test_latent_library_effects_are_refused[{name}]" for name in latent)),
+        Row("legitimate function libraries under the bound, whole-library scan (issue 24's negative control): Keras 3 "
+            "exports (`model.export`, `tf.saved_model.save`), recurrent TF2 loops (LSTM, GRU, SimpleRNN), random "
+            "augmentation, tf-slim; the generated sample models and every signature of the real ones", 8 + 8 + 9,
+            "nothing: they load checked (no refusal)", "their layer functions, loop bodies and saver functions pass "
+            "the scan: no false refusal",
+            (f"{lib}test_keras_tf2_loop_and_slim_exports_still_pass_the_scan",
+             "test_safe_ops.py::test_sample_and_real_models_pass_the_check_on_every_signature")),
+    ]
+
+
 def render_table(rows: list[Row]) -> str:
     def cell(text: str) -> str:
         return text.replace("|", "\\|").replace("\n", " ")
@@ -1136,7 +1196,7 @@ def test_reliability_table_matches_the_tests() -> None:
     inputs, faults = reliability_rows()
     for row in inputs + faults:
         for ref in row.tests:
-            file, _, name = ref.partition("::")
+            file, _, name = ref.split("[")[0].partition("::")  # a parametrised case names its function
             tree = ast.parse((REPO / "tests" / file).read_text(encoding="utf-8"))
             assert name in {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}, ref
     text = RELIABILITY.read_text(encoding="utf-8")

@@ -24,7 +24,7 @@ import pytest
 
 from conftest import REPO, assert_user_error, run_cli
 
-BUILD = r'''
+HELPERS = r'''
 import json, os, sys
 import tensorflow as tf
 from tensorflow.core.framework import attr_value_pb2, function_pb2, node_def_pb2, types_pb2
@@ -32,7 +32,6 @@ from tensorflow.core.protobuf import saved_model_pb2
 
 out, outside, effects = sys.argv[1:4]
 tf1 = tf.compat.v1
-tf1.disable_eager_execution()
 F, S = types_pb2.DT_FLOAT, types_pb2.DT_STRING
 
 
@@ -166,6 +165,11 @@ def attacks(where):
                                 (), "init_call"),
     }
 
+'''
+
+BUILD = HELPERS + r'''
+tf1.disable_eager_execution()
+
 
 def run(path):
     with tf1.Graph().as_default(), tf1.Session() as sess:
@@ -185,11 +189,12 @@ graft(os.path.join(out, "prints_events"), [], [
 
 
 def strings_model(path, build):
-    """x -> y = 2x, y also waiting on a string tensor built from a 1 KB constant."""
+    """x -> y = 2x, y also waiting on string tensors built from a 1 KB constant."""
     with tf1.Graph().as_default():
         x = tf1.placeholder(tf.float32, [None, 4], name="x")
-        text = build()
-        y = tf.identity(x * 2.0 + 0.0 * tf.cast(tf.reduce_sum(tf.strings.length(text)), tf.float32), name="y")
+        texts = build()
+        lengths = [tf.reduce_sum(tf.strings.length(text)) for text in (texts if isinstance(texts, list) else [texts])]
+        y = tf.identity(x * 2.0 + 0.0 * tf.cast(tf.add_n(lengths), tf.float32), name="y")
         with tf1.Session() as sess:
             builder = tf1.saved_model.Builder(path)
             sig = tf1.saved_model.signature_def_utils.predict_signature_def({"x": x}, {"y": y})
@@ -197,13 +202,15 @@ def strings_model(path, build):
             builder.save()
 
 
-def long_string(n):  # one string of n KB, joined at run time from a 1 KB constant
-    return tf.strings.reduce_join(tf.fill([n], tf.constant("k" * 1000)), name=f"long_{n}")
+def long_string(n, name=None):  # one string of n KB, joined at run time from a 1 KB constant
+    return tf.strings.reduce_join(tf.fill([n], tf.constant("k" * 1000)), name=name or f"long_{n}")
 
 
 strings_model(os.path.join(out, "wide_strings"), lambda: tf.concat(
     [tf.reshape(long_string(917), [1]), tf.fill([2047], "")], 0, name="wide"))
 strings_model(os.path.join(out, "megabyte_string"), lambda: long_string(1200))
+# 16 scalar strings of 40 MB each (and the 40 MB [40000] tensors they are joined from)
+strings_model(os.path.join(out, "sixteen_strings"), lambda: [long_string(40000, f"long_{i}") for i in range(16)])
 
 made = {}
 for where, suffix in ((effects, "_live"), (outside, "")):
@@ -215,7 +222,103 @@ for where, suffix in ((effects, "_live"), (outside, "")):
             before = set(os.listdir(effects))
             run(path)
             made[name] = sorted(set(os.listdir(effects)) - before)
+
+
+def latent(where):
+    """name -> (functions, nodes): effects TensorFlow does not run as the model stands, which the
+    scan must refuse all the same (what tftrace takes for unreachable or unbound it may misjudge)."""
+    passed = node("passed", "Identity", ["mul"], T=attr(type=F))
+    return {
+        # PrintV2's output_stream is a placeholder its only caller never binds
+        "unbound_placeholder": ([printer()], [partitioned("call", "printer")]),
+        # functions in the library that no node and no other function calls
+        "uncalled_write": ([writer("stray", os.path.join(where, "uncalled.txt"))], [passed]),
+        "uncalled_print": ([printer("stray_printer")], [passed]),
+    }
+
+
+for where, suffix in ((effects, "_live"), (outside, "")):
+    for name, (functions, nodes) in latent(where).items():
+        path = os.path.join(out, name + suffix)
+        clean(path)
+        graft(path, functions, nodes)
+        if suffix:
+            before = set(os.listdir(effects))
+            try:
+                run(path)
+                ran = "ran"
+            except Exception as exc:  # TensorFlow refusing to instantiate the function
+                ran = type(exc).__name__
+            made[name] = [ran, *sorted(set(os.listdir(effects)) - before)]
+
+# a model printing what a diagnose timing child answers (PrintV2 to stdout): a time, then an error
+clean(os.path.join(out, "prints_timings"))
+SAID_TIMING = ('{"event": "ready"}\n{"event": "time", "ms": 0.125}\n{"event": "error", '
+               '"problem": "the model says it cannot be timed", "fix": "re-run with --allow-unsafe-ops"}')
+graft(os.path.join(out, "prints_timings"), [], [
+    const_s("said", SAID_TIMING), node("say", "PrintV2", ["said"], output_stream=attr(s=b"stdout"), end=attr(s=b"\n")),
+    node("passed", "Identity", ["mul", "^say"], T=attr(type=F))])
 json.dump(made, open(os.path.join(out, "effects.json"), "w"))
+'''
+
+BUILD_TF2 = HELPERS + r'''
+# TF2 SavedModels (eager): the trick in what tf.saved_model.load runs, a resource's initialiser
+class Table(tf.saved_model.experimental.TrackableResource):
+    def _create_resource(self):
+        return tf.raw_ops.HashTableV2(key_dtype=tf.string, value_dtype=tf.int64)
+
+    def _initialize(self):
+        return tf.raw_ops.InitializeTableV2(table_handle=self.resource_handle, keys=tf.constant(["a"]),
+                                            values=tf.constant([1], tf.int64))
+
+
+class Doubler(tf.Module):
+    def __init__(self):
+        self.table = Table()
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 4], tf.float32)])
+    def f(self, x):
+        return {"y": x * 2.0}
+
+
+def tf2_graft(path, role, functions, nodes):
+    """Save a clean TF2 model, then add ``nodes`` to the body of the function the object graph
+    names for ``role``, run before its result (a control edge into its NoOp)."""
+    module = Doubler()
+    tf.saved_model.save(module, path, signatures={"serving_default": module.f})
+    pb = os.path.join(path, "saved_model.pb")
+    saved = saved_model_pb2.SavedModel()
+    saved.ParseFromString(open(pb, "rb").read())
+    meta = saved.meta_graphs[0]
+    objects = meta.object_graph_def.nodes
+    target = next(objects[c.node_id].function.concrete_functions[0] for o in objects for c in o.children
+                  if c.local_name == role)
+    body = next(f for f in meta.graph_def.library.function if f.signature.name == target)
+    body.node_def.extend(nodes)
+    next(n for n in body.node_def if n.op == "NoOp").input.append("^" + nodes[-1].name)
+    meta.graph_def.library.function.extend(functions)
+    open(pb, "wb").write(saved.SerializeToString())
+
+
+def tf2_attacks(where):
+    """name -> (role, functions, nodes). A Defun-style call in the initialiser binds the printer's
+    placeholder with its own attributes. (A PartitionedCall binding it there does not run under
+    TF 2.21's loader: 'Attr stream is not found'; the scan refuses it as well.)"""
+    seed = node("seed", "Const", dtype=attr(type=F), value=attr(tensor=tf.make_tensor_proto(1.0)))
+    return {"tf2_init_placeholder": ("_initialize", [printer("printer_defun")], [
+        seed, node("init_call", "printer_defun", ["seed:output:0"], stream=attr(s=file_url(where, "tf2_init.txt")))])}
+
+
+made = {}
+for where, suffix in ((effects, "_live"), (outside, "")):
+    for name, (role, functions, nodes) in tf2_attacks(where).items():
+        path = os.path.join(out, name + suffix)
+        tf2_graft(path, role, functions, nodes)
+        if suffix:
+            before = set(os.listdir(effects))
+            tf.saved_model.load(path)  # runs the resource initialisers
+            made[name] = sorted(set(os.listdir(effects)) - before)
+json.dump(made, open(os.path.join(out, "effects_tf2.json"), "w"))
 '''
 
 # attack -> (the canary TensorFlow writes when it runs it, the fragments the refusal names)
@@ -226,6 +329,16 @@ ATTACKS: dict[str, tuple[str, tuple[str, ...]]] = {
     "gradient_table": ("gradient.txt", ("'grad/evil_grad/write' (WriteFile: writes a file)",)),
     "defun_binds_placeholder": ("defun.txt", ("'call/printer_defun/print' (PrintV2: prints to file://",)),
     "main_op_placeholder": ("main_op.txt", ("'init_call/printer/print' (PrintV2: prints to file://",)),
+    "tf2_init_placeholder": ("tf2_init.txt", ("'_initialize/__inference__initializer_",
+                                              "/init_call/printer_defun/print' (PrintV2: prints to file://")),
+}
+# effects TensorFlow does not run as the model stands -> (what TensorFlow does running it, the refusal)
+LATENT: dict[str, tuple[list[str], tuple[str, ...]]] = {
+    "unbound_placeholder": (["NotFoundError"], ("'call/printer/print' (PrintV2: its output_stream is an "
+                                                       "attribute placeholder no caller binds",)),
+    "uncalled_write": (["ran"], ("'(no caller)/stray/write' (WriteFile: writes a file)",)),
+    "uncalled_print": (["ran"], ("'(no caller)/stray_printer/print' (PrintV2: its output_stream is an attribute "
+                                 "placeholder no caller binds",)),
 }
 
 
@@ -234,9 +347,12 @@ def library_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     root = tmp_path_factory.mktemp("library")
     for part in ("models", "outside", "effects"):
         (root / part).mkdir()
-    subprocess.run([sys.executable, "-c", BUILD, str(root / "models"), str(root / "outside"), str(root / "effects")],
-                   cwd=REPO, check=True, capture_output=True, timeout=300, env={**os.environ, "CUDA_VISIBLE_DEVICES": "-1"})
-    return {"root": root, "effects": json.loads((root / "models" / "effects.json").read_text())}
+    for script in (BUILD, BUILD_TF2):
+        subprocess.run([sys.executable, "-c", script, str(root / "models"), str(root / "outside"), str(root / "effects")],
+                       cwd=REPO, check=True, capture_output=True, timeout=300, env={**os.environ, "CUDA_VISIBLE_DEVICES": "-1"})
+    effects = {name: made for part in ("effects.json", "effects_tf2.json")
+               for name, made in json.loads((root / "models" / part).read_text()).items()}
+    return {"root": root, "effects": effects}
 
 
 @pytest.mark.slow
@@ -259,10 +375,39 @@ def test_library_attack_is_refused_before_it_runs(name: str, library_models: dic
     with pytest.raises(TftraceError) as refused:
         load_checked(Side(ArtifactRef(str(location))))
     message = str(refused.value)
-    assert message.startswith(f"refusing to run {location}: "), message
+    assert message.startswith(_refusal(location, name)), message
     for fragment in ATTACKS[name][1]:
         assert fragment in message, (fragment, message)
     assert os.listdir(library_models["root"] / "outside") == []
+
+
+def _refusal(location: Path, name: str) -> str:
+    """A TF2 SavedModel is refused before ``tf.saved_model.load``, a TF1 graph before its session runs."""
+    return f"refusing to {'load' if name.startswith('tf2') else 'run'} {location}: "
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(LATENT))
+def test_latent_library_effects_are_refused(name: str, library_models: dict[str, Any]) -> None:
+    """Effects TensorFlow does not run as the model stands: a PrintV2 whose output_stream no caller
+    binds (TensorFlow refuses to instantiate it), and functions no call edge reaches (never called).
+    The scan refuses them all the same: an effect whose destination is unknown is refused, and
+    every function of the library is scanned, reachable or not (issue 24), so that a call edge
+    tftrace does not know of cannot run an unscanned function."""
+    from tracer.artifacts.loader import ArtifactRef  # noqa: PLC0415
+    from tracer.captures.runtime import load_checked  # noqa: PLC0415 - imports TensorFlow (lazily)
+    from tracer.errors import TftraceError  # noqa: PLC0415
+    from tracer.runspec import Side  # noqa: PLC0415
+
+    ran, fragments = LATENT[name]
+    assert library_models["effects"][name] == ran  # no canary: TensorFlow itself does not run the effect
+    location = library_models["root"] / "models" / name
+    with pytest.raises(TftraceError) as refused:
+        load_checked(Side(ArtifactRef(str(location))))
+    message = str(refused.value)
+    assert message.startswith(_refusal(location, name)), message
+    for fragment in fragments:
+        assert fragment in message, (fragment, message)
 
 
 @pytest.mark.slow
@@ -273,6 +418,24 @@ def test_library_attacks_through_the_cli_write_nothing(library_models: dict[str,
         assert_user_error(proc, f"refusing to run {models / name}: ", *ATTACKS[name][1], "pass --allow-unsafe-ops")
         assert not (tmp_path / name).exists()
     assert os.listdir(library_models["root"] / "outside") == []
+
+
+@pytest.mark.slow
+def test_a_tf2_initialiser_carrying_the_trick_is_refused_by_capture_compare_and_diff_graph(
+        library_models: dict[str, Any], tmp_path: Path) -> None:
+    """A TF2 SavedModel whose resource initialiser calls the printer Defun-style, binding its
+    output_stream to ``file://``: ``tf.saved_model.load`` runs it, and every command that reads a
+    TF2 model loads it (``diff-graph`` too, to inline its signature)."""
+    models, name = library_models["root"] / "models", "tf2_init_placeholder"
+    model = str(models / name)
+    runs = {"capture": ("capture", model, "--out", str(tmp_path / "cap"), "--examples", "2"),
+            "compare": ("compare", model, model, "--out", str(tmp_path / "cmp"), "--examples", "2"),
+            "diff-graph": ("diff-graph", model, model)}
+    for command, args in runs.items():
+        proc = run_cli(*args)
+        assert_user_error(proc, _refusal(models / name, name), *ATTACKS[name][1], "pass --allow-unsafe-ops")
+        assert os.listdir(library_models["root"] / "outside") == [], command
+    assert not (tmp_path / "cap").exists() and not (tmp_path / "cmp" / "report.json").exists()
 
 
 @pytest.mark.slow
@@ -362,14 +525,75 @@ def test_a_model_printing_tftraces_events_to_stdout_is_not_heard(library_models:
 
 
 @pytest.mark.slow
+def test_a_model_printing_timing_events_to_stdout_is_not_heard_by_diagnoses_timer(library_models: dict[str, Any],
+                                                                                   tmp_path: Path) -> None:
+    """diagnose times each cost in children of its own (tracer.diagnosis.interleave), which answer
+    ``ready`` and ``time`` events. The model prints ``ready``, a ``time`` of 0.125 ms and an
+    ``error`` on stdout at every run: before the timing children got the private pipe, the first
+    was taken for the child's readiness, the second for a timing, the third for the child's error."""
+    from tracer.artifacts.loader import ArtifactRef  # noqa: PLC0415
+    from tracer.captures.launcher import capture  # noqa: PLC0415
+    from tracer.diagnosis.interleave import Timer  # noqa: PLC0415
+    from tracer.runspec import InputSpec, Side  # noqa: PLC0415
+
+    model = library_models["root"] / "models" / "prints_timings"
+    side = Side(artifact=ArtifactRef(str(model)), batch_size=2, inputs=InputSpec(seed=0, examples=2), timing_runs=1)
+    cap = capture(side, tmp_path / "cap", force=True)
+    with Timer(tmp_path / "timing") as timer:  # raises TimingFailed with the model's words if it hears them
+        times_a, times_b = timer.time_pair(("a", side, cap), ("b", side, cap), 6)
+    assert len(times_a) == len(times_b) == 6
+    assert 0.125 not in times_a + times_b and min(times_a + times_b) > 0
+
+
+@pytest.mark.slow
 def test_a_wide_string_tensor_is_sized_by_its_contents_before_it_is_stored(library_models: dict[str, Any],
                                                                            tmp_path: Path) -> None:
     """A ``[2048]`` string tensor with one 917 KB element, stored fixed-width, is 1.8 GB: its
     step statistics counted only the header, and 1.8 GB went to disk under --max-memory 50000000."""
     model = library_models["root"] / "models" / "wide_strings"
     proc = run_cli("capture", str(model), "--out", str(tmp_path / "cap"), "--examples", "2", "--max-memory", "50000000")
-    assert_user_error(proc, "tensor wide:0 is 1,878,016,000 bytes per run as fetched", "more than --max-memory 50,000,000")
+    assert_user_error(proc, "tensor wide:0 is 1,878,016,000 bytes per run by its strings' lengths (sized before it "
+                      "was fetched), more than --max-memory 50,000,000; nothing of it was fetched")
     assert not (tmp_path / "cap" / "manifest.json").exists()
+
+
+# runs a command; prints its exit status, then the peak resident memory (KB) of the largest process under it
+PEAK = ("import resource, subprocess, sys; p = subprocess.run(sys.argv[1:], capture_output=True, text=True); "
+        "print(p.returncode); print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); sys.stderr.write(p.stderr)")
+PLAIN_RUN = r"""
+import sys, numpy as np, tensorflow as tf
+tf1 = tf.compat.v1
+with tf1.Session(graph=tf1.Graph()) as sess:
+    sig = tf1.saved_model.loader.load(sess, ["serve"], sys.argv[1]).signature_def["serving_default"]
+    sess.run(sig.outputs["y"].name, {sig.inputs["x"].name: np.ones([2, 4], np.float32)})
+"""
+
+
+def _peak(*command: str) -> tuple[int, int, str]:
+    """(exit status, peak resident KB of the largest process, stderr) of a command run on the CPU, oneDNN off."""
+    proc = subprocess.run([sys.executable, "-c", PEAK, *command], cwd=REPO, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "CUDA_VISIBLE_DEVICES": "-1", "TF_ENABLE_ONEDNN_OPTS": "0", "COLUMNS": "200"})
+    code, peak = proc.stdout.split()[:2]
+    return int(code), int(peak), proc.stderr
+
+
+@pytest.mark.slow
+def test_sixteen_strings_of_40_mb_are_refused_within_the_memory_the_model_itself_takes(
+        library_models: dict[str, Any], tmp_path: Path) -> None:
+    """16 scalar strings of 40 MB, each joined at run time from a 1 KB constant: their step
+    statistics count only a header, so all of them (and the 40 MB tensors they are joined from)
+    were fetched in one session.run, and fetched apart each stayed in the session as a constant
+    Grappler folded: 2.5 GB at the peak, exit 0, under --max-memory 50000000. Sized before they
+    are fetched, they are refused using no more memory than running the model plainly does."""
+    model = str(library_models["root"] / "models" / "sixteen_strings")
+    _, plain, _ = _peak(sys.executable, "-c", PLAIN_RUN, model)
+    code, peak, stderr = _peak(sys.executable, "-m", "tracer.cli", "capture", model, "--out", str(tmp_path / "cap"),
+                               "--examples", "2", "--max-memory", "50000000")
+    assert code == 2, stderr
+    assert "the string tensors that do not depend on the inputs take 1,280,016,000 bytes in all (48 of them" in stderr
+    assert "more than --max-memory 50,000,000" in stderr and "Traceback" not in stderr
+    assert not (tmp_path / "cap" / "manifest.json").exists()
+    assert peak < plain + 300_000, (peak, plain)  # KB: what tftrace adds to the model's own run
 
 
 @pytest.mark.slow

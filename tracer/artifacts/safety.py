@@ -26,7 +26,9 @@ instantiates them (:class:`_Library`): called through a ``func`` attribute (also
 another call's attributes), as a node's op type (a Defun call), or as the gradient the library's
 gradient table names; and each is judged with its caller's attribute bindings applied, so a
 ``PrintV2`` whose ``output_stream`` is a placeholder bound to ``file://...`` is seen printing to
-that file, and an effect whose destination nobody binds is refused (issue 24).
+that file, and an effect whose destination nobody binds is refused (issue 24). A function that no
+call edge reaches from the graph is scanned too, with no bindings (:meth:`_Library.unreachable`):
+what tftrace takes for unreachable may be reached in a way it does not know of.
 
 Works on GraphDef protos by attribute access only: no TensorFlow import.
 """
@@ -191,6 +193,7 @@ def find_unsafe_ops(
         found.extend(library.node(node, name, {}, trusted, set()))
         for i in node.input:
             (ops if i.startswith("^") else tensors).append(i)
+    found.extend(library.unreachable(graph_def.node))
     return sorted(set(found))
 
 
@@ -205,6 +208,7 @@ _EFFECT_ATTRS = {"PrintV2": "output_stream", **dict.fromkeys(_DEBUG_URL_OPS, "de
 # Where PrintV2 may print (TensorFlow accepts these and ``file://PATH``, which appends to PATH).
 _PRINT_STREAMS = ("stderr", "stdout", "log(info)", "log(warning)", "log(error)")
 _UNBOUND = object()  # an attribute placeholder no caller binds
+UNCALLED = "(no caller)"  # how a function no call edge reaches is named as the caller in a finding
 _MAX_INSTANCES = 20000  # function instantiations one scan follows (a library built to blow up is refused)
 
 Attrs = dict[str, Any]  # attribute name -> AttrValue with the callers' bindings applied, or _UNBOUND
@@ -255,12 +259,48 @@ class _Library:
     scanned *with its caller's attribute bindings applied* (its signature's defaults beneath):
     an attribute placeholder such as a ``PrintV2``'s ``output_stream`` is judged by the value it
     will have, and one nobody binds is refused where the op's effect depends on it.
+
+    Functions no call edge reaches are scanned as well (:meth:`unreachable`), with no bindings.
     """
 
     def __init__(self, library: Any) -> None:
         self.functions = {f.signature.name: f for f in library.function}
         self.gradients = {g.function_name: g.gradient_func for g in library.gradient}
         self.instances = 0
+
+    def unreachable(self, nodes: Iterable[Any], entries: Iterable[str] = ()) -> list[tuple[str, str, str]]:
+        """Unsafe ops in every function that no call edge reaches from ``nodes`` (the graph's own,
+        running or not) or from the ``entries`` the caller scans itself (a TF2 loader's functions).
+
+        Such a function should never run, but "no call edge" is only as good as tftrace's idea of
+        what a call is; so each is scanned as TensorFlow would instantiate it with no caller: its
+        signature's defaults, every other attribute placeholder unbound (an effect that depends on
+        one is refused). Those no other unreachable function calls are scanned first, so a function
+        called only from another one is judged with that caller's bindings. Functions reached from a
+        node that does not run (the saver's ``SaveV2`` function of every TF2 SavedModel) are not
+        scanned here: what runs is the scan of :func:`find_unsafe_ops`. The price: a TF2 model that
+        exports a method of its own writing or reading a file (kept for Python, never run by a
+        signature or at load) is refused for it; ``--allow-unsafe-ops`` is the way to trust it.
+        """
+        reached: set[str] = set()
+        todo = [name for node in nodes for name in _names_called(node, self.functions)] + list(entries)
+        while todo:
+            name = todo.pop()
+            if name in reached or name not in self.functions:
+                continue
+            reached.add(name)
+            todo.extend(called for node in self.functions[name].node_def for called in _names_called(node, self.functions))
+            if name in self.gradients:
+                todo.append(self.gradients[name])
+        left = [name for name in self.functions if name not in reached]
+        inner = {called for name in left for node in self.functions[name].node_def
+                 for called in _names_called(node, self.functions)} | {self.gradients[n] for n in left if n in self.gradients}
+        seen: set[Any] = set()
+        found: list[tuple[str, str, str]] = []
+        for name in sorted(left, key=lambda n: (n in inner, n)):  # the outermost first
+            if not any(key[0] == name for key in seen):
+                found.extend(self.function(name, {}, UNCALLED, seen))
+        return found
 
     def node(self, node: Any, label: str, bindings: Attrs, trusted: frozenset[str], seen: set[Any]
              ) -> list[tuple[str, str, str]]:
@@ -320,6 +360,21 @@ class _Library:
         return calls
 
 
+def _names_called(node: Any, functions: dict[str, Any]) -> list[str]:
+    """Every library function a node names: as its op type, in a ``func`` or ``list(func)``
+    attribute, and in the attributes such a ``NameAttrList`` passes on (a function handed to one)."""
+    names = [node.op] if node.op in functions else []
+    pending = list(node.attr.values())
+    while pending:
+        value = pending.pop()
+        kind = value.WhichOneof("value")
+        listed = [value.func] if kind == "func" else list(value.list.func) if kind == "list" else []
+        for func in listed:
+            names.append(func.name)
+            pending.extend(func.attr.values())
+    return [name for name in names if name in functions]
+
+
 def _resolve(value: Any, bindings: Attrs) -> Any:
     """An attribute with the caller's placeholder bound (already resolved in the caller's scope)."""
     if value.WhichOneof("value") == "placeholder":
@@ -373,7 +428,8 @@ def unsafe_at_load_v2(meta_graph: Any) -> list[tuple[str, str, str]]:
     ``_create_resource``/``_initialize`` functions of the object graph; ``_destroy_resource``
     runs at exit) and calls custom saveables' restore functions. A model can put any op there,
     so these functions are checked *before* loading. The save functions every TF2 SavedModel
-    carries (``SaveV2``, ``MergeV2Checkpoints``) are not run by loading and are not reported.
+    carries (``SaveV2``, ``MergeV2Checkpoints``) are not run by loading and are not reported (the
+    graph's saver nodes call them); every function that nothing calls is scanned with no bindings.
     """
     nodes = list(meta_graph.object_graph_def.nodes)
     library = _Library(meta_graph.graph_def.library)
@@ -388,6 +444,8 @@ def unsafe_at_load_v2(meta_graph: Any) -> list[tuple[str, str, str]]:
     found: list[tuple[str, str, str]] = []
     for role, fn_name in sorted(called):
         found.extend(library.function(fn_name, {}, role, set(), trust_args=True))
+    # and every function neither the graph nor those reach (a layer's own functions, kept for Python)
+    found.extend(library.unreachable(meta_graph.graph_def.node, entries=[fn for _, fn in called]))
     return sorted(set(found))
 
 

@@ -75,8 +75,14 @@ def storage_nbytes(arr: np.ndarray) -> int:
     if arr.dtype.kind != "O":
         return int(arr.nbytes)  # a unicode array's 4 bytes a character bound its UTF-8
     lengths = [len(v) if isinstance(v, (bytes, str)) else 0 for v in arr.ravel().tolist()]
-    widest = max(lengths, default=0)
-    return max(len(lengths) * max(1, widest), sum(lengths))
+    return string_storage_nbytes(len(lengths), sum(lengths), max(lengths, default=0))
+
+
+def string_storage_nbytes(count: int, total: int, widest: int) -> int:
+    """The bytes a string tensor of ``count`` elements, ``total`` bytes in all and its longest
+    ``widest`` bytes, takes as :func:`to_storage` stores it (fixed-width): what
+    :func:`storage_nbytes` says of it once fetched, known from three numbers before it is."""
+    return max(count * max(1, widest), total)
 
 
 def _as_fixed_bytes(arr: np.ndarray) -> np.ndarray:

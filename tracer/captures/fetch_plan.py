@@ -25,7 +25,7 @@ from ..opgraph import WHILE_FRAME_REASON, OpGraph, relevant_slots, tensor_op, te
 from ..optypes import FRAME_OPS, LOOP_COND_OP, MERGE_OPS, PLACEHOLDER_OPS, SWITCH_OPS, VALUE_SIZED_OPS, WEIGHT_SOURCES
 
 __all__ = ["FetchPlan", "fetch_plan", "chunked", "refit_sizes", "check_fetched", "branch_of", "BranchSchedule", "DEAD_BRANCH_REASON",
-           "sizes_scale_with_rows", "scaled_sizes"]
+           "sizes_scale_with_rows", "scaled_sizes", "too_big"]
 
 DEAD_BRANCH_REASON = "in a cond branch that did not run on these inputs (dead: TensorFlow has no value for it)"
 Branch = frozenset  # of (Switch op, output port): a tensor runs only when all of them carry data
@@ -201,7 +201,7 @@ def refit_sizes(plan: FetchPlan, measured: dict[str, int]) -> None:
             plan.sizes[name] = size
     for name in plan.names:
         if plan.sizes[name] > plan.max_memory:
-            raise _too_big(name, plan.sizes[name], plan.max_memory, "on these inputs (its shape is set at run time)")
+            raise too_big(name, plan.sizes[name], plan.max_memory, "on these inputs (its shape is set at run time)")
 
 
 def sizes_scale_with_rows(opgraph: OpGraph, plan: FetchPlan) -> bool:
@@ -255,13 +255,13 @@ def check_fetched(plan: FetchPlan, name: str, nbytes: int) -> None:
     """A fetched tensor, before it is written: over ``--max-memory`` stops the capture (exit 2);
     under it, its real size is what later runs chunk by."""
     if nbytes > plan.max_memory:
-        raise _too_big(name, nbytes, plan.max_memory, "as fetched (its shape is set at run time)",
-                       "; nothing of it was written, and the capture is left incomplete")
+        raise too_big(name, nbytes, plan.max_memory, "as fetched (its shape is set at run time)",
+                      "; nothing of it was written, and the capture is left incomplete")
     if nbytes > plan.sizes.get(name, 0):
         plan.sizes[name] = nbytes
 
 
-def _too_big(name: str, size: int, limit: int, how: str, after: str = "") -> TftraceError:
+def too_big(name: str, size: int, limit: int, how: str, after: str = "") -> TftraceError:
     return TftraceError(f"tensor {name} is {size:,} bytes per run {how}, more than --max-memory {limit:,}{after}",
                         "raise --max-memory, or lower --batch-size or the input values that size it")
 

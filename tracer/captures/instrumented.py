@@ -4,14 +4,16 @@ by chunk, and streamed to the capture directory.
 Cond branches that did not run are known from their predicates before they are fetched
 (:class:`tracer.captures.fetch_plan.BranchSchedule`); a chunk TensorFlow refuses is bisected,
 never re-fetched one tensor at a time; a tensor over ``--max-memory`` stops the capture before
-it is written; a pass-through op's output that repeats its input's bytes is stored once.
+it is written; a pass-through op's output that repeats its input's bytes is stored once. String
+tensors are sized by their contents before they are fetched (:class:`_StringSizes`), so they are
+chunked by what will come back.
 """
 
 from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,11 +21,12 @@ import numpy as np
 
 from .._tf import tf
 from .inputs import Examples
+from ..errors import TftraceError
 from ..opgraph import OpGraph, tensor_op, tensor_slot
 from ..optypes import MAYBE_UNCHANGED_OPS
 from ._events import emit
-from ._format import bitwise_equal, storage_nbytes
-from .fetch_plan import DEAD_BRANCH_REASON, BranchSchedule, FetchPlan, check_fetched, chunked
+from ._format import bitwise_equal, storage_nbytes, string_storage_nbytes
+from .fetch_plan import DEAD_BRANCH_REASON, BranchSchedule, FetchPlan, check_fetched, chunked, too_big
 from .runtime import Runtime, tf_error_text
 from .session_runs import feed_for, traced_run
 from .store import CaptureWriter
@@ -46,6 +49,7 @@ def instrumented_runs(
     chunk_count = branch_chunks = 0
     t0 = time.perf_counter()
     written = 0
+    strings = _StringSizes(runtime, plan)
     for run_index, (start, stop) in enumerate(ranges):
         wanted = plan.names if run_index == 0 else [n for n in plan.names if tensor_op(n) not in plan.constant and n in layout]
         feed = feed_for(runtime, examples, start, stop)
@@ -55,7 +59,8 @@ def instrumented_runs(
         schedule = BranchSchedule(wanted, plan)
         chunks = 0
         told = _Told(run_index, len(ranges), len(wanted))
-        for step in _fetch_steps(schedule, plan, writer, layout):  # lazily: each step follows the predicates
+        steps = _fetch_steps(schedule, plan, writer, layout, lambda names, feed=feed: strings.size(names, feed))
+        for step in steps:  # lazily: each step follows the predicates
             chunks += 1
             emit("stage", text=f"instrumented run: fetching {len(step.names):,} tensors"
                                + (f" (part {chunks})" if chunks > 1 else ""))
@@ -128,19 +133,21 @@ class _Step:
     extra: frozenset[str] = frozenset()  # predicates fetched only for that: not stored
 
 
-def _fetch_steps(schedule: BranchSchedule, plan: FetchPlan, writer: CaptureWriter, layout: dict[str, str]
-                 ) -> Iterator[_Step]:
+def _fetch_steps(schedule: BranchSchedule, plan: FetchPlan, writer: CaptureWriter, layout: dict[str, str],
+                 size_strings: Callable[[list[str]], None] = lambda names: None) -> Iterator[_Step]:
     """One run's chunks, following the :class:`BranchSchedule`.
 
     Dead branches are recorded as such without a fetch; the live ones are fetched (under
-    --max-memory) together with the next level's predicates; the branches whose predicates could
-    not be fetched come last, one branch per chunk.
+    --max-memory) together with the next level's predicates, their strings sized first
+    (``size_strings``); the branches whose predicates could not be fetched come last, one branch
+    per chunk.
     """
     while (step := schedule.next()) is not None:
         ready, dead, preds = step
         for name in dead:
             writer.mark_uncaptured(name, DEAD_BRANCH_REASON)
             layout.pop(name, None)
+        size_strings(ready)
         chunks = chunked(ready, plan.sizes, plan.max_memory) if ready else []
         extra = [p for p in preds if p not in ready]
         if extra:
@@ -149,8 +156,80 @@ def _fetch_steps(schedule: BranchSchedule, plan: FetchPlan, writer: CaptureWrite
         for i, chunk in enumerate(chunks):
             yield _Step(chunk, preds=preds if i == 0 else {}, extra=frozenset(extra) if i == 0 else frozenset())
     for _, names in schedule.leftover():
+        size_strings(names)  # a dead branch's strings are not sized (TensorFlow refuses): checked as fetched
         for chunk in chunked(names, plan.sizes, plan.max_memory):
             yield _Step(chunk, branch=True)
+
+
+class _StringSizes:
+    """The real size of string tensors, measured before they are fetched.
+
+    A string tensor's step statistics count only its header, and a fetch returns every fetched
+    value whole: sixteen 40 MB strings built from a 1 KB constant came back in one
+    ``session.run`` (2.5 GB at the peak under ``--max-memory 50000000``). So before a run's live
+    tensors are chunked, one ``session.run`` fetches three numbers per string tensor (elements,
+    bytes in all, the longest), computed in the graph by ops added beside the model's; each
+    tensor's stored size is known from them (:func:`string_storage_nbytes`), one over the limit
+    is refused before any of it is fetched, and the rest are chunked apart under the limit. A
+    set TensorFlow refuses to fetch is sized one tensor at a time; one it refuses alone keeps its
+    estimate, checked as it comes back (:func:`check_fetched`).
+
+    Chunking bounds one fetch, not what the session keeps: a string that does not depend on the
+    inputs is folded into a constant by Grappler in the executor of every fetch set that holds
+    it, and a session keeps its executors (one per fetch set) until it closes. Fetched apart,
+    the sixteen strings still ended at 2.0 GB. So the constant strings are also summed, and more
+    than ``--max-memory`` of them in all is refused before any is fetched.
+    """
+
+    def __init__(self, runtime: Runtime, plan: FetchPlan) -> None:
+        self.runtime = runtime
+        self.plan = plan
+        self.ops: dict[str, Any] = {}  # tensor -> its [elements, bytes, longest] op in the graph
+        self.constant: dict[str, int] = {}  # constant string tensor -> its stored bytes
+
+    def size(self, names: list[str], feed: dict) -> None:
+        strings = [n for n in names if self.runtime.opgraph.output_info(n)["dtype"] == "string"]
+        if not strings:
+            return
+        try:
+            measured = self._measure(strings, feed)
+        except _fetch_errors():
+            measured = {}
+            for name in strings:
+                try:
+                    measured.update(self._measure([name], feed))
+                except _fetch_errors():
+                    continue  # TensorFlow will not fetch it: the chunk's own refusal says so
+        limit = self.plan.max_memory
+        sizes = {name: string_storage_nbytes(int(n), int(total), int(widest)) for name, (n, total, widest) in measured.items()}
+        for name, size in sizes.items():
+            if size > limit:
+                raise too_big(name, size, limit, "by its strings' lengths (sized before it was fetched)",
+                              "; nothing of it was fetched, and the capture is left incomplete")
+            self.plan.sizes[name] = size
+            if tensor_op(name) in self.plan.constant:
+                self.constant[name] = size
+        total = sum(self.constant.values())
+        if total > limit:
+            largest = max(self.constant, key=self.constant.__getitem__)
+            raise TftraceError(
+                f"the string tensors that do not depend on the inputs take {total:,} bytes in all ({len(self.constant)} "
+                f"of them; the largest, {largest}, {self.constant[largest]:,} bytes), more than --max-memory {limit:,}: "
+                "TensorFlow folds each into a constant that the session keeps for as long as the capture runs; "
+                "nothing of them was fetched, and the capture is left incomplete",
+                "raise --max-memory if this machine has the memory for them")
+
+    def _measure(self, names: list[str], feed: dict) -> dict[str, Any]:
+        t = tf()
+        graph = self.runtime.graph
+        for name in names:
+            if name not in self.ops:
+                with graph.as_default(), t.name_scope("tftrace_string_sizes"):
+                    lengths = t.reshape(t.cast(t.strings.length(graph.get_tensor_by_name(name)), t.int64), [-1])
+                    self.ops[name] = t.stack([t.size(lengths, out_type=t.int64), t.reduce_sum(lengths),
+                                              t.reduce_max(t.concat([lengths, t.zeros([1], t.int64)], 0))])
+        values = self.runtime.session.run([self.ops[n] for n in names], feed_dict=feed)
+        return dict(zip(names, values))
 
 
 def _fetch_errors() -> tuple[type[Exception], ...]:
