@@ -24,7 +24,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ..errors import TftraceError
-from ..interpreter import interpreter, remember
+from ..pythons import interpreter, remember
 from ..jsonvalues import dumps
 from ..runspec import Side, child_env
 from ._events import EVENT_FD_ENV, valid

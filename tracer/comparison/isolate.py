@@ -47,7 +47,7 @@ from ..captures.replay_records import failure, record_failure, replay_path
 from .divergence import NodeResult
 from .judge import IsolationResult, executed_form, judge, per_process_nondeterminism
 from ..errors import TftraceError
-from ..interpreter import made_with
+from ..pythons import made_with
 from ..captures.inputs import batched_alike
 from ..jsonvalues import dumps, loads
 from ..opgraph import OpGraph, tensor_op, weight_of, weight_reads

@@ -29,7 +29,7 @@ from ..captures._events import EVENT_FD_ENV
 from ..captures.launcher import PACKAGE_ROOT
 from ..captures.orphan import PARENT_PID_ENV
 from ..captures.reader import Capture
-from ..interpreter import interpreter
+from ..pythons import interpreter
 from ..runspec import Side, child_env
 from ..safewrite import write_file
 
