@@ -13,7 +13,7 @@ TF        ?= 2.12.1
 TF_MINOR  := $(word 1,$(subst ., ,$(TF))).$(word 2,$(subst ., ,$(TF)))
 OTHER_VENV := .venv-tf$(TF_MINOR)
 OTHER_STAMP := $(OTHER_VENV)/.setup-done-$(TF)
-# what tftrace's child imports there (tracer/interpreter.py's CHILD_PACKAGES); numpy is TensorFlow's pin
+# what tftrace's child imports there (tracer/pythons.py's CHILD_PACKAGES); numpy is TensorFlow's pin
 CHILD_PACKAGES := numpy networkx xxhash zstandard
 
 .PHONY: setup system-deps models demo test test-fast bench clean other-tf

@@ -249,7 +249,7 @@ def test_two_identical_gpu_sides_timed_interleaved_are_within_timing_noise(mobil
                 timing_runs=5)
     cap = capture(side, tmp_path / "cap", force=True)
     with Timer(tmp_path / "timing") as timer:
-        a, b = timer.time_pair(("a", side, cap), ("b", side, cap), 30)
+        a, b, _ = timer.time_pair(("a", side, cap), ("b", side, cap), 30)
     result = compare_timings(a, b)
     _record("timing_identical_gpu_sides", **{k: v for k, v in result.to_json().items() if k not in ("a_ms", "b_ms")})
     assert not result.significant and result.words().startswith("is within timing noise"), result.to_json()

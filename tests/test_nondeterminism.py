@@ -142,9 +142,14 @@ def test_judge_runs_that_executed_the_op_as_different_kernels_are_a_run_time_rew
     assert "A as _MklNativeFusedBatchNormV3, B as Add + Mul" in result.detail
     assert "B's replay differs from B's captured value by up to 0.001" in result.detail
     # with different settings (oneDNN on one side only), different kernels are the settings' doing
-    other = judge(VALUE, VALUE, {**op, "same_settings": False}, Captured({"conv:0": VALUE}),
-                  Captured({"conv:0": MOVED}))
+    other = judge(VALUE, VALUE, {**op, "same_settings": False, "same_settings_but_build": False},
+                  Captured({"conv:0": VALUE}), Captured({"conv:0": MOVED}))
     assert other.verdict == "not_reproduced"
+    # another TensorFlow build alone (--python): each build's replay computes the same, so the kernels
+    # the runs executed are a rewrite at run time (of the builds' Grappler or of the graphs: causes says)
+    builds = judge(VALUE, VALUE, {**op, "same_settings": False, "same_settings_but_build": True},
+                   Captured({"conv:0": VALUE}), Captured({"conv:0": MOVED}))
+    assert builds.verdict == "run_time_rewrite" and builds.executed == executed
     # the replays differing is the kernel's own error, whatever ran in the graph
     own = judge(VALUE, VALUE + np.float32(0.5), op, Captured({"conv:0": VALUE}), Captured({"conv:0": MOVED}))
     assert own.verdict == "own_error"
@@ -188,6 +193,10 @@ def test_same_run_settings_compares_device_batch_knobs_and_build_not_the_artifac
     assert not same_run_settings(base, manifest("gpu", 1, "ckpt/"))
     assert not same_run_settings(base, manifest("cpu", 8, "ckpt/"))
     assert not same_run_settings(base, manifest("gpu", 8, "ckpt/", autotune="off"))
+    other_release = {**base, "environment": {**base["environment"], "tensorflow": "2.12.1"}}
+    assert not same_run_settings(base, other_release)
+    assert same_run_settings(base, other_release, build=False)  # alike but for the build (--python)
+    assert not same_run_settings(base, {**other_release, "batch_size": 1}, build=False)
 
 
 def _report(device: str, verdict: str, determinism: bool = False, batch_b: int = 8) -> dict[str, Any]:

@@ -86,7 +86,10 @@ def test_a_side_timed_in_its_children_costs_what_its_batch_costs(models, tmp_pat
                      inputs=InputSpec(seed=0, examples=16), timing_runs=5) for n in (1, 16)}
     caps = {n: capture(side, Path(tmp_path / f"b{n}"), force=True) for n, side in sides.items()}
     with Timer(tmp_path / "timing") as timer:
-        t1, t16 = timer.time_pair(("b1", sides[1], caps[1]), ("b16", sides[16], caps[16]), 20)
+        t1, t16, releases = timer.time_pair(("b1", sides[1], caps[1]), ("b16", sides[16], caps[16]), 20)
     assert len(t1) == len(t16) == 20 and min(t1 + t16) > 0
+    # each child says the release it times: here both this interpreter's, as their captures ran
+    assert releases == {"a": caps[1].manifest["environment"]["tensorflow"],
+                        "b": caps[16].manifest["environment"]["tensorflow"]}
     per_example = compare_timings(t1, t16, scale=1 / 16, basis="per example")
     assert per_example.significant and per_example.cost_pct < 0, per_example.to_json()

@@ -189,14 +189,16 @@ def _build_name(env: dict[str, Any]) -> str:
 
 
 def _builds(env_a: dict[str, Any], env_b: dict[str, Any], first: dict[str, Any] | None,
-            rewritten: list[dict[str, Any]]) -> str:
+            rewritten: list[dict[str, Any]], rewrites: list[dict[str, Any]]) -> str:
     """The evidence that the builds differ, and what of the difference they account for.
 
     Where the graphs match at the origins (none sits in a rewrite between the artifacts), the
     builds are what differs, and the first divergence's isolation says how: replayed alone on
     identical inputs under each side's own TensorFlow, its kernels differ (``own_error``: a kernel
     change between the releases), or agree while the whole graphs executed it as different
-    kernels (``run_time_rewrite``: a Grappler change between the releases)."""
+    kernels (``run_time_rewrite``: a Grappler change between the releases). A run-time rewrite is
+    the builds' only where the graphs match throughout (``rewrites``, the report's, exact ones
+    too): a frozen graph's constants alone make Grappler split a batch norm, in any release."""
     said = f"{_build_name(env_a)} on side A vs {_build_name(env_b)} on side B"
     isolation = (first or {}).get("isolation") or {}
     if not first or rewritten:
@@ -209,6 +211,13 @@ def _builds(env_a: dict[str, Any], env_b: dict[str, Any], first: dict[str, Any] 
                 "the builds).")
     if verdict == "run_time_rewrite":
         ran = {key: " + ".join(form) for key, form in (isolation.get("executed") or {}).items() if form}
+        kinds = sorted({str(r.get("kind")) for r in rewrites if isinstance(r, dict)})
+        if kinds:
+            return (f"{said}; `{first['node']}` ({first['op']}) ran as {ran.get('a', '?')} on side A and as "
+                    f"{ran.get('b', '?')} on side B, and replayed alone, each in its side's own TensorFlow, the two "
+                    f"agree: a rewrite when the graph ran, which the graphs' own difference ({len(rewrites)} "
+                    f"{', '.join(kinds)}) can make in any release as well as a Grappler change between the builds "
+                    "(compare each artifact with itself across the builds to tell which).")
         return (f"{said}; the graphs match, but the builds' Grappler ran `{first['node']}` ({first['op']}) as "
                 f"{ran.get('a', '?')} on side A and {ran.get('b', '?')} on side B, and replayed alone the two agree "
                 "(a Grappler change between the builds, not a kernel's).")
@@ -413,7 +422,7 @@ def explain_comparison(report: dict[str, Any]) -> dict[str, Any]:
         found.setdefault("tf32", f"the sides run on {a.get('device')} vs {b.get('device')}.")
     env_a, env_b = a.get("environment", {}), b.get("environment", {})
     if env_a.get("tensorflow") != env_b.get("tensorflow") or env_a.get("build") != env_b.get("build"):
-        found["build"] = _builds(env_a, env_b, first, rewritten)
+        found["build"] = _builds(env_a, env_b, first, rewritten, report.get("rewrites") or [])
     elif (env_a.get("cpu") or {}).get("model") != (env_b.get("cpu") or {}).get("model"):
         found.setdefault("onednn", "the sides ran on different CPUs, where oneDNN and kernel choices differ.")
     for side_key, side in (("a", report.get("observer_effect", {}).get("a")), ("b", report.get("observer_effect", {}).get("b"))):

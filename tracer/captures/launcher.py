@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 
 from ..errors import TftraceError
-from ..interpreter import interpreter, remember
+from ..pythons import interpreter, remember
 from ..jsonvalues import dumps
 from ..runspec import Side, child_env
 from ._events import EVENT_FD_ENV, valid

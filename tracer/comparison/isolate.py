@@ -47,7 +47,7 @@ from ..captures.replay_records import failure, record_failure, replay_path
 from .divergence import NodeResult
 from .judge import IsolationResult, executed_form, judge, per_process_nondeterminism
 from ..errors import TftraceError
-from ..interpreter import made_with
+from ..pythons import made_with
 from ..captures.inputs import batched_alike
 from ..jsonvalues import dumps, loads
 from ..opgraph import OpGraph, tensor_op, weight_of, weight_reads
@@ -86,6 +86,7 @@ def isolate_origins(
     index, ops = [], {"a": [], "b": []}
     manifests = {"a": view_a.capture.manifest, "b": view_b.capture.manifest}
     same_settings = same_run_settings(manifests["a"], manifests["b"])
+    same_but_build = same_run_settings(manifests["a"], manifests["b"], build=False)
     per_process = [key for key, manifest in manifests.items() if per_process_nondeterminism(manifest)]
     for i, result in enumerate(origins):
         node = alignment.nodes[result.name]
@@ -106,7 +107,8 @@ def isolate_origins(
                                  if weight_of(view_b.graph, tensor_op(pair.b)) is not None else None),
                       "executed": {"a": executed_form(manifests["a"], view_a.graph, result.name),
                                    "b": executed_form(manifests["b"], view_b.graph, tensor_op(pair.b))},
-                      "same_settings": same_settings, "per_process": per_process,
+                      "same_settings": same_settings, "same_settings_but_build": same_but_build,
+                      "per_process": per_process,
                       "repeat_noise": None if repeat_noise is None else repeat_noise.get(result.tensor),
                       "same_op_same_settings": same_settings and not node.rewrite
                       and replayed_alone_alike(view_a.graph, view_b.graph, result.name, tensor_op(pair.b), plans),
@@ -251,14 +253,15 @@ def load_state_variables(isolation: dict[str, IsolationResult], graph: OpGraph) 
     return found
 
 
-def same_run_settings(manifest_a: dict[str, Any], manifest_b: dict[str, Any]) -> bool:
+def same_run_settings(manifest_a: dict[str, Any], manifest_b: dict[str, Any], *, build: bool = True) -> bool:
     """Whether the two captures ran with the same device, batch size, knobs and build, so that the
-    same op on the same inputs can only differ from run to run (the artifacts may differ)."""
+    same op on the same inputs can only differ from run to run (the artifacts may differ).
+    ``build=False`` leaves the TensorFlow build out: sides that differ in it alone (``--python``)."""
     def settings(manifest: dict[str, Any]) -> Any:
         spec, env = manifest.get("spec") or {}, manifest.get("environment") or {}
         gpus = [g.get("device_name") for g in env.get("gpus") or [] if isinstance(g, dict)]
-        return (spec.get("device"), dumps(spec.get("knobs"), sort_keys=True),
-                env.get("tensorflow"), env.get("tf_git_version"), dumps(env.get("build"), sort_keys=True),
+        release = (env.get("tensorflow"), env.get("tf_git_version"), dumps(env.get("build"), sort_keys=True))
+        return (spec.get("device"), dumps(spec.get("knobs"), sort_keys=True), release if build else None,
                 gpus, (env.get("cpu") or {}).get("model"), dumps(env.get("onednn", {}).get("enabled")),
                 env.get("tf32_enabled"), env.get("op_determinism"))
     return settings(manifest_a) == settings(manifest_b) and batched_alike(manifest_a, manifest_b)

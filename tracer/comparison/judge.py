@@ -231,10 +231,14 @@ def _weight_words(op: dict[str, Any]) -> str:
 def _rewritten_at_run_time(op: dict[str, Any]) -> str:
     """The sentence saying how the two runs executed the op differently, or "" when they did
     not, or when the sides ran with different settings (then different kernels are the
-    settings' doing: oneDNN on one side only, CPU against GPU)."""
+    settings' doing: oneDNN on one side only, CPU against GPU). Sides that differ only in their
+    TensorFlow build (``--python``) are judged alike: replayed alone each build computes the same,
+    so the different kernels are a rewrite when the graph ran, of the builds' Grappler or of the
+    graphs' difference, which :func:`tracer.causes.explain_comparison` tells apart."""
     forms = op.get("executed") or {}
     a, b = forms.get("a"), forms.get("b")
-    if not op.get("same_settings") or not a or not b or a == b:
+    alike = op.get("same_settings_but_build", op.get("same_settings"))  # (an index written before it)
+    if not alike or not a or not b or a == b:
         return ""
     def ran(form: list[str]) -> str:
         return " + ".join(form) if len(form) > 1 else form[0]

@@ -35,7 +35,7 @@ from rich.console import Console
 
 from ..captures.launcher import capture as capture_side
 from ..captures.reader import Capture
-from ..interpreter import made_with
+from ..pythons import made_with
 from ..metrics import TensorMetrics, compare_arrays
 from ..runspec import Side
 from ..safewrite import claim

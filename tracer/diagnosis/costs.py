@@ -45,12 +45,14 @@ def _measure(timer: Timer, a: tuple[Run, Capture], b: tuple[Run, Capture], runs:
              per_row: bool) -> dict[str, Any]:
     (run_a, cap_a), (run_b, cap_b) = a, b
     try:
-        times_a, times_b = timer.time_pair((run_a.key(), run_a.side, cap_a), (run_b.key(), run_b.side, cap_b), runs)
+        times_a, times_b, releases = timer.time_pair((run_a.key(), run_a.side, cap_a),
+                                                     (run_b.key(), run_b.side, cap_b), runs)
     except TimingFailed as exc:
         return {"error": f"could not be timed: {exc}"}
     lat_a, lat_b = (c.manifest["timings"]["plain_latency_ms"] for c in (cap_a, cap_b))
     scale = _rows(lat_a) / _rows(lat_b) if per_row else 1.0
-    return compare_timings(times_a, times_b, scale=scale, basis="per example" if per_row else "per run").to_json()
+    timing = compare_timings(times_a, times_b, scale=scale, basis="per example" if per_row else "per run").to_json()
+    return {**timing, "tensorflow": releases}  # what each timing child ran (tf_version: two releases)
 
 
 def time_costs(views: list[dict[str, Any]], results: list[dict[str, Any]], planned: list[Planned],

@@ -29,7 +29,7 @@ from ..captures._events import EVENT_FD_ENV
 from ..captures.launcher import PACKAGE_ROOT
 from ..captures.orphan import PARENT_PID_ENV
 from ..captures.reader import Capture
-from ..interpreter import interpreter
+from ..pythons import interpreter
 from ..runspec import Side, child_env
 from ..safewrite import write_file
 
@@ -84,6 +84,7 @@ class _Child:
         job = {"side": side.to_json(), "allow_unsafe_ops": side.allow_unsafe_ops, "inputs": str(inputs), "warmup": WARMUP}
         self._send(json.dumps(job))
         self.ready = False
+        self.tensorflow: str | None = None  # the release the child runs, as its ready event says
 
     def _send(self, line: str) -> None:
         try:
@@ -112,9 +113,11 @@ class _Child:
 
     def wait_ready(self) -> None:
         if not self.ready:
-            if self._event().get("event") != "ready":
+            message = self._event()
+            if message.get("event") != "ready":
                 raise TimingFailed(self._fate("the timing child did not get ready"))
             self.ready = True
+            self.tensorflow = message.get("tensorflow") if isinstance(message.get("tensorflow"), str) else None
 
     def run_once(self) -> float:
         self._send("run")
@@ -174,8 +177,10 @@ class Timer:
         self.children[key] = child
         return child
 
-    def time_pair(self, a: tuple[str, Side, Capture], b: tuple[str, Side, Capture], runs: int) -> tuple[list[float], list[float]]:
-        """``runs`` timings of each side, interleaved A B, B A, …; each element of ``a``/``b`` is
+    def time_pair(self, a: tuple[str, Side, Capture], b: tuple[str, Side, Capture],
+                  runs: int) -> tuple[list[float], list[float], dict[str, str | None]]:
+        """``runs`` timings of each side, interleaved A B, B A, …, and the TensorFlow release each
+        side's child ran (``{"a", "b"}``, as the children said); each element of ``a``/``b`` is
         (run key, side, its capture)."""
         self.workdir.mkdir(parents=True, exist_ok=True)
         keep = {a[0], b[0]}
@@ -195,7 +200,7 @@ class Timer:
                 t_a, t_b = _pair(child_a, child_b, i)
                 times_a.append(t_a)
                 times_b.append(t_b)
-            return times_a, times_b
+            return times_a, times_b, {"a": child_a.tensorflow, "b": child_b.tensorflow}
         except TimingFailed:
             for key in keep:  # a failed child is not reused
                 child = self.children.pop(key, None)

@@ -31,7 +31,7 @@ import numpy as np
 from ..captures.reader import Capture
 from ..errors import TftraceError
 from ..comparison.isolate import run_job
-from ..interpreter import made_with
+from ..pythons import made_with
 from ..optypes import changes_state, draws_random
 
 __all__ = ["Replay", "replay_alone", "signature_feeds", "state_changing_ops"]

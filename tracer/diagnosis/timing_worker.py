@@ -5,7 +5,8 @@ Started as ``python -m tracer.diagnosis.timing_worker`` with the side's environm
 set as for its capture). Its first stdin line is the job ``{"side", "allow_unsafe_ops",
 "inputs", "warmup"}``: the side, the ``.npz`` of the signature inputs its capture fed to its
 first batch, the warm-up runs. On its event pipe (:mod:`tracer.captures._events`, never its
-stdout, where the model may print) it answers ``{"event": "ready"}``, then for every ``run`` line
+stdout, where the model may print) it answers ``{"event": "ready", "tensorflow": VERSION}`` (the
+release this child times: ``--python`` runs it under another), then for every ``run`` line
 one ``{"event": "time", "ms": …}`` (only ``session.run`` is inside the clock), and stops at
 ``quit`` or at the end of its stdin. Between two runs it waits on its stdin, using no core, so
 the other side's run is never slowed down by this one. Errors are one ``error`` event (the
@@ -39,7 +40,7 @@ def _serve(job: dict) -> None:
     try:
         for _ in range(max(1, int(job.get("warmup", 2)))):
             runtime.session.run(outputs, feed_dict=feed)
-        emit("ready")
+        emit("ready", tensorflow=tf().__version__)
         for line in sys.stdin:
             if line.strip() != "run":
                 break

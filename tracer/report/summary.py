@@ -28,6 +28,7 @@ __all__ = [
     "flatten",
     "EnvRow",
     "environment_rows",
+    "tensorflow_builds",
     "side_facts",
     "outputs_not_compared",
     "observed_beside",
@@ -135,6 +136,21 @@ def environment_rows(env_a: Any, env_b: Any) -> list[EnvRow]:
     flat_a, flat_b = flatten(env_a or {}), flatten(env_b or {})
     keys = list(dict.fromkeys([*flat_a, *flat_b]))
     return [EnvRow(k, flat_a.get(k, "—"), flat_b.get(k, "—")) for k in keys]
+
+
+BUILD_KEYS = ("tensorflow", "tf_git_version", "build")  # what tells one TensorFlow build from another
+
+
+def tensorflow_builds(sides: dict[str, Any]) -> dict[str, str]:
+    """Each side's TensorFlow (``{"a": "TensorFlow 2.21.0 (v2.21.0-…)", "b": …}``) when the two
+    sides ran different builds (another release: ``--python``), else nothing: the summary says
+    them beside the sides, as the environment table does row by row."""
+    envs = [((sides.get(k) or {}).get("environment") or {}) for k in ("a", "b")]
+    if all(envs[0].get(key) == envs[1].get(key) for key in BUILD_KEYS):
+        return {}
+    return {k: f"TensorFlow {env.get('tensorflow', '?')}" + (f" ({env['tf_git_version']})" if env.get("tf_git_version")
+                                                             else "")
+            for k, env in zip(("a", "b"), envs)}
 
 
 def side_facts(side: dict[str, Any]) -> list[tuple[str, str]]:

@@ -18,7 +18,7 @@ from .numbers import figure
 from .headline import headline_texts
 from .summary import (first_divergences, mismatch_note, noise_lines, nonfinite_context, not_captured_text,
                       moving_average_text, observed_beside, outputs_not_compared, relative_text,
-                      weights_differ_text)
+                      tensorflow_builds, weights_differ_text)
 
 __all__ = ["print_graph_diff", "print_comparison"]
 
@@ -195,10 +195,12 @@ def print_comparison(console: Console, report: dict, out_dir: object = None) -> 
     console.print(f"[{VERDICT_STYLE.get(verdict, 'bold')}]{escape(verdict.replace('_', ' ').upper())}[/]{escape(caveat)}")
     for line in headline_texts(report):  # what the verdict rests on, noise first (tracer.report.headline)
         console.print(f"  {line}", highlight=False, markup=False)
+    builds = tensorflow_builds(sides)  # named beside each side when they differ (--python: another release)
     for key in ("a", "b"):
         side = sides[key]
+        build = f"; {builds[key]}" if builds else ""
         console.print(f"  {key.upper()}: {side['artifact'].get('location') or side['artifact'].get('path')} "
-                      f"[{side['label']}]", highlight=False, markup=False)
+                      f"[{side['label']}{build}]", highlight=False, markup=False)
         signature = side.get("signature") if isinstance(side.get("signature"), dict) else {}
         if signature.get("borrowed_from"):
             lent = (f"the tensors named by --outputs/--input-names for {signature['borrowed_from']}"
