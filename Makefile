@@ -75,6 +75,12 @@ test-fast: setup
 bench: setup models
 	$(BIN)/python -m bench
 
+# Issue 25 item 5: a 35,000-op TF2 detector captured, compared and diffed against the least a
+# fetch-all script spends on it (~15 min on 2 cores); rewrites its section of BENCHMARKS.md.
+.PHONY: bench-detector
+bench-detector: setup
+	$(BIN)/python -m bench.detector_bench
+
 # The same harness on the sample detector, one round each: checks it runs, not the numbers.
 .PHONY: bench-quick
 bench-quick: setup models
