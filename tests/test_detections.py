@@ -299,8 +299,8 @@ def test_a_tf2_detector_named_with_the_option_is_matched_and_a_wrong_key_is_refu
 
 @pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("keras_cv") is None,
-                    reason="keras-cv is not installed (nor is it in the project's environment): the KerasCV YOLOv8 "
-                           "export needs it and its imports (tensorflow-datasets, dm-tree, regex, ...)")
+                    reason="keras-cv is not installed (`make setup` installs it with the dev extra): the KerasCV "
+                           "YOLOv8 export needs it and its imports (tensorflow-datasets, dm-tree, regex, ...)")
 def test_a_kerascv_yolov8_export_with_a_higher_confidence_threshold_loses_exactly_the_detections_below_it(tmp_path):
     models = tmp_path / "kcv"
     subprocess.run([sys.executable, str(REPO / "tests" / "fixtures" / "kerascv_export.py"), str(models)], cwd=REPO,
