@@ -301,7 +301,7 @@ def test_a_signature_without_inputs_is_labelled_by_its_one_run_not_batch_0(real_
     assert report["sides"]["a"]["label"] == "cpu, no inputs (one run)"
     assert "[cpu, no inputs (one run)]" in stdout and "batch 0" not in stdout
     # the plain run and then the instrumented one each added 1: the state moved the output, not observing it
-    assert ("Observer effect on A: outputs moved by {'output': 1.0} (not the observation: the graph changes its "
+    assert ("Observer effect on A: outputs moved by output 1 (not the observation: the graph changes its "
             "own state on every run, incr_counter_op/AssignAdd)") in " ".join(stdout.split())
 
 

@@ -102,3 +102,28 @@ def test_top_origins_show_a_long_node_name_whole_on_narrow_and_wide_terminals() 
             assert "".join(cell[2].strip() for cell in cells) == long_name
             assert [c.strip() for c in cells[0][3:9]] == ["FusedBatchNormV3", "0.0123", "0.0093", "—", "own_error",
                                                         "attr_changed"]
+
+
+def test_outputs_moved_by_are_said_as_figures_not_a_python_dict() -> None:
+    """'Observer effect on A: outputs moved by {'boxes': 1.1920928955078125e-07, …}' on every compare."""
+    from tracer.report.numbers import per_key
+
+    assert per_key({"boxes": 1.1920928955078125e-07, "scores": 0.0, "classes": "nan"}) == \
+        "boxes 1.19e-07, scores 0, classes NaN"
+    assert per_key({}) == "nothing" and per_key(None) == "—"
+
+
+def test_the_wide_outputs_table_says_yes_and_no_not_true_and_false() -> None:
+    import json
+
+    from rich.console import Console
+
+    from conftest import REPO
+    from tracer.report.terminal import print_comparison
+
+    report = json.loads((REPO / "tests" / "fixtures" / "report_detector_planted.json").read_text(encoding="utf-8"))
+    console = Console(record=True, width=160)
+    print_comparison(console, report)
+    table = console.export_text()
+    assert "detection_scores" in table and "│ no " in table
+    assert "True" not in table and "False" not in table

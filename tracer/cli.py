@@ -77,7 +77,10 @@ def _cmd_capture(args: argparse.Namespace, console: Console) -> int:
         console.print(f"the model changes its own state on every run ({', '.join(observer['stateful_ops'][:3])}): "
                       "its outputs differ from run to run because of that state, not because of observation", highlight=False)
     elif not observer["outputs_identical"]:
-        console.print(f"observer effect: fetching every tensor moved the outputs by {observer['outputs_max_abs_diff']}")
+        from .report.numbers import per_key  # noqa: PLC0415
+
+        console.print(f"observer effect: fetching every tensor moved the outputs by "
+                      f"{per_key(observer['outputs_max_abs_diff'])}", highlight=False, markup=False)
     return EXIT_OK
 
 

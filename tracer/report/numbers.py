@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-__all__ = ["num", "fmt", "figure"]
+__all__ = ["num", "fmt", "figure", "per_key"]
 
 
 def num(value: Any) -> float | None:
@@ -49,3 +49,11 @@ def figure(value: Any, digits: int = 3, absent: str = "—") -> str:
     if isinstance(value, (int, float)):
         return f"{value:.{digits}g}"
     return str(value)
+
+
+def per_key(values: Any) -> str:
+    """``{"boxes": 1.19e-07, "scores": 0.0}`` as ``boxes 1.19e-07, scores 0``: a mapping of outputs
+    to figures in a sentence, never a Python dict's repr."""
+    if not isinstance(values, dict):
+        return figure(values)
+    return ", ".join(f"{key} {fmt(value)}" for key, value in values.items()) or "nothing"

@@ -14,7 +14,7 @@ from ..diff.records import GraphDiff
 from ..optypes import loop_result
 from ..text import printable, printable_tree
 from .detections_view import change_text, detection_groups, detection_headline, image_header, image_rows
-from .numbers import figure
+from .numbers import figure, per_key
 from .headline import headline_texts
 from .summary import (first_divergences, mismatch_note, noise_lines, nonfinite_context, not_captured_text,
                       moving_average_text, observed_beside, outputs_not_compared, relative_text,
@@ -97,6 +97,11 @@ def _detail(detail: dict) -> str:
     return ", ".join(parts)
 
 
+def _yes_no(value: object) -> str:
+    """A table cell for a yes/no measurement: words, not Python's True/False."""
+    return "yes" if value is True else "no" if value is False else "—"
+
+
 def _number_text(value: object) -> str:
     """A dtype's name or a few numbers as a person writes them: 0.0499878, [1, 2], float16."""
     if isinstance(value, float):
@@ -144,14 +149,14 @@ def _print_outputs(console: Console, report: dict) -> None:
     for key, out in outputs.items():
         nonfinite = (out.get("nan_mismatch") or 0) + (out.get("inf_mismatch") or 0)
         compared = out["identical"] is not None
-        rows.append((str(key), str(out["identical"]) if compared else "not compared",
-                     str(out["within_tolerance"]) if compared else "—", figure(out["max_abs"]), figure(out["max_rel"]),
+        rows.append((str(key), _yes_no(out["identical"]) if compared else "not compared",
+                     _yes_no(out["within_tolerance"]) if compared else "—", figure(out["max_abs"]), figure(out["max_rel"]),
                      figure(out.get("rel_to_peak")), str(nonfinite) if nonfinite else "", beside[key] or ""))
     if console.width < WIDE_TABLE_COLUMNS:
         console.print(title, highlight=False, markup=False)
         for key, identical, within, max_abs, max_rel, rel_peak, nonfinite, observed in rows:
-            state = ("not compared" if identical == "not compared" else "identical" if identical == "True"
-                     else "within tolerance" if within == "True" else "beyond tolerance")
+            state = ("not compared" if identical == "not compared" else "identical" if identical == "yes"
+                     else "within tolerance" if within == "yes" else "beyond tolerance")
             numbers = ("" if state in ("identical", "not compared")
                        else f", max abs {max_abs}, max rel {max_rel}, rel to peak {rel_peak}")
             console.print(f"  {key}: {state}{numbers}" + (f", NaN/Inf differ in {nonfinite}" if nonfinite else "")
@@ -253,7 +258,7 @@ def print_comparison(console: Console, report: dict, out_dir: object = None) -> 
             state = obs.get("stateful_ops") if obs.get("explained_by_state") else None
             why = (f" (not the observation: the graph changes its own state on every run, "
                    f"{', '.join(map(str, state[:3]))})" if state else "")
-            console.print(f"Observer effect on {key.upper()}: outputs moved by {obs.get('outputs_max_abs_diff')}{why}",
+            console.print(f"Observer effect on {key.upper()}: outputs moved by {per_key(obs.get('outputs_max_abs_diff'))}{why}",
                           highlight=False, markup=False)
     uncaptured = not_captured_text(report)
     if uncaptured:
