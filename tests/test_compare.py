@@ -299,6 +299,14 @@ def test_a_signature_without_inputs_is_labelled_by_its_one_run_not_batch_0(real_
     code, report, stdout = _compare(tmp_path, model, model, "--signature", "incr_counter")
     assert code == 0 and report["verdict"] == "identical"
     assert report["sides"]["a"]["label"] == "cpu, no inputs (one run)"
+    # made to be pasted into a public issue: the machine's name stays in the capture, out of the report
+    import socket
+
+    kept = json.loads((tmp_path / "report" / "captures" / "a" / "manifest.json").read_text())
+    assert kept["environment"]["hostname"] == socket.gethostname()
+    assert "hostname" not in report["sides"]["a"]["environment"]
+    pages = [(tmp_path / "report" / page).read_text() for page in ("report.md", "report.html", "report.json")]
+    assert not any("hostname" in page for page in pages)  # no row, no key
     assert "[cpu, no inputs (one run)]" in stdout and "batch 0" not in stdout
     # the plain run and then the instrumented one each added 1: the state moved the output, not observing it
     assert ("Observer effect on A: outputs moved by output 1 (not the observation: the graph changes its "

@@ -28,6 +28,10 @@ if TYPE_CHECKING:
 
 __all__ = ["build_report", "report_comparison", "write_reports", "merge_isolation", "SCHEMA_VERSION", "rel_to_peak"]
 
+# What a capture records of the machine but a report leaves out: a report is made to be pasted
+# into a public issue, and a machine's name says nothing about the numbers.
+LOCAL_ONLY = ("hostname",)
+
 SCHEMA_VERSION = 1
 
 
@@ -71,7 +75,7 @@ def _side(view: Any, kept: bool = True, digest: str | None = None) -> dict[str, 
         "knobs": knobs,
         "capture_dir": str(view.capture.path),
         "capture_kept": kept,  # false: captured for this report only, deleted after it (--keep-captures keeps it)
-        "environment": manifest.get("environment", {}),
+        "environment": {k: v for k, v in (manifest.get("environment") or {}).items() if k not in LOCAL_ONLY},
         "timings": manifest.get("timings", {}),
         "examples": {**manifest.get("examples", {}), "digest": digest},
         "notes": manifest.get("notes", []),
