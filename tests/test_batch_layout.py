@@ -199,7 +199,7 @@ def test_a_signature_without_a_batch_axis_runs_one_example_per_run(
     side = report["sides"][unbatched]
     assert side["one_example_per_run"] is True and side["batch_size"] == 1
     assert side["label"] == "cpu, one example per run (the signature has no batch axis), onednn=off"
-    assert "the signature has no batch axis: ran the 5 example(s) one per run" in side["notes"]
+    assert "the signature has no batch axis: ran the 5 examples one per run" in side["notes"]
     assert report["sides"]["b" if unbatched == "a" else "a"]["one_example_per_run"] is False
     flat = " ".join(stdout.split())
     assert f"{unbatched.upper()}: {sides[0 if unbatched == 'a' else 1]} [cpu, one example per run" in flat

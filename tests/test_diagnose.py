@@ -531,7 +531,7 @@ def test_export_is_not_blamed_when_there_is_no_rewrite_and_a_fresh_process_repea
     export_why = next(w for w in answers["why"] if w.startswith(FACTOR_TITLES["export"]))
     assert "no rewrite" in export_why and "differs by up to 0.00037" in export_why
     assert "this is run-to-run nondeterminism, not the export" in export_why
-    assert "`detection_classes` (int32): 1 value(s) changed" in export_why
+    assert "`detection_classes` (int32): 1 value changed" in export_why
     assert "Cause: export-time rewrites" not in " ".join(answers["why"])
     text = " ".join(answers["prevent"])
     assert "nothing to change in the export (no rewrite)" in text
@@ -548,7 +548,7 @@ def test_a_changed_class_gets_no_tolerance_offer_but_a_count():
         "discrete_changes": {"num_detections": {"changed": 2, "dtype": "int32"}},
     }], {"atol": 1e-6, "rtol": 1e-5})
     assert "Or accept it" not in answers["prevent"][0]
-    assert "A tolerance is no remedy here: discrete outputs changed (`num_detections` (int32): 2 value(s) changed)" \
+    assert "A tolerance is no remedy here: discrete outputs changed (`num_detections` (int32): 2 values changed)" \
         in answers["prevent"][0]
 
 

@@ -134,7 +134,7 @@ def test_what_was_not_captured_is_counted_by_reason() -> None:
     assert not_captured_groups(report) == [("in cond branches that did not run", 2), ("inside while-loop bodies", 1),
                                            ("resource handles or variants (no values)", 1),
                                            ("ops without output tensors (NoOp)", 1), ("refused by TensorFlow", 1)]
-    assert not_captured_text(report).startswith("6 op(s) not captured: 2 in cond branches that did not run, ")
+    assert not_captured_text(report).startswith("6 ops not captured: 2 in cond branches that did not run, ")
     assert not_captured_text({"nodes": {}}) == ""
 
 
@@ -160,6 +160,6 @@ def test_diagnoses_own_report_never_says_run_diagnose(tmp_path: Path) -> None:
                   dot_command=str(tmp_path / "no-dot"))
     page = (tmp_path / "report.html").read_text(encoding="utf-8")
     assert "tftrace diagnose</code> to measure" not in page and "How to prevent it" not in page
-    assert "6 op(s) not captured: 2 in cond branches that did not run" in page
+    assert "6 ops not captured: 2 in cond branches that did not run" in page
     assert no_answer("cost", "compare") == "Run `tftrace diagnose` to measure it on this model."
     assert no_answer("cost", "diagnosis") == "Nothing to pay: no remedy is needed."

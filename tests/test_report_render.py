@@ -379,7 +379,7 @@ def test_an_output_that_could_not_be_compared_is_said_everywhere(tmp_path: Path)
 def test_markdown_answers_fall_back_to_the_origins() -> None:
     report = load("detector_planted") | {"answers": None}
     md = render_markdown(report)
-    assert "- The difference starts at 1 op(s): 1 FusedBatchNormV3." in md
+    assert "- The difference starts at 1 op: 1 FusedBatchNormV3." in md
     assert "- The first is `block2/bn/FusedBatchNormV3` (FusedBatchNormV3), max rel 0.0093 (rel L2 0.003)." in md
     assert ("- Own error: fed identical inputs, the op alone still differs (max abs 0.0123, max rel 0.0093). Replayed "
             "block2/bn/FusedBatchNormV3 with A's captured inputs on both sides: outputs still differ.") in md

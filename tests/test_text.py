@@ -127,3 +127,11 @@ def test_the_wide_outputs_table_says_yes_and_no_not_true_and_false() -> None:
     table = console.export_text()
     assert "detection_scores" in table and "│ no " in table
     assert "True" not in table and "False" not in table
+
+
+def test_a_count_says_its_noun_as_a_sentence_does() -> None:
+    from tracer.text import count
+
+    assert (count(1, "op"), count(6, "op"), count(2, "origin"), count(1200, "tensor")) == (
+        "1 op", "6 ops", "2 origins", "1,200 tensors")
+    assert count(0, "entry", "entries") == "0 entries"

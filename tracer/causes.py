@@ -16,6 +16,7 @@ from typing import Any
 from .cause_shares import ranked, share_words, shares
 from .diff.kinds import kind_of
 from .optypes import RESIZE_FUSED_CONV_FILTER, loop_result
+from .text import count
 
 __all__ = ["Cause", "CAUSES", "explain_comparison"]
 
@@ -396,7 +397,8 @@ def explain_comparison(report: dict[str, Any]) -> dict[str, Any]:
         kinds = sorted({o["rewrite"] for o in rewritten})
         causes = {kind.cause for kind in map(kind_of, kinds) if kind and kind.cause}  # several: the catalogue's first
         found[min(causes, key=list(CAUSES).index)] = (
-            f"{len(rewritten)} origin(s) sit in export rewrites ({', '.join(kinds)}), e.g. `{rewritten[0]['node']}`"
+            f"{count(len(rewritten), 'origin')} {'sits' if len(rewritten) == 1 else 'sit'} in export rewrites "
+            f"({', '.join(kinds)}), e.g. `{rewritten[0]['node']}`"
             + _replayed_rewrite(report, rewritten[0]) + "." + _fused_resize(report)
         )
     # an origin that reads the model's state: the batch sizes matter through the runs made, not the kernels

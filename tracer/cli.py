@@ -20,7 +20,7 @@ from rich.console import Console
 from . import __version__
 from .console import terminal
 from .errors import EXIT_DIVERGED, EXIT_ERROR, EXIT_OK, TftraceError
-from .text import printable
+from .text import count, printable
 
 __all__ = ["main", "build_parser"]
 
@@ -69,8 +69,8 @@ def _cmd_capture(args: argparse.Namespace, console: Console) -> int:
     observer = manifest["observer_effect"]
     console.print(
         f"captured {len(result.tensor_names)} tensors ({len(result.uncaptured)} not capturable) of "
-        f"{manifest['artifact']['location']} over {manifest['examples']['count']} example(s) "
-        f"in {len(manifest['runs'])} run(s) -> {result.path}",
+        f"{manifest['artifact']['location']} over {count(manifest['examples']['count'], 'example')} "
+        f"in {count(len(manifest['runs']), 'run')} -> {result.path}",
         highlight=False,
     )
     if observer.get("explained_by_state"):

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-__all__ = ["printable", "printable_tree"]
+__all__ = ["printable", "printable_tree", "count"]
 
 _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 _CONTROL_AND_LAYOUT = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
@@ -48,3 +48,8 @@ def printable_tree(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return type(value)(printable_tree(v) for v in value)
     return value
+
+
+def count(n: int, noun: str, plural: str | None = None) -> str:
+    """``1 op``, ``6 ops``, ``2 origins``: a number and its noun as a sentence says them, never ``op(s)``."""
+    return f"{n:,} {noun if n == 1 else plural or noun + 's'}"

@@ -34,6 +34,7 @@ from .._tf import tf
 from ..artifacts.graph import moving_averages
 from ._packed import content_digest
 from ..errors import TftraceError
+from ..text import count
 from .inputs import Examples, batches, make_examples, run_batch_size
 from ..runspec import Side, job_side
 from ..safewrite import refuse_link_dir
@@ -79,9 +80,9 @@ def run_capture(side: Side, out_dir: str, force: bool, prepared: Prepared | None
     notes = list(runtime.notes)
     batch_size = side.batch_size if examples.batch_major else (1 if examples.per_example else None)
     if examples.per_example:
-        notes.append(f"the signature has no batch axis: ran the {examples.count} example(s) one per run")
+        notes.append(f"the signature has no batch axis: ran the {count(examples.count, 'example')} one per run")
     elif side.batch_size and not examples.batch_major and examples.count:
-        notes.append(f"the signature fixes its input shapes: ran all {examples.count} example(s) in one run")
+        notes.append(f"the signature fixes its input shapes: ran all {count(examples.count, 'example')} in one run")
     ranges = batches(examples.count, batch_size)
     plan = fetch_plan(runtime.opgraph, ranges, side.max_memory)
     emit("stage", text="plain run")
@@ -104,7 +105,7 @@ def run_capture(side: Side, out_dir: str, force: bool, prepared: Prepared | None
             )
         if branches:
             notes.append(
-                f"{branches} more fetch chunk(s) for cond branches, each after the predicates that decide it (a "
+                f"{count(branches, 'more fetch chunk')} for cond branches, each after the predicates that decide it (a "
                 "branch that does not run is never fetched): each is its own session.run over the same inputs "
                 "with a different fetch set, which Grappler may optimise differently"
             )

@@ -43,6 +43,7 @@ import numpy as np
 from .align import Alignment, CaptureView
 from ..captures.launcher import ChildCrashed, run_child
 from ..captures.reader import Capture
+from ..text import count
 from ..captures.replay_records import failure, record_failure, replay_path
 from .divergence import NodeResult
 from .judge import IsolationResult, executed_form, judge, per_process_nondeterminism
@@ -197,7 +198,7 @@ def run_job(job: dict[str, Any], *, allow_unsafe_ops: bool, console: Any = None,
         side = side.with_(artifact=replace(side.artifact, path=artifact_path))
     job = {**job, "side": side.to_json()}
     try:
-        run_child(job, side, label=f"isolate {len(job['ops'])} op(s) [{side.label()}]", console=console)
+        run_child(job, side, label=f"isolate {count(len(job['ops']), 'op')} [{side.label()}]", console=console)
     except ChildCrashed as exc:  # a replay is an extra: its crash costs its ops' verdicts, never the report
         _mark_unanswered(job, exc.reason)
 

@@ -42,6 +42,7 @@ import numpy as np
 from ..captures.inputs import same_rows
 from ..diff.kinds import kind_of
 from ..metrics import compare_arrays
+from ..text import count
 from ..opgraph import OpGraph, tensor_op
 from ..optypes import loop_result
 
@@ -255,7 +256,7 @@ def _b_computation(op: dict[str, Any]) -> str:
         what = getattr(kind_of(group["kind"]), "group", None) or "fused op"
         inputs = ", ".join(f"`{t}`" for t in group.get("a_inputs", [])) or "the same inputs"
         return (f"B's {what} (`{tensor_op(op['b_tensor'])}`, {op['b_op']}, with the ops between it and its inputs) "
-                f"differs from A's {a_op} and the {len(group['a_members'])} op(s) {what.split()[0]} into it "
+                f"differs from A's {a_op} and the {count(len(group['a_members']), 'op')} {what.split()[0]} into it "
                 f"(from `{group['a_members'][0]}`), both replayed whole from the group's inputs ({inputs})")
     if loop_result(a_op or "") and op["b_op"] == a_op:
         return (f"B's while loop {loop_result(a_op)} (replayed whole: a session cannot fetch the ops inside a loop) "

@@ -15,6 +15,7 @@ from typing import Any
 from ..causes import CAUSES
 from ..diff.kinds import kind_of
 from ..optypes import loop_result
+from ..text import count
 from ..report.numbers import figure
 from .experiments import FACTORS
 from .noise import NOISE_FACTORS, effective, noise_finding
@@ -82,7 +83,7 @@ def _discrete_text(exp: dict[str, Any]) -> str:
     """`detection_classes`: 2 values changed, ... — what no tolerance can cover; a detector's
     detections that appeared, disappeared or changed class, counted as detections."""
     changes = exp.get("discrete_changes") or {}
-    parts = [f"`{key}` ({c.get('dtype')}): {c.get('changed')} value(s) changed" for key, c in changes.items()]
+    parts = [f"`{key}` ({c.get('dtype')}): {count(c.get('changed') or 0, 'value')} changed" for key, c in changes.items()]
     for group in _changed_detections(exp):
         t = group["total"]
         parts.append(f"detections (`{group['keys'].get('boxes')}`…): {t.get('changed_class', 0)} changed class, "
@@ -208,7 +209,7 @@ def _noise_apart(factor: str, noise: dict[str, Any] | None) -> str:
     text = ""
     if twins:
         text += (f" It is one cause of its own: every other factor's pair was also run with it removed "
-                 f"({len(twins)} pair(s); op determinism on both sides) and is judged by those runs.")
+                 f"({count(len(twins), 'pair')}; op determinism on both sides) and is judged by those runs.")
     if refused:
         reason = next(iter(refused.values()))
         text += f" It could not be removed for {', '.join(sorted(refused))}: {reason}"

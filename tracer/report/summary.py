@@ -15,6 +15,7 @@ from typing import Any
 from ..artifacts.records import USER_SIGNATURE
 from ..comparison.statuses import STATUS_LABELS, STATUSES
 from ..jsonvalues import jsonable
+from ..text import count
 from ..optypes import loop_result
 from .numbers import fmt, num
 
@@ -287,7 +288,7 @@ def not_captured_text(report: dict[str, Any]) -> str:
     total = sum(n for _, n in groups)
     if not total:
         return ""
-    return f"{total} op(s) not captured: " + ", ".join(f"{n} {label}" for label, n in groups)
+    return f"{count(total, 'op')} not captured: " + ", ".join(f"{n} {label}" for label, n in groups)
 
 
 def nonfinite_context(report: dict[str, Any]) -> list[str]:
@@ -470,7 +471,7 @@ def answers(report: dict[str, Any]) -> dict[str, Any]:
     counts = Counter(str(o.get("op") or "?") for o in origins)
     types = ", ".join(f"{n} {op}" for op, n in counts.most_common())
     first = headline_divergence(report) or origins[0]
-    why = [f"The difference starts at {len(origins)} op(s): {types}.",
+    why = [f"The difference starts at {count(len(origins), 'op')}: {types}.",
            f"The first is `{first.get('node')}` ({first.get('op')}), {relative_text(first)}."]
     if first.get("rewrite"):
         why.append(f"It sits in an export rewrite ({first['rewrite']}).")
