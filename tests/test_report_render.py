@@ -318,7 +318,7 @@ def test_inline_svg_has_no_urls_prolog_or_titles(tmp_path: Path) -> None:
     assert "http://" not in html and "https://" not in html
     assert "<!DOCTYPE svg" not in html and "<?xml" not in html and "<title>n" not in html
     standalone = result["svg"].read_text(encoding="utf-8")
-    assert standalone.startswith("<?xml") and 'id="full_n25"' in standalone  # a valid file on its own
+    assert standalone.startswith("<?xml") and 'id="near_n25"' in standalone  # a valid file on its own
 
 
 # --------------------------------------------------------------------------- the detector report
@@ -488,3 +488,25 @@ def test_markdown_stays_under_the_issue_limit_for_any_model() -> None:
     assert len(md) < MD_LIMIT
     assert f"… {len(report['origins']) - 25} more origins in report.json / report.html" in md
     assert "<x>" not in md
+
+
+@needs_dot
+def test_the_picture_to_attach_is_the_ops_around_the_first_divergence_at_issue_width(tmp_path: Path) -> None:
+    """divergence.png was the whole 130-op graph at 3916x2613, which no issue shows legibly; report.md
+    suggested attaching the SVG, which GitHub issues refuse."""
+    import struct
+
+    report = json.loads((Path(__file__).parent / "fixtures" / "report_detector_planted.json").read_text(encoding="utf-8"))
+    result = render_report(report, tmp_path)
+    assert "png" in result
+    png = (tmp_path / "divergence.png").read_bytes()
+    width, height = struct.unpack(">II", png[16:24])
+    assert width <= 1600 and height <= 1600, (width, height)
+    svg = (tmp_path / "divergence.svg").read_text(encoding="utf-8")
+    drawn = len(re.findall(r'<g id="near_n\d+" class="node', svg))
+    assert 'id="near_n25" class="node st&#45;origin' in svg  # block2/bn/FusedBatchNormV3, the first divergence
+    assert 0 < drawn <= 60 < len(report["nodes"])
+    md = (tmp_path / "report.md").read_text(encoding="utf-8")
+    assert "Attach `divergence.png`" in md and "Attach `divergence.svg`" not in md
+    # the page still draws every op
+    assert f"All {len(report['nodes'])} ops" in (tmp_path / "report.html").read_text(encoding="utf-8")

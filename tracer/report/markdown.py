@@ -261,8 +261,8 @@ def _reproduce(report: dict[str, Any], has_svg: bool) -> list[str]:
     fence = "`" * max(3, max((len(m) for m in re.findall(r"`+", command)), default=0) + 1)
     out = ["### Reproduce", f"{fence}sh", command.replace("\r", ""), fence]
     if has_svg:
-        out.append("Attach `divergence.svg` (or `divergence.png`) from the report directory for the picture of "
-                   "the first divergence; open `report.html` to explore every op.")
+        out.append("Attach `divergence.png` from the report directory for the picture of the ops around the "
+                   "first divergence (an issue takes a PNG, not an SVG); open `report.html` to explore every op.")
     return out
 
 
