@@ -256,6 +256,24 @@ def test_assert_equivalent_explains_itself(models, tmp_path):
     assert result.verdict == "identical"
 
 
+def test_assert_equivalent_leaves_nothing_behind_when_it_passes_and_keeps_the_report_it_names(
+        models, tmp_path, monkeypatch):
+    """A test suite calling it often left a 1.5-4.5 MB temporary directory a call, passes included."""
+    import tempfile
+
+    import tracer
+
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    tracer.assert_equivalent(str(models["detector_ckpt"]), str(models["detector"]), examples=2)
+    assert list(temp.iterdir()) == []
+    with pytest.raises(AssertionError) as info:
+        tracer.assert_equivalent(str(models["detector_ckpt"]), str(models["detector_planted"]), examples=2)
+    [kept] = list(temp.iterdir())
+    assert f"{kept}/report.html" in str(info.value) and (kept / "report.json").is_file()
+
+
 def test_report_rerender_from_json(planted, tmp_path):
     _, report, _ = planted
     out = tmp_path / "copy"
