@@ -486,10 +486,17 @@ def test_progress_events_and_a_parent_without_tensorflow(real_models: dict[str, 
     assert result["x"] == [[1.0], [2.0], [5.0]] and result["y"] == [[2.5], [3.0], [4.5]]
     assert result["runs"] == [[0, 2], [2, 3]] and result["source"] == "x.npz"
     stages = [e["text"] for e in result["events"] if e["event"] == "stage"]
-    assert stages == ["loading model", "plain run", "instrumented run"]
+    assert stages[:3] == ["loading model", "plain run", "instrumented run"]
+    # each run's fetch, then its storing, named with how many tensors; then the finish
+    fetched = [t for t in stages if t.startswith("instrumented run: fetching ")]
+    assert len(fetched) == 2 and stages[-1] == "finishing: outputs, manifest, the last writes made durable"
+    assert all(t.endswith(" tensors") for t in stages[3:-1])
     progress = [e for e in result["events"] if e["event"] == "progress"]
-    assert [(e["done"], e["total"]) for e in progress] == [(1, 2), (2, 2)]
-    assert 0 < progress[0]["bytes"] < progress[1]["bytes"]
+    runs = [e for e in progress if "tensors" not in e]
+    assert [(e["done"], e["total"]) for e in runs] == [(1, 2), (2, 2)]
+    storing = [e for e in progress if "tensors" in e]  # where a run's storing stands, told after each fetch
+    assert [e["done"] for e in storing] == [0, 1] and all(0 < e["stored"] <= e["tensors"] for e in storing)
+    assert 0 < runs[0]["bytes"] < runs[1]["bytes"]
 
 
 def test_single_npy_for_a_one_input_model(hpt: dict[str, Any]) -> None:

@@ -540,7 +540,7 @@ def test_a_model_printing_timing_events_to_stdout_is_not_heard_by_diagnoses_time
     side = Side(artifact=ArtifactRef(str(model)), batch_size=2, inputs=InputSpec(seed=0, examples=2), timing_runs=1)
     cap = capture(side, tmp_path / "cap", force=True)
     with Timer(tmp_path / "timing") as timer:  # raises TimingFailed with the model's words if it hears them
-        times_a, times_b = timer.time_pair(("a", side, cap), ("b", side, cap), 6)
+        times_a, times_b, _ = timer.time_pair(("a", side, cap), ("b", side, cap), 6)
     assert len(times_a) == len(times_b) == 6
     assert 0.125 not in times_a + times_b and min(times_a + times_b) > 0
 

@@ -176,4 +176,4 @@ def test_the_same_ops_built_in_another_order_are_no_rewrite(slim_models: Path) -
 def test_a_planted_constant_change_is_still_reported_exactly(slim_models: Path) -> None:
     doc = _diff(slim_models, "b_changed")  # the scale 2.0 became 3.0
     assert [(r["kind"], r["a_nodes"], r["b_nodes"], r["detail"]) for r in doc["rewrites"]] == [
-        ("const_changed", ["Const_1"], ["Const_2"], {"max_abs_change": 1.0})]
+        ("const_changed", ["Const_1"], ["Const_2"], {"max_abs_change": 1.0, "values": {"a": 2.0, "b": 3.0}})]
