@@ -748,3 +748,47 @@ def test_a_string_signature_never_suggests_tensorflows_init_op(lookup_models: Pa
     assert_user_error(proc, "input 'words' is a string tensor",
                       "(no signature of this model takes only tensors tftrace could generate)")
     assert "__saved_model_init_op" not in proc.stderr
+
+
+REFUSED_BY_INDEX = """
+import json, sys
+from collections import Counter
+import tensorflow as tf
+from tracer.captures import instrumented
+
+class Graph:
+    def get_tensor_by_name(self, name):
+        return name
+
+class Session:
+    runs = 0
+    def run(self, fetches, feed_dict=None):
+        Session.runs += 1
+        for i, name in enumerate(fetches):  # as a Model Garden detector's fetches served from inside a loop
+            if name.startswith("loop/"):
+                raise tf.errors.InternalError(None, None, f"Graph execution error:\\n\\nRetval[{i}] has already "
+                                              "been set.\\n\\t [[{{node _retval_loop_exit_0}}]]")
+        return [0.0] * len(fetches)
+
+class Runtime:
+    graph, session = Graph(), Session()
+
+names = [f"t{i}:0" for i in range(1000)]
+for i in (17, 400, 999):
+    names[i] = f"loop/t{i}:0"
+got, values, refused, _, _ = instrumented._run_chunk(Runtime(), names, {}, traced=False)
+print(json.dumps({"runs": Session.runs, "got": len(got), "refused": refused}))
+"""
+
+
+def test_a_fetch_tensorflow_refuses_by_its_index_costs_one_run_not_a_bisection() -> None:
+    """A Model Garden RetinaNet's 13,238 fetches held three Grappler serves from inside a loop
+    ('Retval[11748] has already been set'): bisection ran the whole model ~14 times for each; the
+    error names the fetch's index, so it is dropped and the rest fetched again."""
+    proc = subprocess.run([sys.executable, "-c", REFUSED_BY_INDEX], cwd=REPO, capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "CUDA_VISIBLE_DEVICES": "-1", "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["runs"] == 4 and result["got"] == 997
+    assert sorted(result["refused"]) == ["loop/t17:0", "loop/t400:0", "loop/t999:0"]
+    assert all("Retval" in why and "inside a loop" in why for why in result["refused"].values())

@@ -11,6 +11,7 @@ chunked by what will come back.
 
 from __future__ import annotations
 
+import re
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -251,11 +252,22 @@ def _run_chunk(
     run per tensor of the graph (a detector's ~2,300 took 8 minutes that way).
     """
     errors = _fetch_errors()
-    try:
-        return _fetch(runtime, chunk, feed, traced)
-    except errors as exc:
-        if len(chunk) == 1:
-            return [], [], {chunk[0]: _dead_or_refused(exc)}, Counter(), {}
+    named: dict[str, str] = {}  # refusals TensorFlow's error pointed at by their place in the fetch list
+    while True:
+        try:
+            got, vals, refused, ops, nodes = _fetch(runtime, chunk, feed, traced)
+            return got, vals, {**named, **refused}, ops, nodes
+        except errors as exc:
+            index = _refused_index(exc, len(chunk))
+            if index is None or len(chunk) == 1:
+                if len(chunk) == 1:
+                    return [], [], {**named, chunk[0]: _dead_or_refused(exc)}, Counter(), {}
+                break
+            named[chunk[index]] = _refusal(exc) + _RETVAL_WHY
+            chunk = chunk[:index] + chunk[index + 1:]
+    if len(chunk) > 64:
+        emit("stage", text=f"instrumented run: TensorFlow refused a fetch of {len(chunk):,} tensors; "
+                           "finding which, by halves (one run each)")
     if branch:
         try:
             _fetch(runtime, chunk[:1], feed, traced=False)
@@ -275,7 +287,25 @@ def _run_chunk(
         failed.update(refused)
         ops |= part_ops
         nodes.update(part_nodes)
-    return names, values, failed, ops, nodes
+    return names, values, {**named, **failed}, ops, nodes
+
+
+_RETVAL = re.compile(r"Retval\[(\d+)\] has already been set")
+_RETVAL_WHY = (" (at run time TensorFlow computes it with an op that runs more than once, inside a loop, so "
+               "one run cannot return it)")
+
+
+def _refused_index(exc: Exception, fetched: int) -> int | None:
+    """The place in the fetch list of the tensor TensorFlow's error names, where it names one.
+
+    A Model Garden RetinaNet's detection generator has fetches Grappler serves from an op inside a
+    loop: "Retval[11748] has already been set". The error names the fetch by its index, so it is
+    dropped and the rest fetched again: one run per such tensor, instead of bisecting the 13,238
+    fetches (about 14 runs each, every one the whole model)."""
+    found = _RETVAL.search(str(getattr(exc, "message", exc)))
+    if found is None or int(found.group(1)) >= fetched:
+        return None
+    return int(found.group(1))
 
 
 def _fetch(runtime: Runtime, chunk: list[str], feed: dict, traced: bool
