@@ -180,12 +180,16 @@ def run(path):
 
 clean(os.path.join(out, "clean"))  # x, scale -> mul -> y: the graph test_fuzz's synthetic captures record
 # a model printing tftrace's own events to stdout (PrintV2 to stdout is allowed): a bare progress, then an error
-clean(os.path.join(out, "prints_events"))
-SAID = ('{"event": "progress"}\n{"event": "error", "problem": "the model says it is unsafe", '
-        '"fix": "re-run with --allow-unsafe-ops"}')
-graft(os.path.join(out, "prints_events"), [], [
-    const_s("said", SAID), node("say", "PrintV2", ["said"], output_stream=attr(s=b"stdout"), end=attr(s=b"\n")),
-    node("passed", "Identity", ["mul", "^say"], T=attr(type=F))])
+def printing(name, said):
+    """The clean model, printing ``said`` to stdout on every run (PrintV2 to stdout is allowed)."""
+    clean(os.path.join(out, name))
+    graft(os.path.join(out, name), [], [
+        const_s("said", said), node("say", "PrintV2", ["said"], output_stream=attr(s=b"stdout"), end=attr(s=b"\n")),
+        node("passed", "Identity", ["mul", "^say"], T=attr(type=F))])
+
+
+printing("prints_events", '{"event": "progress"}\n{"event": "error", "problem": "the model says it is unsafe", '
+                          '"fix": "re-run with --allow-unsafe-ops"}')
 
 
 def strings_model(path, build):
@@ -252,12 +256,8 @@ for where, suffix in ((effects, "_live"), (outside, "")):
             made[name] = [ran, *sorted(set(os.listdir(effects)) - before)]
 
 # a model printing what a diagnose timing child answers (PrintV2 to stdout): a time, then an error
-clean(os.path.join(out, "prints_timings"))
-SAID_TIMING = ('{"event": "ready"}\n{"event": "time", "ms": 0.125}\n{"event": "error", '
-               '"problem": "the model says it cannot be timed", "fix": "re-run with --allow-unsafe-ops"}')
-graft(os.path.join(out, "prints_timings"), [], [
-    const_s("said", SAID_TIMING), node("say", "PrintV2", ["said"], output_stream=attr(s=b"stdout"), end=attr(s=b"\n")),
-    node("passed", "Identity", ["mul", "^say"], T=attr(type=F))])
+printing("prints_timings", '{"event": "ready"}\n{"event": "time", "ms": 0.125}\n{"event": "error", '
+                           '"problem": "the model says it cannot be timed", "fix": "re-run with --allow-unsafe-ops"}')
 json.dump(made, open(os.path.join(out, "effects.json"), "w"))
 '''
 
