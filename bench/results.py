@@ -182,7 +182,22 @@ ratio of contenders run side by side.
 
 {notes}
 """
+    kept = _kept_section(path)
+    if kept and "\n## On a GPU" in text:
+        text = text.replace("\n## On a GPU", f"\n{kept}\n\n## On a GPU", 1)
     path.write_text(text)
+
+
+# A section another harness writes into the page (bench/detector_bench.py): a rewrite keeps it.
+DETECTOR_MARKERS = ("<!-- detector-bench:begin -->", "<!-- detector-bench:end -->")
+
+
+def _kept_section(path: Path) -> str:
+    begin, end = DETECTOR_MARKERS
+    old = path.read_text(encoding="utf-8") if path.is_file() else ""
+    if begin not in old or end not in old:
+        return ""
+    return old[old.index(begin):old.index(end) + len(end)]
 
 
 README_MARKERS = ("<!-- speed summary: generated -->", "<!-- /speed summary -->")

@@ -349,3 +349,21 @@ def test_marginal_figure_and_physical_floors_are_rendered() -> None:
     assert "the disk took 200 MB/s durably and\n  memory copies ran at 10.0 GB/s" in text
     assert "300 MB need at least\n  1.50 s to reach the disk and 0.03 s to be copied once" in text
     assert "0.67x (the median of the rounds' own values)" in text
+
+
+def test_a_rewrite_of_the_page_keeps_the_detector_benchmarks_section(tmp_path: Path) -> None:
+    """make bench rewrites BENCHMARKS.md from its results; make bench-detector's section, written
+    into the same page by another harness, is carried over, before the GPU section."""
+    from bench.results import DETECTOR_MARKERS, write_markdown
+
+    page = tmp_path / "BENCHMARKS.md"
+    section = f"{DETECTOR_MARKERS[0]}\n### A 35,445-op TF2 detector\n| what | wall |\n{DETECTOR_MARKERS[1]}"
+    page.write_text(f"# Benchmarks\n\nold\n\n{section}\n\n## On a GPU\n\nold\n")
+    meta = {"finished": "now", "duration_s": 60, "machine": {"cpu": "x", "cores": 2, "memory_gb": 24, "os": "Linux",
+                                                              "avx2": True, "avx512": False, "python": "3.11",
+                                                              "numpy": "2", "load_average_at_start": [0, 0, 0]}}
+    write_markdown(page, [], meta, "## How each figure is measured\n\nnew\n\n## On a GPU\n\nnew\n")
+    text = page.read_text()
+    assert text.count(DETECTOR_MARKERS[0]) == 1 and section in text
+    assert text.index("How each figure") < text.index(DETECTOR_MARKERS[0]) < text.index("## On a GPU")
+    assert "old" not in text
