@@ -25,6 +25,7 @@ from .inputs import Examples
 from ..errors import TftraceError
 from ..opgraph import OpGraph, tensor_op, tensor_slot
 from ..optypes import MAYBE_UNCHANGED_OPS
+from ..text import count
 from ._events import emit
 from ._format import bitwise_equal, storage_nbytes, string_storage_nbytes
 from .fetch_plan import DEAD_BRANCH_REASON, BranchSchedule, FetchPlan, check_fetched, chunked, too_big
@@ -265,6 +266,8 @@ def _run_chunk(
                 break
             named[chunk[index]] = _refusal(exc) + _RETVAL_WHY
             chunk = chunk[:index] + chunk[index + 1:]
+            emit("stage", text=f"instrumented run: TensorFlow refused {count(len(named), 'fetch', 'fetches')} by "
+                               f"name; fetching the other {len(chunk):,} tensors again")
     if len(chunk) > 64:
         emit("stage", text=f"instrumented run: TensorFlow refused a fetch of {len(chunk):,} tensors; "
                            "finding which, by halves (one run each)")
