@@ -313,3 +313,22 @@ def test_a_child_dead_at_start_takes_its_job_and_its_cancel_without_a_broken_pip
     _send(proc, "{}", close=True)  # the job
     _close_stdin(proc)  # cancel()
     assert proc.stdin is not None and proc.stdin.closed
+
+
+def test_a_models_path_and_stage_reach_a_pipe_and_a_terminal_without_control_bytes_or_markup(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The label names the model's directory, which a received artifact chooses."""
+    from tracer.captures import progress_view
+
+    monkeypatch.setattr(progress_view, "PLAIN_AFTER_S", 0.0)
+    monkeypatch.setattr(progress_view, "PROGRESS_AFTER_S", 0.0)
+    for terminal in (False, True):
+        out = io.StringIO()
+        view = progress_view.ProgressView(Console(file=out, force_terminal=terminal, width=120),
+                                          "capture evil\x1b[2J[bold]x[/bold] [cpu]")
+        view.stage("loading\x07 model")
+        time.sleep(0.2)  # the bar draws a frame
+        view.tick()
+        view.stop()
+        shown = out.getvalue()
+        assert "\x1b[2J" not in shown and "\x07" not in shown and "\\x1b[2J[bold]x[/bold]" in shown, repr(shown)

@@ -255,4 +255,6 @@ def test_a_compare_that_fails_after_its_first_capture_can_be_run_again(models: d
     assert not out.exists()
     again = run_cli(*args, env={"TF_ENABLE_ONEDNN_OPTS": "0"})
     assert_user_error(again, "cannot be paired")
-    assert again.stderr == first.stderr
+    # the same refusal, word for word (a loaded machine may add progress lines before it)
+    said = [[line for line in proc.stderr.splitlines() if line.startswith("tftrace: ")] for proc in (first, again)]
+    assert said[0] == said[1] and len(said[0]) == 1

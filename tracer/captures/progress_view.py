@@ -17,7 +17,10 @@ from contextlib import contextmanager
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from ..text import printable
 
 __all__ = ["ProgressView", "working", "PROGRESS_AFTER_S", "PLAIN_AFTER_S", "PLAIN_EVERY_S"]
 
@@ -31,7 +34,7 @@ class ProgressView:
     its quiet moments (the reader calls it at every heartbeat)."""
 
     def __init__(self, console: Console, label: str) -> None:
-        self.console, self.label = console, label
+        self.console, self.label = console, printable(label, newlines=False)  # a model's path: no control bytes
         self.started = time.monotonic()
         self.stage_text = ""
         self.where = ""  # "run 1/2 · 12,000/35,445 tensors stored"
@@ -42,13 +45,13 @@ class ProgressView:
             TextColumn("{task.fields[mb]:.1f} MB"), TimeElapsedColumn(),
             console=console, transient=True, disable=not self.terminal,
         )
-        self._task = self._bar.add_task(label, total=None, mb=0.0, where="")
+        self._task = self._bar.add_task(escape(self.label), total=None, mb=0.0, where="")
         self._said: tuple[str, str] | None = None  # the last plain line's stage and progress
         self._said_at = 0.0
 
     def stage(self, text: str) -> None:
-        self.stage_text = text
-        self._bar.update(self._task, description=f"{self.label}: {text}")
+        self.stage_text = printable(text, newlines=False)
+        self._bar.update(self._task, description=escape(f"{self.label}: {self.stage_text}"))
         self.tick()
 
     def progress(self, event: dict[str, Any]) -> None:
@@ -77,8 +80,8 @@ class ProgressView:
 
     def _say(self, elapsed: float) -> None:
         parts = [p for p in (self.stage_text, self.where, f"{self.mb:.1f} MB" if self.mb else "") if p]
-        self.console.print(f"{self.label}: {', '.join(parts) or 'starting'} ({_duration(elapsed)})",
-                           highlight=False, markup=False, soft_wrap=True)
+        line = f"{self.label}: {', '.join(parts) or 'starting'} ({_duration(elapsed)})"
+        self.console.print(printable(line, newlines=False), highlight=False, markup=False, soft_wrap=True)
         self._said, self._said_at = (self.stage_text, self.where), time.monotonic()
 
     def stop(self) -> None:
