@@ -782,9 +782,9 @@ print(json.dumps({"runs": Session.runs, "got": len(got), "refused": refused}))
 
 
 def test_a_fetch_tensorflow_refuses_by_its_index_costs_one_run_not_a_bisection() -> None:
-    """A Model Garden RetinaNet's 13,238 fetches held three Grappler serves from inside a loop
-    ('Retval[11748] has already been set'): bisection ran the whole model ~14 times for each; the
-    error names the fetch's index, so it is dropped and the rest fetched again."""
+    """A Model Garden RetinaNet's 13,238 fetches hold some that Grappler serves from inside a loop
+    ('Retval[11748] has already been set'): bisection runs the model ~14 times for each; the error
+    names the fetch's index, so it is dropped and the rest fetched again (here three of 1,000)."""
     proc = subprocess.run([sys.executable, "-c", REFUSED_BY_INDEX], cwd=REPO, capture_output=True, text=True,
                           timeout=300, env={**os.environ, "CUDA_VISIBLE_DEVICES": "-1", "PYTHONPATH": str(REPO)})
     assert proc.returncode == 0, proc.stderr

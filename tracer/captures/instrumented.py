@@ -302,9 +302,9 @@ def _refused_index(exc: Exception, fetched: int) -> int | None:
     """The place in the fetch list of the tensor TensorFlow's error names, where it names one.
 
     A Model Garden RetinaNet's detection generator has fetches Grappler serves from an op inside a
-    loop: "Retval[11748] has already been set". The error names the fetch by its index, so it is
-    dropped and the rest fetched again: one run per such tensor, instead of bisecting the 13,238
-    fetches (about 14 runs each, every one the whole model)."""
+    loop: "Retval[11748] has already been set" (of 13,238 fetches; more follow). The error names the
+    fetch by its index, so it is dropped and the rest fetched again: one run per such tensor, where
+    bisection spends about log2(13,238) = 14 for each."""
     found = _RETVAL.search(str(getattr(exc, "message", exc)))
     if found is None or int(found.group(1)) >= fetched:
         return None
