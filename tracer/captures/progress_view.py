@@ -46,7 +46,7 @@ class ProgressView:
             console=console, transient=True, disable=not self.terminal,
         )
         self._task = self._bar.add_task(escape(self.label), total=None, mb=0.0, where="")
-        self._said: tuple[str, str] | None = None  # the last plain line's stage and progress
+        self._said: str | None = None  # the stage the last plain line named
         self._said_at = 0.0
 
     def stage(self, text: str) -> None:
@@ -74,7 +74,7 @@ class ProgressView:
             return
         if elapsed < PLAIN_AFTER_S:
             return
-        new_stage = self._said is None or self.stage_text != self._said[0]
+        new_stage = self.stage_text != self._said
         if new_stage or time.monotonic() - self._said_at >= PLAIN_EVERY_S:  # unchanged: still alive, said so
             self._say(elapsed)
 
@@ -82,7 +82,7 @@ class ProgressView:
         parts = [p for p in (self.stage_text, self.where, f"{self.mb:.1f} MB" if self.mb else "") if p]
         line = f"{self.label}: {', '.join(parts) or 'starting'} ({_duration(elapsed)})"
         self.console.print(printable(line, newlines=False), highlight=False, markup=False, soft_wrap=True)
-        self._said, self._said_at = (self.stage_text, self.where), time.monotonic()
+        self._said, self._said_at = self.stage_text, time.monotonic()
 
     def stop(self) -> None:
         self._bar.stop()

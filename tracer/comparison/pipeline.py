@@ -336,10 +336,13 @@ def _compare(
              if runs else Noise())
     noise.not_measured = unmeasured
 
+    def classify_now(drawn_at_load: frozenset[str] | set[str] = frozenset()) -> Divergence:
+        noise.judge_pairs(alignment, metrics, tolerance)
+        return classify(view_a.graph, alignment, metrics, tolerance, noise.per_tensor, noise.closest, drawn_at_load)
+
     def classify_and_isolate(drawn_at_load: frozenset[str] | set[str] = frozenset()
                              ) -> tuple[Divergence, dict[str, IsolationResult]]:
-        noise.judge_pairs(alignment, metrics, tolerance)
-        found = classify(view_a.graph, alignment, metrics, tolerance, noise.per_tensor, noise.closest, drawn_at_load)
+        found = classify_now(drawn_at_load)
         top = to_isolate(found, isolate)
         if top:
             claim(out, ["work"])
@@ -365,8 +368,7 @@ def _compare(
         isolation = {**{n: r for n, r in first_isolation.items() if r.load_state}, **isolation}
         loaded |= load_state_variables(isolation, view_a.graph)
     elif loaded:  # the noise was measured before (--repeat): judge again, keeping what was replayed
-        noise.judge_pairs(alignment, metrics, tolerance)
-        divergence = classify(view_a.graph, alignment, metrics, tolerance, noise.per_tensor, noise.closest, loaded)
+        divergence = classify_now(loaded)
     _drop_load_state(diff, alignment, loaded)
     # An origin where the difference is born (its own kernel, its weights) outranks one that only inherited.
     own = {name for name, iso in isolation.items() if iso.verdict in BORN_HERE}

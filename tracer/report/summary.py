@@ -30,6 +30,7 @@ __all__ = [
     "EnvRow",
     "environment_rows",
     "tensorflow_builds",
+    "side_text",
     "side_facts",
     "outputs_not_compared",
     "observed_beside",
@@ -95,7 +96,7 @@ def _scalar_text(value: Any) -> str:
     return str(value)
 
 
-def _side_text(value: Any) -> str:
+def side_text(value: Any) -> str:
     """One side's value of a changed weight: a number, a few in brackets, or a dtype's name."""
     return f"[{_scalar_text(value)}]" if isinstance(value, list) else _scalar_text(value)
 
@@ -451,7 +452,7 @@ def rewrite_detail(detail: Any) -> str:
         if key == "attrs" and isinstance(value, dict) and all(isinstance(v, dict) for v in value.values()):
             parts += [f"{name}: {_scalar_text(v.get('a'))} → {_scalar_text(v.get('b'))}" for name, v in value.items()]
         elif isinstance(value, dict) and set(value) == {"a", "b"}:  # a const_changed's dtype and values
-            parts.append(f"{key}: {_side_text(value['a'])} → {_side_text(value['b'])}")
+            parts.append(f"{key}: {side_text(value['a'])} → {side_text(value['b'])}")
         else:
             parts += [f"{k}: {v}" for k, v in flatten(value, str(key)).items()]
     return "; ".join(parts)

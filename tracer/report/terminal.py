@@ -16,7 +16,7 @@ from ..text import printable, printable_tree
 from .detections_view import change_text, detection_groups, detection_headline, image_header, image_rows
 from .numbers import figure, per_key
 from .headline import headline_texts
-from .summary import (first_divergences, mismatch_note, noise_lines, nonfinite_context, not_captured_text,
+from .summary import (side_text, first_divergences, mismatch_note, noise_lines, nonfinite_context, not_captured_text,
                       moving_average_text, observed_beside, outputs_not_compared, relative_text,
                       tensorflow_builds, weights_differ_text)
 
@@ -85,7 +85,7 @@ def _detail(detail: dict) -> str:
         if key == "attrs":
             value = "; ".join(f"{k}: {v['a']!r} → {v['b']!r}" for k, v in value.items())
         elif key in ("dtype", "values") and isinstance(value, dict) and {"a", "b"} <= value.keys():
-            value = f"{_number_text(value['a'])} → {_number_text(value['b'])}"
+            value = f"{side_text(value['a'])} → {side_text(value['b'])}"
         elif key == "moving_average" and isinstance(value, dict):
             parts.append(moving_average_text(value))
             continue
@@ -95,20 +95,6 @@ def _detail(detail: dict) -> str:
             value = ", ".join(value)  # op names as names, not a Python list's repr
         parts.append(f"{key}={value}")
     return ", ".join(parts)
-
-
-def _yes_no(value: object) -> str:
-    """A table cell for a yes/no measurement: words, not Python's True/False."""
-    return "yes" if value is True else "no" if value is False else "—"
-
-
-def _number_text(value: object) -> str:
-    """A dtype's name or a few numbers as a person writes them: 0.0499878, [1, 2], float16."""
-    if isinstance(value, float):
-        return f"{value:.6g}"
-    if isinstance(value, list):
-        return "[" + ", ".join(_number_text(v) for v in value) + "]"
-    return str(value)
 
 
 WIDE_TABLE_COLUMNS = 120  # below this the origins table would cut node names ("Statefu…"): one line each instead
@@ -149,8 +135,8 @@ def _print_outputs(console: Console, report: dict) -> None:
     for key, out in outputs.items():
         nonfinite = (out.get("nan_mismatch") or 0) + (out.get("inf_mismatch") or 0)
         compared = out["identical"] is not None
-        rows.append((str(key), _yes_no(out["identical"]) if compared else "not compared",
-                     _yes_no(out["within_tolerance"]) if compared else "—", figure(out["max_abs"]), figure(out["max_rel"]),
+        rows.append((str(key), side_text(out["identical"]) if compared else "not compared",
+                     side_text(out["within_tolerance"]) if compared else "—", figure(out["max_abs"]), figure(out["max_rel"]),
                      figure(out.get("rel_to_peak")), str(nonfinite) if nonfinite else "", beside[key] or ""))
     if console.width < WIDE_TABLE_COLUMNS:
         console.print(title, highlight=False, markup=False)
