@@ -212,7 +212,8 @@ def test_default_knobs_inherit_the_callers_environment() -> None:
     base = {"TF_ENABLE_ONEDNN_OPTS": "1", "CUDA_VISIBLE_DEVICES": "1", "TF_CPP_MIN_LOG_LEVEL": "0"}
     assert child_env(_side(), base) == {**base, "CUDA_VISIBLE_DEVICES": "-1"}  # a CPU side never sees a GPU
     gpu = Side(ArtifactRef("m"), device="gpu:1")
-    assert child_env(gpu, base) == base
+    assert child_env(gpu, base) == {**base, "TF_FORCE_GPU_ALLOW_GROWTH": "true"}  # shares the GPU with others
+    assert child_env(gpu, {**base, "TF_FORCE_GPU_ALLOW_GROWTH": "false"})["TF_FORCE_GPU_ALLOW_GROWTH"] == "false"
 
 
 def test_fingerprint_keeps_tensorflows_variables_and_no_secrets() -> None:

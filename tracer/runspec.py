@@ -232,6 +232,12 @@ def child_env(side: Side, base: dict[str, str] | None = None) -> dict[str, str]:
     kind, _ = parse_device(side.device)
     if kind == "cpu":
         env["CUDA_VISIBLE_DEVICES"] = "-1"  # a CPU side must not have ops placed on a GPU
+    else:
+        # TensorFlow otherwise reserves nearly all of the GPU's memory in the first process that
+        # touches it, and a second capture on the same GPU (compare's sides, isolation, the noise
+        # runs, two users) then fails in cudaSetDevice with "out of memory" (seen on the H200,
+        # 2026-12-02). Growing on demand changes no kernel and no number; a value the caller set wins.
+        env.setdefault("TF_FORCE_GPU_ALLOW_GROWTH", "true")
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     env.update(dict(knobs.env))
     return env
