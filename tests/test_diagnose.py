@@ -540,6 +540,37 @@ def test_export_is_not_blamed_when_there_is_no_rewrite_and_a_fresh_process_repea
     assert "whose result changes from run to run on identical inputs" in repeat_why
 
 
+def test_a_pair_that_differs_only_inside_is_never_said_to_change_the_outputs_by_up_to_0():
+    """The H200, 2026-12-02: a fresh process of a GPU side moved 28 intermediate tensors and no
+    output; the checkpoint-vs-SavedModel pair diverged inside only, and was bit-identical with the
+    noise removed. The answers said "changes the outputs by up to 0" and "the default runs differ by up to 0"."""
+    first = {"node": "stem/Conv2D", "op": "Conv2D", "isolation": "nondeterministic"}
+    common = {"a": {"describe": "gpu, batch 8"}, "b": {"describe": "gpu, batch 8"}, "latency_ms": None,
+              "cost_pct": None, "remedy": None, "skipped": None, "settings": None, "rewrite_count": 0,
+              "discrete_changes": {}}
+    experiments = [
+        {**common, "name": "repeat_fresh_process", "factor": "repeat", "verdict": "diverged",
+         "max_abs_output_diff": 0.0, "first_divergence": first},
+        {**common, "name": "ckpt_vs_savedmodel_batch_8", "factor": "export", "verdict": "diverged",
+         "max_abs_output_diff": 0.0, "first_divergence": first,
+         "noise_removed": {"experiment": "ckpt_vs_savedmodel_batch_8_noise_removed",
+                           "how": "op determinism on both sides"}},
+        {**common, "name": "ckpt_vs_savedmodel_batch_8_noise_removed", "factor": "export", "verdict": "identical",
+         "max_abs_output_diff": 0.0, "first_divergence": None, "noise_removed_of": "ckpt_vs_savedmodel_batch_8"},
+    ]
+    answers = build_answers(experiments, {"atol": 1e-6, "rtol": 1e-5})
+    assert answers["factors"] == ["repeat"]
+    repeat_why, export_why = answers["why"][0], answers["why"][1]
+    assert repeat_why.startswith("Run-to-run nondeterminism: gpu, batch 8 vs gpu, batch 8 changes no output, "
+                                 "only intermediate tensors; it starts at `stem/Conv2D`"), repeat_why
+    assert export_why == ("Checkpoint vs SavedModel export: bit-identical with the noise removed (op determinism on "
+                          "both sides); the default runs differ only inside (no output moved), which is the "
+                          "run-to-run noise, not this factor (see Run-to-run nondeterminism).")
+    assert answers["noise"]["reason"] == "the same side run twice (in two fresh processes) changed intermediate " \
+        "tensors, no output"
+    assert "up to 0;" not in " ".join(answers["why"]) and "up to 0," not in " ".join(answers["why"])
+
+
 def test_a_changed_class_gets_no_tolerance_offer_but_a_count():
     answers = build_answers([{
         "name": "batch_1_vs_8", "factor": "batch", "verdict": "diverged", "max_abs_output_diff": 1.0,

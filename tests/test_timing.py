@@ -46,7 +46,7 @@ def test_a_measured_sleep_is_a_significant_cost():
     assert result.significant and result.interval[0] > 1.02, result.to_json()
     assert result.cost_pct > 0 and result.words().startswith(f"costs +{result.cost_pct:.1f}% (95% interval +")
     faster = compare_timings(b, a)  # the same timings the other way round: a saving, as significant
-    assert faster.significant and faster.words().startswith(f"is {-faster.cost_pct:.1f}% faster (95% interval -")
+    assert faster.significant and faster.words().startswith(f"takes {-faster.cost_pct:.1f}% less time (95% interval -")
 
 
 def test_per_example_scales_the_ratio_by_the_rows_of_each_side():

@@ -44,6 +44,17 @@ def _fmt(value: Any) -> str:
     return figure(value, absent="an unmeasurable amount (NaN/Inf or changed shapes)")
 
 
+def _inside_only(value: Any) -> bool:
+    """A pair judged op by op can diverge with every output bit-identical: its intermediates
+    differ and heal (on the H200, a GPU side's fresh process moved 28 tensors, no output)."""
+    return value == 0
+
+
+def _differ(value: Any) -> str:
+    """``differ by up to 0.0042``, or ``differ only inside (no output moved)`` where the outputs did not."""
+    return "differ only inside (no output moved)" if _inside_only(value) else f"differ by up to {_fmt(value)}"
+
+
 def _where(exp: dict[str, Any]) -> str:
     first = exp.get("first_divergence")
     if not first:
@@ -134,13 +145,15 @@ def _noise_words(noise: dict[str, Any]) -> str:
     """``one side alone differs by up to 0.00037 between two runs (two fresh processes)``."""
     if noise.get("max_abs") is None:
         return str(noise.get("reason"))
+    if _inside_only(noise["max_abs"]):
+        return f"one side alone differs inside between two runs ({noise.get('where')}), though no output moved"
     return f"one side alone differs by up to {_fmt(noise['max_abs'])} between two runs ({noise.get('where')})"
 
 
 def _removed_words(exp: dict[str, Any]) -> str:
     raw = exp.get("raw") or {}
-    return (f" (measured with the noise removed: {exp.get('noise_removed_how')}; the default runs differ by up to "
-            f"{_fmt(raw.get('max_abs_output_diff'))})")
+    return (f" (measured with the noise removed: {exp.get('noise_removed_how')}; the default runs "
+            f"{_differ(raw.get('max_abs_output_diff'))})")
 
 
 def _not_the_factor(factor: str, exp: dict[str, Any], noise: dict[str, Any] | None) -> str | None:
@@ -186,8 +199,10 @@ def _why(factor: str, exps: list[dict[str, Any]], noise: dict[str, Any] | None =
     because = f" Cause: {cause.title}." if cause else ""
     others = f" ({len(exps)} experiments of this factor diverged; the largest is shown)" if len(exps) > 1 else ""
     removed = _removed_words(worst) if worst.get("raw") else ""
-    return (f"{_title(factor)}: {a} vs {b} changes the outputs by up to "
-            f"{_fmt(worst['max_abs_output_diff'])}{_where(worst)}{removed}.{because}{others}{discrete}"
+    size = worst["max_abs_output_diff"]
+    changes = "changes no output, only intermediate tensors" if _inside_only(size) else \
+        f"changes the outputs by up to {_fmt(size)}"
+    return (f"{_title(factor)}: {a} vs {b} {changes}{_where(worst)}{removed}.{because}{others}{discrete}"
             f"{_noise_apart(factor, noise)}{_not_alone(factor, worst, noise)}")
 
 
@@ -332,7 +347,7 @@ def _within_tolerance(experiments: list[dict[str, Any]], diverged: dict[str, lis
             now = ("bit-identical" if worst["verdict"] == "identical" else
                    f"within tolerance (up to {_fmt(worst['max_abs_output_diff'])}{_where(worst)})")
             lines.append(f"{_title(factor)}: {now} with the noise removed ({worst.get('noise_removed_how')}); the "
-                         f"default runs differ by up to {_fmt(worst['raw'].get('max_abs_output_diff'))}, which is the "
+                         f"default runs {_differ(worst['raw'].get('max_abs_output_diff'))}, which is the "
                          f"run-to-run noise, not this factor (see {_title('repeat')}).")
         elif near:
             worst = max(near, key=_effect)

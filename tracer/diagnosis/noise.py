@@ -69,7 +69,9 @@ def noise_finding(base_device: str, base_determinism: bool, results: list[dict[s
     if worst:
         where = "in one process" if worst["name"] == "repeat_same_process" else "in two fresh processes"
         finding["where"] = where
-        finding["reason"] = f"the same side run twice ({where}) changed its outputs by up to {_figure(worst)}"
+        finding["reason"] = (f"the same side run twice ({where}) changed intermediate tensors, no output"
+                             if worst.get("max_abs_output_diff") == 0 else
+                             f"the same side run twice ({where}) changed its outputs by up to {_figure(worst)}")
     else:
         finding["reason"] = ("a GPU side without op determinism: each process autotunes its own kernels, so one pair "
                              "of runs says nothing about the next (its repeats did not move this time)")

@@ -86,7 +86,8 @@ class TimingComparison:
         if not self.significant:
             return f"is within timing noise ({stated})"
         pct = self.cost_pct
-        return f"costs {pct:+.1f}% ({stated})" if pct >= 0 else f"is {-pct:.1f}% faster ({stated})"
+        # a saving in the same sign as its interval: "takes 86.5% less time (… -87.0% to -85.7% …)"
+        return f"costs {pct:+.1f}% ({stated})" if pct >= 0 else f"takes {-pct:.1f}% less time ({stated})"
 
     def to_json(self) -> dict[str, Any]:
         return {
