@@ -320,3 +320,34 @@ def test_real_graph_survives_json(tf: Any, models: dict[str, Path]) -> None:
     )
     assert "StatefulPartitionedCall/detector/block1/conv/Conv2D" in again
     assert "StatefulPartitionedCall" not in {again.op_type(n) for n in again.topo_order()}
+
+
+def test_the_exit_of_a_loop_nested_in_another_loops_body_is_inside_the_outer_loop() -> None:
+    """A Model Garden RetinaNet (per-class NMS: a loop in a loop's body, as TensorFlow lowers a
+    While whose body holds another): the inner loop's Exit and what reads it run once per outer
+    iteration. Fetching that Exit failed the whole run ("Retval[11149] has already been set",
+    2026-12-02), and the walk that stopped at every Exit had planned it. Only the outer Exit and
+    what follows it are outside."""
+    from tracer.captures.fetch_plan import WHILE_FRAME_REASON, fetch_plan  # noqa: PLC0415
+
+    g = OpGraph.from_json({"inputs": {"x": "x:0"}, "outputs": {"y": "after:0"}, "nodes": [
+        node("x", "Placeholder"),
+        node("outer/enter", "Enter", ["x:0"]),
+        node("outer/merge", "Merge", ["outer/enter:0", "outer/next:0"]),
+        node("outer/pivot", "Identity", ["outer/merge:0"]),
+        node("inner/enter", "Enter", ["outer/pivot:0"]),
+        node("inner/merge", "Merge", ["inner/enter:0", "inner/next:0"]),
+        node("inner/body", "Relu", ["inner/merge:0"]),
+        node("inner/next", "NextIteration", ["inner/body:0"]),
+        node("inner/exit", "Exit", ["inner/merge:0"]),
+        node("outer/body", "AddV2", ["inner/exit:0", "outer/pivot:0"]),
+        node("outer/next", "NextIteration", ["outer/body:0"]),
+        node("outer/exit", "Exit", ["outer/merge:0"]),
+        node("after", "Relu", ["outer/exit:0"]),
+    ]})
+    outside = {"x", "outer/exit", "after"}
+    assert g.while_frame_ops() == set(g.g.nodes) - outside
+    assert "inner/exit" in g.while_frame_ops() and "outer/body" in g.while_frame_ops()
+    plan = fetch_plan(g, [(0, 2)], 1 << 30)
+    assert plan.names == ["x:0", "outer/exit:0", "after:0"]
+    assert plan.uncaptured["inner/exit:0"] == WHILE_FRAME_REASON

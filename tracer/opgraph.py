@@ -314,11 +314,24 @@ def _reach(g: nx.DiGraph, sources: set[str], passes: Callable[[str], bool]) -> s
 
 
 def ops_in_while_frames(g: nx.DiGraph) -> set[str]:
-    """Ops that execute inside a TF1 while-loop frame, whose tensors a session cannot fetch: the
-    Enter ops and everything reached from them along data *and* control edges (loop-body
-    constants hang off the loop's pivot by a control edge only) without passing an Exit."""
-    frame = nx.subgraph_view(g, filter_node=lambda n: g.nodes[n]["op"] not in EXIT_OPS)
-    return reachable(frame, (n for n, op in g.nodes(data="op") if op in FRAME_OPS))
+    """Ops that execute inside a TF1 while-loop frame, whose tensors a session cannot fetch (a
+    fetch served from inside a loop is set once per iteration: "Retval[N] has already been set").
+
+    An op's frame depth is the deepest of its inputs' along data *and* control edges (loop-body
+    constants hang off the loop's pivot by a control edge only); an Enter adds one, an Exit
+    takes one away; NextIteration's back edge is not followed. Depth above zero is inside a
+    loop: so is the Exit of a loop nested in another loop's body, and what follows it there (a
+    Model Garden RetinaNet's per-class NMS runs one loop inside another; a walk that stopped at
+    every Exit let such an Exit be fetched)."""
+    if not any(op in FRAME_OPS for _, op in g.nodes(data="op")):
+        return set()
+    forward = nx.subgraph_view(g, filter_edge=lambda u, _v: g.nodes[u]["op"] not in LOOP_BACK_EDGE_OPS)
+    depth: dict[str, int] = {}
+    for name in nx.topological_sort(forward):
+        op = g.nodes[name]["op"]
+        inner = max((depth[p] for p in forward.predecessors(name)), default=0)
+        depth[name] = inner + 1 if op in FRAME_OPS else max(inner - 1, 0) if op in EXIT_OPS else inner
+    return {name for name, d in depth.items() if d > 0}
 
 
 def _ancestors(by_name: dict[str, Any], roots: Iterable[str], fed: set[str]) -> set[str]:

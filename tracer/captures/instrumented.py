@@ -259,7 +259,7 @@ def _run_chunk(
             got, vals, refused, ops, nodes = _fetch(runtime, chunk, feed, traced)
             return got, vals, {**named, **refused}, ops, nodes
         except errors as exc:
-            index = _refused_index(exc, len(chunk))
+            index = _refused_index(exc, chunk)
             if index is None or len(chunk) == 1:
                 if len(chunk) == 1:
                     return [], [], {**named, chunk[0]: _dead_or_refused(exc)}, Counter(), {}
@@ -294,21 +294,33 @@ def _run_chunk(
 
 
 _RETVAL = re.compile(r"Retval\[(\d+)\] has already been set")
+_RETVAL_NODE = re.compile(r"\{\{node _retval_(.+)_(\d+)_(\d+)\}\}")
 _RETVAL_WHY = (" (at run time TensorFlow computes it with an op that runs more than once, inside a loop, so "
                "one run cannot return it)")
 
 
-def _refused_index(exc: Exception, fetched: int) -> int | None:
-    """The place in the fetch list of the tensor TensorFlow's error names, where it names one.
+def _refused_index(exc: Exception, chunk: list[str]) -> int | None:
+    """The place in ``chunk`` of the fetch TensorFlow's error names, where it names one.
 
-    A Model Garden RetinaNet's detection generator has fetches Grappler serves from an op inside a
-    loop: "Retval[11748] has already been set" (of 13,238 fetches; more follow). The error names the
-    fetch by its index, so it is dropped and the rest fetched again: one run per such tensor, where
-    bisection spends about log2(13,238) = 14 for each."""
-    found = _RETVAL.search(str(getattr(exc, "message", exc)))
-    if found is None or int(found.group(1)) >= fetched:
+    A fetch served from inside a loop is set once per iteration: "Retval[11149] has already been
+    set. [[{{node _retval_<op>_<output>_11149}}]]". The node names the fetch. The index alone does
+    not point into ``chunk``: the session counts its fetches in sorted order (a Model Garden
+    RetinaNet, 2026-12-02: index 11149 of the list was an innocent Cast; each refusal then dropped
+    the wrong tensor and ran the model again). So the fetch is found by the node's name, else by
+    its place among the sorted names; dropping it and fetching the rest again costs one run, where
+    bisection spends about log2(13,238) = 14."""
+    text = str(getattr(exc, "message", exc))
+    found = _RETVAL.search(text)
+    if found is None:
         return None
-    return int(found.group(1))
+    node = _RETVAL_NODE.search(text)
+    if node is not None:
+        name = f"{node.group(1)}:{node.group(2)}"
+        if name in chunk:
+            return chunk.index(name)
+    ordered = sorted(set(chunk))
+    index = int(found.group(1))
+    return chunk.index(ordered[index]) if index < len(ordered) else None
 
 
 def _fetch(runtime: Runtime, chunk: list[str], feed: dict, traced: bool
