@@ -79,7 +79,29 @@ bench: setup models
 # fetch-all script spends on it (~15 min on 2 cores); rewrites its section of BENCHMARKS.md.
 .PHONY: bench-detector
 bench-detector: setup
-	$(BIN)/python -m bench.detector_bench
+	$(BIN)/python -m bench.detector_bench --workload standin
+
+# The Model Garden's own RetinaNet (tf-models-official 2.20), measured by the same harness
+# (~15 min on 2 cores). tf-models-official pins a TensorFlow of its own, so it and what
+# official.vision imports are installed without their dependencies into a directory of their
+# own, read only by the script that builds the exports; tftrace runs from the venv as always.
+TFM_SITE  := out/bench/tfm-site
+RETINANET := out/bench/models/retinanet
+TFM_PKGS  := tf-models-official==2.20.0 tf-keras==2.21.0 gin-config==0.5.0 pyyaml==6.0.4 \
+             tensorflow-hub==0.16.1 tensorflow-model-optimization==0.8.1 tensorflow-datasets==4.9.10 \
+             tensorflow-metadata==1.21.0 dm-tree==0.1.10 immutabledict==4.3.1 pycocotools==2.0.11 \
+             opencv-python-headless==5.0.0.93 sentencepiece==0.2.3 pandas==3.1.1 scipy==1.17.1 \
+             matplotlib==3.11.2 pillow==13.0.0 psutil==7.2.2 six==1.17.0 tqdm==4.70.1 promise==2.3 \
+             etils==1.15.0 array-record==0.8.6 simple-parsing==0.1.9 docstring-parser==0.18.0 toml==0.10.2 \
+             googleapis-common-protos==1.76.0 python-dateutil==4.0.0 pytz==2026.6 tzdata==2026.6 \
+             contourpy==1.3.3 cycler==0.12.1 fonttools==4.68.0 kiwisolver==1.5.1 pyparsing==3.3.3
+.PHONY: bench-retinanet
+bench-retinanet: setup
+	test -f $(TFM_SITE)/.installed || ($(BIN)/python -m pip install -q --no-deps --target $(TFM_SITE) $(TFM_PKGS) \
+	  && touch $(TFM_SITE)/.installed)
+	test -f $(RETINANET)/workload.json || PYTHONPATH=$(TFM_SITE) TF_USE_LEGACY_KERAS=1 \
+	  $(BIN)/python bench/workloads/retinanet.py --out $(RETINANET)
+	$(BIN)/python -m bench.detector_bench --workload model-garden --models $(RETINANET)
 
 # The same harness on the sample detector, one round each: checks it runs, not the numbers.
 .PHONY: bench-quick

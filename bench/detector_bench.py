@@ -1,10 +1,18 @@
-"""A 35,000-op TF2 detector, as typed (issue 25 item 5): does ``tftrace compare`` finish, and
-what does it cost against the least any fetch-all script can spend on the same model?
+"""Real-size detectors, as typed (issue 25 item 5): does ``tftrace compare`` finish, and what
+does it cost against the least any fetch-all script can spend on the same model?
 
-``python -m bench.detector_bench [--out DIR]`` (``make bench-detector``, ~15 min on 2 cores):
+``python -m bench.detector_bench [--workload standin|model-garden] [--out DIR]``:
 
-1. builds :mod:`bench.workloads.retinanet_tf2` once into ``DIR/models`` (two exports of the same
-   weights and a ``mixed_float16`` twin), with seeded uint8 images;
+* ``standin`` (``make bench-detector``, ~15 min on 2 cores): :mod:`bench.workloads.retinanet_tf2`,
+  built once into ``DIR/models``, 4 images of 160x160;
+* ``model-garden`` (``make bench-retinanet``): the Model Garden's own RetinaNet, built by
+  ``bench/workloads/retinanet.py`` under tf-models-official (which the Makefile installs beside
+  the venv), read from ``--models``, 2 images of 256x256.
+
+For either:
+
+1. the models: two exports of the same weights and a ``mixed_float16`` twin, with seeded uint8
+   images;
 2. captures one export with ``tftrace capture`` (its manifest lists the tensors a capture
    fetches);
 3. the **floor**: one process that imports TensorFlow, loads the same inlined graph tftrace's
@@ -15,8 +23,8 @@ what does it cost against the least any fetch-all script can spend on the same m
    the graph diff, every tensor compared, the report);
 5. ``tftrace diff-graph`` of the export against its ``mixed_float16`` twin.
 
-Every figure comes from this one run, side by side; ``bench/results_detector.json`` keeps them
-and the section of BENCHMARKS.md between its markers is rewritten.
+Every figure of a workload comes from one run, side by side; ``bench/results_detector.json``
+keeps each workload's last run and the section of BENCHMARKS.md between its markers shows them all.
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,8 +43,24 @@ from .results import DETECTOR_MARKERS
 __all__ = ["main", "floor"]
 
 MARK_BEGIN, MARK_END = DETECTOR_MARKERS  # bench.results keeps the section when make bench rewrites the page
-IMAGES = 4
-IMAGE_SIZE = 160
+@dataclass(frozen=True)
+class Workload:
+    """One detector the harness measures: where its exports come from and what it is fed."""
+
+    key: str
+    title: str
+    images: int
+    image_size: int
+    models: str  # the default models directory, under the repository
+
+
+WORKLOADS = {
+    "standin": Workload("standin", "`bench/workloads/retinanet_tf2.py` (ResNet-50 + FPN levels 3-7, per-class "
+                        "top-k, combined NMS)", 4, 160, "out/bench-standin/models"),
+    "model-garden": Workload("model-garden", "the Model Garden's RetinaNet (`bench/workloads/retinanet.py`: "
+                             "tf-models-official 2.20, `retinanet_resnetfpn_coco`, ResNet-50 + FPN, exported with "
+                             "`input_type='image_tensor'`)", 2, 256, "out/bench/models/retinanet"),
+}
 
 
 def floor(manifest_path: str) -> dict[str, Any]:
@@ -65,21 +90,23 @@ def floor(manifest_path: str) -> dict[str, Any]:
             "fetch_all_s": round(fetched - ran, 2)}
 
 
-def _build(models: Path) -> dict[str, Any]:
+def _build(workload: Workload, models: Path) -> dict[str, Any]:
     if not (models / "workload.json").is_file():
+        if workload.key != "standin":
+            raise SystemExit(f"{models} holds no workload.json: build it first (make bench-retinanet does)")
         run_child([sys.executable, "-m", "bench.workloads.retinanet_tf2", "--out", str(models)], timeout_s=3600)
     images = models / "images.npz"
     if not images.is_file():
         import numpy as np  # noqa: PLC0415
 
         rng = np.random.RandomState(25)
-        np.savez(images, inputs=rng.randint(0, 256, (IMAGES, IMAGE_SIZE, IMAGE_SIZE, 3)).astype(np.uint8))
+        shape = (workload.images, workload.image_size, workload.image_size, 3)
+        np.savez(images, inputs=rng.randint(0, 256, shape).astype(np.uint8))
     return json.loads((models / "workload.json").read_text(encoding="utf-8"))
 
 
-def measure(out: Path) -> dict[str, Any]:
-    models = out / "models"
-    workload = _build(models)
+def measure(workload: Workload, out: Path, models: Path) -> dict[str, Any]:
+    built = _build(workload, models)
     tftrace = [sys.executable, "-m", "tracer.cli"]
     inputs = ["--inputs", str(models / "images.npz")]
     env = child_env()
@@ -96,10 +123,15 @@ def measure(out: Path) -> dict[str, Any]:
     rewrites: dict[str, int] = {}
     for rewrite in json.loads(diff.stdout)["rewrites"]:
         rewrites[rewrite["kind"]] = rewrites.get(rewrite["kind"], 0) + 1
+    shape = _images_shape(models / "images.npz")
+    images = {"count": shape[0], "size": f"{shape[1]}x{shape[2]}"}
     return {
-        "workload": workload, "images": IMAGES, "machine": machine(),
+        "workload": {**built, "key": workload.key, "title": workload.title,
+                     "traced_ops": len(manifest["graph"]["nodes"])},
+        "images": images, "machine": machine(),
         "capture": {"wall_s": round(capture.wall_s, 2), "timings": manifest["timings"],
-                    "disk": dir_bytes(out / "capture"), "tensors": len(manifest["tensor_layout"])},
+                    "disk": dir_bytes(out / "capture"), "tensors": len(manifest["tensor_layout"]),
+                    "uncaptured": len(manifest.get("uncaptured") or {})},
         "floor": {"wall_s": round(floor_run.wall_s, 2), **floor_run.result},
         "compare": {"wall_s": round(compare.wall_s, 2), "verdict": report["verdict"],
                     "first_divergence": (report.get("first_divergence") or {}).get("node"),
@@ -108,16 +140,33 @@ def measure(out: Path) -> dict[str, Any]:
     }
 
 
-def markdown(figs: dict[str, Any]) -> str:
+def _images_shape(path: Path) -> tuple[int, ...]:
+    import numpy as np  # noqa: PLC0415
+
+    with np.load(path) as data:
+        return tuple(data[data.files[0]].shape)
+
+
+def markdown(runs: dict[str, dict[str, Any]]) -> str:
+    """The section of BENCHMARKS.md: one table per workload measured, each from its own run."""
+    out = [MARK_BEGIN]
+    for key in [k for k in WORKLOADS if k in runs]:
+        out += ["", *_table(runs[key])]
+    out += ["", "A compare runs two sides, each a capture: two floors is what two fetch-all scripts would spend. "
+            "What the capture adds to its floor is writing and making durable what it fetched (the sync) and "
+            "the plain run's own timing; both sides' loads dominate diff-graph.", MARK_END]
+    return "\n".join(out)
+
+
+def _table(figs: dict[str, Any]) -> list[str]:
     cap, flo, cmp_, diff = figs["capture"], figs["floor"], figs["compare"], figs["diff_graph"]
-    t = cap["timings"]
-    return "\n".join([
-        MARK_BEGIN,
-        f"### A {figs['workload']['inlined_ops']:,}-op TF2 detector (`make bench-detector`, one run, {figs['images']} images)",
+    t, w, m = cap["timings"], figs["workload"], figs["machine"]
+    return [
+        f"### {w['traced_ops']:,} ops traced: {w['title']}",
         "",
-        "`bench/workloads/retinanet_tf2.py` (ResNet-50 + FPN levels 3-7, per-class top-k, combined NMS, "
-        f"{figs['workload']['classes']} classes); figures from `bench/results_detector.json`, "
-        f"{figs['machine'].get('cores', '?')} cores, load average at start {figs['machine'].get('load_average_at_start')}.",
+        f"`make {'bench-detector' if w['key'] == 'standin' else 'bench-retinanet'}`, one run, "
+        f"{figs['images']['count']} images of {figs['images']['size']}; {m.get('cores', '?')} cores, load average at "
+        f"start {m.get('load_average_at_start')}; figures from `bench/results_detector.json`.",
         "",
         "| what | wall | against the floor |",
         "|---|---|---|",
@@ -131,37 +180,40 @@ def markdown(figs: dict[str, Any]) -> str:
         f"| {cmp_['wall_s'] / flo['wall_s']:.2f}× one floor, {cmp_['wall_s'] / (2 * flo['wall_s']):.2f}× two |",
         f"| `tftrace diff-graph` against its `mixed_float16` twin "
         f"({', '.join(f'{n} {k}' for k, n in sorted(diff['rewrites'].items()))}) | {diff['wall_s']:.0f} s | |",
-        "",
-        "A compare runs two sides, each a capture: two floors is what two fetch-all scripts would spend. "
-        "What the capture adds to its floor is writing and making durable what it fetched (the sync) and "
-        "the plain run's own timing; both sides' loads dominate diff-graph.",
-        MARK_END,
-    ])
+    ]
 
 
-def _write(figs: dict[str, Any]) -> None:
-    (REPO / "bench" / "results_detector.json").write_text(json.dumps(figs, indent=1) + "\n", encoding="utf-8")
+def _write(figs: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    path = REPO / "bench" / "results_detector.json"
+    runs = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    runs = {k: v for k, v in runs.items() if k in WORKLOADS}  # one run per workload, the last
+    runs[figs["workload"]["key"]] = figs
+    path.write_text(json.dumps(runs, indent=1) + "\n", encoding="utf-8")
     page = REPO / "BENCHMARKS.md"
     text = page.read_text(encoding="utf-8")
-    section = markdown(figs)
+    section = markdown(runs)
     if MARK_BEGIN in text and MARK_END in text:
         text = text[:text.index(MARK_BEGIN)] + section + text[text.index(MARK_END) + len(MARK_END):]
     else:
         text = text.replace("\n## On a GPU", f"\n{section}\n\n## On a GPU", 1)
     page.write_text(text, encoding="utf-8")
+    return runs
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.detector_bench", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", default=str(REPO / "out" / "bench-detector"))
+    parser.add_argument("--workload", choices=sorted(WORKLOADS), default="standin")
+    parser.add_argument("--models", help="the workload's models directory (default: its own under out/)")
+    parser.add_argument("--out", help="where the capture and the report go (default: out/bench-<workload>)")
     parser.add_argument("--floor", metavar="MANIFEST", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.floor:
         print(json.dumps(floor(args.floor)), flush=True)
         return 0
-    figs = measure(Path(args.out))
-    _write(figs)
-    print(markdown(figs))
+    workload = WORKLOADS[args.workload]
+    out = Path(args.out or REPO / "out" / f"bench-{workload.key}")
+    figs = measure(workload, out, Path(args.models or REPO / workload.models))
+    print(markdown(_write(figs)))
     return 0
 
 

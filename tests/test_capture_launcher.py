@@ -23,7 +23,7 @@ from tracer.artifacts.loader import ArtifactRef
 from tracer.captures.fingerprint import REDACTED, tensorflow_env
 from tracer.captures.launcher import _follow
 from tracer.errors import TftraceError
-from tracer.runspec import Knobs, Side, child_env, parse_grappler
+from tracer.runspec import InputSpec, Knobs, Side, child_env, parse_grappler
 
 
 def _child(script: str) -> subprocess.Popen:
@@ -333,3 +333,12 @@ def test_a_models_path_and_stage_reach_a_pipe_and_a_terminal_without_control_byt
         view.stop()
         shown = out.getvalue()
         assert "\x1b[2J" not in shown and "\x07" not in shown and "\\x1b[2J[bold]x[/bold]" in shown, repr(shown)
+
+
+def test_a_side_fed_from_a_file_is_labelled_by_the_file_not_the_default_count() -> None:
+    """The Model Garden RetinaNet's compare printed "capture fp32 [cpu, batch 8]" for a file of 2
+    images (8 is --examples' default, which a file overrides); the count is read in the child."""
+    side = Side(ArtifactRef("m"), inputs=InputSpec(inputs_file="/data/images.npz"))
+    assert side.label() == "cpu, every example of images.npz"
+    assert side.with_(batch_size=1).label() == "cpu, batch 1"
+    assert Side(ArtifactRef("m")).label() == "cpu, batch 8"  # generated examples: --examples says how many

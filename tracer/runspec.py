@@ -129,7 +129,13 @@ class Side:
                                "the instrumented one is compared with", "use --timing-runs 1 or more")
 
     def label(self) -> str:
-        parts = [self.device, f"batch {self.batch_size or self.inputs.examples}"]
+        if self.batch_size:
+            batch = f"batch {self.batch_size}"
+        elif self.inputs.inputs_file:  # its row count is read with the file, in the child: say where they come from
+            batch = f"every example of {os.path.basename(self.inputs.inputs_file)}"
+        else:
+            batch = f"batch {self.inputs.examples}"
+        parts = [self.device, batch]
         if self.python:
             parts.append(f"python {self.python}")
         parts += [f"{k}={v}" for k, v in self.knobs.describe().items() if k != "session_config_path"]

@@ -1,11 +1,13 @@
 """RetinaNet from TensorFlow's Model Garden, exported as its users export it (issue 25 item 5).
 
-``tf-models-official`` pins a TensorFlow of its own, so it never enters the project's venv: this
-script runs under a separate one (``make bench-retinanet`` builds it under ``out/bench/tfm-venv``
-with ``pip install --no-deps`` and the few packages ``official.vision`` imports) and only writes
-the exports; tftrace reads them from its own venv. Run::
+``tf-models-official`` pins a TensorFlow of its own, so it never enters the project's venv:
+``make bench-retinanet`` installs it and the few packages ``official.vision`` imports with
+``pip install --no-deps --target out/bench/tfm-site`` and runs this script with that directory on
+``PYTHONPATH`` (and ``TF_USE_LEGACY_KERAS=1``: the Model Garden builds on tf-keras); tftrace then
+reads the exports like any user's. By hand::
 
-    out/bench/tfm-venv/bin/python bench/workloads/retinanet.py --out out/bench/models/retinanet
+    PYTHONPATH=out/bench/tfm-site TF_USE_LEGACY_KERAS=1 .venv/bin/python bench/workloads/retinanet.py \
+        --out out/bench/models/retinanet
 
 It writes, from one set of random weights (seeded; the classifier's bias raised so that the
 scores clear NMS's 0.05 threshold and the detections are real ones, not 100 padded rows):
@@ -18,7 +20,7 @@ scores clear NMS's 0.05 threshold and the detections are real ones, not 100 padd
 * ``ckpt/`` -- the object-based checkpoint all three were exported from;
 * ``workload.json`` -- what was built, with the versions that built it.
 
-This file imports nothing from ``bench`` or ``tracer``: it must run in the other venv.
+This file imports nothing from ``bench`` or ``tracer``: it runs with tf-models-official's directory first.
 """
 
 from __future__ import annotations
