@@ -136,6 +136,8 @@ def test_what_was_not_captured_is_counted_by_reason() -> None:
                                            ("ops without output tensors (NoOp)", 1), ("refused by TensorFlow", 1)]
     assert not_captured_text(report).startswith("6 ops not captured: 2 in cond branches that did not run, ")
     assert not_captured_text({"nodes": {}}) == ""
+    loops = {f"loop{i}": {"status": "not_captured", "op": "X", "reason": WHILE_FRAME_REASON} for i in range(36606)}
+    assert not_captured_text({"nodes": loops}) == "36,606 ops not captured: 36,606 inside while-loop bodies"
 
 
 def test_nan_inf_is_context_where_it_is_born_never_a_sentinel() -> None:

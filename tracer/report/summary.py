@@ -289,7 +289,7 @@ def not_captured_text(report: dict[str, Any]) -> str:
     total = sum(n for _, n in groups)
     if not total:
         return ""
-    return f"{count(total, 'op')} not captured: " + ", ".join(f"{n} {label}" for label, n in groups)
+    return f"{count(total, 'op')} not captured: " + ", ".join(f"{n:,} {label}" for label, n in groups)
 
 
 def nonfinite_context(report: dict[str, Any]) -> list[str]:
