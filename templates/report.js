@@ -406,17 +406,10 @@
       var iso = n.isolation;
       // the replay of a loop's result (an Exit, a TensorArray reader) ran the whole loop: name it
       var loop = (P.loop_results || {})[i];
-      var replayed = loop ? "the while loop " + loop + " (replayed whole)" : "the op alone";
-      var verdict = { own_error: "own error — " + replayed + " differs given identical inputs",
-        weights_differ: "weights differ — A and B hold different values for this weight; no kernel computes it",
-        inherited: "inherited — " + replayed + " agrees; the difference comes from upstream",
-        nondeterministic: "nondeterministic — on identical inputs the op changes from run to run",
-        run_time_rewrite: "rewritten at run time — the runs executed it as different kernels; alone it agrees",
-        state: "model state — the op reads a variable the graph writes on every run; not its kernel",
-        not_reproduced: "not reproduced — alone, on identical inputs, the op agrees on both sides",
-        not_run: "not run",
-        not_replayed: "not replayed — TensorFlow could not run it alone on identical inputs (see detail)" }[iso.verdict]
-        || String(iso.verdict);
+      var replayed = loop ? "the while loop " + loop + " (replayed whole)"
+        : iso.loop ? "the op with the while loop above it" : "the op alone";
+      var words = (P.isolation_words || {})[iso.verdict];
+      var verdict = words ? words.replace("{replayed}", replayed) : String(iso.verdict);
       kv([["verdict", verdict], ["max abs", fmt(iso.max_abs)], ["max rel", fmt(iso.max_rel)], ["detail", iso.detail || "—"]]);
       if (iso.command) body.append(el("pre", "cmd small", iso.command));
     }

@@ -16,6 +16,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tracer.comparison.statuses import isolation_words
+
 from conftest import Captured, build_model, run_cli
 from tracer.causes import explain_comparison
 from tracer.comparison.isolate import same_run_settings
@@ -74,7 +76,7 @@ def test_an_op_that_changes_run_to_run_is_nondeterministic_not_its_own_kernel(no
     iso = first["isolation"]
     assert iso["verdict"] == "nondeterministic", iso
     assert iso["noise_max_abs"] > 0  # A's replay did not reproduce A's capture
-    assert "nondeterministic (changes from run to run on identical inputs)" in " ".join(stdout.split())
+    assert isolation_words("nondeterministic", sep=": ") in " ".join(stdout.split())  # the registry's words
     causes = report["answers"]["causes"]
     assert causes[0] == "nondeterminism" and "export" not in causes
     md = (tmp_path / "r" / "report.md").read_text(encoding="utf-8")

@@ -31,6 +31,7 @@ from tracer.report.dot import (
     overview_dot,
     scope_groups,
 )
+from tracer.comparison.statuses import isolation_clause, isolation_words
 from tracer.report.html import script_json
 from tracer.report.markdown import MD_LIMIT, md_code, md_text, render_markdown
 from tracer.report.render import inline_svg, render_report
@@ -336,7 +337,8 @@ def test_detector_report_files_and_page_content(tmp_path: Path) -> None:
     origin_node = re.search(r'<g id="full_n25" class="node st&#45;origin[^"]*">\s*<rect fill="#c8102e" stroke="#3b0008" '
                             r'stroke-width="4" x="[\d.-]+" y="[\d.-]+" width="108" height="24" rx="4"/>', html)
     assert origin_node, "the planted origin is drawn in the origin colour with a thick border"
-    assert "The difference starts at <code>block2/bn/FusedBatchNormV3</code> (FusedBatchNormV3), its own error." in html
+    assert ("The difference starts at <code>block2/bn/FusedBatchNormV3</code> (FusedBatchNormV3), "
+            f"{isolation_clause('own_error')}.") in html
     assert "4 of 6 outputs differ beyond tolerance." in html
     for section in ("summary", "graph", "growth", "ops", "origins", "rewrites", "environment", "observer", "reproduce"):
         assert f'<section id="{section}">' in html
@@ -404,9 +406,10 @@ def test_a_tensor_array_readers_own_error_names_the_loop_that_filled_it(tmp_path
     given identical inputs is that loop, as for a loop's Exit, not one kernel."""
     isolation = {"verdict": "own_error", "max_abs": 0.0123, "max_rel": 0.0093, "detail": "", "command": None}
     report = _origin_as(load("detector_planted"), "TensorArrayGatherV3", isolation)
+    words = isolation_words("own_error", loop="that filled its TensorArray", sep=": ")  # the registry's, filled in
+    assert words == "own error: fed identical inputs, the while loop that filled its TensorArray (replayed whole) still differs"
     assert (f"First divergence, bitwise and beyond tolerance: {ORIGIN} (TensorArrayGatherV3), max abs 0.0123, "
-            "max rel 0.0093 (rel L2 0.003) — the while loop that filled its TensorArray differs given identical "
-            "inputs") in _terminal(report)
+            f"max rel 0.0093 (rel L2 0.003) — {words}") in _terminal(report)
     assert ("Own error: fed identical inputs, the while loop that filled its TensorArray (replayed whole) still "
             "differs (max abs 0.0123, max rel 0.0093)") in render_markdown(report)
     html = render_report(report, tmp_path)["html"].read_text(encoding="utf-8")
@@ -415,7 +418,8 @@ def test_a_tensor_array_readers_own_error_names_the_loop_that_filled_it(tmp_path
     position = list(report["nodes"]).index(ORIGIN)
     assert f'"loop_results":{{"{position}":"that filled its TensorArray"}}' in html
     exit_report = _origin_as(load("detector_planted"), "Exit", isolation)
-    assert "— the while loop ending here differs given identical inputs" in _terminal(exit_report)
+    assert "— own error: fed identical inputs, the while loop ending here (replayed whole) still differs" \
+        in _terminal(exit_report)
 
 
 def test_an_origin_that_could_not_be_replayed_says_why_everywhere(tmp_path: Path) -> None:
@@ -423,11 +427,11 @@ def test_an_origin_that_could_not_be_replayed_says_why_everywhere(tmp_path: Path
            "TensorArray index 0")
     report = _origin_as(load("detector_planted"), "TensorArrayGatherV3",
                         {"verdict": "not_replayed", "max_abs": None, "max_rel": None, "detail": why, "command": None})
-    assert f"— could not be replayed alone ({why})" in _terminal(report)
+    assert f"— {isolation_words('not_replayed', sep=': ')} ({why})" in _terminal(report)
     assert md_text("Not replayed: TensorFlow could not run it alone on identical inputs, so own error vs inherited "
                    f"is unknown. {why[:1].upper()}{why[1:]}", 300) in render_markdown(report)
     html = render_report(report, tmp_path)["html"].read_text(encoding="utf-8")
-    assert "(TensorArrayGatherV3), which could not be replayed alone (see its isolation)." in html
+    assert f"(TensorArrayGatherV3), {isolation_clause('not_replayed')}." in html
 
 
 # --------------------------------------------------------------------------- without Graphviz

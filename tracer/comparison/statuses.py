@@ -8,7 +8,10 @@ re-render of a report (``tftrace report``) can use it without the comparison's n
 
 from __future__ import annotations
 
-__all__ = ["STATUSES", "STATUS_LABELS", "VERDICTS", "ISOLATION_VERDICTS", "BORN_HERE", "worse"]
+from dataclasses import dataclass
+
+__all__ = ["STATUSES", "STATUS_LABELS", "VERDICTS", "IsolationVerdict", "ISOLATION", "ISOLATION_VERDICTS", "BORN_HERE",
+           "isolation_words", "isolation_clause", "worse"]
 
 # An op's status, worst first (the order a scope box uses to pick the colour of its worst op) -> its label.
 STATUS_LABELS: dict[str, str] = {
@@ -32,11 +35,71 @@ def worse(*verdicts: str) -> str:
     return max(verdicts, key=VERDICTS.index)
 
 
-# An origin's isolation verdict (tracer.comparison.judge names the replayed ones; the README's table):
-# not_run, its replay is pending on the machine that has a side's model; not_replayed, TensorFlow
-# could not run the replay (the detail gives its reason).
-ISOLATION_VERDICTS: tuple[str, ...] = ("own_error", "weights_differ", "inherited", "nondeterministic",
-                                       "run_time_rewrite", "state", "not_reproduced", "not_run", "not_replayed")
-# The isolation verdicts that say the difference is born at the op itself — its kernel computes
-# differently, or the weights it holds differ — so its origin is ranked before the others.
-BORN_HERE: frozenset[str] = frozenset({"own_error", "weights_differ"})
+@dataclass(frozen=True)
+class IsolationVerdict:
+    """One isolation verdict, worded once for every renderer (terminal, Markdown, HTML and its
+    script, diagnose's answers). ``{replayed}`` in ``meaning`` stands for what ran alone: "the op
+    alone", or "the while loop X (replayed whole)" for a loop's result, whose replay runs the loop."""
+
+    key: str
+    label: str  # a table cell: "own error"
+    meaning: str  # what the replays showed, said after the label: "own error — fed identical inputs, ..."
+    clause: str  # continues a sentence that names the op: "`conv` (Conv2D), whose own kernel differs ..."
+    born_here: bool  # the difference begins at the op itself (its kernel, its weights): its origin ranks first
+
+
+# tracer.comparison.judge decides the replayed ones; not_run: the replay is pending on the machine that
+# has a side's model; not_replayed: TensorFlow could not run the replay (the detail gives its reason).
+ISOLATION: dict[str, IsolationVerdict] = {v.key: v for v in (
+    IsolationVerdict("own_error", "own error", "fed identical inputs, {replayed} still differs",
+                     "whose own kernel differs given identical inputs", True),
+    IsolationVerdict("weights_differ", "weights differ",
+                     "A and B hold different values for this weight; nothing computes it, so no kernel differs",
+                     "a weight the two sides hold with different values (no kernel is involved)", True),
+    IsolationVerdict("inherited", "inherited",
+                     "fed identical inputs, {replayed} agrees; the difference comes from upstream",
+                     "which only inherits a difference from upstream", False),
+    IsolationVerdict("nondeterministic", "nondeterministic",
+                     "on identical inputs its result changes from run to run; not its kernel, not an export rewrite",
+                     "whose result changes from run to run on identical inputs", False),
+    IsolationVerdict("run_time_rewrite", "rewritten at run time",
+                     "the two runs executed it as different kernels, and alone, on identical inputs, it agrees; "
+                     "not its kernel, not run-to-run noise",
+                     "which the two runs executed as different kernels (a rewrite at run time)", False),
+    IsolationVerdict("state", "model state",
+                     "it reads a variable the graph writes on every run: the sides' earlier runs left it different; "
+                     "not its kernel, not an export",
+                     "which reads the model's own state (a variable the graph writes on every run)", False),
+    IsolationVerdict("not_reproduced", "not reproduced",
+                     "fed identical inputs, {replayed} agrees on both sides, though the runs differed there",
+                     "which agrees when replayed alone on identical inputs (not reproduced)", False),
+    IsolationVerdict("not_run", "not run", "the replay is pending on the machine that has a side's model",
+                     "whose replay has not run yet", False),
+    IsolationVerdict("not_replayed", "not replayed",
+                     "TensorFlow could not run it alone on identical inputs, so own error vs inherited is unknown",
+                     "which could not be replayed alone", False),
+)}
+ISOLATION_VERDICTS: tuple[str, ...] = tuple(ISOLATION)
+# The isolation verdicts that say the difference is born at the op itself, so its origin is ranked first.
+BORN_HERE: frozenset[str] = frozenset(k for k, v in ISOLATION.items() if v.born_here)
+
+
+def isolation_words(verdict: object, loop: str = "", loop_above: bool = False, sep: str = " — ") -> str:
+    """``own error — fed identical inputs, the op alone still differs``; ``loop`` names the while
+    loop a loop result's replay ran whole; ``loop_above``: the op was replayed with the while loop
+    above it (isolation's ``loop``). An unknown verdict (a newer report) is said as it is."""
+    found = ISOLATION.get(str(verdict))
+    if found is None:
+        return f"isolation: {verdict}"
+    replayed = (f"the while loop {loop} (replayed whole)" if loop else
+                "the op with the while loop above it" if loop_above else "the op alone")
+    return f"{found.label}{sep}{found.meaning.format(replayed=replayed)}"
+
+
+def isolation_clause(verdict: object, loop: str = "") -> str:
+    """What a sentence naming the op adds, without its leading comma: "whose own kernel differs
+    given identical inputs"; for a loop's result, "where the while loop X differs ..."; "" unknown."""
+    if verdict == "own_error" and loop:
+        return f"where the while loop {loop} differs given identical inputs"
+    found = ISOLATION.get(str(verdict))
+    return found.clause if found else ""

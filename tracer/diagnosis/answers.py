@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..causes import CAUSES
+from ..comparison.statuses import isolation_clause
 from ..diff.kinds import kind_of
 from ..optypes import loop_result
 from ..text import count
@@ -72,22 +73,8 @@ def _where(exp: dict[str, Any]) -> str:
     if isinstance(rewrite, str) and rewrite:  # the graph diff's rewrite at the origin: the export's own change
         kind = kind_of(rewrite)
         text += f" — the export's {(kind.group if kind and kind.group else rewrite.replace('_', ' '))} ({rewrite})"
-    loop = loop_result(str(first.get("op") or ""))  # its replay ran the whole loop
-    if verdict == "own_error":
-        return text + (f", where the while loop {loop} differs given identical inputs" if loop else
-                       ", whose own kernel differs given identical inputs")
-    return text + ISOLATION_WORDS.get(str(verdict), "")
-
-
-# What each isolation verdict (but own_error, said with its loop above) adds to where an experiment's difference starts.
-ISOLATION_WORDS = {
-    "weights_differ": ", a weight the two sides hold with different values (no kernel is involved)",
-    "inherited": ", which only inherits a difference too small to judge above it",
-    "nondeterministic": ", whose result changes from run to run on identical inputs",
-    "run_time_rewrite": ", which the two runs executed as different kernels (a rewrite at run time)",
-    "state": ", which reads the model's own state (a variable the graph writes on every run)",
-    "not_replayed": ", which could not be replayed alone",
-}
+    clause = isolation_clause(verdict, loop_result(str(first.get("op") or "")))  # a loop result's replay ran the loop
+    return text + (f", {clause}" if clause else "")
 
 
 def _discrete_text(exp: dict[str, Any]) -> str:

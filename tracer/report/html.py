@@ -22,7 +22,7 @@ from typing import Any
 import jinja2
 from markupsafe import Markup, escape
 
-from ..comparison.statuses import STATUS_LABELS, STATUSES
+from ..comparison.statuses import ISOLATION, STATUS_LABELS, STATUSES, isolation_clause
 from ..optypes import loop_result
 from .headline import headline_texts
 from .dot import PROPAGATED_SHADES, STYLES, OpIndex, legend
@@ -196,7 +196,9 @@ def build_html(report: dict[str, Any], index: OpIndex, views: list[PageView], sv
     outputs = report.get("outputs") or {}
     status_counts = Counter(index.status(i) for i in range(len(index.names)))
     page_data = {"views": [asdict(v) for v in views], "scopes": scopes, "depth": depth,
-                 "labels": STATUS_LABELS, "order": list(STATUSES), "loop_results": _loop_results(index)}
+                 "labels": STATUS_LABELS, "order": list(STATUSES), "loop_results": _loop_results(index),
+                 # the isolation verdicts' words, from their one registry: "{replayed}" is filled in by the script
+                 "isolation_words": {k: f"{v.label} — {v.meaning}" for k, v in ISOLATION.items()}}
     context = {
         "report": report,
         "verdict": str(report.get("verdict") or "unknown"),
@@ -287,16 +289,7 @@ def _headline(report: dict[str, Any], op_count: int) -> str:
         head = "This report holds no verdict (an incomplete report.json?)."
     if isinstance(where, dict) and where.get("node") and verdict in ("diverged", "within_tolerance", "within_noise"):
         loop = loop_result(str(where.get("op") or ""))  # replayed whole: the loop's own error, not one kernel's
-        verdicts = {"own_error": f"where the while loop {loop} differs given identical inputs" if loop
-                    else "its own error",
-                    "inherited": "inherited from upstream",
-                    "weights_differ": "where the two artifacts hold different weights",
-                    "nondeterministic": "which changes from run to run on identical inputs (nondeterminism)",
-                    "run_time_rewrite": "which the two runs executed as different kernels (a rewrite at run time)",
-                    "state": "which reads the model's own state (a variable the graph writes on every run)",
-                    "not_reproduced": "not reproduced when the op is replayed alone on identical inputs",
-                    "not_replayed": "which could not be replayed alone (see its isolation)"}
-        own = verdicts.get(str((where.get("isolation") or {}).get("verdict")))
+        own = isolation_clause((where.get("isolation") or {}).get("verdict"), loop)
         if own and (where.get("isolation") or {}).get("loop"):
             own += ", replayed with the while loop above it"
         head += f" The difference starts at `{where['node']}` ({where.get('op')})" + (f", {own}." if own else ".")

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..artifacts.records import USER_SIGNATURE
-from ..comparison.statuses import STATUS_LABELS, STATUSES
+from ..comparison.statuses import ISOLATION, STATUS_LABELS, STATUSES, isolation_clause, isolation_words
 from ..jsonvalues import jsonable
 from ..text import count
 from ..optypes import loop_result
@@ -348,34 +348,10 @@ def isolation_text(isolation: dict[str, Any] | None, op_type: str = "") -> str:
     ran the whole loop, so the words name the loop rather than "the op alone"."""
     if not isolation:
         return "isolation not recorded"
-    loop = loop_result(str(op_type))
-    replayed = f"the while loop {loop} (replayed whole)" if loop else "the op alone"
     verdict = isolation.get("verdict")
+    head = isolation_words(verdict, loop_result(str(op_type)), loop_above=bool(isolation.get("loop")), sep=": ")
     if verdict == "own_error":
-        alone = "the op with the while loop above it" if isolation.get("loop") else replayed
-        head = (f"own error: fed identical inputs, {alone} still differs "
-                f"(max abs {fmt(isolation.get('max_abs'))}, {relative_text(isolation)})")
-    elif verdict == "weights_differ":
-        head = ("weights differ: A and B hold different values for this weight — nothing computes it, so no "
-                "kernel differs")
-    elif verdict == "inherited":
-        head = f"inherited: fed identical inputs, {replayed} agrees — the difference comes from upstream"
-    elif verdict == "nondeterministic":
-        head = ("nondeterministic: on identical inputs the op's result changes from run to run — not its kernel, "
-                "not an export rewrite")
-    elif verdict == "run_time_rewrite":
-        head = ("rewritten at run time: the two runs executed the op as different kernels, and replayed alone on "
-                "identical inputs it agrees — not its kernel, not run-to-run noise")
-    elif verdict == "state":
-        head = "model state: the op reads a variable the graph writes on every run — not its kernel, not an export"
-    elif verdict == "not_reproduced":
-        head = f"not reproduced in isolation: fed identical inputs, {replayed} agrees on both sides"
-    elif verdict == "not_run":
-        head = "isolation not run"
-    elif verdict == "not_replayed":
-        head = "not replayed: TensorFlow could not run it alone on identical inputs, so own error vs inherited is unknown"
-    else:
-        head = f"isolation: {verdict}"
+        head += f" (max abs {fmt(isolation.get('max_abs'))}, {relative_text(isolation)})"
     detail = str(isolation.get("detail") or "").strip()
     head = head[:1].upper() + head[1:]
     return f"{head}. {detail[:1].upper()}{detail[1:]}" if detail else head
@@ -510,10 +486,7 @@ def diagnosis_rows(report: dict[str, Any]) -> list[dict[str, str]]:
         first = exp.get("first_divergence") if isinstance(exp.get("first_divergence"), dict) else {}
         latency = exp.get("latency_ms") if isinstance(exp.get("latency_ms"), dict) else {}
         iso = first.get("isolation") if isinstance(first.get("isolation"), dict) else {}
-        own = {"own_error": "own error", "weights_differ": "weights differ", "inherited": "inherited",
-               "nondeterministic": "nondeterministic", "run_time_rewrite": "rewritten at run time",
-               "state": "model state", "not_reproduced": "not reproduced",
-               "not_replayed": "not replayed"}.get(str(iso.get("verdict")), "")
+        own = ISOLATION[iso["verdict"]].label if iso.get("verdict") in ISOLATION else ""
         where = f"{first.get('node')} ({first.get('op')})" if first.get("node") else ""
         rows.append({
             "name": str(exp.get("name") or ""),

@@ -11,6 +11,7 @@ from rich.table import Table
 from ..diff.kinds import display_rank
 from ..artifacts.records import USER_SIGNATURE
 from ..diff.records import GraphDiff
+from ..comparison.statuses import isolation_words
 from ..optypes import loop_result
 from ..text import printable, printable_tree
 from .detections_view import change_text, detection_groups, detection_headline, image_header, image_rows
@@ -201,26 +202,17 @@ def print_comparison(console: Console, report: dict, out_dir: object = None) -> 
     for title, origin in first_divergences(report):  # the same lines, in the same words, as report.md
         if origin:
             iso = origin.get("isolation") or {}
-            loop = loop_result(str(origin["op"]))  # replayed whole: the loop differs, not one kernel
-            own = (f"the while loop {loop} differs given identical inputs" if loop
-                   # not "its own kernel": B computes a rewritten form (a cast region, a folded batch norm...)
-                   else f"given identical inputs it differs as rewritten in B ({origin['rewrite']})"
-                   if origin.get("rewrite")
-                   # replayed with a loop above it that nothing compared: the loop may be what differs
-                   else "with the while loop above it (replayed whole), it differs given identical inputs"
-                   if iso.get("loop") else "its own kernel differs given identical inputs")
-            verdict_iso = {"own_error": own,
-                           "weights_differ": weights_differ_text(report),
-                           "inherited": "inherited (identical given identical inputs)",
-                           "nondeterministic": "nondeterministic (changes from run to run on identical inputs)",
-                           "run_time_rewrite": "rewritten at run time (the runs executed it as different kernels; "
-                                               "alone, on identical inputs, it agrees)",
-                           "state": "it reads the model's own state, which the graph writes on every run: the "
-                                    "sides' earlier runs left it different (no kernel differs)",
-                           "not_reproduced": "not reproduced given identical inputs (the runs differed, "
-                                             "the op alone does not)",
-                           "not_replayed": f"could not be replayed alone ({iso.get('detail')})",
-                           }.get(iso.get("verdict"), "not isolated")
+            verdict = iso.get("verdict")
+            if verdict == "own_error" and origin.get("rewrite") and not loop_result(str(origin["op"])):
+                # not "its own kernel": B computes a rewritten form (a cast region, a folded batch norm...)
+                verdict_iso = f"own error: given identical inputs it differs as rewritten in B ({origin['rewrite']})"
+            elif verdict == "weights_differ":
+                verdict_iso = f"weights differ: {weights_differ_text(report)}"
+            else:
+                verdict_iso = (isolation_words(verdict, loop_result(str(origin["op"])), loop_above=bool(iso.get("loop")),
+                                               sep=": ") if verdict else "not isolated")
+            if verdict == "not_replayed" and iso.get("detail"):
+                verdict_iso += f" ({iso['detail']})"
             if iso.get("load_state"):
                 verdict_iso = "its value changes from one load of the model to the next (set at load, not restored)"
             console.print(f"{title}: {origin['node']} ({origin['op']}), max abs {figure(origin['max_abs'])}, "

@@ -1,0 +1,51 @@
+"""Issue 26: an isolation verdict is worded once, in its registry, and every renderer reads it there.
+
+A renderer that keeps a table of its own (a dict keyed by the verdicts) falls out of step with the
+registry the day a verdict is added or reworded; this fails when one does.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from tracer.comparison.statuses import BORN_HERE, ISOLATION, ISOLATION_VERDICTS, isolation_clause, isolation_words
+
+REPO = Path(__file__).resolve().parent.parent
+RENDERERS = [*sorted((REPO / "tracer" / "report").glob("*.py")), *sorted((REPO / "tracer" / "diagnosis").glob("*.py")),
+             REPO / "tracer" / "causes.py", REPO / "templates" / "report.js"]
+
+
+def test_every_isolation_verdict_is_one_complete_record() -> None:
+    assert tuple(ISOLATION) == ISOLATION_VERDICTS and len(ISOLATION) == 9
+    for key, record in ISOLATION.items():
+        assert record.key == key and record.label and record.meaning and record.clause, key
+        assert record.meaning.format(replayed="the op alone")  # only {replayed} stands in it
+    assert len({r.label for r in ISOLATION.values()}) == len(ISOLATION)  # a reader tells them apart
+    assert BORN_HERE == {"own_error", "weights_differ"}
+
+
+def test_the_words_fill_in_what_was_replayed() -> None:
+    assert isolation_words("own_error") == "own error — fed identical inputs, the op alone still differs"
+    assert isolation_words("inherited", loop="while_3") == (
+        "inherited — fed identical inputs, the while loop while_3 (replayed whole) agrees; the difference comes "
+        "from upstream")
+    assert isolation_words("own_error", loop_above=True, sep=": ") == (
+        "own error: fed identical inputs, the op with the while loop above it still differs")
+    assert isolation_words("a_newer_verdict") == "isolation: a_newer_verdict"
+    assert isolation_clause("own_error", loop="while_3") == "where the while loop while_3 differs given identical inputs"
+    assert isolation_clause("a_newer_verdict") == ""
+
+
+def test_no_renderer_keeps_a_table_of_isolation_verdicts_of_its_own() -> None:
+    """Three or more verdicts as keys of one literal is a table: only the registry may hold one."""
+    keys = "|".join(k for k in ISOLATION_VERDICTS if k != "state")  # "state" is a common word
+    key = re.compile(rf"""(?:^\s*|[{{,]\s*)["']?\b({keys})\b["']?\s*:""", re.M)  # a key, not `if x == "k":`
+    tables = {}
+    for path in RENDERERS:
+        text = path.read_text(encoding="utf-8")
+        for block in re.split(r"\n\s*\n", text):
+            found = set(key.findall(block))
+            if len(found) >= 3:
+                tables[path.relative_to(REPO).as_posix()] = sorted(found)
+    assert tables == {}
