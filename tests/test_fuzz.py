@@ -198,6 +198,11 @@ MANIFEST_ATTACKS: dict[str, tuple[Callable[[dict[str, Any], Path], None], str]] 
                                            "([4, 4] here, [] there)"),
     "alias chain": (_tensor("x:0", lambda r: r.update(alias_of="y:0")), "tensor 'x:0': alias_of 'y:0' names an alias itself"),
     "alias through a symlink out of tensors/": (_outside_link_of("y:0"), "tensors/link.zst resolves to "),
+    # the fuzzer's find (2026-12-02): a list of one object where the knob's pairs go escaped as a ValueError
+    "a knob of the wrong shape": (lambda m, c: m["spec"]["knobs"].update(grappler=[m["spec"]["knobs"]["grappler"]]),
+                                  '"spec.knobs" does not describe a side (ValueError: dictionary update sequence'),
+    "a knob nobody knows": (lambda m, c: m["spec"]["knobs"].update(warp_drive="on"),
+                            '"spec.knobs" does not describe a side (TypeError: '),
 }
 TEXT_ATTACKS: dict[str, tuple[Callable[[Path], None], str]] = {
     "NaN in the JSON": (lambda p: p.write_text(p.read_text()[:-1] + ', "x": NaN}'), "manifest.json is not valid JSON"),
@@ -384,6 +389,15 @@ def _mutate(doc: Any, data: st.DataObject, rounds: int = 3) -> Any:
     return doc
 
 
+def _refused_as_a_user_error(exc: TftraceError, *where: str) -> None:
+    """What a hostile or damaged input must get when it is refused: the problem, naming where it
+    lies (one of ``where``), and the fix, on one printable line without Python's internals."""
+    text = str(exc)
+    assert exc.problem and exc.fix, text
+    assert "Traceback" not in text and "\n" not in text, text
+    assert any(w in text for w in where), (where, text)
+
+
 @settings(FUZZ, max_examples=EXAMPLES["capture"] * SCALE)
 @given(data=st.data())
 def test_fuzz_capture_open_and_read(pair: dict[str, Path], tmp_path_factory: pytest.TempPathFactory,
@@ -408,8 +422,8 @@ def test_fuzz_capture_open_and_read(pair: dict[str, Path], tmp_path_factory: pyt
         opened = Capture.open(cap)
         for name in opened.tensor_names:
             np.asarray(opened.tensor(name)).sum()
-    except TftraceError:
-        pass  # refused with a message: what a hostile or damaged capture should get
+    except TftraceError as exc:  # refused: what a hostile or damaged capture should get
+        _refused_as_a_user_error(exc, str(cap))
 
 
 @settings(FUZZ, max_examples=EXAMPLES["compare"] * SCALE)
@@ -428,8 +442,9 @@ def test_fuzz_compare_on_mutated_captures(pair: dict[str, Path], tmp_path_factor
     try:
         with comparing(str(caps["a"]), str(caps["b"]), root / "report", isolate=0) as comparison:
             report_comparison(comparison)
-    except TftraceError:
-        pass
+    except TftraceError as exc:
+        named = side.upper()  # the mutated side, by its directory or by its letter
+        _refused_as_a_user_error(exc, str(caps[side]), f"{named} has", f"side {named}", f"{named}'s", f"{named}:")
 
 
 @settings(FUZZ, max_examples=EXAMPLES["report"] * SCALE)
@@ -446,8 +461,8 @@ def test_fuzz_load_report(pair: dict[str, Path], tmp_path_factory: pytest.TempPa
     (out / "report.json").write_text(text, encoding="utf-8", errors="surrogatepass")
     try:
         assert isinstance(load_report(out), dict)
-    except TftraceError:
-        pass
+    except TftraceError as exc:
+        _refused_as_a_user_error(exc, "report.json")
 
 
 ARTIFACT_NAMES = ["saved_model.pb", "saved_model.pbtxt", "checkpoint", "model.ckpt-1.meta", "model.ckpt-20.meta",

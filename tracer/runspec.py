@@ -169,15 +169,11 @@ class Side:
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Side:
-        k = dict(d.get("knobs", {}))
-        k["grappler"] = tuple(sorted(dict(k.get("grappler") or {}).items()))
-        k["env"] = tuple(sorted(dict(k.get("env") or {}).items()))
-        k["threads"] = tuple(k["threads"]) if k.get("threads") else None
         return cls(
             artifact=ArtifactRef.from_json(d["artifact"]),
             device=d.get("device", "cpu"),
             batch_size=d.get("batch_size"),
-            knobs=Knobs(**k),
+            knobs=knobs_from_json(d.get("knobs", {})),
             inputs=InputSpec(**d.get("inputs", {})),
             max_memory=int(d.get("max_memory", 2 << 30)),
             timing_runs=int(d.get("timing_runs", 1)),
@@ -186,6 +182,16 @@ class Side:
             keep_weights=bool(d.get("keep_weights", False)),
             tensor_format=str(d.get("tensor_format", "packed")),
         )
+
+
+def knobs_from_json(d: dict[str, Any]) -> Knobs:
+    """A manifest's ``spec.knobs`` (its pairs written as objects or lists) as :class:`Knobs`; a
+    knob of another shape raises TypeError or ValueError, which a capture's reader refuses."""
+    k = dict(d)
+    k["grappler"] = tuple(sorted(dict(k.get("grappler") or {}).items()))
+    k["env"] = tuple(sorted(dict(k.get("env") or {}).items()))
+    k["threads"] = tuple(k["threads"]) if k.get("threads") else None
+    return Knobs(**k)
 
 
 def spec_without_permissions(spec: dict[str, Any]) -> dict[str, Any]:
