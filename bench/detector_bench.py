@@ -42,6 +42,7 @@ from .results import DETECTOR_MARKERS
 
 __all__ = ["main", "floor"]
 
+NOTES = REPO / "bench" / "detector_notes.md"  # hand-written notes the section carries under its tables
 MARK_BEGIN, MARK_END = DETECTOR_MARKERS  # bench.results keeps the section when make bench rewrites the page
 @dataclass(frozen=True)
 class Workload:
@@ -154,7 +155,10 @@ def markdown(runs: dict[str, dict[str, Any]]) -> str:
         out += ["", *_table(runs[key])]
     out += ["", "A compare runs two sides, each a capture: two floors is what two fetch-all scripts would spend. "
             "What the capture adds to its floor is writing and making durable what it fetched (the sync) and "
-            "the plain run's own timing; both sides' loads dominate diff-graph.", MARK_END]
+            "the plain run's own timing; both sides' loads dominate diff-graph."]
+    if NOTES.is_file():  # what was measured by hand and what the figures do not show, kept with them
+        out += ["", NOTES.read_text(encoding="utf-8").strip()]
+    out.append(MARK_END)
     return "\n".join(out)
 
 

@@ -367,3 +367,20 @@ def test_a_rewrite_of_the_page_keeps_the_detector_benchmarks_section(tmp_path: P
     assert text.count(DETECTOR_MARKERS[0]) == 1 and section in text
     assert text.index("How each figure") < text.index(DETECTOR_MARKERS[0]) < text.index("## On a GPU")
     assert "old" not in text
+
+
+def test_the_detector_section_shows_each_workloads_last_run_and_the_notes() -> None:
+    """bench/results_detector.json keeps one run per workload; the section of BENCHMARKS.md is
+    rendered from it (the Model Garden run of 2026-12-02 here) with the hand-written notes."""
+    from bench.detector_bench import MARK_BEGIN, MARK_END, NOTES, markdown
+
+    runs = json.loads((REPO / "bench" / "results_detector.json").read_text(encoding="utf-8"))
+    section = markdown(runs)
+    assert section.startswith(MARK_BEGIN) and section.endswith(MARK_END)
+    garden = runs["model-garden"]
+    assert garden["workload"]["traced_ops"] == 51489 and garden["compare"]["verdict"] == "identical"
+    assert "### 51,489 ops traced: the Model Garden's RetinaNet" in section
+    ratio = garden["compare"]["wall_s"] / (2 * garden["floor"]["wall_s"])
+    assert f"**identical** | {garden['compare']['wall_s']:.0f} s | " in section and f"{ratio:.2f}× two |" in section
+    assert NOTES.read_text(encoding="utf-8").strip() in section
+    assert section in (REPO / "BENCHMARKS.md").read_text(encoding="utf-8")  # the page shows what the file holds
