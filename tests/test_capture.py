@@ -617,7 +617,7 @@ def test_xla_on_compiles_clusters(det: dict[str, Path]) -> None:
 
 def test_gpu_without_a_gpu_lists_the_devices_tf_sees(tmp_path: Path, models: dict[str, Path]) -> None:
     proc = run_cli("capture", str(models["detector"]), "--out", str(tmp_path / "c"), "--device", "gpu")
-    assert_user_error(proc, "--device gpu asked for a GPU but TensorFlow sees 0 GPU(s)",
+    assert_user_error(proc, "--device gpu asked for a GPU but TensorFlow sees 0 GPUs",
                       "(devices: /physical_device:CPU:0)", "--device cpu")
     assert not (tmp_path / "c").exists()
 

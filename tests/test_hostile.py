@@ -998,7 +998,7 @@ def reliability_rows() -> tuple[list[Row], list[Row]]:
         Row("decompression bombs in capture format 2 (issue 24): a few KB of zstd declaring 1 GiB in one chunk; "
             "256 MiB rows one chunk each, under `--max-memory 50000000`", 2,
             "`tftrace: error: damaged capture at CAP: tensor 'mul:0': chunk of rows 0:4 holds 1,073,741,824 bytes of "
-            "rows; tftrace writes at most 1 row(s) of this tensor per chunk …`; `… decoding one chunk of it takes "
+            "rows; tftrace writes at most 1 row of this tensor per chunk …`; `… decoding one chunk of it takes "
             "268,435,456 bytes, more than --max-memory 50,000,000 …` (exit 2)",
             "refused before anything is inflated; no report",
             ("test_received.py::test_a_decompression_bomb_chunk_is_refused_before_it_is_inflated",

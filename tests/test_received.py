@@ -99,7 +99,7 @@ def test_a_decompression_bomb_chunk_is_refused_before_it_is_inflated(received: d
     proc = cli("compare", str(received["a"]), str(b), "--out", str(received["root"] / "report"),
                "--max-memory", "50000000")
     assert_user_error(proc, f"damaged capture at {b}: tensor 'mul:0': chunk of rows 0:4 holds 1,073,741,824 bytes of "
-                      "rows; tftrace writes at most 1 row(s) of this tensor per chunk")
+                      "rows; tftrace writes at most 1 row of this tensor per chunk")
     assert not (received["root"] / "report" / "report.json").exists()
 
 

@@ -121,7 +121,7 @@ def assert_equivalent(a: str | Side, b: str | Side, *, rtol: float = 1e-5, atol:
     missing = outputs_not_compared(report)
     if result and missing:
         raise AssertionError(
-            f"{a} and {b}: could not compare output(s) "
+            f"{a} and {b}: could not compare {'the output' if len(missing) == 1 else 'the outputs'} "
             + "; ".join(f"{k!r} ({why})" for k, why in missing.items())
             + f"; report: {result.out_dir}/report.html"
         )

@@ -436,7 +436,7 @@ def check_keywords(command: str, given: Iterable[str], *, per_side: bool = False
     unknown = sorted(set(given) - set(known))
     if unknown:
         raise TftraceError(
-            f"tracer.{command}(){where} got unknown option(s) {', '.join(map(repr, unknown))}",
+            f"tracer.{command}(){where} got unknown {'option' if len(unknown) == 1 else 'options'} {', '.join(map(repr, unknown))}",
             f"use one of: {', '.join(known)}",
         )
 

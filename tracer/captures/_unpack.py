@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from ._format import damaged
+from ..text import count
 from ._packed import CHUNK_BYTES, CODEC, MAX_LEVEL, PREDICTORS, decompress, forms, predict, xor
 
 __all__ = ["read_packed", "iter_packed", "chunk_rows", "validate_chunks", "validate_prediction"]
@@ -134,7 +135,7 @@ def validate_chunks(bad: Any, encoding: Any, shape: list[int], batch_major: Any,
             raise bad(f"chunk of rows {r0}:{r1} overlaps another, leaves rows out or lies outside the file")
         if r1 - r0 > most:
             raise bad(f"chunk of rows {r0}:{r1} holds {(r1 - r0) * row_bytes:,} bytes of rows; tftrace writes at most "
-                      f"{most} row(s) of this tensor per chunk ({CHUNK_BYTES:,} bytes, or one row)")
+                      f"{count(most, 'row')} of this tensor per chunk ({CHUNK_BYTES:,} bytes, or one row)")
         covered = r1
     if covered != rows:
         raise bad(f"its chunks cover {covered} of {rows} rows")

@@ -22,6 +22,7 @@ from ..artifacts.safety import describe_unsafe, find_unsafe_ops, unconfined_asse
 from ..opgraph import OpGraph
 from ..optypes import VARIABLE_OPS
 from ..runspec import Side, parse_device
+from ..text import count
 from .reader import Capture, is_capture_dir
 
 __all__ = ["Runtime", "open_runtime", "load_checked", "apply_process_knobs", "session_config", "tf_error_text", "determinism_fix"]
@@ -59,7 +60,7 @@ def apply_process_knobs(side: Side) -> list[str]:
         if index >= len(gpus):
             seen = ", ".join(d.name for d in t.config.list_physical_devices()) or "none"
             raise TftraceError(
-                f"--device {side.device} asked for a GPU but TensorFlow sees {len(gpus)} GPU(s) (devices: {seen})",
+                f"--device {side.device} asked for a GPU but TensorFlow sees {count(len(gpus), 'GPU')} (devices: {seen})",
                 "run this side on the machine with the GPU (tftrace capture there, then compare the capture "
                 "directories anywhere), or use --device cpu",
             )

@@ -50,7 +50,7 @@ def signature_feeds(side: Capture, source: Capture) -> dict[str, str]:
     theirs = source.manifest["graph"]["inputs"]
     missing = sorted(set(ours) - set(theirs))
     if missing:
-        raise TftraceError(f"cannot feed input(s) {missing} from {source.path}: its signature lacks them",
+        raise TftraceError(f"cannot feed {'input' if len(missing) == 1 else 'inputs'} {missing} from {source.path}: its signature lacks them",
                            "diagnose needs both sides to take the same signature inputs")
     return {tensor: theirs[key] for key, tensor in ours.items()}
 

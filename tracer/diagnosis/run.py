@@ -113,7 +113,7 @@ def parse_factors(text: str | None) -> tuple[str, ...]:
     names = tuple(dict.fromkeys(p.strip() for p in (text or "").split(",") if p.strip()))
     unknown = [n for n in names if n not in FACTORS]
     if unknown:
-        raise TftraceError(f"--only: unknown factor(s) {', '.join(unknown)}",
+        raise TftraceError(f"--only: unknown {'factor' if len(unknown) == 1 else 'factors'} {', '.join(unknown)}",
                            f"choose from {', '.join(FACTORS)}")
     return tuple(f for f in FACTORS if f in names)
 
