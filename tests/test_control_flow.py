@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from conftest import build_model, run_cli
+from tracer.comparison.statuses import isolation_words
 from tracer.comparison.replay_plan import replay_plan
 from tracer.opgraph import OpGraph
 
@@ -149,7 +150,7 @@ def test_a_change_inside_the_loop_body_shows_at_its_exit_and_is_isolated(loop_mo
                                                                          tmp_path: Path) -> None:
     code, report, stdout = _compare(tmp_path, loop_models["loop"], loop_models["loop_planted"], "--batch-size", "4")
     assert code == 1 and report["verdict"] == "diverged"
-    assert "the while loop ending here differs given identical inputs" in " ".join(stdout.split())
+    assert isolation_words("own_error", loop="ending here", sep=": ") in " ".join(stdout.split())
     first = report["first_divergence"]
     assert (first["node"], first["op"]) == (LOOP_EXIT, "Exit")
     assert first["isolation"]["verdict"] == "own_error", first["isolation"]

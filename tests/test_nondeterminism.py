@@ -80,7 +80,7 @@ def test_an_op_that_changes_run_to_run_is_nondeterministic_not_its_own_kernel(no
     causes = report["answers"]["causes"]
     assert causes[0] == "nondeterminism" and "export" not in causes
     md = (tmp_path / "r" / "report.md").read_text(encoding="utf-8")
-    assert "Nondeterministic: on identical inputs the op's result changes from run to run" in md
+    assert "Nondeterministic: on identical inputs its result changes from run to run" in md
 
 
 @pytest.mark.slow

@@ -49,7 +49,7 @@ def test_a_batch_norm_split_at_run_time_in_the_frozen_export_is_a_run_time_rewri
     flat = " ".join(stdout.split())
     assert "rewritten at run time" in flat and "changes from run to run" not in flat
     md = (tmp_path / "r" / "report.md").read_text(encoding="utf-8")
-    assert "Rewritten at run time: the two runs executed the op as different kernels" in md
+    assert "Rewritten at run time: the two runs executed it as different kernels" in md
     html = (tmp_path / "r" / "report.html").read_text(encoding="utf-8")
     assert "which the two runs executed as different kernels (a rewrite at run time)" in html
     assert code == 0  # the plain outputs agree within tolerance

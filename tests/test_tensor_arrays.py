@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from conftest import REPO, run_cli
+from tracer.comparison.statuses import isolation_words
 
 pytestmark = pytest.mark.slow
 
@@ -61,7 +62,7 @@ def test_a_difference_inside_the_map_fn_body_is_isolated_by_replaying_the_loop(m
         "given identical inputs, B's while loop that filled its TensorArray (replayed whole: a session cannot fetch "
         "the ops inside a loop) differs from A's by up to ")
     assert isolation["noise_max_abs"] == 0.0  # A's replay recomputed A's own result: the loop ran, from x
-    assert "the while loop that filled its TensorArray differs given identical inputs" in " ".join(proc.stdout.split())
+    assert isolation_words("own_error", loop="that filled its TensorArray", sep=": ") in " ".join(proc.stdout.split())
     # the changed constant inside the loop body is what the replay ran: the origin's rewrite, and the answer
     assert isolation["rewritten"] == [{"op": "map/while/mul/y", "kind": "const_changed"}]
     assert first["rewrite"] == "const_changed" and report["answers"]["causes"] == ["weights"]
@@ -89,7 +90,7 @@ def test_with_tf2_control_flow_the_tensor_list_stack_is_isolated_with_its_functi
     assert first["isolation"]["verdict"] == "own_error", first["isolation"]
     assert first["isolation"]["detail"].startswith("given identical inputs, B's while loop that filled its TensorList "
                                                    "(replayed whole: a session cannot fetch the ops inside a loop)")
-    assert "the while loop that filled its TensorList differs given identical inputs" in " ".join(proc.stdout.split())
+    assert isolation_words("own_error", loop="that filled its TensorList", sep=": ") in " ".join(proc.stdout.split())
     # TF2 keeps the loop body in a function: its changed constant changes the While's body digest
     assert first["isolation"]["rewritten"] == [{"op": "map/while", "kind": "attr_changed"}]
     assert first["rewrite"] == "attr_changed" and report["answers"]["causes"] == ["export"]
@@ -124,6 +125,6 @@ def test_a_replay_tensorflow_refuses_is_judged_not_replayed_and_the_report_is_ke
         assert "Could not read from TensorArray index 0" in reason
     shown = " ".join(proc.stdout.split())
     assert f"{GATHER} (TensorArrayGatherV3)" in shown
-    assert "could not be replayed alone (side A's replay failed: InvalidArgumentError: " in shown
+    assert f"{isolation_words('not_replayed', sep=': ')} (side A's replay failed: InvalidArgumentError: " in shown
     markdown = (tmp_path / "report.md").read_text(encoding="utf-8")
     assert "Not replayed: TensorFlow could not run it alone on identical inputs" in markdown

@@ -257,7 +257,7 @@ def test_an_export_of_the_moving_averages_is_said_to_hold_them(ema_models: Path,
     for text in (stdout, md, json.dumps(answers)):
         assert "No setting, batch size, graph rewrite or environment difference explains it" not in text
         assert "own kernel differs" not in text and "own_error" not in text and "fold in both or in neither" not in text
-    assert ("Weights differ: A and B hold different values for this weight — nothing computes it, so no kernel "
+    assert ("Weights differ: A and B hold different values for this weight; nothing computes it, so no kernel "
             "differs.") in md
 
 
