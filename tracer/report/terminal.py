@@ -207,7 +207,7 @@ def print_comparison(console: Console, report: dict, out_dir: object = None) -> 
                 # not "its own kernel": B computes a rewritten form (a cast region, a folded batch norm...)
                 verdict_iso = f"own error: given identical inputs it differs as rewritten in B ({origin['rewrite']})"
             elif verdict == "weights_differ":
-                verdict_iso = f"weights differ: {weights_differ_text(report)}"
+                verdict_iso = weights_differ_text(report)  # "its weights differ (...)": the label says it already
             else:
                 verdict_iso = (isolation_words(verdict, loop_result(str(origin["op"])), loop_above=bool(iso.get("loop")),
                                                sep=": ") if verdict else "not isolated")
