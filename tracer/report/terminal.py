@@ -205,7 +205,7 @@ def print_comparison(console: Console, report: dict, out_dir: object = None) -> 
             verdict = iso.get("verdict")
             if verdict == "own_error" and origin.get("rewrite") and not loop_result(str(origin["op"])):
                 # not "its own kernel": B computes a rewritten form (a cast region, a folded batch norm...)
-                verdict_iso = f"own error: given identical inputs it differs as rewritten in B ({origin['rewrite']})"
+                verdict_iso = f"given identical inputs it differs as rewritten in B ({origin['rewrite']})"
             elif verdict == "weights_differ":
                 verdict_iso = weights_differ_text(report)  # "its weights differ (...)": the label says it already
             else:
