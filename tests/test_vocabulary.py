@@ -9,7 +9,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from tracer.comparison.statuses import BORN_HERE, ISOLATION, ISOLATION_VERDICTS, isolation_clause, isolation_words
+from tracer.comparison.statuses import (BORN_HERE, ISOLATION, ISOLATION_VERDICTS, LOAD_STATE_WORDS, isolation_clause,
+                                        isolation_words, origin_isolation_words)
 
 REPO = Path(__file__).resolve().parent.parent
 RENDERERS = [*sorted((REPO / "tracer" / "report").glob("*.py")), *sorted((REPO / "tracer" / "diagnosis").glob("*.py")),
@@ -35,6 +36,29 @@ def test_the_words_fill_in_what_was_replayed() -> None:
     assert isolation_words("a_newer_verdict") == "isolation: a_newer_verdict"
     assert isolation_clause("own_error", loop="while_3") == "where the while loop while_3 differs given identical inputs"
     assert isolation_clause("a_newer_verdict") == ""
+
+
+def test_an_origins_words_come_from_its_record_with_what_the_report_knows_of_it() -> None:
+    """The variants a first-divergence line needs (an op B computes rewritten, a weight among
+    several, a value set at load) live in the registry too, not in the terminal."""
+    own = {"verdict": "own_error"}
+    assert origin_isolation_words(own, "MatMul") == "own error: fed identical inputs, the op alone still differs"
+    assert origin_isolation_words(own, "MatMul", rewrite="cast_inserted") == (
+        "given identical inputs it differs as rewritten in B (cast_inserted)")
+    # a loop's result replays the loop: a rewrite inside it is not what differs alone
+    assert origin_isolation_words(own, "Exit", rewrite="cast_inserted") == (
+        "own error: fed identical inputs, the while loop ending here (replayed whole) still differs")
+    assert origin_isolation_words({"verdict": "own_error", "loop": "while"}, "Conv2D") == (
+        "own error: fed identical inputs, the op with the while loop above it still differs")
+    weights = {"verdict": "weights_differ"}
+    assert origin_isolation_words(weights, "VariableV2", weights_differing=4) == (
+        "its weights differ (A and B hold different values for it, as 4 weights do; no kernel is involved)")
+    assert origin_isolation_words(weights, "VariableV2", weights_differing=1) == (
+        "its weights differ (A and B hold different values for it; no kernel is involved)")
+    assert origin_isolation_words({"verdict": "nondeterministic", "load_state": True}, "ReadVariableOp") == LOAD_STATE_WORDS
+    assert origin_isolation_words(None, "MatMul") == origin_isolation_words({}, "MatMul") == "not isolated"
+    for key, record in ISOLATION.items():  # a variant only where its record says more
+        assert bool(record.rewritten) == (key == "own_error") and bool(record.counted) == (key == "weights_differ")
 
 
 def test_no_renderer_keeps_a_table_of_isolation_verdicts_of_its_own() -> None:

@@ -8,10 +8,14 @@ re-render of a report (``tftrace report``) can use it without the comparison's n
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
+
+from ..optypes import loop_result
 
 __all__ = ["STATUSES", "STATUS_LABELS", "VERDICTS", "IsolationVerdict", "ISOLATION", "ISOLATION_VERDICTS", "BORN_HERE",
-           "isolation_words", "isolation_clause", "worse"]
+           "LOAD_STATE_WORDS", "isolation_words", "origin_isolation_words", "isolation_clause", "worse"]
 
 # An op's status, worst first (the order a scope box uses to pick the colour of its worst op) -> its label.
 STATUS_LABELS: dict[str, str] = {
@@ -46,16 +50,21 @@ class IsolationVerdict:
     meaning: str  # what the replays showed, said after the label: "own error — fed identical inputs, ..."
     clause: str  # continues a sentence that names the op: "`conv` (Conv2D), whose own kernel differs ..."
     born_here: bool  # the difference begins at the op itself (its kernel, its weights): its origin ranks first
+    # A first-divergence line's words where they say more than label and meaning (origin_isolation_words):
+    rewritten: str = ""  # the op is one B computes in a rewritten form; "{rewrite}" is the rewrite's kind
+    counted: str = ""  # with how many ops share the verdict; "{others}" is ", as N weights do" or ""
 
 
 # tracer.comparison.judge decides the replayed ones; not_run: the replay is pending on the machine that
 # has a side's model; not_replayed: TensorFlow could not run the replay (the detail gives its reason).
 ISOLATION: dict[str, IsolationVerdict] = {v.key: v for v in (
     IsolationVerdict("own_error", "own error", "fed identical inputs, {replayed} still differs",
-                     "whose own kernel differs given identical inputs", True),
+                     "whose own kernel differs given identical inputs", True,
+                     rewritten="given identical inputs it differs as rewritten in B ({rewrite})"),
     IsolationVerdict("weights_differ", "weights differ",
                      "A and B hold different values for this weight; nothing computes it, so no kernel differs",
-                     "a weight the two sides hold with different values (no kernel is involved)", True),
+                     "a weight the two sides hold with different values (no kernel is involved)", True,
+                     counted="its weights differ (A and B hold different values for it{others}; no kernel is involved)"),
     IsolationVerdict("inherited", "inherited",
                      "fed identical inputs, {replayed} agrees; the difference comes from upstream",
                      "which only inherits a difference from upstream", False),
@@ -94,6 +103,35 @@ def isolation_words(verdict: object, loop: str = "", loop_above: bool = False, s
     replayed = (f"the while loop {loop} (replayed whole)" if loop else
                 "the op with the while loop above it" if loop_above else "the op alone")
     return f"{found.label}{sep}{found.meaning.format(replayed=replayed)}"
+
+
+# A variable whose replay moved because it is set anew at each load (isolation's ``load_state``): said
+# instead of its verdict's words, as that is what the replays found.
+LOAD_STATE_WORDS = "its value changes from one load of the model to the next (set at load, not restored)"
+
+
+def origin_isolation_words(isolation: Mapping[str, Any] | None, op_type: str, *, rewrite: str = "",
+                           weights_differing: int = 0, sep: str = ": ") -> str:
+    """The isolation of one op in the words every renderer gives it, from report.json's record of it
+    (``isolation``: verdict, loop, load_state, detail) and the op's type (a loop result's replay ran
+    the loop). Given ``rewrite`` (the kind B computes the op as), an own error says so rather than
+    blame a kernel; given ``weights_differing`` (how many weights differ in all), a weights_differ
+    says they are one finding. The replay's ``detail`` is the caller's to place."""
+    if not isolation or not isolation.get("verdict"):
+        return "not isolated"
+    verdict = str(isolation["verdict"])
+    record = ISOLATION.get(verdict)
+    loop = loop_result(op_type)
+    if isolation.get("load_state"):
+        words = LOAD_STATE_WORDS
+    elif record is not None and record.rewritten and rewrite and not loop:
+        words = record.rewritten.format(rewrite=rewrite)
+    elif record is not None and record.counted and weights_differing:
+        others = f", as {weights_differing} weights do" if weights_differing > 1 else ""
+        words = record.counted.format(others=others)
+    else:
+        words = isolation_words(verdict, loop, loop_above=bool(isolation.get("loop")), sep=sep)
+    return words
 
 
 def isolation_clause(verdict: object, loop: str = "") -> str:

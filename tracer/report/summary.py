@@ -13,10 +13,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..artifacts.records import USER_SIGNATURE
-from ..comparison.statuses import ISOLATION, STATUS_LABELS, STATUSES, isolation_clause, isolation_words
+from ..comparison.statuses import ISOLATION, STATUS_LABELS, STATUSES, isolation_clause, origin_isolation_words
 from ..jsonvalues import jsonable
 from ..text import count
-from ..optypes import loop_result
 from .numbers import fmt, num
 
 __all__ = [
@@ -333,14 +332,6 @@ def moving_average_text(average: dict[str, Any]) -> str:
                                             f"({other}'s value could not be compared with it)")
 
 
-def weights_differ_text(report: dict[str, Any]) -> str:
-    """The first divergence's isolation in words when it is a weight the sides hold differently
-    (``weights_differ``), with how many weights differ in all: they are one finding, not N."""
-    count = len(changed_weights(report))
-    others = f", as {count} weights do" if count > 1 else ""
-    return f"its weights differ (A and B hold different values for it{others}; no kernel is involved)"
-
-
 def isolation_text(isolation: dict[str, Any] | None, op_type: str = "") -> str:
     """Own error vs inherited, in words: the fact a reader needs to know where to look.
 
@@ -349,7 +340,7 @@ def isolation_text(isolation: dict[str, Any] | None, op_type: str = "") -> str:
     if not isolation:
         return "isolation not recorded"
     verdict = isolation.get("verdict")
-    head = isolation_words(verdict, loop_result(str(op_type)), loop_above=bool(isolation.get("loop")), sep=": ")
+    head = origin_isolation_words(isolation, str(op_type), sep=": ")
     if verdict == "own_error":
         head += f" (max abs {fmt(isolation.get('max_abs'))}, {relative_text(isolation)})"
     detail = str(isolation.get("detail") or "").strip()

@@ -11,15 +11,14 @@ from rich.table import Table
 from ..diff.kinds import display_rank
 from ..artifacts.records import USER_SIGNATURE
 from ..diff.records import GraphDiff
-from ..comparison.statuses import isolation_words
-from ..optypes import loop_result
+from ..comparison.statuses import origin_isolation_words
 from ..text import printable, printable_tree
 from .detections_view import change_text, detection_groups, detection_headline, image_header, image_rows
 from .numbers import figure, per_key
 from .headline import headline_texts
 from .summary import (side_text, first_divergences, mismatch_note, noise_lines, nonfinite_context, not_captured_text,
                       moving_average_text, observed_beside, outputs_not_compared, relative_text,
-                      tensorflow_builds, weights_differ_text)
+                      tensorflow_builds, changed_weights)
 
 __all__ = ["print_graph_diff", "print_comparison"]
 
@@ -202,19 +201,10 @@ def print_comparison(console: Console, report: dict, out_dir: object = None) -> 
     for title, origin in first_divergences(report):  # the same lines, in the same words, as report.md
         if origin:
             iso = origin.get("isolation") or {}
-            verdict = iso.get("verdict")
-            if verdict == "own_error" and origin.get("rewrite") and not loop_result(str(origin["op"])):
-                # not "its own kernel": B computes a rewritten form (a cast region, a folded batch norm...)
-                verdict_iso = f"given identical inputs it differs as rewritten in B ({origin['rewrite']})"
-            elif verdict == "weights_differ":
-                verdict_iso = weights_differ_text(report)  # "its weights differ (...)": the label says it already
-            else:
-                verdict_iso = (isolation_words(verdict, loop_result(str(origin["op"])), loop_above=bool(iso.get("loop")),
-                                               sep=": ") if verdict else "not isolated")
-            if verdict == "not_replayed" and iso.get("detail"):
+            verdict_iso = origin_isolation_words(iso, str(origin["op"]), rewrite=str(origin.get("rewrite") or ""),
+                                                 weights_differing=max(1, len(changed_weights(report))))
+            if iso.get("verdict") == "not_replayed" and iso.get("detail") and not iso.get("load_state"):
                 verdict_iso += f" ({iso['detail']})"
-            if iso.get("load_state"):
-                verdict_iso = "its value changes from one load of the model to the next (set at load, not restored)"
             console.print(f"{title}: {origin['node']} ({origin['op']}), max abs {figure(origin['max_abs'])}, "
                           f"{relative_text(origin)}{mismatch_note(origin)} — {verdict_iso}", highlight=False,
                           markup=False)
