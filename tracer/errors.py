@@ -26,6 +26,10 @@ class TftraceError(Exception):
         self.fix = printable(fix).rstrip(". ")
         super().__init__(str(self))
 
+    def __reduce__(self) -> tuple[type[TftraceError], tuple[str, str], dict[str, object]]:
+        """Crosses a process boundary whole (a side loaded in a child process): problem and fix apart."""
+        return type(self), (self.problem, self.fix), self.__dict__
+
     def __str__(self) -> str:
         fix = self.fix[:1].upper() + self.fix[1:]
         return f"{self.problem}. {fix}." if fix else f"{self.problem}."

@@ -30,6 +30,7 @@ from .safety import describe_unsafe, refuse_ambiguous_tags, unconfined_assets, u
 from .tf2_inline import load_saved_model_v2
 
 __all__ = [
+    "loads_by_running",
     "ArtifactRef",
     "Artifact",
     "Signature",
@@ -170,31 +171,14 @@ def _load_checkpoint(ref: ArtifactRef, prefix: str) -> Artifact:
 
 
 def _load_saved_model(ref: ArtifactRef, directory: str, allow_unsafe_ops: bool) -> Artifact:
-    from tensorflow.core.protobuf import saved_model_pb2  # noqa: PLC0415
-
-    pb = posixpath.join(directory, "saved_model.pb")
-    text = not _gfile().exists(pb)
-    if text:
-        pb = posixpath.join(directory, "saved_model.pbtxt")
-    saved = _parse(saved_model_pb2.SavedModel(), _read_bytes(pb), pb, "SavedModel", text=text)
-    by_tags = {",".join(sorted(mg.meta_info_def.tags)): mg for mg in saved.meta_graphs}
-    wanted = ",".join(sorted(t.strip() for t in ref.tag.split(",") if t.strip()))
-    refuse_ambiguous_tags(directory, [",".join(sorted(mg.meta_info_def.tags)) for mg in saved.meta_graphs], wanted)
-    if wanted not in by_tags:
-        raise TftraceError(
-            f"{directory} has no tag set {ref.tag!r}; it has {', '.join(repr(t) for t in by_tags) or 'none'}",
-            "choose one with --tag",
-        )
-    meta = by_tags[wanted]
+    meta, by_tags = _meta_graph(ref, directory)
     available = {tags: signature_keys(mg) for tags, mg in by_tags.items()}
-    is_v2 = len(meta.object_graph_def.nodes) > 0 and len(meta.graph_def.library.function) > 0
+    is_v2 = _is_v2(meta)
     variables_prefix = posixpath.join(directory, "variables", "variables")
     has_variables = _gfile().exists(variables_prefix + ".index")
     if is_v2:
-
         if not allow_unsafe_ops:
             _refuse_unsafe_at_load(directory, meta)
-
         return load_saved_model_v2(ref, directory, meta, available)
     # None at all (exported without a signature_def_map) is like a checkpoint's .meta: the other
     # side lends one, or the "no signature" error lists the candidates.
@@ -211,6 +195,41 @@ def _load_saved_model(ref: ArtifactRef, directory: str, allow_unsafe_ops: bool) 
         checkpoint_prefix=variables_prefix if has_variables else None,
         tf_version_written=meta.meta_info_def.tensorflow_version,
     )
+
+
+def _meta_graph(ref: ArtifactRef, directory: str) -> tuple[Any, dict[str, Any]]:
+    """The MetaGraphDef of the tag set ``ref`` names, and every tag set's, by its sorted tags."""
+    from tensorflow.core.protobuf import saved_model_pb2  # noqa: PLC0415
+
+    pb = posixpath.join(directory, "saved_model.pb")
+    text = not _gfile().exists(pb)
+    if text:
+        pb = posixpath.join(directory, "saved_model.pbtxt")
+    saved = _parse(saved_model_pb2.SavedModel(), _read_bytes(pb), pb, "SavedModel", text=text)
+    by_tags = {",".join(sorted(mg.meta_info_def.tags)): mg for mg in saved.meta_graphs}
+    wanted = ",".join(sorted(t.strip() for t in ref.tag.split(",") if t.strip()))
+    refuse_ambiguous_tags(directory, [",".join(sorted(mg.meta_info_def.tags)) for mg in saved.meta_graphs], wanted)
+    if wanted not in by_tags:
+        raise TftraceError(
+            f"{directory} has no tag set {ref.tag!r}; it has {', '.join(repr(t) for t in by_tags) or 'none'}",
+            "choose one with --tag",
+        )
+    return by_tags[wanted], by_tags
+
+
+def _is_v2(meta: Any) -> bool:
+    return len(meta.object_graph_def.nodes) > 0 and len(meta.graph_def.library.function) > 0
+
+
+def loads_by_running(ref: ArtifactRef) -> bool:
+    """Whether loading ``ref`` runs TensorFlow's own loader (a TF2 SavedModel, inlined through
+    ``tf.saved_model.load``: tens of seconds for a large model) rather than parsing files. False
+    where it cannot be read: :func:`load` is the one to say why."""
+    try:
+        kind, location = detect(ref.path)
+        return kind == "saved_model" and _is_v2(_meta_graph(ref, location)[0])
+    except TftraceError:
+        return False
 
 
 def _refuse_unsafe_at_load(directory: str, meta: Any) -> None:

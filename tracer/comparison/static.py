@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..artifacts.loader import Artifact, ArtifactRef, Signature, load
-from ..artifacts.graph import build_opgraph, value_source
+from ..artifacts.loader import Artifact, ArtifactRef, Signature, loads_by_running
+from ..artifacts.side_by_side import LoadedSide, load_side_by_side, load_with_graph
+from ..artifacts.graph import value_source
 from ..captures._packed import content_digest
 from ..diff.records import GraphDiff
 from ..diff.rewrites import diff_graphs
@@ -39,9 +40,7 @@ def diff_artifacts(a: ArtifactRef | str, b: ArtifactRef | str, *, allow_unsafe_o
     # a side without a signature (a TF1 training checkpoint) borrows the other's
     ref_a, ref_b = (replace(ref_a, signature_from=ref_a.signature_from or ref_b.lender()),
                     replace(ref_b, signature_from=ref_b.signature_from or ref_a.lender()))
-    art_a, art_b = load(ref_a, allow_unsafe_ops=allow_unsafe_ops), load(ref_b, allow_unsafe_ops=allow_unsafe_ops)
-    graph_a, sig_a = build_opgraph(art_a)
-    graph_b, sig_b = build_opgraph(art_b)
+    (art_a, graph_a, sig_a), (art_b, graph_b, sig_b) = _load_sides(ref_a, ref_b, allow_unsafe_ops)
     diff = diff_graphs(
         graph_a,
         graph_b,
@@ -51,3 +50,14 @@ def diff_artifacts(a: ArtifactRef | str, b: ArtifactRef | str, *, allow_unsafe_o
         b_inlined_by_loader=art_b.inlined_by_loader,
     )
     return StaticDiff(art_a, art_b, graph_a, graph_b, sig_a, sig_b, diff)
+
+
+
+def _load_sides(ref_a: ArtifactRef, ref_b: ArtifactRef, allow_unsafe_ops: bool) -> tuple[LoadedSide, LoadedSide]:
+    """Both sides loaded and their op graphs built: two TF2 SavedModels in two processes at once
+    (TensorFlow's loader keeps one core busy for tens of seconds on a large model); any other kind
+    is parsed from its files in a moment, here. A side without a signature of its own (a training
+    checkpoint) is never a TF2 SavedModel, so what it borrows from the other loads as before."""
+    if loads_by_running(ref_a) and loads_by_running(ref_b):
+        return load_side_by_side(ref_a, ref_b, allow_unsafe_ops)
+    return load_with_graph(ref_a, allow_unsafe_ops), load_with_graph(ref_b, allow_unsafe_ops)
