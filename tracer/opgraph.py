@@ -61,6 +61,8 @@ class OpGraph:
         self._order: list[str] | None = None
         self._flows: frozenset[str] | None = None
         self._flow: dict[str, tuple[int, int, int]] | None = None
+        self._nodes: dict[str, dict[str, Any]] = graph._node  # networkx's own dict: no view built per lookup
+        self._memos: dict[str, dict[Any, Any]] = {}
 
     # ---- queries ---------------------------------------------------------------------------
 
@@ -71,10 +73,16 @@ class OpGraph:
         return self.g.number_of_nodes()
 
     def node(self, name: str) -> dict[str, Any]:
-        return self.g.nodes[name]
+        return self._nodes[name]
 
     def op_type(self, name: str) -> str:
-        return self.g.nodes[name]["op"]
+        return self._nodes[name]["op"]
+
+    def memo(self, what: str) -> dict[Any, Any]:
+        """A cache of facts derived from this graph, one per ``what``, for a stage that asks the same
+        question hundreds of thousands of times (the diff follows each tensor up through Identity
+        plumbing once, not once per visit). The graph is never changed once built, so nothing expires."""
+        return self._memos.setdefault(what, {})
 
     def topo_order(self) -> list[str]:
         """Ops in a deterministic topological order (loop back-edges ignored)."""
@@ -117,7 +125,7 @@ class OpGraph:
                 yield f"{op}:{slot}", info
 
     def data_inputs(self, op: str) -> list[str]:
-        return list(self.g.nodes[op]["inputs"])
+        return list(self._nodes[op]["inputs"])
 
     def output_info(self, tensor_name: str) -> dict[str, Any]:
         return self.g.nodes[tensor_op(tensor_name)]["outputs"][tensor_slot(tensor_name)]

@@ -70,8 +70,11 @@ class _Child:
         self.proc = subprocess.Popen([sys.executable, "-m", "tracer.artifacts.side_by_side"], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=self.log, env=env)
         assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write(pickle.dumps((ref, allow_unsafe_ops)))
-        self.proc.stdin.close()
+        try:
+            self.proc.stdin.write(pickle.dumps((ref, allow_unsafe_ops)))
+            self.proc.stdin.close()
+        except BrokenPipeError:  # it died at start: its exit status and log say why (result)
+            pass
         self._data = b""
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -113,7 +116,9 @@ def _serve() -> int:
     os.dup2(2, 1)
     ref, allow_unsafe_ops = pickle.load(sys.stdin.buffer)
     try:
-        result: tuple[str, Any] = ("loaded", load_with_graph(ref, allow_unsafe_ops))
+        loaded = load_with_graph(ref, allow_unsafe_ops)
+        loaded[1].topo_order()  # the parent needs it next: sorted here, beside the other side's load
+        result: tuple[str, Any] = ("loaded", loaded)
     except TftraceError as exc:
         result = ("refused", exc)
     answer.write(pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL))

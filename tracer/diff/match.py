@@ -53,6 +53,14 @@ Consumers = dict[str, dict[tuple[int, int, str], list[str]]]
 
 def canonical_tensor(g: OpGraph, tensor: str) -> str:
     """Follow a tensor up through Identity plumbing to the tensor that really computes it."""
+    known = g.memo("canonical_tensor")
+    found = known.get(tensor)
+    if found is None:
+        found = known[tensor] = _up_through_plumbing(g, tensor)
+    return found
+
+
+def _up_through_plumbing(g: OpGraph, tensor: str) -> str:
     seen = 0
     while seen < 10_000:
         op = tensor_op(tensor)
@@ -64,7 +72,11 @@ def canonical_tensor(g: OpGraph, tensor: str) -> str:
 
 
 def canonical_inputs(g: OpGraph, op: str) -> list[str]:
-    return [canonical_tensor(g, t) for t in g.data_inputs(op)]
+    known = g.memo("canonical_inputs")
+    found = known.get(op)
+    if found is None:
+        found = known[op] = [canonical_tensor(g, t) for t in g.data_inputs(op)]
+    return list(found)
 
 
 def is_precision_cast(g: OpGraph, op: str) -> bool:
@@ -80,6 +92,14 @@ def uncast_tensor(g: OpGraph, tensor: str) -> str:
     """Follow a tensor up through precision casts and Identity plumbing to the tensor it is a copy
     of (``functional_1_1/Cast:0`` -> ``image:0``): what the other side of a mixed-precision pair
     reads uncast."""
+    known = g.memo("uncast_tensor")
+    found = known.get(tensor)
+    if found is None:
+        found = known[tensor] = _up_through_casts(g, tensor)
+    return found
+
+
+def _up_through_casts(g: OpGraph, tensor: str) -> str:
     tensor = canonical_tensor(g, tensor)
     seen = 0
     while seen < 10_000 and is_precision_cast(g, tensor_op(tensor)) and g.data_inputs(tensor_op(tensor)):
@@ -241,7 +261,14 @@ class SpreadStats:
 
 def _producers(g: OpGraph, casts: bool) -> dict[str, set[str]]:
     """op -> the ops it reads, plainly and (where ``casts``) through precision casts: the ops
-    whose readers change when ``op`` is paired."""
+    whose readers change when ``op`` is paired. Built once per graph (:meth:`OpGraph.memo`)."""
+    known = g.memo("producers")
+    if casts not in known:
+        known[casts] = _producer_table(g, casts)
+    return known[casts]
+
+
+def _producer_table(g: OpGraph, casts: bool) -> dict[str, set[str]]:
     table: dict[str, set[str]] = {}
     for dst in g.topo_order():
         found = set()
@@ -303,7 +330,14 @@ def _across_one_sided_cast(a: OpGraph, b: OpGraph, tx: str, ty: str) -> tuple[st
 def _consumers(g: OpGraph, *, uncast: bool = False) -> Consumers:
     """op -> {(output slot, consumer input index, consumer op type): [consumer ops]}, looking
     through Identity plumbing (which is itself never a consumer here) and, with ``uncast``, through
-    precision casts too (then no consumer either)."""
+    precision casts too (then no consumer either). Built once per graph (:meth:`OpGraph.memo`)."""
+    known = g.memo("consumers")
+    if uncast not in known:
+        known[uncast] = _consumer_table(g, uncast)
+    return known[uncast]
+
+
+def _consumer_table(g: OpGraph, uncast: bool) -> Consumers:
     resolve = uncast_tensor if uncast else canonical_tensor
     table: Consumers = defaultdict(lambda: defaultdict(list))
     for dst in g.topo_order():
