@@ -66,3 +66,14 @@ def test_a_script_without_a_main_guard_runs_once(models: dict[str, Path], tmp_pa
     proc = subprocess.run([sys.executable, str(script)], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.count("script ran") == 1 and "matched 178" in proc.stdout
+
+
+def test_tf2_savedmodels_on_ram_load_here_where_their_files_are(models: dict[str, Path]) -> None:
+    """``ram://`` is this process's memory: a loading child would find no file there."""
+    import tensorflow as tf  # noqa: PLC0415
+
+    from test_artifacts import copy_to_gfile  # noqa: PLC0415
+
+    copy_to_gfile(tf, models["detector_tf2"], "ram://tftrace-side-by-side/savedmodel")
+    result = static.diff_artifacts("ram://tftrace-side-by-side/savedmodel", str(models["detector_tf2"]))
+    assert result.diff.matched == 178 and result.diff.rewrites == []

@@ -58,6 +58,8 @@ def _load_sides(ref_a: ArtifactRef, ref_b: ArtifactRef, allow_unsafe_ops: bool) 
     (TensorFlow's loader keeps one core busy for tens of seconds on a large model); any other kind
     is parsed from its files in a moment, here. A side without a signature of its own (a training
     checkpoint) is never a TF2 SavedModel, so what it borrows from the other loads as before."""
-    if loads_by_running(ref_a) and loads_by_running(ref_b):
+    # ram:// lives in this process's memory: a child would find nothing there
+    apart = all(loads_by_running(ref) and not ref.path.startswith("ram://") for ref in (ref_a, ref_b))
+    if apart:
         return load_side_by_side(ref_a, ref_b, allow_unsafe_ops)
     return load_with_graph(ref_a, allow_unsafe_ops), load_with_graph(ref_b, allow_unsafe_ops)

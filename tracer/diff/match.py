@@ -150,13 +150,13 @@ def match_graphs(a: OpGraph, b: OpGraph) -> dict[str, tuple[str, str]]:
     return pairs
 
 
-_SUFFIX = re.compile(r"_\d+$")
+_SUFFIXES = re.compile(r"_\d+(?=/|$)")  # a scope's or the op's own ``_N``, wherever the name has one
 
 
 def name_stem(name: str) -> str:
     """The name without TF's uniquifying ``_N`` suffixes, in every scope (``Reshape_3/shape`` ->
     ``Reshape/shape``), because TF numbers scopes the same way as ops."""
-    return "/".join(_SUFFIX.sub("", part) for part in name.split("/"))
+    return _SUFFIXES.sub("", name)
 
 
 def _renumberable(a: OpGraph, b: OpGraph) -> set[str]:
