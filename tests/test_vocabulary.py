@@ -73,3 +73,40 @@ def test_no_renderer_keeps_a_table_of_isolation_verdicts_of_its_own() -> None:
             if len(found) >= 3:
                 tables[path.relative_to(REPO).as_posix()] = sorted(found)
     assert tables == {}
+
+
+def test_every_op_status_and_overall_verdict_is_one_complete_record() -> None:
+    from tracer.comparison.statuses import STATUS, STATUS_LABELS, STATUSES, VERDICT, VERDICTS, verdict_exit_code
+    from tracer.errors import EXIT_DIVERGED, EXIT_OK
+
+    for key, status in STATUS.items():
+        assert status.key == key and status.label and status.meaning, key
+    assert STATUS_LABELS == {k: v.label for k, v in STATUS.items()} and tuple(STATUS) == STATUSES
+    for key, verdict in VERDICT.items():
+        assert verdict.key == key and verdict.label and verdict.meaning, key
+    assert tuple(VERDICT) == VERDICTS == ("identical", "within_tolerance", "within_noise", "diverged")
+    assert {k: v.exit_code for k, v in VERDICT.items()} == {
+        "identical": EXIT_OK, "within_tolerance": EXIT_OK, "within_noise": EXIT_OK, "diverged": EXIT_DIVERGED}
+    assert verdict_exit_code("a_newer_verdict") == EXIT_DIVERGED  # what it does not know claims no pass
+
+
+def test_a_renderers_style_tables_cover_the_registry_exactly() -> None:
+    """Colours are the renderer's own, but keyed by the registry's words: a new verdict or status
+    fails here rather than falling back to plain text or grey on the page."""
+    from tracer.comparison.statuses import STATUSES, VERDICTS
+    from tracer.report.dot import STYLES
+    from tracer.diagnosis.cli import VERDICT_COLOURS
+    from tracer.report.terminal import VERDICT_STYLE
+
+    assert set(VERDICT_STYLE) == set(VERDICTS) == set(VERDICT_COLOURS)
+    assert set(STATUSES) <= set(STYLES)
+
+
+def test_verdicts_are_labelled_from_their_records_in_every_renderer() -> None:
+    """The verdict's words come from its record: no renderer spells a verdict key out itself."""
+    from tracer.comparison.statuses import verdict_label
+
+    assert verdict_label("within_noise") == "within noise" and verdict_label("a_newer_one") == "a newer one"
+    for path in RENDERERS:
+        text = path.read_text(encoding="utf-8")
+        assert 'verdict.replace("_", " ")' not in text and "verdict.replace('_', ' ')" not in text, path

@@ -19,7 +19,8 @@ from rich.console import Console
 
 from . import __version__
 from .console import terminal
-from .errors import EXIT_DIVERGED, EXIT_ERROR, EXIT_OK, TftraceError
+from .comparison.statuses import verdict_exit_code
+from .errors import EXIT_ERROR, EXIT_OK, TftraceError
 from .text import count, printable
 
 __all__ = ["main", "build_parser"]
@@ -107,7 +108,7 @@ def _cmd_compare(args: argparse.Namespace, console: Console) -> int:
     print_comparison(console, result.report, result.out_dir)
     _print_report_size(console, result)
     _print_notices(result.notices)
-    return EXIT_OK if result else EXIT_DIVERGED
+    return verdict_exit_code(result.verdict)
 
 
 def _refuse_missing_paths(**paths: str) -> None:
@@ -149,7 +150,7 @@ def _cmd_report(args: argparse.Namespace, console: Console) -> int:
         written = write_reports(report, out)
     print_comparison(console, report, out)
     _print_notices(written.get("notices", []))
-    return EXIT_OK if report.get("verdict") != "diverged" else EXIT_DIVERGED
+    return verdict_exit_code(report.get("verdict"))
 
 
 def _cmd_isolate(args: argparse.Namespace, console: Console) -> int:
@@ -170,7 +171,7 @@ def _cmd_isolate(args: argparse.Namespace, console: Console) -> int:
         written = write_reports(report, Path(args.from_dir))
     print_comparison(console, report, args.from_dir)
     _print_notices(written.get("notices", []))
-    return EXIT_OK if report.get("verdict") != "diverged" else EXIT_DIVERGED
+    return verdict_exit_code(report.get("verdict"))
 
 
 def _print_notices(notices: list[str]) -> None:

@@ -2,8 +2,10 @@
 
 The classifier (:mod:`tracer.comparison.divergence`) assigns them, the report stage colours,
 counts and labels them, and ``tracer/schemas/report.schema.json`` lists them as the contract
-(a test holds the schema to these lists). Plain data: importing it imports nothing else, so a
-re-render of a report (``tftrace report``) can use it without the comparison's numerics.
+(a test holds the schema to these lists). Each word is one record: its key (the contract), its
+label, its meaning (docs/verdicts.md gives the same words; a test holds the page to them) and what
+else it decides (an overall verdict's exit code, an isolation verdict's sentence). Plain data:
+importing it imports no numerics, so a re-render of a report (``tftrace report``) can use it.
 """
 
 from __future__ import annotations
@@ -12,31 +14,85 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import EXIT_DIVERGED, EXIT_OK
 from ..optypes import loop_result
 
-__all__ = ["STATUSES", "STATUS_LABELS", "VERDICTS", "IsolationVerdict", "ISOLATION", "ISOLATION_VERDICTS", "BORN_HERE",
-           "LOAD_STATE_WORDS", "isolation_words", "origin_isolation_words", "isolation_clause", "worse"]
+__all__ = ["OpStatus", "STATUS", "STATUSES", "STATUS_LABELS", "Verdict", "VERDICT", "VERDICTS", "verdict_label",
+           "verdict_exit_code", "IsolationVerdict", "ISOLATION", "ISOLATION_VERDICTS", "BORN_HERE",
+           "LOAD_STATE_WORDS", "isolation_label", "isolation_words", "origin_isolation_words", "isolation_clause", "worse"]
 
-# An op's status, worst first (the order a scope box uses to pick the colour of its worst op) -> its label.
-STATUS_LABELS: dict[str, str] = {
-    "origin": "origin",
-    "propagated": "propagated",
-    "unmatched": "unmatched",
-    "rewritten": "rewritten at export",
-    "within_tolerance": "within tolerance",
-    "not_captured": "not captured",
-    "not_compared": "not compared",
-    "identical": "identical",
-}
-STATUSES: tuple[str, ...] = tuple(STATUS_LABELS)
 
-# A comparison's verdict, best to worst: the worse of two verdicts is the later one.
-VERDICTS: tuple[str, ...] = ("identical", "within_tolerance", "within_noise", "diverged")
+@dataclass(frozen=True)
+class OpStatus:
+    """What the divergence stage says of one op of A's graph (report.json ``nodes[NAME].status``)."""
+
+    key: str
+    label: str  # a legend's or a table's words: "rewritten at export"
+    meaning: str  # its definition, as docs/verdicts.md gives it (tests/test_docs.py holds the page to it)
+
+
+# Worst first: the order a scope box uses to pick the colour of its worst op.
+STATUS: dict[str, OpStatus] = {s.key: s for s in (
+    OpStatus("origin", "origin", "the output differs beyond tolerance while every input is within tolerance: the "
+             "difference **starts here**"),
+    OpStatus("propagated", "propagated", "the output differs beyond tolerance and an input already did: the op passes "
+             "on a difference from above"),
+    OpStatus("unmatched", "unmatched", "the op has no counterpart in B (the graph diff paired nothing with it); "
+             "`reason` says why"),
+    OpStatus("rewritten", "rewritten at export", "the op is a member of an export rewrite (a conv folded with its batch "
+             "norm, the first ops of a fused chain): compared and shown, but judged only through the rewrite's output, "
+             "because the rewrite legitimately changes it"),
+    OpStatus("within_tolerance", "within tolerance", "not bitwise equal, but |a − b| ≤ atol + rtol·|a| everywhere"),
+    OpStatus("not_captured", "not captured", "the tensor could not be fetched (inside a while loop, a `tf.cond` branch "
+             "that did not run, a dtype a session cannot return); `reason` says which"),
+    OpStatus("not_compared", "not compared", "both sides captured it, but no pair of its tensors could be measured (its "
+             "value depends on how examples are grouped into runs and the sides batch differently, shapes that do not "
+             "line up, values kept only by digest that cannot be read back here); `reason` says why"),
+    OpStatus("identical", "identical", "bitwise equal (or equal values in another dtype, where a mixed-precision export "
+             "casts exactly)"),
+)}
+STATUSES: tuple[str, ...] = tuple(STATUS)
+STATUS_LABELS: dict[str, str] = {k: v.label for k, v in STATUS.items()}  # what the page's script is handed
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What a whole comparison says (report.json ``verdict``, ``verdict_ops``, ``verdict_outputs``)."""
+
+    key: str
+    label: str  # "within noise"; a badge or a title says it in capitals
+    meaning: str  # its definition, as docs/verdicts.md gives it
+    exit_code: int  # what compare, report and isolate exit with: 1 only where something diverged
+
+
+# Best to worst: the worse of two verdicts is the later one.
+VERDICT: dict[str, Verdict] = {v.key: v for v in (
+    Verdict("identical", "identical", "every compared tensor and every output is bitwise equal, and no side moved "
+            "between its own runs", EXIT_OK),
+    Verdict("within_tolerance", "within tolerance", "something differs, nothing beyond tolerance", EXIT_OK),
+    Verdict("within_noise", "within noise", "something differs beyond tolerance, but no more than each side differs "
+            "from itself over `--repeat K` runs: the sides are as equal as each is to itself", EXIT_OK),
+    Verdict("diverged", "diverged", "an op or an output differs beyond tolerance (and beyond any measured noise)",
+            EXIT_DIVERGED),
+)}
+VERDICTS: tuple[str, ...] = tuple(VERDICT)
 
 
 def worse(*verdicts: str) -> str:
     """The worst of some verdicts (the latest in VERDICTS)."""
     return max(verdicts, key=VERDICTS.index)
+
+
+def verdict_label(verdict: object) -> str:
+    """``within noise``; a verdict this release does not know (a newer report's) as it is spelled."""
+    found = VERDICT.get(str(verdict))
+    return found.label if found else str(verdict or "unknown").replace("_", " ")
+
+
+def verdict_exit_code(verdict: object) -> int:
+    """The CLI's exit code for a report's verdict; one it does not know cannot claim a pass."""
+    found = VERDICT.get(str(verdict))
+    return found.exit_code if found else EXIT_DIVERGED
 
 
 @dataclass(frozen=True)
@@ -91,6 +147,14 @@ ISOLATION: dict[str, IsolationVerdict] = {v.key: v for v in (
 ISOLATION_VERDICTS: tuple[str, ...] = tuple(ISOLATION)
 # The isolation verdicts that say the difference is born at the op itself, so its origin is ranked first.
 BORN_HERE: frozenset[str] = frozenset(k for k, v in ISOLATION.items() if v.born_here)
+
+
+def isolation_label(verdict: object) -> str:
+    """A table cell: ``own error``; "—" for none; a verdict this release does not know as it is spelled."""
+    if not verdict:
+        return "—"
+    found = ISOLATION.get(str(verdict))
+    return found.label if found else str(verdict).replace("_", " ")
 
 
 def isolation_words(verdict: object, loop: str = "", loop_above: bool = False, sep: str = " — ") -> str:

@@ -15,6 +15,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from ..comparison.statuses import isolation_label, verdict_label
 from ..console import terminal
 from ..errors import EXIT_DIVERGED, EXIT_OK
 from ..report.numbers import figure
@@ -98,12 +99,15 @@ def _cost_cell(exp: dict[str, Any]) -> str:
     return "—" if exp.get("cost_pct") is None else "untimed"
 
 
+# an experiment's verdict cell, by the registry's keys (tests/test_vocabulary.py holds it to them)
+VERDICT_COLOURS = {"identical": "green", "within_tolerance": "yellow", "within_noise": "yellow", "diverged": "red"}
+
+
 def print_diagnosis(console: Console, doc: dict[str, Any], out_dir: Any) -> None:
     """The experiment table, the skipped ones by reason, then why / prevent / cost."""
     table = Table(title="tftrace diagnose", title_justify="left")
     for column in ("experiment", "verdict", "max |Δ| out", "first divergence", "A ms", "B ms", "B vs A"):
         table.add_column(column, overflow="fold")
-    colours = {"identical": "green", "within_tolerance": "yellow", "diverged": "red"}
     skipped: dict[str, list[str]] = {}
     for exp in doc["experiments"]:
         if exp["skipped"]:
@@ -112,14 +116,14 @@ def print_diagnosis(console: Console, doc: dict[str, Any], out_dir: Any) -> None
         first = exp.get("first_divergence")
         where = f"{first['node']} ({first['op']})" if first else ""
         if first and first.get("isolation"):
-            where += f", {first['isolation'].replace('_', ' ')}"
+            where += f", {isolation_label(first['isolation'])}"
         if exp.get("attribution"):
             where = f"{exp['attribution']}: " + ", ".join(exp.get("state_ops", [])[:2])
         basis = exp.get("latency_basis", "per run")
         lat = exp.get("latency_ms") or {}
         verdict = str(exp["verdict"])
         cost = _cost_cell(exp)
-        table.add_row(exp["name"], f"[{colours.get(verdict, 'white')}]{verdict.replace('_', ' ')}[/]",
+        table.add_row(exp["name"], f"[{VERDICT_COLOURS.get(verdict, 'white')}]{verdict_label(verdict)}[/]",
                       figure(exp.get("max_abs_output_diff")), where, _latency(lat.get("a"), basis),
                       _latency(lat.get("b"), basis), cost)
     console.print(table)

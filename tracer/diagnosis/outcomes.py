@@ -26,7 +26,7 @@ from ..captures.reader import Capture
 from ..comparison.pipeline import Comparison, comparing
 from ..comparison.detections import detections_summary
 from ..comparison.divergence import Tolerance, classify
-from ..comparison.statuses import VERDICTS
+from ..comparison.statuses import worse
 from .experiments import FACTORS
 from .plan import Planned, Run
 from ..metrics import TensorMetrics, compare_arrays
@@ -114,10 +114,6 @@ def _max_abs(metrics: dict[str, TensorMetrics]) -> float | None:
     return None if any(v is None for v in values) else max(values, default=0.0)
 
 
-def _worse(*verdicts: str) -> str:
-    return max(verdicts, key=VERDICTS.index)
-
-
 # ---- compare ---------------------------------------------------------------------------------
 
 
@@ -160,7 +156,7 @@ def _compare(result: dict[str, Any], p: Planned, cap_a: Capture, cap_b: Capture,
     if result["verdict"] != "diverged" and plain_verdict == "diverged":
         result["first_divergence"], result["converted_ops"] = _unobserved(comparison, cap_a, cap_b, out / "walk",
                                                                           quiet, tolerance, allow)
-    result["verdict"] = _worse(result["verdict"], plain_verdict)
+    result["verdict"] = worse(result["verdict"], plain_verdict)
 
 
 def executed_ops_differ(cap_a: Capture, cap_b: Capture) -> list[str]:

@@ -40,7 +40,7 @@ from ..artifacts.loader import ArtifactRef
 from ..captures.launcher import capture as capture_side
 from ..captures.reader import Capture
 from ..comparison.divergence import Tolerance
-from ..comparison.statuses import BORN_HERE
+from ..comparison.statuses import BORN_HERE, verdict_label
 from ..errors import TftraceError
 from .experiments import FACTORS, plan_experiments
 from .gpus import gpu_unavailable_reason
@@ -390,7 +390,7 @@ def _summary_line(result: dict[str, Any]) -> str:
     where = f", first at {first['node']} ({first['op']})" if first else ""
     diff = result.get("max_abs_output_diff")
     size = f", max |Δ| {diff:.3g}" if isinstance(diff, float) else ""
-    return f"{result['name']}: {str(result['verdict']).replace('_', ' ')}{size}{where}"
+    return f"{result['name']}: {verdict_label(result['verdict'])}{size}{where}"
 
 
 # ---- outputs ---------------------------------------------------------------------------------

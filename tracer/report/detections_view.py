@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..comparison.statuses import verdict_label
 from .numbers import fmt
 
 __all__ = ["detection_groups", "detection_headline", "detection_outputs", "image_header", "image_rows",
@@ -70,7 +71,7 @@ def detection_headline(group: dict[str, Any]) -> str:
                    + (f"({beyond} beyond tolerance)" if beyond else "(all within tolerance)"))
     extra = group.get("per_detection_max_abs") if isinstance(group.get("per_detection_max_abs"), dict) else {}
     extras = "".join(f"; {k} of matched detections within {fmt(v)}" for k, v in extra.items() if v is not None)
-    verdict = str(group.get("verdict") or "").replace("_", " ")
+    verdict = verdict_label(group["verdict"]) if group.get("verdict") else ""
     return f"{names} ({how}): {verdict + ': ' if verdict else ''}{counts}{matched}{extras}"
 
 

@@ -22,7 +22,7 @@ from typing import Any
 import jinja2
 from markupsafe import Markup, escape
 
-from ..comparison.statuses import ISOLATION, STATUS_LABELS, STATUSES, isolation_clause
+from ..comparison.statuses import ISOLATION, STATUS_LABELS, STATUSES, isolation_clause, isolation_label, verdict_label
 from ..optypes import loop_result
 from .headline import headline_texts
 from .dot import PROPAGATED_SHADES, STYLES, OpIndex, legend
@@ -87,6 +87,8 @@ def _environment() -> jinja2.Environment:
     # Lenient on purpose: a field missing from an older report shows as "—", not a failed render.
     env.filters["fmt"] = lambda value, digits=3: fmt(None if isinstance(value, jinja2.Undefined) else value, digits)
     env.filters["inline_code"] = inline_code
+    env.filters["verdict_label"] = verdict_label  # the registry's words (tracer.comparison.statuses)
+    env.filters["isolation_label"] = isolation_label
     return env
 
 

@@ -14,6 +14,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+from ..comparison.statuses import isolation_label, verdict_label
 from ..text import printable
 from .detections_view import change_text, detection_groups, detection_headline, image_header, image_rows
 from .numbers import fmt
@@ -96,12 +97,12 @@ def _header(report: dict[str, Any], lim: _Limits) -> list[str]:
     verdict = str(report.get("verdict") or "unknown")
     tol = report.get("tolerance") or {}
     first = headline_divergence(report)  # the op report.json and the terminal call the first divergence
-    title = f"## tftrace: {md_text(verdict.replace('_', ' ').upper(), 40)}"
+    title = f"## tftrace: {md_text(verdict_label(verdict).upper(), 40)}"
     if isinstance(first, dict) and first.get("node"):
         title += f" — first divergence at {md_code(first['node'], lim.cell)} ({md_text(first.get('op'), 60)})"
     tool = report.get("tool") or {}
     out = [title, "",
-           f"**Verdict:** {md_text(verdict.replace('_', ' '), 40)} · tolerance atol {fmt(tol.get('atol'))}, "
+           f"**Verdict:** {md_text(verdict_label(verdict), 40)} · tolerance atol {fmt(tol.get('atol'))}, "
            f"rtol {fmt(tol.get('rtol'))} · {len(report.get('nodes') or {})} ops · "
            f"{md_text(tool.get('name') or 'tftrace', 40)} {md_text(tool.get('version') or '', 40)} · "
            f"{md_text(report.get('created_utc') or '', 40)}", ""]
@@ -133,7 +134,7 @@ def _origins(report: dict[str, Any], lim: _Limits) -> list[str]:
         out.append(f"### Origins ({len(origins)})")
         rows = [[fmt(o.get("rank", k + 1)), md_code(o.get("node"), lim.cell), md_text(o.get("op"), 60),
                  fmt(o.get("max_abs")), fmt(o.get("max_rel")), fmt(o.get("rel_to_peak")),
-                 md_text(((o.get("isolation") or {}).get("verdict") or "—").replace("_", " "), 30),
+                 md_text(isolation_label((o.get("isolation") or {}).get("verdict")), 30),
                  md_text(o.get("rewrite") or "—", 40)] for k, o in enumerate(origins[: lim.rows])]
         out += _table(["#", "op", "type", "max abs", "max rel", "rel to peak", "own vs inherited", "rewrite"], rows,
                       len(origins), "origins") + [""]

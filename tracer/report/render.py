@@ -21,6 +21,7 @@ from typing import Any, TypedDict
 from .dot import OpIndex, label_text, neighbourhood, ops_dot, overview_dot, scope_groups
 from .html import PageView, build_html
 from .markdown import render_markdown
+from ..comparison.statuses import verdict_label
 from ..safewrite import write_file
 from ..text import printable_tree
 from .numbers import fmt
@@ -159,7 +160,7 @@ def _split_svgs(text: str) -> list[str]:
 
 def _caption(report: dict[str, Any], index: OpIndex) -> str:
     first = headline_divergence(report)  # the op report.json, report.md and the terminal name first
-    verdict = str(report.get("verdict") or "unknown").replace("_", " ")
+    verdict = verdict_label(report.get("verdict"))
     if isinstance(first, dict) and first.get("node"):
         return (f"<B>{label_text(verdict.upper(), 30)}</B>: first divergence at "
                 f"<B>{label_text(str(first['node']), 80)}</B> ({label_text(str(first.get('op')), 40)}), "
