@@ -38,6 +38,35 @@ def test_table_prints_the_scope_every_name_shares_once() -> None:
     assert text.count("StatefulPartitionedCall") == 1
 
 
+
+def test_alike_rewrites_are_one_line_with_a_count_and_names_stay_whole_at_80_columns() -> None:
+    """The Model Garden RetinaNet's mixed_float16 twin re-types 90 score thresholds alike: at 80
+    columns that was 90 table rows of `filter_boxes_by_s…`; now one line says what changed, with
+    its count and the first names whole."""
+    from rich.console import Console
+
+    from tracer.diff.records import GraphDiff, Rewrite
+    from tracer.report.terminal import print_graph_diff
+
+    scope = "StatefulPartitionedCall/generate_detections/"
+    retyped = {"max_abs_change": 1.22e-05, "dtype": {"a": "float32", "b": "float16"}, "values": {"a": "0.05", "b": "0.0499878"}}
+    rewrites = [Rewrite("const_changed", [f"{scope}filter_boxes_by_scores_{i}/Greater/y"],
+                        [f"{scope}filter_boxes_by_scores_{i}/Greater/y"], dict(retyped)) for i in range(90)]
+    rewrites.append(Rewrite("cast_inserted", [f"{scope}conv/Conv2D"], [f"{scope}Cast_4", f"{scope}conv/Conv2D"],
+                            {"op": f"{scope}conv/Conv2D", "dtype_a": "float32", "dtype_b": "float16",
+                             "casts": [f"{scope}Cast_4"]}))
+    console = Console(record=True, width=80)
+    print_graph_diff(console, GraphDiff(pairs={}, only_in_a=[], only_in_b=[], rewrites=rewrites), "A", "B")
+    lines = console.export_text().splitlines()
+    start = lines.index(f"(op names below are under {scope})") + 1
+    assert " ".join(lines[start:start + 2]) == (
+        "const_changed ×90: max_abs_change=1.22e-05, dtype=float32 → float16, values=0.05 → 0.0499878")
+    assert lines[start + 2:start + 6] == ["    filter_boxes_by_scores_0/Greater/y", "    filter_boxes_by_scores_1/Greater/y",
+                                          "    filter_boxes_by_scores_2/Greater/y", "    … and 87 more"]
+    # a cast's own names are the line below it, not repeated in its detail
+    assert lines[start + 6:] == ["cast_inserted: dtype_a=float32, dtype_b=float16", "    conv/Conv2D → Cast_4, conv/Conv2D"]
+    assert not [line for line in lines if "…" in line and "more" not in line]  # no name is cut
+
 RETYPED_TWINS = """
 import sys
 import tensorflow as tf

@@ -10,8 +10,8 @@ from rich.table import Table
 
 from ..diff.kinds import display_rank
 from ..artifacts.records import USER_SIGNATURE
-from ..diff.records import GraphDiff
-from ..comparison.statuses import origin_isolation_words
+from ..diff.records import GraphDiff, Rewrite
+from ..comparison.statuses import origin_isolation_words, verdict_label
 from ..text import printable, printable_tree
 from .detections_view import change_text, detection_groups, detection_headline, image_header, image_rows
 from .numbers import figure, per_key
@@ -36,26 +36,87 @@ def print_graph_diff(console: Console, diff: GraphDiff, label_a: str, label_b: s
         return
     summary = ", ".join(f"{counts[k]} {k}" for k in sorted(counts, key=display_rank))  # the registry's order
     console.print(f"Rewrites: {summary}", highlight=False)
-    table = Table(show_lines=False)
-    table.add_column("kind")
-    table.add_column("A")
-    table.add_column("B")
-    table.add_column("detail", overflow="fold")
     ranked = sorted(diff.rewrites, key=lambda r: display_rank(r.kind))
+    groups = _grouped(ranked)
     # one row repeats nothing: its names stay whole
-    scope = _common_scope([n for r in ranked[:60] for n in (*r.a_nodes, *r.b_nodes)]) if len(ranked) > 1 else ""
+    shown_rewrites = [r for _, _, members in groups[:SHOWN_ROWS] for r in members[:3]]
+    scope = _common_scope([n for r in shown_rewrites for n in (*r.a_nodes, *r.b_nodes)]) if len(ranked) > 1 else ""
     if scope:
         console.print(f"(op names below are under {_shown(scope)})", highlight=False)
 
-    def names(nodes: list[str]) -> str:
-        return _shown("\n".join(n.removeprefix(scope) for n in nodes[:4]) + (" …" if len(nodes) > 4 else ""))
+    def unscoped(text: str) -> str:
+        return text.replace(scope, "") if scope else text
 
-    for rewrite in ranked[:60]:
-        table.add_row(rewrite.kind, names(rewrite.a_nodes), names(rewrite.b_nodes),
-                      _shown(_detail(rewrite.detail).replace(scope, "") if scope else _detail(rewrite.detail)))
-    console.print(table)
-    if len(ranked) > 60:
-        console.print(f"… and {len(ranked) - 60} more (use --json for all)")
+    if console.width >= WIDE_TABLE_COLUMNS:
+        table = Table(show_lines=False)
+        for column in ("kind", "A", "B", "detail"):
+            table.add_column(column, overflow="fold")
+        for kind, detail, members in groups[:SHOWN_ROWS]:
+            whole = _detail(members[0].detail) if len(members) == 1 else detail  # a row of one says all it has
+            table.add_row(_shown(_kind_cell(kind, members)), _shown(unscoped(_names(members, "a_nodes"))),
+                          _shown(unscoped(_names(members, "b_nodes"))), _shown(unscoped(whole)))
+        console.print(table)
+    else:  # a table squeezed into 80 columns cuts the op names, which are what the reader acts on
+        for kind, detail, members in groups[:SHOWN_ROWS]:
+            said = f": {unscoped(detail)}" if detail else ""
+            console.print(_shown(f"{_kind_cell(kind, members)}{said}"), highlight=False)
+            for rewrite in members[:3]:
+                console.print(_shown(f"    {unscoped(_member_line(rewrite))}"), highlight=False, soft_wrap=True)
+            if len(members) > 3:
+                console.print(f"    … and {len(members) - 3:,} more", highlight=False)
+    shown = sum(len(members) for _, _, members in groups[:SHOWN_ROWS])
+    if shown < len(ranked):
+        console.print(f"… and {len(ranked) - shown:,} more rewrites (use --json for all)", highlight=False)
+
+
+SHOWN_ROWS = 60  # rows (groups of alike rewrites) diff-graph prints; --json has every rewrite
+
+
+def _grouped(ranked: list[Rewrite]) -> list[tuple[str, str, list[Rewrite]]]:
+    """Rewrites of one kind that change the same thing, one group each, in the order of their first:
+    a mixed-precision export re-types 90 score thresholds 0.05 → 0.0499878 alike, which is one line
+    with a count, not 90 rows. The detail is said without the op names the rewrite is made of."""
+    groups: dict[tuple[str, str], list[Rewrite]] = {}
+    for rewrite in ranked:
+        groups.setdefault((rewrite.kind, _detail(_without_names(rewrite))), []).append(rewrite)
+    return [(kind, detail, members) for (kind, detail), members in groups.items()]
+
+
+def _without_names(rewrite: Rewrite) -> dict:
+    """The detail without the values that name the rewrite's own ops (a cast's ``op``, its ``casts``):
+    the A and B names say them, and they differ from one member of a group to the next."""
+    names = {*rewrite.a_nodes, *rewrite.b_nodes}
+
+    def names_ops(value: object) -> bool:
+        if isinstance(value, str):
+            return value in names
+        return isinstance(value, list) and bool(value) and all(isinstance(v, str) and v in names for v in value)
+
+    return {k: v for k, v in rewrite.detail.items() if not names_ops(v)}
+
+
+def _kind_cell(kind: str, members: list[Rewrite]) -> str:
+    return f"{kind} ×{len(members):,}" if len(members) > 1 else kind
+
+
+def _names(members: list[Rewrite], side: str) -> str:
+    """A column's op names: a group's first three members' first op each, then how many more."""
+    if len(members) == 1:
+        nodes = getattr(members[0], side)
+        return "\n".join(nodes[:4]) + (" …" if len(nodes) > 4 else "")
+    firsts = [getattr(r, side)[0] for r in members[:3] if getattr(r, side)]
+    more = f"\n… and {len(members) - 3:,} more" if len(members) > 3 else ""
+    return "\n".join(firsts) + more
+
+
+def _member_line(rewrite: Rewrite) -> str:
+    """One rewrite's ops on a line: ``A op`` where B has it under the same name, ``A op → B ops`` else."""
+    a, b = ", ".join(rewrite.a_nodes[:4]), ", ".join(rewrite.b_nodes[:4])
+    if a == b:
+        return a
+    if not a:
+        return f"(only in B) {b}"
+    return f"{a} (only in A)" if not b else f"{a} → {b}"
 
 
 def _common_scope(names: list[str]) -> str:
@@ -183,7 +244,7 @@ def print_comparison(console: Console, report: dict, out_dir: object = None) -> 
     verdict = report["verdict"]
     missing = outputs_not_compared(report)
     caveat = f" (but {len(missing)} of {len(report['outputs'])} outputs not compared)" if missing else ""
-    console.print(f"[{VERDICT_STYLE.get(verdict, 'bold')}]{escape(verdict.replace('_', ' ').upper())}[/]{escape(caveat)}")
+    console.print(f"[{VERDICT_STYLE.get(verdict, 'bold')}]{escape(verdict_label(verdict).upper())}[/]{escape(caveat)}")
     for line in headline_texts(report):  # what the verdict rests on, noise first (tracer.report.headline)
         console.print(f"  {line}", highlight=False, markup=False)
     builds = tensorflow_builds(sides)  # named beside each side when they differ (--python: another release)
