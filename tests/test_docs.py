@@ -92,10 +92,11 @@ def _code_or_none(cell: str) -> str | None:
 # ---------------------------------------------------------------------------- registries
 
 
-def test_op_statuses_are_the_classifiers_in_its_order():
-    from tracer.comparison.statuses import STATUSES
+def test_op_statuses_are_the_classifiers_in_its_order_with_its_meanings():
+    from tracer.comparison.statuses import STATUS, STATUSES
 
     assert tuple(keys("registry", "op statuses")) == STATUSES
+    assert column("registry", "op statuses", "meaning") == {k: v.meaning for k, v in STATUS.items()}
 
 
 def test_isolation_verdicts_are_the_judges_and_born_here_is_marked():
@@ -109,10 +110,13 @@ def test_isolation_verdicts_are_the_judges_and_born_here_is_marked():
 
 def test_overall_verdicts_are_the_comparisons_with_the_exit_code_the_cli_gives():
     from tracer.comparison.pipeline import Comparison
-    from tracer.comparison.statuses import VERDICTS
+    from tracer.comparison.statuses import VERDICT, VERDICTS
     from tracer.errors import EXIT_DIVERGED, EXIT_OK
 
     assert tuple(keys("registry", "overall verdicts")) == VERDICTS
+    assert column("registry", "overall verdicts", "meaning") == {k: v.meaning for k, v in VERDICT.items()}
+    assert {k: int(v) for k, v in column("registry", "overall verdicts", "exit code").items()} == {
+        k: v.exit_code for k, v in VERDICT.items()}
     for verdict, cell in column("registry", "overall verdicts", "exit code").items():
         # the CLI's rule: EXIT_OK if result else EXIT_DIVERGED, result's truth being Comparison.__bool__
         passed = Comparison.__bool__(SimpleNamespace(verdict=verdict))  # type: ignore[arg-type]
@@ -309,7 +313,7 @@ def test_diff_graph_json_is_what_the_graph_diff_prints():
 
 def test_the_manifest_fields_are_what_the_capture_child_and_the_store_write():
     worker = REPO / "tracer" / "captures" / "worker.py"
-    written = _dict_keys(worker, "run_capture", "spec") | {"format", "format_version", "tensors", "uncaptured",
+    written = _dict_keys(worker, "_manifest", "spec") | {"format", "format_version", "tensors", "uncaptured",
                                                               "plain_outputs"}  # the store adds these (finalize)
     assert set(keys("manifest", "top")) == written
 

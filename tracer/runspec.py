@@ -10,6 +10,7 @@ are applied by the child before it builds its session. Nothing here imports Tens
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -18,7 +19,7 @@ from .errors import TftraceError
 
 TENSOR_FORMATS = ("packed", "npy")  # a capture's tensor files: see Side.tensor_format
 
-__all__ = ["Knobs", "Side", "InputSpec", "GRAPPLER_KEYS", "child_env", "job_side", "spec_without_permissions", "parse_grappler", "parse_device",
+__all__ = ["Knobs", "Side", "InputSpec", "SIDE_PARTS", "side_parts_from_json", "GRAPPLER_KEYS", "child_env", "job_side", "spec_without_permissions", "parse_grappler", "parse_device",
            "XLA_AUTO_JIT_FLAGS"]
 
 GRAPPLER_KEYS = (
@@ -173,8 +174,7 @@ class Side:
             artifact=ArtifactRef.from_json(d["artifact"]),
             device=d.get("device", "cpu"),
             batch_size=d.get("batch_size"),
-            knobs=knobs_from_json(d.get("knobs", {})),
-            inputs=InputSpec(**d.get("inputs", {})),
+            **side_parts_from_json(d),
             max_memory=int(d.get("max_memory", 2 << 30)),
             timing_runs=int(d.get("timing_runs", 1)),
             timeout_s=d.get("timeout_s"),  # an older manifest's "allow_unsafe_ops" is never read: not a permission
@@ -182,6 +182,18 @@ class Side:
             keep_weights=bool(d.get("keep_weights", False)),
             tensor_format=str(d.get("tensor_format", "packed")),
         )
+
+
+def side_parts_from_json(d: dict[str, Any]) -> dict[str, Any]:
+    """A side's ``knobs`` and ``inputs`` built from its JSON (a manifest's ``spec``) by
+    :data:`SIDE_PARTS`: what :meth:`Side.from_json` builds, and what a capture's reader checks part
+    by part when it opens the capture, so that a part of the wrong shape is refused there, not where
+    a replay rebuilds the side. Raises TypeError or ValueError for a part of another shape."""
+    return {part: build(d.get(part, {})) for part, build in SIDE_PARTS.items()}
+
+
+def _inputs_from_json(d: dict[str, Any]) -> InputSpec:
+    return InputSpec(**d)
 
 
 def knobs_from_json(d: dict[str, Any]) -> Knobs:
@@ -192,6 +204,10 @@ def knobs_from_json(d: dict[str, Any]) -> Knobs:
     k["env"] = tuple(sorted(dict(k.get("env") or {}).items()))
     k["threads"] = tuple(k["threads"]) if k.get("threads") else None
     return Knobs(**k)
+
+
+# The parts of a side's JSON built into objects of their own, each by its builder.
+SIDE_PARTS: dict[str, Callable[[Any], Any]] = {"knobs": knobs_from_json, "inputs": _inputs_from_json}
 
 
 def spec_without_permissions(spec: dict[str, Any]) -> dict[str, Any]:

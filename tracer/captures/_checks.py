@@ -18,7 +18,7 @@ import numpy as np
 from ..errors import TftraceError
 from ..jsonvalues import is_number
 from ..optypes import LOOP_BACK_EDGE_OPS
-from ..runspec import InputSpec, knobs_from_json
+from ..runspec import SIDE_PARTS
 from ._format import (
     EXTENDED,
     FORMAT,
@@ -209,13 +209,12 @@ def _validate_parts(root: Path, manifest: dict[str, Any]) -> None:
             raise damaged(root, found)
     spec = manifest.get("spec")
     if isinstance(spec, dict):  # isolation and the noise runs rebuild the side from it: its parts must build
-        for part, build in (("knobs", knobs_from_json), ("inputs", lambda d: InputSpec(**d))):
-            if isinstance(spec.get(part), dict):
-                try:
-                    build(spec[part])
-                except (TftraceError, TypeError, ValueError) as exc:  # a knob of the wrong shape: a fuzzer's find
-                    raise damaged(root, f'"spec.{part}" does not describe a side ({type(exc).__name__}: '
-                                        f'{getattr(exc, "problem", exc)})') from None
+        for part, build in SIDE_PARTS.items():  # as Side.from_json builds them
+            try:
+                build(spec.get(part, {}))
+            except (TftraceError, TypeError, ValueError) as exc:  # a knob of the wrong shape: a fuzzer's find
+                raise damaged(root, f'"spec.{part}" does not describe a side ({type(exc).__name__}: '
+                                    f'{getattr(exc, "problem", exc)})') from None
     if not _is_list_of(manifest.get("notes", []), str):
         raise damaged(root, '"notes" is not a list of strings')
     for key in ("batch_size", "fetch_chunks"):

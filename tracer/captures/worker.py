@@ -96,53 +96,18 @@ def run_capture(side: Side, out_dir: str, force: bool, prepared: Prepared | None
         for name, reason in plan.uncaptured.items():
             writer.mark_uncaptured(name, reason)
         instrumented = instrumented_runs(runtime, examples, ranges, writer, plan)
-        branches = instrumented["branch_chunks"]
-        if instrumented["chunks"] - branches > 1:
-            notes.append(
-                f"fetched in {instrumented['chunks'] - branches} chunks to stay under --max-memory "
-                f"{side.max_memory:,}: each chunk is its own session.run over the same inputs with a different "
-                "fetch set, which Grappler may optimise differently"
-            )
-        if branches:
-            notes.append(
-                f"{count(branches, 'more fetch chunk')} for cond branches, each after the predicates that decide it (a "
-                "branch that does not run is never fetched): each is its own session.run over the same inputs "
-                "with a different fetch set, which Grappler may optimise differently"
-            )
+        notes += _chunk_notes(instrumented, side.max_memory)
         emit("stage", text="finishing: outputs, manifest, the last writes made durable")
         observer = observer_effect(runtime.signature.outputs, runtime.opgraph, plain, instrumented)
         for key, value in _plain_outputs(runtime, plain["outputs"], ranges, instrumented["layout"]).items():
             writer.write_plain_output(key, value)
-        manifest = {
-            "spec": side.with_(artifact=runtime.artifact.ref).to_json(),  # with a borrowed signature, resolved
-            "artifact": {
-                "kind": runtime.artifact.kind,
-                "location": runtime.artifact.location,
-                "tf_version_written": runtime.artifact.tf_version_written,
-                "inlined_by_loader": runtime.artifact.inlined_by_loader,
-            },
-            "signature": runtime.signature.to_json(),
-            "graph": runtime.opgraph.to_json(),
-            "examples": {"count": examples.count, "source": examples.source, "batch_major": examples.batch_major,
-                         **({"per_example": True} if examples.per_example else {})},
-            "batch_size": run_batch_size({"runs": ranges}),  # the batch that ran, not the one asked for
-            "runs": [list(r) for r in ranges],
-            "tensor_layout": instrumented["layout"],
-            "fetch_chunks": instrumented["chunks"],
-            "session_config": runtime.config_text,
-            "observer_effect": observer,
-            "timings": {
-                "load_s": round(load_s, 4),
-                **({"loaded_ahead": True} if prepared is not None else {}),
-                "plain_latency_ms": plain["latency_ms"],
-                "instrumented_s": round(instrumented["seconds"], 4),
-            },
-            "environment": environment_fingerprint(runtime.session),
-            "notes": notes,
-            # the checkpoint's moving averages of the graph's variables (key, digest): a comparison
-            # tells by them that the other side holds the averages (an export that restored them)
-            "moving_averages": moving_averages(runtime.artifact, runtime.opgraph, content_digest),
+        timings = {
+            "load_s": round(load_s, 4),
+            **({"loaded_ahead": True} if prepared is not None else {}),
+            "plain_latency_ms": plain["latency_ms"],
+            "instrumented_s": round(instrumented["seconds"], 4),
         }
+        manifest = _manifest(side, runtime, examples, ranges, instrumented, observer, timings, notes)
         manifest["environment"]["onednn"]["ops_executed"] = sorted(
             op for op in observer["executed_ops"]["plain"] if op.startswith("_Mkl")
         )
@@ -150,6 +115,56 @@ def run_capture(side: Side, out_dir: str, force: bool, prepared: Prepared | None
         manifest["timings"]["total_s"] = round(time.perf_counter() - t_start, 4)  # all but writing the manifest
         writer.finalize(manifest)
     runtime.close()
+
+
+def _chunk_notes(instrumented: dict[str, Any], max_memory: int) -> list[str]:
+    """What the manifest notes of a capture fetched in more than one run: each run is its own
+    ``session.run`` with another fetch set, which Grappler may optimise differently."""
+    notes = []
+    branches = instrumented["branch_chunks"]
+    if instrumented["chunks"] - branches > 1:
+        notes.append(
+            f"fetched in {instrumented['chunks'] - branches} chunks to stay under --max-memory "
+            f"{max_memory:,}: each chunk is its own session.run over the same inputs with a different "
+            "fetch set, which Grappler may optimise differently"
+        )
+    if branches:
+        notes.append(
+            f"{count(branches, 'more fetch chunk')} for cond branches, each after the predicates that decide it (a "
+            "branch that does not run is never fetched): each is its own session.run over the same inputs "
+            "with a different fetch set, which Grappler may optimise differently"
+        )
+    return notes
+
+
+def _manifest(side: Side, runtime: Any, examples: Any, ranges: list[tuple[int, int]], instrumented: dict[str, Any],
+              observer: dict[str, Any], timings: dict[str, Any], notes: list[str]) -> dict[str, Any]:
+    """manifest.json as the capture finishes (the caller adds the sync's and the total time last)."""
+    return {
+        "spec": side.with_(artifact=runtime.artifact.ref).to_json(),  # with a borrowed signature, resolved
+        "artifact": {
+            "kind": runtime.artifact.kind,
+            "location": runtime.artifact.location,
+            "tf_version_written": runtime.artifact.tf_version_written,
+            "inlined_by_loader": runtime.artifact.inlined_by_loader,
+        },
+        "signature": runtime.signature.to_json(),
+        "graph": runtime.opgraph.to_json(),
+        "examples": {"count": examples.count, "source": examples.source, "batch_major": examples.batch_major,
+                     **({"per_example": True} if examples.per_example else {})},
+        "batch_size": run_batch_size({"runs": ranges}),  # the batch that ran, not the one asked for
+        "runs": [list(r) for r in ranges],
+        "tensor_layout": instrumented["layout"],
+        "fetch_chunks": instrumented["chunks"],
+        "session_config": runtime.config_text,
+        "observer_effect": observer,
+        "timings": timings,
+        "environment": environment_fingerprint(runtime.session),
+        "notes": notes,
+        # the checkpoint's moving averages of the graph's variables (key, digest): a comparison
+        # tells by them that the other side holds the averages (an export that restored them)
+        "moving_averages": moving_averages(runtime.artifact, runtime.opgraph, content_digest),
+    }
 
 
 class Prepared:

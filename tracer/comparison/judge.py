@@ -160,30 +160,8 @@ def judge(ra: np.ndarray, rb: np.ndarray, op: dict[str, Any], capture_a: Any, ca
     per_process = [side for side in noisy if side.lower() in (op.get("per_process") or [])]
     noise_is_shown = bool(repeat_noise) or bool(per_process)
     if m.identical and noisy:
-        rewritten = _rewritten_at_run_time(op)
-        if rewritten:
-            return result("run_time_rewrite", f"{rewritten}; {moved_text}, while both sides' replays agree bit "
-                                              "for bit: the rewrite made the difference, not the op's kernel and "
-                                              "not run-to-run noise", executed=op.get("executed"))
-        if repeat_noise:
-            return result("nondeterministic", f"replayed alone on identical inputs, both sides compute the same "
-                                              f"result, and the op's result changes from run to run: `--repeat` "
-                                              f"measured up to {repeat_noise:.3g} on this tensor ({moved_text})")
-        if per_process:
-            return result("nondeterministic", f"replayed alone on identical inputs, both sides compute the same "
-                                              f"result, but the op's result changes from one process to the next "
-                                              f"on the GPU ({moved_text}): the difference is run-to-run "
-                                              "nondeterminism, not this op's kernel")
-        if repeat_noise == 0:
-            return result("not_reproduced", f"replayed alone on identical inputs, both sides compute the same "
-                                             f"result ({moved_text}), and `--repeat` measured no run-to-run noise "
-                                             "on this tensor: the op computed differently inside its whole graph "
-                                             "than alone (a rewrite at run time that the executed graph does not "
-                                             "name)")
-        return result("not_reproduced", f"replayed alone on identical inputs, both sides compute the same result, "
-                                         f"but {moved_text}: either the op computed differently inside its whole "
-                                         "graph than alone (a Grappler or oneDNN rewrite at run time) or it changes "
-                                         "from run to run; `--repeat 2` tells which")
+        verdict, detail, extra = _agreeing_yet_moved(op, moved_text, repeat_noise, per_process)
+        return result(verdict, detail, **extra)
     if m.identical and op.get("inputs_identical"):
         return result("not_reproduced", "the captured runs differ here although this op's inputs were bitwise "
                                         "identical, yet its replays on those inputs agree bit for bit: the "
@@ -193,21 +171,57 @@ def judge(ra: np.ndarray, rb: np.ndarray, op: dict[str, Any], capture_a: Any, ca
     if m.identical:
         return result("inherited", "given A's inputs, B's kernel computes A's result bit for bit: the difference "
                                    "is inherited")
+    return result(*_differing(op, m, moved_text if noisy else "", noise_is_shown, replay_noise))
+
+
+def _agreeing_yet_moved(op: dict[str, Any], moved_text: str, repeat_noise: float | None,
+                        per_process: list[str]) -> tuple[str, str, dict[str, Any]]:
+    """Both sides' replays agree bit for bit, and a side's replay differs from its own capture:
+    a rewrite at run time, run-to-run noise where it was measured, or, without a measurement, not
+    reproduced. Returns the verdict, its detail and what the result records besides."""
+    rewritten = _rewritten_at_run_time(op)
+    if rewritten:
+        return ("run_time_rewrite", f"{rewritten}; {moved_text}, while both sides' replays agree bit for bit: the "
+                                    "rewrite made the difference, not the op's kernel and not run-to-run noise",
+                {"executed": op.get("executed")})
+    if repeat_noise:
+        return ("nondeterministic", f"replayed alone on identical inputs, both sides compute the same result, and the "
+                                    f"op's result changes from run to run: `--repeat` measured up to "
+                                    f"{repeat_noise:.3g} on this tensor ({moved_text})", {})
+    if per_process:
+        return ("nondeterministic", f"replayed alone on identical inputs, both sides compute the same result, but the "
+                                    f"op's result changes from one process to the next on the GPU ({moved_text}): "
+                                    "the difference is run-to-run nondeterminism, not this op's kernel", {})
+    if repeat_noise == 0:
+        return ("not_reproduced", f"replayed alone on identical inputs, both sides compute the same result "
+                                  f"({moved_text}), and `--repeat` measured no run-to-run noise on this tensor: the op "
+                                  "computed differently inside its whole graph than alone (a rewrite at run time "
+                                  "that the executed graph does not name)", {})
+    return ("not_reproduced", f"replayed alone on identical inputs, both sides compute the same result, but "
+                              f"{moved_text}: either the op computed differently inside its whole graph than alone (a "
+                              "Grappler or oneDNN rewrite at run time) or it changes from run to run; `--repeat 2` "
+                              "tells which", {})
+
+
+def _differing(op: dict[str, Any], m: Any, moved_text: str, noise_is_shown: bool,
+               replay_noise: float | None) -> tuple[str, str]:
+    """The replays differ given identical inputs: run-to-run noise where the same op with the same
+    settings did it or a measured noise covers it, else the op's own error. ``moved_text`` says which
+    side's replay moved from its capture ("" where none did)."""
     if op.get("same_op_same_settings"):
-        return result("nondeterministic",
-                      f"the same {op.get('a_op') or 'op'} with the same settings on identical inputs gives results "
-                      f"that differ by up to {m.max_abs:.3g} between processes: only run-to-run nondeterminism does "
-                      "that" + (f" ({moved_text})" if noisy else ""))
+        return ("nondeterministic",
+                f"the same {op.get('a_op') or 'op'} with the same settings on identical inputs gives results that "
+                f"differ by up to {m.max_abs:.3g} between processes: only run-to-run nondeterminism does that"
+                + (f" ({moved_text})" if moved_text else ""))
     if noise_is_shown and replay_noise and m.max_abs <= replay_noise:
-        return result("nondeterministic", f"given identical inputs the sides' results differ by up to "
-                                          f"{m.max_abs:.3g}, no more than the op moves from run to run on one side "
-                                          f"({moved_text})")
+        return ("nondeterministic", f"given identical inputs the sides' results differ by up to {m.max_abs:.3g}, no "
+                                    f"more than the op moves from run to run on one side ({moved_text})")
     rel_l2 = f", rel L2 {m.rel_l2:.3g}" if m.kind == "float" else ""
     detail = f"given identical inputs, {_b_computation(op)} by up to {m.max_abs:.3g} (rel {m.max_rel:.3g}{rel_l2})"
-    if noisy:
+    if moved_text:
         detail += (f"; beyond its run-to-run noise ({moved_text})" if noise_is_shown
                    else f"; its replay also differs from its own capture ({moved_text})")
-    return result("own_error", detail)
+    return "own_error", detail
 
 
 def _state_detail(writes: list[str], moved_text: str) -> str:

@@ -27,7 +27,7 @@ from ..captures.launcher import capture as capture_side
 from ..captures.progress_view import working
 from ..captures.reader import Capture, is_capture_dir
 from .divergence import Divergence, NodeResult, Tolerance, classify
-from ..errors import TftraceError
+from ..errors import EXIT_OK, TftraceError
 from ..diff.records import GraphDiff
 from ..diff.rewrites import diff_graphs
 from .detections import detection_verdicts, detections_of
@@ -39,7 +39,7 @@ from .measure import pair_metrics, plain_output_metrics, value_source
 from .noise import NONDETERMINISTIC_GPU, Noise, OutputNoise, measure_noise, sides_to_repeat
 from .pairing import (apply_signature_map, examples_digest, examples_of_a_given_capture, inputs_from, is_capture,
                       one_input_each, require_pairable, require_same_examples)
-from .statuses import BORN_HERE, worse
+from .statuses import BORN_HERE, verdict_exit_code, worse
 
 __all__ = ["Comparison", "compare", "comparing", "directory_size", "open_or_capture", "to_isolate"]
 
@@ -128,7 +128,8 @@ class Comparison:
         return found
 
     def __bool__(self) -> bool:
-        return self.verdict != "diverged"
+        """True where the CLI exits 0 (the verdict's record says)."""
+        return verdict_exit_code(self.verdict) == EXIT_OK
 
     def output_metrics(self) -> dict[str, tuple[str, str, TensorMetrics | None]]:
         out = {}
@@ -291,31 +292,7 @@ def _compare(
     permits = {key: t.allow_unsafe_ops if isinstance(t, Side) else allow_unsafe_ops for key, t in (("a", a), ("b", b))}
     a, b = _lend_signatures(a, b, allow_unsafe_ops)
     console = console or Console(stderr=True)
-    ahead: dict[str, PreparedChild | None] = {}
-
-    def start_b(_event: dict[str, Any]) -> None:  # A's child is up: B's imports TF and loads while A captures
-        if "b" not in ahead:
-            ahead["b"] = prepare_ahead(b, a, allow_unsafe_ops)
-
-    try:
-        from_b = examples_of_a_given_capture(a, b, out, signature_map or {})
-        cap_a = open_or_capture(a, out, "a", console=console, allow_unsafe_ops=allow_unsafe_ops, on_event=start_b,
-                                shared_inputs=from_b, read_memory=read_memory)
-        prepared_b = ahead.get("b")
-        shared = inputs_from(cap_a, out, signature_map or {}) if not is_capture(b) else None
-        try:
-            cap_b = open_or_capture(b, out, "b", console=console, shared_inputs=shared,
-                                    allow_unsafe_ops=allow_unsafe_ops, prepared=prepared_b, read_memory=read_memory)
-        except TftraceError as exc:
-            if shared is None or not any(t in exc.problem for t in ("the signature expects", "holds one array")):
-                raise
-            raise TftraceError(
-                f"the two signatures cannot be paired: B cannot take A's examples ({exc.problem})",
-                "map keys with --map A_KEY=B_KEY[,...], or choose matching signatures with --a-signature/--b-signature",
-            ) from exc
-    finally:
-        if ahead.get("b") is not None:
-            ahead["b"].cancel()  # its job never came (A failed), or it is over: nothing is left running
+    cap_a, cap_b = _capture_sides(a, b, out, console, allow_unsafe_ops, signature_map or {}, read_memory)
     view_a, view_b = CaptureView(cap_a), CaptureView(cap_b)
     signature_map = signature_map or one_input_each(view_a, view_b)
     apply_signature_map(view_a, view_b, signature_map)
@@ -330,48 +307,11 @@ def _compare(
         alignment = align(view_a, view_b, diff)
         tolerance = tolerance or Tolerance()
         metrics = pair_metrics(cap_a, cap_b, alignment, tolerance)
-    targets, captures = {"a": a, "b": b}, {"a": cap_a, "b": cap_b}
-    runs, unmeasured = sides_to_repeat(targets, captures, repeat)
-    why = {u["side"]: "" for u in unmeasured} | {key: ("`--repeat`" if repeat is not None else
-                                                       f"side {key.upper()} {NONDETERMINISTIC_GPU}") for key in runs}
-    noise = (measure_noise(targets, captures, alignment, out, runs, console, signature_map or {}, tolerance, why)
-             if runs else Noise())
-    noise.not_measured = unmeasured
-
-    def classify_now(drawn_at_load: frozenset[str] | set[str] = frozenset()) -> Divergence:
-        noise.judge_pairs(alignment, metrics, tolerance)
-        return classify(view_a.graph, alignment, metrics, tolerance, noise.per_tensor, noise.closest, drawn_at_load)
-
-    def classify_and_isolate(drawn_at_load: frozenset[str] | set[str] = frozenset()
-                             ) -> tuple[Divergence, dict[str, IsolationResult]]:
-        found = classify_now(drawn_at_load)
-        top = to_isolate(found, isolate)
-        if top:
-            claim(out, ["work"])
-        return found, isolate_origins(top, alignment, view_a, view_b, str(out / "work"), console,
-                                      allow_unsafe_ops=permits, repeat_noise=noise.known(alignment)) if top else {}
-
-    divergence, isolation = classify_and_isolate()
-    moved = _replays_that_moved(isolation, noise)
-    for key in [key for key in moved if repeat is not None or is_capture(targets[key])]:
-        why = ("it was given as a capture directory, which cannot be re-run here" if is_capture(targets[key])
-               else f"`--repeat {repeat}` did not repeat it")
-        if all(u["side"] != key for u in noise.not_measured):
-            noise.not_measured.append({"side": key, "why": f"{moved[key]}, and {why}"})
-        del moved[key]
-    loaded = load_state_variables(isolation, view_a.graph)
-    if moved:  # a side's replay differed from its own capture: measure that side's noise, then judge again
-        noise = measure_noise(targets, captures, alignment, out, {key: 2 for key in moved}, console,
-                              signature_map or {}, tolerance, moved, earlier=noise)
-        first_isolation = isolation
-        divergence, isolation = classify_and_isolate(loaded)
-        # a variable set anew at each load is within the noise, by its replay's measurement, and so no
-        # origin to replay again: its first replay's finding (load_state) stays, and with it no const_changed
-        isolation = {**{n: r for n, r in first_isolation.items() if r.load_state}, **isolation}
-        loaded |= load_state_variables(isolation, view_a.graph)
-    elif loaded:  # the noise was measured before (--repeat): judge again, keeping what was replayed
-        divergence = classify_now(loaded)
-    _drop_load_state(diff, alignment, loaded)
+    judged = _Judging(targets={"a": a, "b": b}, captures={"a": cap_a, "b": cap_b}, views=(view_a, view_b),
+                      alignment=alignment, metrics=metrics, tolerance=tolerance, out=out, console=console,
+                      signature_map=signature_map or {}, permits=permits)
+    divergence, isolation, noise = judged.run(repeat, isolate)
+    _drop_load_state(diff, alignment, judged.loaded)
     # An origin where the difference is born (its own kernel, its weights) outranks one that only inherited.
     own = {name for name, iso in isolation.items() if iso.verdict in BORN_HERE}
     divergence.origins.sort(key=lambda r: r.name not in own)
@@ -387,6 +327,101 @@ def _compare(
     if not keep_captures and made_here.is_dir():
         shutil.rmtree(made_here)  # before the report: a report.json present means the directory is as it stays
     return comparison
+
+
+def _capture_sides(a: str | Side, b: str | Side, out: Path, console: Console, allow_unsafe_ops: bool,
+                   signature_map: dict[str, str], read_memory: int | None) -> tuple[Capture, Capture]:
+    """Both sides opened or captured: A first, B fed A's examples. B's child is started as soon as
+    A's is up, so that B imports TensorFlow and loads its model while A captures."""
+    ahead: dict[str, PreparedChild | None] = {}
+
+    def start_b(_event: dict[str, Any]) -> None:
+        if "b" not in ahead:
+            ahead["b"] = prepare_ahead(b, a, allow_unsafe_ops)
+
+    try:
+        from_b = examples_of_a_given_capture(a, b, out, signature_map)
+        cap_a = open_or_capture(a, out, "a", console=console, allow_unsafe_ops=allow_unsafe_ops, on_event=start_b,
+                                shared_inputs=from_b, read_memory=read_memory)
+        shared = inputs_from(cap_a, out, signature_map) if not is_capture(b) else None
+        try:
+            cap_b = open_or_capture(b, out, "b", console=console, shared_inputs=shared,
+                                    allow_unsafe_ops=allow_unsafe_ops, prepared=ahead.get("b"), read_memory=read_memory)
+        except TftraceError as exc:
+            if shared is None or not any(t in exc.problem for t in ("the signature expects", "holds one array")):
+                raise
+            raise TftraceError(
+                f"the two signatures cannot be paired: B cannot take A's examples ({exc.problem})",
+                "map keys with --map A_KEY=B_KEY[,...], or choose matching signatures with --a-signature/--b-signature",
+            ) from exc
+    finally:
+        if ahead.get("b") is not None:
+            ahead["b"].cancel()  # its job never came (A failed), or it is over: nothing is left running
+    return cap_a, cap_b
+
+
+@dataclass
+class _Judging:
+    """Classifying the ops, replaying the origins alone and measuring the sides' own noise where a
+    replay shows it is needed, then judging again with it (:meth:`run`)."""
+
+    targets: dict[str, str | Side]
+    captures: dict[str, Capture]
+    views: tuple[CaptureView, CaptureView]
+    alignment: Alignment
+    metrics: dict[str, TensorMetrics]
+    tolerance: Tolerance
+    out: Path
+    console: Console
+    signature_map: dict[str, str]
+    permits: dict[str, bool]
+    noise: Noise = field(default_factory=Noise)
+    loaded: set[str] = field(default_factory=set)  # variables whose value is set anew at each load
+
+    def run(self, repeat: int | None, isolate: int) -> tuple[Divergence, dict[str, IsolationResult], Noise]:
+        runs, unmeasured = sides_to_repeat(self.targets, self.captures, repeat)
+        why = {u["side"]: "" for u in unmeasured} | {key: ("`--repeat`" if repeat is not None else
+                                                           f"side {key.upper()} {NONDETERMINISTIC_GPU}") for key in runs}
+        if runs:
+            self.noise = measure_noise(self.targets, self.captures, self.alignment, self.out, runs, self.console,
+                                       self.signature_map, self.tolerance, why)
+        self.noise.not_measured = unmeasured
+        divergence, isolation = self._classify_and_isolate(isolate)
+        moved = _replays_that_moved(isolation, self.noise)
+        for key in [key for key in moved if repeat is not None or is_capture(self.targets[key])]:
+            because = ("it was given as a capture directory, which cannot be re-run here" if is_capture(self.targets[key])
+                       else f"`--repeat {repeat}` did not repeat it")
+            if all(u["side"] != key for u in self.noise.not_measured):
+                self.noise.not_measured.append({"side": key, "why": f"{moved[key]}, and {because}"})
+            del moved[key]
+        self.loaded = load_state_variables(isolation, self.views[0].graph)
+        if moved:  # a side's replay differed from its own capture: measure that side's noise, then judge again
+            self.noise = measure_noise(self.targets, self.captures, self.alignment, self.out, {key: 2 for key in moved},
+                                       self.console, self.signature_map, self.tolerance, moved, earlier=self.noise)
+            first_isolation = isolation
+            divergence, isolation = self._classify_and_isolate(isolate, self.loaded)
+            # a variable set anew at each load is within the noise, by its replay's measurement, and so no
+            # origin to replay again: its first replay's finding (load_state) stays, and with it no const_changed
+            isolation = {**{n: r for n, r in first_isolation.items() if r.load_state}, **isolation}
+            self.loaded |= load_state_variables(isolation, self.views[0].graph)
+        elif self.loaded:  # the noise was measured before (--repeat): judge again, keeping what was replayed
+            divergence = self._classify(self.loaded)
+        return divergence, isolation, self.noise
+
+    def _classify(self, drawn_at_load: frozenset[str] | set[str] = frozenset()) -> Divergence:
+        self.noise.judge_pairs(self.alignment, self.metrics, self.tolerance)
+        return classify(self.views[0].graph, self.alignment, self.metrics, self.tolerance, self.noise.per_tensor,
+                        self.noise.closest, drawn_at_load)
+
+    def _classify_and_isolate(self, isolate: int, drawn_at_load: frozenset[str] | set[str] = frozenset()
+                              ) -> tuple[Divergence, dict[str, IsolationResult]]:
+        found = self._classify(drawn_at_load)
+        top = to_isolate(found, isolate)
+        if not top:
+            return found, {}
+        claim(self.out, ["work"])
+        return found, isolate_origins(top, self.alignment, *self.views, str(self.out / "work"), self.console,
+                                      allow_unsafe_ops=self.permits, repeat_noise=self.noise.known(self.alignment))
 
 
 def _drop_load_state(diff: GraphDiff, alignment: Alignment, loaded: set[str]) -> None:
