@@ -37,6 +37,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from collections.abc import Callable
+from typing import Any
 
 from ..opgraph import OpGraph, tensor_op, tensor_slot
 from ..optypes import PASS_THROUGH, WEIGHT_SOURCES
@@ -51,13 +52,19 @@ FLOAT_DTYPES = frozenset({"float16", "bfloat16", "float32", "float64"})
 Consumers = dict[str, dict[tuple[int, int, str], list[str]]]
 
 
+def _once_per_graph(g: OpGraph, question: Callable[[OpGraph, str], Any], name: str) -> Any:
+    """``question(g, name)``, answered once per graph and name (:meth:`OpGraph.memo`): the spread asks
+    the same ones hundreds of thousands of times on a 50,000-op graph."""
+    known = g.memo(question.__name__)
+    found = known.get(name)
+    if found is None:
+        found = known[name] = question(g, name)
+    return found
+
+
 def canonical_tensor(g: OpGraph, tensor: str) -> str:
     """Follow a tensor up through Identity plumbing to the tensor that really computes it."""
-    known = g.memo("canonical_tensor")
-    found = known.get(tensor)
-    if found is None:
-        found = known[tensor] = _up_through_plumbing(g, tensor)
-    return found
+    return _once_per_graph(g, _up_through_plumbing, tensor)
 
 
 def _up_through_plumbing(g: OpGraph, tensor: str) -> str:
@@ -72,11 +79,11 @@ def _up_through_plumbing(g: OpGraph, tensor: str) -> str:
 
 
 def canonical_inputs(g: OpGraph, op: str) -> list[str]:
-    known = g.memo("canonical_inputs")
-    found = known.get(op)
-    if found is None:
-        found = known[op] = [canonical_tensor(g, t) for t in g.data_inputs(op)]
-    return list(found)
+    return list(_once_per_graph(g, _canonical_inputs, op))
+
+
+def _canonical_inputs(g: OpGraph, op: str) -> list[str]:
+    return [canonical_tensor(g, t) for t in g.data_inputs(op)]
 
 
 def is_precision_cast(g: OpGraph, op: str) -> bool:
@@ -92,11 +99,7 @@ def uncast_tensor(g: OpGraph, tensor: str) -> str:
     """Follow a tensor up through precision casts and Identity plumbing to the tensor it is a copy
     of (``functional_1_1/Cast:0`` -> ``image:0``): what the other side of a mixed-precision pair
     reads uncast."""
-    known = g.memo("uncast_tensor")
-    found = known.get(tensor)
-    if found is None:
-        found = known[tensor] = _up_through_casts(g, tensor)
-    return found
+    return _once_per_graph(g, _up_through_casts, tensor)
 
 
 def _up_through_casts(g: OpGraph, tensor: str) -> str:
