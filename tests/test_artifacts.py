@@ -197,7 +197,7 @@ def test_tf1_saved_model(tf: Any, models: dict[str, Path]) -> None:
     assert art.signature.inputs["images"].to_json() == {"name": "images:0", "dtype": "float32",
                                                         "shape": [None, 64, 64, 3]}
     assert art.signature.method_name == "tensorflow/serving/predict"
-    assert "saved_model.pb" not in art.describe() and art.describe().startswith("saved_model_v1 at ")
+    assert "saved_model.pb" not in art.describe() and art.describe().startswith("TF1-style SavedModel at ")
 
 
 def test_tf2_saved_model_is_inlined_with_its_variables_kept(tf: Any, models: dict[str, Path]) -> None:

@@ -16,9 +16,24 @@ import numpy as np
 from .._tf import tf
 from ..errors import TftraceError
 
-__all__ = ["TensorSpec", "Signature", "ArtifactRef", "Artifact", "signature_keys", "USER_SIGNATURE"]
+__all__ = ["TensorSpec", "Signature", "ArtifactRef", "Artifact", "signature_keys", "USER_SIGNATURE", "KIND_LABELS",
+           "kind_label"]
 
 USER_SIGNATURE = "(from --outputs)"  # the key of a signature made of tensors the user named
+
+# An artifact's kind (report.json's and the manifest's key, a contract) in a reader's words. A
+# "TF1-style" SavedModel has no object graph: written by TF1, or by tf.compat.v1's builder.
+KIND_LABELS: dict[str, str] = {
+    "checkpoint": "TF1 checkpoint",
+    "saved_model_v1": "TF1-style SavedModel",
+    "saved_model_v2": "TF2 SavedModel",
+    "graphdef": "frozen GraphDef",
+}
+
+
+def kind_label(kind: object) -> str:
+    """``TF2 SavedModel``; a kind this release does not know (a newer capture's) as it is spelled."""
+    return KIND_LABELS.get(str(kind), str(kind or "—"))
 
 
 @dataclass(frozen=True)
@@ -175,7 +190,7 @@ class Artifact:
 
     def describe(self) -> str:
         sig = f", signature {self.signature.key!r}" if self.signature else ""
-        return f"{self.kind} at {self.location}{sig}"
+        return f"{kind_label(self.kind)} at {self.location}{sig}"
 
 
 def signature_keys(meta: Any) -> list[str]:

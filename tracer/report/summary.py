@@ -12,7 +12,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from ..artifacts.records import USER_SIGNATURE
+from ..artifacts.records import USER_SIGNATURE, kind_label
 from ..comparison.statuses import ISOLATION, STATUS_LABELS, STATUSES, isolation_clause, origin_isolation_words
 from ..jsonvalues import jsonable
 from ..text import count
@@ -164,7 +164,7 @@ def side_facts(side: dict[str, Any]) -> list[tuple[str, str]]:
     examples = side.get("examples") or {}
     rows = [
         ("artifact", str(artifact.get("path") or artifact.get("location") or "—")),
-        ("kind", str(artifact.get("kind") or "—")),
+        ("kind", kind_label(artifact.get("kind"))),
         ("device", str(side.get("device") or "—")),
         ("batch size", _scalar_text(side.get("batch_size"))),
         ("knobs", ", ".join(f"{k}={_scalar_text(v)}" for k, v in flatten(knobs).items()) if knobs else "defaults"),
