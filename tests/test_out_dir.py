@@ -21,7 +21,7 @@ import pytest
 from conftest import REPO, assert_user_error, run_cli
 from tracer.captures import CaptureWriter
 from tracer.errors import TftraceError
-from tracer.safewrite import LOCK, OWNED, claim, lock_directory, open_new, output_directory, write_file
+from tracer.safewrite import ASIDE, LOCK, OWNED, claim, lock_directory, open_new, output_directory, write_file
 
 REPORT = REPO / "tests" / "fixtures" / "report_detector_planted.json"
 # every name `tftrace report` writes, and its ownership record: a link planted at any of them
@@ -134,8 +134,61 @@ def test_force_deletes_exactly_what_tftrace_recorded(tmp_path: Path) -> None:
             pass
     (out / "dropped-in-meanwhile.txt").unlink()
     with output_directory(out, True, "report"):
-        assert sorted(os.listdir(out)) == [OWNED, LOCK]
+        assert sorted(os.listdir(out)) == [OWNED, ASIDE, LOCK]  # the old report waits there until this run ends
+        assert sorted(os.listdir(out / ASIDE)) == sorted([".report.json.0123456789abcdef.tmp", OWNED, *recorded])
     assert os.listdir(out) == [OWNED]
+
+
+def _old_report(out: Path) -> None:
+    with output_directory(out, False, "report"):
+        write_file(out / "report.json", '{"old": true}')
+        claim(out, ["work"])
+        (out / "work").mkdir()
+        (out / "work" / "feeds.npz").write_bytes(b"old feeds")
+
+
+@pytest.mark.parametrize("interruption", [KeyboardInterrupt, TftraceError])
+def test_an_interrupted_force_keeps_the_old_report(tmp_path: Path, interruption: type[BaseException]) -> None:
+    """Issue 27: --force over a report, interrupted, left the directory empty; the old report now
+    stays until the new one is complete."""
+    out = tmp_path / "report"
+    _old_report(out)
+    with pytest.raises(interruption):
+        with output_directory(out, True, "report"):
+            write_file(out / "report.json", '{"new": "half"}')
+            claim(out, ["captures"])
+            (out / "captures").mkdir()
+            raise interruption("stopped")
+    assert sorted(os.listdir(out)) == [OWNED, "report.json", "work"]
+    assert json.loads((out / "report.json").read_text()) == {"old": True}
+    assert (out / "work" / "feeds.npz").read_bytes() == b"old feeds"
+    assert json.loads((out / OWNED).read_text())["paths"] == ["report.json", "work"]
+
+
+def test_a_force_killed_midway_gets_its_old_report_back_at_the_next_run(tmp_path: Path) -> None:
+    """SIGKILL leaves the old report set aside and the new one half written: the next run into the
+    directory takes the half back and restores the old one before anything else."""
+    out = tmp_path / "report"
+    _old_report(out)
+    os.mkdir(out / ASIDE)  # what the killed run had done: the old report moved aside ...
+    for name in ("report.json", "work", OWNED):
+        os.rename(out / name, out / ASIDE / name)
+    write_file(out / OWNED, json.dumps({"tool": "tftrace", "paths": ["captures"]}))  # ... its own record
+    (out / "captures").mkdir()  # ... and half a capture
+    with pytest.raises(TftraceError, match="is not empty"):  # without --force: refused, and the old report is back
+        with output_directory(out, False, "report"):
+            pass
+    assert sorted(os.listdir(out)) == [OWNED, "report.json", "work"]
+    assert json.loads((out / "report.json").read_text()) == {"old": True}
+
+
+def test_a_completed_force_leaves_only_the_new_report(tmp_path: Path) -> None:
+    out = tmp_path / "report"
+    _old_report(out)
+    with output_directory(out, True, "report"):
+        write_file(out / "report.json", '{"new": true}')
+    assert sorted(os.listdir(out)) == [OWNED, "report.json"]
+    assert json.loads((out / "report.json").read_text()) == {"new": True}
 
 
 def test_force_on_a_directory_without_a_record_refuses(tmp_path: Path) -> None:

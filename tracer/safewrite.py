@@ -37,11 +37,13 @@ except ImportError:  # not POSIX: directories are not locked there (dir_fd write
     fcntl = None  # type: ignore[assignment]
 
 __all__ = ["OWNED", "LOCK", "write_file", "refuse_links_within", "replacing", "open_new", "start_owned", "claim", "clear_owned",
+           "set_aside_owned", "restore_aside", "drop_aside", "ASIDE",
            "lock_directory", "refuse_link_dir"]
 
 OWNED = ".tftrace-owned.json"
 LOCK = ".tftrace.lock"
-_INTERNAL = (OWNED, LOCK)
+ASIDE = ".tftrace-replaced"  # what --force replaces, kept until the run that replaces it is complete
+_INTERNAL = (OWNED, LOCK, ASIDE)
 _TEMP = re.compile(r"^\..*\.[0-9a-f]{16}\.tmp$")  # write_file's temporary names (left by a killed run)
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
@@ -216,6 +218,51 @@ def claim(directory: Path, names: Iterable[str]) -> None:
 def clear_owned(directory: Path, what: str) -> None:
     """``--force``: delete what tftrace recorded writing in ``directory``, after checking that
     nothing else is there (otherwise exit 2 naming the other files; nothing deleted)."""
+    for name in _owned_present(directory, what):
+        target = directory / name
+        if target.is_dir() and not target.is_symlink():
+            shutil.rmtree(target)
+        else:
+            target.unlink()
+    (directory / OWNED).unlink(missing_ok=True)
+
+
+def set_aside_owned(directory: Path, what: str) -> None:
+    """``--force`` for a run that may fail: move what tftrace recorded writing in ``directory``
+    (and its record) into ``ASIDE``, after the same check as :func:`clear_owned`. The run's end
+    deletes it (:func:`drop_aside`) or, when the run failed, puts it back (:func:`restore_aside`):
+    an interrupted ``--force`` leaves the old report, never an empty directory."""
+    names = _owned_present(directory, what)
+    aside = directory / ASIDE
+    aside.mkdir()
+    for name in [*names, OWNED]:
+        if os.path.lexists(directory / name):
+            os.rename(directory / name, aside / name)
+
+
+def restore_aside(directory: Path) -> None:
+    """Put back what :func:`set_aside_owned` moved, once the failed run took back its own files."""
+    aside = directory / ASIDE
+    if not aside.is_dir() or aside.is_symlink():
+        return
+    for name in os.listdir(aside):
+        if _plain_name(name) and not os.path.lexists(directory / name):
+            os.rename(aside / name, directory / name)
+    shutil.rmtree(aside, ignore_errors=True)
+
+
+def drop_aside(directory: Path) -> None:
+    """The run that replaced it is complete: what ``--force`` set aside goes."""
+    aside = directory / ASIDE
+    if aside.is_symlink():
+        aside.unlink()
+    elif aside.is_dir():
+        shutil.rmtree(aside, ignore_errors=True)
+
+
+def _owned_present(directory: Path, what: str) -> list[str]:
+    """The names in ``directory`` besides tftrace's own files, refused (exit 2, naming them) when
+    any of them is not recorded as written by tftrace."""
     owned = set(_read_owned(directory))
     present = os.listdir(directory)
     foreign = sorted(n for n in present if n not in owned and n not in _INTERNAL and not _TEMP.match(n))
@@ -228,15 +275,7 @@ def clear_owned(directory: Path, what: str) -> None:
             f"--force deletes only what tftrace recorded writing in a {what} directory",
             "move those files away, or choose an empty or new --out directory",
         )
-    for name in present:
-        if name in _INTERNAL:
-            continue
-        target = directory / name
-        if target.is_dir() and not target.is_symlink():
-            shutil.rmtree(target)
-        else:
-            target.unlink()
-    (directory / OWNED).unlink(missing_ok=True)
+    return [name for name in present if name not in _INTERNAL]
 
 
 # ---------------------------------------------------------------- one writer at a time
@@ -303,18 +342,23 @@ def output_directory(out: Path, force: bool, what: str) -> Iterator[Path]:
     failed = False
     try:
         with lock_directory(out, what):
+            if os.path.lexists(out / ASIDE):  # a run killed while it replaced a report: that report comes back
+                _undo_owned(out)
+                restore_aside(out)
             if any(n not in _INTERNAL for n in os.listdir(out)):
                 if not force:
                     raise TftraceError(f"output directory {out} is not empty",
                                        "choose another --out, or pass --force to replace it")
-                clear_owned(out, what)
+                set_aside_owned(out, what)
             start_owned(out)
             try:
                 yield out
             except BaseException:
                 failed = True
                 _undo_owned(out)
+                restore_aside(out)
                 raise
+            drop_aside(out)
     finally:
         if created and (failed or not any(n not in _INTERNAL for n in os.listdir(out))):
             with contextlib.suppress(OSError):  # only if nothing is left in it: never a user's file
