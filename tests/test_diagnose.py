@@ -490,10 +490,17 @@ def test_quick_runs_its_subset_and_shows_progress(models, tmp_path):
     assert ran == set(QUICK_FACTORS) | {"recipe"}  # something diverged: its remedies are run together
     assert {e["name"] for e in doc["experiments"] if e["factor"] == "export" and not e["skipped"]} == \
         {"ckpt_vs_savedmodel_batch_1"}
-    assert "capturing the base side" in proc.stderr and "batch_1_vs_8: diverged" in proc.stderr
-    counters = re.findall(r"^\[(\d+)/(\d+)\]", proc.stderr, flags=re.M)
-    assert counters and all(int(done) <= int(total) for done, total in counters)  # the recipe's steps counted too
-    assert counters[-1][0] == counters[-1][1]
+    assert f"[base side] capturing {models['detector_ckpt']}" in proc.stderr
+    assert "Batch size: cpu, batch 1 vs cpu, batch 8: diverged" in proc.stderr  # words, not the id batch_1_vs_8
+    # each stage counts to the total it announced, and no total grows under the reader
+    counters = re.findall(r"^\[([a-z ]+?) (\d+)/(\d+)\]", proc.stderr, flags=re.M)
+    stages: dict[str, list[tuple[int, int]]] = {}
+    for stage, done, total in counters:
+        stages.setdefault(stage, []).append((int(done), int(total)))
+    assert {"captures", "experiments"} <= set(stages)
+    for stage, steps in stages.items():
+        assert [d for d, _ in steps] == list(range(1, len(steps) + 1)), stage
+        assert {t for _, t in steps} == {len(steps)}, stage  # it ended at the total it started with
     print(f"--quick wall time: {doc['timings']['total_s']} s")  # measured: see the report of issue 6
 
 
@@ -683,3 +690,26 @@ def test_a_noisy_model_is_measured_net_of_its_noise_and_its_export_not_blamed(dr
     assert not [c for c in doc["answers"]["cost"] if c.startswith(FACTOR_TITLES["export"])]  # not blamed: no cost
     recipe = exps["recipe"]
     assert "op determinism on" not in recipe["applied"] and "repeat_fresh_process" in recipe["not_removable"]
+
+
+def test_progress_counts_each_stage_to_the_total_it_announced() -> None:
+    """Issue 27: the counter ran [1], [2/10] ... [11/14] as the plan grew; each stage now counts on
+    its own, and a capture found while another stage runs is said under its own stage."""
+    import io
+
+    from rich.console import Console
+
+    from tracer.diagnosis.run import _Progress
+
+    out = io.StringIO()
+    progress = _Progress(Console(file=out, width=200))
+    progress.begin("base side", 1)
+    progress.step("capturing m/")
+    progress.begin("experiments", 2)
+    progress.step("Batch size: cpu, batch 1 vs cpu, batch 8: diverged")
+    progress.step("capturing cpu, batch 8 [determinism]", stage="captures with the noise removed")
+    progress.step("oneDNN: on vs off: identical")
+    lines = [line.rsplit("  (", 1)[0] for line in out.getvalue().splitlines()]
+    assert lines == ["[base side] capturing m/", "[experiments 1/2] Batch size: cpu, batch 1 vs cpu, batch 8: diverged",
+                     "[captures with the noise removed 1] capturing cpu, batch 8 [determinism]",
+                     "[experiments 2/2] oneDNN: on vs off: identical"]

@@ -119,16 +119,31 @@ def parse_factors(text: str | None) -> tuple[str, ...]:
 
 
 class _Progress:
-    """One line per step on the (stderr) console: which capture or experiment runs now."""
+    """One line per step on the (stderr) console: which capture or experiment runs now, counted
+    within its stage ("[experiments 3/9]"). A stage's size is known when it starts, so no count
+    grows under the reader; a stage whose size is not (the captures the runs with the noise removed
+    need, found as they go) counts without a total."""
 
-    def __init__(self, console: Console, total: int) -> None:
-        self.console, self.total, self.done, self.started = console, total, 0, time.monotonic()
+    def __init__(self, console: Console) -> None:
+        self.console, self.started = console, time.monotonic()
+        self.stage = ""
+        self.counts: dict[str, list[int | None]] = {}  # stage -> [done, total]
 
-    def step(self, text: str) -> None:
-        self.done += 1
-        count = f"{self.done}/{self.total}" if self.total else str(self.done)
+    def begin(self, stage: str, total: int | None) -> None:
+        """A stage of ``total`` steps starts (None: as many as it turns out to need)."""
+        self.stage = stage
+        self.counts[stage] = [0, total]
+
+    def step(self, text: str, stage: str = "") -> None:
+        """One step of the current stage, or of ``stage`` (begun with no total if it is new): a capture
+        the runs with the noise removed need is found while their experiments run."""
+        stage = stage or self.stage
+        count = self.counts.setdefault(stage, [0, None])
+        count[0] = done = (count[0] or 0) + 1
+        total = count[1]
+        shown = "" if total == 1 else f" {done}/{total}" if total else f" {done}"
         elapsed = time.monotonic() - self.started
-        self.console.print(f"[{count}] {text}  ({elapsed:.0f} s)", highlight=False, markup=False)
+        self.console.print(f"[{stage}{shown}] {text}  ({elapsed:.0f} s)", highlight=False, markup=False)
 
     def start(self, text: str) -> None:
         """An experiment starts (two run at once, so their results come back in any order)."""
@@ -175,15 +190,16 @@ def _run_diagnosis(options: DiagnoseOptions, out: Path, console: Console | None,
     factors = options.only or tuple(k for k, f in FACTORS.items() if f.quick or not options.quick)
     captures = _Captures(out / "captures", quiet)
     base_side = _base_side(options)
-    progress = _Progress(console, 0)  # the total is known once the plan is
-    progress.step(f"capturing the base side: {base_side.artifact.path} [{base_side.label()}]")
+    progress = _Progress(console)
+    progress.begin("base side", 1)
+    progress.step(f"capturing {base_side.artifact.path} [{base_side.label()}]")
     base = captures.get(at_batch(base_side))
     _check_example_count(base, options)
     ctx = _plan_context(options, base, base_side, factors, batching, session_config, out)
     planned = plan_experiments(ctx)
     planned += _not_selected(factors, ctx.gpu, "not selected by --only" if options.only else "not part of --quick")
     runs = _runs_to_capture(planned, captures)
-    progress.total = 1 + len(runs) + sum(p.kind != "skipped" for p in planned)
+    progress.begin("captures", len(runs))
     t_captures = time.monotonic()
     for run, names in runs:
         progress.step(f"capturing {run.describe} [{run.side.label()}] for {', '.join(names)}")
@@ -193,7 +209,8 @@ def _run_diagnosis(options: DiagnoseOptions, out: Path, console: Console | None,
     finding = noise_finding(base_side.device, base_side.knobs.determinism, results)
     if finding is not None:  # every factor again with the noise removed: the answers rest on those pairs
         twins = run_noise_free(planned, finding, _announced(captures, progress, "with the noise removed"),
-                               lambda ps: _evaluate_all(ps, captures, options, out, quiet, progress, count=True))
+                               lambda ps: _evaluate_all(ps, captures, options, out, quiet, progress,
+                                                        stage="experiments with the noise removed"))
         link(results, twins, finding)
         results += twins
     refused = next(iter((finding or {}).get("refused", {}).values()), None)
@@ -202,7 +219,7 @@ def _run_diagnosis(options: DiagnoseOptions, out: Path, console: Console | None,
     if recipe is not None:
         recipe_result = _run_recipe(recipe, captures, options, out, quiet, progress)
         results.append(recipe_result)
-    progress.total += 1
+    progress.begin("costs", 1)
     progress.step("timing each cost: both sides interleaved, judged by one rule (tracer.diagnosis.timing)")
     time_costs(effective(results), results, planned, captures.get, out / "timing",
                TIMED_RUNS * 2 // 3 if options.quick else TIMED_RUNS,
@@ -334,12 +351,13 @@ def _runs_to_capture(planned: list[Planned], captures: _Captures) -> list[tuple[
 
 
 def _evaluate_all(planned: list[Planned], captures: _Captures, options: DiagnoseOptions, out: Path,
-                  quiet: Console, progress: _Progress, *, count: bool = False) -> list[dict[str, Any]]:
-    """Evaluate the experiments, two at a time (``count``: add them to the progress total)."""
-    if count:
-        progress.total += sum(p.kind != "skipped" for p in planned)
+                  quiet: Console, progress: _Progress, *, stage: str = "experiments") -> list[dict[str, Any]]:
+    """Evaluate the experiments, two at a time, as one stage of the progress lines."""
+    progress.begin(stage, sum(p.kind != "skipped" for p in planned))
     def one(p: Planned) -> dict[str, Any]:
-        progress.start(f"{p.name}: {p.a.describe if p.a else ''} vs {p.b.describe if p.b else ''}")
+        progress.start(_experiment_words({"name": p.name, "factor": p.factor, "noise_removed_of": p.noise_removed_of,
+                                          "a": {"describe": p.a.describe} if p.a else None,
+                                          "b": {"describe": p.b.describe} if p.b else None}))
         cap_a = captures.get(p.a) if p.a else None
         cap_b = captures.get(p.b) if p.b else None
         result = evaluate(p, cap_a, cap_b, out / "experiments" / p.name, options.tolerance, quiet, options.command,
@@ -364,8 +382,7 @@ def _announced(captures: _Captures, progress: _Progress, why: str) -> Any:
     """``captures.get`` that says on the console which run it captures, when it captures one."""
     def get(run: Run) -> Capture:
         if not captures.has(run):
-            progress.total += 1
-            progress.step(f"capturing {run.describe} [{run.side.label()}] {why}")
+            progress.step(f"capturing {run.describe} [{run.side.label()}]", stage=f"captures {why}")
         return captures.get(run)
     return get
 
@@ -374,7 +391,7 @@ def _run_recipe(recipe: Recipe, captures: _Captures, options: DiagnoseOptions, o
                 progress: _Progress) -> dict[str, Any]:
     """One more pair: every measured remedy together (tracer.recipe), and its combined cost."""
     p = recipe.planned
-    progress.total += 4  # three captures and the comparison
+    progress.begin("the verified recipe", 4)  # three captures and the comparison
     for run in (p.a, p.b, recipe.reference):
         progress.step(f"capturing {run.describe} [{run.side.label()}] for the verified recipe")
         captures.get(run)
@@ -386,11 +403,22 @@ def _run_recipe(recipe: Recipe, captures: _Captures, options: DiagnoseOptions, o
 
 
 def _summary_line(result: dict[str, Any]) -> str:
+    """An experiment's result in words: "Batch size: batch 1 vs batch 8: diverged, max |Δ| 0.0037,
+    first at dense/MatMul (MatMul)" (its id, ``batch_1_vs_8``, is the directory under experiments/)."""
     first = result.get("first_divergence")
     where = f", first at {first['node']} ({first['op']})" if first else ""
     diff = result.get("max_abs_output_diff")
     size = f", max |Δ| {diff:.3g}" if isinstance(diff, float) else ""
-    return f"{result['name']}: {verdict_label(result['verdict'])}{size}{where}"
+    return f"{_experiment_words(result)}: {verdict_label(result['verdict'])}{size}{where}"
+
+
+def _experiment_words(result: dict[str, Any]) -> str:
+    factor = FACTORS.get(str(result.get("factor")))
+    title = factor.title if factor else str(result.get("title") or result["name"])
+    sides = [s.get("describe") for s in (result.get("a"), result.get("b")) if isinstance(s, dict)]
+    pair = f": {sides[0]} vs {sides[1]}" if len(sides) == 2 and all(sides) else ""
+    removed = " (noise removed)" if result.get("noise_removed_of") else ""
+    return f"{title}{removed}{pair}"
 
 
 # ---- outputs ---------------------------------------------------------------------------------
