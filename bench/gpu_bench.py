@@ -39,7 +39,7 @@ from .workspace import Workspace
 
 __all__ = ["GPU_FULL", "GPU_QUICK", "GpuPlan", "NoGpu", "main_gpu", "probe_device"]
 
-CONTENDERS = ("capture", "tfdbg", "naive")
+CONTENDERS = ("capture", "tfdbg", "naive", "plain")  # plain: what tracing adds to a plain run (issue 29)
 LOG_NAME = "bench_gpu.log"
 
 
