@@ -66,6 +66,9 @@ class _Child:
         self.ref = ref
         self.log: IO[bytes] = tempfile.TemporaryFile(prefix="tftrace-load-")
         env = dict(os.environ)
+        # On a GPU machine TensorFlow reserves nearly all of a GPU's memory in the first process that
+        # touches it; two loading children (and the parent) must share it. No kernel or number changes.
+        env.setdefault("TF_FORCE_GPU_ALLOW_GROWTH", "true")
         env["PYTHONPATH"] = os.pathsep.join(p for p in (PACKAGE_ROOT, env.get("PYTHONPATH", "")) if p)
         self.proc = subprocess.Popen([sys.executable, "-m", "tracer.artifacts.side_by_side"], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=self.log, env=env)
