@@ -123,9 +123,11 @@ except AssertionError as exc:
 
 def test_batch_1_vs_8_within_tolerance_at_the_outputs_heals_by_the_softmax(models: dict[str, Path],
                                                                          tmp_path: Path) -> None:
-    """The issue's second symptom: every output within tolerance, yet DIVERGED and exit 1."""
+    """The issue's second symptom: every output within tolerance, yet DIVERGED and exit 1. oneDNN is
+    set on: with it off (this CPU's default where it lacks AVX-512 VNNI) the difference is already
+    within tolerance at the class head's BiasAdd, one op before the softmax."""
     code, report, stdout = _compare(tmp_path / "r", models["detector"], models["detector"], "--a-batch-size", "1",
-                                    "--b-batch-size", "8")
+                                    "--b-batch-size", "8", "--onednn", "on")
     assert (code, report["verdict"], report["verdict_ops"]) == (0, "within_tolerance", "diverged")
     inside = report["intermediates"]
     assert (inside["from"], inside["from_op"], inside["heals_at"]) == ("dense/MatMul", "MatMul", SOFTMAX)
