@@ -24,8 +24,18 @@ import os
 import shlex
 import sys
 
-__all__ = ["CHILD_PACKAGES", "MIN_PYTHON", "interpreter", "missing_packages", "install_command", "remember",
+__all__ = ["PACKAGE_ROOT", "with_package_on_path", "CHILD_PACKAGES", "MIN_PYTHON", "interpreter", "missing_packages", "install_command", "remember",
            "made_with", "child_problem"]
+
+# The directory that holds the ``tracer`` package: a child started with ``python -m tracer...``
+# imports this very copy, whatever its working directory.
+PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
+
+
+def with_package_on_path(env: dict[str, str]) -> dict[str, str]:
+    """``env`` with :data:`PACKAGE_ROOT` first on ``PYTHONPATH``, for a child process of tftrace."""
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (PACKAGE_ROOT, env.get("PYTHONPATH", "")) if p)
+    return env
 
 # import name -> the pip requirement that provides it (tensorflow-cpu stands for any TensorFlow build)
 CHILD_PACKAGES = {

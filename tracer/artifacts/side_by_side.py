@@ -23,12 +23,12 @@ import subprocess
 import sys
 import tempfile
 import threading
-from pathlib import Path
 from typing import IO, Any
 
 from .._tf import tf
 from ..errors import TftraceError
 from ..opgraph import OpGraph
+from ..pythons import with_package_on_path
 from .graph import build_opgraph
 from .loader import load
 from .records import Artifact, ArtifactRef, Signature
@@ -36,7 +36,6 @@ from .records import Artifact, ArtifactRef, Signature
 __all__ = ["LoadedSide", "load_with_graph", "load_side_by_side"]
 
 LoadedSide = tuple[Artifact, OpGraph, Signature]
-PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 
 
 def load_with_graph(ref: ArtifactRef, allow_unsafe_ops: bool) -> LoadedSide:
@@ -69,7 +68,7 @@ class _Child:
         # On a GPU machine TensorFlow reserves nearly all of a GPU's memory in the first process that
         # touches it; two loading children (and the parent) must share it. No kernel or number changes.
         env.setdefault("TF_FORCE_GPU_ALLOW_GROWTH", "true")
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (PACKAGE_ROOT, env.get("PYTHONPATH", "")) if p)
+        with_package_on_path(env)
         self.proc = subprocess.Popen([sys.executable, "-m", "tracer.artifacts.side_by_side"], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=self.log, env=env)
         assert self.proc.stdin is not None and self.proc.stdout is not None

@@ -17,13 +17,12 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
 from ..errors import TftraceError
-from ..pythons import interpreter, remember
+from ..pythons import interpreter, remember, with_package_on_path
 from ..jsonvalues import dumps
 from ..runspec import Side, child_env
 from ._events import EVENT_FD_ENV, valid
@@ -36,7 +35,6 @@ if TYPE_CHECKING:
 
 __all__ = ["run_child", "capture", "PreparedChild", "ChildCrashed"]
 
-PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 STDERR_TAIL_LINES = 15
 HEARTBEAT_S = 0.25  # how often a quiet child is checked on (deadline, progress bar)
 # What a side read back from a file (a capture's manifest, a report's job) may put in the replay
@@ -91,7 +89,7 @@ class PreparedChild:
     def __init__(self, side: Side, *, prepare: bool = False) -> None:
         executable = interpreter(side.python)  # this Python, or the side's --python (checked there, then here)
         env = child_env(side)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (PACKAGE_ROOT, env.get("PYTHONPATH", "")) if p)
+        with_package_on_path(env)
         env[PARENT_PID_ENV] = str(os.getpid())  # the child stops itself if this process is SIGKILLed
         # No named file in the temp directory: the job goes through the child's stdin and its stderr
         # into a file without a name (unlinked at once), so a SIGKILLed tftrace leaves nothing behind.

@@ -52,7 +52,6 @@ def diff_artifacts(a: ArtifactRef | str, b: ArtifactRef | str, *, allow_unsafe_o
     return StaticDiff(art_a, art_b, graph_a, graph_b, sig_a, sig_b, diff)
 
 
-
 def _load_sides(ref_a: ArtifactRef, ref_b: ArtifactRef, allow_unsafe_ops: bool) -> tuple[LoadedSide, LoadedSide]:
     """Both sides loaded and their op graphs built: two TF2 SavedModels in two processes at once
     (TensorFlow's loader keeps one core busy for tens of seconds on a large model); any other kind

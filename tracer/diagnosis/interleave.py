@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from ..captures._events import EVENT_FD_ENV
-from ..captures.launcher import PACKAGE_ROOT
+from ..pythons import with_package_on_path
 from ..captures.orphan import PARENT_PID_ENV
 from ..captures.reader import Capture
 from ..pythons import interpreter
@@ -62,7 +62,7 @@ def first_batch_inputs(cap: Capture) -> dict[str, np.ndarray] | None:
 class _Child:
     def __init__(self, side: Side, inputs: Path) -> None:
         env = child_env(side)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (PACKAGE_ROOT, env.get("PYTHONPATH", "")) if p)
+        with_package_on_path(env)
         env[PARENT_PID_ENV] = str(os.getpid())
         self.stderr = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace", prefix="tftrace-timing-")
         # as for a capture child (tracer.captures.launcher): the side's own interpreter (--python), and the
