@@ -333,10 +333,13 @@ def ops_in_while_frames(g: nx.DiGraph) -> set[str]:
     every Exit let such an Exit be fetched)."""
     if not any(op in FRAME_OPS for _, op in g.nodes(data="op")):
         return set()
-    forward = nx.subgraph_view(g, filter_edge=lambda u, _v: g.nodes[u]["op"] not in LOOP_BACK_EDGE_OPS)
+    op_of = dict(g.nodes(data="op"))
+    forward = nx.DiGraph()  # a copy, not a filtered view: a view is walked ten times slower on 51,000 ops
+    forward.add_nodes_from(g)
+    forward.add_edges_from((u, v) for u, v in g.edges if op_of[u] not in LOOP_BACK_EDGE_OPS)
     depth: dict[str, int] = {}
     for name in nx.topological_sort(forward):
-        op = g.nodes[name]["op"]
+        op = op_of[name]
         inner = max((depth[p] for p in forward.predecessors(name)), default=0)
         depth[name] = inner + 1 if op in FRAME_OPS else max(inner - 1, 0) if op in EXIT_OPS else inner
     return {name for name, d in depth.items() if d > 0}

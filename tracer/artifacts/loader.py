@@ -233,7 +233,9 @@ def loads_by_running(ref: ArtifactRef) -> bool:
 
 
 def _refuse_unsafe_at_load(directory: str, meta: Any) -> None:
-    """Checked before ``tf.saved_model.load``: what loading this TF2 SavedModel would run."""
+    """Checked before loading: what TensorFlow's load of this TF2 SavedModel would run. A model is
+    refused for that, whichever way it is then loaded: a signature that captures only variables is
+    loaded alone (:mod:`.tf2_functions`) and runs no initialiser, anything else by that load."""
     found = unsafe_at_load_v2(meta) + unconfined_assets(directory, [(a.tensor_info.name, a.filename) for a in meta.asset_file_def])
     if found:
         raise TftraceError(

@@ -15,6 +15,7 @@ import numpy as np
 
 from .._tf import tf
 from .records import Artifact, ArtifactRef, Signature, TensorSpec, signature_keys
+from .tf2_functions import CapturedVariable, signature_function
 from ..errors import TftraceError
 from ..optypes import changes_state
 
@@ -40,9 +41,13 @@ def load_saved_model_v2(ref: ArtifactRef, directory: str, meta: Any, available: 
         )
     tags = [t.strip() for t in ref.tag.split(",") if t.strip()]
     try:
-        loaded = tf().saved_model.load(directory, tags=tags)
-        function = loaded.signatures[ref.signature]
-        variables = _captured_variables(function)
+        alone = signature_function(directory, meta, ref.signature)
+        if alone is None:  # it captures more than variables: TensorFlow's own load recreates it all
+            loaded = tf().saved_model.load(directory, tags=tags)
+            function = loaded.signatures[ref.signature]
+            variables = _captured_variables(function)
+        else:
+            function, variables = alone
         inlined = _inline(function, set(variables))
     except TftraceError:
         raise
@@ -51,7 +56,7 @@ def load_saved_model_v2(ref: ArtifactRef, directory: str, meta: Any, available: 
             f"TensorFlow could not load the TF2 SavedModel {directory}: {type(exc).__name__}: {str(exc)[:300]}",
             "check that it loads with tf.saved_model.load in this TensorFlow version",
         ) from exc
-    graph_def, values = _thaw_variables(inlined.graph.as_graph_def(), variables)
+    graph_def, values = _thaw_variables(inlined.graph_def, variables)
     graph_def, values = _name_variables(graph_def, values, _variable_names(variables))
     tables = _thaw_tables(graph_def, function)
     sig_def = meta.signature_def[ref.signature]
@@ -117,6 +122,8 @@ def _inline(function: Any, variables: set[str]) -> Any:
     del construct  # checked above with its siblings; replaced by _InlinedGraph (see there)
     data = converter(func=function, lower_control_flow=True, aggressive_inlining=False,
                      variable_names_denylist=variables)
+    if not data.tensor_data:  # nothing to freeze: the replacement would copy the graph, node by node
+        return _InlinedGraph(function, data.graph_def, set())
     graph_def, converted = replace_variables(converter_data=data)
     return _InlinedGraph(function, graph_def, converted)
 
@@ -129,33 +136,32 @@ class _InlinedGraph:
     ``create_op`` at a time (``lift_to_graph``): on the Model Garden's RetinaNet (51,000 ops) it
     took half of diff-graph's time, to hand back the graph it was given. Here the GraphDef is cut
     to what the outputs need (``extract_sub_graph``, the same ancestors the prune keeps, control
-    inputs included) and imported once into a plain graph, where the inputs and outputs are found
-    by the names the converter keeps; a scalar input's shape is set as TensorFlow's step sets it.
+    inputs included). It is not imported: the converter keeps the function's tensor names, so the
+    inputs and outputs are the function's own tensors, with the shapes it declares; an import
+    would hand back the same GraphDef (tests/test_tf2_functions.py checks it) for 7 s on that model.
     """
 
     def __init__(self, function: Any, graph_def: Any, converted: set[int]) -> None:
         captures = function.graph.internal_captures
         frozen = {id(captures[i]) for i in converted}
-        kept = [t for t in function.inputs if id(t) not in frozen]
-        roots = [t.name.split(":")[0] for t in (*kept, *function.outputs)]
-        pruned = tf().compat.v1.graph_util.extract_sub_graph(graph_def, sorted(set(roots)))
-        self.graph = tf().Graph()
-        with self.graph.as_default():
-            tf().compat.v1.import_graph_def(pruned, name="")
-        self.inputs = [self.graph.get_tensor_by_name(t.name) for t in kept]
-        for tensor, original in zip(self.inputs, kept):
-            tensor.set_shape(original.shape)
-        self.outputs = [self.graph.get_tensor_by_name(t.name) for t in function.outputs]
+        self.inputs = [t for t in function.inputs if id(t) not in frozen]
+        self.outputs = list(function.outputs)
+        roots = [t.name.split(":")[0] for t in (*self.inputs, *self.outputs)]
+        self.graph_def = tf().compat.v1.graph_util.extract_sub_graph(graph_def, sorted(set(roots)))
 
 
-def _captured_variables(function: Any) -> dict[str, Any]:
-    """The function's captured variables, by the placeholder the function reads each through."""
+def _captured_variables(function: Any) -> dict[str, CapturedVariable]:
+    """The loaded function's captured variables, by the placeholder the function reads each through."""
     by_handle = {id(v.handle): v for v in function.variables}
-    return {internal.op.name: by_handle[id(external)] for external, internal in function.graph.captures
+    return {internal.op.name: _captured(by_handle[id(external)]) for external, internal in function.graph.captures
             if id(external) in by_handle}
 
 
-def _thaw_variables(graph_def: Any, variables: dict[str, Any]) -> tuple[Any, dict[str, np.ndarray]]:
+def _captured(variable: Any) -> CapturedVariable:
+    return CapturedVariable(variable.name.split(":")[0], variable.dtype, np.asarray(variable.numpy()))
+
+
+def _thaw_variables(graph_def: Any, variables: dict[str, CapturedVariable]) -> tuple[Any, dict[str, np.ndarray]]:
     """Make each variable's placeholder a resource variable holding the variable's value.
 
     The inlined graph reads a variable exactly as the model does (ReadVariableOp; the resource
@@ -173,7 +179,7 @@ def _thaw_variables(graph_def: Any, variables: dict[str, Any]) -> tuple[Any, dic
         if node.name not in variables or node.op != "Placeholder":
             continue
         variable = variables[node.name]
-        value = np.asarray(variable.numpy())
+        value = variable.value
         values[node.name] = value
         node.op = "VarHandleOp"
         node.attr.clear()
@@ -264,10 +270,10 @@ def _lookup_dtypes(graph_def: Any) -> dict[str, tuple[int, int]]:
     return found
 
 
-def _variable_names(variables: dict[str, Any]) -> dict[str, str]:
+def _variable_names(variables: dict[str, CapturedVariable]) -> dict[str, str]:
     """Inlining names a captured variable after the function's placeholder (``unknown_7``);
     map those back to the variable's own name (``block2/conv/weights``) so users recognise it."""
-    return {placeholder: variable.name.split(":")[0] for placeholder, variable in variables.items()}
+    return {placeholder: variable.name for placeholder, variable in variables.items()}
 
 
 def _name_variables(
