@@ -18,7 +18,7 @@ from .diff.kinds import kind_of
 from .optypes import RESIZE_FUSED_CONV_FILTER, loop_result
 from .text import count
 
-__all__ = ["Cause", "CAUSES", "explain_comparison"]
+__all__ = ["Cause", "CAUSES", "explain_comparison", "first_divergence_sentence", "why_shown"]
 
 
 @dataclass(frozen=True)
@@ -283,13 +283,52 @@ def _in_weights(origin: dict[str, Any]) -> bool:
     return origin.get("rewrite") == "const_changed" or isolation.get("verdict") == "weights_differ"
 
 
-def _first_of_weights(report: dict[str, Any], first: dict[str, Any]) -> str:
-    """Why the first divergence is this weight among several that differ: the examples meet it
-    first (the order :meth:`tracer.opgraph.OpGraph.flow_order` gives), which no name decides."""
+def _weights_met_before(report: dict[str, Any], first: dict[str, Any]) -> int:
+    """How many differing weights the first divergence was chosen among (0 when it is no weight,
+    or the only one): the examples meet it first (the order :meth:`tracer.opgraph.OpGraph.flow_order`
+    gives), which no name decides."""
     changed = sum(1 for r in report.get("rewrites") or [] if isinstance(r, dict) and r.get("kind") == "const_changed")
-    if changed < 2 or not _in_weights(first):
-        return ""
-    return f": of the {changed} weights that differ, the one the examples meet first"
+    return changed if changed >= 2 and _in_weights(first) else 0
+
+
+def _first_of_weights(report: dict[str, Any], first: dict[str, Any]) -> str:
+    """Why the first divergence is this weight among several that differ."""
+    changed = _weights_met_before(report, first)
+    return f": of the {changed} weights that differ, the one the examples meet first" if changed else ""
+
+
+def _first(report: dict[str, Any]) -> dict[str, Any] | None:
+    """The op report.json calls the first divergence (bitwise), as the title and the terminal do."""
+    first = report.get("first_divergence") or report.get("first_divergence_beyond_tolerance")
+    return first if isinstance(first, dict) and first.get("node") else None
+
+
+def first_divergence_sentence(report: dict[str, Any]) -> str:
+    """The sentence that closes report.json's ``why``: the first divergence, named in words an API
+    reader gets without the renderers' first-divergence line."""
+    first = _first(report)
+    return f"The first divergence is `{first['node']}` ({first.get('op')}){_first_of_weights(report, first)}." \
+        if first else ""
+
+
+def why_shown(report: dict[str, Any], why: list[str]) -> list[str]:
+    """The ``why`` as the terminal, report.md and report.html show it: under their own
+    first-divergence line, which names the op already, the sentence that restates it is left out
+    (the op was named a third time). What it adds among several differing weights (which one the
+    examples meet first) stays, said once without repeating the name's role."""
+    sentence = first_divergence_sentence(report)
+    if not sentence:
+        return list(why)
+    first = _first(report) or {}
+    among = _weights_met_before(report, first)
+    shown = []
+    for line in why:
+        if line.strip() == sentence:
+            if among:
+                shown.append(f"Of the {among} weights that differ, the examples meet `{first['node']}` first.")
+            continue
+        shown.append(line.replace(f" {sentence}", "") if f" {sentence} " in f"{line} " else line)
+    return shown
 
 
 def _count(n: int, noun: str) -> str:
@@ -380,8 +419,8 @@ def explain_comparison(report: dict[str, Any]) -> dict[str, Any]:
     a, b = sides.get("a", {}), sides.get("b", {})
     origins = report.get("origins") or []
     # the op report.json calls the first divergence (bitwise), as the title and the terminal do
-    first = report.get("first_divergence") or report.get("first_divergence_beyond_tolerance")
-    where = f" The first divergence is `{first['node']}` ({first['op']}){_first_of_weights(report, first)}." if first else ""
+    first = _first(report)
+    where = f" {first_divergence_sentence(report)}" if first else ""
     if report.get("verdict") == "identical":
         # Nothing diverged: a difference between the sides (batch size, a knob) is no cause of anything.
         return {"why": ["The two sides compute bit-identical results for these examples.", *_state_caveat(report)],

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..artifacts.records import USER_SIGNATURE, kind_label
+from ..causes import why_shown
 from ..comparison.statuses import ISOLATION, STATUS_LABELS, STATUSES, isolation_clause, origin_isolation_words
 from ..jsonvalues import jsonable
 from ..text import count
@@ -429,8 +430,8 @@ def answers(report: dict[str, Any]) -> dict[str, Any]:
     """The three answers: the report's own when present, else a "why" built from the origins."""
     given = report.get("answers")
     if isinstance(given, dict) and any(given.get(k) for k in ("why", "prevent", "cost")):
-        return {k: [str(s) for s in given.get(k) or []] for k in ("why", "prevent", "cost")} | {
-            "source": str(given.get("source") or "compare")}
+        said = {k: [str(s) for s in given.get(k) or []] for k in ("why", "prevent", "cost")}
+        return said | {"why": why_shown(report, said["why"]), "source": str(given.get("source") or "compare")}
     origins = report.get("origins") or []
     verdict = report.get("verdict")
     if verdict == "identical" or not origins:
