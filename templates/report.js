@@ -44,14 +44,32 @@
     if (!Number.isFinite(x)) return x > 0 ? "∞" : "−∞";
     if (x === 0) return "0";
     if (Number.isInteger(x) && Math.abs(x) < 1e6) return String(x);
-    var s = x.toPrecision(digits || 3);
-    if (s.indexOf("e") >= 0) return s.replace(/\.?0+e/, "e").replace("e+", "e");
-    return s.indexOf(".") >= 0 ? s.replace(/0+$/, "").replace(/\.$/, "") : s;
+    return general(x, digits || 3);
   }
+  /* Python's "%.{p}g", so a number the page's script writes reads exactly as the same number
+     written by the server (tracer/report/numbers.py fmt): 9.73e-05 in both tables, never
+     0.0000973 in one of them. */
+  function general(x, p) {
+    var e = x.toExponential(p - 1), at = e.indexOf("e"), exp = parseInt(e.slice(at + 1), 10);
+    if (exp < -4 || exp >= p) {
+      var m = trimZeros(e.slice(0, at)), a = Math.abs(exp);
+      return m + "e" + (exp < 0 ? "-" : "+") + (a < 10 ? "0" : "") + a;
+    }
+    return trimZeros(x.toFixed(p - 1 - exp));
+  }
+  function trimZeros(s) { return s.indexOf(".") >= 0 ? s.replace(/0+$/, "").replace(/\.$/, "") : s; }
   function el(tag, cls, text) {
     var e = document.createElement(tag);
     if (cls) e.className = cls;
     if (text !== undefined && text !== null) e.textContent = String(text);
+    return e;
+  }
+  /* A sentence whose `backticked` parts are code (the report's own wording): each part goes on
+     screen as text, the code parts inside <code>; unbalanced backticks stay as they are. */
+  function prose(tag, cls, text) {
+    var e = el(tag, cls), parts = String(text).split("`");
+    if (parts.length % 2 === 0) { e.textContent = String(text); return e; }
+    parts.forEach(function (part, k) { if (part) e.append(k % 2 ? el("code", null, part) : document.createTextNode(part)); });
     return e;
   }
   function shortName(name) {
@@ -96,13 +114,10 @@
     var s = this.size(), b = this.base;
     return Math.min(s.w / b.w, s.h / b.h) * 0.97;
   };
+  var FIT_MAX = 1.5;  // a small view is enlarged up to this, not blown up to the canvas
   PanZoom.prototype.fit = function () {
     var b = this.base;
-    this.setView(b.x + b.w / 2, b.y + b.h / 2, Math.min(this.fitScale(), 1.5));
-  };
-  PanZoom.prototype.top = function (k) {
-    var b = this.base, s = this.size();
-    this.setView(b.x + b.w / 2, b.y + s.h / k / 2, k);
+    this.setView(b.x + b.w / 2, b.y + b.h / 2, Math.min(this.fitScale(), FIT_MAX));
   };
   PanZoom.prototype.zoom = function (factor, cx, cy) {
     var v = this.v, k0 = this.scale();
@@ -168,13 +183,21 @@
     marked = null;
     document.querySelectorAll(".tabs > .tab").forEach(function (t) { t.classList.toggle("active", t.dataset.view === id); });
     setScopeTab(id);
-    current.pz.fit();
-    var focus = focusIdx !== undefined ? focusIdx : (views.get(id).focus || [])[0];
-    var g = focus !== undefined ? nodeEl(focus) : null;
+    fitCanvas();
+    // A view opens fitted, whole and centred; only a search or a click on an op zooms in on it.
+    var g = focusIdx !== undefined ? nodeEl(focusIdx) : null;
     if (g && current.pz.fitScale() < 0.6) current.pz.focusOn(g);
-    else if (current.pz.fitScale() < 0.4) current.pz.top(0.8);  // too small to read whole: start at the inputs
     if (selected !== null && nodeEl(selected)) mark(nodeEl(selected));
     return true;
+  }
+  /* The canvas as tall as the fitted view needs (within the CSS bounds), so a wide, short
+     neighbourhood is not drawn in the middle of a mostly blank box. */
+  function fitCanvas() {
+    var b = current.pz.base, w = canvas.clientWidth || 800;
+    var most = Math.max(320, window.innerHeight * 0.72);
+    var k = Math.min(w / b.w, most / b.h, FIT_MAX);
+    canvas.style.height = Math.round(Math.max(260, Math.min(most, b.h * k / 0.97 + 4))) + "px";
+    current.pz.fit();
   }
   function mark(g) {
     if (marked) marked.classList.remove("hl");
@@ -377,7 +400,7 @@
     filt.addEventListener("click", function () { tableShow(i); });
     actions.append(loc, filt);
     body.append(actions);
-    if (n.reason) body.append(el("div", "reason", n.reason));
+    if (n.reason) body.append(prose("div", "reason", n.reason));
     if (n.max_abs !== undefined && n.max_abs !== null || n.cosine !== undefined && n.cosine !== null) {
       section("Metrics");
       metricGrid([["max abs", fmt(n.max_abs)], ["max rel", fmt(n.max_rel)], ["mean abs", fmt(n.mean_abs)],
@@ -410,7 +433,7 @@
         : iso.loop ? "the op with the while loop above it" : "the op alone";
       var words = (P.isolation_words || {})[iso.verdict];
       var verdict = words ? words.replace("{replayed}", replayed) : String(iso.verdict);
-      kv([["verdict", verdict], ["max abs", fmt(iso.max_abs)], ["max rel", fmt(iso.max_rel)], ["detail", iso.detail || "—"]]);
+      kv([["verdict", verdict], ["max abs", fmt(iso.max_abs)], ["max rel", fmt(iso.max_rel)], ["detail", iso.detail ? prose("span", null, iso.detail) : "—"]]);
       if (iso.command) body.append(el("pre", "cmd small", iso.command));
     }
     if (Array.isArray(n.worst) && n.worst.length) {
@@ -554,19 +577,31 @@
   var more = document.getElementById("op-more");
   var count = document.getElementById("op-count");
   var NUMERIC = ["max_abs", "max_rel", "ulp_max", "cosine", "amplification"];
+  /* The table opens on what the reader came for: the first divergence, then the ops beyond
+     tolerance, then those within it, then the rest, each in the order the examples meet the ops
+     (P.flow_order), never the report's topological order, which starts with every weight by name. */
+  var flowStep = new Array(names.length);
+  (P.flow_order || names.map(function (_, i) { return i; })).forEach(function (i, k) { flowStep[i] = k; });
+  var firstOps = new Set(P.first || []);
+  function standing(i) {
+    var st = statusOf(i);
+    return firstOps.has(i) ? 0 : st === "origin" || st === "propagated" ? 1 : st === "within_tolerance" ? 2 : 3;
+  }
   var rows = names.map(function (name, i) {
-    var r = { i: i, name: name, lname: lower[i], op: nodes[i].op || "", status: statusOf(i), scope: nodes[i].scope || "" };
+    var r = { i: i, step: flowStep[i], standing: standing(i), name: name, lname: lower[i], op: nodes[i].op || "",
+      status: statusOf(i), scope: nodes[i].scope || "" };
     NUMERIC.forEach(function (k) { r[k] = num(nodes[i][k]); });
     return r;
   });
-  var sortKey = "i", sortDir = 1, shown = 0, filtered = rows, PAGE = 250;
+  var DEFAULT_SORT = "standing";
+  var sortKey = DEFAULT_SORT, sortDir = 1, shown = 0, filtered = rows, PAGE = 250;
   function compare(a, b) {
-    var x = a[sortKey], y = b[sortKey];
-    if (sortKey === "status") return (rank(x) - rank(y)) * sortDir || a.i - b.i;
-    if (typeof x === "string" || typeof y === "string") return String(x).localeCompare(String(y)) * sortDir || a.i - b.i;
-    if (x === null || y === null) return (x === null) - (y === null) || a.i - b.i;
+    var x = a[sortKey], y = b[sortKey], tie = a.step - b.step;
+    if (sortKey === "status") return (rank(x) - rank(y)) * sortDir || tie;
+    if (typeof x === "string" || typeof y === "string") return String(x).localeCompare(String(y)) * sortDir || tie;
+    if (x === null || y === null) return (x === null) - (y === null) || tie;
     var nx = Number.isNaN(x) ? Infinity : x, ny = Number.isNaN(y) ? Infinity : y;
-    return ((nx > ny) - (nx < ny)) * sortDir || a.i - b.i;
+    return ((nx > ny) - (nx < ny)) * sortDir || tie;
   }
   function applyFilter() {
     var q = filterInput.value.trim().toLowerCase(), st = statusSelect.value;
@@ -589,7 +624,7 @@
     name.title = r.name;
     var st = el("td");
     st.append(chip(r.status));
-    tr.append(el("td", "num", String(r.i)), name, el("td", null, r.op), st,
+    tr.append(el("td", "num", String(r.step)), name, el("td", null, r.op), st,
       el("td", "num", fmt(nodes[r.i].max_abs)), el("td", "num", fmt(nodes[r.i].max_rel)), el("td", "num", fmt(nodes[r.i].ulp_max)),
       el("td", "num", fmt(nodes[r.i].cosine, 7)), el("td", "num", fmt(nodes[r.i].amplification)));
     return tr;
@@ -611,9 +646,11 @@
   function tableShow(i) {
     filterInput.value = "";
     statusSelect.value = "";
-    sortKey = "i"; sortDir = 1;
+    sortKey = DEFAULT_SORT; sortDir = 1;
+    document.querySelectorAll("#op-table th").forEach(function (h) { h.classList.remove("asc", "desc"); });
     applyFilter();
-    while (shown <= i && shown < filtered.length) renderMore();
+    var at = filtered.findIndex(function (r) { return r.i === i; });
+    while (shown <= at && shown < filtered.length) renderMore();
     highlightRow(i);
     var tr = tbody.querySelector('tr[data-row="' + i + '"]');
     if (tr) tr.scrollIntoView({ behavior: "smooth", block: "center" });
@@ -638,21 +675,23 @@
 
   /* ---------------------------------------------------------------- growth plot, links, misc */
   var plot = document.getElementById("growth-plot");
-  function plotIndex(e) {
+  var flowOrder = P.flow_order || names.map(function (_, i) { return i; });
+  function plotStep(e) {  // the plot's x is the ops table's "#": the order the examples meet the ops
     var r = plot.getBoundingClientRect(), vb = plot.viewBox.baseVal;
     var x = (e.clientX - r.left) * vb.width / r.width;
     var left = +plot.dataset.left, width = +plot.dataset.width, n = +plot.dataset.count;
-    var i = Math.round((x - left) / width * (n - 1));
-    return i < 0 || i >= n ? null : i;
+    var k = Math.round((x - left) / width * (n - 1));
+    return k < 0 || k >= n ? null : k;
   }
+  function plotIndex(e) { var k = plotStep(e); return k === null ? null : flowOrder[k]; }
   if (plot && names.length) {
     var cursor = plot.querySelector(".cursor");
     plot.addEventListener("mousemove", function (e) {
-      var i = plotIndex(e);
-      if (i === null) { tip.hidden = true; return; }
-      var x = +plot.dataset.left + (names.length > 1 ? +plot.dataset.width * i / (names.length - 1) : 0);
+      var k = plotStep(e);
+      if (k === null) { tip.hidden = true; return; }
+      var x = +plot.dataset.left + (names.length > 1 ? +plot.dataset.width * k / (names.length - 1) : 0);
       cursor.setAttribute("x1", x); cursor.setAttribute("x2", x);
-      placeTip(e, "#" + i + " " + opSummary(i));
+      placeTip(e, "#" + k + " " + opSummary(flowOrder[k]));
     });
     plot.addEventListener("mouseleave", function () { tip.hidden = true; });
     plot.addEventListener("click", function (e) {
@@ -687,7 +726,7 @@
 
   /* ---------------------------------------------------------------- first paint */
   applyFilter();
-  var first = ["full", "near", "overview"].filter(function (id) { return document.getElementById("tpl-" + id); })[0];
+  var first = ["near", "full", "overview"].filter(function (id) { return document.getElementById("tpl-" + id); })[0];
   if (first) showView(first);
   window.tftraceRenderMs = performance.now() - started;
   document.documentElement.dataset.ready = "1";

@@ -114,9 +114,12 @@ def test_detector_report_in_chromium(browser: Any, tmp_path: Path) -> None:
     assert opened.errors == [] and opened.dialogs == []
     assert opened.requests == [opened.url]  # nothing but the file itself
     idx = list(report["nodes"]).index(ORIGIN)
+    assert page.get_attribute(".tab.active", "data-view") == "near"  # opens on the first divergence, fitted
+    assert fill_of(page, f"#near_n{idx}") == ORIGIN_FILL
+    page.screenshot(path=str(OUTPUT / "report_detector.png"), full_page=True)
+    page.click(".tab[data-view=full]")
     origin = f"#full_n{idx}"
     assert fill_of(page, origin) == ORIGIN_FILL
-    page.screenshot(path=str(OUTPUT / "report_detector.png"), full_page=True)
 
     # Clicking the origin opens its details: name, type, metrics, isolation.
     page.click(origin)
@@ -132,7 +135,8 @@ def test_detector_report_in_chromium(browser: Any, tmp_path: Path) -> None:
     page.keyboard.press("Escape")  # the drawer overlays the right of the page
     assert page.is_hidden("#details")
     page.fill("#op-filter", "FusedBatchNorm")
-    assert table_names(page) == [f"block{k}/bn/FusedBatchNormV3" for k in range(1, 5)]
+    # the first divergence first, then the ops beyond tolerance, then the rest, each in flow order
+    assert table_names(page) == [f"block{k}/bn/FusedBatchNormV3" for k in (2, 3, 4, 1)]
     page.fill("#op-filter", "")
     page.select_option("#status-filter", "origin")
     assert table_names(page) == [ORIGIN]

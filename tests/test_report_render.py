@@ -331,8 +331,9 @@ def test_detector_report_files_and_page_content(tmp_path: Path) -> None:
     assert result["png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     html = result["html"].read_text(encoding="utf-8")
     page = embedded(html, "page-data")
-    assert [v["id"] for v in page["views"]] == ["full", "overview"]
-    assert page["views"][0]["focus"] == [25]
+    # the neighbourhood first (the page opens on it, fitted), then the whole graph and the scopes
+    assert [v["id"] for v in page["views"]] == ["near", "full", "overview"]
+    assert page["views"][0]["focus"] == page["views"][1]["focus"] == [25]
     # dot writes "-" in attributes as "&#45;"; its rounded-box paths are inlined as rects.
     origin_node = re.search(r'<g id="full_n25" class="node st&#45;origin[^"]*">\s*<rect fill="#c8102e" stroke="#3b0008" '
                             r'stroke-width="4" x="[\d.-]+" y="[\d.-]+" width="108" height="24" rx="4"/>', html)
@@ -456,7 +457,8 @@ def test_a_hanging_dot_is_cut_off_by_the_time_budget(tmp_path: Path) -> None:
     assert time.monotonic() - started < 10
     assert "svg" not in result and result["html"].exists()
     notice = result["notices"][0]
-    assert notice.startswith("Graphviz ran out of the 1.5 s render time budget before drawing: full op graph, "
+    assert notice.startswith("Graphviz ran out of the 1.5 s render time budget before drawing: graph around the first divergence, "
+                             "full op graph, "
                              "scope overview, divergence.svg/.png. The rest of the report is complete")
     assert "--render-timeout" in notice
 

@@ -27,6 +27,7 @@ import graphviz
 import networkx as nx
 
 from ..comparison.statuses import STATUS_LABELS, STATUSES
+from ..optypes import PLACEHOLDER_OPS
 from .numbers import fmt, num
 from .summary import scope_of, severity, short_name
 
@@ -164,6 +165,24 @@ class OpIndex:
     def scope(self, i: int) -> str:
         return scope_of(self.names[i], self.nodes[i])
 
+    def flow_order(self) -> list[int]:
+        """Positions in the order the examples meet the ops (:meth:`tracer.opgraph.OpGraph.flow_order`
+        from the report alone): the report's order is topological, which puts every weight, by
+        name, before the first op the inputs reach, so a table in that order opens on a screen of
+        identical variables; here a weight, its read and arithmetic on weights alone sit just
+        before the first op on the inputs' path that reads them."""
+        n = len(self.names)
+        fed = [i for i in range(n) if str(self.nodes[i].get("op") or "") in PLACEHOLDER_OPS]
+        on_path = set(fed).union(*(nx.descendants(self.graph, i) for i in fed)) if fed else set(range(n))
+        rank: dict[int, tuple[int, int, int]] = {}
+        for i in reversed(range(n)):  # readers first: the report's order is topological
+            if i in on_path:
+                rank[i] = (i, 1, i)
+                continue
+            readers = [rank[j][0] for j in self.graph.successors(i) if j in rank]
+            rank[i] = (min(readers, default=i), 0, i)
+        return sorted(range(n), key=rank.__getitem__)
+
     def seeds(self, report: dict[str, Any], limit: int = 3) -> list[int]:
         """The first divergences to centre the neighbourhood on: first bitwise, first beyond tolerance,
         then the ranked origins, without repeats."""
@@ -268,7 +287,7 @@ def _op_label(index: OpIndex, i: int, font: str) -> str:
     if op != short:  # "FusedBatchNormV3" twice says nothing more
         lines.append(f'<FONT POINT-SIZE="8" COLOR="{font}">{label_text(op, 24)}</FONT>')
     if index.status(i) in ("origin", "propagated", "within_tolerance") and node.get("max_rel") is not None:
-        lines.append(f'<FONT POINT-SIZE="8" COLOR="{font}">rel {label_text(fmt(node.get("max_rel"), 2))}</FONT>')
+        lines.append(f'<FONT POINT-SIZE="8" COLOR="{font}">rel {label_text(fmt(node.get("max_rel")))}</FONT>')
     return "<" + "<BR/>".join(lines) + ">"
 
 
@@ -339,7 +358,7 @@ def _scope_label(group: ScopeGroup, style: dict[str, str]) -> str:
     if parts:
         lines.append(f'<FONT POINT-SIZE="8" COLOR="{style["fontcolor"]}">{label_text(", ".join(parts[:3]), 48)}</FONT>')
     if group.max_rel:
-        lines.append(f'<FONT POINT-SIZE="8" COLOR="{style["fontcolor"]}">max rel {label_text(fmt(group.max_rel, 2))}</FONT>')
+        lines.append(f'<FONT POINT-SIZE="8" COLOR="{style["fontcolor"]}">max rel {label_text(fmt(group.max_rel))}</FONT>')
     return "<" + "<BR/>".join(lines) + ">"
 
 

@@ -146,6 +146,13 @@ def _origin_card(title: str, origin: Any, index: OpIndex) -> dict[str, Any] | No
     }
 
 
+def _first_positions(report: dict[str, Any], index: OpIndex) -> list[int]:
+    """Where the first divergences (bitwise, beyond tolerance) sit in the report's ops: the ops
+    table's first rows."""
+    found = (index.position.get(str(origin.get("node"))) for _title, origin in first_divergences(report))
+    return list(dict.fromkeys(i for i in found if i is not None))
+
+
 def _loop_results(index: OpIndex) -> dict[int, str]:
     """Position -> how the op's result comes out of a while loop (:func:`tracer.optypes.loop_result`),
     for the ops that are a loop's result: the page's isolation panel names the loop it replayed."""
@@ -197,8 +204,10 @@ def build_html(report: dict[str, Any], index: OpIndex, views: list[PageView], sv
     graph_diff = report.get("graph_diff") or {}
     outputs = report.get("outputs") or {}
     status_counts = Counter(index.status(i) for i in range(len(index.names)))
+    flow = index.flow_order()  # the ops table's and the growth plot's one order
     page_data = {"views": [asdict(v) for v in views], "scopes": scopes, "depth": depth,
                  "labels": STATUS_LABELS, "order": list(STATUSES), "loop_results": _loop_results(index),
+                 "flow_order": flow, "first": _first_positions(report, index),
                  # the isolation verdicts' words, from their one registry: "{replayed}" is filled in by the script
                  "isolation_words": {k: f"{v.label} — {v.meaning}" for k, v in ISOLATION.items()}}
     context = {
@@ -248,7 +257,7 @@ def build_html(report: dict[str, Any], index: OpIndex, views: list[PageView], sv
         "shade_labels": _shade_labels(),
         "status_counts": [(s, STATUS_LABELS[s], status_counts[s]) for s in STATUSES if status_counts[s]],
         "op_count": len(index.names),
-        "growth_svg": Markup(error_growth_svg(report, index)) if index.names else Markup(""),
+        "growth_svg": Markup(error_growth_svg(report, index, flow)) if index.names else Markup(""),
         "css": _asset("report.css"), "status_css": Markup(_status_css()), "js": _asset("report.js"),
         "report_json": script_json(report), "page_json": script_json(json_safe(page_data)),
         "first_name": headline_origin.get("node") if headline_origin else None,

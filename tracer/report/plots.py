@@ -34,12 +34,15 @@ def _error(node: dict[str, Any]) -> float | None:
     return value if value is not None else num(node.get("rel_l2"))
 
 
-def error_growth_svg(report: dict[str, Any], index: OpIndex, width: int = 1080, height: int = 250) -> str:
-    """Each op's relative error along the topological order on a log scale, with the origins
-    marked, export-rewritten stretches shaded and the rtol line, so the start and growth of
-    the difference read at a glance. Exact zeros sit on a ``0`` lane under the axis, NaN/∞ on
-    a lane above it."""
+def error_growth_svg(report: dict[str, Any], index: OpIndex, order: list[int] | None = None, width: int = 1080,
+                     height: int = 250) -> str:
+    """Each op's relative error along ``order`` (the order the examples meet the ops, the ops
+    table's ``#``; the report's own order by default) on a log scale, with the origins marked,
+    export-rewritten stretches shaded and the rtol line, so the start and growth of the difference
+    read at a glance. Exact zeros sit on a ``0`` lane under the axis, NaN/∞ on a lane above it."""
     n = len(index.names)
+    order = list(range(n)) if order is None else order
+    at = {i: k for k, i in enumerate(order)}
     errors = [_error(node) for node in index.nodes]
     positive = [e for e in errors if e is not None and math.isfinite(e) and e > 0]
     rtol = num((report.get("tolerance") or {}).get("rtol"))
@@ -53,8 +56,8 @@ def error_growth_svg(report: dict[str, Any], index: OpIndex, width: int = 1080, 
     lane, gap = 12.0, 12.0  # the zero lane and the non-finite lane, apart from the log axis
     y_axis_top, y_axis_bottom = top + lane + gap, top + ph - lane - gap
 
-    def x_of(i: int) -> float:
-        return left + (pw * i / (n - 1) if n > 1 else pw / 2)
+    def x_of(i: int) -> float:  # an op's position in the report -> x of its step in the order
+        return left + (pw * at[i] / (n - 1) if n > 1 else pw / 2)
 
     def y_of(e: float) -> float:
         if math.isnan(e) or math.isinf(e):
@@ -65,9 +68,9 @@ def error_growth_svg(report: dict[str, Any], index: OpIndex, width: int = 1080, 
         return y_axis_bottom - frac * (y_axis_bottom - y_axis_top)
 
     parts = [f'<svg id="growth-plot" class="plot" viewBox="0 0 {width} {height}" role="img" '
-             f'aria-label="relative error per op in topological order" data-left="{left}" data-width="{pw}" '
+             f'aria-label="relative error per op in the order the examples meet them" data-left="{left}" data-width="{pw}" '
              f'data-count="{n}">']
-    parts.append(_rewritten_bands(index, x_of, top, ph, max(pw / max(n, 1), 2.0)))
+    parts.append(_rewritten_bands(index, order, x_of, top, ph, max(pw / max(n, 1), 2.0)))
     step = 1 if hi - lo <= 10 else 2
     for decade in range(lo, hi + 1, step):
         y = y_of(10.0 ** decade)
@@ -81,7 +84,7 @@ def error_growth_svg(report: dict[str, Any], index: OpIndex, width: int = 1080, 
         parts.append(f'<line class="rtol" x1="{left}" x2="{left + pw}" y1="{y:.1f}" y2="{y:.1f}"/>'
                      f'<text class="tick rtol-label" x="{left + pw - 4}" y="{y - 4:.1f}" text-anchor="end">'
                      f'rtol {escape(fmt(rtol))}</text>')
-    parts.append(_running_max(errors, x_of, y_of))
+    parts.append(_running_max([errors[i] for i in order], lambda k: x_of(order[k]), y_of))
     for status in DRAW_ORDER:
         dots = "".join(f"M{x_of(i):.1f} {y_of(e):.1f}h0" for i, e in enumerate(errors)
                        if e is not None and index.status(i) == status)
@@ -97,20 +100,20 @@ def error_growth_svg(report: dict[str, Any], index: OpIndex, width: int = 1080, 
                  f'<text class="tick" x="{left}" y="{height - 8}">op 0</text>'
                  f'<text class="tick" x="{left + pw}" y="{height - 8}" text-anchor="end">op {n - 1}</text>'
                  f'<text class="axis-label" x="{left + pw / 2:.0f}" y="{height - 8}" text-anchor="middle">'
-                 f'ops in topological order → (max relative error per op)</text>')
+                 f'ops in the order the examples meet them → (max relative error per op)</text>')
     parts.append(f'<line class="cursor" x1="-10" x2="-10" y1="{top}" y2="{top + ph}"/></svg>')
     return "".join(parts)
 
 
-def _rewritten_bands(index: OpIndex, x_of: Any, top: float, ph: float, min_w: float) -> str:
-    """Shade each run of consecutive ops that an export rewrite touched."""
+def _rewritten_bands(index: OpIndex, order: list[int], x_of: Any, top: float, ph: float, min_w: float) -> str:
+    """Shade each run of consecutive ops (in ``order``) that an export rewrite touched."""
     out, start = [], None
-    flags = [bool(node.get("rewrite")) or index.status(i) == "rewritten" for i, node in enumerate(index.nodes)]
-    for i, flag in enumerate([*flags, False]):
+    flags = [bool(index.nodes[i].get("rewrite")) or index.status(i) == "rewritten" for i in order]
+    for k, flag in enumerate([*flags, False]):
         if flag and start is None:
-            start = i
+            start = k
         elif not flag and start is not None:
-            x0, x1 = x_of(start), x_of(i - 1)
+            x0, x1 = x_of(order[start]), x_of(order[k - 1])
             w = max(x1 - x0, min_w)
             out.append(f'<rect class="rewritten-band" x="{x0 - (w - (x1 - x0)) / 2:.1f}" y="{top}" '
                        f'width="{w:.1f}" height="{ph}"><title>rewritten at export</title></rect>')

@@ -174,7 +174,9 @@ def _plan(report: dict[str, Any], index: OpIndex, full_graph_limit: int) -> tupl
     seeds = index.seeds(report)
     caption = _caption(report, index)
     n = len(index.names)
-    if seeds and n > full_graph_limit:
+    if seeds and n > min(full_graph_limit, NEIGHBOURHOOD_CAP):
+        # first, even where the whole graph is drawn too: the page opens on it, fitted, so what
+        # the reader came for fills the canvas at a size that reads (130 ops fitted do not)
         members = neighbourhood(index, seeds, hops=2, cap=NEIGHBOURHOOD_CAP)
         plans.append(_Plan(PageView("near", "Around the first divergence", "ops", members, seeds),
                            ops_dot(index, members, "near", focus=seeds, caption=caption)))
@@ -206,24 +208,13 @@ def _plan(report: dict[str, Any], index: OpIndex, full_graph_limit: int) -> tupl
     return plans, scopes, depth
 
 
-def _attachment(report: dict[str, Any], index: OpIndex, plans: list[_Plan], runner: _Dot) -> _Plan | None:
+def _attachment(plans: list[_Plan]) -> _Plan | None:
     """The picture to attach to an issue (``divergence.svg``/``.png``): the ops around the first
-    divergence, top down, even where the page draws the whole graph (the sample detector's 130
-    ops made a 3916x2613 PNG that no issue shows legibly); the whole graph, or the scopes, only
-    when nothing diverged or no neighbourhood could be drawn."""
-    near = next((p for p in plans if p.view.id == "near" and p.svg), None)
-    fallback = next((p for p in plans if p.view.id == "full" and p.svg), None)
-    seeds = index.seeds(report)
-    if near is None and fallback is not None and seeds and len(index.names) > NEIGHBOURHOOD_CAP:
-        members = neighbourhood(index, seeds, hops=2, cap=NEIGHBOURHOOD_CAP)
-        near = _Plan(PageView("near", "Around the first divergence", "ops", members, seeds),
-                     ops_dot(index, members, "near", focus=seeds, caption=_caption(report, index)))
-        try:
-            near.raw = runner.run(near.dot, "svg", VIEW_NAMES["near"]).decode("utf-8")
-            near.svg = inline_svg(near.raw)
-        except _DotFailed:
-            near = None
-    return near or fallback or next((p for p in plans if p.view.id == "overview" and p.svg), None)
+    divergence, top down (the sample detector's whole 130 ops made a 3916x2613 PNG that no issue
+    shows legibly); the whole graph, or the scopes, only when nothing diverged, the graph is small
+    enough to be its own neighbourhood, or no neighbourhood could be drawn."""
+    drawn = {p.view.id: p for p in plans if p.svg}
+    return drawn.get("near") or drawn.get("full") or drawn.get("overview")
 
 
 def _draw(plans: list[_Plan], runner: _Dot) -> None:
@@ -273,7 +264,7 @@ def render_report(report: dict[str, Any], out_dir: str | Path, *, render_timeout
     plans, scopes, depth = _plan(report, index, full_graph_limit)
     _draw(plans, runner)
     result: RenderResult = {}
-    primary = _attachment(report, index, plans, runner)
+    primary = _attachment(plans)
     stale = [out / "divergence.svg", out / "divergence.png"]
     if primary is not None and primary.raw is not None:
         result["svg"] = _write(out / "divergence.svg", primary.raw)
