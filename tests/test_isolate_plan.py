@@ -15,6 +15,7 @@ fills it.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -26,10 +27,19 @@ from tracer.comparison import isolate
 from tracer.comparison.align import ROLE_COMPARED, ROLE_REWRITTEN, Alignment, NodeAlignment, TensorPair
 from tracer.comparison.replay_plan import (group_members, loop_above, origin_feeds, reads_variable, replay_plan,
                                            variable_writes)
-from tracer.comparison.judge import judge
+from tracer.comparison.isolate import read_plan
+from tracer.comparison.isolation_plan import RECEIVED_FIX, IsolationPlan, PlannedOrigin
+from tracer.comparison.judge import judge as judge_planned
 from tracer.errors import TftraceError
 from tracer.opgraph import OpGraph
 from tracer.runspec import Side
+
+
+def judge(ra: Any, rb: Any, entry: dict[str, Any], *captures: Any) -> Any:
+    """The judge on an origin given as its entry of isolation_index.json reads (missing fields at
+    the defaults a report made before them gets), checked as a received index is."""
+    planned = PlannedOrigin.from_json({"id": 0, "node": entry["a_tensor"].split(":")[0], **entry}, "the index")
+    return judge_planned(ra, rb, planned, *captures)
 
 
 def _graph(chain: list[tuple[str, str, list[str]]], output: str) -> OpGraph:
@@ -297,3 +307,52 @@ def test_a_replay_record_replaces_what_an_earlier_run_left_and_never_reads_throu
     secret.write_text('{"reason": "a file of the machine running tftrace isolate"}', encoding="utf-8")
     (tmp_path / "1.failed.json").symlink_to(secret)
     assert failure(out, 1) == "its failure record is not a plain file"
+
+
+# ---- the plan as a received report directory holds it (work/isolation_index.json)
+
+ENTRY = {"id": 3, "node": "conv", "a_tensor": "conv:0", "b_tensor": "conv_1:0", "a_op": "Conv2D", "b_op": "Conv2D",
+         "inputs_identical": True, "reads_variable": False, "writes": [], "weight": None,
+         "executed": {"a": ["_FusedConv2D"], "b": None}, "same_settings": True, "same_settings_but_build": True,
+         "per_process": ["b"], "repeat_noise": "inf", "same_op_same_settings": False, "loop": None,
+         "rewritten": [{"op": "conv", "kind": "cast_inserted"}],
+         "group": {"kind": "batchnorm_folded", "a_members": ["bn"], "a_inputs": ["x:0"], "b_inputs": ["x:0"]}}
+
+
+def test_a_planned_origin_reads_back_as_written() -> None:
+    planned = PlannedOrigin.from_json(ENTRY, "the index")
+    assert planned.repeat_noise == float("inf") and planned.per_process == ("b",)
+    assert planned.executed == {"a": ["_FusedConv2D"], "b": None} and planned.group["a_members"] == ["bn"]
+    assert PlannedOrigin.from_json(planned.to_json(), "again") == planned
+
+
+def test_an_index_from_an_older_report_is_judged_with_the_defaults_it_was_judged_with() -> None:
+    old = {k: ENTRY[k] for k in ("id", "node", "a_tensor", "b_tensor", "b_op", "same_settings")}
+    planned = PlannedOrigin.from_json(old, "the index")
+    assert (planned.a_op, planned.repeat_noise, planned.writes, planned.group) == (None, None, (), None)
+    assert planned.alike_but_build is True  # same_settings stands for the build-blind setting it predates
+
+
+@pytest.mark.parametrize(("field", "value", "says"), [
+    ("writes", "assign", "the index, op 0's 'writes' is not a list of strings: 'assign'"),
+    ("id", True, "the index, op 0's 'id' is not an integer: 'True'"),
+    ("executed", {"c": ["MatMul"]}, "the index, op 0's 'executed' is not a map of side to kernel names"),
+    ("group", {"kind": "fused", "a_members": []}, "the index, op 0's 'group' is not a rewrite group"),
+    ("repeat_noise", "lots", "the index, op 0's 'repeat_noise' is not a number: 'lots'"),
+])
+def test_a_tampered_index_is_refused_naming_the_field(field: str, value: Any, says: str) -> None:
+    with pytest.raises(TftraceError) as caught:
+        IsolationPlan.from_json({"ops": [{**ENTRY, field: value}]}, "the index")
+    assert caught.value.problem.startswith(says)
+    assert caught.value.fix == RECEIVED_FIX
+
+
+def test_an_index_missing_a_required_field_or_not_an_index_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(TftraceError, match="op 0 has no 'b_op'"):
+        IsolationPlan.from_json({"ops": [{k: v for k, v in ENTRY.items() if k != "b_op"}]}, "the index")
+    (tmp_path / "isolation_index.json").write_text('{"ops": {}}', encoding="utf-8")
+    with pytest.raises(TftraceError, match="is not an isolation index"):
+        read_plan(str(tmp_path))
+    (tmp_path / "isolation_index.json").write_text('{"ops": [NaN]}', encoding="utf-8")
+    with pytest.raises(TftraceError, match="cannot read"):
+        read_plan(str(tmp_path))

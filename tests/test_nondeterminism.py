@@ -21,12 +21,22 @@ from tracer.comparison.statuses import isolation_words
 from conftest import Captured, build_model, run_cli
 from tracer.causes import explain_comparison
 from tracer.comparison.isolate import same_run_settings
-from tracer.comparison.judge import judge
+from tracer.comparison.isolation_plan import PlannedOrigin
+from tracer.comparison.judge import judge as judge_planned
+
+
+def judge(ra: Any, rb: Any, entry: dict[str, Any], *captures: Any) -> Any:
+    """The judge on an origin given as its entry of isolation_index.json reads (missing fields at
+    the defaults a report made before them gets), checked as a received index is."""
+    planned = PlannedOrigin.from_json({"id": 0, "node": entry["a_tensor"].split(":")[0], **entry}, "the index")
+    return judge_planned(ra, rb, planned, *captures)
+
 
 NOISY_MODEL = """
 import os, sys
 os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
 import tensorflow as tf
+
 tf1 = tf.compat.v1
 tf1.disable_v2_behavior()
 with tf.Graph().as_default():

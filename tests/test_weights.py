@@ -22,9 +22,17 @@ from conftest import Captured, run_cli, why_lines
 from tracer.causes import explain_comparison
 from tracer.comparison.align import ROLE_COMPARED, Alignment, NodeAlignment, TensorPair
 from tracer.comparison.divergence import Tolerance, classify
-from tracer.comparison.judge import judge
+from tracer.comparison.isolation_plan import PlannedOrigin
+from tracer.comparison.judge import judge as judge_planned
 from tracer.metrics import compare_arrays
 from tracer.opgraph import OpGraph, weight_of, weight_reads
+
+
+def judge(ra: Any, rb: Any, entry: dict[str, Any], *captures: Any) -> Any:
+    """The judge on an origin given as its entry of isolation_index.json reads (missing fields at
+    the defaults a report made before them gets), checked as a received index is."""
+    planned = PlannedOrigin.from_json({"id": 0, "node": entry["a_tensor"].split(":")[0], **entry}, "the index")
+    return judge_planned(ra, rb, planned, *captures)
 
 
 def _graph(nodes: list[tuple[str, str, list[str]]]) -> OpGraph:

@@ -46,6 +46,7 @@ from ..captures.reader import Capture
 from ..text import count
 from ..captures.replay_records import failure, record_failure, replay_path
 from .divergence import NodeResult
+from .isolation_plan import RECEIVED_FIX, IsolationPlan, PlannedOrigin
 from .judge import IsolationResult, executed_form, judge, per_process_nondeterminism
 from ..errors import TftraceError
 from ..pythons import made_with
@@ -84,45 +85,43 @@ def isolate_origins(
     os.makedirs(workdir, exist_ok=True)
     to_a = {"a": {p.a: p.a for n in alignment.nodes.values() for p in n.tensors if p.comparable},
             "b": alignment.b_to_a()}
-    index, ops = [], {"a": [], "b": []}
+    planned: list[PlannedOrigin] = []
+    ops: dict[str, list[dict[str, Any]]] = {"a": [], "b": []}
     manifests = {"a": view_a.capture.manifest, "b": view_b.capture.manifest}
     same_settings = same_run_settings(manifests["a"], manifests["b"])
     same_but_build = same_run_settings(manifests["a"], manifests["b"], build=False)
-    per_process = [key for key, manifest in manifests.items() if per_process_nondeterminism(manifest)]
+    per_process = tuple(key for key, manifest in manifests.items() if per_process_nondeterminism(manifest))
     for i, result in enumerate(origins):
         node = alignment.nodes[result.name]
         pair = next(p for p in node.tensors if p.a == result.tensor)
         assert pair.b is not None
-        a_op, b_op = view_a.graph.op_type(result.name), view_b.graph.op_type(tensor_op(pair.b))
+        b_name = tensor_op(pair.b)
         plans, group = origin_feeds(alignment, {"a": view_a.graph, "b": view_b.graph}, result.name,
                                     {"a": result.tensor, "b": pair.b}, to_a)
-        index.append({"id": i, "node": result.name, "a_tensor": result.tensor, "b_tensor": pair.b,
-                      "a_op": a_op, "b_op": b_op,
-                      # B's captured value is B's op on A's inputs only when those inputs were bitwise A's
-                      "inputs_identical": result.bitwise_origin,
-                      "reads_variable": reads_variable(view_a.graph, result.name),
-                      "writes": variable_writes(view_a.graph, result.name),
-                      # a weight's value is loaded, never computed: its difference is no kernel's (on both
-                      # sides: B may compute A's weight, a cast of it in a mixed-precision export)
-                      "weight": (weight_of(view_a.graph, result.name)
-                                 if weight_of(view_b.graph, tensor_op(pair.b)) is not None else None),
-                      "executed": {"a": executed_form(manifests["a"], view_a.graph, result.name),
-                                   "b": executed_form(manifests["b"], view_b.graph, tensor_op(pair.b))},
-                      "same_settings": same_settings, "same_settings_but_build": same_but_build,
-                      "per_process": per_process,
-                      "repeat_noise": None if repeat_noise is None else repeat_noise.get(result.tensor),
-                      "same_op_same_settings": same_settings and not node.rewrite
-                      and replayed_alone_alike(view_a.graph, view_b.graph, result.name, tensor_op(pair.b), plans),
-                      "loop": loop_above(view_a.graph, result.tensor, plans["a"]),
-                      "rewritten": rewritten_in_replay(alignment, view_a.graph, result, plans["a"])})
-        if group:
-            index[-1]["group"] = group
+        planned.append(PlannedOrigin(
+            id=i, node=result.name, a_tensor=result.tensor, b_tensor=pair.b,
+            a_op=view_a.graph.op_type(result.name), b_op=view_b.graph.op_type(b_name),
+            # B's captured value is B's op on A's inputs only when those inputs were bitwise A's
+            inputs_identical=result.bitwise_origin,
+            reads_variable=reads_variable(view_a.graph, result.name),
+            writes=tuple(variable_writes(view_a.graph, result.name)),
+            # a weight's value is loaded, never computed: its difference is no kernel's (on both sides: B
+            # may compute A's weight, a cast of it in a mixed-precision export)
+            weight=weight_of(view_a.graph, result.name) if weight_of(view_b.graph, b_name) is not None else None,
+            executed={"a": executed_form(manifests["a"], view_a.graph, result.name),
+                      "b": executed_form(manifests["b"], view_b.graph, b_name)},
+            same_settings=same_settings, same_settings_but_build=same_but_build, per_process=per_process,
+            repeat_noise=None if repeat_noise is None else repeat_noise.get(result.tensor),
+            same_op_same_settings=same_settings and not node.rewrite
+            and replayed_alone_alike(view_a.graph, view_b.graph, result.name, b_name, plans),
+            loop=loop_above(view_a.graph, result.tensor, plans["a"]),
+            rewritten=tuple(rewritten_in_replay(alignment, view_a.graph, result, plans["a"])),
+            group=group))
         for key, fetch in (("a", result.tensor), ("b", pair.b)):
             ops[key].append({"id": i, "a_tensor": result.tensor, "fetch": fetch, "feeds": plans[key]})
     feeds_dir = write_feeds(view_a.capture, ops, os.path.join(workdir, FEEDS))
-    _write_json(os.path.join(workdir, "isolation_index.json"),
-                {"capture_a": str(view_a.capture.path), "capture_b": str(view_b.capture.path), "feeds": FEEDS,
-                 "ops": index})
+    plan = IsolationPlan(str(view_a.capture.path), str(view_b.capture.path), FEEDS, tuple(planned))
+    _write_json(os.path.join(workdir, INDEX), plan.to_json())
     for key, view in (("a", view_a), ("b", view_b)):
         spec = spec_without_permissions(view.capture.manifest["spec"])  # decided by whoever runs the job
         job = {"mode": "isolate", "side": spec, "feeds_from": feeds_dir,
@@ -133,10 +132,11 @@ def isolate_origins(
         _write_json(os.path.join(workdir, f"isolation_{key}.job.json"), job)
         if _local_side(view) is not None:
             run_job(job, console=console, allow_unsafe_ops=allow_unsafe_ops[key], python=made_with(view.capture.path))
-    return evaluate(workdir)
+    return evaluate(workdir, plan)
 
 
 FEEDS = "feeds"  # in the work directory: the capture of A's tensors that the replays need
+INDEX = "isolation_index.json"  # in the work directory: the plan (IsolationPlan), for a later isolate or report
 
 
 def write_feeds(capture_a: Capture, ops: dict[str, list[dict[str, Any]]], path: str) -> str:
@@ -211,24 +211,35 @@ def _mark_unanswered(job: dict[str, Any], reason: str) -> None:
             record_failure(job["out_dir"], op["id"], reason)
 
 
-def evaluate(workdir: str) -> dict[str, IsolationResult]:
-    """Judge every planned origin from the replays present in ``workdir``."""
-    index = loads(Path(workdir, "isolation_index.json").read_text(encoding="utf-8"))
-    capture_a = Capture.open(_capture_a_path(workdir, index))
-    capture_b = _open_optional(_capture_path(workdir, index.get("capture_b"), "b"))
+def read_plan(workdir: str) -> IsolationPlan:
+    """The plan a compare wrote in ``workdir`` (perhaps received from elsewhere: checked field by field)."""
+    path = Path(workdir, INDEX)
+    try:
+        doc = loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise TftraceError(f"cannot read {path}: {exc}", RECEIVED_FIX) from exc
+    return IsolationPlan.from_json(doc, str(path))
+
+
+def evaluate(workdir: str, plan: IsolationPlan | None = None) -> dict[str, IsolationResult]:
+    """Judge every planned origin from the replays present in ``workdir``; ``plan``: the one this
+    process made (None: read the one written there)."""
+    plan = plan if plan is not None else read_plan(workdir)
+    capture_a = Capture.open(_capture_a_path(workdir, plan))
+    capture_b = _open_optional(_capture_path(workdir, plan.capture_b, "b"))
     results = {}
-    for op in index["ops"]:
+    for op in plan.origins:
         out_dirs = {k: os.path.join(workdir, f"isolation_{k}") for k in ("a", "b")}
-        failed = {k: reason for k, out in out_dirs.items() if (reason := failure(out, op["id"])) is not None}
+        failed = {k: reason for k, out in out_dirs.items() if (reason := failure(out, op.id)) is not None}
         if failed:
-            results[op["node"]] = IsolationResult(
+            results[op.node] = IsolationResult(
                 "not_replayed", detail="; ".join(f"side {k.upper()}'s replay failed: {why}" for k, why in failed.items()))
             continue
-        replays = {k: Path(replay_path(out, op["id"])) for k, out in out_dirs.items()}
+        replays = {k: Path(replay_path(out, op.id)) for k, out in out_dirs.items()}
         missing = [k for k, path in replays.items() if not path.exists()]
         if missing:
             report_dir = os.path.dirname(os.path.abspath(workdir.rstrip("/")))
-            results[op["node"]] = IsolationResult(
+            results[op.node] = IsolationResult(
                 "not_run",
                 detail=(f"side {', '.join(m.upper() for m in missing)} was captured from a model that is not on this "
                         "machine; run the command where it is, then `tftrace report` shows the result"),
@@ -237,7 +248,7 @@ def evaluate(workdir: str) -> dict[str, IsolationResult]:
             )
             continue
         ra, rb = np.load(replays["a"]), np.load(replays["b"])
-        results[op["node"]] = judge(ra, rb, op, capture_a, capture_b)
+        results[op.node] = judge(ra, rb, op, capture_a, capture_b)
     return results
 
 
@@ -280,14 +291,13 @@ def _local_side(view: CaptureView) -> Side | None:
     return None
 
 
-def _capture_a_path(workdir: str, index: dict[str, Any]) -> str:
+def _capture_a_path(workdir: str, plan: IsolationPlan) -> str:
     """Where the replays' A tensors are: the report's own copy of them (``work/feeds``, found
     relative to wherever the report directory was copied), or, for a report made before it
     carried them, A's capture where it was recorded or inside the report directory."""
-    feeds = index.get("feeds")
-    if isinstance(feeds, str) and feeds == FEEDS:  # never a path taken from the file: it may come from anyone
+    if plan.feeds == FEEDS:  # never a path taken from the file: it may come from anyone
         return os.path.join(workdir, FEEDS)
-    recorded = str(index.get("capture_a", ""))
+    recorded = plan.capture_a
     moved = os.path.join(os.path.dirname(os.path.abspath(workdir.rstrip("/"))), "captures", "a")
     return recorded if recorded and os.path.isdir(recorded) else moved
 
@@ -327,8 +337,8 @@ def isolate_remote(model: str, report_dir: str, side_key: str | None = None, con
     if not jobs[side_key].exists():
         raise TftraceError(f"{report_dir} has no isolation job for side {side_key.upper()}", "choose --side a or b")
     job = loads(jobs[side_key].read_text(encoding="utf-8"))
-    index = loads(Path(workdir, "isolation_index.json").read_text(encoding="utf-8"))
-    job["feeds_from"] = _capture_a_path(workdir, index)
+    plan = read_plan(workdir)
+    job["feeds_from"] = _capture_a_path(workdir, plan)
     if not os.path.isdir(job["feeds_from"]):
         raise TftraceError(
             f"{report_dir} does not hold the A tensors its replays are fed (no {job['feeds_from']})",
@@ -337,4 +347,4 @@ def isolate_remote(model: str, report_dir: str, side_key: str | None = None, con
     job["out_dir"] = os.path.join(workdir, f"isolation_{side_key}")
     run_job(job, console=console, artifact_path=model, allow_unsafe_ops=allow_unsafe_ops, max_memory=max_memory,
             python=python)
-    return evaluate(workdir)
+    return evaluate(workdir, plan)

@@ -42,6 +42,7 @@ import numpy as np
 from ..captures.inputs import same_rows
 from ..diff.kinds import kind_of
 from ..metrics import compare_arrays
+from .isolation_plan import PlannedOrigin
 from ..text import count
 from ..opgraph import OpGraph, tensor_op
 from ..optypes import loop_result
@@ -110,17 +111,16 @@ def _run_to_run(capture: Any, tensor: str, replay: np.ndarray) -> float | None:
     return 0.0 if m.identical else m.max_abs
 
 
-def judge(ra: np.ndarray, rb: np.ndarray, op: dict[str, Any], capture_a: Any, capture_b: Any = None) -> IsolationResult:
+def judge(ra: np.ndarray, rb: np.ndarray, op: PlannedOrigin, capture_a: Any, capture_b: Any = None) -> IsolationResult:
     """The verdict on one origin from its replays ``ra``/``rb`` and the sides' captures.
 
-    ``op`` is the origin's entry in ``isolation_index.json``: besides names and op types it may
-    hold ``executed`` (each side's :func:`executed_form`), ``repeat_noise`` (what ``--repeat``
-    measured on the tensor; absent: no repeat ran), ``per_process`` (the sides for which
-    :func:`per_process_nondeterminism` holds), ``same_settings``, and ``weight`` (the variable or
-    constant the origin is or reads, with ``reads_variable`` for a variable; absent: it computes).
-    Reports written before those were recorded are judged without them.
+    ``op`` is the origin as isolation planned it (:class:`~.isolation_plan.PlannedOrigin`): besides
+    names and op types, how each side executed it, what ``--repeat`` measured on its tensor, the
+    sides whose kernels may change per process, whether the sides ran alike, and the weight it
+    is or reads. A plan read from a report made before some of those were recorded holds the
+    defaults that judge it without them.
     """
-    if op.get("weight") and ra.shape != rb.shape:
+    if op.weight and ra.shape != rb.shape:
         return IsolationResult("weights_differ", detail=f"{_weight_words(op)} have different shapes: {ra.shape} vs "
                                                         f"{rb.shape}; nothing computes them, so no kernel differs")
     if ra.shape != rb.shape and ra.shape[:1] == rb.shape[:1] and same_rows(ra.shape[1:], rb.shape[1:]):
@@ -128,9 +128,9 @@ def judge(ra: np.ndarray, rb: np.ndarray, op: dict[str, Any], capture_a: Any, ca
     if ra.shape != rb.shape:
         return IsolationResult("own_error", detail=f"replayed shapes differ: {ra.shape} vs {rb.shape}")
     m = compare_arrays(ra, rb)
-    moved = {"A": _run_to_run(capture_a, op["a_tensor"], ra)}
-    if op.get("inputs_identical"):
-        moved["B"] = _run_to_run(capture_b, op["b_tensor"], rb)
+    moved = {"A": _run_to_run(capture_a, op.a_tensor, ra)}
+    if op.inputs_identical:
+        moved["B"] = _run_to_run(capture_b, op.b_tensor, rb)
     measured = {side: v for side, v in moved.items() if v is not None}
     replay_noise = max(measured.values()) if measured else None
     noisy = [side for side, v in measured.items() if v > 0]
@@ -139,30 +139,30 @@ def judge(ra: np.ndarray, rb: np.ndarray, op: dict[str, Any], capture_a: Any, ca
 
     def result(verdict: str, detail: str, **extra: Any) -> IsolationResult:  # with the replays' metrics and noise
         return IsolationResult(verdict, m.max_abs, m.max_rel, detail, noise_max_abs=replay_noise,
-                               rel_l2=m.rel_l2 if m.kind == "float" else None, loop=op.get("loop"),
-                               rewritten=op.get("rewritten") or None,
+                               rel_l2=m.rel_l2 if m.kind == "float" else None, loop=op.loop,
+                               rewritten=[dict(r) for r in op.rewritten] or None,
                                replay_moved=[side.lower() for side in noisy] or None, **extra)
 
-    if op.get("writes") and m.identical and noisy:
-        return result("state", _state_detail(op["writes"], moved_text), writes=list(op["writes"]))
-    if op.get("reads_variable") and noisy:
+    if op.writes and m.identical and noisy:
+        return result("state", _state_detail(list(op.writes), moved_text), writes=list(op.writes))
+    if op.reads_variable and noisy:
         return result(
             "nondeterministic",
             f"the variable's value changes from one load of the model to the next ({moved_text}): it is set when the "
             "model loads (an initialiser that runs at load time, e.g. for a variable the checkpoint does not hold), "
             "not computed by a kernel and not changed by an export", load_state=True)
-    if op.get("weight") and not m.identical:
+    if op.weight and not m.identical:
         rel_l2 = f", rel L2 {m.rel_l2:.3g}" if m.kind == "float" else ""
         return result("weights_differ", f"{_weight_words(op)} differ by up to {m.max_abs:.3g} (rel {m.max_rel:.3g}"
                                         f"{rel_l2}); nothing computes them, so no kernel differs: the two artifacts "
                                         "hold different weights")
-    repeat_noise = op.get("repeat_noise")  # what --repeat measured on this tensor; None: not measured
-    per_process = [side for side in noisy if side.lower() in (op.get("per_process") or [])]
+    repeat_noise = op.repeat_noise  # what --repeat measured on this tensor; None: not measured
+    per_process = [side for side in noisy if side.lower() in op.per_process]
     noise_is_shown = bool(repeat_noise) or bool(per_process)
     if m.identical and noisy:
         verdict, detail, extra = _agreeing_yet_moved(op, moved_text, repeat_noise, per_process)
         return result(verdict, detail, **extra)
-    if m.identical and op.get("inputs_identical"):
+    if m.identical and op.inputs_identical:
         return result("not_reproduced", "the captured runs differ here although this op's inputs were bitwise "
                                         "identical, yet its replays on those inputs agree bit for bit: the "
                                         "difference came from the runs, not from this op's kernel (run-to-run "
@@ -174,7 +174,7 @@ def judge(ra: np.ndarray, rb: np.ndarray, op: dict[str, Any], capture_a: Any, ca
     return result(*_differing(op, m, moved_text if noisy else "", noise_is_shown, replay_noise))
 
 
-def _agreeing_yet_moved(op: dict[str, Any], moved_text: str, repeat_noise: float | None,
+def _agreeing_yet_moved(op: PlannedOrigin, moved_text: str, repeat_noise: float | None,
                         per_process: list[str]) -> tuple[str, str, dict[str, Any]]:
     """Both sides' replays agree bit for bit, and a side's replay differs from its own capture:
     a rewrite at run time, run-to-run noise where it was measured, or, without a measurement, not
@@ -183,7 +183,7 @@ def _agreeing_yet_moved(op: dict[str, Any], moved_text: str, repeat_noise: float
     if rewritten:
         return ("run_time_rewrite", f"{rewritten}; {moved_text}, while both sides' replays agree bit for bit: the "
                                     "rewrite made the difference, not the op's kernel and not run-to-run noise",
-                {"executed": op.get("executed")})
+                {"executed": dict(op.executed)})
     if repeat_noise:
         return ("nondeterministic", f"replayed alone on identical inputs, both sides compute the same result, and the "
                                     f"op's result changes from run to run: `--repeat` measured up to "
@@ -203,14 +203,14 @@ def _agreeing_yet_moved(op: dict[str, Any], moved_text: str, repeat_noise: float
                               "tells which", {})
 
 
-def _differing(op: dict[str, Any], m: Any, moved_text: str, noise_is_shown: bool,
+def _differing(op: PlannedOrigin, m: Any, moved_text: str, noise_is_shown: bool,
                replay_noise: float | None) -> tuple[str, str]:
     """The replays differ given identical inputs: run-to-run noise where the same op with the same
     settings did it or a measured noise covers it, else the op's own error. ``moved_text`` says which
     side's replay moved from its capture ("" where none did)."""
-    if op.get("same_op_same_settings"):
+    if op.same_op_same_settings:
         return ("nondeterministic",
-                f"the same {op.get('a_op') or 'op'} with the same settings on identical inputs gives results that "
+                f"the same {op.a_op or 'op'} with the same settings on identical inputs gives results that "
                 f"differ by up to {m.max_abs:.3g} between processes: only run-to-run nondeterminism does that"
                 + (f" ({moved_text})" if moved_text else ""))
     if noise_is_shown and replay_noise and m.max_abs <= replay_noise:
@@ -233,27 +233,25 @@ def _state_detail(writes: list[str], moved_text: str) -> str:
             "other inputs, before the ones captured). No kernel, input or export makes this difference")
 
 
-def _weight_words(op: dict[str, Any]) -> str:
+def _weight_words(op: PlannedOrigin) -> str:
     """What the two sides hold for a weight origin, in words: the variable's loaded values (read
     by this op, where the origin is its read) or the constant's values."""
-    weight = str(op.get("weight"))
-    read = "" if weight == tensor_op(op["a_tensor"]) else ", which this op reads,"
-    if op.get("reads_variable"):
+    weight = str(op.weight)
+    read = "" if weight == tensor_op(op.a_tensor) else ", which this op reads,"
+    if op.reads_variable:
         return f"the values A and B load into the variable `{weight}`{read}"
     return f"the values A's and B's graphs hold in the constant `{weight}`{read}"
 
 
-def _rewritten_at_run_time(op: dict[str, Any]) -> str:
+def _rewritten_at_run_time(op: PlannedOrigin) -> str:
     """The sentence saying how the two runs executed the op differently, or "" when they did
     not, or when the sides ran with different settings (then different kernels are the
     settings' doing: oneDNN on one side only, CPU against GPU). Sides that differ only in their
     TensorFlow build (``--python``) are judged alike: replayed alone each build computes the same,
     so the different kernels are a rewrite when the graph ran, of the builds' Grappler or of the
     graphs' difference, which :func:`tracer.causes.explain_comparison` tells apart."""
-    forms = op.get("executed") or {}
-    a, b = forms.get("a"), forms.get("b")
-    alike = op.get("same_settings_but_build", op.get("same_settings"))  # (an index written before it)
-    if not alike or not a or not b or a == b:
+    a, b = op.executed.get("a"), op.executed.get("b")
+    if not op.alike_but_build or not a or not b or a == b:
         return ""
     def ran(form: list[str]) -> str:
         return " + ".join(form) if len(form) > 1 else form[0]
@@ -261,24 +259,24 @@ def _rewritten_at_run_time(op: dict[str, Any]) -> str:
             "(a Grappler rewrite at run time; `--grappler remapping=off` on both sides is the first experiment)")
 
 
-def _b_computation(op: dict[str, Any]) -> str:
+def _b_computation(op: PlannedOrigin) -> str:
     """What differs: B's kernel for the same op, or what an export rewrite put in its place
     (e.g. A's MatMul is B's Cast back from a bfloat16 MatMul: B's replay runs all of it)."""
-    a_op = op.get("a_op")  # (absent from the index of a report made before it was recorded)
-    group = op.get("group")
+    a_op, b_op = op.a_op, op.b_op  # a_op: None in the plan of a report made before it was recorded
+    group = op.group
     if group:
         what = getattr(kind_of(group["kind"]), "group", None) or "fused op"
         inputs = ", ".join(f"`{t}`" for t in group.get("a_inputs", [])) or "the same inputs"
-        return (f"B's {what} (`{tensor_op(op['b_tensor'])}`, {op['b_op']}, with the ops between it and its inputs) "
+        return (f"B's {what} (`{tensor_op(op.b_tensor)}`, {op.b_op}, with the ops between it and its inputs) "
                 f"differs from A's {a_op} and the {count(len(group['a_members']), 'op')} {what.split()[0]} into it "
                 f"(from `{group['a_members'][0]}`), both replayed whole from the group's inputs ({inputs})")
-    if loop_result(a_op or "") and op["b_op"] == a_op:
+    if loop_result(a_op or "") and op.b_op == a_op:
         return (f"B's while loop {loop_result(a_op)} (replayed whole: a session cannot fetch the ops inside a loop) "
                 "differs from A's")
-    if op.get("loop") and a_op in (None, op["b_op"]):
-        return (f"B's {op['b_op']}, with the while loop above it (ending at `{op['loop']}`, replayed whole: a session "
+    if op.loop and a_op in (None, op.b_op):
+        return (f"B's {op.b_op}, with the while loop above it (ending at `{op.loop}`, replayed whole: a session "
                 "cannot fetch the ops inside a loop, and nothing between them was compared), differs from A's")
-    if a_op in (None, op["b_op"]):
-        return f"B's {op['b_op']} kernel differs from A's"
-    return (f"B's replacement for it (`{tensor_op(op['b_tensor'])}`, {op['b_op']}, with the ops between it and "
+    if a_op in (None, op.b_op):
+        return f"B's {op.b_op} kernel differs from A's"
+    return (f"B's replacement for it (`{tensor_op(op.b_tensor)}`, {op.b_op}, with the ops between it and "
             f"those inputs) differs from A's {a_op}")
