@@ -69,7 +69,17 @@
   function prose(tag, cls, text) {
     var e = el(tag, cls), parts = String(text).split("`");
     if (parts.length % 2 === 0) { e.textContent = String(text); return e; }
-    parts.forEach(function (part, k) { if (part) e.append(k % 2 ? el("code", null, part) : document.createTextNode(part)); });
+    parts.forEach(function (part, k) { if (part) e.append(k % 2 ? breakable("code", null, part) : document.createTextNode(part)); });
+    return e;
+  }
+  /* A name as text with a break opportunity after each "/" and "_" (the page's CSS breaks a
+     name only there, never a character at a time). */
+  function breakable(tag, cls, text) {
+    var e = el(tag, cls);
+    String(text).split(/(?<=[\/_])/).forEach(function (part, k) {
+      if (k) e.append(document.createElement("wbr"));
+      e.append(document.createTextNode(part));
+    });
     return e;
   }
   function shortName(name) {
@@ -388,7 +398,7 @@
   function openDetails(i) {
     var n = nodes[i], name = names[i];
     body.replaceChildren();
-    body.append(el("h2", null, clip(shortName(name), 200)), el("div", "fullname", name));
+    body.append(el("h2", null, clip(shortName(name), 200)), breakable("div", "fullname", name));
     var row = el("div", "row");
     row.append(chip(statusOf(i)), el("span", "optype", n.op || "?"));
     if (n.rewrite) row.append(chip("rewritten", "rewrite: " + n.rewrite));
@@ -492,7 +502,7 @@
   function openScope(k) {
     var s = P.scopes[k];
     body.replaceChildren();
-    body.append(el("h2", null, clip(shortName(s.key), 200)), el("div", "fullname", s.key));
+    body.append(el("h2", null, clip(shortName(s.key), 200)), breakable("div", "fullname", s.key));
     var row = el("div", "row");
     row.append(chip(s.worst, "worst: " + (P.labels[s.worst] || s.worst)), el("span", "muted", s.members.length + " ops · max rel " + fmt(s.max_rel)));
     body.append(row);
@@ -620,7 +630,7 @@
     var tr = el("tr");
     tr.dataset.row = String(r.i);
     if (r.i === selected) tr.className = "selected";
-    var name = el("td", "mono", clip(r.name, 140));
+    var name = breakable("td", "mono", clip(r.name, 140));
     name.title = r.name;
     var st = el("td");
     st.append(chip(r.status));

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib.resources
 import json
+import re
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
@@ -87,6 +88,7 @@ def _environment() -> jinja2.Environment:
     # Lenient on purpose: a field missing from an older report shows as "—", not a failed render.
     env.filters["fmt"] = lambda value, digits=3: fmt(None if isinstance(value, jinja2.Undefined) else value, digits)
     env.filters["inline_code"] = inline_code
+    env.filters["breakable"] = breakable
     env.filters["verdict_label"] = verdict_label  # the registry's words (tracer.comparison.statuses)
     env.filters["isolation_label"] = isolation_label
     return env
@@ -110,11 +112,23 @@ def script_json(value: Any) -> Markup:
 
 
 def inline_code(sentence: Any) -> Markup:
-    """A sentence whose `backticked` parts are code, escaped part by part (never trusted HTML)."""
+    """A sentence whose `backticked` parts are code, escaped part by part (never trusted HTML); the
+    code parts are names, which may break at their separators (:func:`breakable`)."""
     parts = str(sentence).split("`")
     if len(parts) % 2 == 0:  # unbalanced backticks: show the text as it is
         return Markup(escape(str(sentence)))
-    return Markup("").join(Markup("<code>{}</code>").format(p) if k % 2 else escape(p) for k, p in enumerate(parts))
+    return Markup("").join(Markup("<code>{}</code>").format(breakable(p)) if k % 2 else escape(p)
+                           for k, p in enumerate(parts))
+
+
+_SEPARATOR = re.compile(r"([/_])")
+
+
+def breakable(name: Any) -> Markup:
+    """A name escaped, with a line-break opportunity (``<wbr>``) after each ``/`` and ``_``: in a
+    narrow column ``block1/bn/FusedBatchNormV3`` wraps as ``block1/bn/`` + ``FusedBatchNormV3``,
+    where the page's CSS would otherwise have to break it anywhere, a character at a time."""
+    return Markup(_SEPARATOR.sub(r"\1<wbr>", str(escape("" if name is None else name))))
 
 
 def _status_css() -> str:
