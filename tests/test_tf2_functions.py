@@ -118,3 +118,16 @@ def test_a_signature_that_captures_a_table_is_loaded_whole(tmp_path: Path) -> No
     artifact = load(ArtifactRef(str(path)))
     assert [sorted(keys.tolist()) for keys, _ in artifact.table_values.values()] == [[b"a", b"b", b"c"]]
     assert [float(v) for v in artifact.variable_values.values()] == [2.0]
+
+
+def test_a_tensorflow_whose_internals_refuse_the_shortcut_gets_the_whole_load(models: dict[str, Path],
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    path = models["detector_tf2"]
+    meta, _ = _meta_graph(ArtifactRef(str(path)), str(path))
+
+    def refused(*args: Any) -> Any:
+        raise TypeError("load_function_def_library() got an unexpected keyword argument")
+
+    monkeypatch.setattr(tf2_functions, "_load_alone", refused)
+    assert tf2_functions.signature_function(str(path), meta, "serving_default") is None
+    assert len(load(ArtifactRef(str(path))).variable_values) == 26  # loaded whole, as TensorFlow loads it

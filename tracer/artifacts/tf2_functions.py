@@ -54,10 +54,10 @@ def signature_function(directory: str, meta: Any, key: str) -> tuple[Any, dict[s
     values = _checkpoint_values(directory, objects, bound)
     if values is None:
         return None
-    from tensorflow.python.saved_model import function_deserialization  # noqa: PLC0415
-
-    library = _reached_library(meta.graph_def.library, name)
-    function = function_deserialization.load_function_def_library(library, objects)[name]
+    try:
+        function = _load_alone(meta.graph_def.library, objects, name)
+    except Exception:  # noqa: BLE001 - a TensorFlow (another release) whose internals differ: the whole load serves
+        return None
     placeholders = function.inputs[len(function.inputs) - len(bound):] if bound else []
     variables = {}
     for placeholder, node_id in zip(placeholders, bound):
@@ -65,6 +65,15 @@ def signature_function(directory: str, meta: Any, key: str) -> tuple[Any, dict[s
         variables[placeholder.op.name] = CapturedVariable(
             saved.name.split(":")[0], tf().as_dtype(saved.dtype), values[node_id])
     return function, variables
+
+
+def _load_alone(library: Any, objects: Any, name: str) -> Any:
+    """Function ``name`` as a ConcreteFunction, with only the part of ``library`` it reaches.
+    ``load_function_def_library`` is TensorFlow's internal step of ``tf.saved_model.load`` that
+    recreates functions (without their captures, which the caller binds)."""
+    from tensorflow.python.saved_model import function_deserialization  # noqa: PLC0415
+
+    return function_deserialization.load_function_def_library(_reached_library(library, name), objects)[name]
 
 
 def _signature_function_name(objects: Any, key: str) -> str | None:
