@@ -130,8 +130,9 @@ def _print_report_size(console: Console, result: Any) -> None:
         what = "what the report and tftrace isolate --from need"
     else:
         what = "what the report and tftrace isolate --from need; --keep-captures keeps the captures too"
-    console.print(f"Report directory: {out} ({directory_size(out) / 1e6:.1f} MB: {what})", highlight=False,
-                  markup=False)
+    from .report.terminal import say  # noqa: PLC0415
+
+    say(console, f"Report directory: {out} ({directory_size(out) / 1e6:.1f} MB: {what})")
 
 
 def _cmd_report(args: argparse.Namespace, console: Console) -> int:

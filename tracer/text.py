@@ -15,9 +15,10 @@ report.json keeps the exact strings (JSON escapes control characters itself).
 from __future__ import annotations
 
 import re
+import textwrap
 from typing import Any
 
-__all__ = ["printable", "printable_tree", "count"]
+__all__ = ["printable", "printable_tree", "count", "wrapped"]
 
 _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 _CONTROL_AND_LAYOUT = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
@@ -53,3 +54,25 @@ def printable_tree(value: Any) -> Any:
 def count(n: int, noun: str, plural: str | None = None) -> str:
     """``1 op``, ``6 ops``, ``2 origins``: a number and its noun as a sentence says them, never ``op(s)``."""
     return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
+
+
+_LABEL = re.compile(r"( *)(\d+\. |[A-Z]: |why: |noise: |- )?")
+
+
+def wrapped(text: str, width: int) -> str:
+    """``text`` wrapped to ``width`` columns as a reader follows it in a terminal or a CI log.
+
+    Left to rich, an 80-column terminal got continuation lines from column 0, each broken line
+    ending in a space, and a name longer than what was left of a line cut in two. Here a line
+    breaks only at a space (never inside ``block1/conv/Conv2D`` or at its hyphens: a name longer
+    than the width runs past it whole), carries no trailing space, and continues under its text:
+    past a label (``  1. ``, ``  A: ``, ``why: ``), else two columns in from where the line starts.
+    """
+    lines = []
+    for line in text.split("\n"):
+        label = _LABEL.match(line)
+        hang = len(label.group(0)) if label and label.group(2) else len(label.group(1) if label else "") + 2
+        wrapper = textwrap.TextWrapper(width=max(width, hang + 20), subsequent_indent=" " * hang,
+                                       break_long_words=False, break_on_hyphens=False)
+        lines += wrapper.wrap(line) or [""]
+    return "\n".join(lines)

@@ -14,15 +14,20 @@ by the terminal, report.md and report.html, so every renderer and the API say th
 4. ``unobserved`` — a difference only the plain runs show.
 
 Built from the report dict alone, so a report written by an older tftrace renders too.
+
+Beside the headline, the Reproduce block's command and what decided its numbers
+(:func:`reproduce_command`, :func:`reproduce_facts`): the terminal and report.md say the same.
 """
 
 from __future__ import annotations
 
+import os
+import shlex
 from typing import Any
 
 from .numbers import fmt
 
-__all__ = ["headline", "headline_texts"]
+__all__ = ["headline", "headline_texts", "reproduce_command", "reproduce_facts"]
 
 
 def headline_texts(report: dict[str, Any]) -> list[str]:
@@ -180,3 +185,97 @@ def _inside(report: dict[str, Any]) -> str:
         return f"Inside, the numbers differ beyond tolerance from {start} on ({extent})."
     return (f"Inside, the numbers differ beyond tolerance from {start} on ({extent}){heals}: the outputs decide "
             "the verdict (--intermediates-decide lets the intermediates decide too).")
+
+
+def _argv(report: dict[str, Any]) -> list[str]:
+    """The recorded command's words; none when there is none or it does not parse."""
+    try:
+        return shlex.split(str(report.get("command") or ""))
+    except ValueError:
+        return []
+
+
+def _onednn(side: dict[str, Any]) -> tuple[str, str] | None:
+    """A side's oneDNN setting as it ran (``on``/``off``) and what decided it; None where the report
+    does not say (an older report, a side whose fingerprint lacks it)."""
+    set_to = str((side.get("knobs") or {}).get("onednn") or "default")
+    env = (side.get("environment") or {}).get("onednn") or {}
+    if set_to in ("on", "off"):
+        return set_to, "set"
+    if not isinstance(env, dict) or not isinstance(env.get("enabled"), bool):
+        return None
+    state = "on" if env["enabled"] else "off"
+    variable = env.get("TF_ENABLE_ONEDNN_OPTS")
+    return state, (f"set by TF_ENABLE_ONEDNN_OPTS={variable} in the environment" if variable not in (None, "")
+                   else "this CPU's default, TF_ENABLE_ONEDNN_OPTS unset")
+
+
+def _from_capture(report: dict[str, Any], key: str, argv: list[str]) -> bool:
+    """Whether side ``key`` was given as a capture directory: its settings were fixed when it was captured."""
+    positional = [word for word in argv[2:] if not word.startswith("-")]
+    given = positional[0 if key == "a" else 1] if len(positional) > 1 else ""
+    capture = str(((report.get("sides") or {}).get(key) or {}).get("capture_dir") or "")
+    return bool(given and capture) and os.path.normpath(given) == os.path.normpath(capture)
+
+
+def _onednn_pins(report: dict[str, Any], argv: list[str]) -> list[str]:
+    """The options that pin each side's oneDNN setting as it ran where the command left it to the
+    CPU or the environment: oneDNN's default differs between CPUs, so without them the command
+    computes other numbers on another machine."""
+    sides = report.get("sides") or {}
+    loose = {key: state for key in ("a", "b")
+             if (state := _onednn(sides.get(key) or {})) and state[1] != "set" and not _from_capture(report, key, argv)}
+    if not loose:
+        return []
+    per_side = len(loose) < 2 or len({state for state, _ in loose.values()}) > 1 or any(
+        word.startswith(("--a-onednn", "--b-onednn")) for word in argv)
+    if not per_side:
+        return ["--onednn", next(iter(loose.values()))[0]]
+    return [word for key, (state, _) in loose.items() for word in (f"--{key}-onednn", state)]
+
+
+def reproduce_command(report: dict[str, Any]) -> str:
+    """The recorded command as it reproduces the report: oneDNN pinned as it ran, and ``--force``
+    (the report it printed is in the ``--out`` it names, which a second run otherwise refuses)."""
+    argv = _argv(report)
+    if len(argv) < 2 or argv[1] != "compare":
+        return str(report.get("command") or "")
+    extra = _onednn_pins(report, argv) + ([] if "--force" in argv else ["--force"])
+    return " ".join(shlex.quote(word) for word in argv + extra)
+
+
+def _inputs_file(argv: list[str]) -> str:
+    for i, word in enumerate(argv):
+        if word == "--inputs" and i + 1 < len(argv):
+            return argv[i + 1]
+        if word.startswith("--inputs="):
+            return word.split("=", 1)[1]
+    return ""
+
+
+def reproduce_facts(report: dict[str, Any]) -> list[str]:
+    """What decided the numbers, said under the command: each side's oneDNN setting and what set
+    it, and where the inputs come from (a file the command needs, or the seed it generates from)."""
+    sides = report.get("sides") or {}
+    argv = _argv(report)
+    facts = []
+    states = {key: state for key in ("a", "b") if (state := _onednn(sides.get(key) or {}))}
+    pins = " ".join(_onednn_pins(report, argv))
+    pinned = f"; the command pins it with `{pins}`, as oneDNN's default depends on the CPU" if pins else ""
+    said = {key: (state, "set by the command" if how == "set" else how) for key, (state, how) in states.items()}
+    if len(said) == 2 and said["a"] == said["b"]:
+        facts.append(f"oneDNN: {said['a'][0]} on both sides ({said['a'][1]}){pinned}.")
+    elif said:
+        facts.append("oneDNN: " + ", ".join(f"{state} on side {key.upper()} ({how})" for key, (state, how)
+                                            in said.items()) + f"{pinned}.")
+    examples = (sides.get("a") or {}).get("examples") or {}
+    source, digest = str(examples.get("source") or ""), str(examples.get("digest") or "")
+    how_many = f"{examples['count']} examples" if isinstance(examples.get("count"), int) else "the examples"
+    given = _inputs_file(argv)
+    if given or (source and not source.startswith("generated")):
+        fingerprint = f", sha256 {digest[:12]}" if digest else ""
+        facts.append(f"Inputs: {how_many} from the file `{given or source}`{fingerprint}; the command needs that "
+                     "file (attach it, or say where it comes from).")
+    elif source:
+        facts.append(f"Inputs: {how_many} {source}; the command generates the same ones.")
+    return facts

@@ -18,7 +18,7 @@ from ..comparison.statuses import isolation_label, verdict_label
 from ..text import printable
 from .detections_view import change_text, detection_groups, detection_headline, image_header, image_rows
 from .numbers import fmt
-from .headline import headline_texts
+from .headline import headline_texts, reproduce_command, reproduce_facts
 from .summary import (
     answers,
     diagnosis_rows,
@@ -258,10 +258,14 @@ def _observer(report: dict[str, Any]) -> list[str]:
 
 
 def _reproduce(report: dict[str, Any], has_svg: bool) -> list[str]:
-    command = str(report.get("command") or "")
+    """The command that reproduces the report, and under it what decided its numbers (oneDNN as it
+    ran, the inputs file the command reads): a reader on another CPU gets other numbers without them."""
+    command = reproduce_command(report)
     fence = "`" * max(3, max((len(m) for m in re.findall(r"`+", command)), default=0) + 1)
     out = ["### Reproduce", f"{fence}sh", command.replace("\r", ""), fence]
+    out += [f"- {_sentence(fact, 600)}" for fact in reproduce_facts(report)]
     if has_svg:
+        out += [""] if out[-1] != fence else []  # a line after a list item would continue it
         out.append("Attach `divergence.png` from the report directory for the picture of the ops around the "
                    "first divergence (an issue takes a PNG, not an SVG); open `report.html` to explore every op.")
     return out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from collections import Counter
 
 from rich.console import Console
@@ -10,21 +11,30 @@ from rich.table import Table
 
 from ..diff.kinds import display_rank
 from ..artifacts.records import USER_SIGNATURE
+from ..causes import why_shown
 from ..diff.records import GraphDiff, Rewrite
 from ..comparison.statuses import origin_isolation_words, verdict_label
-from ..text import printable, printable_tree
+from ..text import printable, printable_tree, wrapped
 from .detections_view import change_text, detection_groups, detection_headline, image_header, image_rows
 from .numbers import figure, per_key
-from .headline import headline_texts
+from .headline import headline_texts, reproduce_command, reproduce_facts
 from .summary import (side_text, first_divergences, mismatch_note, noise_lines, nonfinite_context, not_captured_text,
                       moving_average_text, observed_beside, outputs_not_compared, relative_text,
                       tensorflow_builds, changed_weights)
 
-__all__ = ["print_graph_diff", "print_comparison"]
+__all__ = ["print_graph_diff", "print_comparison", "say"]
+
+
+def say(console: Console, text: str, style: str | None = None) -> None:
+    """One line of the summary, wrapped by :func:`tracer.text.wrapped` (continuing under its text,
+    no trailing spaces, names whole) and printed as it is: no markup, no highlighting, no rewrap."""
+    console.print(wrapped(text, console.width), highlight=False, markup=False, soft_wrap=True, style=style)
+
 
 def print_graph_diff(console: Console, diff: GraphDiff, label_a: str, label_b: str) -> None:
     counts = Counter(r.kind for r in diff.rewrites)
-    console.print(f"[bold]A[/] {_shown(label_a)}\n[bold]B[/] {_shown(label_b)}", markup=True, highlight=False)
+    say(console, f"A {printable(label_a)}")
+    say(console, f"B {printable(label_b)}")
     renamed = diff.renamed()
     console.print(
         f"{diff.matched} ops matched ({len(renamed)} under another name), "
@@ -35,14 +45,14 @@ def print_graph_diff(console: Console, diff: GraphDiff, label_a: str, label_b: s
         console.print("[green]No rewrites in the inference subgraph.[/]")
         return
     summary = ", ".join(f"{counts[k]} {k}" for k in sorted(counts, key=display_rank))  # the registry's order
-    console.print(f"Rewrites: {summary}", highlight=False)
+    say(console, f"Rewrites: {summary}")
     ranked = sorted(diff.rewrites, key=lambda r: display_rank(r.kind))
     groups = _grouped(ranked)
     # one row repeats nothing: its names stay whole
     shown_rewrites = [r for _, _, members in groups[:SHOWN_ROWS] for r in members[:3]]
     scope = _common_scope([n for r in shown_rewrites for n in (*r.a_nodes, *r.b_nodes)]) if len(ranked) > 1 else ""
     if scope:
-        console.print(f"(op names below are under {_shown(scope)})", highlight=False)
+        say(console, f"(op names below are under {printable(scope)})")
 
     def unscoped(text: str) -> str:
         return text.replace(scope, "") if scope else text
@@ -59,9 +69,10 @@ def print_graph_diff(console: Console, diff: GraphDiff, label_a: str, label_b: s
     else:  # a table squeezed into 80 columns cuts the op names, which are what the reader acts on
         for kind, detail, members in groups[:SHOWN_ROWS]:
             said = f": {unscoped(detail)}" if detail else ""
+            # left to rich's wrap for now: tests/test_diff_scale.py reads these lines joined by one space
             console.print(_shown(f"{_kind_cell(kind, members)}{said}"), highlight=False)
             for rewrite in members[:3]:
-                console.print(_shown(f"    {unscoped(_member_line(rewrite))}"), highlight=False, soft_wrap=True)
+                say(console, printable(f"    {unscoped(_member_line(rewrite))}"))  # broken between names only
             if len(members) > 3:
                 console.print(f"    … and {len(members) - 3:,} more", highlight=False)
     shown = sum(len(members) for _, _, members in groups[:SHOWN_ROWS])
@@ -171,11 +182,10 @@ def _print_origins(console: Console, origins: list[dict]) -> None:
              str((origin.get("isolation") or {}).get("verdict", "—")), str(origin.get("rewrite") or ""))
             for origin in origins]
     if console.width < WIDE_TABLE_COLUMNS:
-        console.print("Top origins", highlight=False, markup=False)
+        say(console, "Top origins")
         for rank, node, op, max_abs, max_rel, rel_peak, isolation, rewrite in rows:
-            console.print(f"  {rank}. {node} ({op}): max abs {max_abs}, max rel {max_rel}, rel to peak {rel_peak}; "
-                          f"isolation {isolation}" + (f"; rewrite {rewrite}" if rewrite else ""),
-                          highlight=False, markup=False)
+            say(console, f"  {rank}. {node} ({op}): max abs {max_abs}, max rel {max_rel}, rel to peak {rel_peak}; "
+                          f"isolation {isolation}" + (f"; rewrite {rewrite}" if rewrite else ""))
         return
     table = Table(title="Top origins", title_justify="left")
     for col in ("#", "op", "type", "max abs", "max rel", "rel to peak", "isolation", "rewrite"):
@@ -200,14 +210,14 @@ def _print_outputs(console: Console, report: dict) -> None:
                      side_text(out["within_tolerance"]) if compared else "—", figure(out["max_abs"]), figure(out["max_rel"]),
                      figure(out.get("rel_to_peak")), str(nonfinite) if nonfinite else "", beside[key] or ""))
     if console.width < WIDE_TABLE_COLUMNS:
-        console.print(title, highlight=False, markup=False)
+        say(console, title)
         for key, identical, within, max_abs, max_rel, rel_peak, nonfinite, observed in rows:
             state = ("not compared" if identical == "not compared" else "identical" if identical == "yes"
                      else "within tolerance" if within == "yes" else "beyond tolerance")
             numbers = ("" if state in ("identical", "not compared")
                        else f", max abs {max_abs}, max rel {max_rel}, rel to peak {rel_peak}")
-            console.print(f"  {key}: {state}{numbers}" + (f", NaN/Inf differ in {nonfinite}" if nonfinite else "")
-                          + (f"; instrumented: {observed}" if observed else ""), highlight=False, markup=False)
+            say(console, f"  {key}: {state}{numbers}" + (f", NaN/Inf differ in {nonfinite}" if nonfinite else "")
+                          + (f"; instrumented: {observed}" if observed else ""))
         return
     table = Table(title=title, title_justify="left")
     for col in ("output", "identical", "within tol.", "max abs", "max rel", "rel to peak", "NaN/Inf differ"):
@@ -223,14 +233,45 @@ def _print_detections(console: Console, report: dict) -> None:
     """A detector's outputs compared as detections: a line per group, the images and the
     detections that changed (report.json has them all)."""
     for group in detection_groups(report):
-        console.print(f"Detections: {detection_headline(group)}", highlight=False, markup=False)
+        say(console, f"Detections: {detection_headline(group)}")
         changed = image_rows(group, only_changed=True)
         header = image_header()
         for row in changed[:10]:
-            console.print("  " + ", ".join(f"{h} {v}" for h, v in zip(header, row) if v not in ("0", "—")
-                                           or h in ("image", "matched", "A", "B")), highlight=False, markup=False)
+            say(console, "  " + ", ".join(f"{h} {v}" for h, v in zip(header, row) if v not in ("0", "—")
+                                           or h in ("image", "matched", "A", "B")))
         for change in [c for c in group.get("changes") or [] if isinstance(c, dict)][:10]:
-            console.print(f"  {change_text(change)}", highlight=False, markup=False)
+            say(console, f"  {change_text(change)}")
+
+
+def _command(console: Console, command: str) -> None:
+    """A command indented on lines of its own, broken between its words as a shell continues a
+    line (`` \\`` at the end): copied whole into a shell it runs as printed, where a line broken
+    by the terminal, or inside a quoted word, would not."""
+    try:
+        words = [shlex.quote(word) for word in shlex.split(command)]
+    except ValueError:  # a command that does not parse is shown as it was recorded
+        words = [command]
+    for i in range(len(words) - 1, 0, -1):  # an option stays on the line of its value
+        if words[i - 1].startswith("--") and "=" not in words[i - 1] and not words[i].startswith("-"):
+            words[i - 1:i + 1] = [f"{words[i - 1]} {words[i]}"]
+    lines, line = [], "  "
+    for word in words:
+        if line.strip() and len(line) + 1 + len(word) + 2 > console.width:
+            lines.append(line + " \\")
+            line = "    "
+        line += ("" if not line.strip() else " ") + word
+    console.print("\n".join([*lines, line]), highlight=False, markup=False, soft_wrap=True)
+
+
+def _print_reproduce(console: Console, report: dict) -> None:
+    """The command that reproduces the report, and what decided its numbers (as report.md says)."""
+    command = reproduce_command(report)
+    if not command:
+        return
+    say(console, "Reproduce:")
+    _command(console, command)
+    for fact in reproduce_facts(report):
+        say(console, f"  {fact}")
 
 
 VERDICT_STYLE = {"identical": "bold green", "within_tolerance": "bold yellow", "within_noise": "bold yellow",
@@ -246,19 +287,19 @@ def print_comparison(console: Console, report: dict, out_dir: object = None) -> 
     caveat = f" (but {len(missing)} of {len(report['outputs'])} outputs not compared)" if missing else ""
     console.print(f"[{VERDICT_STYLE.get(verdict, 'bold')}]{escape(verdict_label(verdict).upper())}[/]{escape(caveat)}")
     for line in headline_texts(report):  # what the verdict rests on, noise first (tracer.report.headline)
-        console.print(f"  {line}", highlight=False, markup=False)
+        say(console, f"  {line}")
     builds = tensorflow_builds(sides)  # named beside each side when they differ (--python: another release)
     for key in ("a", "b"):
         side = sides[key]
         build = f"; {builds[key]}" if builds else ""
-        console.print(f"  {key.upper()}: {side['artifact'].get('location') or side['artifact'].get('path')} "
-                      f"[{side['label']}{build}]", highlight=False, markup=False)
+        say(console, f"  {key.upper()}: {side['artifact'].get('location') or side['artifact'].get('path')} "
+                      f"[{side['label']}{build}]")
         signature = side.get("signature") if isinstance(side.get("signature"), dict) else {}
         if signature.get("borrowed_from"):
             lent = (f"the tensors named by --outputs/--input-names for {signature['borrowed_from']}"
                     if signature.get("key") == USER_SIGNATURE
                     else f"signature {signature.get('key')!r} borrowed from {signature['borrowed_from']}")
-            console.print(f"     no signature of its own: traced with {lent}", highlight=False, markup=False)
+            say(console, f"     no signature of its own: traced with {lent}")
     for title, origin in first_divergences(report):  # the same lines, in the same words, as report.md
         if origin:
             iso = origin.get("isolation") or {}
@@ -266,42 +307,40 @@ def print_comparison(console: Console, report: dict, out_dir: object = None) -> 
                                                  weights_differing=max(1, len(changed_weights(report))))
             if iso.get("verdict") == "not_replayed" and iso.get("detail") and not iso.get("load_state"):
                 verdict_iso += f" ({iso['detail']})"
-            console.print(f"{title}: {origin['node']} ({origin['op']}), max abs {figure(origin['max_abs'])}, "
-                          f"{relative_text(origin)}{mismatch_note(origin)} — {verdict_iso}", highlight=False,
-                          markup=False)
+            say(console, f"{title}: {origin['node']} ({origin['op']}), max abs {figure(origin['max_abs'])}, "
+                          f"{relative_text(origin)}{mismatch_note(origin)} — {verdict_iso}")
     origins = report.get("origins") or []
     if origins:
         _print_origins(console, origins[:8])
     _print_outputs(console, report)
     _print_detections(console, report)
     for key, why in missing.items():
-        console.print(f"[bold yellow]not compared:[/] {escape(str(key))}: {escape(str(why))}")
+        say(console, f"not compared: {key}: {why}", style="bold yellow")
     for line in noise_lines(report):
-        console.print(f"noise: {line}", highlight=False, markup=False)
+        say(console, f"noise: {line}")
     kinds = Counter(r["kind"] for r in report.get("rewrites", []))
     if kinds:
-        console.print("Rewrites: " + ", ".join(f"{n} {k}" for k, n in kinds.most_common()), highlight=False, markup=False)
+        say(console, "Rewrites: " + ", ".join(f"{n} {k}" for k, n in kinds.most_common()))
     for key in ("a", "b"):
         obs = report.get("observer_effect", {}).get(key) or {}
         if obs and not obs.get("outputs_identical", True):
             state = obs.get("stateful_ops") if obs.get("explained_by_state") else None
             why = (f" (not the observation: the graph changes its own state on every run, "
                    f"{', '.join(map(str, state[:3]))})" if state else "")
-            console.print(f"Observer effect on {key.upper()}: outputs moved by {per_key(obs.get('outputs_max_abs_diff'))}{why}",
-                          highlight=False, markup=False)
+            say(console, f"Observer effect on {key.upper()}: outputs moved by {per_key(obs.get('outputs_max_abs_diff'))}{why}")
     uncaptured = not_captured_text(report)
     if uncaptured:
-        console.print(uncaptured, highlight=False, markup=False)
+        say(console, uncaptured)
     for line in nonfinite_context(report):
-        console.print(f"Context: {line}", highlight=False, markup=False)
+        say(console, f"Context: {line}")
     for origin in origins[:1]:
         command = (origin.get("isolation") or {}).get("command")
         if command:
-            console.print(f"Isolate on the other machine: {command}", highlight=False, markup=False)
-    answers = report.get("answers") or {}
-    for line in answers.get("why", [])[:4]:
-        console.print(f"why: {line}", highlight=False, markup=False)
+            console.print(f"Isolate on the other machine: {command}", highlight=False, markup=False,
+                          soft_wrap=True)  # never wrapped: it is copied into a shell
+    for line in why_shown(report, (report.get("answers") or {}).get("why") or [])[:4]:  # the op named once
+        say(console, f"why: {line}")
+    _print_reproduce(console, report)
     if out_dir is not None:
         html = f"{out_dir}/report.html"
-        console.print(f"Report: {html}" if __import__("os").path.exists(html) else f"Report: {out_dir}/report.json",
-                      highlight=False, markup=False)
+        say(console, f"Report: {html}" if __import__("os").path.exists(html) else f"Report: {out_dir}/report.json")

@@ -1,0 +1,173 @@
+"""What the terminal and report.md say, read as the user reads them (issue 27): lines wrapped at
+80 columns under their text, the first divergence named once, the Reproduce block with what
+decided the numbers, the progress bar before it knows how many runs. TF-free: report dicts and
+rich consoles in this process (tests/test_terminal_compare.py runs the CLI)."""
+
+from __future__ import annotations
+
+import io
+import shlex
+import time
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from tracer.causes import why_shown
+from tracer.report.headline import reproduce_command, reproduce_facts
+from tracer.report.markdown import render_markdown
+from tracer.text import wrapped
+
+
+def test_a_wrapped_line_continues_under_its_text_without_trailing_spaces() -> None:
+    """Left to rich, the continuation started at column 0 and the broken line ended in a space."""
+    why = ("why: Mixed precision computes parts of the model in float16/bfloat16 [up to 0.0344 at `dense/MatMul`, "
+           "replayed alone on identical inputs]: 1 origin sits in export rewrites (cast_inserted), e.g. `dense/MatMul`.")
+    assert wrapped(why, 80).splitlines() == [
+        "why: Mixed precision computes parts of the model in float16/bfloat16 [up to",
+        "     0.0344 at `dense/MatMul`, replayed alone on identical inputs]: 1 origin",
+        "     sits in export rewrites (cast_inserted), e.g. `dense/MatMul`."]
+    origin = ("  1. dense/MatMul (MatMul): max abs 0.0344, max rel 1.26, rel to peak 0.0047; isolation own_error; "
+              "rewrite cast_inserted")
+    assert wrapped(origin, 80).splitlines() == [
+        "  1. dense/MatMul (MatMul): max abs 0.0344, max rel 1.26, rel to peak 0.0047;",
+        "     isolation own_error; rewrite cast_inserted"]
+    output = "  boxes: beyond tolerance, max abs 9.73e-05, max rel 0.00129, rel to peak 9.02e-05"
+    assert wrapped(output, 80).splitlines() == [
+        "  boxes: beyond tolerance, max abs 9.73e-05, max rel 0.00129, rel to peak",
+        "    9.02e-05"]
+
+
+def test_a_name_is_never_split_even_where_it_is_longer_than_the_line() -> None:
+    name = "StatefulPartitionedCall/functional_1/block-1/conv_with_a_long_name/BiasAdd_and_more_of_it"
+    assert wrapped(f"First divergence, bitwise and beyond tolerance: {name} (BiasAdd), max abs 0.1", 80).splitlines() \
+        == ["First divergence, bitwise and beyond tolerance:", f"  {name}", "  (BiasAdd), max abs 0.1"]
+
+
+FIRST = {"node": "dense/MatMul", "op": "MatMul"}
+
+
+def test_why_leaves_out_the_sentence_that_names_the_first_divergence_again() -> None:
+    """report.json keeps it (an API reader has no first-divergence line); the renderers show it once."""
+    report = {"first_divergence": FIRST}
+    why = ["Mixed precision computes parts of the model in float16/bfloat16 [up to 0.0344]: 1 origin sits in "
+           "export rewrites (cast_inserted), e.g. `dense/MatMul`.", "The first divergence is `dense/MatMul` (MatMul)."]
+    assert why_shown(report, why) == why[:1]
+    inline = ["No setting, batch size, graph rewrite or environment difference explains it: the origins are MatMul "
+              "ops. The first divergence is `dense/MatMul` (MatMul). Run `tftrace diagnose` to test each factor on its "
+              "own."]
+    assert why_shown(report, inline) == [
+        "No setting, batch size, graph rewrite or environment difference explains it: the origins are MatMul ops. "
+        "Run `tftrace diagnose` to test each factor on its own."]
+
+
+def test_among_several_weights_what_the_sentence_added_stays_without_repeating_it() -> None:
+    report = {"first_divergence": {"node": "w1", "op": "VariableV2", "rewrite": "const_changed"},
+              "rewrites": [{"kind": "const_changed", "a_nodes": [n]} for n in ("w1", "w2", "w3")]}
+    why = ["The two artifacts hold different weights: 3 weights differ.",
+           "The first divergence is `w1` (VariableV2): of the 3 weights that differ, the one the examples meet first."]
+    assert why_shown(report, why) == [why[0], "Of the 3 weights that differ, the examples meet `w1` first."]
+
+
+def _side(knob: str | None, variable: str | None, enabled: bool, source: str = "generated (seed 0, N(0,1) floats)",
+          capture_dir: str = "") -> dict[str, Any]:
+    return {"knobs": {"onednn": knob} if knob else {}, "capture_dir": capture_dir,
+            "environment": {"onednn": {"TF_ENABLE_ONEDNN_OPTS": variable, "default_on_this_cpu": True,
+                                       "enabled": enabled}},
+            "examples": {"count": 8, "source": source, "digest": "b4f7c0f9120925dfa0574c5b" + "0" * 40}}
+
+
+def _report(command: str, a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    return {"command": command, "verdict": "diverged", "sides": {"a": a, "b": b}}
+
+
+def _reproduce_section(report: dict[str, Any]) -> list[str]:
+    md = render_markdown(report)
+    return md[md.index("### Reproduce"):].splitlines()
+
+
+def test_reproduce_pins_onednn_where_this_cpus_default_decided_it() -> None:
+    report = _report("tftrace compare ckpt/ sm/ --out rep", _side(None, None, True), _side(None, None, True))
+    assert _reproduce_section(report) == [
+        "### Reproduce",
+        "```sh",
+        "tftrace compare ckpt/ sm/ --out rep --onednn on --force",
+        "```",
+        "- oneDNN: on on both sides (this CPU's default, TF\\_ENABLE\\_ONEDNN\\_OPTS unset); the command pins it with "
+        "`--onednn on`, as oneDNN's default depends on the CPU.",
+        "- Inputs: 8 examples generated (seed 0, N(0,1) floats); the command generates the same ones."]
+
+
+def test_reproduce_says_a_setting_the_command_made_and_one_the_environment_made() -> None:
+    report = _report("tftrace compare m/ m/ --b-onednn off --force", _side(None, "1", True), _side("off", "0", False))
+    assert reproduce_command(report) == "tftrace compare m/ m/ --b-onednn off --force --a-onednn on"
+    assert reproduce_facts(report)[0] == (
+        "oneDNN: on on side A (set by TF_ENABLE_ONEDNN_OPTS=1 in the environment), off on side B (set by the "
+        "command); the command pins it with `--a-onednn on`, as oneDNN's default depends on the CPU.")
+    both = _report("tftrace compare m/ m/ --onednn off", _side("off", "0", False), _side("off", "0", False))
+    assert reproduce_command(both) == "tftrace compare m/ m/ --onednn off --force"
+    assert reproduce_facts(both)[0] == "oneDNN: off on both sides (set by the command)."
+
+
+def test_reproduce_names_the_inputs_file_the_command_needs() -> None:
+    report = _report("tftrace compare m/ m/ --inputs 'data/my images.npz'", _side("off", "0", False, "my images.npz"),
+                     _side("off", "0", False, "inputs_from_a.npy"))
+    assert reproduce_command(report) == "tftrace compare m/ m/ --inputs 'data/my images.npz' --force"
+    assert _reproduce_section(report)[4:] == [
+        "- oneDNN: off on both sides (set by the command).",
+        "- Inputs: 8 examples from the file `data/my images.npz`, sha256 b4f7c0f91209; the command needs that file "
+        "(attach it, or say where it comes from)."]
+
+
+def test_a_capture_directory_side_is_not_pinned_its_settings_were_fixed_when_captured() -> None:
+    report = _report("tftrace compare cap_gpu sm/", _side(None, None, True, capture_dir="cap_gpu/"),
+                     _side(None, None, True))
+    assert reproduce_command(report) == "tftrace compare cap_gpu sm/ --b-onednn on --force"
+
+
+def test_the_terminal_breaks_the_reproduce_command_as_a_shell_continues_it() -> None:
+    """Within 80 columns, between words (a quoted one whole, an option beside its value), each
+    broken line ending in `` \\``: pasted into a shell it runs as printed."""
+    from tracer.report.terminal import _print_reproduce
+
+    command = ("tftrace compare sample_models/generated/detector/ckpt sample_models/generated/detector_bf16/savedmodel "
+               "--inputs 'data/my images.npz'")
+    report = _report(f"{command} --out /tmp/x", _side(None, None, True), _side(None, None, True))
+    out = io.StringIO()
+    _print_reproduce(Console(file=out, width=80), report)
+    assert out.getvalue().splitlines()[:6] == [
+        "Reproduce:",
+        "  tftrace compare sample_models/generated/detector/ckpt \\",
+        "    sample_models/generated/detector_bf16/savedmodel \\",
+        "    --inputs 'data/my images.npz' --out /tmp/x --onednn on --force",
+        "  oneDNN: on on both sides (this CPU's default, TF_ENABLE_ONEDNN_OPTS unset);",
+        "    the command pins it with `--onednn on`, as oneDNN's default depends on the"]
+    assert shlex.split(" ".join(out.getvalue().splitlines()[1:4]).replace(" \\ ", " ")) == shlex.split(
+        reproduce_command(report))
+
+
+@pytest.mark.parametrize("terminal", [True, False])
+def test_the_progress_bar_never_reads_none_runs(monkeypatch: pytest.MonkeyPatch, terminal: bool) -> None:
+    """Before the child says how many runs it makes, the bar shows its stage alone."""
+    from tracer.captures import progress_view
+
+    monkeypatch.setattr(progress_view, "PLAIN_AFTER_S", 0.0)
+    monkeypatch.setattr(progress_view, "PROGRESS_AFTER_S", 0.0)
+    monkeypatch.setattr(progress_view, "PLAIN_EVERY_S", 0.0)  # on a pipe: a line at each tick
+    out = io.StringIO()
+    view = progress_view.ProgressView(Console(file=out, force_terminal=terminal, width=80), "capture A [cpu]")
+    view.stage("loading the model")
+    time.sleep(0.2)  # the bar draws a frame
+    view.tick()
+    before = out.getvalue()
+    view.progress({"done": 0, "total": 2, "bytes": 3_000_000, "stored": 10, "tensors": 40})
+    time.sleep(0.2)
+    view.tick()
+    view.stop()
+    shown = out.getvalue()
+    assert "None" not in shown and "capture A [cpu]: loading the model" in before, repr(shown)
+    if not terminal:
+        assert shown.splitlines()[-1].startswith("capture A [cpu]: loading the model, run 1/2 · 10/40 tensors stored, "
+                                                 "3.0 MB ("), shown
+    else:
+        assert "run 1/2 · 10/40 tensors stored" in shown, repr(shown)
