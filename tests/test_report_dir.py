@@ -160,3 +160,16 @@ def test_isolate_from_a_received_report_never_writes_through_a_planted_link(mach
     assert_user_error(proc, f"{link} is a symbolic link; tftrace never writes through a link")
     assert sorted(p.relative_to(outside) for p in outside.rglob("*")) == before and link.is_symlink()
     assert not (outside / "work" / "isolation_a").exists()
+
+
+def test_a_received_report_whose_isolation_index_was_tampered_with_is_refused_naming_the_field(machines) -> None:
+    """The index travels with the report directory, from anyone: its fields are checked, not trusted."""
+    tampered = machines["root"] / "tampered"
+    shutil.copytree(machines["back"] / "report", tampered / "report")
+    index_path = tampered / "report" / "work" / "isolation_index.json"
+    index = json.loads(index_path.read_text(encoding="utf-8"))
+    index["ops"][0]["per_process"] = "a"
+    index_path.write_text(json.dumps(index), encoding="utf-8")
+    proc = run_cli("isolate", str(machines["back"] / "model"), "--from", str(tampered / "report"))
+    assert_user_error(proc, f"{index_path}, op 0's 'per_process' is not a list of strings: 'a'",
+                      "the whole report directory written by tftrace compare")
