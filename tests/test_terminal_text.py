@@ -171,3 +171,21 @@ def test_the_progress_bar_never_reads_none_runs(monkeypatch: pytest.MonkeyPatch,
                                                  "3.0 MB ("), shown
     else:
         assert "run 1/2 · 10/40 tensors stored" in shown, repr(shown)
+
+
+def test_diagnose_prints_its_answers_wrapped_under_their_bullets_without_trailing_spaces() -> None:
+    from tracer.diagnosis.cli import print_diagnosis
+
+    doc = {"experiments": [{"name": "Batch size: cpu, batch 1 vs cpu, batch 8", "skipped": "needs a GPU"}],
+           "answers": {"why": ["Shape-dependent kernel choice (GEMM blocking on CPU, cuDNN/cuBLAS algorithm per shape on "
+                               "GPU) [up to 1.2e-06]: the sides run batch 1 vs 8."]}}
+    out = io.StringIO()
+    print_diagnosis(Console(file=out, width=80), doc, "/tmp/diag")
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "tftrace diagnose"  # a table's title was padded with spaces to the table's width
+    assert lines[-7:] == [
+        "skipped (needs a GPU): Batch size: cpu, batch 1 vs cpu, batch 8", "", "Why",
+        " • Shape-dependent kernel choice (GEMM blocking on CPU, cuDNN/cuBLAS algorithm",
+        "   per shape on GPU) [up to 1.2e-06]: the sides run batch 1 vs 8.", "",
+        "diagnosis.json in /tmp/diag (no comparison ran, so there is no report.html)"]
+    assert all(line == line.rstrip() for line in lines)

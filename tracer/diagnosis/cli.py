@@ -104,8 +104,11 @@ VERDICT_COLOURS = {"identical": "green", "within_tolerance": "yellow", "within_n
 
 
 def print_diagnosis(console: Console, doc: dict[str, Any], out_dir: Any) -> None:
-    """The experiment table, the skipped ones by reason, then why / prevent / cost."""
-    table = Table(title="tftrace diagnose", title_justify="left")
+    """The experiment table, the skipped ones by reason, then why / prevent / cost (each line
+    wrapped under its text by :func:`tracer.report.terminal.say`)."""
+    from ..report.terminal import say  # noqa: PLC0415 - the parsers import this module without rich's tables
+
+    table = Table()  # its title said apart: rich pads a table's title with spaces to the table's width
     for column in ("experiment", "verdict", "max |Δ| out", "first divergence", "A ms", "B ms", "B vs A"):
         table.add_column(column, overflow="fold")
     skipped: dict[str, list[str]] = {}
@@ -126,17 +129,19 @@ def print_diagnosis(console: Console, doc: dict[str, Any], out_dir: Any) -> None
         table.add_row(exp["name"], f"[{VERDICT_COLOURS.get(verdict, 'white')}]{verdict_label(verdict)}[/]",
                       figure(exp.get("max_abs_output_diff")), where, _latency(lat.get("a"), basis),
                       _latency(lat.get("b"), basis), cost)
+    say(console, "tftrace diagnose")
     console.print(table)
     for reason, names in skipped.items():
-        console.print(f"skipped ({reason}): {', '.join(names)}", highlight=False, markup=False)
+        say(console, f"skipped ({reason}): {', '.join(names)}")
     answers = doc["answers"]
     for title, key in (("Why", "why"), ("How to prevent it", "prevent"), ("What it costs", "cost")):
         if answers.get(key):
             console.print(f"\n[bold]{title}[/bold]")
             for line in answers[key]:
-                console.print(f" • {line}", highlight=False, markup=False)
+                say(console, f" • {line}")
     if doc.get("report_experiment"):
         where = f"diagnosis.json, report.html and report.md in {out_dir} (the report shows {doc['report_experiment']})"
     else:
         where = f"diagnosis.json in {out_dir} (no comparison ran, so there is no report.html)"
-    console.print(f"\n{where}", highlight=False, markup=False)
+    console.print()
+    say(console, where)

@@ -187,7 +187,8 @@ def _print_origins(console: Console, origins: list[dict]) -> None:
             say(console, f"  {rank}. {node} ({op}): max abs {max_abs}, max rel {max_rel}, rel to peak {rel_peak}; "
                           f"isolation {isolation}" + (f"; rewrite {rewrite}" if rewrite else ""))
         return
-    table = Table(title="Top origins", title_justify="left")
+    say(console, "Top origins")  # not the table's title, which rich pads with spaces to the table's width
+    table = Table()
     for col in ("#", "op", "type", "max abs", "max rel", "rel to peak", "isolation", "rewrite"):
         table.add_column(col, overflow="fold")
     for row in rows:
@@ -219,7 +220,8 @@ def _print_outputs(console: Console, report: dict) -> None:
             say(console, f"  {key}: {state}{numbers}" + (f", NaN/Inf differ in {nonfinite}" if nonfinite else "")
                           + (f"; instrumented: {observed}" if observed else ""))
         return
-    table = Table(title=title, title_justify="left")
+    say(console, title)
+    table = Table()
     for col in ("output", "identical", "within tol.", "max abs", "max rel", "rel to peak", "NaN/Inf differ"):
         table.add_column(col, overflow="fold")
     if any(beside.values()):
