@@ -177,3 +177,53 @@ def test_one_number_reads_the_same_everywhere(browser: Any, tmp_path: Path) -> N
     assert "rel 0.0093" in label
     assert shown[ORIGIN][5] == "0.0093"
     page.close()
+
+
+def experiment(name: str, factor: str, verdict: str | None, **extra: Any) -> dict[str, Any]:
+    """One experiment of diagnosis.json as the page reads it."""
+    return {"name": name, "factor": factor, "verdict": verdict, "skipped": None, "max_abs_output_diff": 0.00375,
+            "first_divergence": None, "latency_ms": {"a": {"median": 11.1}, "b": {"median": 22.9}},
+            "cost_pct": None} | extra
+
+
+def diagnosed() -> dict[str, Any]:
+    """The planted report as ``diagnose`` writes it: three experiments run, the verified recipe among
+    them (its capture medians 13.2% apart, its combination timed at +77.0% against the base side),
+    three skipped for two reasons, and its answers."""
+    report = planted()
+    timing = {"ratio": 1.77, "cost_pct": 77.0, "interval_pct": [70.1, 85.3], "significant": True}
+    experiments = [
+        experiment("repeat_fresh_process", "repeat", "identical", max_abs_output_diff=0.0),
+        experiment("ckpt_vs_savedmodel_batch_1", "export", "diverged", cost_pct=3.1,
+                   timing={"ratio": 1.01, "cost_pct": 1.0, "interval_pct": [-3.2, 4.4], "significant": False}),
+        experiment("device", "device", None, skipped="no GPU on this machine"),
+        experiment("autotune", "autotune", None, skipped="no GPU on this machine"),
+        experiment("xla", "xla", None, skipped="`--quick`"),
+        experiment("recipe", "recipe", "identical", cost_pct=13.2, combined_cost_pct=77.0, combined_timing=timing),
+    ]
+    answers = {"why": ["The export converted `dense/MatMul` to bfloat16."],
+               "prevent": ["Export with float32 compute."],
+               "cost": ["Verified recipe (measured): float32 export — the combination costs +77.0% (95% interval "
+                        "+70.1% to +85.3%)."],
+               "source": "diagnosis"}
+    report["answers"] = answers
+    report["diagnosis"] = {"experiments": experiments, "answers": answers, "shown": "ckpt_vs_savedmodel_batch_1",
+                           "command": "tftrace diagnose model", "environment": {}}
+    return report
+
+
+def test_diagnose_page_states_its_answers_once_and_counts_what_ran(browser: Any, tmp_path: Path) -> None:
+    page = opened_page(browser, diagnosed(), tmp_path)
+    assert page.text_content("#diagnosis h1") == "Diagnosis: 3 experiments run, 3 skipped, one factor changed in each"
+    titles = page.eval_on_selector_all(".answer h3", "hs => hs.map(h => h.textContent)")
+    assert titles == ["Why it happens", "How to prevent it", "What preventing it costs"]  # once, not twice
+    rows = page.eval_on_selector_all("#diagnosis tbody tr", "trs => trs.map(tr => Array.from(tr.children).map("
+                                     "td => td.innerText.trim()))")
+    assert [r[0] for r in rows] == ["repeat_fresh_process", "ckpt_vs_savedmodel_batch_1 shown below", "recipe"]
+    assert [r[6] for r in rows] == ["—", "noise [-3, +4]", "+77.0% [+70, +85]"]  # the recipe's cost as its text says
+    assert "+77.0%" in page.text_content("#diagnosis .answer:nth-child(3)")
+    assert page.eval_on_selector_all("#diagnosis p.skipped", "ps => ps.map(p => p.innerText)") == [
+        "Skipped (no GPU on this machine): device, autotune", "Skipped (--quick): xla"]
+    assert "`" not in page.evaluate("document.body.innerText")
+    page.locator("#diagnosis").screenshot(path=str(OUTPUT / "page_diagnosis.png"))
+    page.close()

@@ -28,7 +28,7 @@ from ..optypes import loop_result
 from .headline import headline_texts
 from .dot import PROPAGATED_SHADES, STYLES, OpIndex, legend
 from .detections_view import change_text, detection_groups, detection_headline, image_header, image_rows
-from .numbers import fmt
+from .numbers import cost_cell, fmt
 from .plots import error_growth_svg, histogram_svg
 from .summary import (
     diagnosis_rows,
@@ -241,7 +241,7 @@ def build_html(report: dict[str, Any], index: OpIndex, views: list[PageView], sv
         "no_answer": {k: no_answer(k, answers(report)["source"]) for k in ("why", "prevent", "cost")},
         "answer_sections": [("why", "Why it happens")] if nothing_diverged(report) else [
             ("why", "Why it happens"), ("prevent", "How to prevent it"), ("cost", "What preventing it costs")],
-        "diagnosis_rows": diagnosis_rows(report),
+        "diagnosis": _diagnosis(report),
         "outputs": [(k, o, observed_beside(o)) for k, o in outputs.items() if isinstance(o, dict)],
         "outputs_plain": any(isinstance(o, dict) and o.get("compared_as") == "plain" for o in outputs.values()),
         "outputs_beside": any(isinstance(o, dict) and observed_beside(o) for o in outputs.values()),
@@ -277,6 +277,24 @@ def build_html(report: dict[str, Any], index: OpIndex, views: list[PageView], sv
         "first_name": headline_origin.get("node") if headline_origin else None,
     }
     return _environment().get_template("report.html.j2").render(context)
+
+
+def _diagnosis(report: dict[str, Any]) -> dict[str, Any] | None:
+    """diagnose's section: a row per experiment that ran, its cost cell by the one rule
+    (:func:`tracer.report.numbers.cost_cell`, as its answers and the terminal state it); the skipped
+    ones only as a count and, by reason, their names: a row each, counted among "N experiments",
+    once made 6 that ran read as 19."""
+    diagnosis = report.get("diagnosis")
+    if not isinstance(diagnosis, dict):
+        return None
+    experiments = [e for e in diagnosis.get("experiments") or [] if isinstance(e, dict)]
+    rows = [row | {"cost": cost_cell(exp)} for row, exp in zip(diagnosis_rows(report), experiments, strict=False)
+            if not exp.get("skipped")]
+    skipped: dict[str, list[str]] = {}
+    for exp in experiments:
+        if exp.get("skipped"):
+            skipped.setdefault(str(exp["skipped"]), []).append(str(exp.get("name") or ""))
+    return {"rows": rows, "skipped": list(skipped.items()), "skipped_count": sum(map(len, skipped.values()))}
 
 
 def _detections(report: dict[str, Any]) -> list[dict[str, Any]]:

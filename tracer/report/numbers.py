@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-__all__ = ["num", "fmt", "figure", "per_key"]
+__all__ = ["num", "fmt", "figure", "per_key", "percent", "cost_cell"]
 
 
 def num(value: Any) -> float | None:
@@ -57,3 +57,28 @@ def per_key(values: Any) -> str:
     if not isinstance(values, dict):
         return figure(values)
     return ", ".join(f"{key} {fmt(value)}" for key, value in values.items()) or "nothing"
+
+
+def percent(value: Any) -> str:
+    """A change in per cent as every text of diagnose states it: signed, one decimal (``+77.0%``)."""
+    x = num(value)
+    return "—" if x is None else f"{x:+.1f}%"
+
+
+def cost_cell(experiment: dict[str, Any]) -> str:
+    """An experiment's cost, B vs A, as the rule of :mod:`tracer.diagnosis.timing` judged it and as
+    its answers state it: a cost only where it is significant (``+77.0% [+70, +85]``), ``noise``
+    where the interleaved timings cannot tell the sides apart, ``untimed`` where no cost is claimed
+    (two captures' medians are no evidence of one). The recipe's cost is its combination against
+    the plain base side (``combined_timing``), the figure its sentence gives, never the capture
+    medians of its own pair (which once read 13.2% beside a stated +77.0%)."""
+    timing = experiment.get("timing") or experiment.get("combined_timing") or {}
+    per_example = " /ex" if experiment.get("latency_basis") == "per example" else ""
+    if isinstance(timing, dict) and "ratio" in timing and timing.get("interval_pct"):
+        low, high = (num(v) or 0.0 for v in timing["interval_pct"])
+        if timing.get("significant"):
+            return f"{percent(timing.get('cost_pct'))}{per_example} [{low:+.0f}, {high:+.0f}]"
+        return f"noise [{low:+.0f}, {high:+.0f}]{per_example}"
+    if experiment.get("name") == "repeat_fresh_process" and num(experiment.get("cost_pct")) is not None:
+        return f"±{abs(num(experiment['cost_pct']) or 0.0):.1f}% (timing noise)"  # one configuration twice
+    return "—" if experiment.get("cost_pct") is None else "untimed"
