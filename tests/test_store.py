@@ -404,3 +404,14 @@ def test_safe_filename_is_safe_and_injective(names: set[str]) -> None:
         assert "/" not in f and "\\" not in f and ".." not in f.removesuffix(".npy")
         assert not f.startswith((".", "-")) and len(f) <= 130 and f.isascii()
     assert len({f.casefold() for f in files}) == len(names)
+
+
+def test_the_typed_views_of_a_manifest_name_its_parts_and_default_what_an_older_one_lacks() -> None:
+    from tracer.captures.views import ObserverEffect, Timings  # noqa: PLC0415
+
+    old = ObserverEffect.from_json({"outputs_identical": False, "executed_ops": {"plain": {"MatMul": 2}}})
+    assert (old.outputs_identical, old.executed_ops, old.only_in_plain, old.executed_nodes_plain) == (
+        False, {"plain": {"MatMul": 2}, "instrumented": {}}, (), {})
+    timings = Timings.from_json({"plain_latency_ms": {"median": 4.0, "batch_rows": 8}, "instrumented_s": 2})
+    assert (timings.rows_per_run, timings.instrumented_s, timings.load_s) == (8, 2.0, None)
+    assert Timings.from_json({"plain_latency_ms": {"median": 4.0}}).rows_per_run == 1

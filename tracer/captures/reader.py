@@ -37,6 +37,7 @@ from ._stream import ChunkCache, TensorStream
 from ._unpack import iter_packed, read_packed
 from ._values import artifact_values
 from ._checks import validate_manifest, validate_record
+from .views import ObserverEffect, Timings
 
 __all__ = ["Capture", "MissingKey", "is_capture_dir"]
 
@@ -139,6 +140,21 @@ class Capture:
     def environment(self) -> dict[str, Any]:
         """The environment fingerprint of the process that captured this side."""
         return self.manifest.get("environment", {})
+
+    @property
+    def observer(self) -> ObserverEffect:
+        """How this side's instrumented run compared with its plain run."""
+        return ObserverEffect.from_json(self.manifest["observer_effect"])
+
+    @property
+    def timings(self) -> Timings:
+        """What this side's capture measured of its own runs."""
+        return Timings.from_json(self.manifest["timings"])
+
+    @property
+    def outputs(self) -> dict[str, str]:
+        """The signature's outputs: output key -> the tensor this side computes it as."""
+        return dict(self.manifest["graph"]["outputs"])
 
     @property
     def tensor_names(self) -> list[str]:

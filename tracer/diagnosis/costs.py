@@ -49,7 +49,7 @@ def _measure(timer: Timer, a: tuple[Run, Capture], b: tuple[Run, Capture], runs:
                                                      (run_b.key(), run_b.side, cap_b), runs)
     except TimingFailed as exc:
         return {"error": f"could not be timed: {exc}"}
-    lat_a, lat_b = (c.manifest["timings"]["plain_latency_ms"] for c in (cap_a, cap_b))
+    lat_a, lat_b = (c.timings.plain_latency_ms for c in (cap_a, cap_b))
     scale = _rows(lat_a) / _rows(lat_b) if per_row else 1.0
     timing = compare_timings(times_a, times_b, scale=scale, basis="per example" if per_row else "per run").to_json()
     return {**timing, "tensorflow": releases}  # what each timing child ran (tf_version: two releases)

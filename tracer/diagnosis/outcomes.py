@@ -89,8 +89,9 @@ def side_settings(cap: Capture) -> dict[str, Any]:
 
 
 def latency(cap: Capture) -> dict[str, Any]:
-    lat = dict(cap.manifest["timings"]["plain_latency_ms"])
-    lat["per_row_median"] = lat["median"] / max(1, int(lat.get("batch_rows") or 1))
+    timings = cap.timings
+    lat = dict(timings.plain_latency_ms)
+    lat["per_row_median"] = lat["median"] / timings.rows_per_run
     return lat
 
 
@@ -136,7 +137,7 @@ def _compare(result: dict[str, Any], p: Planned, cap_a: Capture, cap_b: Capture,
     result["discrete_changes"] = discrete_changes(report)
     result["detections"] = detections_summary(report.get("detections"))
     result["executed_ops_differ"] = executed_ops_differ(cap_a, cap_b)
-    if all(c.manifest["observer_effect"]["outputs_identical"] for c in (cap_a, cap_b)):
+    if all(c.observer.outputs_identical for c in (cap_a, cap_b)):
         return  # plain == instrumented on both sides: the captured outputs are the plain outputs
     if quick and result["verdict"] == "diverged":
         result["notes"].append("--quick: the outputs are compared as captured (instrumented); a side's plain run "
@@ -163,7 +164,7 @@ def executed_ops_differ(cap_a: Capture, cap_b: Capture) -> list[str]:
     """The op types the two plain runs executed a different number of times (kernels one side
     ran and the other did not, a fusion, a fold): the executed kernels' evidence of a rewrite
     that the static graph diff may not see. Empty when both ran the same kernels."""
-    ran = [c.manifest["observer_effect"]["executed_ops"]["plain"] for c in (cap_a, cap_b)]
+    ran = [c.observer.executed_ops["plain"] for c in (cap_a, cap_b)]
     return sorted(op for op in set(ran[0]) | set(ran[1]) if ran[0].get(op) != ran[1].get(op))
 
 
@@ -233,11 +234,11 @@ def _plain_outputs(cap_a: Capture, cap_b: Capture, work: Path, quiet: Console,
     """Each signature output as the plain run computes it, compared key by key."""
     values = []
     for name, cap in (("a", cap_a), ("b", cap_b)):
-        outputs = cap.manifest["graph"]["outputs"]
-        if cap.manifest["observer_effect"]["outputs_identical"]:
+        outputs = cap.outputs
+        if cap.observer.outputs_identical:
             values.append({k: np.asarray(cap.tensor(t)) for k, t in outputs.items()})
             continue
-        source = cap_a.manifest["graph"]["outputs"]
+        source = cap_a.outputs
         replay = replay_alone(cap, cap_a, {t: source[k] for k, t in outputs.items()}, work / name, console=quiet,
                               allow_unsafe_ops=allow)
         values.append({k: replay.values[0][t] for k, t in outputs.items()})
@@ -283,7 +284,7 @@ def _converted_ops(graph: OpGraph, *caps: Capture) -> list[str]:
     """
     down, up = set(), set()
     for cap in caps:
-        for name, op in cap.manifest["observer_effect"].get("executed_nodes_plain", {}).items():
+        for name, op in cap.observer.executed_nodes_plain.items():
             match = _AMP_CAST.match(name) if op == "Cast" else None
             if match and match["src"] in graph:
                 (up if match["to"] == "Fp32" else down).add(match["src"])
@@ -302,7 +303,7 @@ def _converted_ops(graph: OpGraph, *caps: Capture) -> list[str]:
 
 def _repeat(result: dict[str, Any], p: Planned, cap: Capture, out: Path, tolerance: Tolerance, quiet: Console,
             allow: bool) -> None:
-    outputs = cap.manifest["graph"]["outputs"]
+    outputs = cap.outputs
     replay = replay_alone(cap, cap, {t: t for t in outputs.values()}, out / "replays", repeats=p.repeats, console=quiet,
                           allow_unsafe_ops=allow)
     metrics: dict[str, TensorMetrics] = {}
@@ -346,9 +347,9 @@ def _first_moving(cap: Capture, work: Path, quiet: Console, allow: bool) -> dict
 
 def _observation(result: dict[str, Any], cap: Capture, out: Path, tolerance: Tolerance, quiet: Console,
                  allow: bool) -> None:
-    observer = cap.manifest["observer_effect"]
-    outputs = cap.manifest["graph"]["outputs"]
-    if observer["outputs_identical"]:
+    observer = cap.observer
+    outputs = cap.outputs
+    if observer.outputs_identical:
         result["verdict"], result["max_abs_output_diff"] = "identical", 0.0
         result["outputs"] = {k: 0.0 for k in outputs}
     else:
@@ -358,16 +359,14 @@ def _observation(result: dict[str, Any], cap: Capture, out: Path, tolerance: Tol
                    for k, t in outputs.items()}
         result["outputs"] = {k: m.max_abs for k, m in metrics.items()}
         result["verdict"], result["max_abs_output_diff"] = _verdict(metrics, tolerance), _max_abs(metrics)
-    changed = sorted(set(observer.get("only_in_plain", [])) | set(observer.get("only_in_instrumented", [])))
-    if changed:
-        plain_only = ", ".join(observer.get("only_in_plain", [])) or "none"
-        instrumented_only = ", ".join(observer.get("only_in_instrumented", [])) or "none"
+    if observer.only_in_plain or observer.only_in_instrumented:
+        plain_only = ", ".join(observer.only_in_plain) or "none"
+        instrumented_only = ", ".join(observer.only_in_instrumented) or "none"
         result["notes"].append(f"executed op types only in the plain run: {plain_only}; "
                                f"only in the instrumented run: {instrumented_only}")
-    timings = cap.manifest["timings"]
     plain = latency(cap)
     runs = len(cap.manifest["runs"])
-    per_run = timings["instrumented_s"] * 1000.0 / max(1, runs)
+    per_run = (cap.timings.instrumented_s or 0.0) * 1000.0 / max(1, runs)
     result["latency_ms"] = {"a": plain, "b": {"median": round(per_run, 4), "runs": runs,
                                               "batch_rows": plain.get("batch_rows"), "per_row_median": per_run / max(
                                                   1, int(plain.get("batch_rows") or 1)),
