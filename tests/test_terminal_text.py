@@ -189,3 +189,34 @@ def test_diagnose_prints_its_answers_wrapped_under_their_bullets_without_trailin
         "   per shape on GPU) [up to 1.2e-06]: the sides run batch 1 vs 8.", "",
         "diagnosis.json in /tmp/diag (no comparison ran, so there is no report.html)"]
     assert all(line == line.rstrip() for line in lines)
+
+
+def test_an_observer_shift_of_a_few_ulps_within_tolerance_is_said_but_not_a_cause() -> None:
+    """The folded detector with oneDNN on: the export's folded batch norms differ by 4.3e-06 inside
+    and the outputs by up to 6e-07; fetching every tensor moved them by 1.19e-07 to 5.96e-07 (float32
+    ulps, all within atol), which was listed as a second cause."""
+    from tracer.causes import explain_comparison
+    from tracer.report.terminal import print_comparison
+
+    first = {"node": "block2/bn/FusedBatchNormV3", "op": "FusedBatchNormV3", "rewrite": "batchnorm_folded",
+             "max_abs": 4.29e-06, "max_rel": 0.0607, "isolation": {"verdict": "own_error", "max_abs": 4.29e-06}}
+    side = {"device": "cpu", "batch_size": 8, "knobs": {"onednn": "on"}, "label": "cpu, batch 8, onednn=on",
+            "artifact": {"path": "m"}}
+    outputs = {"boxes": 1.19e-07, "scores": 5.96e-07}
+    report = {"verdict": "within_tolerance", "tolerance": {"atol": 1e-06, "rtol": 1e-05},
+              "sides": {"a": side, "b": side}, "origins": [first], "first_divergence": first,
+              "outputs": {k: {"identical": False, "within_tolerance": True, "max_abs": v, "max_rel": v}
+                          for k, v in outputs.items()},
+              "observer_effect": {key: {"outputs_identical": False, "outputs_max_abs_diff": {"boxes": 1.19e-07,
+                                                                                          "scores": 5.96e-07}}
+                                  for key in ("a", "b")}}
+    report["answers"] = explain_comparison(report)
+    assert report["answers"]["causes"] == ["export"]
+    out = io.StringIO()
+    print_comparison(Console(file=out, width=80), report)
+    lines = out.getvalue().splitlines()
+    assert "Observer effect on A: outputs moved by boxes 1.19e-07, scores 5.96e-07" in lines
+    assert [line for line in lines if line.startswith("why:")] == [
+        "why: Export-time rewrites (batch-norm folding, optimize_for_inference, TF-TRT,"]
+    report["observer_effect"]["a"]["outputs_max_abs_diff"] = {"boxes": 0.002, "scores": 0.002}  # beyond: a cause
+    assert "observation" in explain_comparison(report)["causes"]
