@@ -220,3 +220,10 @@ def test_an_observer_shift_of_a_few_ulps_within_tolerance_is_said_but_not_a_caus
         "why: Export-time rewrites (batch-norm folding, optimize_for_inference, TF-TRT,"]
     report["observer_effect"]["a"]["outputs_max_abs_diff"] = {"boxes": 0.002, "scores": 0.002}  # beyond: a cause
     assert "observation" in explain_comparison(report)["causes"]
+
+
+def test_a_diagnose_report_is_reproduced_by_its_own_command_unpinned() -> None:
+    """diagnose varies oneDNN itself: its command is printed as it ran, and no pin is claimed."""
+    report = _report("tftrace diagnose ckpt/ --savedmodel sm/", _side(None, None, True), _side(None, None, True))
+    assert reproduce_command(report) == "tftrace diagnose ckpt/ --savedmodel sm/"
+    assert reproduce_facts(report)[0] == "oneDNN: on on both sides (this CPU's default, TF_ENABLE_ONEDNN_OPTS unset)."

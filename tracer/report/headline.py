@@ -260,7 +260,7 @@ def reproduce_facts(report: dict[str, Any]) -> list[str]:
     argv = _argv(report)
     facts = []
     states = {key: state for key in ("a", "b") if (state := _onednn(sides.get(key) or {}))}
-    pins = " ".join(_onednn_pins(report, argv))
+    pins = " ".join(_onednn_pins(report, argv)) if argv[1:2] == ["compare"] else ""  # what reproduce_command adds
     pinned = f"; the command pins it with `{pins}`, as oneDNN's default depends on the CPU" if pins else ""
     said = {key: (state, "set by the command" if how == "set" else how) for key, (state, how) in states.items()}
     if len(said) == 2 and said["a"] == said["b"]:
