@@ -191,11 +191,13 @@ def diagnosed() -> dict[str, Any]:
     them (its capture medians 13.2% apart, its combination timed at +77.0% against the base side),
     three skipped for two reasons, and its answers."""
     report = planted()
-    timing = {"ratio": 1.77, "cost_pct": 77.0, "interval_pct": [70.1, 85.3], "significant": True}
+    timing = {"ratio": 1.77, "cost_pct": 77.0, "interval_pct": [70.1, 85.3], "significant": True,
+              "median_a_ms": 16.2, "median_b_ms": 28.674}
     experiments = [
         experiment("repeat_fresh_process", "repeat", "identical", max_abs_output_diff=0.0),
         experiment("ckpt_vs_savedmodel_batch_1", "export", "diverged", cost_pct=3.1,
-                   timing={"ratio": 1.01, "cost_pct": 1.0, "interval_pct": [-3.2, 4.4], "significant": False}),
+                   timing={"ratio": 1.01, "cost_pct": 1.0, "interval_pct": [-3.2, 4.4], "significant": False,
+                           "median_a_ms": 9.19, "median_b_ms": 9.28}),
         experiment("device", "device", None, skipped="no GPU on this machine"),
         experiment("autotune", "autotune", None, skipped="no GPU on this machine"),
         experiment("xla", "xla", None, skipped="`--quick`"),
@@ -204,7 +206,7 @@ def diagnosed() -> dict[str, Any]:
     answers = {"why": ["The export converted `dense/MatMul` to bfloat16."],
                "prevent": ["Export with float32 compute."],
                "cost": ["Verified recipe (measured): float32 export — the combination costs +77.0% (95% interval "
-                        "+70.1% to +85.3%)."],
+                        "+70.1% to +85.3%) (medians 16.2 ms without → 28.7 ms with)."],
                "source": "diagnosis"}
     report["answers"] = answers
     report["diagnosis"] = {"experiments": experiments, "answers": answers, "shown": "ckpt_vs_savedmodel_batch_1",
@@ -221,7 +223,10 @@ def test_diagnose_page_states_its_answers_once_and_counts_what_ran(browser: Any,
                                      "td => td.innerText.trim()))")
     assert [r[0] for r in rows] == ["repeat_fresh_process", "ckpt_vs_savedmodel_batch_1 shown below", "recipe"]
     assert [r[6] for r in rows] == ["—", "noise [-3, +4]", "+77.0% [+70, +85]"]  # the recipe's cost as its text says
+    # the latencies a cost rests on, as its sentence gives them (not the captures' medians, 11.1 → 22.9)
+    assert [r[5] for r in rows] == ["11.1 → 22.9", "9.19 → 9.28", "16.2 → 28.7"]
     assert "+77.0%" in page.text_content("#diagnosis .answer:nth-child(3)")
+    assert "16.2 ms without → 28.7 ms with" in page.text_content("#diagnosis .answer:nth-child(3)")
     assert page.eval_on_selector_all("#diagnosis p.skipped", "ps => ps.map(p => p.innerText)") == [
         "Skipped (no GPU on this machine): device, autotune", "Skipped (--quick): xla"]
     assert "`" not in page.evaluate("document.body.innerText")

@@ -48,6 +48,10 @@ __all__ = [
 ]
 
 FONT = "Helvetica,Arial,sans-serif"
+# An edge on the inputs' path pulls its ends into line this much harder than a weight's edge: the
+# sample detector's 130 ops drew as a diagonal staircase (3916x2613 px), each block pushed aside by
+# its weights; weighted, the path runs straight down the page.
+SPINE_WEIGHT = "8"
 
 
 @dataclass(frozen=True)
@@ -165,6 +169,11 @@ class OpIndex:
     def scope(self, i: int) -> str:
         return scope_of(self.names[i], self.nodes[i])
 
+    def on_input_path(self) -> set[int]:
+        """The ops the fed inputs reach (every op when nothing is fed): the path the examples take."""
+        fed = [i for i in range(len(self.names)) if str(self.nodes[i].get("op") or "") in PLACEHOLDER_OPS]
+        return set(fed).union(*(nx.descendants(self.graph, i) for i in fed)) if fed else set(range(len(self.names)))
+
     def flow_order(self) -> list[int]:
         """Positions in the order the examples meet the ops (:meth:`tracer.opgraph.OpGraph.flow_order`
         from the report alone): the report's order is topological, which puts every weight, by
@@ -172,8 +181,7 @@ class OpIndex:
         identical variables; here a weight, its read and arithmetic on weights alone sit just
         before the first op on the inputs' path that reads them."""
         n = len(self.names)
-        fed = [i for i in range(n) if str(self.nodes[i].get("op") or "") in PLACEHOLDER_OPS]
-        on_path = set(fed).union(*(nx.descendants(self.graph, i) for i in fed)) if fed else set(range(n))
+        on_path = self.on_input_path()
         rank: dict[int, tuple[int, int, int]] = {}
         for i in reversed(range(n)):  # readers first: the report's order is topological
             if i in on_path:
@@ -330,7 +338,8 @@ def _emit_tree(g: graphviz.Digraph, tree: _ScopeTree, index: OpIndex, view_id: s
 
 def ops_dot(index: OpIndex, members: Iterable[int], view_id: str, *, focus: Iterable[int] = (),
             caption: str | None = None, clusters: bool = True) -> str:
-    """Op-level DOT for ``members`` (positions), nested in name-scope clusters, with the data edges
+    """Op-level DOT for ``members`` (positions), nested in name-scope clusters (unless ``clusters``
+    is False: a whole graph's clusters push each scope aside into a staircase), with the data edges
     between them. Edges leaving a differing op are drawn warm, so the error's path stands out."""
     members = list(members)
     member_set, focus_set = set(members), set(focus)
@@ -343,10 +352,13 @@ def ops_dot(index: OpIndex, members: Iterable[int], view_id: str, *, focus: Iter
                 place = place.children.setdefault(part, _ScopeTree())
         place.ops.append(i)
     _emit_tree(g, tree, index, view_id, focus_set, [0])
+    spine = index.on_input_path()
     for k, (u, v) in enumerate(sorted(index.graph.subgraph(member_set).edges())):
         hot = index.status(u) in ("origin", "propagated")
-        g.edge(f"n{u}", f"n{v}", id=f"{view_id}_e{k}",
-               **({"color": "#d9622b", "penwidth": "1.6"} if hot else {}))
+        attrs = {"color": "#d9622b", "penwidth": "1.6"} if hot else {}
+        if u in spine and v in spine:  # dot keeps the examples' path straight, weights hang beside it
+            attrs["weight"] = SPINE_WEIGHT
+        g.edge(f"n{u}", f"n{v}", id=f"{view_id}_e{k}", **attrs)
     return g.source
 
 

@@ -288,13 +288,23 @@ def _diagnosis(report: dict[str, Any]) -> dict[str, Any] | None:
     if not isinstance(diagnosis, dict):
         return None
     experiments = [e for e in diagnosis.get("experiments") or [] if isinstance(e, dict)]
-    rows = [row | {"cost": cost_cell(exp)} for row, exp in zip(diagnosis_rows(report), experiments, strict=False)
-            if not exp.get("skipped")]
+    rows = [row | {"cost": cost_cell(exp), "latency": _timed_latency(exp) or row["latency"]}
+            for row, exp in zip(diagnosis_rows(report), experiments, strict=False) if not exp.get("skipped")]
     skipped: dict[str, list[str]] = {}
     for exp in experiments:
         if exp.get("skipped"):
             skipped.setdefault(str(exp["skipped"]), []).append(str(exp.get("name") or ""))
     return {"rows": rows, "skipped": list(skipped.items()), "skipped_count": sum(map(len, skipped.values()))}
+
+
+def _timed_latency(experiment: dict[str, Any]) -> str | None:
+    """The medians a stated cost rests on (the interleaved timing; the recipe's against the plain
+    base side), as its sentence gives them; None where no cost was timed (the capture medians
+    stand)."""
+    timing = experiment.get("timing") or experiment.get("combined_timing") or {}
+    if not isinstance(timing, dict) or "ratio" not in timing:
+        return None
+    return f"{fmt(timing.get('median_a_ms'))} → {fmt(timing.get('median_b_ms'))}"
 
 
 def _detections(report: dict[str, Any]) -> list[dict[str, Any]]:

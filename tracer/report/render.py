@@ -182,7 +182,7 @@ def _plan(report: dict[str, Any], index: OpIndex, full_graph_limit: int) -> tupl
                            ops_dot(index, members, "near", focus=seeds, caption=caption)))
     if 0 < n <= full_graph_limit:
         plans.append(_Plan(PageView("full", f"All {n} ops", "ops", list(range(n)), seeds),
-                           ops_dot(index, range(n), "full", focus=seeds, caption=caption)))
+                           ops_dot(index, range(n), "full", focus=seeds, caption=caption, clusters=False)))
     groups, depth = scope_groups(index)
     scopes: list[dict[str, Any]] = []
     if 1 < len(groups) <= 300 and any(not g.is_op for g in groups):
