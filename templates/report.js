@@ -426,7 +426,7 @@
     var dtypes = el("span", n.dtype_b && n.dtype && n.dtype_b !== n.dtype ? "warn-text" : null,
       (n.dtype || "—") + (n.dtype_b && n.dtype_b !== n.dtype ? "  vs B " + n.dtype_b : ""));
     kv([["A tensor", n.tensor || "—"], ["B tensor", n.b_tensor || "—"], ["shape", n.shape ? "[" + n.shape.join(", ") + "]" : "—"],
-      ["dtype", dtypes], ["device", n.device || "—"], ["topo index", String(n.topo_index !== undefined ? n.topo_index : i)]]);
+      ["dtype", dtypes], ["device", n.device || "—"], ["# (flow order)", String(flowStep[i])]]);  // the ops table's "#", the growth plot's x
     if (scopeOf[i] >= 0) {
       var sb = el("button", "linkish", P.scopes[scopeOf[i]].key);
       sb.addEventListener("click", function () { openScope(scopeOf[i]); });

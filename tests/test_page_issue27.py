@@ -176,6 +176,9 @@ def test_one_number_reads_the_same_everywhere(browser: Any, tmp_path: Path) -> N
     label = page.text_content(f"#near_n{names.index(ORIGIN)}")
     assert "rel 0.0093" in label
     assert shown[ORIGIN][5] == "0.0093"
+    page.click(".origin-card .linkish")  # the drawer gives the op the table's "#"
+    drawer = page.eval_on_selector_all("#details .kv > span", "ss => ss.map(s => s.textContent)")
+    assert drawer[drawer.index("# (flow order)") + 1] == shown[ORIGIN][0] == "25"
     page.close()
 
 
