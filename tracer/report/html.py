@@ -112,13 +112,13 @@ def script_json(value: Any) -> Markup:
 
 
 def inline_code(sentence: Any) -> Markup:
-    """A sentence whose `backticked` parts are code, escaped part by part (never trusted HTML); the
-    code parts are names, which may break at their separators (:func:`breakable`)."""
+    """A sentence whose `backticked` parts are code, escaped part by part (never trusted HTML). A
+    code span in running text needs no ``<wbr>``: ``overflow-wrap: break-word`` moves it whole to
+    the next line and breaks it only where it is longer than a line."""
     parts = str(sentence).split("`")
     if len(parts) % 2 == 0:  # unbalanced backticks: show the text as it is
         return Markup(escape(str(sentence)))
-    return Markup("").join(Markup("<code>{}</code>").format(breakable(p)) if k % 2 else escape(p)
-                           for k, p in enumerate(parts))
+    return Markup("").join(Markup("<code>{}</code>").format(p) if k % 2 else escape(p) for k, p in enumerate(parts))
 
 
 _SEPARATOR = re.compile(r"([/_])")
