@@ -130,6 +130,7 @@ def test_names_break_at_their_separators_at_800_px(browser: Any, tmp_path: Path)
     for cell in where:
         for brk in cell["breaks"]:
             assert brk[0] in "/_ ", f"{cell['text']!r} breaks inside a word at {brk!r}"
+    assert page.evaluate("document.documentElement.scrollWidth") == 800  # wide tables scroll in their own box
     page.screenshot(path=str(OUTPUT / "page_800_top.png"))
     page.locator("#ops").screenshot(path=str(OUTPUT / "page_800_ops.png"))
     page.close()
@@ -225,6 +226,7 @@ def test_diagnose_page_states_its_answers_once_and_counts_what_ran(browser: Any,
     rows = page.eval_on_selector_all("#diagnosis tbody tr", "trs => trs.map(tr => Array.from(tr.children).map("
                                      "td => td.innerText.trim()))")
     assert [r[0] for r in rows] == ["repeat_fresh_process", "ckpt_vs_savedmodel_batch_1 shown below", "recipe"]
+    assert len(rows) == 3 and "device" not in [r[0] for r in rows]  # a skipped experiment is no row
     assert [r[6] for r in rows] == ["—", "noise [-3, +4]", "+77.0% [+70, +85]"]  # the recipe's cost as its text says
     # the latencies a cost rests on, as its sentence gives them (not the captures' medians, 11.1 → 22.9)
     assert [r[5] for r in rows] == ["11.1 → 22.9", "9.19 → 9.28", "16.2 → 28.7"]
