@@ -735,6 +735,11 @@
   });
 
   /* ---------------------------------------------------------------- first paint */
+  // Server-written code spans (names in sentences) get the same break opportunities as the
+  // script's names, in the DOM only: report.html keeps the report's words verbatim.
+  document.querySelectorAll("main code").forEach(function (c) {
+    if (!c.childElementCount && /[\/_]/.test(c.textContent)) c.replaceChildren.apply(c, Array.from(breakable("span", null, c.textContent).childNodes));
+  });
   applyFilter();
   var first = ["near", "full", "overview"].filter(function (id) { return document.getElementById("tpl-" + id); })[0];
   if (first) showView(first);

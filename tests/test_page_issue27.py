@@ -122,7 +122,8 @@ def test_names_break_at_their_separators_at_800_px(browser: Any, tmp_path: Path)
             }
             return {text, breaks: out};
         };
-        const cells = [...document.querySelectorAll('#op-table tbody td:nth-child(2), #summary dd, #summary td.mono, #origins td.mono')];
+        const cells = [...document.querySelectorAll('#op-table tbody td:nth-child(2), #summary dd, #summary td.mono, '
+                                                    + '#origins td.mono, #summary h1 code, .origin-name')];
         return cells.map(starts).filter(c => c.breaks.length);
     }""")
     wrapped = [c for c in where if LONG_SCOPE in c["text"] or "exported_for_serving" in c["text"]]
