@@ -65,7 +65,7 @@ demo: setup models
 	  echo "open $(abspath $(OUT))/report.html"
 
 test: setup models other-tf
-	TFTRACE_OTHER_PYTHON=$(abspath $(OTHER_VENV))/bin/python $(BIN)/python -m pytest -n 2 $(PYTEST_ARGS)
+	TFTRACE_OTHER_PYTHON=$(abspath $(OTHER_VENV))/bin/python $(BIN)/python -m pytest -n 2 --durations=15 $(PYTEST_ARGS)
 
 test-fast: setup
 	$(BIN)/python -m pytest -m "not slow and not browser" $(PYTEST_ARGS)

@@ -146,6 +146,21 @@ def test_the_terminal_breaks_the_reproduce_command_as_a_shell_continues_it() -> 
         reproduce_command(report))
 
 
+def test_a_command_too_long_to_be_typed_is_shown_as_recorded_not_split() -> None:
+    """shlex takes time growing with the square of a word's length: a hand-made report.json whose
+    command is one 9 MB word held `tftrace report` for hours. Over the bound the command is
+    neither split nor pinned; within it, it is."""
+    from tracer.report.headline import LONGEST_PARSED_COMMAND, command_words
+
+    long_word = "tftrace compare " + "<b>" * (LONGEST_PARSED_COMMAND // 3)
+    assert command_words(long_word) is None and command_words("tftrace compare 'a b") is None
+    report = _report(long_word, _side(None, None, True), _side(None, None, True))
+    assert reproduce_command(report) == long_word
+    short = _report("tftrace compare a/ b/", _side(None, None, True), _side(None, None, True))
+    assert command_words("tftrace compare a/ b/") == ("tftrace", "compare", "a/", "b/")
+    assert reproduce_command(short) == "tftrace compare a/ b/ --onednn on --force"
+
+
 @pytest.mark.parametrize("terminal", [True, False])
 def test_the_progress_bar_never_reads_none_runs(monkeypatch: pytest.MonkeyPatch, terminal: bool) -> None:
     """Before the child says how many runs it makes, the bar shows its stage alone."""

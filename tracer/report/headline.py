@@ -21,6 +21,7 @@ Beside the headline, the Reproduce block's command and what decided its numbers
 
 from __future__ import annotations
 
+import functools
 import os
 import shlex
 from typing import Any
@@ -187,12 +188,27 @@ def _inside(report: dict[str, Any]) -> str:
             "the verdict (--intermediates-decide lets the intermediates decide too).")
 
 
+# A command line longer than this is not split into words: shlex's tokenizer takes time that grows
+# with the square of a word's length (a hand-made report.json with a 10 MB command held every
+# renderer for hours), and a command a person ran and reads back is far shorter.
+LONGEST_PARSED_COMMAND = 32 * 1024
+
+
+@functools.lru_cache(maxsize=8)
+def command_words(command: str) -> tuple[str, ...] | None:
+    """A recorded command's words as a shell splits them; None when it does not parse or is too
+    long to be shown word by word (it is then shown as recorded). Cached: every renderer asks."""
+    if len(command) > LONGEST_PARSED_COMMAND:
+        return None
+    try:
+        return tuple(shlex.split(command))
+    except ValueError:
+        return None
+
+
 def _argv(report: dict[str, Any]) -> list[str]:
     """The recorded command's words; none when there is none or it does not parse."""
-    try:
-        return shlex.split(str(report.get("command") or ""))
-    except ValueError:
-        return []
+    return list(command_words(str(report.get("command") or "")) or ())
 
 
 def _onednn(side: dict[str, Any]) -> tuple[str, str] | None:

@@ -17,7 +17,7 @@ from ..comparison.statuses import origin_isolation_words, verdict_label
 from ..text import printable, printable_tree, wrapped
 from .detections_view import change_text, detection_groups, detection_headline, image_header, image_rows
 from .numbers import figure, per_key
-from .headline import headline_texts, reproduce_command, reproduce_facts
+from .headline import command_words, headline_texts, reproduce_command, reproduce_facts
 from .summary import (side_text, first_divergences, mismatch_note, noise_lines, nonfinite_context, not_captured_text,
                       moving_average_text, observed_beside, outputs_not_compared, relative_text,
                       tensorflow_builds, changed_weights)
@@ -249,10 +249,8 @@ def _command(console: Console, command: str) -> None:
     """A command indented on lines of its own, broken between its words as a shell continues a
     line (`` \\`` at the end): copied whole into a shell it runs as printed, where a line broken
     by the terminal, or inside a quoted word, would not."""
-    try:
-        words = [shlex.quote(word) for word in shlex.split(command)]
-    except ValueError:  # a command that does not parse is shown as it was recorded
-        words = [command]
+    parsed = command_words(command)  # a command that does not parse is shown as it was recorded
+    words = [shlex.quote(word) for word in parsed] if parsed is not None else [command]
     for i in range(len(words) - 1, 0, -1):  # an option stays on the line of its value
         if words[i - 1].startswith("--") and "=" not in words[i - 1] and not words[i].startswith("-"):
             words[i - 1:i + 1] = [f"{words[i - 1]} {words[i]}"]
