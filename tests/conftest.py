@@ -21,6 +21,10 @@ GENERATED = REPO / "sample_models" / "generated"
 # child process the tests start (tests that compare settings pass --onednn explicitly).
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# On a GPU machine a test process that loads a model in process would otherwise reserve nearly all
+# of the GPU's memory, and the tftrace children of the other test workers die in cudaSetDevice()
+# (seen on the H200, 2026-12-02 evening). No kernel and no number depends on it.
+os.environ.setdefault("TF_FORCE_GPU_ALLOW_GROWTH", "true")
 
 
 def _fresh(models_dir: Path) -> bool:
