@@ -242,3 +242,18 @@ def test_a_diagnose_report_is_reproduced_by_its_own_command_unpinned() -> None:
     report = _report("tftrace diagnose ckpt/ --savedmodel sm/", _side(None, None, True), _side(None, None, True))
     assert reproduce_command(report) == "tftrace diagnose ckpt/ --savedmodel sm/"
     assert reproduce_facts(report)[0] == "oneDNN: on on both sides (this CPU's default, TF_ENABLE_ONEDNN_OPTS unset)."
+
+
+def test_diagnoses_terminal_table_states_the_cost_its_page_states() -> None:
+    """One cost cell for the terminal and the page (tracer.report.numbers.cost_cell): the recipe's
+    is its combined timing against the plain base side, not its own pair's capture medians."""
+    from tracer.diagnosis.cli import print_diagnosis
+    from tracer.report.numbers import cost_cell
+
+    recipe = {"name": "recipe", "skipped": None, "verdict": "identical", "max_abs_output_diff": 0.0,
+              "latency_ms": {"a": {"median": 10.0}, "b": {"median": 11.32}}, "cost_pct": 13.2,
+              "combined_timing": {"ratio": 1.77, "cost_pct": 77.04, "interval_pct": [70.2, 85.1], "significant": True}}
+    out = io.StringIO()
+    print_diagnosis(Console(file=out, width=160), {"experiments": [recipe], "answers": {}}, "out/")
+    row = next(line for line in out.getvalue().splitlines() if "recipe" in line)
+    assert cost_cell(recipe) == "+77.0% [+70, +85]" and "+77.0% [+70, +85]" in row and "13.2" not in row

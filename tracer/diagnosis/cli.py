@@ -18,7 +18,7 @@ from rich.table import Table
 from ..comparison.statuses import isolation_label, verdict_label
 from ..console import terminal
 from ..errors import EXIT_DIVERGED, EXIT_OK
-from ..report.numbers import figure
+from ..report.numbers import cost_cell, figure
 
 __all__ = ["add_diagnose_parser", "diagnose_options", "run_diagnose_command", "print_diagnosis"]
 
@@ -84,21 +84,6 @@ def _latency(lat: dict[str, Any] | None, basis: str) -> str:
     return figure(lat.get("per_row_median" if basis == "per example" else "median"))
 
 
-def _cost_cell(exp: dict[str, Any]) -> str:
-    """B vs A as the rule of tracer.diagnosis.timing judged it: a cost only where it is
-    significant, "noise" where the interleaved timings cannot tell the sides apart, "untimed"
-    where no cost is claimed (two captures' medians are no evidence of one)."""
-    timing = exp.get("timing") or exp.get("combined_timing") or {}  # the recipe: against the plain base side
-    per_example = " /ex" if exp.get("latency_basis") == "per example" else ""
-    if "ratio" in timing:
-        low, high = timing["interval_pct"]
-        return (f"{timing['cost_pct']:+.1f}%{per_example} [{low:+.0f}, {high:+.0f}]" if timing["significant"]
-                else f"noise [{low:+.0f}, {high:+.0f}]{per_example}")
-    if exp["name"] == "repeat_fresh_process" and exp.get("cost_pct") is not None:
-        return f"±{abs(exp['cost_pct']):.1f}% (timing noise)"  # one configuration twice: no cost, the noise floor
-    return "—" if exp.get("cost_pct") is None else "untimed"
-
-
 # an experiment's verdict cell, by the registry's keys (tests/test_vocabulary.py holds it to them)
 VERDICT_COLOURS = {"identical": "green", "within_tolerance": "yellow", "within_noise": "yellow", "diverged": "red"}
 
@@ -125,7 +110,7 @@ def print_diagnosis(console: Console, doc: dict[str, Any], out_dir: Any) -> None
         basis = exp.get("latency_basis", "per run")
         lat = exp.get("latency_ms") or {}
         verdict = str(exp["verdict"])
-        cost = _cost_cell(exp)
+        cost = cost_cell(exp)
         table.add_row(exp["name"], f"[{VERDICT_COLOURS.get(verdict, 'white')}]{verdict_label(verdict)}[/]",
                       figure(exp.get("max_abs_output_diff")), where, _latency(lat.get("a"), basis),
                       _latency(lat.get("b"), basis), cost)
