@@ -59,8 +59,9 @@ def test_alike_rewrites_are_one_line_with_a_count_and_names_stay_whole_at_80_col
     print_graph_diff(console, GraphDiff(pairs={}, only_in_a=[], only_in_b=[], rewrites=rewrites), "A", "B")
     lines = console.export_text().splitlines()
     start = lines.index(f"(op names below are under {scope})") + 1
-    assert " ".join(lines[start:start + 2]) == (
-        "const_changed ×90: max_abs_change=1.22e-05, dtype=float32 → float16, values=0.05 → 0.0499878")
+    assert lines[start:start + 2] == [  # a long kind line continues under its text, not from column 0
+        "const_changed ×90: max_abs_change=1.22e-05, dtype=float32 → float16,",
+        "  values=0.05 → 0.0499878"]
     assert lines[start + 2:start + 6] == ["    filter_boxes_by_scores_0/Greater/y", "    filter_boxes_by_scores_1/Greater/y",
                                           "    filter_boxes_by_scores_2/Greater/y", "    … and 87 more"]
     # a cast's own names are the line below it, not repeated in its detail

@@ -56,6 +56,7 @@ def count(n: int, noun: str, plural: str | None = None) -> str:
     return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
 
 
+_GLUED_ARROW = "\x00→\x00"  # as wide as " → ", but not a place textwrap breaks
 _LABEL = re.compile(r"( *)(\d+\. |[A-Z]: |why: |noise: |- )?")
 
 
@@ -65,7 +66,7 @@ def wrapped(text: str, width: int) -> str:
     Left to rich, an 80-column terminal got continuation lines from column 0, each broken line
     ending in a space, and a name longer than what was left of a line cut in two. Here a line
     breaks only at a space (never inside ``block1/conv/Conv2D`` or at its hyphens: a name longer
-    than the width runs past it whole), carries no trailing space, and continues under its text:
+    than the width runs past it whole; never around the arrow of ``0.05 → 0.0499878``), carries no trailing space, and continues under its text:
     past a label (``  1. ``, ``  A: ``, ``why: ``), else two columns in from where the line starts.
     """
     lines = []
@@ -74,5 +75,6 @@ def wrapped(text: str, width: int) -> str:
         hang = len(label.group(0)) if label and label.group(2) else len(label.group(1) if label else "") + 2
         wrapper = textwrap.TextWrapper(width=max(width, hang + 20), subsequent_indent=" " * hang,
                                        break_long_words=False, break_on_hyphens=False)
-        lines += wrapper.wrap(line) or [""]
+        glued = line.replace(" → ", _GLUED_ARROW)  # ``0.05 → 0.0499878`` is read as one change: never split it
+        lines += [part.replace(_GLUED_ARROW, " → ") for part in wrapper.wrap(glued)] or [""]
     return "\n".join(lines)

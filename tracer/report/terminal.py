@@ -69,8 +69,7 @@ def print_graph_diff(console: Console, diff: GraphDiff, label_a: str, label_b: s
     else:  # a table squeezed into 80 columns cuts the op names, which are what the reader acts on
         for kind, detail, members in groups[:SHOWN_ROWS]:
             said = f": {unscoped(detail)}" if detail else ""
-            # left to rich's wrap for now: tests/test_diff_scale.py reads these lines joined by one space
-            console.print(_shown(f"{_kind_cell(kind, members)}{said}"), highlight=False)
+            say(console, printable(f"{_kind_cell(kind, members)}{said}"))  # continues under its text
             for rewrite in members[:3]:
                 say(console, printable(f"    {unscoped(_member_line(rewrite))}"))  # broken between names only
             if len(members) > 3:
