@@ -496,5 +496,23 @@ def test_fuzz_artifact_detection_and_loading(tmp_path_factory: pytest.TempPathFa
     for attempt in (detect, lambda p: load(ArtifactRef(p))):
         try:
             attempt(path)
-        except TftraceError:
-            pass
+        except TftraceError as exc:  # refused: naming the path it was given (or a file below it), and the fix
+            _refused_as_a_user_error(exc, str(root))
+
+
+@pytest.mark.parametrize("state", ["a directory", "bytes that are not text"])
+def test_a_checkpoint_state_file_that_is_not_text_is_refused_by_name(tmp_path: Path, state: str) -> None:
+    """Found by the fuzz test above with random draws: a ``checkpoint`` entry that is a directory
+    raised TensorFlow's FailedPreconditionError, one holding b"\\x80" a UnicodeDecodeError."""
+    from tracer.artifacts.loader import detect  # noqa: PLC0415
+
+    if state == "a directory":
+        (tmp_path / "checkpoint").mkdir()
+        expected = "is neither a checkpoint nor a SavedModel nor a capture"
+    else:
+        (tmp_path / "checkpoint").write_bytes(b"\x80")
+        expected = "has no model_checkpoint_path line"
+    with pytest.raises(TftraceError) as refused:
+        detect(str(tmp_path))
+    _refused_as_a_user_error(refused.value, str(tmp_path))
+    assert expected in str(refused.value)

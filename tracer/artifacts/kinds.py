@@ -75,7 +75,7 @@ def detect(path: str) -> tuple[str, str]:
     versions = [e for e in entries if e.isdigit() and _is_saved_model_dir(posixpath.join(path, e))]
     if versions:  # TF Serving layout: base_path/<version>/saved_model.pb
         return "saved_model", posixpath.join(path, max(versions, key=int))
-    if "checkpoint" in entries:
+    if "checkpoint" in entries and not gfile.isdir(posixpath.join(path, "checkpoint")):  # the state file
         return "checkpoint", _prefix_from_checkpoint_file(path)
     metas = sorted((e for e in entries if e.endswith(".meta")), key=_step_order)
     if len(metas) == 1:
@@ -146,7 +146,8 @@ def _detect_file(path: str) -> tuple[str, str]:
 
 def _prefix_from_checkpoint_file(directory: str) -> str:
     """Read the ``checkpoint`` state file; re-root absolute paths written on another machine."""
-    text = io_gfile().GFile(posixpath.join(directory, "checkpoint"), "r").read()
+    # bytes, decoded leniently: a damaged state file is refused below for what it lacks, not with a UnicodeDecodeError
+    text = io_gfile().GFile(posixpath.join(directory, "checkpoint"), "rb").read().decode("utf-8", errors="replace")
     prefix = None
     for line in text.splitlines():
         key, _, value = line.partition(":")
