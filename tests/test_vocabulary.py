@@ -110,3 +110,36 @@ def test_verdicts_are_labelled_from_their_records_in_every_renderer() -> None:
     for path in RENDERERS:
         text = path.read_text(encoding="utf-8")
         assert 'verdict.replace("_", " ")' not in text and "verdict.replace('_', ' ')" not in text, path
+
+
+def test_the_cause_a_verdict_points_at_is_read_from_its_record() -> None:
+    """causes.py keeps no if-chain of verdicts: a verdict's cause and evidence are its record's, so a
+    verdict added to the registry is explained without touching causes.py."""
+    from dataclasses import replace
+
+    from tracer.causes import CAUSES, explain_comparison
+
+    for key, record in ISOLATION.items():
+        assert record.cause == "" or record.cause in CAUSES, key
+        assert record.evidence.format(first="`x` (Op)") == record.evidence.replace("{first}", "`x` (Op)"), key
+    assert {k: r.cause for k, r in ISOLATION.items() if r.cause} == {
+        "weights_differ": "weights", "nondeterministic": "nondeterminism", "run_time_rewrite": "grappler",
+        "state": "state", "not_reproduced": "nondeterminism"}
+
+    def report(verdict: str) -> dict:
+        side = {"device": "cpu", "batch_size": 8, "knobs": {}, "environment": {}}
+        first = {"node": "conv", "op": "Conv2D", "isolation": {"verdict": verdict}}
+        return {"verdict": "diverged", "sides": {"a": side, "b": dict(side)}, "first_divergence": first,
+                "origins": [first], "outputs": {}, "rewrites": [], "nodes": {}}
+
+    said = explain_comparison(report("nondeterministic"))
+    assert said["causes"] == ["nondeterminism"]
+    assert "`conv` (Conv2D) changes from run to run on identical inputs." in said["why"][0]
+    newer = replace(ISOLATION["inherited"], key="jittered", clause="whose timer jitters", cause="nondeterminism")
+    ISOLATION["jittered"] = newer
+    try:
+        said = explain_comparison(report("jittered"))
+    finally:
+        del ISOLATION["jittered"]
+    assert said["causes"] == ["nondeterminism"] and "`conv` (Conv2D), whose timer jitters." in said["why"][0]
+    assert explain_comparison(report("inherited"))["causes"] == []  # points at nothing by itself

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .cause_shares import ranked, share_words, shares
+from .comparison.statuses import ISOLATION
 from .diff.kinds import kind_of
 from .optypes import RESIZE_FUSED_CONV_FILTER, loop_result
 from .text import count
@@ -92,34 +93,40 @@ KNOB_CAUSES = {"onednn": "onednn", "autotune": "autotune", "determinism": "autot
                "grappler": "grappler", "session_config_path": "grappler", "threads": "build"}
 
 
-def _nondeterminism(report: dict[str, Any], first: dict[str, Any] | None,
-                    sides: tuple[dict[str, Any], dict[str, Any]]) -> dict[str, str]:
-    """The causes that a difference which changes from run to run points at: the verdict
-    ``within_noise`` (``--repeat``) or the first divergence's isolation verdict.
+def _isolation_causes(report: dict[str, Any], first: dict[str, Any] | None,
+                      sides: tuple[dict[str, Any], dict[str, Any]]) -> dict[str, str]:
+    """The cause the first divergence's isolation verdict points at by itself (its record's
+    ``cause`` in :data:`tracer.comparison.statuses.ISOLATION`), or that the verdict
+    ``within_noise`` (``--repeat``) points at, with the evidence. A weight that differs is said
+    with all the weights that do (``_weights``); an own error's cause is what else differs.
 
-    On a GPU the candidates are per-process cuDNN autotuning and atomics, with the knobs that
-    tell them apart; nothing here blames the export or the op's kernel for it.
+    On a GPU a difference that changes from run to run is put to per-process cuDNN autotuning and
+    atomics, with the knobs that tell them apart; nothing here blames the export or a kernel for it.
     """
-    verdict = ((first or {}).get("isolation") or {}).get("verdict")
-    if verdict == "run_time_rewrite":
+    isolation = (first or {}).get("isolation") or {}
+    record = ISOLATION.get(str(isolation.get("verdict")))
+    cause = record.cause if record else ""
+    if cause == "grappler":
         return _run_time_rewrite(report, first or {})
-    if verdict == "state":
+    if cause == "state":
         return {"state": _state_evidence(first or {}, sides)}
-    if ((first or {}).get("isolation") or {}).get("load_state"):
+    if isolation.get("load_state"):
         return {"load_state": f"the value of `{first['node']}` changes from one load of the model to the next, so it "
                               "is set when the model loads, not restored; no kernel and no export is involved."}
     if report.get("verdict") == "within_noise":
         runs = (report.get("noise") or {}).get("repeats")
-        what = (f"every difference is within what each side differs from itself over {runs} runs in fresh "
-                "processes (run-to-run nondeterminism)")
-    elif verdict == "nondeterministic":
-        what = f"`{first['node']}` ({first['op']}) changes from run to run on identical inputs"
-    elif verdict == "not_reproduced":
-        what = (f"`{first['node']}` ({first['op']}) differed between the runs although its inputs were identical, "
-                "and agrees on both sides when replayed alone: either it changes from run to run, or it computed "
-                "differently inside its whole graph than alone (`--repeat 2` tells which)")
-    else:
+        return _nondeterminism(f"every difference is within what each side differs from itself over {runs} runs in "
+                               "fresh processes (run-to-run nondeterminism)", sides)
+    if not cause or cause == "weights" or record is None:
         return {}
+    named = f"`{first['node']}` ({first['op']})"
+    what = record.evidence.format(first=named) if record.evidence else f"{named}, {record.clause}"
+    return _nondeterminism(what, sides) if cause == "nondeterminism" else {cause: f"{what}."}
+
+
+def _nondeterminism(what: str, sides: tuple[dict[str, Any], dict[str, Any]]) -> dict[str, str]:
+    """A difference that changes from run to run (``what``): on a CPU the catalogue's
+    nondeterminism, on a GPU its two candidates with the experiment that tells each."""
     if not any(str(side.get("device") or "").startswith("gpu") for side in sides):
         return {"nondeterminism": f"{what}."}
     return {
@@ -274,13 +281,19 @@ def _averages_held(head: str, names: list[str], held: dict[str, dict[str, Any]])
     return found
 
 
+def _points_at(origin: dict[str, Any], cause: str) -> bool:
+    """Whether an origin's isolation verdict points at ``cause`` by itself (its record's ``cause``)."""
+    record = ISOLATION.get(str((origin.get("isolation") or {}).get("verdict")))
+    return record is not None and record.cause == cause
+
+
 def _in_weights(origin: dict[str, Any]) -> bool:
     """Whether a difference starts at a weight: an origin in a const_changed, or isolated as one
     (never a variable set anew at each load: that is the loading, ``load_state``)."""
     isolation = origin.get("isolation") or {}
     if isolation.get("load_state"):
         return False
-    return origin.get("rewrite") == "const_changed" or isolation.get("verdict") == "weights_differ"
+    return origin.get("rewrite") == "const_changed" or _points_at(origin, "weights")
 
 
 def _weights_met_before(report: dict[str, Any], first: dict[str, Any]) -> int:
@@ -434,7 +447,7 @@ def explain_comparison(report: dict[str, Any]) -> dict[str, Any]:
                 "prevent": [], "cost": [], "source": "compare", "causes": []}
     own = first and (first.get("isolation") or {}).get("verdict") == "own_error"
     loop = own and (first.get("isolation") or {}).get("loop")  # replayed with the while loop above it
-    found.update(_nondeterminism(report, first, (a, b)))
+    found.update(_isolation_causes(report, first, (a, b)))
     found.update(_weights(report, origins))
     # an origin in a rewrite points at its kind's cause (tracer.diff.kinds); exact kinds at none;
     # changed weights (const_changed) are said above, all of them together
@@ -448,7 +461,7 @@ def explain_comparison(report: dict[str, Any]) -> dict[str, Any]:
             + _replayed_rewrite(report, rewritten[0]) + "." + _fused_resize(report)
         )
     # an origin that reads the model's state: the batch sizes matter through the runs made, not the kernels
-    state = bool(first) and (first.get("isolation") or {}).get("verdict") == "state"
+    state = bool(first) and _points_at(first, "state")
     if a.get("batch_size") != b.get("batch_size") and not state:
         deterministic = all((side.get("knobs") or {}).get("determinism") for side in (a, b))
         found["batch"] = (

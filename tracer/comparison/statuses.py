@@ -106,6 +106,11 @@ class IsolationVerdict:
     meaning: str  # what the replays showed, said after the label: "own error — fed identical inputs, ..."
     clause: str  # continues a sentence that names the op: "`conv` (Conv2D), whose own kernel differs ..."
     born_here: bool  # the difference begins at the op itself (its kernel, its weights): its origin ranks first
+    # The catalogue cause (tracer.causes.CAUSES) the verdict points at by itself, or "" where the cause lies in
+    # what else differs between the sides (an own error: their batch sizes, knobs or builds; inherited: upstream).
+    cause: str = ""
+    # tracer.causes' evidence for that cause; "{first}" is the op, "`node` (Op)"; empty: "{first}, " + clause
+    evidence: str = ""
     # A first-divergence line's words where they say more than label and meaning (origin_isolation_words):
     rewritten: str = ""  # the op is one B computes in a rewritten form; "{rewrite}" is the rewrite's kind
     counted: str = ""  # with how many ops share the verdict; "{others}" is ", as N weights do" or ""
@@ -119,25 +124,32 @@ ISOLATION: dict[str, IsolationVerdict] = {v.key: v for v in (
                      rewritten="given identical inputs it differs as rewritten in B ({rewrite})"),
     IsolationVerdict("weights_differ", "weights differ",
                      "A and B hold different values for this weight; nothing computes it, so no kernel differs",
-                     "a weight the two sides hold with different values (no kernel is involved)", True,
+                     "a weight the two sides hold with different values (no kernel is involved)", True, cause="weights",
                      counted="its weights differ (A and B hold different values for it{others}; no kernel is involved)"),
     IsolationVerdict("inherited", "inherited",
                      "fed identical inputs, {replayed} agrees; the difference comes from upstream",
                      "which only inherits a difference from upstream", False),
     IsolationVerdict("nondeterministic", "nondeterministic",
                      "on identical inputs its result changes from run to run; not its kernel, not an export rewrite",
-                     "whose result changes from run to run on identical inputs", False),
+                     "whose result changes from run to run on identical inputs", False, cause="nondeterminism",
+                     evidence="{first} changes from run to run on identical inputs"),
     IsolationVerdict("run_time_rewrite", "rewritten at run time",
                      "the two runs executed it as different kernels, and alone, on identical inputs, it agrees; "
                      "not its kernel, not run-to-run noise",
-                     "which the two runs executed as different kernels (a rewrite at run time)", False),
+                     "which the two runs executed as different kernels (a rewrite at run time)", False,
+                     cause="grappler"),
     IsolationVerdict("state", "model state",
                      "it reads a variable the graph writes on every run: the sides' earlier runs left it different; "
                      "not its kernel, not an export",
-                     "which reads the model's own state (a variable the graph writes on every run)", False),
+                     "which reads the model's own state (a variable the graph writes on every run)", False,
+                     cause="state"),
     IsolationVerdict("not_reproduced", "not reproduced",
                      "fed identical inputs, {replayed} agrees on both sides, though the runs differed there",
-                     "which agrees when replayed alone on identical inputs (not reproduced)", False),
+                     "which agrees when replayed alone on identical inputs (not reproduced)", False,
+                     cause="nondeterminism",
+                     evidence="{first} differed between the runs although its inputs were identical, and agrees on "
+                              "both sides when replayed alone: either it changes from run to run, or it computed "
+                              "differently inside its whole graph than alone (`--repeat 2` tells which)"),
     IsolationVerdict("not_run", "not run", "the replay is pending on the machine that has a side's model",
                      "whose replay has not run yet", False),
     IsolationVerdict("not_replayed", "not replayed",
