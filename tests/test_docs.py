@@ -27,7 +27,7 @@ import pytest
 from conftest import REPO, run_cli
 
 DOCS = REPO / "docs"
-PAGES = ("architecture.md", "contracts.md", "causes.md", "verdicts.md")
+PAGES = ("architecture.md", "contracts.md", "causes.md", "verdicts.md", "commands.md", "reliability.md")
 MARKER = re.compile(r"<!--\s*([a-z-]+):\s*([a-z0-9 _-]+?)\s*-->")
 NONE = "—"  # a table cell that says "no value" (a factor without a cause)
 

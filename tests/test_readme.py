@@ -1,4 +1,4 @@
-"""README's console examples are run as written, so the documentation cannot rot.
+"""The console examples of README.md and docs/*.md are run as written, so the documentation cannot rot.
 
 Every ```console block line starting with ``$ tftrace`` is executed from the repository root;
 the lines shown after it (a ``...`` line stands for lines left out) must appear in its output, in
@@ -19,7 +19,8 @@ pytestmark = pytest.mark.slow
 
 
 def _examples() -> list[tuple[str, list[str]]]:
-    text = (REPO / "README.md").read_text(encoding="utf-8")
+    pages = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]  # examples moved to docs/ still run
+    text = "\n".join(page.read_text(encoding="utf-8") for page in pages)
     examples = []
     for block in re.findall(r"```console\n(.*?)```", text, flags=re.S):
         lines = block.splitlines()
