@@ -37,7 +37,7 @@ from ._stream import ChunkCache, TensorStream
 from ._unpack import iter_packed, read_packed
 from ._values import artifact_values
 from ._checks import validate_manifest, validate_record
-from .views import ObserverEffect, Timings
+from .views import Examples, ObserverEffect, Timings
 
 __all__ = ["Capture", "MissingKey", "is_capture_dir"]
 
@@ -150,6 +150,21 @@ class Capture:
     def timings(self) -> Timings:
         """What this side's capture measured of its own runs."""
         return Timings.from_json(self.manifest["timings"])
+
+    @property
+    def examples(self) -> Examples:
+        """The examples this side ran."""
+        return Examples.from_json(self.manifest["examples"])
+
+    @property
+    def inputs(self) -> dict[str, str]:
+        """The signature's inputs: input key -> the tensor this side feeds."""
+        return dict(self.manifest["graph"]["inputs"])
+
+    @property
+    def runs(self) -> list[tuple[int, int]]:
+        """The example ranges of this side's runs, one per ``session.run``: [start, stop)."""
+        return [(int(start), int(stop)) for start, stop in self.manifest["runs"]]
 
     @property
     def outputs(self) -> dict[str, str]:

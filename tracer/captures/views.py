@@ -12,7 +12,22 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["ObserverEffect", "Timings"]
+__all__ = ["Examples", "ObserverEffect", "Timings"]
+
+
+@dataclass(frozen=True)
+class Examples:
+    """The examples a side ran: how many, where they came from, how they were laid out."""
+
+    count: int
+    source: str  # "seed 0", "every example of images.npz", ...
+    batch_major: bool  # the first axis of every input is the example axis
+    per_example: bool = False  # the inputs were fed one example per run
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> Examples:
+        return cls(int(doc["count"]), str(doc.get("source") or ""), bool(doc.get("batch_major")),
+                   bool(doc.get("per_example")))
 
 
 @dataclass(frozen=True)

@@ -208,7 +208,7 @@ def _side_noise(name: str, runs: list[Capture], alignment: Alignment, noise: Noi
                     moved = _moved(m)
                     noise.per_tensor[pair.a] = max(noise.per_tensor.get(pair.a, 0.0), moved)
                     worst = max(worst, moved)
-        for key in base.manifest["graph"]["outputs"]:  # the plain runs' outputs move by themselves too
+        for key in base.outputs:  # the plain runs' outputs move by themselves too
             first, later = base.plain_output(key), again.plain_output(key)
             if first is None or later is None or first.shape != later.shape:
                 continue
@@ -242,7 +242,7 @@ def _over_every_pair(runs_of: dict[str, list[Capture]], signature_map: dict[str,
                      tolerance: Tolerance) -> dict[str, OutputNoise]:
     """Every plain output, A's run i against B's run j for every i, j, and each side's spread."""
     found: dict[str, OutputNoise] = {}
-    for a_key, a_tensor in (runs_of["a"][0].manifest["graph"].get("outputs") or {}).items():
+    for a_key, a_tensor in runs_of["a"][0].outputs.items():
         b_key = signature_map.get(a_key, a_key)
         atol, rtol = tolerance.for_tensor(a_tensor)
         a_values = [v for v in (c.plain_output(a_key) for c in runs_of["a"]) if v is not None]

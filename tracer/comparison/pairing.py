@@ -63,7 +63,7 @@ def inputs_from(cap: Capture, out: Path, signature_map: dict[str, str], name: st
     One input and no ``--map``: a plain ``.npy``, which a signature of one input takes whatever
     its key (Keras's ``model.export`` keys it after the Input layer, ``tf.saved_model.save`` of the
     same model ``inputs``); :func:`one_input_each` then pairs the keys."""
-    inputs = cap.manifest["graph"]["inputs"]
+    inputs = cap.inputs
     lost = {key: cap.uncaptured.get(t, "not stored") for key, t in inputs.items() if not cap.has(t)}
     if lost:  # feeding B without it would end in a misleading "cannot be paired"
         key, why = next(iter(lost.items()))
@@ -80,7 +80,7 @@ def inputs_from(cap: Capture, out: Path, signature_map: dict[str, str], name: st
         path = out / f"{name}.npz"
         np.savez(buffer, **arrays)
     write_file(path, buffer.getvalue())
-    examples = int(cap.manifest["examples"]["count"]) or 1
+    examples = cap.examples.count or 1
     return InputSpec(inputs_file=str(path), seed=0, examples=examples)
 
 
@@ -121,8 +121,7 @@ def require_pairable(view_a: CaptureView, view_b: CaptureView) -> None:
 
 
 def require_same_examples(view_a: CaptureView, view_b: CaptureView) -> None:
-    na = view_a.capture.manifest["examples"]["count"]
-    nb = view_b.capture.manifest["examples"]["count"]
+    na, nb = view_a.capture.examples.count, view_b.capture.examples.count
     if na != nb:
         raise TftraceError(
             f"the two sides ran different numbers of examples ({na} vs {nb})",

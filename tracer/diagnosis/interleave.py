@@ -48,14 +48,14 @@ class TimingFailed(Exception):
 def first_batch_inputs(cap: Capture) -> dict[str, np.ndarray] | None:
     """The signature inputs the capture fed to its first batch (its plain runs were timed on
     them), by signature key; None when the capture ran each example on its own (no batch axis)."""
-    examples = cap.manifest["examples"]
-    if examples.get("per_example"):
+    examples = cap.examples
+    if examples.per_example:
         return None
-    start, stop = cap.manifest["runs"][0]
+    start, stop = cap.runs[0]
     out = {}
-    for key, tensor in cap.manifest["graph"]["inputs"].items():
+    for key, tensor in cap.inputs.items():
         value = np.asarray(cap.tensor(tensor))
-        out[key] = value[start:stop] if examples.get("batch_major") else value
+        out[key] = value[start:stop] if examples.batch_major else value
     return out
 
 

@@ -46,8 +46,7 @@ class Replay:
 
 def signature_feeds(side: Capture, source: Capture) -> dict[str, str]:
     """This side's signature input tensors -> the source capture's tensors for the same keys."""
-    ours = side.manifest["graph"]["inputs"]
-    theirs = source.manifest["graph"]["inputs"]
+    ours, theirs = side.inputs, source.inputs
     missing = sorted(set(ours) - set(theirs))
     if missing:
         raise TftraceError(f"cannot feed {'input' if len(missing) == 1 else 'inputs'} {missing} from {source.path}: its signature lacks them",
@@ -74,7 +73,7 @@ def replay_alone(
     """
     if repeats < 1 or not fetches:
         raise ValueError(f"need at least one repeat and one fetch, got {repeats} and {len(fetches)}")
-    runs = [list(r) for r in side.manifest["runs"]]
+    runs = [list(r) for r in side.runs]
     if first_run_only:
         runs = runs[:1]
     rows = sum(stop - start for start, stop in runs)

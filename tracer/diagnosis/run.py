@@ -284,8 +284,8 @@ def _base_side(options: DiagnoseOptions) -> Side:
 
 
 def _check_example_count(base: Capture, options: DiagnoseOptions) -> None:
-    count = int(base.manifest["examples"]["count"])
-    if options.inputs_file and base.manifest["examples"]["batch_major"] and count < max(options.batch_sizes):
+    count = base.examples.count
+    if options.inputs_file and base.examples.batch_major and count < max(options.batch_sizes):
         raise TftraceError(f"{options.inputs_file} holds {count} example(s), fewer than batch size "
                            f"{max(options.batch_sizes)}", "give more examples, or smaller --batch-sizes")
 
@@ -298,7 +298,7 @@ def _plan_context(options: DiagnoseOptions, base: Capture, base_side: Side, fact
     ctx = PlanContext(
         base=base_side, model_kind=base.manifest["artifact"]["kind"], savedmodel=options.savedmodel,
         batch_sizes=tuple(sorted(set(options.batch_sizes))), factors=factors, quick=options.quick,
-        batch_major=bool(base.manifest["examples"]["batch_major"]), onednn_on=env["onednn"].get("enabled"),
+        batch_major=base.examples.batch_major, onednn_on=env["onednn"].get("enabled"),
         xla_on="--tf_xla_auto_jit" in env.get("tf_env", {}).get("TF_XLA_FLAGS", ""),
         gpu=gpu_unavailable_reason(env, ask_tensorflow=gpu_needed),
         serving_batching=options.serving_batching, session_config=session_config, other_python=options.other_python,
@@ -310,8 +310,8 @@ def _plan_context(options: DiagnoseOptions, base: Capture, base_side: Side, fact
 
 def _serving_inputs(base: Capture, params: BatchingParameters, out: Path) -> dict[int, tuple[str, int]]:
     """Padded input files: each request row followed by copies of itself (TF Serving's padding)."""
-    inputs = base.manifest["graph"]["inputs"]
-    requests = min(SERVING_REQUESTS, int(base.manifest["examples"]["count"]))
+    inputs = base.inputs
+    requests = min(SERVING_REQUESTS, base.examples.count)
     arrays = {key: np.asarray(base.tensor(t))[:requests] for key, t in inputs.items()}
     files: dict[int, tuple[str, int]] = {}
     for copies, sizes in padding_groups(params.emulated_sizes()):
