@@ -143,7 +143,7 @@ def test_b_is_not_fed_without_an_input_that_a_could_not_keep(tmp_path: Path) -> 
     """A's examples are B's: an input A's capture did not keep is said, not dropped (dropped, it
     surfaced as "the two signatures cannot be paired ... Map keys with --map")."""
     class Stub:
-        manifest = {"graph": {"inputs": {"words": "words:0"}}, "examples": {"count": 2}}
+        inputs = {"words": "words:0"}
         uncaptured = {"words:0": "object tensor holding str values cannot be stored"}
 
         @staticmethod
