@@ -37,7 +37,7 @@ def test_the_schema_ships_in_the_package_and_states_the_design_contract() -> Non
     assert {"status", "op", "max_abs", "max_rel", "ulp_max", "cosine", "amplification", "isolation"} <= set(node)
     assert '"additionalProperties": false' not in json.dumps(schema)  # fields may be added freely
     pyproject = (REPO / "pyproject.toml").read_text(encoding="utf-8")
-    assert '"tracer" = ["schemas/*.json"]' in pyproject and '"jsonschema>=' in pyproject
+    assert '"tracer.schemas" = ["*.json"]' in pyproject and '"jsonschema>=' in pyproject
 
 
 def test_the_schema_lists_the_statuses_and_verdicts_the_code_uses() -> None:
