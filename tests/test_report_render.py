@@ -516,3 +516,14 @@ def test_the_picture_to_attach_is_the_ops_around_the_first_divergence_at_issue_w
     assert "Attach `divergence.png`" in md and "Attach `divergence.svg`" not in md
     # the page still draws every op
     assert f"All {len(report['nodes'])} ops" in (tmp_path / "report.html").read_text(encoding="utf-8")
+
+
+def test_names_get_break_opportunities_and_sentences_stay_verbatim() -> None:
+    """A name breaks after its separators in a narrow column; a side's note (running text) keeps
+    the report's words as they are, so the page says what report.json says."""
+    from tracer.report.html import breakable
+
+    assert str(breakable("block1/bn/FusedBatchNormV3")) == "block1/<wbr>bn/<wbr>FusedBatchNormV3"
+    assert str(breakable("signature 'serving_default' declares <x>")) == (
+        "signature &#39;serving_default&#39; declares &lt;x&gt;")
+    assert str(breakable("<script>_a")) == "&lt;script&gt;_<wbr>a"

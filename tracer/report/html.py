@@ -127,8 +127,11 @@ _SEPARATOR = re.compile(r"([/_])")
 def breakable(name: Any) -> Markup:
     """A name escaped, with a line-break opportunity (``<wbr>``) after each ``/`` and ``_``: in a
     narrow column ``block1/bn/FusedBatchNormV3`` wraps as ``block1/bn/`` + ``FusedBatchNormV3``,
-    where the page's CSS would otherwise have to break it anywhere, a character at a time."""
-    return Markup(_SEPARATOR.sub(r"\1<wbr>", str(escape("" if name is None else name))))
+    where the page's CSS would otherwise have to break it anywhere, a character at a time. Text
+    with spaces in it (a side's note, a sentence) is running text, as :func:`inline_code` says:
+    kept verbatim, it breaks at its spaces."""
+    text = str(escape("" if name is None else name))
+    return Markup(text if any(c.isspace() for c in text) else _SEPARATOR.sub(r"\1<wbr>", text))
 
 
 def _status_css() -> str:
