@@ -66,22 +66,21 @@ def _cmd_capture(args: argparse.Namespace, console: Console) -> int:
     args.model = args.model or args.model_dir
     _refuse_missing_paths(model=args.model)
     result = capture(side_from_args(args, args.model), args.out, force=args.force, console=terminal(stderr=True))
-    manifest = result.manifest
-    observer = manifest["observer_effect"]
+    observer = result.observer
     console.print(
         f"captured {len(result.tensor_names)} tensors ({len(result.uncaptured)} not capturable) of "
-        f"{manifest['artifact']['location']} over {count(manifest['examples']['count'], 'example')} "
-        f"in {count(len(manifest['runs']), 'run')} -> {result.path}",
+        f"{result.artifact.get('location')} over {count(result.examples.count, 'example')} "
+        f"in {count(len(result.runs), 'run')} -> {result.path}",
         highlight=False,
     )
-    if observer.get("explained_by_state"):
-        console.print(f"the model changes its own state on every run ({', '.join(observer['stateful_ops'][:3])}): "
+    if observer.explained_by_state:
+        console.print(f"the model changes its own state on every run ({', '.join(observer.stateful_ops[:3])}): "
                       "its outputs differ from run to run because of that state, not because of observation", highlight=False)
-    elif not observer["outputs_identical"]:
+    elif not observer.outputs_identical:
         from .report.numbers import per_key  # noqa: PLC0415
 
         console.print(f"observer effect: fetching every tensor moved the outputs by "
-                      f"{per_key(observer['outputs_max_abs_diff'])}", highlight=False, markup=False)
+                      f"{per_key(dict(observer.outputs_max_abs_diff))}", highlight=False, markup=False)
     return EXIT_OK
 
 

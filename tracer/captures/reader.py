@@ -12,6 +12,7 @@ so a hand-made manifest never surfaces as a crash deep inside the comparison.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections import OrderedDict
 from collections.abc import Iterator
@@ -23,6 +24,7 @@ import xxhash
 
 from ..errors import TftraceError
 from ..jsonvalues import loads
+from ..opgraph import OpGraph
 from ._format import (
     MANIFEST,
     RERUN,
@@ -134,12 +136,27 @@ class Capture:
     @property
     def spec(self) -> dict[str, Any]:
         """The run spec of this side ({} for manifests that predate it)."""
-        return self.manifest.get("spec", {})
+        return self.manifest.get("spec") or {}
 
     @property
     def environment(self) -> dict[str, Any]:
         """The environment fingerprint of the process that captured this side."""
-        return self.manifest.get("environment", {})
+        return self.manifest.get("environment") or {}
+
+    @property
+    def artifact(self) -> dict[str, Any]:
+        """What this side loaded: its kind, location and how the loader read it ({} for old manifests)."""
+        return dict(self.manifest.get("artifact") or {})
+
+    @functools.cached_property
+    def op_graph(self) -> OpGraph:
+        """The inference op graph this side ran, parsed once per capture."""
+        return OpGraph.from_json(self.manifest["graph"])
+
+    @property
+    def tensor_layout(self) -> dict[str, str]:
+        """How a tensor's rows relate to the examples, where not one row per example (by tensor name)."""
+        return dict(self.manifest.get("tensor_layout") or {})
 
     @property
     def observer(self) -> ObserverEffect:

@@ -40,6 +40,7 @@ class ObserverEffect:
     only_in_plain: tuple[str, ...]  # op types only the plain run executed (a fusion fetching prevented)
     only_in_instrumented: tuple[str, ...]
     stateful_ops: tuple[str, ...]  # ops that change the model's state on every run
+    explained_by_state: bool  # the outputs moved because those ops changed the state, not because of fetching
     executed_nodes_plain: Mapping[str, str]  # node -> op type, as the plain run executed them
     executed_nodes_instrumented: Mapping[str, str]
 
@@ -53,6 +54,7 @@ class ObserverEffect:
             only_in_plain=tuple(doc.get("only_in_plain") or ()),
             only_in_instrumented=tuple(doc.get("only_in_instrumented") or ()),
             stateful_ops=tuple(doc.get("stateful_ops") or ()),
+            explained_by_state=bool(doc.get("explained_by_state")),
             executed_nodes_plain=dict(doc.get("executed_nodes_plain") or {}),
             executed_nodes_instrumented=dict(doc.get("executed_nodes_instrumented") or {}),
         )

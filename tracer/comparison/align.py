@@ -43,8 +43,8 @@ class CaptureView:
 
     def __init__(self, capture: Any) -> None:
         self.capture = capture
-        self.graph = OpGraph.from_json(capture.manifest["graph"])
-        self.layout: dict[str, str] = capture.manifest.get("tensor_layout", {})
+        self.graph = capture.op_graph
+        self.layout: dict[str, str] = capture.tensor_layout
 
     @functools.cached_property
     def shape_derived(self) -> dict[str, str]:

@@ -123,12 +123,12 @@ def isolate_origins(
     plan = IsolationPlan(str(view_a.capture.path), str(view_b.capture.path), FEEDS, tuple(planned))
     _write_json(os.path.join(workdir, INDEX), plan.to_json())
     for key, view in (("a", view_a), ("b", view_b)):
-        spec = spec_without_permissions(view.capture.manifest["spec"])  # decided by whoever runs the job
+        spec = spec_without_permissions(view.capture.spec)  # decided by whoever runs the job
         job = {"mode": "isolate", "side": spec, "feeds_from": feeds_dir,
                # the release the side ran: a replay under another one is refused op by op (isolate_worker)
-               "tensorflow": (view.capture.manifest.get("environment") or {}).get("tensorflow"),
-               "ops": ops[key], "runs": view.capture.manifest["runs"],
-               "count": view.capture.manifest["examples"]["count"], "out_dir": os.path.join(workdir, f"isolation_{key}")}
+               "tensorflow": view.capture.environment.get("tensorflow"),
+               "ops": ops[key], "runs": [list(r) for r in view.capture.runs],
+               "count": view.capture.examples.count, "out_dir": os.path.join(workdir, f"isolation_{key}")}
         _write_json(os.path.join(workdir, f"isolation_{key}.job.json"), job)
         if _local_side(view) is not None:
             run_job(job, console=console, allow_unsafe_ops=allow_unsafe_ops[key], python=made_with(view.capture.path))
@@ -149,11 +149,10 @@ def write_feeds(capture_a: Capture, ops: dict[str, list[dict[str, Any]]], path: 
     """
     from ..captures.store import CaptureWriter  # noqa: PLC0415
 
-    manifest = capture_a.manifest
-    layout = manifest.get("tensor_layout", {})
+    layout = capture_a.tensor_layout
     wanted = dict.fromkeys(name for side in ops.values() for op in side
                            for name in (*op["feeds"].values(), op["a_tensor"]))
-    count = int(manifest["examples"]["count"])
+    count = capture_a.examples.count
     with CaptureWriter(path, force=True, durable=False) as writer:
         for name in wanted:
             if not capture_a.has(name):
@@ -167,9 +166,9 @@ def write_feeds(capture_a: Capture, ops: dict[str, list[dict[str, Any]]], path: 
             else:
                 writer.write_whole(name, value)
         writer.finalize({
-            "spec": spec_without_permissions(manifest["spec"]),
-            "examples": dict(manifest["examples"]),
-            "runs": [list(r) for r in manifest["runs"]],
+            "spec": spec_without_permissions(capture_a.spec),
+            "examples": dict(capture_a.manifest["examples"]),  # as recorded: the slice is a capture of its own
+            "runs": [list(r) for r in capture_a.runs],
             "tensor_layout": {name: layout[name] for name in wanted if name in layout and capture_a.has(name)},
             "notes": [f"the tensors of {capture_a.path} that isolating its report's origins needs"],
         })
@@ -284,7 +283,7 @@ def _write_json(path: str, doc: dict[str, Any]) -> None:
 
 
 def _local_side(view: CaptureView) -> Side | None:
-    side = Side.from_json(view.capture.manifest["spec"])
+    side = Side.from_json(view.capture.spec)
     path = side.artifact.path
     if "://" in path or os.path.exists(path):
         return side

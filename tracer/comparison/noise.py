@@ -166,7 +166,7 @@ def measure_noise(
     noise.runs = runs_of
     started = time.monotonic()
     for name, count in runs.items():
-        side = Side.from_json(captures[name].manifest["spec"])  # exactly what ran, the examples included;
+        side = Side.from_json(captures[name].spec)  # exactly what ran, the examples included;
         target = targets[name]  # the permission is not recorded
         side = side.with_(allow_unsafe_ops=isinstance(target, Side) and target.allow_unsafe_ops,
                           python=made_with(captures[name].path))  # nor the interpreter: the one that captured it

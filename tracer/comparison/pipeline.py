@@ -301,8 +301,8 @@ def _compare(
     with working(console, "compare", f"diffing the graphs and comparing every tensor ({len(view_a.graph):,} ops)"):
         diff = diff_graphs(
             view_a.graph, view_b.graph, value_source(cap_a, view_a), value_source(cap_b, view_b),
-            a_inlined_by_loader=cap_a.manifest.get("artifact", {}).get("inlined_by_loader", False),
-            b_inlined_by_loader=cap_b.manifest.get("artifact", {}).get("inlined_by_loader", False),
+            a_inlined_by_loader=cap_a.artifact.get("inlined_by_loader", False),
+            b_inlined_by_loader=cap_b.artifact.get("inlined_by_loader", False),
         )
         alignment = align(view_a, view_b, diff)
         tolerance = tolerance or Tolerance()

@@ -249,7 +249,7 @@ def _unobserved(comparison: Comparison, cap_a: Capture, cap_b: Capture, work: Pa
                 tolerance: Tolerance, allow: bool) -> tuple[dict[str, Any] | None, list[str]]:
     """Observed, the sides agree; plain, they do not: fetch every tensor alone on both sides
     (first batch only) and walk the graph for the first one that differs."""
-    layout = cap_a.manifest.get("tensor_layout", {})
+    layout = cap_a.tensor_layout
     pairs = [(pair.a, pair.b) for node in comparison.alignment.nodes.values() for pair in node.tensors
              if pair.comparable and pair.b and cap_a.has(pair.a) and cap_b.has(pair.b)
              and layout.get(pair.a) in REPLAYABLE_LAYOUTS]
@@ -328,8 +328,8 @@ def _repeat(result: dict[str, Any], p: Planned, cap: Capture, out: Path, toleran
 
 def _first_moving(cap: Capture, work: Path, quiet: Console, allow: bool) -> dict[str, Any] | None:
     """The first tensor (topological order) that differs between two same-process replays."""
-    graph = OpGraph.from_json(cap.manifest["graph"])
-    layout = cap.manifest.get("tensor_layout", {})
+    graph = cap.op_graph
+    layout = cap.tensor_layout
     names = [n for n in cap.tensor_names if layout.get(n) in REPLAYABLE_LAYOUTS]
     order = {op: i for i, op in enumerate(graph.topo_order())}
     names.sort(key=lambda n: order.get(tensor_op(n), len(order)))
@@ -365,7 +365,7 @@ def _observation(result: dict[str, Any], cap: Capture, out: Path, tolerance: Tol
         result["notes"].append(f"executed op types only in the plain run: {plain_only}; "
                                f"only in the instrumented run: {instrumented_only}")
     plain = latency(cap)
-    runs = len(cap.manifest["runs"])
+    runs = len(cap.runs)
     per_run = (cap.timings.instrumented_s or 0.0) * 1000.0 / max(1, runs)
     result["latency_ms"] = {"a": plain, "b": {"median": round(per_run, 4), "runs": runs,
                                               "batch_rows": plain.get("batch_rows"), "per_row_median": per_run / max(

@@ -83,9 +83,9 @@ def replay_alone(
            for r in range(repeats) for j, name in enumerate(names)]
     out_dir = Path(workdir).absolute()
     out_dir.mkdir(parents=True, exist_ok=True)
-    job = {"mode": "isolate", "side": side.manifest["spec"], "feeds_from": str(source.path), "ops": ops,
+    job = {"mode": "isolate", "side": side.spec, "feeds_from": str(source.path), "ops": ops,
            "runs": runs, "count": rows, "out_dir": str(out_dir),
-           "tensorflow": (side.manifest.get("environment") or {}).get("tensorflow")}
+           "tensorflow": side.environment.get("tensorflow")}
     run_job(job, console=console, allow_unsafe_ops=allow_unsafe_ops, python=made_with(side.path))
     values = [{name: np.load(out_dir / f"{r * len(names) + j}.npy") for j, name in enumerate(names)}
               for r in range(repeats)]

@@ -293,10 +293,10 @@ def _check_example_count(base: Capture, options: DiagnoseOptions) -> None:
 def _plan_context(options: DiagnoseOptions, base: Capture, base_side: Side, factors: tuple[str, ...],
                   batching: BatchingParameters | None, session_config: tuple[str, str] | None,
                   out: Path) -> PlanContext:
-    env = base.manifest["environment"]
+    env = base.environment
     gpu_needed = any(FACTORS[f].gpu for f in factors)
     ctx = PlanContext(
-        base=base_side, model_kind=base.manifest["artifact"]["kind"], savedmodel=options.savedmodel,
+        base=base_side, model_kind=base.artifact["kind"], savedmodel=options.savedmodel,
         batch_sizes=tuple(sorted(set(options.batch_sizes))), factors=factors, quick=options.quick,
         batch_major=base.examples.batch_major, onednn_on=env["onednn"].get("enabled"),
         xla_on="--tf_xla_auto_jit" in env.get("tf_env", {}).get("TF_XLA_FLAGS", ""),
@@ -426,7 +426,7 @@ def _experiment_words(result: dict[str, Any]) -> str:
 
 def _document(options: DiagnoseOptions, base: Capture, results: list[dict[str, Any]], answers: dict[str, Any],
               noise: dict[str, Any] | None, timings: dict[str, float]) -> dict[str, Any]:
-    env = base.manifest["environment"]
+    env = base.environment
     public = [{k: v for k, v in r.items() if not k.startswith("_")} for r in results]
     return {
         "schema_version": SCHEMA_VERSION,
