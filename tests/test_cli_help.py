@@ -1,6 +1,6 @@
 """The CLI a newcomer meets (issue 27, "README and CLI"): what ``compare --help`` prints at 80
 columns, saved_model_cli's spellings, a typo in a path caught at once and said with its side,
-TensorFlow's banners once, and the README's ``tracer.options`` after ``import tracer``.
+TensorFlow's banners once, and docs/commands.md's ``tracer.options`` after ``import tracer``.
 Each test reads what the user sees: the help text, the stderr line, the Python session."""
 
 from __future__ import annotations
@@ -109,7 +109,7 @@ def test_diff_graph_prints_tensorflows_banners_once(real_models: dict[str, Path]
         assert proc.stderr.count(banner) == min(1, plain.count(banner)), (banner, proc.stderr, plain)
 
 
-def test_the_readmes_api_names_work_after_import_tracer() -> None:
+def test_the_documented_api_names_work_after_import_tracer() -> None:
     script = ("import sys, tracer; print(tracer.options.api_keywords('capture')[:2], tracer.captures.Capture.__name__, "
               "'tensorflow' in sys.modules)")
     proc = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=60)

@@ -168,7 +168,7 @@ def diagnose(model: str | ArtifactRef, out_dir: str, *, console: Any = None, **o
     return run_diagnosis(diagnose_options(model, out_dir, options), console)
 
 
-# The subpackages the README names after ``import tracer`` (``tracer.options.api_keywords``,
+# The subpackages docs/commands.md (Python API) names after ``import tracer`` (``tracer.options.api_keywords``,
 # ``tracer.captures.Capture``), imported on first use: ``import tracer`` stays cheap for the CLI.
 _SUBMODULES = frozenset({"options", "captures", "comparison", "report", "artifacts", "diff", "metrics", "errors"})
 
