@@ -432,6 +432,39 @@ def _replayed_rewrite(report: dict[str, Any], origin: dict[str, Any]) -> str:
     return f", whose replay ran the rewritten `{first['op']}` ({first.get('kind')}) with it"
 
 
+def _setting_causes(report: dict[str, Any], first: dict[str, Any] | None,
+                    rewritten: list[dict[str, Any]]) -> dict[str, str]:
+    """The causes the sides' settings point at, each with its evidence: a knob set differently,
+    another device, another TensorFlow build or CPU, and a side whose outputs fetching moved
+    (the observer effect) or whose model changes its own state on every run."""
+    sides = report.get("sides", {})
+    a, b = sides.get("a", {}), sides.get("b", {})
+    found: dict[str, str] = {}
+    knobs_a, knobs_b = a.get("knobs", {}), b.get("knobs", {})
+    for knob in sorted(set(knobs_a) | set(knobs_b)):
+        if knobs_a.get(knob) != knobs_b.get(knob) and knob in KNOB_CAUSES:
+            cause = KNOB_CAUSES[knob]
+            grappler = dict(knobs_a.get("grappler") or {}) | dict(knobs_b.get("grappler") or {})
+            if knob == "grappler" and any(k.startswith("auto_mixed_precision") for k in grappler):
+                cause = "mixed_precision"
+            found.setdefault(cause, f"`{knob}` differs: {knobs_a.get(knob, 'default')} vs {knobs_b.get(knob, 'default')}.")
+    if a.get("device") != b.get("device"):
+        found.setdefault("tf32", f"the sides run on {a.get('device')} vs {b.get('device')}.")
+    env_a, env_b = a.get("environment", {}), b.get("environment", {})
+    if env_a.get("tensorflow") != env_b.get("tensorflow") or env_a.get("build") != env_b.get("build"):
+        found["build"] = _builds(env_a, env_b, first, rewritten, report.get("rewrites") or [])
+    elif (env_a.get("cpu") or {}).get("model") != (env_b.get("cpu") or {}).get("model"):
+        found.setdefault("onednn", "the sides ran on different CPUs, where oneDNN and kernel choices differ.")
+    for side_key, side in (("a", report.get("observer_effect", {}).get("a")), ("b", report.get("observer_effect", {}).get("b"))):
+        if side and side.get("explained_by_state"):
+            found.setdefault("state", f"on side {side_key.upper()}, the model changes its own variables on every run "
+                                      f"({', '.join(side.get('stateful_ops', [])[:3])}).")
+        elif (side and not side.get("outputs_identical", True) and not _within_output_noise(report, side)
+              and not _negligible_shift(report, side) and not _within_tolerance_shift(report, side)):
+            found.setdefault("observation", f"on side {side_key.upper()}, fetching every tensor moved the outputs.")
+    return found
+
+
 def explain_comparison(report: dict[str, Any]) -> dict[str, Any]:
     """The why / prevent / cost a single comparison can support, from the report dict alone."""
     found: dict[str, str] = {}  # cause key -> the evidence sentence
@@ -471,28 +504,11 @@ def explain_comparison(report: dict[str, Any]) -> dict[str, Any]:
             + (" Both sides ran with op determinism on: determinism makes a run repeatable, not batch-size "
                "invariant." if deterministic else "")
         )
-    knobs_a, knobs_b = a.get("knobs", {}), b.get("knobs", {})
-    for knob in sorted(set(knobs_a) | set(knobs_b)):
-        if knobs_a.get(knob) != knobs_b.get(knob) and knob in KNOB_CAUSES:
-            cause = KNOB_CAUSES[knob]
-            grappler = dict(knobs_a.get("grappler") or {}) | dict(knobs_b.get("grappler") or {})
-            if knob == "grappler" and any(k.startswith("auto_mixed_precision") for k in grappler):
-                cause = "mixed_precision"
-            found.setdefault(cause, f"`{knob}` differs: {knobs_a.get(knob, 'default')} vs {knobs_b.get(knob, 'default')}.")
-    if a.get("device") != b.get("device"):
-        found.setdefault("tf32", f"the sides run on {a.get('device')} vs {b.get('device')}.")
-    env_a, env_b = a.get("environment", {}), b.get("environment", {})
-    if env_a.get("tensorflow") != env_b.get("tensorflow") or env_a.get("build") != env_b.get("build"):
-        found["build"] = _builds(env_a, env_b, first, rewritten, report.get("rewrites") or [])
-    elif (env_a.get("cpu") or {}).get("model") != (env_b.get("cpu") or {}).get("model"):
-        found.setdefault("onednn", "the sides ran on different CPUs, where oneDNN and kernel choices differ.")
-    for side_key, side in (("a", report.get("observer_effect", {}).get("a")), ("b", report.get("observer_effect", {}).get("b"))):
-        if side and side.get("explained_by_state"):
-            found.setdefault("state", f"on side {side_key.upper()}, the model changes its own variables on every run "
-                                      f"({', '.join(side.get('stateful_ops', [])[:3])}).")
-        elif (side and not side.get("outputs_identical", True) and not _within_output_noise(report, side)
-              and not _negligible_shift(report, side) and not _within_tolerance_shift(report, side)):
-            found.setdefault("observation", f"on side {side_key.upper()}, fetching every tensor moved the outputs.")
+    for cause, evidence in _setting_causes(report, first, rewritten).items():
+        if cause == "build":  # the builds' evidence says more than any other finding's words for it
+            found[cause] = evidence
+        else:
+            found.setdefault(cause, evidence)
     if not found and origins:
         op_types = sorted({o["op"] for o in origins})
         return {
