@@ -20,6 +20,7 @@ from tracer.comparison.statuses import isolation_words
 
 from conftest import Captured, build_model, run_cli
 from tracer.causes import explain_comparison
+from tracer.captures.reader import Capture
 from tracer.comparison.isolate import same_run_settings
 from tracer.comparison.isolation_plan import PlannedOrigin
 from tracer.comparison.judge import judge as judge_planned
@@ -200,15 +201,19 @@ def test_same_run_settings_compares_device_batch_knobs_and_build_not_the_artifac
     def manifest(device: str, batch: int, path: str, autotune: str = "default") -> dict[str, Any]:
         return {"spec": {"device": device, "artifact": {"path": path}, "knobs": {"autotune": autotune}},
                 "batch_size": batch, "environment": {"tensorflow": "2.21.0", "gpus": [{"device_name": "H200"}]}}
+
+    def alike(a: dict[str, Any], b: dict[str, Any], build: bool = True) -> bool:
+        return same_run_settings(Capture(Path("a"), a, {}), Capture(Path("b"), b, {}), build=build)
+
     base = manifest("gpu", 8, "ckpt/")
-    assert same_run_settings(base, manifest("gpu", 8, "savedmodel/"))
-    assert not same_run_settings(base, manifest("gpu", 1, "ckpt/"))
-    assert not same_run_settings(base, manifest("cpu", 8, "ckpt/"))
-    assert not same_run_settings(base, manifest("gpu", 8, "ckpt/", autotune="off"))
+    assert alike(base, manifest("gpu", 8, "savedmodel/"))
+    assert not alike(base, manifest("gpu", 1, "ckpt/"))
+    assert not alike(base, manifest("cpu", 8, "ckpt/"))
+    assert not alike(base, manifest("gpu", 8, "ckpt/", autotune="off"))
     other_release = {**base, "environment": {**base["environment"], "tensorflow": "2.12.1"}}
-    assert not same_run_settings(base, other_release)
-    assert same_run_settings(base, other_release, build=False)  # alike but for the build (--python)
-    assert not same_run_settings(base, {**other_release, "batch_size": 1}, build=False)
+    assert not alike(base, other_release)
+    assert alike(base, other_release, build=False)  # alike but for the build (--python)
+    assert not alike(base, {**other_release, "batch_size": 1}, build=False)
 
 
 def _report(device: str, verdict: str, determinism: bool = False, batch_b: int = 8) -> dict[str, Any]:

@@ -87,10 +87,10 @@ def isolate_origins(
             "b": alignment.b_to_a()}
     planned: list[PlannedOrigin] = []
     ops: dict[str, list[dict[str, Any]]] = {"a": [], "b": []}
-    manifests = {"a": view_a.capture.manifest, "b": view_b.capture.manifest}
-    same_settings = same_run_settings(manifests["a"], manifests["b"])
-    same_but_build = same_run_settings(manifests["a"], manifests["b"], build=False)
-    per_process = tuple(key for key, manifest in manifests.items() if per_process_nondeterminism(manifest))
+    captures = {"a": view_a.capture, "b": view_b.capture}
+    same_settings = same_run_settings(captures["a"], captures["b"])
+    same_but_build = same_run_settings(captures["a"], captures["b"], build=False)
+    per_process = tuple(key for key, capture in captures.items() if per_process_nondeterminism(capture))
     for i, result in enumerate(origins):
         node = alignment.nodes[result.name]
         pair = next(p for p in node.tensors if p.a == result.tensor)
@@ -108,8 +108,8 @@ def isolate_origins(
             # a weight's value is loaded, never computed: its difference is no kernel's (on both sides: B
             # may compute A's weight, a cast of it in a mixed-precision export)
             weight=weight_of(view_a.graph, result.name) if weight_of(view_b.graph, b_name) is not None else None,
-            executed={"a": executed_form(manifests["a"], view_a.graph, result.name),
-                      "b": executed_form(manifests["b"], view_b.graph, b_name)},
+            executed={"a": executed_form(captures["a"], view_a.graph, result.name),
+                      "b": executed_form(captures["b"], view_b.graph, b_name)},
             same_settings=same_settings, same_settings_but_build=same_but_build, per_process=per_process,
             repeat_noise=None if repeat_noise is None else repeat_noise.get(result.tensor),
             same_op_same_settings=same_settings and not node.rewrite
@@ -264,18 +264,18 @@ def load_state_variables(isolation: dict[str, IsolationResult], graph: OpGraph) 
     return found
 
 
-def same_run_settings(manifest_a: dict[str, Any], manifest_b: dict[str, Any], *, build: bool = True) -> bool:
+def same_run_settings(capture_a: Capture, capture_b: Capture, *, build: bool = True) -> bool:
     """Whether the two captures ran with the same device, batch size, knobs and build, so that the
     same op on the same inputs can only differ from run to run (the artifacts may differ).
     ``build=False`` leaves the TensorFlow build out: sides that differ in it alone (``--python``)."""
-    def settings(manifest: dict[str, Any]) -> Any:
-        spec, env = manifest.get("spec") or {}, manifest.get("environment") or {}
+    def settings(capture: Capture) -> Any:
+        spec, env = capture.spec, capture.environment
         gpus = [g.get("device_name") for g in env.get("gpus") or [] if isinstance(g, dict)]
         release = (env.get("tensorflow"), env.get("tf_git_version"), dumps(env.get("build"), sort_keys=True))
         return (spec.get("device"), dumps(spec.get("knobs"), sort_keys=True), release if build else None,
                 gpus, (env.get("cpu") or {}).get("model"), dumps(env.get("onednn", {}).get("enabled")),
                 env.get("tf32_enabled"), env.get("op_determinism"))
-    return settings(manifest_a) == settings(manifest_b) and batched_alike(manifest_a, manifest_b)
+    return settings(capture_a) == settings(capture_b) and batched_alike(capture_a.manifest, capture_b.manifest)
 
 
 def _write_json(path: str, doc: dict[str, Any]) -> None:

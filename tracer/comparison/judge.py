@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from ..captures.inputs import same_rows
+from ..captures.reader import Capture
 from ..diff.kinds import kind_of
 from ..metrics import compare_arrays
 from .isolation_plan import PlannedOrigin
@@ -76,12 +77,15 @@ class IsolationResult:
                 "writes": self.writes, "rewritten": self.rewritten, "replay_moved": self.replay_moved}
 
 
-def executed_form(manifest: dict[str, Any], graph: OpGraph, node: str) -> list[str] | None:
+def executed_form(capture: Capture, graph: OpGraph, node: str) -> list[str] | None:
     """How ``node`` ran in a capture's instrumented run: its kernel's op type, then the op types
     of the nodes a run-time rewrite added under its name (``bn/Mul`` when a batch norm was split
     into Mul + Add). None when the capture did not record its executed graph."""
-    executed = (manifest.get("observer_effect") or {}).get("executed_nodes_instrumented")
-    if not isinstance(executed, dict) or node not in graph:
+    try:
+        executed = capture.observer.executed_nodes_instrumented
+    except KeyError:  # a capture that recorded no observer effect (an isolation slice, a hand-made one)
+        return None
+    if not executed or node not in graph:
         return None
     # the record holds only nodes whose op type differs from the graph's, or that are new
     kernel = str(executed.get(node, graph.op_type(node)))
@@ -90,12 +94,11 @@ def executed_form(manifest: dict[str, Any], graph: OpGraph, node: str) -> list[s
     return [kernel, *added]
 
 
-def per_process_nondeterminism(manifest: dict[str, Any]) -> bool:
+def per_process_nondeterminism(capture: Capture) -> bool:
     """Whether a fresh process alone can change this side's kernels: a GPU run without op
     determinism, where cuDNN autotuning picks algorithms by timing in each process."""
-    spec = manifest.get("spec") or {}
+    spec, environment = capture.spec, capture.environment
     knobs = spec.get("knobs") or {}
-    environment = manifest.get("environment") or {}
     on_gpu = str(spec.get("device") or "").startswith("gpu")
     return on_gpu and not knobs.get("determinism") and not environment.get("op_determinism")
 

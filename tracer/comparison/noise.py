@@ -138,7 +138,7 @@ def sides_to_repeat(targets: dict[str, Any], captures: dict[str, Capture], repea
     runs: dict[str, int] = {}
     unmeasured: list[dict[str, str]] = []
     for key, target in targets.items():
-        risky = per_process_nondeterminism(captures[key].manifest)
+        risky = per_process_nondeterminism(captures[key])
         wanted = repeat if repeat is not None else (2 if risky else 1)
         if wanted > 1 and is_capture(target):
             if risky:
