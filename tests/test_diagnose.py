@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from conftest import assert_user_error, run_cli
+from tracer.captures.reader import Capture
 from tracer.diagnosis.answers import FACTOR_TITLES, build_answers
 from tracer.diagnosis.timing import compare_timings
 from tracer.artifacts.loader import ArtifactRef
@@ -246,7 +248,7 @@ def test_a_factor_declared_only_in_the_registry_appears_in_the_matrix(monkeypatc
                         remedy="no fp8 anywhere")]
 
     factor = Factor("fp8", "FP8 matmuls", "fp8 on vs off", fp8, cause="mixed_precision", remedy="setting",
-                    setting=lambda m: m["spec"]["knobs"].get("tf32", "default"))
+                    setting=lambda c: c.spec["knobs"].get("tf32", "default"))
     monkeypatch.setitem(experiments.FACTORS, "fp8", factor)
     ctx = _context(factors=tuple(FACTORS))
     planned = {p.name: p for p in plan_experiments(ctx)}
@@ -254,11 +256,9 @@ def test_a_factor_declared_only_in_the_registry_appears_in_the_matrix(monkeypatc
     assert run.parse_factors("batch,fp8") == ("batch", "fp8")
     assert [p.name for p in run._not_selected(("batch",), None, "not selected by --only") if p.factor == "fp8"] == ["fp8"]
 
-    class Cap:
-        manifest = {"spec": {"knobs": {"tf32": "off"}, "device": "cpu"}, "environment": {}, "batch_size": 1,
-                    "artifact": {"kind": "checkpoint"}}
-
-    assert side_settings(Cap())["fp8"] == "off"
+    cap = Capture(Path("cap"), {"spec": {"knobs": {"tf32": "off"}, "device": "cpu"}, "environment": {},
+                                "batch_size": 1, "artifact": {"kind": "checkpoint"}}, {})
+    assert side_settings(cap)["fp8"] == "off"
     answers = build_answers([_diverged(planned["fp8"])], {"atol": 1e-6, "rtol": 1e-5})
     assert answers["why"][0].startswith("FP8 matmuls: fp32 vs fp8 off changes the outputs by up to 0.001.")
     assert "Cause: mixed precision computes parts of the model" in answers["why"][0]

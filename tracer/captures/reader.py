@@ -169,6 +169,12 @@ class Capture:
         return Timings.from_json(self.manifest["timings"])
 
     @property
+    def batch_size(self) -> int | None:
+        """The batch that ran (the rows of one run), as the capture recorded it."""
+        value = self.manifest.get("batch_size")
+        return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
+
+    @property
     def examples(self) -> Examples:
         """The examples this side ran."""
         return Examples.from_json(self.manifest["examples"])

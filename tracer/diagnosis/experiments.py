@@ -26,6 +26,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from ..captures.reader import Capture
 from ..runspec import InputSpec, Side
 from .plan import Factor, PlanContext, Planned, Run, at_batch, with_grappler, with_knobs
 
@@ -51,29 +52,29 @@ def plan_experiments(ctx: PlanContext) -> list[Planned]:
 # ---- what a capture says a factor was (the ``setting`` readers) ------------------------------
 
 
-def _knobs_of(manifest: dict[str, Any]) -> dict[str, Any]:
-    return manifest["spec"].get("knobs") or {}
+def _knobs_of(capture: Capture) -> dict[str, Any]:
+    return capture.spec.get("knobs") or {}
 
 
 def _grappler_option(option: str, default: str) -> Any:
     return lambda m: (_knobs_of(m).get("grappler") or {}).get(option, default)
 
 
-def _tf_env(manifest: dict[str, Any]) -> dict[str, str]:
-    return manifest["environment"].get("tf_env") or {}
+def _tf_env(capture: Capture) -> dict[str, str]:
+    return capture.environment.get("tf_env") or {}
 
 
-def _onednn_setting(m: dict[str, Any]) -> str | None:
-    enabled = (m["environment"].get("onednn") or {}).get("enabled")  # from the fingerprint: as it really ran
+def _onednn_setting(m: Capture) -> str | None:
+    enabled = (m.environment.get("onednn") or {}).get("enabled")  # from the fingerprint: as it really ran
     return None if enabled is None else ("on" if enabled else "off")
 
 
-def _xla_setting(m: dict[str, Any]) -> str:
+def _xla_setting(m: Capture) -> str:
     xla = _knobs_of(m).get("xla")
     return "on" if xla == "on" or (xla != "off" and "--tf_xla_auto_jit" in _tf_env(m).get("TF_XLA_FLAGS", "")) else "off"
 
 
-def _autotune_setting(m: dict[str, Any]) -> str:
+def _autotune_setting(m: Capture) -> str:
     autotune = _knobs_of(m).get("autotune", "default")
     return autotune if autotune != "default" else _tf_env(m).get("TF_CUDNN_USE_AUTOTUNE", "on")
 
@@ -290,11 +291,11 @@ FACTORS: dict[str, Factor] = {f.key: f for f in (
                    "before each comparison; otherwise make the kernels deterministic "
                    "(`tf.config.experimental.enable_op_determinism()`) and fix the thread counts"),
     Factor("batch", "Batch size", "batch 1 vs each other batch size, rows aligned", _batch, cause="batch",
-           remedy="shape", per_example_cost=True, quick=True, setting=lambda m: m.get("batch_size"),
+           remedy="shape", per_example_cost=True, quick=True, setting=lambda m: m.batch_size,
            cost_text="{title}: {both}. Per example, batch {b_rows} {pct} compared with batch {a_rows}: the throughput "
                      "at stake when every request must run at one fixed shape."),
     Factor("export", "Checkpoint vs SavedModel export", "checkpoint vs SavedModel, at each batch size", _export,
-           cause="export", quick=True, cheap=True, setting=lambda m: m["artifact"]["kind"],
+           cause="export", quick=True, cheap=True, setting=lambda m: m.artifact.get("kind"),
            same_graph_is_nondeterminism=True),
     Factor("observation", "Observation", "the instrumented run (every tensor fetched) vs the plain run", _observation,
            cause="observation", costless=True, cheap=True,
@@ -319,11 +320,11 @@ FACTORS: dict[str, Factor] = {f.key: f for f in (
     Factor("serving_session_config", "TF Serving session config",
            "the session config TF Serving would use vs the default session", _session_config, cause="grappler"),
     Factor("tf_version", "TensorFlow version", "this TensorFlow vs another environment's (--other-python)",
-           _tf_version, cause="build", setting=lambda m: (m.get("environment") or {}).get("tensorflow"),
+           _tf_version, cause="build", setting=lambda m: m.environment.get("tensorflow"),
            prevent="test and serve with the same TensorFlow release and build; across releases, compare with a "
                    "tolerance"),
     Factor("device", "CPU vs GPU", "CPU vs GPU", _device, cause="build", gpu=True,
-           setting=lambda m: m["spec"].get("device", "cpu"),
+           setting=lambda m: m.spec.get("device", "cpu"),
            prevent="compare CPU and GPU results with a tolerance; they run different kernels"),
     Factor("autotune", "cuDNN autotuning", "cuDNN autotuning on vs off (TF_CUDNN_USE_AUTOTUNE)", _autotune,
            cause="autotune", remedy="setting", gpu=True, setting=_autotune_setting,

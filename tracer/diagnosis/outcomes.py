@@ -85,7 +85,7 @@ def _skeleton(p: Planned, cap_a: Capture | None, cap_b: Capture | None) -> dict[
 
 def side_settings(cap: Capture) -> dict[str, Any]:
     """The value each factor had in a capture, as it really ran (each factor's ``setting`` reader)."""
-    return {key: factor.setting(cap.manifest) for key, factor in FACTORS.items() if factor.setting is not None}
+    return {key: factor.setting(cap) for key, factor in FACTORS.items() if factor.setting is not None}
 
 
 def latency(cap: Capture) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Literal
 
 from ..artifacts.records import ArtifactRef
+from ..captures.reader import Capture
 from ..runspec import Side
 
 __all__ = ["Factor", "Run", "Planned", "PlanContext", "at_batch", "with_grappler", "with_knobs"]
@@ -96,7 +97,7 @@ class Factor:
     costless: bool = False
     cost_text: str | None = None
     per_example_cost: bool = False
-    setting: Callable[[dict[str, Any]], Any] | None = None
+    setting: Callable[[Capture], Any] | None = None  # what a capture says the factor was
     quick: bool = False  # part of --quick
     gpu: bool = False  # needs a visible GPU
     cheap: bool = False  # usually identical (no isolation children): scheduled last
