@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from conftest import assert_user_error, run_cli
+from tracer.comparison.statuses import ISOLATION
 from tracer.captures.reader import Capture
 from tracer.diagnosis.answers import FACTOR_TITLES, build_answers
 from tracer.diagnosis.timing import compare_timings
@@ -419,7 +420,7 @@ def test_answers_name_the_diverged_factors_and_only_those(full):
     assert named == diverged
     why = " ".join(answers["why"])
     first = _by_name(doc)["batch_1_vs_4"]["first_divergence"]  # the op is checked against plain sessions above
-    assert f"`{first['node']}` ({first['op']}), whose own kernel differs given identical inputs" in why
+    assert f"`{first['node']}` ({first['op']}), {ISOLATION['own_error'].clause}" in why
     # one remedy per factor, then the verified recipe (all of them together, measured)
     assert len(answers["prevent"]) == 5 and len(answers["cost"]) == 4
     assert answers["prevent"][-1].startswith("Verified recipe (measured): ")
@@ -544,7 +545,7 @@ def test_export_is_not_blamed_when_there_is_no_rewrite_and_a_fresh_process_repea
     assert "nothing to change in the export (no rewrite)" in text
     assert "a tolerance above 1" not in text
     repeat_why = next(w for w in answers["why"] if w.startswith(FACTOR_TITLES["repeat"]))
-    assert "whose result changes from run to run on identical inputs" in repeat_why
+    assert ISOLATION["nondeterministic"].clause in repeat_why
 
 
 def test_a_pair_that_differs_only_inside_is_never_said_to_change_the_outputs_by_up_to_0():

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tracer.comparison.statuses import isolation_words
+from tracer.comparison.statuses import ISOLATION, isolation_words
 
 from conftest import Captured, build_model, run_cli
 from tracer.causes import explain_comparison
@@ -226,7 +226,7 @@ def _report(device: str, verdict: str, determinism: bool = False, batch_b: int =
 def test_on_a_gpu_nondeterminism_names_autotuning_and_atomics_not_the_export() -> None:
     answers = explain_comparison(_report("gpu", "nondeterministic"))
     assert answers["causes"] == ["autotune", "atomics"]
-    assert "`block1/conv/Conv2D` (Conv2D) changes from run to run on identical inputs" in answers["why"][0]
+    assert ISOLATION["nondeterministic"].evidence.format(first="`block1/conv/Conv2D` (Conv2D)") in answers["why"][0]
     assert "--autotune off" in answers["why"][0]
 
 
