@@ -14,6 +14,7 @@ import re
 import shutil
 import stat
 import time
+from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
@@ -527,3 +528,66 @@ def test_names_get_break_opportunities_and_sentences_stay_verbatim() -> None:
     assert str(breakable("signature 'serving_default' declares <x>")) == (
         "signature &#39;serving_default&#39; declares &lt;x&gt;")
     assert str(breakable("<script>_a")) == "&lt;script&gt;_<wbr>a"
+
+
+class _RenderedMarkdown(HTMLParser):
+    """What GitHub shows of a report.md, as markdown-it (CommonMark + GFM tables, raw HTML off)
+    renders it: the text outside code, the headings, and each table's rows of cells."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.text: list[str] = []
+        self.headings: list[str] = []
+        self.tables: list[list[int]] = []
+        self.tags: set[str] = set()
+        self._code = self._heading = 0
+        self._cells = 0
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.add(tag)
+        if tag == "code":
+            self._code += 1
+        elif tag in ("h1", "h2", "h3"):
+            self._heading, _ = 1, self.headings.append("")
+        elif tag == "table":
+            self.tables.append([])
+        elif tag == "tr":
+            self._cells = 0
+        elif tag in ("td", "th"):
+            self._cells += 1
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "code":
+            self._code -= 1
+        elif tag in ("h1", "h2", "h3"):
+            self._heading = 0
+        elif tag == "tr":
+            self.tables[-1].append(self._cells)
+
+    def handle_data(self, data: str) -> None:
+        if self._heading:
+            self.headings[-1] += data
+        if not self._code:
+            self.text.append(data)
+
+
+@pytest.mark.parametrize("fixture", ["report_detector_planted.json", "report_hostile.json"])
+def test_report_md_reads_right_as_github_renders_it(fixture: str) -> None:
+    """report.md through a CommonMark + GFM-tables renderer: every backticked name is code (no
+    literal backtick left in the text), no escape shows, every table row has its header's cells,
+    and nothing from the model becomes a tag."""
+    from markdown_it import MarkdownIt
+
+    report = json.loads((Path(__file__).parent / "fixtures" / fixture).read_text(encoding="utf-8"))
+    page = _RenderedMarkdown()
+    page.feed(MarkdownIt("commonmark", {"html": False}).enable("table").render(render_markdown(report)))
+    text = "".join(page.text)
+    assert "\\_" not in text and "\\*" not in text and "\\`" not in text  # no escape shows
+    assert page.tables and all(len(set(rows)) == 1 for rows in page.tables), page.tables
+    assert page.tags <= {"h2", "h3", "p", "strong", "em", "code", "pre", "ul", "ol", "li", "table", "thead", "tbody",
+                         "tr", "th", "td", "a", "details", "summary", "br", "hr", "blockquote"}, page.tags
+    if fixture == "report_hostile.json":  # a model's backticks are its text, shown as typed
+        assert "/tmp/b`x`" in text and "/tmp/<a>&b" in text
+    else:
+        assert "`" not in text  # every backticked name became code
+        assert page.headings[0] == "tftrace: DIVERGED — first divergence at block2/bn/FusedBatchNormV3 (FusedBatchNormV3)"
