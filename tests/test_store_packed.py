@@ -337,3 +337,17 @@ def test_tensor_format_npy_writes_files_numpy_reads_and_compares_as_the_packed_o
     proc = run_cli("compare", str(plain), str(packed), "--out", str(report), "--isolate", "0")
     assert proc.returncode == 0, proc.stderr
     assert json.loads((report / "report.json").read_text())["verdict"] == "identical"
+
+
+def test_the_compiled_unshuffle_gives_numpys_words() -> None:
+    """Format 2 reads 4-byte elements back through a compiled loop where numba imports, else
+    numpy's shifts: both give the same words, every byte in its place."""
+    from tracer.captures._packed import _unshuffle4
+    from tracer.captures._unshuffle import unshuffle4
+
+    planes = np.random.default_rng(4).integers(0, 256, size=(4, 70_001), dtype=np.uint8)
+    compiled, plain = np.empty(70_001, np.uint32), np.empty(70_001, np.uint32)
+    unshuffle4(planes, compiled)
+    _unshuffle4(planes, plain)
+    assert np.array_equal(compiled, plain)
+    assert compiled[0] == int(planes[0, 0]) | int(planes[1, 0]) << 8 | int(planes[2, 0]) << 16 | int(planes[3, 0]) << 24

@@ -34,8 +34,6 @@ an edit to a helper would leave the stale machine code in use.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
-from typing import Any
 
 import numba
 import numpy as np
@@ -43,6 +41,7 @@ from llvmlite import ir
 from numba.core import cgutils, types
 from numba.extending import intrinsic, overload
 
+from ..jit import compiled
 from . import block as metrics_block
 from .block import BlockState
 
@@ -77,14 +76,6 @@ _check_layout()
 
 
 _inline = numba.njit(inline="always")  # helpers: compiled as part of _scan, not on their own
-
-
-def _jit(fn: Callable[..., Any]) -> Any:
-    """``njit(cache=True, nogil=True)``; without a cache when no cache directory is writable."""
-    try:
-        return numba.njit(cache=True, nogil=True)(fn)
-    except RuntimeError:  # numba: "cannot cache function ...: no locator available"
-        return numba.njit(nogil=True)(fn)
 
 
 # --------------------------------------------------------------------------- the bits
@@ -494,7 +485,7 @@ def _rare(x, y, ia, ib, pos0, whole, k, r0, ints, fmax, worst, bounds):  # noqa:
             _exact(x, y, ia, ib, lo, hi, pos0, k, r0, ints, fmax, worst)
 
 
-@_jit
+@compiled
 def _scan(x, y, ia, ib, off, start, masks, ulps, rtols, k, ints, fmax, ulp, hist, worst, lanes, edges, bounds):  # noqa: ANN001, ANN202, PLR0913
     """Sub-blocks from ``start`` on, until one holds a NaN or Inf: returns the run of those,
     ``(first, end)``, left to the numpy definition (``(n, n)`` when there is none)."""
