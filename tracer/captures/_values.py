@@ -26,7 +26,7 @@ from ..errors import TftraceError
 from ._format import Unstorable, to_storage
 from ._packed import digest
 
-__all__ = ["ValuesNotStored", "artifact_values"]
+__all__ = ["ValuesNotStored", "artifact_values", "artifact_values_of_both"]
 
 READ_TIMEOUT_S = 600
 
@@ -35,11 +35,18 @@ class ValuesNotStored(TftraceError):
     """A tensor kept by digest whose values cannot be read back here."""
 
 
+def _kept(capture: Any) -> list[str]:
+    """The tensors ``capture`` keeps only by digest (an alias reads its owner's)."""
+    return [n for n, rec in capture.manifest["tensors"].items() if rec.get("values") == "artifact" and "alias_of" not in rec]
+
+
+def _model_path(capture: Any) -> str:
+    return str((capture.spec.get("artifact") or {}).get("path", ""))
+
+
 def artifact_values(capture: Any, name: str) -> dict[str, np.ndarray]:
     """Every kept-by-digest tensor of ``capture`` (stored dtype), read from its artifact in one child."""
-    tensors = capture.manifest["tensors"]
-    wanted = [n for n, rec in tensors.items() if rec.get("values") == "artifact" and "alias_of" not in rec]
-    path = str((capture.spec.get("artifact") or {}).get("path", ""))
+    path = _model_path(capture)
     fix = (f"re-capture {capture.path} with --keep-weights to store the weights in it, or run this where the "
            f"model {path or '(unknown)'} is")
     what = f"the values of {name!r} (kept as a digest in {capture.path}: the model's checkpoint holds them)"
@@ -47,25 +54,63 @@ def artifact_values(capture: Any, name: str) -> dict[str, np.ndarray]:
         raise ValuesNotStored(f"{what} cannot be read: the model {path or '(unknown)'} is not on this machine", fix)
     out = Path(tempfile.mkdtemp(prefix="tftrace-values-"))
     try:
-        job = {"path": path, "keys": [tensors[n]["checkpoint_key"] for n in wanted], "out": str(out)}
-        try:
-            done = subprocess.run([sys.executable, "-m", "tracer.captures.values_worker", json.dumps(job)],
-                                  capture_output=True, text=True, timeout=READ_TIMEOUT_S, check=False)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            raise ValuesNotStored(f"{what} could not be read from {path}: {exc}", fix) from exc
-        if done.returncode != 0:
-            tail = (done.stderr.strip().splitlines() or ["no message"])[-1][:300]
-            raise ValuesNotStored(f"{what} could not be read from {path} (TensorFlow is needed): {tail}", fix)
-        values = {}
-        for i, n in enumerate(wanted):
-            try:
-                _, stored = to_storage(np.load(out / f"{i}.npy", mmap_mode="r", allow_pickle=False))
-            except (OSError, ValueError, Unstorable) as exc:
-                raise ValuesNotStored(f"{what} could not be read from {path}: {exc}", fix) from exc
-            if digest(stored) != tensors[n]["digest"]:
-                raise ValuesNotStored(f"the checkpoint of {path} no longer holds the values captured for {n!r} "
-                                      "(their digest differs): the model changed since the capture", fix)
-            values[n] = stored
-        return values  # memory-mapped: the files stay readable after their directory is gone
+        problem = _read_in_one_child([(capture, out)])
+        if problem:
+            raise ValuesNotStored(f"{what} could not be read from {path}{problem}", fix)
+        return _checked(capture, out, what, fix)
     finally:
         shutil.rmtree(out, ignore_errors=True)
+
+
+def artifact_values_of_both(captures: list[Any]) -> list[dict[str, np.ndarray] | None]:
+    """:func:`artifact_values` of several captures at once, in one child: one TensorFlow import
+    instead of one per side (most of such a read's seconds). A capture whose values cannot be read
+    or checked gets None here; its own :func:`artifact_values` then says why, naming its tensor."""
+    found: list[dict[str, np.ndarray] | None] = [None] * len(captures)
+    readable = [i for i, c in enumerate(captures) if _kept(c) and os.path.exists(_model_path(c) or "/nonexistent")]
+    if not readable:
+        return found
+    outs = {i: Path(tempfile.mkdtemp(prefix="tftrace-values-")) for i in readable}
+    try:
+        if _read_in_one_child([(captures[i], outs[i]) for i in readable]):
+            return found
+        for i in readable:
+            try:
+                found[i] = _checked(captures[i], outs[i], "", "")
+            except ValuesNotStored:
+                found[i] = None
+        return found
+    finally:
+        for out in outs.values():
+            shutil.rmtree(out, ignore_errors=True)
+
+
+def _read_in_one_child(jobs: list[tuple[Any, Path]]) -> str:
+    """Each capture's kept values written by one values_worker child into its directory; "" when
+    it succeeded, else what went wrong (said after "could not be read from PATH")."""
+    spec = [{"path": _model_path(capture), "keys": [capture.manifest["tensors"][n]["checkpoint_key"]
+                                                     for n in _kept(capture)], "out": str(out)} for capture, out in jobs]
+    try:
+        done = subprocess.run([sys.executable, "-m", "tracer.captures.values_worker", json.dumps(spec)],
+                              capture_output=True, text=True, timeout=READ_TIMEOUT_S, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f": {exc}"
+    if done.returncode != 0:
+        return f" (TensorFlow is needed): {(done.stderr.strip().splitlines() or ['no message'])[-1][:300]}"
+    return ""
+
+
+def _checked(capture: Any, out: Path, what: str, fix: str) -> dict[str, np.ndarray]:
+    """The values the child wrote for ``capture``, each checked against the digest it recorded."""
+    path, tensors = _model_path(capture), capture.manifest["tensors"]
+    values = {}
+    for i, n in enumerate(_kept(capture)):
+        try:
+            _, stored = to_storage(np.load(out / f"{i}.npy", mmap_mode="r", allow_pickle=False))
+        except (OSError, ValueError, Unstorable) as exc:
+            raise ValuesNotStored(f"{what} could not be read from {path}: {exc}", fix) from exc
+        if digest(stored) != tensors[n]["digest"]:
+            raise ValuesNotStored(f"the checkpoint of {path} no longer holds the values captured for {n!r} "
+                                  "(their digest differs): the model changed since the capture", fix)
+        values[n] = stored
+    return values  # memory-mapped: the files stay readable after their directory is gone

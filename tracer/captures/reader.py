@@ -37,7 +37,7 @@ from ._packed import digest
 from ._packing import VALUES_DIGEST, row_digest
 from ._stream import ChunkCache, TensorStream
 from ._unpack import iter_packed, read_packed
-from ._values import artifact_values
+from ._values import artifact_values, artifact_values_of_both
 from ._checks import validate_manifest, validate_record
 from .views import Examples, ObserverEffect, Timings
 
@@ -94,6 +94,7 @@ class Capture:
         self._plain_files = plain_files or {}
         self._decoded: OrderedDict[str, np.ndarray] = OrderedDict()  # LRU, at most DECODED_CACHE_BYTES
         self._from_artifact: dict[str, np.ndarray] = {}
+        self._partner: Capture | None = None  # share_artifact_reads
         self._chunk_cache: ChunkCache | None = None  # made on the first stream
 
     @classmethod
@@ -336,6 +337,11 @@ class Capture:
         """A tensor's stored values: mapped ``.npy``, decoded packed chunks, or read from the artifact."""
         record = self.manifest["tensors"][name]
         if record.get("values") == "artifact":
+            partner = self._partner
+            if name not in self._from_artifact and partner is not None and not partner._from_artifact:
+                mine, theirs = artifact_values_of_both([self, partner])  # None: read alone below, to say why
+                self._from_artifact.update(mine or {})
+                partner._from_artifact.update(theirs or {})
             if name not in self._from_artifact:
                 self._from_artifact.update(artifact_values(self, name))
             return self._from_artifact[name]
@@ -354,6 +360,12 @@ class Capture:
             raise damaged(self.path, f"tensor {name!r}: {exc}") from exc
         self._decoded[name] = value
         return value
+
+    def share_artifact_reads(self, other: Capture) -> None:
+        """Read this capture's and ``other``'s digest-kept values together, in one TensorFlow
+        child, when either first needs them (the two sides of a compare): one import of
+        TensorFlow, most of such a read's seconds, instead of two."""
+        self._partner, other._partner = other, self
 
     def _make_room(self, nbytes: int, inputs: list[str]) -> None:
         """Before decoding ``nbytes``: let go of the tensors decoded lately, oldest first, until

@@ -1,7 +1,7 @@
 """The child that reads a capture's kept-by-digest values back from its checkpoint.
 
 Started by :func:`tracer.captures._values.artifact_values` as ``python -m
-tracer.captures.values_worker JOB``; it imports TensorFlow, which the parent never does.
+tracer.captures.values_worker JOBS`` (a JSON list, one job per capture: a compare reads both sides' in one child); it imports TensorFlow, which the parent never does.
 """
 
 from __future__ import annotations
@@ -19,16 +19,17 @@ __all__ = ["main"]
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The child: write each checkpoint key's value as ``OUT/<i>.npy``."""
-    job = json.loads((argv or sys.argv[1:])[0])
+    """The child: for each job (one per capture), write each checkpoint key's value as ``OUT/<i>.npy``."""
+    jobs = json.loads((argv or sys.argv[1:])[0])
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    prefix = weights_prefix(job["path"])
-    if prefix is None:
-        print(f"{job['path']} holds no checkpoint", file=sys.stderr)
-        return 2
-    reader = tf().compat.v1.train.NewCheckpointReader(prefix)
-    for i, key in enumerate(job["keys"]):
-        np.save(Path(job["out"]) / f"{i}.npy", np.asarray(reader.get_tensor(key)), allow_pickle=False)
+    for job in jobs:
+        prefix = weights_prefix(job["path"])
+        if prefix is None:
+            print(f"{job['path']} holds no checkpoint", file=sys.stderr)
+            return 2
+        reader = tf().compat.v1.train.NewCheckpointReader(prefix)
+        for i, key in enumerate(job["keys"]):
+            np.save(Path(job["out"]) / f"{i}.npy", np.asarray(reader.get_tensor(key)), allow_pickle=False)
     return 0
 
 

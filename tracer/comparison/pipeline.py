@@ -293,6 +293,7 @@ def _compare(
     a, b = _lend_signatures(a, b, allow_unsafe_ops)
     console = console or Console(stderr=True)
     cap_a, cap_b = _capture_sides(a, b, out, console, allow_unsafe_ops, signature_map or {}, read_memory)
+    cap_a.share_artifact_reads(cap_b)
     view_a, view_b = CaptureView(cap_a), CaptureView(cap_b)
     signature_map = signature_map or one_input_each(view_a, view_b)
     apply_signature_map(view_a, view_b, signature_map)
