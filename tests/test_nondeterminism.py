@@ -308,3 +308,25 @@ def test_a_variable_initialised_at_every_load_is_load_state_not_a_kernel_or_a_re
     # and that finding, not which of four random draws landed closest (1 in 15 by chance), makes it noise
     assert read["reason"] == "its value is drawn anew at every load of the model"
     assert report["rewrites"] == []  # the same weights loaded twice: no const_changed
+
+
+def test_noise_that_left_the_outputs_unmoved_ranks_below_the_export_that_moved_them() -> None:
+    """The H200, 2026-12-02 evening (bench/gpu/test_gpu_2026-12-02_e.jsonl): MobileNet's checkpoint
+    vs its folded export; side A's second process moved its intermediates by up to 5.25e-4, its
+    outputs not at all, while the outputs differ by 0.009 from the folded batch norms on. The noise
+    accounts for none of the outputs' difference: the export comes first, the noise after it."""
+    first = {"node": "stem/bn/FusedBatchNormV3", "op": "FusedBatchNormV3", "max_abs": 5.2e-4,
+             "isolation": {"verdict": "nondeterministic"}}
+    beyond = {"node": "block0/depthwise/bn/FusedBatchNormV3", "op": "FusedBatchNormV3", "max_abs": 2.1457672e-06,
+              "rewrite": "batchnorm_folded", "isolation": {"verdict": "inherited"}}
+    side = {"device": "gpu", "batch_size": 8, "knobs": {}, "environment": {}}
+    report = {"verdict": "diverged", "sides": {"a": side, "b": dict(side)}, "first_divergence": first,
+              "first_divergence_beyond_tolerance": beyond, "origins": [beyond], "rewrites": [], "nodes": {},
+              "outputs": {"logits": {"max_abs": 0.00901}, "scores": {"max_abs": 3e-5}},
+              "noise": {"a": {"max_abs": 0.0005247593, "outputs_max_abs": {"logits": 0.0, "scores": 0.0}},
+                        "b": {"max_abs": 0.0, "outputs_max_abs": {"logits": 0.0, "scores": 0.0}}}}
+    said = explain_comparison(report)
+    assert said["causes"] == ["export", "autotune", "atomics"]
+    assert said["shares"][1] == {"cause": "autotune", "max_abs": 0.0, "measured": "between two runs of one side, at "
+                                 "the outputs (inside the model up to 0.000525)"}
+    assert said["shares"][0]["first_divergence"] is True
