@@ -330,3 +330,22 @@ def test_noise_that_left_the_outputs_unmoved_ranks_below_the_export_that_moved_t
     assert said["shares"][1] == {"cause": "autotune", "max_abs": 0.0, "measured": "between two runs of one side, at "
                                  "the outputs (inside the model up to 0.000525)"}
     assert said["shares"][0]["first_divergence"] is True
+
+
+def test_the_observer_effect_is_listed_last_it_never_explains_the_plain_runs() -> None:
+    """The H200, 2026-12-02 (bench/gpu/test_gpu_2026-12-02_f.jsonl): the detector's checkpoint vs
+    its SavedModel on the GPU, isolated as nondeterministic (its replay moved by 7.65e-4), with a
+    side whose outputs fetching every tensor moved by more than that. The plain runs fetch
+    nothing: the observer effect is a caveat after the causes, not the first of them."""
+    first = {"node": "block1/conv/Conv2D", "op": "Conv2D", "max_abs": 1.5e-3,
+             "isolation": {"verdict": "nondeterministic", "noise_max_abs": 7.653e-4}}
+    side = {"device": "gpu", "batch_size": 8, "knobs": {}, "environment": {}}
+    report = {"verdict": "diverged", "sides": {"a": side, "b": dict(side)}, "first_divergence": first,
+              "origins": [first], "rewrites": [], "nodes": {}, "tolerance": {"atol": 1e-6, "rtol": 1e-5},
+              "outputs": {"scores": {"max_abs": 2.02e-4}},
+              "observer_effect": {"a": {"outputs_identical": False, "outputs_max_abs_diff": {"scores": 1.1e-3}},
+                                  "b": {"outputs_identical": True, "outputs_max_abs_diff": {}}}}
+    said = explain_comparison(report)
+    assert said["causes"] == ["autotune", "atomics", "observation"]
+    assert said["shares"][-1] == {"cause": "observation", "max_abs": 1.1e-3,
+                                  "measured": "the outputs' shift when every tensor is fetched"}

@@ -5,7 +5,7 @@ led a "why" whose real cause, a folded batch norm 5.2e-4 beyond tolerance, came 
 :func:`tracer.causes.explain_comparison` finds is given the magnitude it was measured to account
 for — the run-to-run noise for nondeterminism, the origin's difference replayed on identical inputs
 for an export rewrite or a weight, the first divergence's difference for a setting that differs —
-and the causes are ranked by it, biggest first. The cause of the first divergence beyond tolerance
+and the causes are ranked by it, biggest first (the observer effect last: see :func:`ranked`). The cause of the first divergence beyond tolerance
 carries at least that divergence's size, so it is never listed below a cause of a smaller effect.
 A cause nothing measured is listed last, and says so.
 """
@@ -115,10 +115,15 @@ def shares(report: dict[str, Any], found: dict[str, str]) -> dict[str, Share]:
 
 
 def ranked(found: dict[str, str], measured: dict[str, Share]) -> list[str]:
-    """The found causes, biggest measured share first; the unmeasured last, in the order found."""
+    """The found causes, biggest measured share first; the unmeasured after them, in the order
+    found; the observer effect last whatever its size. Its share is how far fetching every tensor
+    moved a side's outputs: a caveat on where the instrumented runs place the difference, never a
+    cause of the plain runs' difference, which fetch nothing (on the H200 a 1e-3 shift once led
+    the "why" of two sides whose plain outputs differed by 2e-4 for another reason)."""
     order = list(found)
-    return sorted(order, key=lambda k: (measured[k]["max_abs"] is None, -(measured[k]["max_abs"] or 0.0),
-                                        not measured[k].get("first_divergence"), order.index(k)))
+    return sorted(order, key=lambda k: (k == "observation", measured[k]["max_abs"] is None,
+                                        -(measured[k]["max_abs"] or 0.0), not measured[k].get("first_divergence"),
+                                        order.index(k)))
 
 
 def share_words(share: Share) -> str:
