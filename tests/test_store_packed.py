@@ -351,3 +351,43 @@ def test_the_compiled_unshuffle_gives_numpys_words() -> None:
     _unshuffle4(planes, plain)
     assert np.array_equal(compiled, plain)
     assert compiled[0] == int(planes[0, 0]) | int(planes[1, 0]) << 8 | int(planes[2, 0]) << 16 | int(planes[3, 0]) << 24
+
+
+def _checkpoint_holding(directory: Path, kernel: np.ndarray) -> Path:
+    """A TF1 Saver checkpoint directory whose variable ``w`` holds ``kernel`` (what a capture's
+    digest-kept weights are read back from)."""
+    import tensorflow as tf  # noqa: PLC0415 - only these tests write a checkpoint
+
+    graph = tf.Graph()
+    with graph.as_default():
+        tf.compat.v1.Variable(kernel, name="w")
+        saver = tf.compat.v1.train.Saver()
+        with tf.compat.v1.Session(graph=graph) as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            saver.save(session, str(directory / "model"))
+    return directory
+
+
+def _capture_keeping_digest(path: Path, kernel: np.ndarray, model: Path) -> Capture:
+    with CaptureWriter(path, graph=VARS, artifact_values=True) as writer:
+        writer.write_whole("w:0", kernel)
+        writer.finalize({"spec": {"artifact": {"path": str(model)}}})
+    return Capture.open(path)
+
+
+@pytest.mark.slow
+def test_digest_kept_values_are_read_back_together_and_checked(tmp_path: Path) -> None:
+    """Both sides of a compare read their weights in one child; a side whose checkpoint changed
+    since its capture is refused by name, and the other side still gets its values."""
+    from tracer.captures._values import ArtifactReads  # noqa: PLC0415
+
+    kernel = RNG.normal(size=(64, 128)).astype(np.float32)
+    for name in ("ckpt_a", "ckpt_b"):
+        (tmp_path / name).mkdir()
+    same = _capture_keeping_digest(tmp_path / "a", kernel, _checkpoint_holding(tmp_path / "ckpt_a", kernel))
+    changed = _capture_keeping_digest(tmp_path / "b", kernel, _checkpoint_holding(tmp_path / "ckpt_b", kernel + 1))
+    same.artifact_reads = changed.artifact_reads = ArtifactReads([same, changed])
+    np.testing.assert_array_equal(same.tensor("w:0"), kernel)
+    with pytest.raises(ValuesNotStored, match=r"'w:0'.* cannot be used: the checkpoint of .*ckpt_b no longer holds "
+                                              r"the values captured for 'w:0' \(their digest differs\)"):
+        changed.tensor("w:0")

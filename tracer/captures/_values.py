@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,7 @@ from ..errors import TftraceError
 from ._format import Unstorable, to_storage
 from ._packed import digest
 
-__all__ = ["ValuesNotStored", "artifact_values", "artifact_values_of_both"]
+__all__ = ["ValuesNotStored", "ArtifactReads", "artifact_values"]
 
 READ_TIMEOUT_S = 600
 
@@ -57,31 +58,47 @@ def artifact_values(capture: Any, name: str) -> dict[str, np.ndarray]:
         problem = _read_in_one_child([(capture, out)])
         if problem:
             raise ValuesNotStored(f"{what} could not be read from {path}{problem}", fix)
-        return _checked(capture, out, what, fix)
+        values = _checked(capture, out)
+        if isinstance(values, str):
+            raise ValuesNotStored(f"{what} {values}", fix)
+        return values
     finally:
         shutil.rmtree(out, ignore_errors=True)
 
 
-def artifact_values_of_both(captures: list[Any]) -> list[dict[str, np.ndarray] | None]:
-    """:func:`artifact_values` of several captures at once, in one child: one TensorFlow import
-    instead of one per side (most of such a read's seconds). A capture whose values cannot be read
-    or checked gets None here; its own :func:`artifact_values` then says why, naming its tensor."""
-    found: list[dict[str, np.ndarray] | None] = [None] * len(captures)
-    readable = [i for i, c in enumerate(captures) if _kept(c) and os.path.exists(_model_path(c) or "/nonexistent")]
-    if not readable:
-        return found
-    outs = {i: Path(tempfile.mkdtemp(prefix="tftrace-values-")) for i in readable}
+class ArtifactReads:
+    """The digest-kept values of one or more captures, read in one TensorFlow child when the first
+    of them is needed. Shared by the two sides of a compare, that is one import of TensorFlow (most
+    of such a read's seconds) instead of two. A capture the joint read could not serve is read
+    alone by :func:`artifact_values`, whose error says which tensor and why."""
+
+    def __init__(self, captures: Sequence[Any]) -> None:
+        self._unread = list(captures)
+        self._values: dict[str, dict[str, np.ndarray]] = {}  # capture path -> its kept values
+
+    def value(self, capture: Any, name: str) -> np.ndarray:
+        """The stored values of ``capture``'s tensor ``name`` (kept by digest)."""
+        if len(self._unread) > 1:
+            self._values.update(_read_together(self._unread))
+        self._unread = []
+        found = self._values.get(str(capture.path))
+        if found is None or name not in found:
+            found = self._values[str(capture.path)] = artifact_values(capture, name)
+        return found[name]
+
+
+def _read_together(captures: list[Any]) -> dict[str, dict[str, np.ndarray]]:
+    """Capture path -> its kept values, for the captures one child could read and check; the
+    others are left out (read alone later, to say why)."""
+    readable = [c for c in captures if _kept(c) and os.path.exists(_model_path(c) or "/nonexistent")]
+    outs = [Path(tempfile.mkdtemp(prefix="tftrace-values-")) for _ in readable]
     try:
-        if _read_in_one_child([(captures[i], outs[i]) for i in readable]):
-            return found
-        for i in readable:
-            try:
-                found[i] = _checked(captures[i], outs[i], "", "")
-            except ValuesNotStored:
-                found[i] = None
-        return found
+        if not readable or _read_in_one_child(list(zip(readable, outs))):
+            return {}
+        checked = ((c, _checked(c, out)) for c, out in zip(readable, outs))
+        return {str(c.path): values for c, values in checked if isinstance(values, dict)}
     finally:
-        for out in outs.values():
+        for out in outs:
             shutil.rmtree(out, ignore_errors=True)
 
 
@@ -100,17 +117,18 @@ def _read_in_one_child(jobs: list[tuple[Any, Path]]) -> str:
     return ""
 
 
-def _checked(capture: Any, out: Path, what: str, fix: str) -> dict[str, np.ndarray]:
-    """The values the child wrote for ``capture``, each checked against the digest it recorded."""
+def _checked(capture: Any, out: Path) -> dict[str, np.ndarray] | str:
+    """The values the child wrote for ``capture``, each checked against the digest it recorded;
+    or, when one cannot be read or does not match, what is wrong (said after the tensor asked for)."""
     path, tensors = _model_path(capture), capture.manifest["tensors"]
     values = {}
     for i, n in enumerate(_kept(capture)):
         try:
             _, stored = to_storage(np.load(out / f"{i}.npy", mmap_mode="r", allow_pickle=False))
         except (OSError, ValueError, Unstorable) as exc:
-            raise ValuesNotStored(f"{what} could not be read from {path}: {exc}", fix) from exc
+            return f"could not be read from {path}: {exc}"
         if digest(stored) != tensors[n]["digest"]:
-            raise ValuesNotStored(f"the checkpoint of {path} no longer holds the values captured for {n!r} "
-                                  "(their digest differs): the model changed since the capture", fix)
+            return (f"cannot be used: the checkpoint of {path} no longer holds the values captured for {n!r} "
+                    "(their digest differs); the model changed since the capture")
         values[n] = stored
     return values  # memory-mapped: the files stay readable after their directory is gone

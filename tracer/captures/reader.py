@@ -37,8 +37,9 @@ from ._packed import digest
 from ._packing import VALUES_DIGEST, row_digest
 from ._stream import ChunkCache, TensorStream
 from ._unpack import iter_packed, read_packed
-from ._values import artifact_values, artifact_values_of_both
+from ._values import ArtifactReads
 from ._checks import validate_manifest, validate_record
+from .inputs import run_batch_size
 from .views import Examples, ObserverEffect, Timings
 
 __all__ = ["Capture", "MissingKey", "is_capture_dir"]
@@ -93,8 +94,8 @@ class Capture:
         self._files = files
         self._plain_files = plain_files or {}
         self._decoded: OrderedDict[str, np.ndarray] = OrderedDict()  # LRU, at most DECODED_CACHE_BYTES
-        self._from_artifact: dict[str, np.ndarray] = {}
-        self._partner: Capture | None = None  # share_artifact_reads
+        # where its digest-kept values come from; a compare shares one between its sides
+        self.artifact_reads = ArtifactReads([self])
         self._chunk_cache: ChunkCache | None = None  # made on the first stream
 
     @classmethod
@@ -161,8 +162,14 @@ class Capture:
 
     @property
     def observer(self) -> ObserverEffect:
-        """How this side's instrumented run compared with its plain run."""
+        """How this side's instrumented run compared with its plain run (every capture that
+        ``tftrace capture`` writes records it; see :attr:`recorded_observer` for the others)."""
         return ObserverEffect.from_json(self.manifest["observer_effect"])
+
+    @property
+    def recorded_observer(self) -> ObserverEffect | None:
+        """:attr:`observer`, or None for a capture that recorded none (an isolation slice)."""
+        return self.observer if "observer_effect" in self.manifest else None
 
     @property
     def timings(self) -> Timings:
@@ -171,9 +178,8 @@ class Capture:
 
     @property
     def batch_size(self) -> int | None:
-        """The batch that ran (the rows of one run), as the capture recorded it."""
-        value = self.manifest.get("batch_size")
-        return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
+        """The batch that ran (the rows of one run; :func:`run_batch_size`), None when nothing ran."""
+        return run_batch_size(self.manifest) or None
 
     @property
     def examples(self) -> Examples:
@@ -337,14 +343,7 @@ class Capture:
         """A tensor's stored values: mapped ``.npy``, decoded packed chunks, or read from the artifact."""
         record = self.manifest["tensors"][name]
         if record.get("values") == "artifact":
-            partner = self._partner
-            if name not in self._from_artifact and partner is not None and not partner._from_artifact:
-                mine, theirs = artifact_values_of_both([self, partner])  # None: read alone below, to say why
-                self._from_artifact.update(mine or {})
-                partner._from_artifact.update(theirs or {})
-            if name not in self._from_artifact:
-                self._from_artifact.update(artifact_values(self, name))
-            return self._from_artifact[name]
+            return self.artifact_reads.value(self, name)
         stored_dtype = np.dtype(record["stored_dtype"])
         encoding = record.get("encoding")
         if encoding is None:
@@ -360,12 +359,6 @@ class Capture:
             raise damaged(self.path, f"tensor {name!r}: {exc}") from exc
         self._decoded[name] = value
         return value
-
-    def share_artifact_reads(self, other: Capture) -> None:
-        """Read this capture's and ``other``'s digest-kept values together, in one TensorFlow
-        child, when either first needs them (the two sides of a compare): one import of
-        TensorFlow, most of such a read's seconds, instead of two."""
-        self._partner, other._partner = other, self
 
     def _make_room(self, nbytes: int, inputs: list[str]) -> None:
         """Before decoding ``nbytes``: let go of the tensors decoded lately, oldest first, until

@@ -81,10 +81,8 @@ def executed_form(capture: Capture, graph: OpGraph, node: str) -> list[str] | No
     """How ``node`` ran in a capture's instrumented run: its kernel's op type, then the op types
     of the nodes a run-time rewrite added under its name (``bn/Mul`` when a batch norm was split
     into Mul + Add). None when the capture did not record its executed graph."""
-    try:
-        executed = capture.observer.executed_nodes_instrumented
-    except KeyError:  # a capture that recorded no observer effect (an isolation slice, a hand-made one)
-        return None
+    observer = capture.recorded_observer
+    executed = observer.executed_nodes_instrumented if observer else None
     if not executed or node not in graph:
         return None
     # the record holds only nodes whose op type differs from the graph's, or that are new

@@ -22,6 +22,7 @@ from typing import Any
 from rich.console import Console
 
 from .align import Alignment, CaptureView, align
+from ..captures._values import ArtifactReads
 from ..captures.launcher import PreparedChild
 from ..captures.launcher import capture as capture_side
 from ..captures.progress_view import working
@@ -293,7 +294,7 @@ def _compare(
     a, b = _lend_signatures(a, b, allow_unsafe_ops)
     console = console or Console(stderr=True)
     cap_a, cap_b = _capture_sides(a, b, out, console, allow_unsafe_ops, signature_map or {}, read_memory)
-    cap_a.share_artifact_reads(cap_b)
+    cap_a.artifact_reads = cap_b.artifact_reads = ArtifactReads([cap_a, cap_b])  # one TensorFlow child for both
     view_a, view_b = CaptureView(cap_a), CaptureView(cap_b)
     signature_map = signature_map or one_input_each(view_a, view_b)
     apply_signature_map(view_a, view_b, signature_map)
