@@ -11,19 +11,27 @@ import contextlib
 import os
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from types import ModuleType
 
 from .errors import TftraceError
 
 _tf: ModuleType | None = None
+_import_window: tuple[float, float] | None = None  # perf_counter() before and after the import
+
+
+def import_window() -> tuple[float, float] | None:
+    """When this process imported TensorFlow through :func:`tf` (None: it has not)."""
+    return _import_window
 
 
 def tf() -> ModuleType:
     """Return the ``tensorflow`` module, importing it on first use."""
-    global _tf
+    global _tf, _import_window
     if _tf is None:
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        began = time.perf_counter()
         try:
             with _each_line_once():
                 import tensorflow  # noqa: PLC0415 - deliberately lazy
@@ -35,6 +43,7 @@ def tf() -> ModuleType:
             ) from exc
         tensorflow.get_logger().setLevel("ERROR")
         _tf = tensorflow
+        _import_window = (began, time.perf_counter())
     return _tf
 
 

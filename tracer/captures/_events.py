@@ -1,7 +1,7 @@
 """How a child process speaks to tftrace: one JSON line per event on a private pipe.
 
-Shared by the capture worker and the isolation replay (``progress``, ``stage``, ``error``); the
-launcher reads them (:mod:`tracer.captures.launcher`) and checks every field (:func:`valid`).
+Shared by the capture worker and the isolation replay (``progress``, ``stage``, ``error``,
+``timings``); the launcher reads them (:mod:`tracer.captures.launcher`) and checks every field (:func:`valid`).
 
 The channel is its own file descriptor, named to the child in :data:`EVENT_FD_ENV` (taken out of
 the environment and made non-inheritable at once), never stdout: the model runs in this process,
@@ -27,10 +27,12 @@ _FIELDS: dict[str, dict[str, type]] = {
     "stage": {"text": str},
     "progress": {"done": int, "total": int, "bytes": int},
     "error": {"problem": str, "fix": str},
+    "timings": {"import_s": float, "model_s": float},  # how the child came up (tracer.children)
 }
 # fields an event may carry, checked like the others where present
 _OPTIONAL: dict[str, dict[str, type]] = {
     "progress": {"stored": int, "tensors": int},  # tensors of the run in hand stored so far, of how many
+    "timings": {"start_s": float},
 }
 
 
@@ -64,7 +66,7 @@ def valid(event: Any) -> bool:
         value = event.get(key)
         if not isinstance(value, kind) or isinstance(value, bool):
             return False
-        if kind is int and value < 0:
+        if kind in (int, float) and not 0 <= value < 2**63:  # a count or seconds: never negative, nan or inf
             return False
         if kind is str and len(value) > 100_000:
             return False

@@ -17,11 +17,13 @@ from __future__ import annotations
 import io
 import os
 import sys
+import time
 from typing import Any
 
 import numpy as np
 
 from .._tf import tf
+from ..children import load_report
 from ..errors import TftraceError
 from ..runspec import job_side
 from ._format import to_storage
@@ -34,7 +36,8 @@ from ._events import emit
 __all__ = ["run_isolation"]
 
 
-def run_isolation(job: dict[str, Any]) -> None:
+def run_isolation(job: dict[str, Any]) -> dict[str, float]:
+    """Replay the job's ops in this process; returns how it came up (:func:`tracer.children.load_report`)."""
     side = job_side(job)
     source = Capture.open(job["feeds_from"])
     layout = source.manifest.get("tensor_layout", {})
@@ -45,9 +48,11 @@ def run_isolation(job: dict[str, Any]) -> None:
     if other is not None:  # another TensorFlow's kernels would be measured: no op is replayed, each says why
         for op in job["ops"]:
             record_failure(job["out_dir"], op["id"], other)
-        return
+        return load_report((0.0, 0.0))
     emit("stage", text="loading model")
+    began = time.perf_counter()
     runtime = open_runtime(side)
+    came_up = load_report((began, time.perf_counter()))
     try:
         for index, op in enumerate(job["ops"]):
             try:
@@ -63,6 +68,7 @@ def run_isolation(job: dict[str, Any]) -> None:
             emit("progress", done=index + 1, total=len(job["ops"]), bytes=int(result.nbytes))
     finally:
         runtime.close()
+    return came_up
 
 
 def _other_release(captured: Any) -> str | None:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
+from .. import children
 from ..errors import TftraceError
 from ..pythons import interpreter, remember, with_package_on_path
 from ..jsonvalues import dumps
@@ -91,6 +92,7 @@ class PreparedChild:
         env = child_env(side)
         with_package_on_path(env)
         env[PARENT_PID_ENV] = str(os.getpid())  # the child stops itself if this process is SIGKILLed
+        self._started = children.stamp(env)
         # No named file in the temp directory: the job goes through the child's stdin and its stderr
         # into a file without a name (unlinked at once), so a SIGKILLed tftrace leaves nothing behind.
         self._stderr = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace", prefix="tftrace-stderr-")
@@ -130,14 +132,23 @@ class PreparedChild:
         """Send ``job`` and follow the child until it exits; raise TftraceError if it fails."""
         proc = self.proc
         console = console or Console(stderr=True)
+        came_up: dict[str, Any] = {}
+
+        def seen(event: dict[str, Any]) -> None:
+            if event["event"] == "timings":
+                came_up.update(event)
+            elif on_event:
+                on_event(event)
+
         with self._stderr as stderr_file:
             try:
                 _send(proc, dumps({**job, "allow_unsafe_ops": self.side.allow_unsafe_ops}), close=True)
-                error = _follow(proc, self.side.timeout_s, label, console, on_event, events=self._events)
+                error = _follow(proc, self.side.timeout_s, label, console, seen, events=self._events)
             finally:
                 self._close_events()
                 if proc.poll() is None:  # interrupted while following: never leave it running
                     _kill(proc)
+                children.record(str(job.get("mode", "capture")), self._started, came_up or None)
             stderr_file.seek(0)
             lines = stderr_file.read().strip().splitlines()
         debug = "\n".join(lines[-DEBUG_LINES:])

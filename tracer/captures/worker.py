@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from .._tf import tf
+from ..children import load_report, note_start
 from ..artifacts.graph import moving_averages
 from ._packed import content_digest
 from ..errors import TftraceError
@@ -52,26 +53,29 @@ from .store import CaptureWriter
 __all__ = ["run_capture", "main"]
 
 
-def run_capture(side: Side, out_dir: str, force: bool, prepared: Prepared | None = None) -> None:
+def run_capture(side: Side, out_dir: str, force: bool, prepared: Prepared | None = None) -> dict[str, float]:
     """Validate everything that can be wrong with the request, then run and write.
 
     Every user error that does not need the tensors (the output directory, the device, the
     session config, the inputs, a tensor larger than --max-memory) is raised *before* the
     capture directory is touched, so fixing a flag and re-running needs no --force. A
     ``prepared`` runtime (loaded before the job came, for this very side but its inputs) is
-    used as it is; its load time is the manifest's ``load_s``, with ``loaded_ahead``.
+    used as it is; its load time is the manifest's ``load_s``, with ``loaded_ahead``. Returns how
+    this child came up (:func:`tracer.children.load_report`), for the parent's ledger.
     """
     t_start = time.perf_counter()
     emit("stage", text="loading model")
     _refuse_out_dir_early(out_dir, force)
     if prepared is not None and prepared.side == side.with_(inputs=prepared.side.inputs):
-        runtime, load_s = prepared.runtime(), prepared.load_s
+        runtime, opened = prepared.runtime(), prepared.opened
     else:
         if prepared is not None:
             prepared.close()
             prepared = None
         runtime = open_runtime(side)
-        load_s = time.perf_counter() - t_start
+        opened = (t_start, time.perf_counter())
+    load_s = opened[1] - opened[0]
+    came_up = load_report(opened)
     takes_strings = any(spec.dtype == "string" for spec in runtime.signature.inputs.values())
     examples = make_examples(
         runtime.signature.inputs, side.inputs.examples, side.inputs.seed, side.inputs.inputs_file,
@@ -102,7 +106,8 @@ def run_capture(side: Side, out_dir: str, force: bool, prepared: Prepared | None
         for key, value in _plain_outputs(runtime, plain["outputs"], ranges, instrumented["layout"]).items():
             writer.write_plain_output(key, value)
         timings = {
-            "load_s": round(load_s, 4),
+            "load_s": round(load_s, 4),  # TensorFlow's import included, when it happened then
+            **{key: came_up[key] for key in ("start_s", "import_s") if key in came_up},
             **({"loaded_ahead": True} if prepared is not None else {}),
             "plain_latency_ms": plain["latency_ms"],
             "instrumented_s": round(instrumented["seconds"], 4),
@@ -115,6 +120,7 @@ def run_capture(side: Side, out_dir: str, force: bool, prepared: Prepared | None
         manifest["timings"]["total_s"] = round(time.perf_counter() - t_start, 4)  # all but writing the manifest
         writer.finalize(manifest)
     runtime.close()
+    return came_up
 
 
 def _chunk_notes(instrumented: dict[str, Any], max_memory: int) -> list[str]:
@@ -180,7 +186,7 @@ class Prepared:
             self._runtime = open_runtime(side)
         except Exception as exc:  # noqa: BLE001 - re-raised by runtime(), in run_capture's handling
             self._error = exc
-        self.load_s = time.perf_counter() - started
+        self.opened = (started, time.perf_counter())
 
     def runtime(self) -> Runtime:
         if self._error is not None:
@@ -330,6 +336,7 @@ def _plain_outputs(
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    note_start()
     exit_with_parent()  # a SIGKILLed tftrace cannot stop its children itself
     claim_channel()  # the events' own pipe, before any model code runs (its stdout is not the channel)
     prepared: Prepared | None = None
@@ -346,11 +353,11 @@ def main(argv: list[str] | None = None) -> int:
             job = json.loads(fh.read())
     try:
         if job["mode"] == "capture":
-            run_capture(job_side(job), job["out_dir"], bool(job.get("force")), prepared)
+            came_up = run_capture(job_side(job), job["out_dir"], bool(job.get("force")), prepared)
         else:
             from .isolate_worker import run_isolation  # noqa: PLC0415
 
-            run_isolation(job)
+            came_up = run_isolation(job)
     except TftraceError as exc:
         emit("error", problem=exc.problem, fix=exc.fix)
         return 3
@@ -364,6 +371,7 @@ def main(argv: list[str] | None = None) -> int:
         return _crashed(exc)
     except Exception as exc:  # noqa: BLE001 - the parent says it in one line; the stack is for --debug
         return _crashed(exc)
+    emit("timings", **came_up)
     return 0
 
 

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import children
 from ..captures._events import EVENT_FD_ENV
 from ..pythons import with_package_on_path
 from ..captures.orphan import PARENT_PID_ENV
@@ -64,6 +65,8 @@ class _Child:
         env = child_env(side)
         with_package_on_path(env)
         env[PARENT_PID_ENV] = str(os.getpid())
+        self.started = children.stamp(env)
+        self.came_up: dict[str, Any] | None = None  # what its ready event says of its start (tracer.children)
         self.stderr = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace", prefix="tftrace-timing-")
         # as for a capture child (tracer.captures.launcher): the side's own interpreter (--python), and the
         # events on a pipe of their own, the model's stdout going with its stderr, so that nothing the
@@ -118,6 +121,7 @@ class _Child:
                 raise TimingFailed(self._fate("the timing child did not get ready"))
             self.ready = True
             self.tensorflow = message.get("tensorflow") if isinstance(message.get("tensorflow"), str) else None
+            self.came_up = message
 
     def run_once(self) -> float:
         self._send("run")
@@ -136,6 +140,7 @@ class _Child:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+        children.record("timing", self.started, self.came_up)
         for stream in (self.proc.stdin, self.events):
             if stream is not None:
                 stream.close()

@@ -36,6 +36,7 @@ from rich.console import Console
 
 from .._version import __version__
 from .answers import build_answers
+from .. import children
 from ..artifacts.loader import ArtifactRef
 from ..captures.launcher import capture as capture_side
 from ..captures.reader import Capture
@@ -193,7 +194,9 @@ def _run_diagnosis(options: DiagnoseOptions, out: Path, console: Console | None,
     progress = _Progress(console)
     progress.begin("base side", 1)
     progress.step(f"capturing {base_side.artifact.path} [{base_side.label()}]")
-    base = captures.get(at_batch(base_side))
+    ledger_from = len(children.recorded())
+    with children.tagged("base side"):
+        base = captures.get(at_batch(base_side))
     _check_example_count(base, options)
     ctx = _plan_context(options, base, base_side, factors, batching, session_config, out)
     planned = plan_experiments(ctx)
@@ -203,31 +206,39 @@ def _run_diagnosis(options: DiagnoseOptions, out: Path, console: Console | None,
     t_captures = time.monotonic()
     for run, names in runs:
         progress.step(f"capturing {run.describe} [{run.side.label()}] for {', '.join(names)}")
-        captures.get(run)
+        with children.tagged("captures"):
+            captures.get(run)
     t_experiments = time.monotonic()
-    results = _evaluate_all(planned, captures, options, out, quiet, progress)
+    walls: dict[str, float] = {}  # experiment -> its wall seconds (two run at once)
+    results = _evaluate_all(planned, captures, options, out, quiet, progress, walls)
     finding = noise_finding(base_side.device, base_side.knobs.determinism, results)
     if finding is not None:  # every factor again with the noise removed: the answers rest on those pairs
         twins = run_noise_free(planned, finding, _announced(captures, progress, "with the noise removed"),
-                               lambda ps: _evaluate_all(ps, captures, options, out, quiet, progress,
+                               lambda ps: _evaluate_all(ps, captures, options, out, quiet, progress, walls,
                                                         stage="experiments with the noise removed"))
         link(results, twins, finding)
         results += twins
     refused = next(iter((finding or {}).get("refused", {}).values()), None)
     recipe = plan_recipe(planned, effective(results), ctx, refused if refused and "determinis" in refused else None)
     recipe_result = None
+    t_recipe = time.monotonic()
     if recipe is not None:
-        recipe_result = _run_recipe(recipe, captures, options, out, quiet, progress)
+        with children.tagged("recipe"):
+            recipe_result = _run_recipe(recipe, captures, options, out, quiet, progress)
         results.append(recipe_result)
+    t_costs = time.monotonic()
     progress.begin("costs", 1)
     progress.step("timing each cost: both sides interleaved, judged by one rule (tracer.diagnosis.timing)")
-    time_costs(effective(results), results, planned, captures.get, out / "timing",
-               TIMED_RUNS * 2 // 3 if options.quick else TIMED_RUNS,
-               (recipe_result, recipe.reference, recipe.planned.a) if recipe and recipe_result else None)
+    with children.tagged("costs"):
+        time_costs(effective(results), results, planned, captures.get, out / "timing",
+                   TIMED_RUNS * 2 // 3 if options.quick else TIMED_RUNS,
+                   (recipe_result, recipe.reference, recipe.planned.a) if recipe and recipe_result else None)
     answers = build_answers(results, options.tolerance.to_json(), finding)
     doc = _document(options, base, results, answers, finding, {
         "total_s": round(time.monotonic() - started, 2), "base_s": round(t_captures - started, 2),
         "captures_s": round(t_experiments - t_captures, 2), "experiments_s": round(time.monotonic() - t_experiments, 2),
+        "recipe_s": round(t_costs - t_recipe, 2), "costs_s": round(time.monotonic() - t_costs, 2),
+        **_where_the_time_went(walls, children.recorded()[ledger_from:]),
     })
     shown = _write_report(doc, results, out)
     doc["report_experiment"] = shown
@@ -351,10 +362,19 @@ def _runs_to_capture(planned: list[Planned], captures: _Captures) -> list[tuple[
 
 
 def _evaluate_all(planned: list[Planned], captures: _Captures, options: DiagnoseOptions, out: Path,
-                  quiet: Console, progress: _Progress, *, stage: str = "experiments") -> list[dict[str, Any]]:
-    """Evaluate the experiments, two at a time, as one stage of the progress lines."""
+                  quiet: Console, progress: _Progress, walls: dict[str, float], *,
+                  stage: str = "experiments") -> list[dict[str, Any]]:
+    """Evaluate the experiments, two at a time, as one stage of the progress lines; each one's
+    wall seconds go into ``walls`` and its children into the ledger under its name."""
     progress.begin(stage, sum(p.kind != "skipped" for p in planned))
     def one(p: Planned) -> dict[str, Any]:
+        began = time.monotonic()
+        with children.tagged(p.name):
+            result = evaluate_one(p)
+        walls[p.name] = round(time.monotonic() - began, 2)
+        return result
+
+    def evaluate_one(p: Planned) -> dict[str, Any]:
         progress.start(_experiment_words({"name": p.name, "factor": p.factor, "noise_removed_of": p.noise_removed_of,
                                           "a": {"describe": p.a.describe} if p.a else None,
                                           "b": {"describe": p.b.describe} if p.b else None}))
@@ -422,6 +442,17 @@ def _experiment_words(result: dict[str, Any]) -> str:
 
 
 # ---- outputs ---------------------------------------------------------------------------------
+
+
+def _where_the_time_went(walls: dict[str, float], spawned: list[children.ChildTime]) -> dict[str, Any]:
+    """``timings``' breakdown: each experiment's wall seconds (two run at once, so they add up to
+    more than ``experiments_s``), and the child processes' seconds, in all and per step (``base
+    side``, ``captures``, an experiment's name, ``recipe``, ``costs``): how many were started and
+    how long they took to come up, to import TensorFlow and to load the model."""
+    steps = dict.fromkeys(c.tag or "(no step)" for c in spawned)
+    return {"experiment_s": dict(sorted(walls.items())), "children": children.summary(spawned),
+            "children_by_step": {step: children.summary([c for c in spawned if (c.tag or "(no step)") == step]) for step in steps}}
+
 
 
 def _document(options: DiagnoseOptions, base: Capture, results: list[dict[str, Any]], answers: dict[str, Any],

@@ -23,6 +23,7 @@ import time
 import numpy as np
 
 from ..captures._events import claim_channel, emit
+from ..children import load_report, note_start
 from ..captures.orphan import exit_with_parent
 from ..captures.runtime import open_runtime, tf, tf_error_text
 from ..errors import TftraceError
@@ -32,7 +33,9 @@ __all__ = ["main"]
 
 
 def _serve(job: dict) -> None:
+    began = time.perf_counter()
     runtime = open_runtime(job_side(job))
+    came_up = load_report((began, time.perf_counter()))
     with np.load(job["inputs"], allow_pickle=False) as arrays:
         feed = {runtime.graph.get_tensor_by_name(spec.name): arrays[key]
                 for key, spec in runtime.signature.inputs.items()}
@@ -40,7 +43,7 @@ def _serve(job: dict) -> None:
     try:
         for _ in range(max(1, int(job.get("warmup", 2)))):
             runtime.session.run(outputs, feed_dict=feed)
-        emit("ready", tensorflow=tf().__version__)
+        emit("ready", tensorflow=tf().__version__, **came_up)
         for line in sys.stdin:
             if line.strip() != "run":
                 break
@@ -53,6 +56,7 @@ def _serve(job: dict) -> None:
 
 
 def main() -> int:
+    note_start()
     exit_with_parent()  # a SIGKILLed tftrace cannot stop its children itself
     claim_channel()  # the parent's event pipe, before the model loads (tracer.captures._events)
     job = json.loads(sys.stdin.readline())
