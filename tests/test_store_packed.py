@@ -378,7 +378,9 @@ def _capture_keeping_digest(path: Path, kernel: np.ndarray, model: Path) -> Capt
 @pytest.mark.slow
 def test_digest_kept_values_are_read_back_together_and_checked(tmp_path: Path) -> None:
     """Both sides of a compare read their weights in one child; a side whose checkpoint changed
-    since its capture is refused by name, and the other side still gets its values."""
+    since its capture is refused by name, and the other side still gets its values. The changed
+    side's digest, as a received capture's claim, is found false (it was once taken as "the model
+    is not here" and let stand)."""
     from tracer.captures._values import ArtifactReads  # noqa: PLC0415
 
     kernel = RNG.normal(size=(64, 128)).astype(np.float32)
@@ -391,3 +393,8 @@ def test_digest_kept_values_are_read_back_together_and_checked(tmp_path: Path) -
     with pytest.raises(ValuesNotStored, match=r"'w:0'.* cannot be used: the checkpoint of .*ckpt_b no longer holds "
                                               r"the values captured for 'w:0' \(their digest differs\)"):
         changed.tensor("w:0")
+    # a received capture's digest is a claim: checked against what its model holds before it decides
+    same.bear_out("w:0")
+    with pytest.raises(TftraceError, match=r"tensor 'w:0': its digest .* is not the digest of the values its artifact "
+                                           r"holds"):
+        changed.bear_out("w:0")

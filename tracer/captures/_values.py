@@ -23,11 +23,12 @@ from typing import Any
 
 import numpy as np
 
+from .. import children
 from ..errors import TftraceError
 from ._format import Unstorable, to_storage
 from ._packed import digest
 
-__all__ = ["ValuesNotStored", "ArtifactReads", "artifact_values"]
+__all__ = ["ValuesNotStored", "ArtifactReads"]
 
 READ_TIMEOUT_S = 600
 
@@ -45,61 +46,77 @@ def _model_path(capture: Any) -> str:
     return str((capture.spec.get("artifact") or {}).get("path", ""))
 
 
-def artifact_values(capture: Any, name: str) -> dict[str, np.ndarray]:
-    """Every kept-by-digest tensor of ``capture`` (stored dtype), read from its artifact in one child."""
-    path = _model_path(capture)
-    fix = (f"re-capture {capture.path} with --keep-weights to store the weights in it, or run this where the "
-           f"model {path or '(unknown)'} is")
-    what = f"the values of {name!r} (kept as a digest in {capture.path}: the model's checkpoint holds them)"
-    if not path or not os.path.exists(path):
-        raise ValuesNotStored(f"{what} cannot be read: the model {path or '(unknown)'} is not on this machine", fix)
-    out = Path(tempfile.mkdtemp(prefix="tftrace-values-"))
-    try:
-        problem = _read_in_one_child([(capture, out)])
-        if problem:
-            raise ValuesNotStored(f"{what} could not be read from {path}{problem}", fix)
-        values = _checked(capture, out)
-        if isinstance(values, str):
-            raise ValuesNotStored(f"{what} {values}", fix)
-        return values
-    finally:
-        shutil.rmtree(out, ignore_errors=True)
-
-
 class ArtifactReads:
-    """The digest-kept values of one or more captures, read in one TensorFlow child when the first
-    of them is needed. Shared by the two sides of a compare, that is one import of TensorFlow (most
-    of such a read's seconds) instead of two. A capture the joint read could not serve is read
-    alone by :func:`artifact_values`, whose error says which tensor and why."""
+    """The values one or more captures keep by digest, as their artifacts hold them: read in one
+    TensorFlow child when the first is needed (shared by the two sides of a compare, that is one
+    import of TensorFlow, most of such a read's seconds, instead of two), then kept.
+
+    :meth:`value` hands out a tensor's values only when they match the digest its capture
+    recorded; :meth:`held_digest` says what the artifact holds, whatever the capture claims (what
+    checking a received capture's claim needs)."""
 
     def __init__(self, captures: Sequence[Any]) -> None:
         self._unread = list(captures)
-        self._values: dict[str, dict[str, np.ndarray]] = {}  # capture path -> its kept values
+        self._held: dict[str, dict[str, np.ndarray] | str] = {}  # capture path -> its kept values, or why none
+        self._digests: dict[tuple[str, str], str] = {}  # (capture path, tensor) -> digest of the values held
 
     def value(self, capture: Any, name: str) -> np.ndarray:
-        """The stored values of ``capture``'s tensor ``name`` (kept by digest)."""
-        if len(self._unread) > 1:
-            self._values.update(_read_together(self._unread))
-        self._unread = []
-        found = self._values.get(str(capture.path))
-        if found is None or name not in found:
-            found = self._values[str(capture.path)] = artifact_values(capture, name)
-        return found[name]
+        """The stored values of ``capture``'s tensor ``name``; :class:`ValuesNotStored` says why not."""
+        path = _model_path(capture)
+        what = f"the values of {name!r} (kept as a digest in {capture.path}: the model's checkpoint holds them)"
+        fix = (f"re-capture {capture.path} with --keep-weights to store the weights in it, or run this where the "
+               f"model {path or '(unknown)'} is")
+        held = self._read(capture)
+        if isinstance(held, str):
+            raise ValuesNotStored(f"{what} {held}", fix)
+        if self.held_digest(capture, name) != capture.manifest["tensors"][name]["digest"]:
+            raise ValuesNotStored(f"{what} cannot be used: the checkpoint of {path} no longer holds the values "
+                                  f"captured for {name!r} (their digest differs); the model changed since the capture",
+                                  fix)
+        return held[name]
+
+    def held_digest(self, capture: Any, name: str) -> str | None:
+        """The digest of the values ``capture``'s artifact holds for ``name``; None when they cannot be read here."""
+        key = (str(capture.path), name)
+        if key not in self._digests:
+            held = self._read(capture)
+            if isinstance(held, str):
+                return None
+            self._digests[key] = digest(held[name])
+        return self._digests[key]
+
+    def _read(self, capture: Any) -> dict[str, np.ndarray] | str:
+        unread, self._unread = self._unread, []
+        if unread:
+            self._held.update(_read_together(unread))
+        if str(capture.path) not in self._held:
+            self._held.update(_read_together([capture]))
+        return self._held[str(capture.path)]
 
 
-def _read_together(captures: list[Any]) -> dict[str, dict[str, np.ndarray]]:
-    """Capture path -> its kept values, for the captures one child could read and check; the
-    others are left out (read alone later, to say why)."""
-    readable = [c for c in captures if _kept(c) and os.path.exists(_model_path(c) or "/nonexistent")]
+def _read_together(captures: list[Any]) -> dict[str, dict[str, np.ndarray] | str]:
+    """Capture path -> the values its artifact holds for the tensors it keeps by digest (read in
+    one child for all), or what kept them from being read (said after the tensor asked for)."""
+    found: dict[str, dict[str, np.ndarray] | str] = {}
+    readable = []
+    for capture in captures:
+        path = _model_path(capture)
+        if not _kept(capture):
+            found[str(capture.path)] = {}
+        elif not path or not os.path.exists(path):
+            found[str(capture.path)] = f"cannot be read: the model {path or '(unknown)'} is not on this machine"
+        else:
+            readable.append(capture)
     outs = [Path(tempfile.mkdtemp(prefix="tftrace-values-")) for _ in readable]
     try:
-        if not readable or _read_in_one_child(list(zip(readable, outs))):
-            return {}
-        checked = ((c, _checked(c, out)) for c, out in zip(readable, outs))
-        return {str(c.path): values for c, values in checked if isinstance(values, dict)}
+        problem = _read_in_one_child(list(zip(readable, outs))) if readable else ""
+        for capture, out in zip(readable, outs):
+            found[str(capture.path)] = (f"could not be read from {_model_path(capture)}{problem}" if problem
+                                        else _loaded(capture, out))
     finally:
         for out in outs:
             shutil.rmtree(out, ignore_errors=True)
+    return found
 
 
 def _read_in_one_child(jobs: list[tuple[Any, Path]]) -> str:
@@ -107,28 +124,36 @@ def _read_in_one_child(jobs: list[tuple[Any, Path]]) -> str:
     it succeeded, else what went wrong (said after "could not be read from PATH")."""
     spec = [{"path": _model_path(capture), "keys": [capture.manifest["tensors"][n]["checkpoint_key"]
                                                      for n in _kept(capture)], "out": str(out)} for capture, out in jobs]
+    env = dict(os.environ)
+    started = children.stamp(env)
     try:
-        done = subprocess.run([sys.executable, "-m", "tracer.captures.values_worker", json.dumps(spec)],
+        done = subprocess.run([sys.executable, "-m", "tracer.captures.values_worker", json.dumps(spec)], env=env,
                               capture_output=True, text=True, timeout=READ_TIMEOUT_S, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
+        children.record("weights", started)
         return f": {exc}"
+    children.record("weights", started, _came_up(done.stdout) if done.returncode == 0 else None)
     if done.returncode != 0:
         return f" (TensorFlow is needed): {(done.stderr.strip().splitlines() or ['no message'])[-1][:300]}"
     return ""
 
 
-def _checked(capture: Any, out: Path) -> dict[str, np.ndarray] | str:
-    """The values the child wrote for ``capture``, each checked against the digest it recorded;
-    or, when one cannot be read or does not match, what is wrong (said after the tensor asked for)."""
-    path, tensors = _model_path(capture), capture.manifest["tensors"]
+def _came_up(stdout: str) -> dict[str, Any] | None:
+    """The child's last stdout line, how it came up (:func:`tracer.children.load_report`)."""
+    try:
+        report = json.loads((stdout.strip().splitlines() or ["null"])[-1])
+    except json.JSONDecodeError:
+        return None
+    return report if isinstance(report, dict) else None
+
+
+def _loaded(capture: Any, out: Path) -> dict[str, np.ndarray] | str:
+    """The values the child wrote for ``capture`` (stored dtype, not yet checked against their
+    digests), or why one cannot be read."""
     values = {}
     for i, n in enumerate(_kept(capture)):
         try:
-            _, stored = to_storage(np.load(out / f"{i}.npy", mmap_mode="r", allow_pickle=False))
+            _, values[n] = to_storage(np.load(out / f"{i}.npy", mmap_mode="r", allow_pickle=False))
         except (OSError, ValueError, Unstorable) as exc:
-            return f"could not be read from {path}: {exc}"
-        if digest(stored) != tensors[n]["digest"]:
-            return (f"cannot be used: the checkpoint of {path} no longer holds the values captured for {n!r} "
-                    "(their digest differs); the model changed since the capture")
-        values[n] = stored
+            return f"could not be read from {_model_path(capture)}: {exc}"
     return values  # memory-mapped: the files stay readable after their directory is gone
