@@ -481,6 +481,34 @@ def test_diagnosis_contract_and_report_on_top(full):
 
 
 @pytest.mark.slow
+def test_diagnosis_says_where_its_time_went(full):
+    """Issue 29: each experiment's wall seconds, and every child process diagnose started with the
+    seconds it took to come up, import TensorFlow and load the model, step by step."""
+    doc, out, _ = full
+    t = doc["timings"]
+    ran = {e["name"] for e in doc["experiments"] if e.get("skipped") is None and e["name"] != "recipe"}
+    assert set(t["experiment_s"]) == ran and all(s > 0 for s in t["experiment_s"].values())
+    assert t["total_s"] >= t["base_s"] + t["captures_s"] + t["experiments_s"] - 1  # the report is written last
+    assert t["experiments_s"] >= t["recipe_s"] + t["costs_s"]
+    children = t["children"]
+    captures = len(list((out / "captures").iterdir()))
+    assert children["by_purpose"]["capture"]["count"] == captures  # each run captured once, and counted once
+    assert children["reported"] == children["count"]  # every child said how it came up
+    for purpose, kids in children["by_purpose"].items():
+        assert kids["import_s"] > 0 and kids["wall_s"] > kids["start_s"] + kids["import_s"] + kids["model_s"], purpose
+    steps = t["children_by_step"]
+    assert steps["base side"]["count"] == 1 and set(steps["captures"]["by_purpose"]) == {"capture"}
+    assert set(steps) <= {"base side", "captures", "recipe", "costs", *ran}
+    assert sum(s["count"] for s in steps.values()) == children["count"]
+    # diagnose compares captures its own children wrote: their weights' digests are not read back
+    # from the model again for each experiment (a TensorFlow child each, before)
+    assert "weights" not in children["by_purpose"]
+    # nor are the plain outputs replayed: each capture stored its plain run's outputs
+    assert not list((out / "experiments").glob("*/plain")) and any(
+        "as each capture's plain run returned them" in note for e in doc["experiments"] for note in e.get("notes", []))
+
+
+@pytest.mark.slow
 def test_quick_runs_its_subset_and_shows_progress(models, tmp_path):
     out = tmp_path / "quick"
     proc = run_cli("diagnose", str(models["detector_ckpt"]), "--savedmodel", str(models["detector"]), "--quick",

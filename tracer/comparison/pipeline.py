@@ -165,14 +165,15 @@ def open_or_capture(
     target: str | Side, out_dir: Path, name: str, *, console: Console | None, shared_inputs: InputSpec | None = None,
     allow_unsafe_ops: bool = False, prepared: PreparedChild | None = None,
     on_event: Callable[[dict[str, Any]], None] | None = None, read_memory: int | None = None,
+    own_captures: bool = False,
 ) -> Capture:
     """A capture directory is opened; an artifact (or a Side) is captured into ``out_dir/captures/name``
     (by ``prepared``, its child started ahead by :func:`prepare_ahead`, when given; ``on_event``
     hears the capture child's events; ``read_memory``: --max-memory, the most one decode of a
-    given capture directory may inflate)."""
+    given capture directory may inflate; ``own_captures``: see :func:`comparing`)."""
     if isinstance(target, str):
         if is_capture_dir(target):
-            return Capture.open(target, max_memory=read_memory)
+            return Capture.open(target, received=not own_captures, max_memory=read_memory)
         if os.path.isdir(os.path.join(target, "tensors")) and not os.path.exists(os.path.join(target, "saved_model.pb")):
             Capture.open(target)  # raises the "incomplete capture" error
         from ..artifacts.loader import ArtifactRef  # noqa: PLC0415
@@ -235,6 +236,7 @@ def comparing(
     detections: dict[str, Any] | None = None,
     intermediates_decide: bool = False,
     read_memory: int | None = None,
+    own_captures: bool = False,
 ) -> Iterator[Comparison]:
     """Capture (or open) both sides, align, measure, find where they diverge, isolate; yield the
     :class:`Comparison` while ``out_dir`` is still this run's, so the caller writes the report
@@ -243,7 +245,10 @@ def comparing(
     ``out_dir`` is locked for this run (a second run into it exits 2 naming this one's pid),
     and ``force`` replaces only what tftrace recorded writing there (:mod:`tracer.safewrite`).
     ``repeat``: runs of each side (None: a second one only where a side can change from run to run,
-    :mod:`tracer.comparison.noise`; 1: never).
+    :mod:`tracer.comparison.noise`; 1: never). ``own_captures``: the capture directories given were
+    written by this process's own capture children (diagnose's), so the digests they record are
+    what those children computed, not claims from a sender to check against the model again
+    (:meth:`Capture.bear_out`; a TensorFlow child per comparison).
     """
     if repeat is not None and repeat < 1:
         raise TftraceError(f"--repeat {repeat}: a side runs at least once",
@@ -253,7 +258,8 @@ def comparing(
         yield _compare(a, b, out, tolerance=tolerance, isolate=isolate, console=console, command=command,
                        signature_map=signature_map, repeat=repeat, allow_unsafe_ops=allow_unsafe_ops,
                        keep_captures=keep_captures, detections=detections,
-                       intermediates_decide=intermediates_decide, read_memory=read_memory)
+                       intermediates_decide=intermediates_decide, read_memory=read_memory,
+                       own_captures=own_captures)
 
 
 def compare(a: str | Side, b: str | Side, out_dir: str | os.PathLike[str], **options: Any) -> Comparison:
@@ -278,6 +284,7 @@ def _compare(
     detections: dict[str, Any] | None = None,
     intermediates_decide: bool = False,
     read_memory: int | None = None,
+    own_captures: bool = False,
 ) -> Comparison:
     """:func:`compare` inside its prepared, locked ``out`` directory.
 
@@ -293,7 +300,7 @@ def _compare(
     permits = {key: t.allow_unsafe_ops if isinstance(t, Side) else allow_unsafe_ops for key, t in (("a", a), ("b", b))}
     a, b = _lend_signatures(a, b, allow_unsafe_ops)
     console = console or Console(stderr=True)
-    cap_a, cap_b = _capture_sides(a, b, out, console, allow_unsafe_ops, signature_map or {}, read_memory)
+    cap_a, cap_b = _capture_sides(a, b, out, console, allow_unsafe_ops, signature_map or {}, read_memory, own_captures)
     cap_a.artifact_reads = cap_b.artifact_reads = ArtifactReads([cap_a, cap_b])  # one TensorFlow child for both
     view_a, view_b = CaptureView(cap_a), CaptureView(cap_b)
     signature_map = signature_map or one_input_each(view_a, view_b)
@@ -332,7 +339,8 @@ def _compare(
 
 
 def _capture_sides(a: str | Side, b: str | Side, out: Path, console: Console, allow_unsafe_ops: bool,
-                   signature_map: dict[str, str], read_memory: int | None) -> tuple[Capture, Capture]:
+                   signature_map: dict[str, str], read_memory: int | None,
+                   own_captures: bool = False) -> tuple[Capture, Capture]:
     """Both sides opened or captured: A first, B fed A's examples. B's child is started as soon as
     A's is up, so that B imports TensorFlow and loads its model while A captures."""
     ahead: dict[str, PreparedChild | None] = {}
@@ -344,11 +352,12 @@ def _capture_sides(a: str | Side, b: str | Side, out: Path, console: Console, al
     try:
         from_b = examples_of_a_given_capture(a, b, out, signature_map)
         cap_a = open_or_capture(a, out, "a", console=console, allow_unsafe_ops=allow_unsafe_ops, on_event=start_b,
-                                shared_inputs=from_b, read_memory=read_memory)
+                                shared_inputs=from_b, read_memory=read_memory, own_captures=own_captures)
         shared = inputs_from(cap_a, out, signature_map) if not is_capture(b) else None
         try:
             cap_b = open_or_capture(b, out, "b", console=console, shared_inputs=shared,
-                                    allow_unsafe_ops=allow_unsafe_ops, prepared=ahead.get("b"), read_memory=read_memory)
+                                    allow_unsafe_ops=allow_unsafe_ops, prepared=ahead.get("b"), read_memory=read_memory,
+                                    own_captures=own_captures)
         except TftraceError as exc:
             if shared is None or not any(t in exc.problem for t in ("the signature expects", "holds one array")):
                 raise

@@ -121,13 +121,14 @@ def _max_abs(metrics: dict[str, TensorMetrics]) -> float | None:
 def _compare(result: dict[str, Any], p: Planned, cap_a: Capture, cap_b: Capture, out: Path, tolerance: Tolerance,
              quiet: Console, command: str, quick: bool, allow: bool) -> None:
     with comparing(str(cap_a.path), str(cap_b.path), out, tolerance=tolerance, force=True, console=quiet,
-                   command=command, allow_unsafe_ops=allow) as comparison:
+                   command=command, allow_unsafe_ops=allow,
+                   own_captures=not (cap_a.received or cap_b.received)) as comparison:
         report_comparison(comparison)
     report = comparison.report
     result["_report"] = report
     result["report_dir"] = str(out)
     result["latency_ms"] = {"a": latency(cap_a), "b": latency(cap_b)}
-    # as captured (instrumented): the plain outputs are compared below, by fetch-alone replays
+    # as captured (instrumented): the plain outputs are compared below
     outputs = {k: (o.get("instrumented") or o)["max_abs"] for k, o in report["outputs"].items()}
     result["outputs"] = outputs
     result["verdict"] = report.get("verdict_ops", report["verdict"])
@@ -143,11 +144,11 @@ def _compare(result: dict[str, Any], p: Planned, cap_a: Capture, cap_b: Capture,
         result["notes"].append("--quick: the outputs are compared as captured (instrumented); a side's plain run "
                                "differs from its instrumented run, so the plain outputs may differ by another amount")
         return
-    plain = _plain_outputs(cap_a, cap_b, out / "plain", quiet, tolerance, allow)
+    plain, how = _plain_outputs(cap_a, cap_b, out / "plain", quiet, tolerance, allow)
     plain_verdict = _verdict(plain, tolerance)
     result["plain_outputs"] = {"verdict": plain_verdict, "max_abs": {k: m.max_abs for k, m in plain.items()}}
     result["notes"].append("a side's plain run differs from its instrumented run, so the outputs were also compared "
-                           "as the plain runs compute them (each output fetched alone); the verdict is the worse one")
+                           f"as the plain runs compute them ({how}); the verdict is the worse one")
     result["instrumented_max_abs_output_diff"] = result["max_abs_output_diff"]
     result["instrumented_outputs"] = outputs  # per output, the worse of the two below, as the verdict is
     result["outputs"] = {k: v if plain.get(k) is None else _max_of([v, plain[k].max_abs]) for k, v in outputs.items()}
@@ -230,19 +231,31 @@ def _origin_summary(origin: dict[str, Any]) -> dict[str, Any]:
 
 
 def _plain_outputs(cap_a: Capture, cap_b: Capture, work: Path, quiet: Console,
-                   tolerance: Tolerance, allow: bool) -> dict[str, TensorMetrics]:
-    """Each signature output as the plain run computes it, compared key by key."""
+                   tolerance: Tolerance, allow: bool) -> tuple[dict[str, TensorMetrics], str]:
+    """Each signature output as the plain run computes it, compared key by key: as the capture
+    stored its plain run's outputs (only they fetched, as in production), else (a capture made
+    before captures kept them) fetched alone again in a replay, a TensorFlow child per side.
+    Returns the metrics and how the plain values were had, in words."""
     values = []
+    replayed = False
     for name, cap in (("a", cap_a), ("b", cap_b)):
         outputs = cap.outputs
         if cap.observer.outputs_identical:
             values.append({k: np.asarray(cap.tensor(t)) for k, t in outputs.items()})
             continue
+        stored = {k: cap.plain_output(k) for k in outputs}
+        if all(v is not None for v in stored.values()):
+            values.append({k: np.asarray(v) for k, v in stored.items()})
+            continue
         source = cap_a.outputs
         replay = replay_alone(cap, cap_a, {t: source[k] for k, t in outputs.items()}, work / name, console=quiet,
                               allow_unsafe_ops=allow)
         values.append({k: replay.values[0][t] for k, t in outputs.items()})
-    return {k: compare_arrays(values[0][k], values[1][k], rtols=(tolerance.rtol,)) for k in values[0] if k in values[1]}
+        replayed = True
+    how = ("each output fetched alone in a replay" if replayed else
+           "as each capture's plain run returned them, the signature outputs alone fetched")
+    return ({k: compare_arrays(values[0][k], values[1][k], rtols=(tolerance.rtol,)) for k in values[0] if k in values[1]},
+            how)
 
 
 def _unobserved(comparison: Comparison, cap_a: Capture, cap_b: Capture, work: Path, quiet: Console,

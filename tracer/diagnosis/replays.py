@@ -8,7 +8,8 @@ questions of ``tftrace diagnose`` need runs that are *not* observed that way:
 * **repeat in the same process** — the same fetches twice in one session: each signature
   output fetched alone, then all of them again, in one child process;
 * **plain outputs** — when a side's plain run differs from its instrumented run (the capture's
-  observer effect), its outputs as the plain run computes them: each output fetched alone;
+  observer effect) and its capture predates the stored plain outputs, its outputs as the plain
+  run computes them: each output fetched alone;
 * **localising an unobserved difference** — when two sides agree while observed but not when
   plain, each tensor fetched alone on both sides: the tensor is then kept as it is, but
   everything above it is free to be rewritten, so the first tensor that differs sits right
