@@ -147,9 +147,9 @@ def _avx2_note(avx2: dict[str, Any] | None) -> list[str]:
     ]
 
 
-def notes(figs: dict[str, Any], gpu: str = "") -> str:
+def notes(figs: dict[str, Any], gpu: str = "", diagnose: str = "") -> str:
     """The page's prose; ``gpu``: the GPU section (:func:`bench.gpu_report.gpu_section`), placed
-    after the CPU figures' notes."""
+    after the CPU figures' notes; ``diagnose``: :func:`bench.diagnose_bench.diagnose_section`."""
     primary = figs["capture"][0]
     t, m, e, r = figs["throughput"], figs["peak_rss"], figs["end_to_end"], figs["render"]
     parts = [
@@ -229,6 +229,7 @@ def notes(figs: dict[str, Any], gpu: str = "") -> str:
            f"{r['browser']['ready_s']:.1f} s, a search for the first divergent op highlighted it."
            if "ready_s" in r["browser"] else f"The page was not opened in a browser: {r['browser'].get('skipped')}."),
         "",
+        *([diagnose] if diagnose else []),
         *([gpu] if gpu else []),
         "## Reproduce",
         "",

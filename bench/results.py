@@ -15,6 +15,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from .diagnose_bench import diagnose_row
+
 __all__ = ["COMPARE_TARGET", "IDENTICAL_TARGET", "README_MARKERS", "RSS_MULTIPLE", "Row", "build_rows", "format_table",
            "headline", "readme_summary", "with_readme_summary", "write_markdown", "write_results"]
 
@@ -116,6 +118,9 @@ def build_rows(figs: dict[str, Any]) -> list[Row]:
                         bool(b["interactive"])))
     for extra in figs["capture"][1:]:
         rows += _capture_rows(extra, f"{extra['model']}, batch {extra['batch']}")
+    if figs.get("diagnose"):  # issue 29: reported, with where the time goes (BENCHMARKS.md's diagnose section)
+        figure, measured = diagnose_row(figs["diagnose"])
+        rows.append(Row(figure, measured, "—", None, "reported", None))
     return rows
 
 

@@ -27,6 +27,7 @@ from . import procs
 from .capture_bench import measure_capture
 from .compare_bench import (AVX2_ENV, has_avx512, make_captures, measure_peak_rss, measure_throughput,
                             measure_throughput_in_child)
+from .diagnose_bench import GPU_DIAGNOSE_NAME, diagnose_section, load_diagnose, measure_diagnose
 from .e2e_bench import measure_end_to_end
 from .gpu_report import GPU_RESULTS_NAME, gpu_section, load_gpu_results
 from .notes import notes
@@ -93,6 +94,8 @@ def run(plan: Plan, work: Path, log: Callable[[str], None] = print) -> dict[str,
     else:
         report_dir = Path(figs["end_to_end"]["report_dir"])
     figs["render"] = measure_render(ws, report_dir, plan.render_rounds)
+    log(f"tftrace diagnose of the sample detector{' --quick' if plan.name == 'quick' else ''}")
+    figs["diagnose"] = measure_diagnose(ws, ws.model("detector", log), log, quick=plan.name == "quick")
     return figs
 
 
@@ -155,7 +158,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     write_results(results, figs, rows, meta)
     print(f"\nwrote {results}")
     if markdown is not None:
-        write_markdown(markdown, rows, meta, notes(figs, _gpu_section(args.gpu_results)))
+        write_markdown(markdown, rows, meta, notes(figs, _gpu_section(args.gpu_results), _diagnose_section(figs)))
         print(f"wrote {markdown}")
     if not args.quick and args.results is None:  # the repository's own results: the README summarises them
         _write_readme(figs, meta)
@@ -180,12 +183,18 @@ def _gpu_section(path: Path) -> str:
     return gpu_section(load_gpu_results(path), source)
 
 
+def _diagnose_section(figs: dict[str, Any]) -> str:
+    """The diagnose section: this run's figure, and the GPU's where one is kept in bench/."""
+    kept = load_diagnose(REPO / "bench" / GPU_DIAGNOSE_NAME)
+    return diagnose_section([d for d in (figs.get("diagnose"), kept) if d])
+
+
 def _rewrite_markdown(results: Path, markdown: Path, gpu_results: Path = REPO / "bench" / GPU_RESULTS_NAME) -> int:
     """The page from a results.json: the same rows and notes the run that wrote it would write,
     and the GPU section from ``gpu_results``."""
     data = json.loads(results.read_text())
     figs, meta = data["raw"], {k: data[k] for k in META_KEYS if k in data}
-    write_markdown(markdown, build_rows(figs), meta, notes(figs, _gpu_section(gpu_results)))
+    write_markdown(markdown, build_rows(figs), meta, notes(figs, _gpu_section(gpu_results), _diagnose_section(figs)))
     print(f"wrote {markdown} from {results} (measured {meta.get('finished')})")
     if results.resolve() == (REPO / "bench" / "results.json").resolve():
         _write_readme(figs, meta)

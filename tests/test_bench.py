@@ -76,7 +76,15 @@ def test_quick_bench_runs_end_to_end(tmp_path: Path) -> None:
     if avx2 is not None:
         assert avx2["numpy_avx512"] is False and avx2["numba_cpu_name"] == "haswell"
         assert avx2["differing"]["pairs"] == t["differing"]["pairs"] and avx2["differing"]["ratio"] > 0
-    assert len(data["table"]) == 10 + (avx2 is not None)  # --quick runs no plain-run contender: no context row
+    # issue 29: diagnose --quick, timed, with where its time went
+    d = raw["diagnose"]
+    assert d["quick"] and d["exit_code"] in (0, 1) and d["wall_s"] > d["timings"]["total_s"] > 0
+    assert d["experiments"] and all(e["wall_s"] > 0 for e in d["experiments"] if e["name"] != "recipe")
+    assert set(d["shares"]) == {"start_s", "import_s", "model_s", "work"} and abs(sum(d["shares"].values()) - 1) < 0.01
+    assert d["shares"]["import_s"] > 0.1  # every child imports TensorFlow: seconds, on 2 cores
+    assert data["table"][-1]["figure"] == "tftrace diagnose, sample detector, --quick matrix, CPU"
+    # --quick runs no plain-run contender: no context row
+    assert len(data["table"]) == 11 + (avx2 is not None)
     assert "capture all intermediates, time (detector, batch 1)" in proc.stdout
 
     # the page again from results.json alone: every row of the run's table, measuring nothing
