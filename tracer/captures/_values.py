@@ -26,7 +26,6 @@ import numpy as np
 from .. import children
 from ..errors import TftraceError
 from ._format import Unstorable, to_storage
-from ._packed import digest
 
 __all__ = ["ValuesNotStored", "ArtifactReads"]
 
@@ -47,18 +46,20 @@ def _model_path(capture: Any) -> str:
 
 
 class ArtifactReads:
-    """The values one or more captures keep by digest, as their artifacts hold them: read in one
-    TensorFlow child when the first is needed (shared by the two sides of a compare, that is one
-    import of TensorFlow, most of such a read's seconds, instead of two), then kept.
+    """The values one or more captures keep by digest, as their artifacts hold them, read in one
+    TensorFlow child for all of them when the first is needed: shared by the two sides of a
+    compare, that is one import of TensorFlow (most of such a read's seconds) instead of two.
 
-    :meth:`value` hands out a tensor's values only when they match the digest its capture
-    recorded; :meth:`held_digest` says what the artifact holds, whatever the capture claims (what
-    checking a received capture's claim needs)."""
+    :meth:`held_digest` says what the artifact holds, whatever the capture claims (what checking a
+    received capture's claim needs): the child hashes the values and sends only the digests, so
+    checking a ResNet's weights maps none of their megabytes here. :meth:`value` hands out a
+    tensor's values, and only when they match the digest its capture recorded."""
 
     def __init__(self, captures: Sequence[Any]) -> None:
-        self._unread = list(captures)
-        self._held: dict[str, dict[str, np.ndarray] | str] = {}  # capture path -> its kept values, or why none
-        self._digests: dict[tuple[str, str], str] = {}  # (capture path, tensor) -> digest of the values held
+        self._captures = list(captures)
+        self._values: dict[str, dict[str, np.ndarray]] = {}  # capture path -> its kept values
+        self._digests: dict[str, dict[str, str]] = {}  # capture path -> tensor -> digest of the values held
+        self._problems: dict[str, str] = {}  # capture path -> why its artifact could not be read
 
     def value(self, capture: Any, name: str) -> np.ndarray:
         """The stored values of ``capture``'s tensor ``name``; :class:`ValuesNotStored` says why not."""
@@ -66,64 +67,66 @@ class ArtifactReads:
         what = f"the values of {name!r} (kept as a digest in {capture.path}: the model's checkpoint holds them)"
         fix = (f"re-capture {capture.path} with --keep-weights to store the weights in it, or run this where the "
                f"model {path or '(unknown)'} is")
-        held = self._read(capture)
-        if isinstance(held, str):
-            raise ValuesNotStored(f"{what} {held}", fix)
-        if self.held_digest(capture, name) != capture.manifest["tensors"][name]["digest"]:
+        key = str(capture.path)
+        if key not in self._values and key not in self._problems:
+            self._read([c for c in [*self._captures, capture] if str(c.path) not in self._values], values=True)
+        if key in self._problems:
+            raise ValuesNotStored(f"{what} {self._problems[key]}", fix)
+        if self._digests[key][name] != capture.manifest["tensors"][name]["digest"]:
             raise ValuesNotStored(f"{what} cannot be used: the checkpoint of {path} no longer holds the values "
                                   f"captured for {name!r} (their digest differs); the model changed since the capture",
                                   fix)
-        return held[name]
+        return self._values[key][name]
 
     def held_digest(self, capture: Any, name: str) -> str | None:
         """The digest of the values ``capture``'s artifact holds for ``name``; None when they cannot be read here."""
-        key = (str(capture.path), name)
-        if key not in self._digests:
-            held = self._read(capture)
-            if isinstance(held, str):
-                return None
-            self._digests[key] = digest(held[name])
-        return self._digests[key]
+        key = str(capture.path)
+        if key not in self._digests and key not in self._problems:
+            self._read([c for c in [*self._captures, capture] if str(c.path) not in self._digests], values=False)
+        return self._digests.get(key, {}).get(name)
 
-    def _read(self, capture: Any) -> dict[str, np.ndarray] | str:
-        unread, self._unread = self._unread, []
-        if unread:
-            self._held.update(_read_together(unread))
-        if str(capture.path) not in self._held:
-            self._held.update(_read_together([capture]))
-        return self._held[str(capture.path)]
-
-
-def _read_together(captures: list[Any]) -> dict[str, dict[str, np.ndarray] | str]:
-    """Capture path -> the values its artifact holds for the tensors it keeps by digest (read in
-    one child for all), or what kept them from being read (said after the tensor asked for)."""
-    found: dict[str, dict[str, np.ndarray] | str] = {}
-    readable = []
-    for capture in captures:
-        path = _model_path(capture)
-        if not _kept(capture):
-            found[str(capture.path)] = {}
-        elif not path or not os.path.exists(path):
-            found[str(capture.path)] = f"cannot be read: the model {path or '(unknown)'} is not on this machine"
-        else:
-            readable.append(capture)
-    outs = [Path(tempfile.mkdtemp(prefix="tftrace-values-")) for _ in readable]
-    try:
-        problem = _read_in_one_child(list(zip(readable, outs))) if readable else ""
-        for capture, out in zip(readable, outs):
-            found[str(capture.path)] = (f"could not be read from {_model_path(capture)}{problem}" if problem
-                                        else _loaded(capture, out))
-    finally:
-        for out in outs:
-            shutil.rmtree(out, ignore_errors=True)
-    return found
+    def _read(self, captures: list[Any], *, values: bool) -> None:
+        """Read ``captures``' kept tensors in one child: their digests, and their values if ``values``."""
+        readable = []
+        for capture in dict((str(c.path), c) for c in captures).values():
+            path = _model_path(capture)
+            if not _kept(capture):
+                self._values[str(capture.path)], self._digests[str(capture.path)] = {}, {}
+            elif not path or not os.path.exists(path):
+                self._problems[str(capture.path)] = f"cannot be read: the model {path or '(unknown)'} is not on this machine"
+            else:
+                readable.append(capture)
+        if not readable:
+            return
+        outs = [Path(tempfile.mkdtemp(prefix="tftrace-values-")) if values else None for _ in readable]
+        try:
+            problem, digests = _read_in_one_child(list(zip(readable, outs)))
+            for capture, out, held in zip(readable, outs, digests or [None] * len(readable)):
+                key = str(capture.path)
+                if problem or held is None:
+                    self._problems[key] = f"could not be read from {_model_path(capture)}{problem or ': no digests'}"
+                    continue
+                self._digests[key] = dict(zip(_kept(capture), held))
+                if out is not None:
+                    loaded = _loaded(capture, out)
+                    if isinstance(loaded, str):
+                        self._problems[key] = loaded
+                    else:
+                        self._values[key] = loaded
+        finally:
+            for out in outs:
+                if out is not None:
+                    shutil.rmtree(out, ignore_errors=True)
 
 
-def _read_in_one_child(jobs: list[tuple[Any, Path]]) -> str:
-    """Each capture's kept values written by one values_worker child into its directory; "" when
-    it succeeded, else what went wrong (said after "could not be read from PATH")."""
+def _read_in_one_child(jobs: list[tuple[Any, Path | None]]) -> tuple[str, list[list[str]] | None]:
+    """One values_worker child for all ``jobs``: each capture's kept tensors hashed (their digests
+    come back, one list per job) and, where the job names a directory, written there. Returns
+    ("", digests) when it succeeded, else (what went wrong, said after "could not be read from
+    PATH", None)."""
     spec = [{"path": _model_path(capture), "keys": [capture.manifest["tensors"][n]["checkpoint_key"]
-                                                     for n in _kept(capture)], "out": str(out)} for capture, out in jobs]
+                                                     for n in _kept(capture)],
+             "out": None if out is None else str(out)} for capture, out in jobs]
     env = dict(os.environ)
     started = children.stamp(env)
     try:
@@ -131,25 +134,29 @@ def _read_in_one_child(jobs: list[tuple[Any, Path]]) -> str:
                               capture_output=True, text=True, timeout=READ_TIMEOUT_S, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
         children.record("weights", started)
-        return f": {exc}"
-    children.record("weights", started, _came_up(done.stdout) if done.returncode == 0 else None)
+        return f": {exc}", None
+    answer = _answer(done.stdout) if done.returncode == 0 else {}
+    children.record("weights", started, answer.get("came_up"))
     if done.returncode != 0:
-        return f" (TensorFlow is needed): {(done.stderr.strip().splitlines() or ['no message'])[-1][:300]}"
-    return ""
+        return f" (TensorFlow is needed): {(done.stderr.strip().splitlines() or ['no message'])[-1][:300]}", None
+    digests = answer.get("digests")
+    if not isinstance(digests, list) or len(digests) != len(jobs):
+        return ": the child's answer was not understood", None
+    return "", digests
 
 
-def _came_up(stdout: str) -> dict[str, Any] | None:
-    """The child's last stdout line, how it came up (:func:`tracer.children.load_report`)."""
+def _answer(stdout: str) -> dict[str, Any]:
+    """The child's last stdout line: ``{"digests": [...], "came_up": {...}}`` (:mod:`values_worker`)."""
     try:
-        report = json.loads((stdout.strip().splitlines() or ["null"])[-1])
+        answer = json.loads((stdout.strip().splitlines() or ["null"])[-1])
     except json.JSONDecodeError:
-        return None
-    return report if isinstance(report, dict) else None
+        return {}
+    return answer if isinstance(answer, dict) else {}
 
 
 def _loaded(capture: Any, out: Path) -> dict[str, np.ndarray] | str:
-    """The values the child wrote for ``capture`` (stored dtype, not yet checked against their
-    digests), or why one cannot be read."""
+    """The values the child wrote for ``capture`` (stored dtype; checked against their digests
+    where they are used), or why one cannot be read."""
     values = {}
     for i, n in enumerate(_kept(capture)):
         try:
