@@ -94,17 +94,19 @@ def diagnose_section(runs: list[dict[str, Any]]) -> str:
             "process-seconds, not of the wall time."), ""]
     for d in runs:
         t, c, s = d["timings"], d["timings"]["children"], d["shares"]
+        recipe = f"the verified recipe {t['recipe_s']:.1f} s and " if t.get("recipe_s") else ""
         out += [f"**{_where(d)}**, {d['wall_s']:.0f} s in all: the base side {t['base_s']:.0f} s, the other captures "
-                f"{t['captures_s']:.0f} s, then {t['experiments_s']:.0f} s for the experiments, of which the verified "
-                f"recipe {t.get('recipe_s', 0):.0f} s and timing the costs {t.get('costs_s', 0):.0f} s. "
+                f"{t['captures_s']:.0f} s, then {t['experiments_s']:.0f} s for the experiments, of which "
+                f"{recipe}timing the costs {t.get('costs_s', 0):.0f} s. "
                 f"{c['count']} child processes, {c['wall_s']:.0f} process-seconds: starting them "
                 f"{s.get('start_s', 0):.0%}, importing TensorFlow {s.get('import_s', 0):.0%}, loading the model "
                 f"{s.get('model_s', 0):.0%}, the work itself {s.get('work', 0):.0%}.", "",
                 "| step | wall s | processes | process-s | of which TF import |", "|---|---|---|---|---|"]
-        walls = {**{"base side": t["base_s"], "captures": t["captures_s"]}, **t["experiment_s"],
-                 "recipe": t.get("recipe_s"), "costs": t.get("costs_s")}
-        for step, kids in t["children_by_step"].items():
-            wall = walls.get(step)
+        walls = {"base side": t["base_s"], "captures": t["captures_s"], **t["experiment_s"],
+                 **({"recipe": t["recipe_s"]} if t.get("recipe_s") else {}), "costs": t.get("costs_s")}
+        steps = t["children_by_step"]
+        for step in [*walls, *(s for s in steps if s not in walls)]:
+            wall, kids = walls.get(step), steps.get(step, {"count": 0, "wall_s": 0.0, "import_s": 0.0})
             out.append(f"| {step} | {'—' if wall is None else f'{wall:.1f}'} | {kids['count']} | {kids['wall_s']:.1f} | "
                        f"{kids['import_s']:.1f} |")
         out.append("")
