@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -113,3 +114,18 @@ def test_the_printed_command_run_as_printed_gives_the_same_numbers_under_the_oth
     assert {k: o["max_abs"] for k, o in again["outputs"].items()} == {k: o["max_abs"] for k, o in report["outputs"].items()}
     assert again["first_divergence"]["node"] == "dense/MatMul"
     assert again["first_divergence"]["max_abs"] == report["first_divergence"]["max_abs"]
+
+
+def test_the_readme_walks_through_what_80_columns_really_show(models: dict[str, Path], tmp_path: Path) -> None:
+    """README's five-minute walk quotes, at 80 columns, the part of the 30-second example's output
+    that the example leaves out: the 30-second command, run at 80 columns, prints those lines
+    as quoted, one after the other."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    command = re.search(r"^\$ (tftrace compare .* --out out/bf16)$", readme, flags=re.M).group(1)
+    quoted = re.search(r"At 80 columns.*?```text\n(.*?)```", readme, flags=re.S).group(1).splitlines()
+    assert quoted[0] == "Top origins" and len(quoted) > 10
+    proc = _tftrace(command.replace("out/bf16", shlex.quote(str(tmp_path / "bf16"))), dict(os.environ))
+    assert proc.returncode == 1, proc.stderr
+    lines = proc.stdout.splitlines()
+    start = lines.index(quoted[0])
+    assert lines[start:start + len(quoted)] == quoted
