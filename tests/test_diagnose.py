@@ -498,7 +498,7 @@ def test_diagnosis_says_where_its_time_went(full):
         assert kids["import_s"] > 0 and kids["wall_s"] > kids["start_s"] + kids["import_s"] + kids["model_s"], purpose
     steps = t["children_by_step"]
     assert steps["base side"]["count"] == 1 and set(steps["captures"]["by_purpose"]) == {"capture"}
-    assert set(steps) <= {"base side", "captures", "recipe", "costs", *ran}
+    assert set(steps) <= {"base side", "captures", "captures with the noise removed", "recipe", "costs", *ran}
     assert sum(s["count"] for s in steps.values()) == children["count"]
     # diagnose compares captures its own children wrote: their weights' digests are not read back
     # from the model again for each experiment (a TensorFlow child each, before)

@@ -213,9 +213,10 @@ def _run_diagnosis(options: DiagnoseOptions, out: Path, console: Console | None,
     results = _evaluate_all(planned, captures, options, out, quiet, progress, walls)
     finding = noise_finding(base_side.device, base_side.knobs.determinism, results)
     if finding is not None:  # every factor again with the noise removed: the answers rest on those pairs
-        twins = run_noise_free(planned, finding, _announced(captures, progress, "with the noise removed"),
-                               lambda ps: _evaluate_all(ps, captures, options, out, quiet, progress, walls,
-                                                        stage="experiments with the noise removed"))
+        with children.tagged("captures with the noise removed"):  # each experiment's own are tagged with it
+            twins = run_noise_free(planned, finding, _announced(captures, progress, "with the noise removed"),
+                                   lambda ps: _evaluate_all(ps, captures, options, out, quiet, progress, walls,
+                                                            stage="experiments with the noise removed"))
         link(results, twins, finding)
         results += twins
     refused = next(iter((finding or {}).get("refused", {}).values()), None)
