@@ -184,10 +184,26 @@ def reports_full_disk(
         except OSError as exc:
             if exc.errno not in _DISK_FULL:
                 raise
+            written = max(self.bytes_written, _bytes_in(self.path))
             raise TftraceError(
-                f"disk full at {self.bytes_written:,} bytes written to {self.path} ({exc.strerror})",
+                f"disk full at {written:,} bytes written to {self.path} ({exc.strerror})",
                 f"free space on that file system or choose another --out; the partial capture in {self.path} has "
                 "no manifest.json and is refused as incomplete (delete it, or re-run with --force)",
             ) from exc
 
     return wrapper
+
+
+def _bytes_in(path: Path) -> int:
+    """The bytes the files under ``path`` hold now. The writer counts only the writes that
+    completed, and when the disk fills under several writing threads, the large files they were
+    writing are all cut short, so that count can be a small part of what fills the disk."""
+    sizes: dict[tuple[int, int], int] = {}  # a hard link (a tensor stored once for its aliases) counts once
+    for root, _, files in os.walk(path):
+        for name in files:
+            try:
+                st = os.lstat(os.path.join(root, name))
+            except OSError:
+                continue
+            sizes[(st.st_dev, st.st_ino)] = st.st_size
+    return sum(sizes.values())
