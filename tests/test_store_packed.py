@@ -368,26 +368,38 @@ def _checkpoint_holding(directory: Path, kernel: np.ndarray) -> Path:
     return directory
 
 
-def _capture_keeping_digest(path: Path, kernel: np.ndarray, model: Path) -> Capture:
+def _capture_keeping_digest(path: Path, kernel: np.ndarray, model: Path, *, located: bool) -> Capture:
+    """A capture keeping ``w`` by digest; ``located``: its manifest names the checkpoint prefix it
+    ran on, as every capture tftrace writes does (read in this process), else only the model's
+    path (read in a TensorFlow child, which finds the prefix the way a capture does)."""
+    meta: dict[str, Any] = {"spec": {"artifact": {"path": str(model)}}}
+    if located:
+        meta["artifact"] = {"kind": "checkpoint", "location": str(model / "model"), "inlined_by_loader": False}
     with CaptureWriter(path, graph=VARS, artifact_values=True) as writer:
         writer.write_whole("w:0", kernel)
-        writer.finalize({"spec": {"artifact": {"path": str(model)}}})
+        writer.finalize(meta)
     return Capture.open(path)
 
 
 @pytest.mark.slow
-def test_digest_kept_values_are_read_back_together_and_checked(tmp_path: Path) -> None:
-    """Both sides of a compare read their weights in one child; a side whose checkpoint changed
-    since its capture is refused by name, and the other side still gets its values. The changed
-    side's digest, as a received capture's claim, is found false (it was once taken as "the model
-    is not here" and let stand)."""
+@pytest.mark.parametrize("located", [True, False], ids=["in_this_process", "in_a_tensorflow_child"])
+def test_digest_kept_values_are_read_back_together_and_checked(tmp_path: Path, located: bool) -> None:
+    """Both sides of a compare read their weights (in this process where the manifest names a
+    checkpoint it can read, else in one child); a side whose checkpoint changed since its capture
+    is refused by name, and the other side still gets its values. The changed side's digest, as a
+    received capture's claim, is found false (it was once taken as "the model is not here" and let
+    stand)."""
+    from tracer import children  # noqa: PLC0415
     from tracer.captures._values import ArtifactReads  # noqa: PLC0415
 
     kernel = RNG.normal(size=(64, 128)).astype(np.float32)
     for name in ("ckpt_a", "ckpt_b"):
         (tmp_path / name).mkdir()
-    same = _capture_keeping_digest(tmp_path / "a", kernel, _checkpoint_holding(tmp_path / "ckpt_a", kernel))
-    changed = _capture_keeping_digest(tmp_path / "b", kernel, _checkpoint_holding(tmp_path / "ckpt_b", kernel + 1))
+    same = _capture_keeping_digest(tmp_path / "a", kernel, _checkpoint_holding(tmp_path / "ckpt_a", kernel),
+                                   located=located)
+    changed = _capture_keeping_digest(tmp_path / "b", kernel, _checkpoint_holding(tmp_path / "ckpt_b", kernel + 1),
+                                      located=located)
+    before = len(children.recorded())
     same.artifact_reads = changed.artifact_reads = ArtifactReads([same, changed])
     np.testing.assert_array_equal(same.tensor("w:0"), kernel)
     with pytest.raises(ValuesNotStored, match=r"'w:0'.* cannot be used: the checkpoint of .*ckpt_b no longer holds "
@@ -398,3 +410,5 @@ def test_digest_kept_values_are_read_back_together_and_checked(tmp_path: Path) -
     with pytest.raises(TftraceError, match=r"tensor 'w:0': its digest .* is not the digest of the values its artifact "
                                            r"holds"):
         changed.bear_out("w:0")
+    weights_children = [c for c in children.recorded()[before:] if c.purpose == "weights"]
+    assert len(weights_children) == (0 if located else 1)  # one child for both sides, or none at all

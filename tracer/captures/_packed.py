@@ -21,7 +21,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -131,8 +131,15 @@ def _unshuffle4(planes: np.ndarray, words: np.ndarray, step: int = 1 << 16) -> N
 def digest(stored: np.ndarray) -> str:
     """sha256 of a tensor's stored bytes (C order), with its stored dtype and shape: equal digests
     mean bitwise-identical tensors."""
-    h = hashlib.sha256(f"{stored.dtype.str}{list(stored.shape)}".encode())
-    h.update(np.ascontiguousarray(stored).reshape(-1).view(np.uint8).data)
+    return digest_of_pieces(stored.dtype, stored.shape, [np.ascontiguousarray(stored).reshape(-1).view(np.uint8)])
+
+
+def digest_of_pieces(stored_dtype: np.dtype, shape: Sequence[int], pieces: Iterable[np.ndarray]) -> str:
+    """:func:`digest` of a tensor whose stored bytes come piece by piece (a weight read from its
+    checkpoint a few MB at a time, never held whole)."""
+    h = hashlib.sha256(f"{np.dtype(stored_dtype).str}{list(shape)}".encode())
+    for piece in pieces:
+        h.update(piece.data)
     return "sha256:" + h.hexdigest()
 
 

@@ -3,10 +3,13 @@
 A large variable restored from a checkpoint is in that checkpoint already, so a capture keeps
 its sha256 (``values: "artifact"``) instead of a copy: two sides whose digests agree are
 bitwise identical without reading anything. When the values themselves are needed (digests
-differ, a report shows elements), they are read from the checkpoint the manifest names, in a
-TensorFlow child process (:mod:`tracer.captures.values_worker`; this module never imports TensorFlow), and checked against the
-digest. When that cannot happen (the model is not on this machine, TensorFlow is missing, the
-checkpoint changed since), :class:`ValuesNotStored` says which tensor, why, and how to get it.
+differ, a report shows elements, a received capture's digest is checked), they are read from the
+checkpoint the manifest names and checked against the digest: in this process by
+:mod:`tracer.artifacts.bundle` where it can (a local V2 checkpoint of numeric tensors, what
+nearly every model has), else in a TensorFlow child process (:mod:`tracer.captures.values_worker`;
+this module never imports TensorFlow). When neither can (the model is not on this machine,
+TensorFlow is missing, the checkpoint changed since), :class:`ValuesNotStored` says which tensor,
+why, and how to get it.
 """
 
 from __future__ import annotations
@@ -17,19 +20,22 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
 from .. import children
+from ..artifacts.bundle import Bundle, NotReadableHere
 from ..errors import TftraceError
 from ._format import Unstorable, to_storage
+from ._packed import content_digest, digest_of_pieces
 
 __all__ = ["ValuesNotStored", "ArtifactReads"]
 
 READ_TIMEOUT_S = 600
+_T = TypeVar("_T")
 
 
 class ValuesNotStored(TftraceError):
@@ -45,10 +51,36 @@ def _model_path(capture: Any) -> str:
     return str((capture.spec.get("artifact") or {}).get("path", ""))
 
 
+def _digest_in(bundle: Bundle, key: str) -> str:
+    """The digest a capture keeps of checkpoint tensor ``key``, read a few MB at a time."""
+    dtype, shape = bundle.describe(key)
+    return digest_of_pieces(dtype, shape, bundle.pieces(key))
+
+
+def _local_bundle(capture: Any) -> Bundle | None:
+    """The checkpoint the capture's manifest says its side restored, when this process can read it
+    (a local V2 checkpoint): the very files the capture ran on, wherever the model's path points now."""
+    artifact = capture.manifest.get("artifact")
+    kind, location = (artifact.get("kind"), artifact.get("location")) if isinstance(artifact, dict) else (None, None)
+    if not isinstance(location, str) or not location or "://" in location:
+        return None
+    if kind == "checkpoint":
+        prefix = location
+    elif kind in ("saved_model_v1", "saved_model_v2"):
+        prefix = os.path.join(location, "variables", "variables")
+    else:
+        return None
+    try:
+        return Bundle(prefix)
+    except (NotReadableHere, OSError):
+        return None
+
+
 class ArtifactReads:
-    """The values one or more captures keep by digest, as their artifacts hold them, read in one
-    TensorFlow child for all of them when the first is needed: shared by the two sides of a
-    compare, that is one import of TensorFlow (most of such a read's seconds) instead of two.
+    """The values one or more captures keep by digest, as their artifacts hold them: read in this
+    process where :mod:`tracer.artifacts.bundle` can, else in one TensorFlow child for all of them
+    when the first is needed (shared by the two sides of a compare, that is one import of
+    TensorFlow, most of such a read's seconds, instead of two).
 
     :meth:`held_digest` says what the artifact holds, whatever the capture claims (what checking a
     received capture's claim needs): the child hashes the values and sends only the digests, so
@@ -60,6 +92,8 @@ class ArtifactReads:
         self._values: dict[str, dict[str, np.ndarray]] = {}  # capture path -> its kept values
         self._digests: dict[str, dict[str, str]] = {}  # capture path -> tensor -> digest of the values held
         self._problems: dict[str, str] = {}  # capture path -> why its artifact could not be read
+        self._bundles: dict[str, Bundle | None] = {}  # capture path -> its checkpoint, read in this process
+        self._here: dict[str, dict[str, str]] = {}  # capture path -> tensor -> digest, of what was read here
 
     def value(self, capture: Any, name: str) -> np.ndarray:
         """The stored values of ``capture``'s tensor ``name``; :class:`ValuesNotStored` says why not."""
@@ -67,23 +101,59 @@ class ArtifactReads:
         what = f"the values of {name!r} (kept as a digest in {capture.path}: the model's checkpoint holds them)"
         fix = (f"re-capture {capture.path} with --keep-weights to store the weights in it, or run this where the "
                f"model {path or '(unknown)'} is")
+        changed = (f"cannot be used: the checkpoint of {path} no longer holds the values captured for {name!r} "
+                   "(their digest differs); the model changed since the capture")
+        recorded = capture.manifest["tensors"][name]["digest"]
         key = str(capture.path)
+        held = self._read_here(capture, name, lambda bundle, checkpoint_key: bundle.read(checkpoint_key))
+        if held is not None:
+            if content_digest(held) != recorded:
+                raise ValuesNotStored(f"{what} {changed}", fix)
+            stored = to_storage(held)[1]
+            stored.flags.writeable = False
+            return stored
         if key not in self._values and key not in self._problems:
-            self._read([c for c in [*self._captures, capture] if str(c.path) not in self._values], values=True)
+            self._read(self._for_the_child(capture, self._values), values=True)
         if key in self._problems:
             raise ValuesNotStored(f"{what} {self._problems[key]}", fix)
-        if self._digests[key][name] != capture.manifest["tensors"][name]["digest"]:
-            raise ValuesNotStored(f"{what} cannot be used: the checkpoint of {path} no longer holds the values "
-                                  f"captured for {name!r} (their digest differs); the model changed since the capture",
-                                  fix)
+        if self._digests[key][name] != recorded:
+            raise ValuesNotStored(f"{what} {changed}", fix)
         return self._values[key][name]
 
     def held_digest(self, capture: Any, name: str) -> str | None:
         """The digest of the values ``capture``'s artifact holds for ``name``; None when they cannot be read here."""
         key = str(capture.path)
+        if name not in self._here.get(key, {}):
+            found = self._read_here(capture, name, _digest_in)
+            if found is not None:
+                self._here.setdefault(key, {})[name] = found
+        if name in self._here.get(key, {}):
+            return self._here[key][name]
         if key not in self._digests and key not in self._problems:
-            self._read([c for c in [*self._captures, capture] if str(c.path) not in self._digests], values=False)
+            self._read(self._for_the_child(capture, self._digests), values=False)
         return self._digests.get(key, {}).get(name)
+
+    def _for_the_child(self, capture: Any, done: dict[str, Any]) -> list[Any]:
+        """``capture`` and the others not read yet that this process cannot read: one child for them all."""
+        return [c for c in [*self._captures, capture]
+                if str(c.path) not in done and (c is capture or self._bundle(c) is None)]
+
+    def _bundle(self, capture: Any) -> Bundle | None:
+        key = str(capture.path)
+        if key not in self._bundles:
+            self._bundles[key] = _local_bundle(capture) if os.path.exists(_model_path(capture)) else None
+        return self._bundles[key]
+
+    def _read_here(self, capture: Any, name: str, how: Callable[[Bundle, str], _T]) -> _T | None:
+        """``how(bundle, checkpoint key)`` of tensor ``name`` in this process; None when this reader
+        cannot (a checkpoint not here, a tensor it leaves to TensorFlow): then the child reads it."""
+        bundle = self._bundle(capture)
+        if bundle is None:
+            return None
+        try:
+            return how(bundle, capture.manifest["tensors"][name]["checkpoint_key"])
+        except NotReadableHere:
+            return None
 
     def _read(self, captures: list[Any], *, values: bool) -> None:
         """Read ``captures``' kept tensors in one child: their digests, and their values if ``values``."""
