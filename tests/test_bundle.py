@@ -192,3 +192,24 @@ def test_sharded_partitioned_and_object_checkpoints(tmp_path: Path) -> None:
     equal, refused = _all_equal_to_tensorflows(object_prefix)
     assert equal >= 2 and all("has TensorFlow dtype 7" in why for why in refused.values())  # the object graph
     np.testing.assert_array_equal(Bundle(object_prefix).read("w/.ATTRIBUTES/VARIABLE_VALUE"), np.eye(3))
+
+
+def test_an_entry_that_claims_more_bytes_than_its_file_holds_is_refused_before_any_allocation(copied: Path) -> None:
+    """A hostile index may declare a tensor of any shape: the data file's size bounds what is read."""
+    from dataclasses import replace  # noqa: PLC0415
+
+    bundle = Bundle(str(copied))
+    entry = bundle.entries["c"]
+    bundle.entries["c"] = replace(entry, shape=(1 << 20, 1 << 20), size=(1 << 42))  # 4 TiB of float32
+    with pytest.raises(NotReadableHere, match=r"ends before 'c''s 4398046511104 bytes"):
+        bundle.read("c")
+    with pytest.raises(NotReadableHere, match=r"ends before"):
+        next(bundle.pieces("c"))
+
+
+def test_an_index_over_the_bound_is_left_to_tensorflow(copied: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tracer.artifacts import bundle as module  # noqa: PLC0415
+
+    monkeypatch.setattr(module, "MAX_INDEX_BYTES", 100)
+    with pytest.raises(NotReadableHere, match=r"variables.index is larger than 100 bytes"):
+        Bundle(str(copied))

@@ -37,6 +37,7 @@ FOOTER_BYTES = 48
 BLOCK_TRAILER_BYTES = 5  # one byte of compression type, four of masked crc32c
 NO_COMPRESSION = 0
 PIECE_BYTES = 16 << 20  # a tensor's bytes are read and checksummed this many at a time
+MAX_INDEX_BYTES = 256 << 20  # a ResNet's index is 20 KB; a larger one is left to TensorFlow, not read into memory
 
 # TensorFlow's DataType enum -> numpy, for the types whose bytes are numpy's (no strings,
 # resources, variants, quantized or ml_dtypes types: those are read by TensorFlow)
@@ -72,6 +73,8 @@ class Bundle:
         index = prefix + ".index"
         if not os.path.isfile(index):
             raise NotReadableHere(f"{index} does not exist (not a V2 checkpoint here)")
+        if os.path.getsize(index) > MAX_INDEX_BYTES:
+            raise NotReadableHere(f"{index} is larger than {MAX_INDEX_BYTES:,} bytes")
         with open(index, "rb") as f:
             table = f.read()
         entries = dict(_table_entries(table, index))
@@ -142,7 +145,14 @@ class Bundle:
                                   f"{list(entry.shape)}")
         if not 0 <= entry.shard < self.num_shards:
             raise NotReadableHere(f"{key!r}: its entry names data shard {entry.shard} of {self.num_shards}")
-        return entry, dtype, f"{self.prefix}.data-{entry.shard:05d}-of-{self.num_shards:05d}"
+        path = f"{self.prefix}.data-{entry.shard:05d}-of-{self.num_shards:05d}"
+        try:
+            held = os.path.getsize(path)
+        except OSError as exc:
+            raise NotReadableHere(f"{path}: {exc.strerror or exc}") from exc
+        if entry.offset + entry.size > held:  # checked before anything is allocated for it
+            raise NotReadableHere(f"{path} ends before {key!r}'s {entry.size} bytes at offset {entry.offset}")
+        return entry, dtype, path
 
 
 # --------------------------------------------------------------------------- the table format
