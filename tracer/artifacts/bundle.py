@@ -36,7 +36,7 @@ TABLE_MAGIC = 0xDB4775248B80FB57
 FOOTER_BYTES = 48
 BLOCK_TRAILER_BYTES = 5  # one byte of compression type, four of masked crc32c
 NO_COMPRESSION = 0
-PIECE_BYTES = 16 << 20  # a tensor's bytes are read and checksummed this many at a time
+PIECE_BYTES = 1 << 20  # a tensor's bytes are read and checksummed this many at a time
 MAX_INDEX_BYTES = 256 << 20  # a ResNet's index is 20 KB; a larger one is left to TensorFlow, not read into memory
 
 # TensorFlow's DataType enum -> numpy, for the types whose bytes are numpy's (no strings,
@@ -108,15 +108,18 @@ class Bundle:
 
     def pieces(self, key: str, piece_bytes: int = PIECE_BYTES) -> Iterator[np.ndarray]:
         """The bytes of tensor ``key`` (C order) as consecutive uint8 arrays of at most
-        ``piece_bytes``: a digest of a large tensor never holds all of it. Its checksum is
-        checked before the last piece is handed out."""
+        ``piece_bytes``, each valid until the next is asked for (one buffer, read into again: a
+        digest of a large tensor holds a megabyte of it, and no large block is allocated and
+        freed per piece, which would leave the allocator holding pages). The checksum is checked
+        before the last piece is handed out."""
         entry, _, path = self._locate(key)
+        buffer = np.empty(min(piece_bytes, entry.size), np.uint8)
         crc, at = 0, 0
         try:
             with open(path, "rb") as f:
                 f.seek(entry.offset)
                 while at < entry.size or at == entry.size == 0:
-                    piece = np.empty(min(piece_bytes, entry.size - at), np.uint8)
+                    piece = buffer[: min(piece_bytes, entry.size - at)]
                     got = f.readinto(memoryview(piece)) if piece.size else 0
                     if got != piece.size:
                         raise NotReadableHere(f"{path} ends before {key!r}'s {entry.size} bytes at offset {entry.offset}")
