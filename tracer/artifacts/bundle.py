@@ -82,8 +82,8 @@ class Bundle:
         if header is None:
             raise NotReadableHere(f"{index} has no bundle header")
         fields = _fields(header, index)
-        self.num_shards = _int(fields.get(1, [1])[0])
-        if _int(fields.get(2, [0])[0]) != 0:
+        self.num_shards = _int(fields.get(1, [1])[-1])  # a field given twice: the last wins, as in protobuf
+        if _int(fields.get(2, [0])[-1]) != 0:
             raise NotReadableHere(f"{index} was written big-endian")
         if self.num_shards < 1:
             raise NotReadableHere(f"{index} declares {self.num_shards} data shards")
