@@ -342,3 +342,41 @@ def test_a_side_fed_from_a_file_is_labelled_by_the_file_not_the_default_count() 
     assert side.label() == "cpu, every example of images.npz"
     assert side.with_(batch_size=1).label() == "cpu, batch 1"
     assert Side(ArtifactRef("m")).label() == "cpu, batch 8"  # generated examples: --examples says how many
+
+
+def test_the_last_event_written_as_the_child_exits_is_not_lost(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The race CI met once under load: select gave up just before the child's last line (its
+    timings) arrived, and the child had exited by the time the parent asked, so the line was left
+    in the pipe and the child counted as one that never said how it came up. Here select gives up
+    once with that line already in the pipe, and the child has exited."""
+    import selectors  # noqa: PLC0415
+
+    from tracer.captures import launcher  # noqa: PLC0415
+
+    real = selectors.DefaultSelector
+
+    class LateOnce(real):  # type: ignore[misc, valid-type]
+        gave_up = False
+
+        def select(self, timeout: float | None = None) -> list:
+            if not LateOnce.gave_up:
+                LateOnce.gave_up = True
+                return []  # the wait ended a moment before the line came
+            return super().select(timeout)
+
+    class Exited:
+        returncode = 0
+
+        def poll(self) -> int:
+            return 0
+
+    read_end, write_end = os.pipe()
+    os.write(write_end, b'{"event": "stage", "text": "loading model"}\n{"event": "timings", "import_s": 1.5, "model_s": 0.25}\n')
+    os.close(write_end)
+    monkeypatch.setattr(launcher.selectors, "DefaultSelector", LateOnce)
+    try:
+        lines = list(launcher._lines(Exited(), None, read_end))  # type: ignore[arg-type]
+    finally:
+        os.close(read_end)
+    assert LateOnce.gave_up
+    assert lines == ['{"event": "stage", "text": "loading model"}', '{"event": "timings", "import_s": 1.5, "model_s": 0.25}']

@@ -329,19 +329,24 @@ def _lines(proc: subprocess.Popen, deadline: float | None, events: int | None = 
     selector = selectors.DefaultSelector()
     selector.register(fd, selectors.EVENT_READ)
     pending = b""
+    exited = False
     try:
         while True:
             wait = HEARTBEAT_S if deadline is None else min(HEARTBEAT_S, deadline - time.monotonic())
-            if wait <= 0:
+            if wait <= 0 and not exited:
                 raise TimeoutError
-            if selector.select(timeout=wait):
+            if selector.select(timeout=0 if exited else wait):
                 chunk = os.read(fd, 1 << 16)
                 if not chunk:  # EOF: the child closed stdout, so it is exiting
                     break
                 *lines, pending = (pending + chunk).split(b"\n")
                 yield from (line.decode("utf-8", "replace") for line in lines)
-            elif proc.poll() is not None:
+            elif exited:
                 break
+            elif proc.poll() is not None:
+                # it exited while select waited: its last lines (its timings) may have come after
+                # select gave up, so the pipe is read to its end before the loop stops
+                exited = True
             else:
                 yield ""
         if pending:
