@@ -412,3 +412,23 @@ def test_digest_kept_values_are_read_back_together_and_checked(tmp_path: Path, l
         changed.bear_out("w:0")
     weights_children = [c for c in children.recorded()[before:] if c.purpose == "weights"]
     assert len(weights_children) == (0 if located else 1)  # one child for both sides, or none at all
+
+
+@pytest.mark.slow
+def test_a_weight_kept_by_digest_is_read_and_checked_once_however_often_it_is_asked_for(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """isolate's replays ask for a weight once per run: the checkpoint is read, checksummed and
+    hashed once, and the same read-only values come back each time."""
+    from tracer.artifacts import bundle  # noqa: PLC0415
+
+    kernel = RNG.normal(size=(64, 128)).astype(np.float32)
+    (tmp_path / "ckpt").mkdir()
+    capture = _capture_keeping_digest(tmp_path / "a", kernel, _checkpoint_holding(tmp_path / "ckpt", kernel),
+                                      located=True)
+    reads: list[str] = []
+    real_read = bundle.Bundle.read
+    monkeypatch.setattr(bundle.Bundle, "read", lambda self, key: reads.append(key) or real_read(self, key))
+    first, second = capture.tensor("w:0"), capture.tensor("w:0")
+    np.testing.assert_array_equal(second, kernel)
+    assert reads == ["w"]
+    assert not second.flags.writeable and np.shares_memory(first, second)

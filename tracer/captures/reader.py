@@ -341,21 +341,22 @@ class Capture:
     def _stored(self, name: str) -> np.ndarray:
         """A tensor's stored values: mapped ``.npy``, decoded packed chunks, or read from the artifact."""
         record = self.manifest["tensors"][name]
-        if record.get("values") == "artifact":
-            return self.artifact_reads.value(self, name)
-        stored_dtype = np.dtype(record["stored_dtype"])
         encoding = record.get("encoding")
-        if encoding is None:
-            return open_npy(self._files[name], tuple(record["shape"]), stored_dtype)
-        if name in self._decoded:
+        if record.get("values") != "artifact" and encoding is None:
+            return open_npy(self._files[name], tuple(record["shape"]), np.dtype(record["stored_dtype"]))
+        if name in self._decoded:  # a replay asks for the same weight once per run: read and checked once
             self._decoded.move_to_end(name)
             return self._decoded[name]
         self._within_budget(name, int(record["size_bytes"]), "it")
-        self._make_room(int(record["size_bytes"]), (encoding.get("predict") or {}).get("inputs", []))
-        try:
-            value = read_packed(self._files[name], record, encoding, stored_dtype, self._input_rows)
-        except ValueError as exc:
-            raise damaged(self.path, f"tensor {name!r}: {exc}") from exc
+        self._make_room(int(record["size_bytes"]), ((encoding or {}).get("predict") or {}).get("inputs", []))
+        if record.get("values") == "artifact":
+            value = self.artifact_reads.value(self, name)
+        else:
+            try:
+                value = read_packed(self._files[name], record, encoding, np.dtype(record["stored_dtype"]),
+                                    self._input_rows)
+            except ValueError as exc:
+                raise damaged(self.path, f"tensor {name!r}: {exc}") from exc
         self._decoded[name] = value
         return value
 
