@@ -497,6 +497,10 @@ def test_progress_events_and_a_parent_without_tensorflow(real_models: dict[str, 
     storing = [e for e in progress if "tensors" in e]  # where a run's storing stands, told after each fetch
     assert [e["done"] for e in storing] == [0, 1] and all(0 < e["stored"] <= e["tensors"] for e in storing)
     assert 0 < runs[0]["bytes"] < runs[1]["bytes"]
+    # the bar moves by bytes: each run stores what was planned for its rows (2, then 1; shapes known but for the batch)
+    assert [e["run_bytes"] for e in storing] == [e["planned"] for e in storing]
+    assert storing[1]["planned"] * 2 < storing[0]["planned"]  # run 1 has half the rows, and no constants again
+    assert sum(e["run_bytes"] for e in storing) == runs[1]["bytes"]
 
 
 def test_single_npy_for_a_one_input_model(hpt: dict[str, Any]) -> None:

@@ -31,7 +31,8 @@ _FIELDS: dict[str, dict[str, type]] = {
 }
 # fields an event may carry, checked like the others where present
 _OPTIONAL: dict[str, dict[str, type]] = {
-    "progress": {"stored": int, "tensors": int},  # tensors of the run in hand stored so far, of how many
+    # the run in hand: tensors stored so far, of how many; its bytes stored so far, of those planned
+    "progress": {"stored": int, "tensors": int, "run_bytes": int, "planned": int},
     "timings": {"start_s": float},
 }
 

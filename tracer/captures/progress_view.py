@@ -56,14 +56,19 @@ class ProgressView:
 
     def progress(self, event: dict[str, Any]) -> None:
         """A ``progress`` event: ``done``/``total`` runs, ``bytes`` written, and where the child
-        has them, ``stored``/``tensors`` of the run in hand."""
+        has them, ``stored``/``tensors`` of the run in hand and its ``run_bytes`` stored of
+        those ``planned``. The bar moves by bytes within a run: one run of a large model is the
+        whole capture, and its tensors' count says little of its time (most are small weights)."""
         done, total = event["done"], event["total"]
         self.mb = event["bytes"] / 1e6
         where = [f"run {min(done + 1, total)}/{total}" if done < total else f"{total}/{total} runs"]
         if isinstance(event.get("tensors"), int) and done < total:
             where.append(f"{event.get('stored', 0):,}/{event['tensors']:,} tensors stored")
+        share = _share(event) if done < total else 0.0
+        if share is not None and done < total:
+            where.append(f"{share:.0%} of ~{event['planned'] / 1e6:,.0f} MB")
         self.where = " · ".join(where)
-        self._bar.update(self._task, completed=done, total=total, mb=self.mb, where=self.where)
+        self._bar.update(self._task, completed=done + (share or 0.0), total=total, mb=self.mb, where=self.where)
         self.tick()
 
     def tick(self) -> None:
@@ -108,6 +113,15 @@ def working(console: Console, label: str, text: str) -> Iterator[None]:
         done.set()
         thread.join()
         view.stop()
+
+
+def _share(event: dict[str, Any]) -> float | None:
+    """How much of the run in hand is stored, by bytes (None where the event does not say). The
+    planned bytes are an estimate, so the share stops at 99% until the run is done."""
+    run_bytes, planned = event.get("run_bytes"), event.get("planned")
+    if not isinstance(run_bytes, int) or not isinstance(planned, int) or planned <= 0:
+        return None
+    return min(run_bytes / planned, 0.99)
 
 
 def _duration(seconds: float) -> str:
