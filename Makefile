@@ -75,6 +75,14 @@ test-fast: setup
 bench: setup models
 	$(BIN)/python -m bench
 
+# Issue 29 item 4: ResNet-152 at batch 75 (~30 GB of activations per side, more than this
+# machine's memory) captured twice and compared (~15 min, ~20 GB of disk under out/bench);
+# writes bench/results_scale.json and its section of BENCHMARKS.md.
+.PHONY: bench-scale
+bench-scale: setup
+	$(BIN)/python -m bench.scale_bench
+	$(BIN)/python -m bench --rewrite-markdown
+
 # Issue 25 item 5: a 35,000-op TF2 detector captured, compared and diffed against the least a
 # fetch-all script spends on it (~15 min on 2 cores); rewrites its section of BENCHMARKS.md.
 .PHONY: bench-detector

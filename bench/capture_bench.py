@@ -39,7 +39,7 @@ from typing import Any
 from .procs import BenchError, ChildRun, child_env, dir_bytes, median, run_child
 from .workspace import Model, Workspace
 
-__all__ = ["measure_capture", "bandwidths", "marginal"]
+__all__ = ["measure_capture", "bandwidths", "marginal", "tfdbg_dump_bytes"]
 
 CONTENDERS = ("capture", "tfdbg", "naive", "plain")
 PROBE_BYTES = 256 << 20  # the timed write and copy: long enough to get past write caches, short beside a round
@@ -122,6 +122,18 @@ def _run_one(name: str, model: Model, inputs: Path, work: Path, job: dict[str, A
     res = run.result
     return {"seconds": run.since_start(res["done_at"]), "process_s": run.wall_s,
             **{k: v for k, v in res.items() if k not in ("mode", "done_at")}}
+
+
+def tfdbg_dump_bytes(ws: Workspace, model: Model, batch: int) -> int:
+    """The bytes tfdbg2's FULL_TENSOR dump of one run of ``model`` at ``batch`` takes."""
+    work = ws.fresh("capture", f"{model.name}_tfdbg_b{batch}")
+    work.mkdir(parents=True)
+    job = {"model": model.builder, "ckpt_prefix": str(model.ckpt_prefix), "inputs": str(ws.inputs(model, batch)),
+           "repeats": 0}
+    try:
+        return int(_run_one("tfdbg", model, Path(job["inputs"]), work, job, None)["disk_one_run"])
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def measure_capture(ws: Workspace, model: Model, batch: int, rounds: int, log: Callable[[str], None],

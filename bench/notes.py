@@ -147,9 +147,10 @@ def _avx2_note(avx2: dict[str, Any] | None) -> list[str]:
     ]
 
 
-def notes(figs: dict[str, Any], gpu: str = "", diagnose: str = "") -> str:
+def notes(figs: dict[str, Any], gpu: str = "", diagnose: str = "", scale: str = "") -> str:
     """The page's prose; ``gpu``: the GPU section (:func:`bench.gpu_report.gpu_section`), placed
-    after the CPU figures' notes; ``diagnose``: :func:`bench.diagnose_bench.diagnose_section`."""
+    after the CPU figures' notes; ``diagnose``: :func:`bench.diagnose_bench.diagnose_section`;
+    ``scale``: :func:`bench.scale_bench.scale_section` (its own run, kept in bench/)."""
     primary = figs["capture"][0]
     t, m, e, r = figs["throughput"], figs["peak_rss"], figs["end_to_end"], figs["render"]
     parts = [
@@ -230,12 +231,14 @@ def notes(figs: dict[str, Any], gpu: str = "", diagnose: str = "") -> str:
            if "ready_s" in r["browser"] else f"The page was not opened in a browser: {r['browser'].get('skipped')}."),
         "",
         *([diagnose] if diagnose else []),
+        *([scale] if scale else []),
         *([gpu] if gpu else []),
         "## Reproduce",
         "",
         "```",
         "make bench          # everything above (installs nothing new; generates the models once into out/bench)",
         "make bench-quick    # the same harness on the sample detector, one round: checks it runs",
+        "make bench-scale    # the bigger-than-memory section: ResNet-152 at batch 75 (~15 min, ~20 GB of disk)",
         "python -m bench --rewrite-markdown   # this page and the README summary again from bench/results.json",
         "python -m bench --gpu --out DIR     # on a machine with a GPU: the section above, in DIR/results_gpu.json",
         "python -m bench --help",

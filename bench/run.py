@@ -33,6 +33,7 @@ from .gpu_report import GPU_RESULTS_NAME, gpu_section, load_gpu_results
 from .notes import notes
 from .procs import REPO, machine
 from .render_bench import make_wide_report, measure_render
+from .scale_bench import SCALE_NAME, load_scale, scale_section
 from .results import build_rows, format_table, readme_summary, with_readme_summary, write_markdown, write_results
 from .workspace import Workspace
 
@@ -158,7 +159,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     write_results(results, figs, rows, meta)
     print(f"\nwrote {results}")
     if markdown is not None:
-        write_markdown(markdown, rows, meta, notes(figs, _gpu_section(args.gpu_results), _diagnose_section(figs)))
+        write_markdown(markdown, rows, meta, notes(figs, _gpu_section(args.gpu_results), _diagnose_section(figs),
+                                                    scale_section(load_scale(REPO / "bench" / SCALE_NAME))))
         print(f"wrote {markdown}")
     if not args.quick and args.results is None:  # the repository's own results: the README summarises them
         _write_readme(figs, meta)
@@ -194,7 +196,8 @@ def _rewrite_markdown(results: Path, markdown: Path, gpu_results: Path = REPO / 
     and the GPU section from ``gpu_results``."""
     data = json.loads(results.read_text())
     figs, meta = data["raw"], {k: data[k] for k in META_KEYS if k in data}
-    write_markdown(markdown, build_rows(figs), meta, notes(figs, _gpu_section(gpu_results), _diagnose_section(figs)))
+    write_markdown(markdown, build_rows(figs), meta, notes(figs, _gpu_section(gpu_results), _diagnose_section(figs),
+                                                  scale_section(load_scale(REPO / "bench" / SCALE_NAME))))
     print(f"wrote {markdown} from {results} (measured {meta.get('finished')})")
     if results.resolve() == (REPO / "bench" / "results.json").resolve():
         _write_readme(figs, meta)

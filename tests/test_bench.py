@@ -398,3 +398,34 @@ def test_the_detector_section_shows_each_workloads_last_run_and_the_notes() -> N
     assert f"**identical** | {garden['compare']['wall_s']:.0f} s | " in section and f"{ratio:.2f}× two |" in section
     assert NOTES.read_text(encoding="utf-8").strip() in section
     assert section in (REPO / "BENCHMARKS.md").read_text(encoding="utf-8")  # the page shows what the file holds
+
+
+def test_the_scale_harness_reads_the_progress_a_capture_printed() -> None:
+    """Lines as a capture prints them on a pipe (ResNet-152 at batch 16, 2026-12-03); a minute
+    and more is written "1 min 05 s"."""
+    from bench.scale_bench import progress_figures, progress_lines, project_linear
+
+    stderr = ("loading the model\n"
+              "capture ckpt [cpu]: instrumented run: fetching 41 tensors (part 2), run 1/1 · 1,883/2,541 tensors "
+              "stored · 15% of ~6,954 MB, 1066.6 MB (13 s)\n"
+              "captured 2541 tensors\n"
+              "capture ckpt [cpu]: finishing: outputs, manifest, the last writes made durable, 1/1 runs, "
+              "30,812.3 MB (1 min 05 s)\n")
+    lines = progress_lines(stderr)
+    assert len(lines) == 2 and lines[1].startswith("capture ckpt [cpu]: finishing")
+    assert progress_figures(lines) == [(13.0, 1066.6), (65.0, 30812.3)]
+    # tfdbg2's dump of ResNet-152: 416 MB at batch 1, 820 MB at batch 2 (measured); its line at 75
+    assert project_linear({1: 416_000_000, 2: 820_000_000}, 75) == 416_000_000 + 404_000_000 * 74
+
+
+def test_the_scale_harness_samples_the_memory_of_the_whole_process_tree() -> None:
+    """The capture's memory is its child's: a parent that holds nothing starts a child that holds
+    300 MB; the peak sampled is the child's, not the parent's."""
+    from bench.procs import child_env
+    from bench.scale_bench import run_sampled
+
+    child = "import numpy, time; a = numpy.ones(300_000_000 // 8); time.sleep(1.0); print(a.nbytes)"
+    parent = f"import subprocess, sys; subprocess.run([sys.executable, '-c', {child!r}], check=True)"
+    run = run_sampled([sys.executable, "-c", parent], child_env())
+    assert run.returncode == 0 and run.stdout.strip() == "300000000"
+    assert 300_000_000 < run.peak_rss_bytes < 600_000_000

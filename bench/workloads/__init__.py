@@ -11,7 +11,7 @@ from types import ModuleType
 from typing import Any
 
 from .layers import Params
-from .resnet import build_resnet50
+from .resnet import build_resnet50, build_resnet152
 from .ssd import build_ssd300
 from .wide import build_wide, units_for
 
@@ -32,6 +32,7 @@ class ModelSpec:
 
 MODELS: dict[str, ModelSpec] = {
     "resnet50": ModelSpec("resnet50", "images", (224, 224, 3), 50),
+    "resnet152": ModelSpec("resnet152", "images", (224, 224, 3), 152),
     "ssd300": ModelSpec("ssd300", "images", (300, 300, 3), 300),
     "wide": ModelSpec("wide", "x", (32,), 5000),
     "wide_planted": ModelSpec("wide_planted", "x", (32,), 5000),
@@ -43,6 +44,8 @@ def build(tf: ModuleType, name: str, wide_ops: int = WIDE_OPS) -> tuple[Any, dic
     params = Params(tf)
     if name == "resnet50":
         images, outputs = build_resnet50(tf, params)
+    elif name == "resnet152":
+        images, outputs = build_resnet152(tf, params)
     elif name == "ssd300":
         images, outputs = build_ssd300(tf, params)
     elif name in ("wide", "wide_planted"):

@@ -1,0 +1,252 @@
+"""``python -m bench --scale``: a model whose activations do not fit in this machine's memory,
+captured and compared (issue 29, item 4).
+
+ResNet-152 (:mod:`bench.workloads.resnet`, 60 M parameters, about 404 MB of float activations
+per 224x224 example) at a batch whose raw intermediate tensors total more than the machine's
+RAM (75 examples: about 30 GB, on a 23.5 GB machine). Each side is captured as a user types
+it, with ``--max-memory`` left at its default (2 GiB: the bytes one ``session.run`` may fetch
+before the fetch is split into parts), then the two captures are compared. Measured:
+
+- peak memory: the resident set of the whole process tree (the ``tftrace`` command and its
+  capture child), sampled every 0.1 s; a compare's own high-water mark (``VmHWM``, read by
+  :mod:`bench.rss_probe` in its process);
+- disk: the capture directories' bytes, against tfdbg2's dump of the same run, projected from
+  two small batches (a dump of 30 GB of tensors does not fit beside the captures; the projection
+  is the dump's bytes at batch 1 plus the growth per example, which is linear here: every
+  activation's first axis is the batch);
+- time: each step's wall seconds;
+- the progress the command printed (its stderr is a pipe here: one line per stage, with the
+  bytes stored and the share of the run's planned bytes): the last figure it printed against the
+  bytes the capture holds, and whether the figures ever went backwards.
+
+Long (about ten minutes on 2 cores), so not part of ``make bench``'s default run:
+``make bench-scale`` writes ``bench/results_scale.json``, and the page's section is written from it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .capture_bench import tfdbg_dump_bytes
+from .procs import REPO, child_env, dir_bytes, machine, run_child, settle
+from .workspace import Workspace
+
+__all__ = ["SCALE_NAME", "measure_scale", "scale_section", "load_scale", "progress_lines", "progress_figures",
+           "project_linear", "main"]
+
+SCALE_NAME = "results_scale.json"  # in bench/
+MODEL = "resnet152"
+BATCH = 75
+SAMPLE_EVERY_S = 0.1
+_MB = re.compile(r"(\d[\d,]*\.\d) MB \((?:(\d+) min )?(\d+) s\)$")
+
+
+@dataclass
+class Sampled:
+    """A finished process tree: its wall time, exit code, output, and the largest resident set
+    its processes held together at one sampling."""
+
+    wall_s: float
+    returncode: int
+    stdout: str
+    stderr: str
+    peak_rss_bytes: int
+
+
+def run_sampled(argv: Sequence[str], env: dict[str, str], timeout_s: float = 3600) -> Sampled:
+    """Run ``argv`` and sample the resident set of it and its descendants (the capture's child)."""
+    settle()
+    with open(os.devnull, "rb") as stdin:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(list(argv), stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                                cwd=REPO, start_new_session=True)
+        peak = [0]
+        done = threading.Event()
+
+        def sample() -> None:
+            while not done.wait(SAMPLE_EVERY_S):
+                peak[0] = max(peak[0], _tree_rss(proc.pid))
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        try:
+            out, err = proc.communicate(timeout=timeout_s)
+        finally:
+            done.set()
+            sampler.join()
+    return Sampled(time.perf_counter() - t0, proc.returncode, out.decode(errors="replace"),
+                   err.decode(errors="replace"), peak[0])
+
+
+def _tree_rss(root: int) -> int:
+    """The resident bytes of ``root`` and every process below it, now (Linux ``/proc``)."""
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            parents[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])
+    tree, grew = {root}, True
+    while grew:
+        below = {pid for pid, parent in parents.items() if parent in tree} - tree
+        tree |= below
+        grew = bool(below)
+    total = 0
+    for pid in tree:
+        try:
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1]) * 1024
+        except OSError:
+            continue
+    return total
+
+
+def progress_lines(stderr: str) -> list[str]:
+    """The progress lines the command printed (those that end in "MB (elapsed)"), in order."""
+    return [line.strip() for line in stderr.splitlines() if _MB.search(line.strip())]
+
+
+def progress_figures(lines: list[str]) -> list[tuple[float, float]]:
+    """(seconds, MB stored) of each progress line."""
+    figures = []
+    for line in lines:
+        found = _MB.search(line)
+        if found:
+            seconds = int(found.group(2) or 0) * 60 + int(found.group(3))
+            figures.append((float(seconds), float(found.group(1).replace(",", ""))))
+    return figures
+
+
+def project_linear(small: dict[int, int], batch: int) -> int:
+    """Bytes at ``batch`` from bytes measured at two smaller batches, on the line through them."""
+    (b1, d1), (b2, d2) = sorted(small.items())[:2]
+    return int(d1 + (d2 - d1) * (batch - b1) / (b2 - b1))
+
+
+def _capture(ws: Workspace, side: str, model_path: Path, inputs: Path, log: Callable[[str], None]) -> dict[str, Any]:
+    out = ws.fresh("scale", side)
+    argv = [sys.executable, "-m", "tracer.cli", "capture", str(model_path), "--inputs", str(inputs), "--out", str(out)]
+    run = run_sampled(argv, child_env())
+    if run.returncode != 0:
+        raise RuntimeError(f"capture of {side} exited {run.returncode}: {run.stderr[-2000:]}")
+    manifest = json.loads((out / "manifest.json").read_text())
+    records = manifest["tensors"].values()
+    held_mb = sum(r["size_bytes"] for r in records) / 1e6
+    lines = progress_lines(run.stderr)
+    figures = progress_figures(lines)
+    log(f"  capture {side}: {run.wall_s:.0f} s, peak {run.peak_rss_bytes / 1e9:.2f} GB, "
+        f"{dir_bytes(out)['apparent'] / 1e9:.2f} GB on disk, {manifest.get('fetch_chunks')} parts")
+    return {
+        "side": side, "path": str(out), "wall_s": round(run.wall_s, 1), "peak_rss_bytes": run.peak_rss_bytes,
+        "disk": dir_bytes(out), "fetch_chunks": manifest.get("fetch_chunks"), "timings": manifest["timings"],
+        "tensors": len(manifest["tensors"]),
+        "activation_bytes": sum(r["size_bytes"] for n, r in manifest["tensors"].items()
+                                if manifest["tensor_layout"].get(n) == "rows"),
+        "held_mb": round(held_mb, 1),
+        "progress": {"lines": len(figures), "last_mb": figures[-1][1] if figures else None,
+                     "never_backwards": all(b[1] >= a[1] for a, b in zip(figures, figures[1:])),
+                     "figures": figures, "printed": lines},
+    }
+
+
+def measure_scale(ws: Workspace, log: Callable[[str], None], batch: int = BATCH) -> dict[str, Any]:
+    """Capture both sides of ResNet-152 at ``batch``, compare them, and project tfdbg2's dump."""
+    model = ws.model(MODEL, log)
+    inputs = ws.inputs(model, batch)
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    sides = [_capture(ws, "ckpt", model.ckpt, inputs, log), _capture(ws, "savedmodel", model.savedmodel, inputs, log)]
+    report = ws.fresh("scale", "report")
+    run = run_child([sys.executable, "-m", "bench.rss_probe", sides[0]["path"], sides[1]["path"], str(report)],
+                    timeout_s=3600)
+    compare = {"wall_s": round(run.wall_s, 1), **run.result}
+    log(f"  compare: {run.wall_s:.0f} s, peak {compare['peak_mb']:.0f} MB, {compare['verdict']}")
+    dumps = {b: tfdbg_dump_bytes(ws, model, b) for b in (1, 2)}
+    projected = project_linear(dumps, batch)
+    log(f"  tfdbg2 dump: {dumps[1] / 1e6:.0f} MB at batch 1, {dumps[2] / 1e6:.0f} MB at 2; projected "
+        f"{projected / 1e9:.1f} GB at {batch}")
+    for side in sides:
+        shutil.rmtree(side["path"], ignore_errors=True)
+    return {"model": MODEL, "batch": batch, "machine_memory_bytes": memory, "max_memory_bytes": 2 << 30,
+            "sides": sides, "compare": compare, "tfdbg_dump_bytes": {str(k): v for k, v in dumps.items()},
+            "tfdbg_projected_bytes": projected}
+
+
+def load_scale(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def scale_section(d: dict[str, Any] | None) -> str:
+    """BENCHMARKS.md's section on the scale workload, from ``results_scale.json``."""
+    if not d:
+        return ""
+    gb = 1e9
+    sides, compare = d["sides"], d["compare"]
+    disk = max(s["disk"]["apparent"] for s in sides)
+    out = ["### Bigger than memory: ResNet-152 at batch " f"{d['batch']} (`make bench-scale`)", "",
+           (f"Measured {d.get('finished', '?')} on this machine ({d['machine_memory_bytes'] / gb:.1f} GB of RAM). "
+            f"Each side's raw intermediate tensors total {sides[0]['activation_bytes'] / gb:.1f} GB "
+            f"({sides[0]['held_mb'] / 1e3:.1f} GB with the weights), "
+            f"{'more' if sides[0]['activation_bytes'] > d['machine_memory_bytes'] else 'less'} than the machine's "
+            "memory. `--max-memory` "
+            f"was left at its default, {d['max_memory_bytes'] / 2**30:.0f} GiB: the bytes one `session.run` may fetch. "
+            "The capture splits the fetch into parts under it, and writes each part before fetching the next. "
+            "TensorFlow's own memory (the runtime, the weights, the tensors a running op holds) comes on top, "
+            "and so does the writer's queue."), "",
+           "| step | wall | peak memory | disk | parts | progress printed |", "|---|---|---|---|---|---|"]
+    for s in sides:
+        p = s["progress"]
+        said = (f"{p['lines']} lines, last {p['last_mb']:,.1f} MB of {s['held_mb']:,.1f} MB held, "
+                f"{'never backwards' if p['never_backwards'] else 'WENT BACKWARDS'}") if p["lines"] else "none"
+        out.append(f"| capture {s['side']} | {s['wall_s']:.0f} s | {s['peak_rss_bytes'] / gb:.2f} GB | "
+                   f"{s['disk']['apparent'] / gb:.2f} GB | {s['fetch_chunks']} | {said} |")
+    out.append(f"| compare the two captures | {compare['wall_s']:.0f} s | {compare['peak_mb'] / 1e3:.2f} GB "
+               f"({compare['peak_mb'] - compare['baseline_mb']:.0f} MB above its imports) | — | — | "
+               f"verdict {compare['verdict']} |")
+    out += ["", (f"Disk: {disk / gb:.2f} GB per capture against tfdbg2's dump of the same run, projected to "
+                 f"{d['tfdbg_projected_bytes'] / gb:.1f} GB from {int(d['tfdbg_dump_bytes']['1']) / 1e6:.0f} MB at "
+                 f"batch 1 and {int(d['tfdbg_dump_bytes']['2']) / 1e6:.0f} MB at batch 2: "
+                 f"**{disk / d['tfdbg_projected_bytes']:.2f}×** (target ≤ 0.3×)."), ""]
+    return "\n".join(out)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    import argparse  # noqa: PLC0415
+
+    parser = argparse.ArgumentParser(prog="python -m bench.scale_bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--batch", type=int, default=BATCH)
+    parser.add_argument("--work", type=Path, default=REPO / "out" / "bench")
+    parser.add_argument("--out", type=Path, default=REPO / "bench" / SCALE_NAME)
+    args = parser.parse_args(argv)
+    started = time.time()
+
+    def log(message: str) -> None:
+        print(f"[{time.time() - started:6.0f} s] {message}", flush=True)
+
+    figure = measure_scale(Workspace(args.work), log, args.batch)
+    figure.update({"machine": machine(), "finished": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+                   "duration_s": round(time.time() - started, 1)})
+    args.out.write_text(json.dumps(figure, indent=1) + "\n")
+    print(scale_section(figure))
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
