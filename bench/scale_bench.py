@@ -219,7 +219,14 @@ def scale_section(d: dict[str, Any] | None) -> str:
     out.append(f"| compare the two captures | {compare['wall_s']:.0f} s | {compare['peak_mb'] / 1e3:.2f} GB "
                f"({compare['peak_mb'] - compare['baseline_mb']:.0f} MB above its imports) | — | — | "
                f"verdict {compare['verdict']} |")
-    out += ["", (f"Disk: {disk / gb:.2f} GB per capture against tfdbg2's dump of the same run, projected to "
+    peaks = [s["peak_rss_bytes"] for s in sides]
+    out += ["", (f"Memory: the capture's processes peaked at {min(peaks) / gb:.2f}–{max(peaks) / gb:.2f} GB, "
+                 f"{min(peaks) / d['max_memory_bytes']:.1f}–{max(peaks) / d['max_memory_bytes']:.1f}× `--max-memory`: "
+                 "one part's tensors under the limit, plus what TensorFlow holds itself (its runtime, the weights, "
+                 "the activations of the op in hand). So the limit bounds the fetch, not the process: the peak "
+                 f"is {max(peaks) / sides[0]['activation_bytes']:.2f}× the {sides[0]['activation_bytes'] / gb:.1f} GB "
+                 "of activations a fetch of everything at once would hold."),
+            "", (f"Disk: {disk / gb:.2f} GB per capture against tfdbg2's dump of the same run, projected to "
                  f"{d['tfdbg_projected_bytes'] / gb:.1f} GB from {int(d['tfdbg_dump_bytes']['1']) / 1e6:.0f} MB at "
                  f"batch 1 and {int(d['tfdbg_dump_bytes']['2']) / 1e6:.0f} MB at batch 2: "
                  f"**{disk / d['tfdbg_projected_bytes']:.2f}×** (target ≤ 0.3×)."), ""]

@@ -429,3 +429,20 @@ def test_the_scale_harness_samples_the_memory_of_the_whole_process_tree() -> Non
     run = run_sampled([sys.executable, "-c", parent], child_env())
     assert run.returncode == 0 and run.stdout.strip() == "300000000"
     assert 300_000_000 < run.peak_rss_bytes < 600_000_000
+
+
+def test_the_bigger_than_memory_section_is_the_committed_run() -> None:
+    """BENCHMARKS.md shows bench/results_scale.json (make bench-scale), and what that run measured
+    holds: activations larger than the machine's memory, captured under the default --max-memory
+    in parts, each capture's last progress figure the bytes it holds, the two sides identical,
+    disk under 0.3× tfdbg2's projected dump."""
+    from bench.scale_bench import SCALE_NAME, load_scale, scale_section
+
+    run = load_scale(REPO / "bench" / SCALE_NAME)
+    assert run is not None and run["batch"] == 75 and run["max_memory_bytes"] == 2 << 30
+    assert scale_section(run) in (REPO / "BENCHMARKS.md").read_text(encoding="utf-8")
+    for side in run["sides"]:
+        assert side["activation_bytes"] > run["machine_memory_bytes"] and side["fetch_chunks"] > 1
+        assert side["progress"]["last_mb"] == side["held_mb"] and side["progress"]["never_backwards"]
+        assert side["disk"]["apparent"] <= 0.3 * run["tfdbg_projected_bytes"]
+    assert run["compare"]["verdict"] == "identical"
