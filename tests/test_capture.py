@@ -461,9 +461,10 @@ def test_uncapturable_tensors_are_listed_with_reasons(hpt: dict[str, Any]) -> No
 # --------------------------------------------------------------------------- inputs
 
 
-def test_progress_events_and_a_parent_without_tensorflow(real_models: dict[str, Path], hpt_inputs: dict[str, Path],
-                                                         tmp_path: Path) -> None:
-    """The Python API from a parent that never imports TensorFlow; --inputs .npz keyed by input."""
+def _captured_from_python(real_models: dict[str, Path], hpt_inputs: dict[str, Path], out: Path,
+                          max_memory: int = 2 << 30) -> dict[str, Any]:
+    """half_plus_two captured through the Python API by a parent that never imports TensorFlow:
+    what it saw (``events``) and read back."""
     script = textwrap.dedent(
         """
         import json, sys
@@ -471,7 +472,8 @@ def test_progress_events_and_a_parent_without_tensorflow(real_models: dict[str, 
         from tracer.captures.launcher import capture
         from tracer.runspec import InputSpec, Side
         events = []
-        side = Side(ArtifactRef(sys.argv[1]), batch_size=2, inputs=InputSpec(inputs_file=sys.argv[2]))
+        side = Side(ArtifactRef(sys.argv[1]), batch_size=2, inputs=InputSpec(inputs_file=sys.argv[2]),
+                    max_memory=int(sys.argv[4]))
         cap = capture(side, sys.argv[3], on_event=events.append)
         print(json.dumps({"events": events, "tensorflow": "tensorflow" in sys.modules, "x": cap.tensor("x:0").tolist(),
                           "y": cap.tensor("y:0").tolist(), "runs": cap.manifest["runs"],
@@ -479,9 +481,15 @@ def test_progress_events_and_a_parent_without_tensorflow(real_models: dict[str, 
         """
     )
     proc = subprocess.run([sys.executable, "-c", script, str(real_models["half_plus_two"]), str(hpt_inputs["npz"]),
-                           str(tmp_path / "cap")], cwd=REPO, capture_output=True, text=True, timeout=300)
+                           str(out), str(max_memory)], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_progress_events_and_a_parent_without_tensorflow(real_models: dict[str, Path], hpt_inputs: dict[str, Path],
+                                                         tmp_path: Path) -> None:
+    """The Python API from a parent that never imports TensorFlow; --inputs .npz keyed by input."""
+    result = _captured_from_python(real_models, hpt_inputs, tmp_path / "cap")
     assert result["tensorflow"] is False
     assert result["x"] == [[1.0], [2.0], [5.0]] and result["y"] == [[2.5], [3.0], [4.5]]
     assert result["runs"] == [[0, 2], [2, 3]] and result["source"] == "x.npz"
@@ -501,6 +509,23 @@ def test_progress_events_and_a_parent_without_tensorflow(real_models: dict[str, 
     assert [e["run_bytes"] for e in storing] == [e["planned"] for e in storing]
     assert storing[1]["planned"] * 2 < storing[0]["planned"]  # run 1 has half the rows, and no constants again
     assert sum(e["run_bytes"] for e in storing) == runs[1]["bytes"]
+
+
+def test_a_run_split_under_max_memory_says_which_part_of_how_many_it_fetches(
+        real_models: dict[str, Path], hpt_inputs: dict[str, Path], tmp_path: Path) -> None:
+    """--max-memory of 400 bytes (its largest tensor): half_plus_two's first run, 2 rows, is fetched in
+    parts; each part says its place among them, and the values are the unsplit run's."""
+    result = _captured_from_python(real_models, hpt_inputs, tmp_path / "cap", max_memory=400)
+    assert result["y"] == [[2.5], [3.0], [4.5]]
+    first_run = []
+    for event in result["events"]:
+        if event["event"] == "progress" and "tensors" not in event:
+            break  # the first run is done
+        if event["event"] == "stage" and event["text"].startswith("instrumented run: fetching "):
+            first_run.append(event["text"])
+    parts = len(first_run)
+    assert parts > 2
+    assert [t.endswith(f" (part {i} of {parts})") for i, t in enumerate(first_run, 1)] == [False] + [True] * (parts - 1)
 
 
 def test_single_npy_for_a_one_input_model(hpt: dict[str, Any]) -> None:

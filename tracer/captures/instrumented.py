@@ -66,7 +66,8 @@ def instrumented_runs(
         for step in steps:  # lazily: each step follows the predicates
             chunks += 1
             emit("stage", text=f"instrumented run: fetching {len(step.names):,} tensors"
-                               + (f" (part {chunks})" if chunks > 1 else ""))
+                               + (f" (part {chunks}{f' of {step.parts}' if step.parts and not plan.branches else ''})"
+                                  if chunks > 1 else ""))
             fetched, values, failed, ops, nodes = _run_chunk(runtime, step.names, feed, run_index == 0, step.branch)
             emit("stage", text=f"instrumented run: storing {len(fetched):,} tensors")
             for name, reason in failed.items():
@@ -146,6 +147,7 @@ class _Step:
     branch: bool = False  # the tensors of one branch whose predicate could not be fetched
     preds: dict[str, list[str]] = field(default_factory=dict)  # predicate tensor -> the Switches it decides
     extra: frozenset[str] = frozenset()  # predicates fetched only for that: not stored
+    parts: int = 0  # the chunks of its step (the whole run's, where the model has no cond branches)
 
 
 def _fetch_steps(schedule: BranchSchedule, plan: FetchPlan, writer: CaptureWriter, layout: dict[str, str],
@@ -169,7 +171,8 @@ def _fetch_steps(schedule: BranchSchedule, plan: FetchPlan, writer: CaptureWrite
             chunks = chunks or [[]]
             chunks[0] = extra + chunks[0]
         for i, chunk in enumerate(chunks):
-            yield _Step(chunk, preds=preds if i == 0 else {}, extra=frozenset(extra) if i == 0 else frozenset())
+            yield _Step(chunk, preds=preds if i == 0 else {}, extra=frozenset(extra) if i == 0 else frozenset(),
+                        parts=len(chunks))
     for _, names in schedule.leftover():
         size_strings(names)  # a dead branch's strings are not sized (TensorFlow refuses): checked as fetched
         for chunk in chunked(names, plan.sizes, plan.max_memory):
