@@ -76,7 +76,7 @@ bench: setup models
 	$(BIN)/python -m bench
 
 # Issue 29 item 4: ResNet-152 at batch 75 (~30 GB of activations per side, more than this
-# machine's memory) captured twice and compared (~15 min, ~20 GB of disk under out/bench);
+# machine's memory) captured twice and compared (~9 min, ~15 GB of disk under out/bench);
 # writes bench/results_scale.json and its section of BENCHMARKS.md.
 .PHONY: bench-scale
 bench-scale: setup

@@ -124,14 +124,18 @@ def _run_one(name: str, model: Model, inputs: Path, work: Path, job: dict[str, A
             **{k: v for k, v in res.items() if k not in ("mode", "done_at")}}
 
 
+def _peer_job(model: Model, inputs: Path, **extra: Any) -> dict[str, Any]:
+    """What a peer process (:mod:`bench.peers`) is told: the model, its checkpoint, the inputs."""
+    return {"model": model.builder, "ckpt_prefix": str(model.ckpt_prefix), "inputs": str(inputs), **extra}
+
+
 def tfdbg_dump_bytes(ws: Workspace, model: Model, batch: int) -> int:
     """The bytes tfdbg2's FULL_TENSOR dump of one run of ``model`` at ``batch`` takes."""
     work = ws.fresh("capture", f"{model.name}_tfdbg_b{batch}")
     work.mkdir(parents=True)
-    job = {"model": model.builder, "ckpt_prefix": str(model.ckpt_prefix), "inputs": str(ws.inputs(model, batch)),
-           "repeats": 0}
+    inputs = ws.inputs(model, batch)
     try:
-        return int(_run_one("tfdbg", model, Path(job["inputs"]), work, job, None)["disk_one_run"])
+        return int(_run_one("tfdbg", model, inputs, work, _peer_job(model, inputs, repeats=0), None)["disk_one_run"])
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -161,8 +165,7 @@ def measure_capture(ws: Workspace, model: Model, batch: int, rounds: int, log: C
     if not warmup:
         raw["capture"].append(_capture_record(first, warm))
         shutil.rmtree(first)
-    job = {"model": model.builder, "ckpt_prefix": str(model.ckpt_prefix), "inputs": str(inputs),
-           "tensors": str(tensors), "repeats": 1, **({"device": device} if device else {})}
+    job = _peer_job(model, inputs, tensors=str(tensors), repeats=1, **({"device": device} if device else {}))
     done = 0
     last_round_s = 0.0
     for r in range(rounds):

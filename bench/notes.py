@@ -238,7 +238,7 @@ def notes(figs: dict[str, Any], gpu: str = "", diagnose: str = "", scale: str = 
         "```",
         "make bench          # everything above (installs nothing new; generates the models once into out/bench)",
         "make bench-quick    # the same harness on the sample detector, one round: checks it runs",
-        "make bench-scale    # the bigger-than-memory section: ResNet-152 at batch 75 (~15 min, ~20 GB of disk)",
+        "make bench-scale    # the bigger-than-memory section: ResNet-152 at batch 75 (~9 min, ~15 GB of disk)",
         "python -m bench --rewrite-markdown   # this page and the README summary again from bench/results.json",
         "python -m bench --gpu --out DIR     # on a machine with a GPU: the section above, in DIR/results_gpu.json",
         "python -m bench --help",

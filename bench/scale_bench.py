@@ -19,7 +19,7 @@ before the fetch is split into parts), then the two captures are compared. Measu
   bytes stored and the share of the run's planned bytes): the last figure it printed against the
   bytes the capture holds, and whether the figures ever went backwards.
 
-Long (about ten minutes on 2 cores), so not part of ``make bench``'s default run:
+Long (about nine minutes on 2 cores, once the model is generated), so not part of ``make bench``'s default run:
 ``make bench-scale`` writes ``bench/results_scale.json``, and the page's section is written from it.
 """
 

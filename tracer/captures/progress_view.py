@@ -64,8 +64,8 @@ class ProgressView:
         where = [f"run {min(done + 1, total)}/{total}" if done < total else f"{total}/{total} runs"]
         if isinstance(event.get("tensors"), int) and done < total:
             where.append(f"{event.get('stored', 0):,}/{event['tensors']:,} tensors stored")
-        share = _share(event) if done < total else 0.0
-        if share is not None and done < total:
+        share = _share(event) if done < total else None
+        if share is not None:
             where.append(f"{share:.0%} of ~{event['planned'] / 1e6:,.0f} MB")
         self.where = " · ".join(where)
         self._bar.update(self._task, completed=done + (share or 0.0), total=total, mb=self.mb, where=self.where)
