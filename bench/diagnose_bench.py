@@ -32,12 +32,13 @@ PARTS = {"start_s": "starting processes", "import_s": "importing TensorFlow", "m
 
 
 def measure_diagnose(ws: Workspace, model: Model, log: Callable[[str], None], *, device: str = "cpu",
-                     quick: bool = False) -> dict[str, Any]:
+                     quick: bool = False, stderr_log: Path | None = None) -> dict[str, Any]:
     """One ``tftrace diagnose`` of ``model`` (checkpoint, with its SavedModel), as typed."""
     out = ws.fresh("diagnose", f"{model.name}_{device}{'_quick' if quick else ''}")
     argv = [sys.executable, "-m", "tracer.cli", "diagnose", str(model.ckpt), "--savedmodel", str(model.savedmodel),
             "--device", device, "--out", str(out), *(["--quick"] if quick else [])]
-    run = run_child(argv, env=child_env(device=device), ok_codes=(0, 1), timeout_s=3600)
+    run = run_child(argv, env=child_env(device=device), ok_codes=(0, 1), timeout_s=3600,
+                    stderr_log=stderr_log)
     doc = json.loads((out / "diagnosis.json").read_text())
     timings = doc["timings"]
     experiments = [{"name": e["name"], "verdict": e["verdict"], "wall_s": timings["experiment_s"].get(e["name"])}
@@ -120,9 +121,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--work", type=Path, default=REPO / "out" / "bench")
     parser.add_argument("--out", type=Path, default=REPO / "out" / "bench",
                         help="where results_diagnose.json goes (default out/bench)")
+    parser.add_argument("--log", type=Path, help="write diagnose's stderr (its progress) to this file as it runs")
     args = parser.parse_args(argv)
     ws = Workspace(args.work)
-    figure = measure_diagnose(ws, ws.model("detector"), print, device=args.device, quick=args.quick)
+    figure = measure_diagnose(ws, ws.model("detector"), print, device=args.device, quick=args.quick,
+                              stderr_log=args.log)
     figure["machine"] = machine()
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / "results_diagnose.json"

@@ -81,10 +81,14 @@ def settle() -> None:
 
 
 def run_child(argv: Sequence[str], *, env: dict[str, str] | None = None, timeout_s: float = 1800,
-              ok_codes: Sequence[int] = (0,)) -> ChildRun:
-    """Run ``argv`` to completion; raise BenchError (with its stderr tail) on a bad exit code."""
+              ok_codes: Sequence[int] = (0,), stderr_log: Path | None = None) -> ChildRun:
+    """Run ``argv`` to completion; raise BenchError (with its stderr tail) on a bad exit code.
+
+    ``stderr_log``: the child's stderr goes to this file as it is written, so that a long run
+    (diagnose on a lent machine that can be taken back) shows how far it got."""
     settle()
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+    err_file = open(stderr_log, "w+") if stderr_log else tempfile.TemporaryFile("w+")
+    with tempfile.TemporaryFile("w+") as out, err_file as err:
         started_epoch = time.time()
         t0 = time.perf_counter()
         proc = subprocess.Popen(list(argv), stdout=out, stderr=err, env=env or child_env(), cwd=REPO,

@@ -446,3 +446,21 @@ def test_the_bigger_than_memory_section_is_the_committed_run() -> None:
         assert side["progress"]["last_mb"] == side["held_mb"] and side["progress"]["never_backwards"]
         assert side["disk"]["apparent"] <= 0.3 * run["tfdbg_projected_bytes"]
     assert run["compare"]["verdict"] == "identical"
+
+
+def test_a_childs_stderr_goes_to_the_log_as_it_is_written_and_still_comes_back(tmp_path: Path) -> None:
+    """diagnose on the lent GPU is run with ``--log``: the file must hold the child's stderr while
+    it runs (a machine taken back mid-run leaves only what was written), and the run's record
+    still carries it."""
+    from bench.procs import run_child
+
+    log = tmp_path / "diag.log"
+    script = ("import json, sys, time, pathlib\n"
+              "print('step 1 of 2', file=sys.stderr, flush=True)\n"
+              f"time.sleep(0.5); seen = pathlib.Path({str(log)!r}).read_text()\n"
+              "print('step 2 of 2', file=sys.stderr, flush=True)\n"
+              "print(json.dumps({'seen': seen.strip()}))\n")
+    run = run_child([sys.executable, "-c", script], stderr_log=log)
+    assert run.result == {"seen": "step 1 of 2"}
+    assert log.read_text() == "step 1 of 2\nstep 2 of 2\n"
+    assert run.stderr == "step 1 of 2\nstep 2 of 2\n"
