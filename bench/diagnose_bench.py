@@ -70,7 +70,8 @@ def load_diagnose(path: Path) -> dict[str, Any] | None:
 
 
 def _where(d: dict[str, Any]) -> str:
-    gpus = [g.get("name") for g in (d.get("environment") or {}).get("gpus") or [] if isinstance(g, dict)]
+    gpus = [g.get("device_name") or g.get("name") for g in (d.get("environment") or {}).get("gpus") or []
+            if isinstance(g, dict)]
     return f"{d['device'].upper()}{' (' + ', '.join(map(str, gpus)) + ')' if gpus and d['device'] != 'cpu' else ''}"
 
 

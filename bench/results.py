@@ -11,6 +11,7 @@ better), so every row reads the same way against its target.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -77,7 +78,9 @@ def _capture_rows(c: dict[str, Any], label: str) -> list[Row]:
     return rows
 
 
-def build_rows(figs: dict[str, Any]) -> list[Row]:
+def build_rows(figs: dict[str, Any], kept_diagnose: Sequence[dict[str, Any]] = ()) -> list[Row]:
+    """The benchmark table. ``kept_diagnose``: diagnose figures measured elsewhere (the lent GPU)
+    and kept in bench/, shown after this run's own."""
     rows: list[Row] = []
     primary = figs["capture"][0]
     rows += _capture_rows(primary, f"{primary['model']}, batch {primary['batch']}")
@@ -118,9 +121,10 @@ def build_rows(figs: dict[str, Any]) -> list[Row]:
                         bool(b["interactive"])))
     for extra in figs["capture"][1:]:
         rows += _capture_rows(extra, f"{extra['model']}, batch {extra['batch']}")
-    if figs.get("diagnose"):  # issue 29: reported, with where the time goes (BENCHMARKS.md's diagnose section)
-        figure, measured = diagnose_row(figs["diagnose"])
-        rows.append(Row(figure, measured, "—", None, "reported", None))
+    for run in [figs.get("diagnose"), *kept_diagnose]:  # issue 29: reported; BENCHMARKS.md says where the time goes
+        if run:
+            figure, measured = diagnose_row(run)
+            rows.append(Row(figure, measured, "—", None, "reported", None))
     return rows
 
 

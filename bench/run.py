@@ -159,8 +159,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     write_results(results, figs, rows, meta)
     print(f"\nwrote {results}")
     if markdown is not None:
-        write_markdown(markdown, rows, meta, notes(figs, _gpu_section(args.gpu_results), _diagnose_section(figs),
-                                                    scale_section(load_scale(REPO / "bench" / SCALE_NAME))))
+        page_notes = notes(figs, _gpu_section(args.gpu_results), _diagnose_section(figs),
+                           scale_section(load_scale(REPO / "bench" / SCALE_NAME)))
+        write_markdown(markdown, build_rows(figs, _kept_diagnose()), meta, page_notes)
         print(f"wrote {markdown}")
     if not args.quick and args.results is None:  # the repository's own results: the README summarises them
         _write_readme(figs, meta)
@@ -185,10 +186,15 @@ def _gpu_section(path: Path) -> str:
     return gpu_section(load_gpu_results(path), source)
 
 
+def _kept_diagnose() -> list[dict[str, Any]]:
+    """The GPU's diagnose figure where one is kept in bench/ (measured on the lent machine)."""
+    kept = load_diagnose(REPO / "bench" / GPU_DIAGNOSE_NAME)
+    return [kept] if kept else []
+
+
 def _diagnose_section(figs: dict[str, Any]) -> str:
     """The diagnose section: this run's figure, and the GPU's where one is kept in bench/."""
-    kept = load_diagnose(REPO / "bench" / GPU_DIAGNOSE_NAME)
-    return diagnose_section([d for d in (figs.get("diagnose"), kept) if d])
+    return diagnose_section([d for d in (figs.get("diagnose"), *_kept_diagnose()) if d])
 
 
 def _rewrite_markdown(results: Path, markdown: Path, gpu_results: Path = REPO / "bench" / GPU_RESULTS_NAME) -> int:
@@ -196,8 +202,9 @@ def _rewrite_markdown(results: Path, markdown: Path, gpu_results: Path = REPO / 
     and the GPU section from ``gpu_results``."""
     data = json.loads(results.read_text())
     figs, meta = data["raw"], {k: data[k] for k in META_KEYS if k in data}
-    write_markdown(markdown, build_rows(figs), meta, notes(figs, _gpu_section(gpu_results), _diagnose_section(figs),
-                                                  scale_section(load_scale(REPO / "bench" / SCALE_NAME))))
+    page_notes = notes(figs, _gpu_section(gpu_results), _diagnose_section(figs),
+                       scale_section(load_scale(REPO / "bench" / SCALE_NAME)))
+    write_markdown(markdown, build_rows(figs, _kept_diagnose()), meta, page_notes)
     print(f"wrote {markdown} from {results} (measured {meta.get('finished')})")
     if results.resolve() == (REPO / "bench" / "results.json").resolve():
         _write_readme(figs, meta)
