@@ -24,6 +24,7 @@ from tracer.diagnosis.timing import compare_timings
 from tracer.artifacts.loader import ArtifactRef
 from tracer.errors import TftraceError
 from tracer.diagnosis.experiments import FACTORS, GPU_FACTORS, QUICK_FACTORS, PlanContext, plan_experiments
+from tracer.diagnosis.noise import plan_noise_free
 from tracer.runspec import InputSpec, Side
 from tracer.diagnosis.serving import (batching_parameters_class, pad_requests, padding_groups, parse_batching_parameters,
                                       round_up_to_allowed)
@@ -182,13 +183,29 @@ def test_the_plan_shares_runs_and_puts_the_remedy_on_side_b():
     gpu = {n: p for n, p in planned.items() if p.factor in GPU_FACTORS}
     assert sorted(gpu) == ["autotune", "cpu_vs_gpu", "determinism", "gpu_repeat", "layout_optimizer", "tf32"]
     assert gpu["cpu_vs_gpu"].a.key() == base_key and gpu["cpu_vs_gpu"].b.side.device == "gpu"
-    assert (gpu["autotune"].a.side.knobs.autotune, gpu["autotune"].b.side.knobs.autotune) == ("on", "off")
+    # autotuning is on by default here: its "on" side is the GPU side as it is, captured once
+    gpu_default = gpu["cpu_vs_gpu"].b.key()
+    assert gpu["autotune"].a.key() == gpu_default == gpu["determinism"].a.key()
+    assert gpu["autotune"].a.describe == "cuDNN autotune on (the default here)"
+    assert gpu["autotune"].b.side.knobs.autotune == "off"
+    # the base capture is not on a GPU: whether TF32 is on there is not known, so both sides set it
+    assert (gpu["tf32"].a.side.knobs.tf32, gpu["tf32"].b.side.knobs.tf32) == ("on", "off")
     assert gpu["determinism"].b.side.knobs.determinism is True
     assert gpu["gpu_repeat"].kind == "repeat_process" and gpu["gpu_repeat"].repeats == 5
     onednn_on = {p.name: p for p in plan_experiments(_context(onednn_on=True, gpu="no GPU: a CPU-only build"))}
     assert onednn_on["onednn"].a.key() == base_key and onednn_on["onednn"].b.side.knobs.onednn == "off"
     assert onednn_on["mixed_precision"].b.key() == base_key and not onednn_on["mixed_precision"].notes
     assert onednn_on["tf32"].skipped == "no GPU: a CPU-only build"
+    # TF_CUDNN_USE_AUTOTUNE=0 where diagnose runs: its "off" side is the GPU side as it is
+    autotune_off = {p.name: p for p in plan_experiments(_context(autotune_on=False, tf32_on=True))}
+    assert autotune_off["autotune"].a.side.knobs.autotune == "on"
+    assert autotune_off["autotune"].b.key() == autotune_off["cpu_vs_gpu"].b.key()
+    # a GPU base capture whose fingerprint says TF32 on: its "on" side is that side, "off" is set
+    assert autotune_off["tf32"].a.key() == autotune_off["cpu_vs_gpu"].b.key()
+    assert autotune_off["tf32"].b.side.knobs.tf32 == "off"
+    # and with op determinism on both sides, TF32 on is the same capture as determinism's remedy
+    twins = {p.name: p for p in plan_noise_free(list(autotune_off.values()))}
+    assert twins["tf32_noise_removed"].a.key() == autotune_off["determinism"].b.key()
 
 
 def _runnable_context(**changes):

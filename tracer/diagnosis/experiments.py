@@ -31,7 +31,7 @@ from ..runspec import InputSpec, Side
 from .plan import Factor, PlanContext, Planned, Run, at_batch, with_grappler, with_knobs
 
 __all__ = ["FACTORS", "QUICK_FACTORS", "GPU_FACTORS", "FACTOR_TITLES", "Factor", "Run", "Planned", "PlanContext",
-           "plan_experiments", "with_grappler"]
+           "plan_experiments", "with_grappler", "env_autotune_on"]
 
 GPU_REPEATS = 5  # atomics: enough runs to see a nondeterministic sum at least once, in practice
 
@@ -74,9 +74,21 @@ def _xla_setting(m: Capture) -> str:
     return "on" if xla == "on" or (xla != "off" and "--tf_xla_auto_jit" in _tf_env(m).get("TF_XLA_FLAGS", "")) else "off"
 
 
+def env_autotune_on(tf_env: dict[str, str]) -> bool:
+    """Whether TensorFlow autotunes cuDNN under these variables: on unless TF_CUDNN_USE_AUTOTUNE
+    says 0 or false (TensorFlow reads it as a boolean, default true)."""
+    return tf_env.get("TF_CUDNN_USE_AUTOTUNE", "1").strip().lower() not in ("0", "false")
+
+
 def _autotune_setting(m: Capture) -> str:
     autotune = _knobs_of(m).get("autotune", "default")
-    return autotune if autotune != "default" else _tf_env(m).get("TF_CUDNN_USE_AUTOTUNE", "on")
+    return autotune if autotune != "default" else ("on" if env_autotune_on(_tf_env(m)) else "off")
+
+
+def _tf32_setting(m: Capture) -> str:
+    tf32 = _knobs_of(m).get("tf32", "default")
+    enabled = m.environment.get("tf32_enabled")  # the fingerprint: as it really ran (GPU captures only)
+    return tf32 if tf32 != "default" or enabled is None else ("on" if enabled else "off")
 
 
 # ---- how each factor's pairs of sides are built ----------------------------------------------
@@ -238,10 +250,19 @@ def _device(ctx: PlanContext) -> list[Planned]:
     return [Planned("cpu_vs_gpu", "device", "compare", Run(cpu, "CPU"), replace(at_batch(_gpu_side(ctx)), describe="GPU"))]
 
 
+def _as_default_or(gpu: Side, default_is: bool | None, value: str, words: str, **knob: str) -> Run:
+    """The GPU side with ``knob`` set, or the GPU side as it is where ``knob``'s value is already
+    its default there: one capture then serves both experiments, where a second would only be a
+    second process of the same side."""
+    if default_is is (value == "on"):
+        return Run(gpu, f"{words} (the default here)")
+    return Run(with_knobs(gpu, **knob), words)
+
+
 def _autotune(ctx: PlanContext) -> list[Planned]:
     gpu = _gpu_side(ctx)
-    return _gpu_pair("autotune", Run(with_knobs(gpu, autotune="on"), "cuDNN autotune on"),
-                     Run(with_knobs(gpu, autotune="off"), "cuDNN autotune off"),
+    return _gpu_pair("autotune", _as_default_or(gpu, ctx.autotune_on, "on", "cuDNN autotune on", autotune="on"),
+                     _as_default_or(gpu, ctx.autotune_on, "off", "cuDNN autotune off", autotune="off"),
                      "`tf.config.experimental.enable_op_determinism()`; `TF_CUDNN_USE_AUTOTUNE=0` alone only "
                      "narrows the gap")
 
@@ -254,7 +275,8 @@ def _determinism(ctx: PlanContext) -> list[Planned]:
 
 def _tf32(ctx: PlanContext) -> list[Planned]:
     gpu = _gpu_side(ctx)
-    return _gpu_pair("tf32", Run(with_knobs(gpu, tf32="on"), "TF32 on"), Run(with_knobs(gpu, tf32="off"), "TF32 off"),
+    return _gpu_pair("tf32", _as_default_or(gpu, ctx.tf32_on, "on", "TF32 on", tf32="on"),
+                     _as_default_or(gpu, ctx.tf32_on, "off", "TF32 off", tf32="off"),
                      "`tf.config.experimental.enable_tensor_float_32_execution(False)`")
 
 
@@ -332,7 +354,7 @@ FACTORS: dict[str, Factor] = {f.key: f for f in (
     Factor("determinism", "Op determinism", "op determinism off vs on", _determinism, cause="autotune",
            remedy="setting", gpu=True, setting=lambda m: bool(_knobs_of(m).get("determinism"))),
     Factor("tf32", "TensorFloat-32", "TensorFloat-32 on vs off", _tf32, cause="tf32", remedy="setting", gpu=True,
-           setting=lambda m: _knobs_of(m).get("tf32", "default")),
+           setting=_tf32_setting),
     Factor("layout_optimizer", "Grappler layout optimizer", "Grappler's layout optimizer on vs off", _layout_optimizer,
            cause="grappler", remedy="setting", gpu=True, setting=_grappler_option("layout_optimizer", "on")),
     Factor("atomics", "GPU atomics", "the same GPU run repeated at a fixed shape", _atomics, cause="atomics",

@@ -62,6 +62,8 @@ class PlanContext:
     serving_inputs: dict[int, tuple[str, int]] = field(default_factory=dict)  # size -> (padded .npz, rows)
     serving_batching: str | None = None  # the file, or None
     session_config: tuple[str, str] | None = None  # (path, text)
+    autotune_on: bool = True  # cuDNN autotuning is on where the sides run (TF_CUDNN_USE_AUTOTUNE unset or 1)
+    tf32_on: bool | None = None  # the base capture ran with TF32 on (its fingerprint); None: not a GPU capture
     other_python: str | None = None  # --other-python: the interpreter of the other TensorFlow
 
 

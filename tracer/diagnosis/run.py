@@ -43,7 +43,7 @@ from ..captures.reader import Capture
 from ..comparison.divergence import Tolerance
 from ..comparison.statuses import BORN_HERE, verdict_label
 from ..errors import TftraceError
-from .experiments import FACTORS, plan_experiments
+from .experiments import FACTORS, env_autotune_on, plan_experiments
 from .gpus import gpu_unavailable_reason
 from .costs import TIMED_RUNS, time_costs
 from .noise import effective, link, noise_finding, run_noise_free
@@ -312,6 +312,7 @@ def _plan_context(options: DiagnoseOptions, base: Capture, base_side: Side, fact
         batch_sizes=tuple(sorted(set(options.batch_sizes))), factors=factors, quick=options.quick,
         batch_major=base.examples.batch_major, onednn_on=env["onednn"].get("enabled"),
         xla_on="--tf_xla_auto_jit" in env.get("tf_env", {}).get("TF_XLA_FLAGS", ""),
+        autotune_on=env_autotune_on(env.get("tf_env") or {}), tf32_on=env.get("tf32_enabled"),
         gpu=gpu_unavailable_reason(env, ask_tensorflow=gpu_needed),
         serving_batching=options.serving_batching, session_config=session_config, other_python=options.other_python,
     )
