@@ -28,7 +28,8 @@ __all__ = ["measure_diagnose", "shares", "diagnose_row", "diagnose_section", "lo
 
 GPU_DIAGNOSE_NAME = "results_diagnose_gpu.json"  # in bench/: the run on the lent GPU, kept
 
-PARTS = {"start_s": "starting processes", "import_s": "importing TensorFlow", "model_s": "loading the model"}
+PARTS = {"start_s": "starting processes", "import_s": "importing TensorFlow", "model_s": "loading the model",
+         "idle_s": "loaded ahead, waiting for their job"}
 
 
 def measure_diagnose(ws: Workspace, model: Model, log: Callable[[str], None], *, device: str = "cpu",
@@ -102,7 +103,9 @@ def diagnose_section(runs: list[dict[str, Any]]) -> str:
                 f"{recipe}timing the costs {t.get('costs_s', 0):.0f} s. "
                 f"{c['count']} child processes, {c['wall_s']:.0f} process-seconds: starting them "
                 f"{s.get('start_s', 0):.0%}, importing TensorFlow {s.get('import_s', 0):.0%}, loading the model "
-                f"{s.get('model_s', 0):.0%}, the work itself {s.get('work', 0):.0%}.", "",
+                f"{s.get('model_s', 0):.0%}, "
+                + (f"loaded ahead and waiting for their job {s['idle_s']:.0%}, " if s.get("idle_s") else "")
+                + f"the work itself {s.get('work', 0):.0%}.", "",
                 "| step | wall s | processes | process-s | of which TF import |", "|---|---|---|---|---|"]
         walls = {"base side": t["base_s"], "captures": t["captures_s"], **t["experiment_s"],
                  **({"recipe": t["recipe_s"]} if t.get("recipe_s") else {}), "costs": t.get("costs_s")}

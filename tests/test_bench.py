@@ -80,7 +80,7 @@ def test_quick_bench_runs_end_to_end(tmp_path: Path) -> None:
     d = raw["diagnose"]
     assert d["quick"] and d["exit_code"] in (0, 1) and d["wall_s"] > d["timings"]["total_s"] > 0
     assert d["experiments"] and all(e["wall_s"] > 0 for e in d["experiments"] if e["name"] != "recipe")
-    assert set(d["shares"]) == {"start_s", "import_s", "model_s", "work"} and abs(sum(d["shares"].values()) - 1) < 0.01
+    assert set(d["shares"]) == {"start_s", "import_s", "model_s", "idle_s", "work"} and abs(sum(d["shares"].values()) - 1) < 0.01
     assert d["shares"]["import_s"] > 0.1  # every child imports TensorFlow: seconds, on 2 cores
     assert data["table"][-1]["figure"] == "tftrace diagnose, sample detector, --quick matrix, CPU"
     # --quick runs no plain-run contender: no context row

@@ -27,7 +27,7 @@ __all__ = ["SPAWNED_AT_ENV", "ChildTime", "stamp", "record", "tagged", "recorded
            "note_start", "load_report"]
 
 SPAWNED_AT_ENV = "TFTRACE_SPAWNED_AT"  # the parent's time.time() when it started the child
-PARTS = ("start_s", "import_s", "model_s")
+PARTS = ("start_s", "import_s", "model_s", "idle_s")
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,7 @@ class ChildTime:
     start_s: float | None = None  # started to its first line of tftrace code: the interpreter, numpy, tftrace
     import_s: float | None = None  # importing TensorFlow
     model_s: float | None = None  # loading the model into a session, TensorFlow's import excluded
+    idle_s: float | None = None  # started ahead of its job, ready, and waiting for it (launcher.PreparedChild)
 
 
 _ledger: list[ChildTime] = []
@@ -56,10 +57,18 @@ def stamp(env: MutableMapping[str, str]) -> float:
     return time.monotonic()
 
 
-def record(purpose: str, started: float, reported: Mapping[str, Any] | None = None) -> ChildTime:
+def record(purpose: str, started: float, reported: Mapping[str, Any] | None = None,
+           job_sent: float | None = None) -> ChildTime:
     """Keep a child that ended now; ``started`` is :func:`stamp`'s value, ``reported`` the child's
-    :func:`load_report` (None when it reported none: it failed, or it loads nothing)."""
-    parts = {key: _seconds((reported or {}).get(key)) for key in PARTS}
+    :func:`load_report` (None when it reported none: it failed, or it loads nothing).
+
+    ``job_sent``: when a child started ahead of its job was given it (``time.monotonic()``). The
+    time it spent ready and waiting is then said apart (``idle_s``), so that a child loaded
+    ahead does not count its wait as work."""
+    parts = {key: _seconds((reported or {}).get(key)) for key in PARTS if key != "idle_s"}
+    if job_sent is not None and parts["model_s"] is not None:
+        came_up = sum(parts[key] or 0.0 for key in ("start_s", "import_s", "model_s"))
+        parts["idle_s"] = round(max(0.0, job_sent - started - came_up), 4)
     child = ChildTime(purpose, _tag.get(), round(time.monotonic() - started, 4), **parts)
     with _lock:
         _ledger.append(child)

@@ -34,7 +34,7 @@ from .progress_view import ProgressView, working
 if TYPE_CHECKING:
     from .reader import Capture
 
-__all__ = ["run_child", "capture", "PreparedChild", "ChildCrashed"]
+__all__ = ["run_child", "capture", "PreparedChild", "ChildCrashed", "PREPARE_HEADROOM", "available_memory"]
 
 STDERR_TAIL_LINES = 15
 HEARTBEAT_S = 0.25  # how often a quiet child is checked on (deadline, progress bar)
@@ -74,6 +74,24 @@ def run_child(
     if job.get("mode") == "isolate":
         _refuse_code_loading_env(side)
     PreparedChild(side).run(job, label=label, console=console, on_event=on_event)
+
+
+# A child started ahead holds TensorFlow and the model's weights while another child captures:
+# started only where the working child's --max-memory and this much more per child fit in what
+# is available (compare's side B, diagnose's next captures).
+PREPARE_HEADROOM = 1 << 30
+
+
+def available_memory() -> int:
+    """Bytes the kernel says new work can use (MemAvailable); 0 where it does not say."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
 
 
 class PreparedChild:
@@ -117,6 +135,7 @@ class PreparedChild:
         finally:
             os.close(write_end)  # the child holds it: EOF on the read end once the child is gone
         self.side = side
+        self.prepared = prepare
         if prepare:
             _send(self.proc, dumps({"prepare": side.to_json(), "allow_unsafe_ops": side.allow_unsafe_ops}) + "\n",
                   close=False)
@@ -140,6 +159,7 @@ class PreparedChild:
             elif on_event:
                 on_event(event)
 
+        sent = time.monotonic()
         with self._stderr as stderr_file:
             try:
                 _send(proc, dumps({**job, "allow_unsafe_ops": self.side.allow_unsafe_ops}), close=True)
@@ -148,7 +168,8 @@ class PreparedChild:
                 self._close_events()
                 if proc.poll() is None:  # interrupted while following: never leave it running
                     _kill(proc)
-                children.record(str(job.get("mode", "capture")), self._started, came_up or None)
+                children.record(str(job.get("mode", "capture")), self._started, came_up or None,
+                                job_sent=sent if self.prepared else None)
             stderr_file.seek(0)
             lines = stderr_file.read().strip().splitlines()
         debug = "\n".join(lines[-DEBUG_LINES:])

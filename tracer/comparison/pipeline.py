@@ -23,7 +23,7 @@ from rich.console import Console
 
 from .align import Alignment, CaptureView, align
 from ..captures._values import ArtifactReads
-from ..captures.launcher import PreparedChild
+from ..captures.launcher import PREPARE_HEADROOM, PreparedChild, available_memory
 from ..captures.launcher import capture as capture_side
 from ..captures.progress_view import working
 from ..captures.reader import Capture, is_capture_dir
@@ -186,11 +186,6 @@ def open_or_capture(
                         on_event=on_event)
 
 
-# A side's child started ahead holds TensorFlow and the model's weights while the other side is
-# captured: done only when both sides' --max-memory and this much more fit in what is available.
-PREPARE_HEADROOM = 1 << 30
-
-
 def prepare_ahead(target: str | Side, other: str | Side, allow_unsafe_ops: bool) -> PreparedChild | None:
     """Start ``target``'s capture child now, to import TensorFlow and load its model while
     ``other`` is captured (its examples, ``other``'s, are known only then), when it is to be
@@ -201,21 +196,9 @@ def prepare_ahead(target: str | Side, other: str | Side, allow_unsafe_ops: bool)
 
     side = target if isinstance(target, Side) else Side(ArtifactRef(target), allow_unsafe_ops=allow_unsafe_ops)
     other_memory = other.max_memory if isinstance(other, Side) else Side.max_memory
-    if _available_memory() < side.max_memory + other_memory + PREPARE_HEADROOM:
+    if available_memory() < side.max_memory + other_memory + PREPARE_HEADROOM:
         return None
     return PreparedChild(side, prepare=True)
-
-
-def _available_memory() -> int:
-    """Bytes the kernel says new work can use (MemAvailable); 0 where it does not say."""
-    try:
-        with open("/proc/meminfo", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
 
 
 @contextlib.contextmanager

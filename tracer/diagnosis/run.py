@@ -24,7 +24,6 @@ from __future__ import annotations
 import datetime as _dt
 import io
 import json
-import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -38,15 +37,15 @@ from .._version import __version__
 from .answers import build_answers
 from .. import children
 from ..artifacts.loader import ArtifactRef
-from ..captures.launcher import capture as capture_side
 from ..captures.reader import Capture
 from ..comparison.divergence import Tolerance
 from ..comparison.statuses import BORN_HERE, verdict_label
 from ..errors import TftraceError
 from .experiments import FACTORS, env_autotune_on, plan_experiments
 from .gpus import gpu_unavailable_reason
+from .captures import Captures, captures_ahead
 from .costs import TIMED_RUNS, time_costs
-from .noise import effective, link, noise_finding, run_noise_free
+from .noise import effective, link, noise_finding, plan_noise_free, run_noise_free
 from .outcomes import evaluate, latency
 from .plan import PlanContext, Planned, Run, at_batch
 from .recipe import Recipe, plan_recipe, recipe_facts
@@ -151,25 +150,6 @@ class _Progress:
         self.console.print(f"  -> {text}", highlight=False, markup=False)
 
 
-class _Captures:
-    """Each distinct run captured once, in ``DIR/captures/NN_<what>``."""
-
-    def __init__(self, root: Path, quiet: Console) -> None:
-        self.root, self.quiet = root, quiet
-        self.done: dict[str, Capture] = {}
-
-    def has(self, run: Run) -> bool:
-        return run.key() in self.done
-
-    def get(self, run: Run) -> Capture:
-        key = run.key()
-        if key not in self.done:
-            slug = re.sub(r"[^A-Za-z0-9]+", "_", run.describe).strip("_")[:60] or "side"
-            path = self.root / f"{len(self.done):02d}_{slug}"
-            self.done[key] = capture_side(run.side, path, force=True, console=self.quiet)
-        return self.done[key]
-
-
 def run_diagnosis(options: DiagnoseOptions, console: Console | None = None) -> Diagnosis:
     """The five steps of the module docstring; raises TftraceError for the user's mistakes.
 
@@ -189,8 +169,14 @@ def _run_diagnosis(options: DiagnoseOptions, out: Path, console: Console | None,
     console = console or Console(stderr=True)
     quiet = Console(file=io.StringIO())  # the children's own progress bars would fight ours
     factors = options.only or tuple(k for k, f in FACTORS.items() if f.quick or not options.quick)
-    captures = _Captures(out / "captures", quiet)
     base_side = _base_side(options)
+    with Captures(out / "captures", quiet, ahead=captures_ahead(base_side)) as captures:
+        return _diagnose(captures, base_side, options, out, console, quiet, started, factors, batching, session_config)
+
+
+def _diagnose(captures: Captures, base_side: Side, options: DiagnoseOptions, out: Path, console: Console,
+              quiet: Console, started: float, factors: tuple[str, ...], batching: BatchingParameters | None,
+              session_config: tuple[str, str] | None) -> Diagnosis:
     progress = _Progress(console)
     progress.begin("base side", 1)
     progress.step(f"capturing {base_side.artifact.path} [{base_side.label()}]")
@@ -202,6 +188,7 @@ def _run_diagnosis(options: DiagnoseOptions, out: Path, console: Console | None,
     planned = plan_experiments(ctx)
     planned += _not_selected(factors, ctx.gpu, "not selected by --only" if options.only else "not part of --quick")
     runs = _runs_to_capture(planned, captures)
+    captures.expect([run for run, _ in runs])
     progress.begin("captures", len(runs))
     t_captures = time.monotonic()
     for run, names in runs:
@@ -213,6 +200,7 @@ def _run_diagnosis(options: DiagnoseOptions, out: Path, console: Console | None,
     results = _evaluate_all(planned, captures, options, out, quiet, progress, walls)
     finding = noise_finding(base_side.device, base_side.knobs.determinism, results)
     if finding is not None:  # every factor again with the noise removed: the answers rest on those pairs
+        captures.expect([run for twin in plan_noise_free(planned) for run in (twin.a, twin.b) if run is not None])
         with children.tagged("captures with the noise removed"):  # each experiment's own are tagged with it
             twins = run_noise_free(planned, finding, _announced(captures, progress, "with the noise removed"),
                                    lambda ps: _evaluate_all(ps, captures, options, out, quiet, progress, walls,
@@ -348,7 +336,7 @@ def _not_selected(factors: tuple[str, ...], gpu_reason: str | None, why: str) ->
     return out
 
 
-def _runs_to_capture(planned: list[Planned], captures: _Captures) -> list[tuple[Run, list[str]]]:
+def _runs_to_capture(planned: list[Planned], captures: Captures) -> list[tuple[Run, list[str]]]:
     """Distinct runs still to capture -> the experiments that need them; session configs first,
     so a config TensorFlow refuses stops the diagnosis before minutes are spent."""
     needed: dict[str, tuple[Run, list[str]]] = {}
@@ -363,7 +351,7 @@ def _runs_to_capture(planned: list[Planned], captures: _Captures) -> list[tuple[
 # ---- experiments -----------------------------------------------------------------------------
 
 
-def _evaluate_all(planned: list[Planned], captures: _Captures, options: DiagnoseOptions, out: Path,
+def _evaluate_all(planned: list[Planned], captures: Captures, options: DiagnoseOptions, out: Path,
                   quiet: Console, progress: _Progress, walls: dict[str, float], *,
                   stage: str = "experiments") -> list[dict[str, Any]]:
     """Evaluate the experiments, two at a time, as one stage of the progress lines; each one's
@@ -400,7 +388,7 @@ def _evaluate_all(planned: list[Planned], captures: _Captures, options: Diagnose
             for p in planned]
 
 
-def _announced(captures: _Captures, progress: _Progress, why: str) -> Any:
+def _announced(captures: Captures, progress: _Progress, why: str) -> Any:
     """``captures.get`` that says on the console which run it captures, when it captures one."""
     def get(run: Run) -> Capture:
         if not captures.has(run):
@@ -409,10 +397,11 @@ def _announced(captures: _Captures, progress: _Progress, why: str) -> Any:
     return get
 
 
-def _run_recipe(recipe: Recipe, captures: _Captures, options: DiagnoseOptions, out: Path, quiet: Console,
+def _run_recipe(recipe: Recipe, captures: Captures, options: DiagnoseOptions, out: Path, quiet: Console,
                 progress: _Progress) -> dict[str, Any]:
     """One more pair: every measured remedy together (tracer.recipe), and its combined cost."""
     p = recipe.planned
+    captures.expect([p.a, p.b, recipe.reference])
     progress.begin("the verified recipe", 4)  # three captures and the comparison
     for run in (p.a, p.b, recipe.reference):
         progress.step(f"capturing {run.describe} [{run.side.label()}] for the verified recipe")

@@ -1,0 +1,121 @@
+"""diagnose's captures: each distinct run captured once, the next runs' children loading ahead.
+
+No TensorFlow here: the capture children are replaced by fakes that record what they were
+given. A real diagnose that loads ahead runs in tests/test_diagnose.py (``full``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from tracer import children
+from tracer.artifacts.loader import ArtifactRef
+from tracer.diagnosis import captures as captures_module
+from tracer.diagnosis.captures import Captures, captures_ahead
+from tracer.diagnosis.plan import Run, with_knobs
+from tracer.errors import TftraceError
+from tracer.runspec import InputSpec, Side
+
+GIB = 1 << 30
+
+
+def _side(**knobs: Any) -> Side:
+    side = Side(ArtifactRef("model/ckpt"), batch_size=1, inputs=InputSpec(examples=2))
+    return with_knobs(side, **knobs) if knobs else side
+
+
+class _Fakes:
+    """Stands in for launcher.PreparedChild and launcher.capture; keeps the order of events."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, fail_on: str | None = None) -> None:
+        self.events: list[tuple[str, str]] = []
+        fakes = self
+
+        class Child:
+            def __init__(self, side: Side, *, prepare: bool = False) -> None:
+                assert prepare
+                self.side = side
+                fakes.events.append(("start", side.label()))
+
+            def cancel(self) -> None:
+                fakes.events.append(("cancel", self.side.label()))
+
+        def capture(side: Side, path: Path, *, force: bool, console: Console, prepared: Any = None) -> str:
+            fakes.events.append(("capture ahead" if prepared is not None else "capture", side.label()))
+            if prepared is not None:
+                assert prepared.side == side
+            if side.label() == fail_on:
+                raise TftraceError(f"{side.label()} refused", "fix it")
+            return f"capture of {side.label()}"
+
+        monkeypatch.setattr(captures_module, "PreparedChild", Child)
+        monkeypatch.setattr(captures_module, "capture_side", capture)
+
+
+def test_the_next_runs_load_ahead_while_one_is_captured_and_each_gets_its_own_child(tmp_path, monkeypatch):
+    fakes = _Fakes(monkeypatch)
+    runs = [Run(_side(), "base"), Run(_side(autotune="off"), "off"), Run(_side(tf32="off"), "tf32 off"),
+            Run(_side(determinism=True), "determinism")]
+    labels = [r.side.label() for r in runs]
+    with Captures(tmp_path, Console(file=None, quiet=True), ahead=2) as captures:
+        captures.expect(runs)
+        assert [captures.get(r) for r in runs] == [f"capture of {label}" for label in labels]
+        assert captures.get(runs[1]) == f"capture of {labels[1]}"  # captured once
+    assert fakes.events == [
+        ("start", labels[1]), ("start", labels[2]), ("capture", labels[0]),  # two load while the first runs
+        ("start", labels[3]), ("capture ahead", labels[1]),
+        ("capture ahead", labels[2]),
+        ("capture ahead", labels[3]),
+    ]
+
+
+def test_a_child_loaded_for_a_run_never_asked_for_is_stopped(tmp_path, monkeypatch):
+    """A refused run ends the stage (or the diagnosis): the children loading for the runs after it
+    are stopped, none left behind."""
+    runs = [Run(_side(), "base"), Run(_side(autotune="off"), "off"), Run(_side(tf32="off"), "tf32 off")]
+    labels = [r.side.label() for r in runs]
+    fakes = _Fakes(monkeypatch, fail_on=labels[0])
+    with pytest.raises(TftraceError, match="refused"):
+        with Captures(tmp_path, Console(file=None, quiet=True), ahead=4) as captures:
+            captures.expect(runs)
+            captures.get(runs[0])
+    assert fakes.events == [("start", labels[1]), ("start", labels[2]), ("capture", labels[0]),
+                            ("cancel", labels[1]), ("cancel", labels[2])]
+
+
+def test_with_nothing_ahead_every_run_is_captured_by_a_child_of_its_own_when_asked(tmp_path, monkeypatch):
+    fakes = _Fakes(monkeypatch)
+    runs = [Run(_side(), "base"), Run(_side(autotune="off"), "off")]
+    with Captures(tmp_path, Console(file=None, quiet=True), ahead=0) as captures:
+        captures.expect(runs)
+        for run in runs:
+            captures.get(run)
+    assert [e[0] for e in fakes.events] == ["capture", "capture"]
+
+
+@pytest.mark.parametrize(("cpus", "available", "ahead"), [
+    (1, 64 * GIB, 0),  # one core: the loads would take it from the capture at work
+    (2, 24 * GIB, 1),  # this CI machine
+    (16, 128 * GIB, 4),  # the lent H200's host
+    (64, 512 * GIB, 4),  # at most MAX_AHEAD
+    (16, 4 * GIB, 1),  # 2 GiB at work, 1 GiB of headroom each: memory allows one
+    (16, 3 * GIB, 0),
+])
+def test_how_many_load_ahead_follows_the_cores_and_the_memory(cpus, available, ahead):
+    assert captures_ahead(_side(), cpus=cpus, available=available) == ahead
+
+
+def test_a_child_started_ahead_counts_its_wait_apart_from_its_work():
+    started = 100.0
+    reported = {"start_s": 1.0, "import_s": 3.0, "model_s": 0.5}
+    waited = children.record("capture", started, reported, job_sent=started + 10.0)
+    assert waited.idle_s == 5.5 and waited.model_s == 0.5
+    late = children.record("capture", started, reported, job_sent=started + 2.0)  # its job came before it was ready
+    assert late.idle_s == 0.0
+    plain = children.record("capture", started, reported)
+    assert plain.idle_s is None
+    total = children.summary([waited, late, plain])
+    assert total["idle_s"] == 5.5 and total["import_s"] == 9.0

@@ -1,0 +1,86 @@
+"""diagnose's captures: each distinct run captured once, the next ones' children loading ahead."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from rich.console import Console
+
+from ..captures.launcher import PREPARE_HEADROOM, PreparedChild, available_memory, capture as capture_side
+from ..captures.reader import Capture
+from ..runspec import Side
+from .plan import Run
+
+__all__ = ["Captures", "captures_ahead", "MAX_AHEAD"]
+
+MAX_AHEAD = 4  # capture children loading their model while another captures
+
+
+class Captures:
+    """Each distinct run captured once, in ``DIR/captures/NN_<what>``.
+
+    Captures run one at a time, but most of a capture child's life is importing TensorFlow and
+    loading the model (65% of a GPU diagnose's process-seconds on the H200). So the children of
+    the next runs (:meth:`expect`) are started ahead, up to ``ahead`` of them, and load while the
+    run at hand is captured; each gets its job when its turn comes. Nothing is timed from a
+    capture (costs are timed again, alone: :mod:`tracer.diagnosis.costs`), so the overlap changes
+    no answer; only one child at a time runs its model.
+    """
+
+    def __init__(self, root: Path, quiet: Console, ahead: int = 0) -> None:
+        self.root, self.quiet, self.ahead = root, quiet, ahead
+        self.done: dict[str, Capture] = {}
+        self._upcoming: list[Run] = []  # the runs expected next, in order
+        self._loading: dict[str, PreparedChild] = {}  # run key -> its child, started ahead
+
+    def has(self, run: Run) -> bool:
+        return run.key() in self.done
+
+    def expect(self, runs: list[Run]) -> None:
+        """The runs to be asked for next, in this order (a run asked for out of turn is still
+        captured; a child started for a run never asked for is stopped by :meth:`close`)."""
+        self._upcoming = [r for r in runs if not self.has(r)]
+
+    def get(self, run: Run) -> Capture:
+        key = run.key()
+        if key not in self.done:
+            self._upcoming = [r for r in self._upcoming if r.key() != key]
+            child = self._loading.pop(key, None)
+            self._start_ahead()
+            slug = re.sub(r"[^A-Za-z0-9]+", "_", run.describe).strip("_")[:60] or "side"
+            path = self.root / f"{len(self.done):02d}_{slug}"
+            self.done[key] = capture_side(run.side, path, force=True, console=self.quiet, prepared=child)
+        return self.done[key]
+
+    def _start_ahead(self) -> None:
+        for run in self._upcoming:
+            if len(self._loading) >= self.ahead:
+                return
+            key = run.key()
+            if key not in self._loading and key not in self.done:
+                self._loading[key] = PreparedChild(run.side, prepare=True)
+
+    def close(self) -> None:
+        """Stop the children started ahead for runs never asked for (an error, a refused run)."""
+        for child in self._loading.values():
+            child.cancel()
+        self._loading.clear()
+
+    def __enter__(self) -> Captures:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def captures_ahead(side: Side, cpus: int | None = None, available: int | None = None) -> int:
+    """How many capture children may load ahead of the one at work: one per four cores (at
+    least one where there are two), at most :data:`MAX_AHEAD`, and only as many as memory
+    holds, each counted at :data:`PREPARE_HEADROOM` beside the working child's --max-memory."""
+    cpus = (os.cpu_count() or 1) if cpus is None else cpus
+    available = available_memory() if available is None else available
+    by_cores = 0 if cpus < 2 else max(1, min(MAX_AHEAD, cpus // 4))
+    by_memory = max(0, (available - side.max_memory - PREPARE_HEADROOM) // PREPARE_HEADROOM)
+    return int(min(by_cores, by_memory))
