@@ -27,6 +27,7 @@ __all__ = ["measure_diagnose", "shares", "diagnose_row", "diagnose_section", "lo
            "GPU_DIAGNOSE_NAME"]
 
 GPU_DIAGNOSE_NAME = "results_diagnose_gpu.json"  # in bench/: the run on the lent GPU, kept
+NOTES = REPO / "bench" / "diagnose_notes.md"  # hand-written: side-by-side runs of two builds, kept with the figures
 
 PARTS = {"start_s": "starting processes", "import_s": "importing TensorFlow", "model_s": "loading the model",
          "idle_s": "loaded ahead, waiting for their job"}
@@ -115,6 +116,8 @@ def diagnose_section(runs: list[dict[str, Any]]) -> str:
             out.append(f"| {step} | {'—' if wall is None else f'{wall:.1f}'} | {kids['count']} | {kids['wall_s']:.1f} | "
                        f"{kids['import_s']:.1f} |")
         out.append("")
+    if NOTES.is_file():
+        out += [NOTES.read_text(encoding="utf-8").strip(), ""]
     return "\n".join(out)
 
 
