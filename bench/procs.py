@@ -47,6 +47,7 @@ class ChildRun:
     stdout: str
     stderr: str
     result: dict[str, Any] = field(default_factory=dict)  # the last JSON object line of stdout, if any
+    peak_tree_rss_bytes: int = 0  # with sample_rss: the most its process tree held at one sampling
 
     def since_start(self, epoch: float) -> float:
         """Seconds from the start of this process to a milestone the child stamped with time.time()."""
@@ -81,33 +82,87 @@ def settle() -> None:
 
 
 def run_child(argv: Sequence[str], *, env: dict[str, str] | None = None, timeout_s: float = 1800,
-              ok_codes: Sequence[int] = (0,), stderr_log: Path | None = None) -> ChildRun:
+              ok_codes: Sequence[int] = (0,), stderr_log: Path | None = None, sample_rss: bool = False) -> ChildRun:
     """Run ``argv`` to completion; raise BenchError (with its stderr tail) on a bad exit code.
 
     ``stderr_log``: the child's stderr goes to this file as it is written, so that a long run
-    (diagnose on a lent machine that can be taken back) shows how far it got."""
+    (diagnose on a lent machine that can be taken back) shows how far it got. ``sample_rss``:
+    the resident set of the child and every process below it is summed every
+    :data:`SAMPLE_EVERY_S` (a capture's memory is mostly its own child's)."""
     settle()
     err_file = open(stderr_log, "w+") if stderr_log else tempfile.TemporaryFile("w+")
-    with tempfile.TemporaryFile("w+") as out, err_file as err:
+    with tempfile.TemporaryFile("w+") as out, err_file as err, open(os.devnull, "rb") as stdin:
         started_epoch = time.time()
         t0 = time.perf_counter()
-        proc = subprocess.Popen(list(argv), stdout=out, stderr=err, env=env or child_env(), cwd=REPO,
+        proc = subprocess.Popen(list(argv), stdin=stdin, stdout=out, stderr=err, env=env or child_env(), cwd=REPO,
                                 start_new_session=True)
         timer = threading.Timer(timeout_s, lambda: os.killpg(proc.pid, signal.SIGKILL))
         timer.start()
+        peak = _TreeRss(proc.pid) if sample_rss else None
         try:
             proc.wait()
         finally:
             timer.cancel()
+            if peak is not None:
+                peak.stop()
         wall = time.perf_counter() - t0
         out.seek(0)
         err.seek(0)
-        run = ChildRun(list(argv), wall, started_epoch, proc.returncode, out.read(), err.read())
+        run = ChildRun(list(argv), wall, started_epoch, proc.returncode, out.read(), err.read(),
+                       peak_tree_rss_bytes=peak.bytes if peak is not None else 0)
     if run.returncode not in ok_codes:
         tail = "\n".join(run.stderr.strip().splitlines()[-12:])
         raise BenchError(f"{' '.join(argv[:6])} ... exited with {run.returncode}:\n{tail}")
     run.result = _last_json(run.stdout)
     return run
+
+
+SAMPLE_EVERY_S = 0.1
+
+
+class _TreeRss:
+    """The largest resident set that a process and its descendants held together, sampled in a
+    thread from the moment it is made until :meth:`stop`."""
+
+    def __init__(self, root: int) -> None:
+        self.root, self.bytes = root, 0
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+
+    def _sample(self) -> None:
+        while not self._done.wait(SAMPLE_EVERY_S):
+            self.bytes = max(self.bytes, tree_rss(self.root))
+
+    def stop(self) -> None:
+        self._done.set()
+        self._thread.join()
+
+
+def tree_rss(root: int) -> int:
+    """The resident bytes of ``root`` and every process below it, now (Linux ``/proc``)."""
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            parents[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])
+    tree, grew = {root}, True
+    while grew:
+        below = {pid for pid, parent in parents.items() if parent in tree} - tree
+        tree |= below
+        grew = bool(below)
+    total = 0
+    for pid in tree:
+        try:
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1]) * 1024
+        except OSError:
+            continue
+    return total
 
 
 def _last_json(text: str) -> dict[str, Any]:

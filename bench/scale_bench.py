@@ -29,17 +29,14 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .capture_bench import tfdbg_dump_bytes
-from .procs import REPO, child_env, dir_bytes, machine, run_child, settle
+from .procs import REPO, child_env, dir_bytes, machine, run_child
 from .workspace import Workspace
 
 __all__ = ["SCALE_NAME", "measure_scale", "scale_section", "load_scale", "progress_lines", "progress_figures",
@@ -48,71 +45,7 @@ __all__ = ["SCALE_NAME", "measure_scale", "scale_section", "load_scale", "progre
 SCALE_NAME = "results_scale.json"  # in bench/
 MODEL = "resnet152"
 BATCH = 75
-SAMPLE_EVERY_S = 0.1
 _MB = re.compile(r"(\d[\d,]*\.\d) MB \((?:(\d+) min )?(\d+) s\)$")
-
-
-@dataclass
-class Sampled:
-    """A finished process tree: its wall time, exit code, output, and the largest resident set
-    its processes held together at one sampling."""
-
-    wall_s: float
-    returncode: int
-    stdout: str
-    stderr: str
-    peak_rss_bytes: int
-
-
-def run_sampled(argv: Sequence[str], env: dict[str, str], timeout_s: float = 3600) -> Sampled:
-    """Run ``argv`` and sample the resident set of it and its descendants (the capture's child)."""
-    settle()
-    with open(os.devnull, "rb") as stdin:
-        t0 = time.perf_counter()
-        proc = subprocess.Popen(list(argv), stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
-                                cwd=REPO, start_new_session=True)
-        peak = [0]
-        done = threading.Event()
-
-        def sample() -> None:
-            while not done.wait(SAMPLE_EVERY_S):
-                peak[0] = max(peak[0], _tree_rss(proc.pid))
-
-        sampler = threading.Thread(target=sample, daemon=True)
-        sampler.start()
-        try:
-            out, err = proc.communicate(timeout=timeout_s)
-        finally:
-            done.set()
-            sampler.join()
-    return Sampled(time.perf_counter() - t0, proc.returncode, out.decode(errors="replace"),
-                   err.decode(errors="replace"), peak[0])
-
-
-def _tree_rss(root: int) -> int:
-    """The resident bytes of ``root`` and every process below it, now (Linux ``/proc``)."""
-    parents: dict[int, int] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            parents[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])
-    tree, grew = {root}, True
-    while grew:
-        below = {pid for pid, parent in parents.items() if parent in tree} - tree
-        tree |= below
-        grew = bool(below)
-    total = 0
-    for pid in tree:
-        try:
-            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    total += int(line.split()[1]) * 1024
-        except OSError:
-            continue
-    return total
 
 
 def progress_lines(stderr: str) -> list[str]:
@@ -140,18 +73,16 @@ def project_linear(small: dict[int, int], batch: int) -> int:
 def _capture(ws: Workspace, side: str, model_path: Path, inputs: Path, log: Callable[[str], None]) -> dict[str, Any]:
     out = ws.fresh("scale", side)
     argv = [sys.executable, "-m", "tracer.cli", "capture", str(model_path), "--inputs", str(inputs), "--out", str(out)]
-    run = run_sampled(argv, child_env())
-    if run.returncode != 0:
-        raise RuntimeError(f"capture of {side} exited {run.returncode}: {run.stderr[-2000:]}")
+    run = run_child(argv, env=child_env(), timeout_s=3600, sample_rss=True)  # raises BenchError on a failure
     manifest = json.loads((out / "manifest.json").read_text())
     records = manifest["tensors"].values()
     held_mb = sum(r["size_bytes"] for r in records) / 1e6
     lines = progress_lines(run.stderr)
     figures = progress_figures(lines)
-    log(f"  capture {side}: {run.wall_s:.0f} s, peak {run.peak_rss_bytes / 1e9:.2f} GB, "
+    log(f"  capture {side}: {run.wall_s:.0f} s, peak {run.peak_tree_rss_bytes / 1e9:.2f} GB, "
         f"{dir_bytes(out)['apparent'] / 1e9:.2f} GB on disk, {manifest.get('fetch_chunks')} parts")
     return {
-        "side": side, "path": str(out), "wall_s": round(run.wall_s, 1), "peak_rss_bytes": run.peak_rss_bytes,
+        "side": side, "path": str(out), "wall_s": round(run.wall_s, 1), "peak_rss_bytes": run.peak_tree_rss_bytes,
         "disk": dir_bytes(out), "fetch_chunks": manifest.get("fetch_chunks"), "timings": manifest["timings"],
         "tensors": len(manifest["tensors"]),
         "activation_bytes": sum(r["size_bytes"] for n, r in manifest["tensors"].items()

@@ -428,14 +428,14 @@ def test_the_scale_harness_reads_the_progress_a_capture_printed() -> None:
 def test_the_scale_harness_samples_the_memory_of_the_whole_process_tree() -> None:
     """The capture's memory is its child's: a parent that holds nothing starts a child that holds
     300 MB; the peak sampled is the child's, not the parent's."""
-    from bench.procs import child_env
-    from bench.scale_bench import run_sampled
+    from bench.procs import child_env, run_child
 
     child = "import numpy, time; a = numpy.ones(300_000_000 // 8); time.sleep(1.0); print(a.nbytes)"
     parent = f"import subprocess, sys; subprocess.run([sys.executable, '-c', {child!r}], check=True)"
-    run = run_sampled([sys.executable, "-c", parent], child_env())
+    run = run_child([sys.executable, "-c", parent], env=child_env(), sample_rss=True)
     assert run.returncode == 0 and run.stdout.strip() == "300000000"
-    assert 300_000_000 < run.peak_rss_bytes < 600_000_000
+    assert 300_000_000 < run.peak_tree_rss_bytes < 600_000_000
+    assert run_child([sys.executable, "-c", parent], env=child_env()).peak_tree_rss_bytes == 0  # not asked: not sampled
 
 
 def test_the_bigger_than_memory_section_is_the_committed_run() -> None:
