@@ -86,6 +86,28 @@ def test_a_child_loaded_for_a_run_never_asked_for_is_stopped(tmp_path, monkeypat
                             ("cancel", labels[1]), ("cancel", labels[2])]
 
 
+def test_a_child_left_from_the_stage_before_gives_its_place_to_the_next_stages_runs(tmp_path, monkeypatch):
+    """A stage that did not ask for every run it expected (a run refused, its pair's other side
+    never captured) leaves a loaded child behind: the next stage's expectation stops it at once,
+    and loads its own runs in its place."""
+    fakes = _Fakes(monkeypatch)
+    stage_1 = [Run(_side(), "base"), Run(_side(autotune="off"), "off")]
+    stage_2 = [Run(_side(tf32="off"), "tf32 off"), Run(_side(determinism=True), "determinism")]
+    labels = [r.side.label() for r in stage_1 + stage_2]
+    with Captures(tmp_path, Console(file=None, quiet=True), ahead=1) as captures:
+        captures.expect(stage_1)
+        captures.get(stage_1[0])  # the stage ends here: "off" was loaded and never asked for
+        captures.expect(stage_2)
+        for run in stage_2:
+            captures.get(run)
+    assert fakes.events == [
+        ("start", labels[1]), ("capture", labels[0]),
+        ("cancel", labels[1]),
+        ("start", labels[3]), ("capture", labels[2]),
+        ("capture ahead", labels[3]),
+    ]
+
+
 def test_with_nothing_ahead_every_run_is_captured_by_a_child_of_its_own_when_asked(tmp_path, monkeypatch):
     fakes = _Fakes(monkeypatch)
     runs = [Run(_side(), "base"), Run(_side(autotune="off"), "off")]

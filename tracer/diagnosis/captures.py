@@ -40,8 +40,12 @@ class Captures:
 
     def expect(self, runs: list[Run]) -> None:
         """The runs to be asked for next, in this order (a run asked for out of turn is still
-        captured; a child started for a run never asked for is stopped by :meth:`close`)."""
+        captured). A child loading for a run no longer expected (the stage before asked for it
+        no more) is stopped, so that it neither waits to the end nor takes a place ahead."""
         self._upcoming = [r for r in runs if not self.has(r)]
+        expected = {r.key() for r in self._upcoming}
+        for key in [key for key in self._loading if key not in expected]:
+            self._loading.pop(key).cancel()
 
     def get(self, run: Run) -> Capture:
         key = run.key()
