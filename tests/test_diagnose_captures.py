@@ -32,12 +32,15 @@ class _Fakes:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch, fail_on: str | None = None) -> None:
         self.events: list[tuple[str, str]] = []
+        self.no_start: str | None = None  # a side whose child cannot even start
         fakes = self
 
         class Child:
             def __init__(self, side: Side, *, prepare: bool = False) -> None:
                 assert prepare
                 self.side = side
+                if side.label() == fakes.no_start:
+                    raise TftraceError(f"no interpreter for {side.label()}", "give one")
                 fakes.events.append(("start", side.label()))
 
             def cancel(self) -> None:
@@ -106,6 +109,21 @@ def test_a_child_left_from_the_stage_before_gives_its_place_to_the_next_stages_r
         ("start", labels[3]), ("capture", labels[2]),
         ("capture ahead", labels[3]),
     ]
+
+
+def test_a_child_that_cannot_start_ahead_is_not_the_error_of_the_run_at_hand(tmp_path, monkeypatch):
+    """Starting the next run's child ahead fails (say, its --python is gone): the run at hand is
+    captured as usual, and the next run is captured when asked, where its own error would be said."""
+    fakes = _Fakes(monkeypatch)
+    runs = [Run(_side(), "base"), Run(_side(autotune="off"), "off"), Run(_side(tf32="off"), "tf32 off")]
+    labels = [r.side.label() for r in runs]
+    fakes.no_start = labels[1]
+    with Captures(tmp_path, Console(file=None, quiet=True), ahead=1) as captures:
+        captures.expect(runs)
+        for run in runs:
+            captures.get(run)
+    assert fakes.events == [("start", labels[2]), ("capture", labels[0]), ("capture", labels[1]),
+                            ("capture ahead", labels[2])]
 
 
 def test_with_nothing_ahead_every_run_is_captured_by_a_child_of_its_own_when_asked(tmp_path, monkeypatch):

@@ -10,6 +10,7 @@ from rich.console import Console
 
 from ..captures.launcher import PREPARE_HEADROOM, PreparedChild, available_memory, capture as capture_side
 from ..captures.reader import Capture
+from ..errors import TftraceError
 from ..runspec import Side
 from .plan import Run
 
@@ -64,7 +65,10 @@ class Captures:
                 return
             key = run.key()
             if key not in self._loading and key not in self.done:
-                self._loading[key] = PreparedChild(run.side, prepare=True)
+                try:
+                    self._loading[key] = PreparedChild(run.side, prepare=True)
+                except (OSError, TftraceError):
+                    continue  # said when that run is asked for, as its own capture's error, not this one's
 
     def close(self) -> None:
         """Stop the children started ahead for runs never asked for (an error, a refused run)."""
