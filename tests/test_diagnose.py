@@ -765,3 +765,21 @@ def test_progress_counts_each_stage_to_the_total_it_announced() -> None:
     assert lines == ["[base side] capturing m/", "[experiments 1/2] Batch size: cpu, batch 1 vs cpu, batch 8: diverged",
                      "[captures with the noise removed 1] capturing cpu, batch 8 [determinism]",
                      "[experiments 2/2] oneDNN: on vs off: identical"]
+
+
+@pytest.mark.parametrize(("knobs", "environment", "autotune", "tf32"), [
+    ({}, {"tf_env": {}, "tf32_enabled": True}, "on", "on"),  # TensorFlow's defaults, as the GPU capture ran them
+    ({}, {"tf_env": {"TF_CUDNN_USE_AUTOTUNE": "0"}, "tf32_enabled": False}, "off", "off"),  # the user's environment
+    ({}, {"tf_env": {"TF_CUDNN_USE_AUTOTUNE": "false"}}, "off", "default"),  # a CPU capture: TF32 not recorded
+    ({"autotune": "on", "tf32": "off"}, {"tf_env": {"TF_CUDNN_USE_AUTOTUNE": "0"}, "tf32_enabled": False}, "on", "off"),
+])
+def test_a_sides_autotune_and_tf32_settings_are_read_as_it_ran(knobs, environment, autotune, tf32):
+    """The answers compare settings across experiments ("measured with this setting on both
+    sides"): a side left at the default and a side that set the same value must read alike, so
+    the variable's 0/1 reads as off/on, and TF32 at its default reads as the fingerprint says."""
+    from tracer.diagnosis.outcomes import side_settings
+
+    cap = Capture(Path("cap"), {"spec": {"knobs": knobs, "device": "gpu"}, "environment": environment,
+                                "batch_size": 1, "artifact": {"kind": "checkpoint"}}, {})
+    settings = side_settings(cap)
+    assert (settings["autotune"], settings["tf32"]) == (autotune, tf32)
