@@ -148,6 +148,24 @@ def test_how_many_load_ahead_follows_the_cores_and_the_memory(cpus, available, a
     assert captures_ahead(_side(), cpus=cpus, available=available) == ahead
 
 
+def test_a_big_models_children_are_counted_at_its_weights():
+    """A child that has loaded the model holds its weights: 3 GiB of them on a 16-core machine
+    with 12 GiB free leaves room for two children ahead, not four."""
+    per_child = GIB + 3 * GIB
+    assert captures_ahead(_side(), cpus=16, available=12 * GIB, per_child=per_child) == 2
+    assert captures_ahead(_side(), cpus=16, available=12 * GIB) == 4
+
+
+def test_what_a_loaded_child_holds_is_the_capture_s_tensors_that_do_not_grow_with_the_batch():
+    from tracer.captures.reader import Capture
+    from tracer.diagnosis.captures import held_whole
+
+    capture = Capture(Path("cap"), {"tensors": {"w:0": {"size_bytes": 300}, "w/read:0": {"size_bytes": 300},
+                                                "x:0": {"size_bytes": 5000}, "shape:0": {"size_bytes": 16}},
+                                    "tensor_layout": {"x:0": "rows", "w:0": "whole", "w/read:0": "whole"}}, {})
+    assert held_whole(capture) == 616  # a weight and its read both count: errs high
+
+
 def test_a_child_started_ahead_counts_its_wait_apart_from_its_work():
     started = 100.0
     reported = {"start_s": 1.0, "import_s": 3.0, "model_s": 0.5}

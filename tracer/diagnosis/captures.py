@@ -14,7 +14,7 @@ from ..errors import TftraceError
 from ..runspec import Side
 from .plan import Run
 
-__all__ = ["Captures", "captures_ahead", "MAX_AHEAD"]
+__all__ = ["Captures", "captures_ahead", "held_whole", "MAX_AHEAD", "PREPARE_HEADROOM"]
 
 MAX_AHEAD = 4  # capture children loading their model while another captures
 
@@ -83,12 +83,23 @@ class Captures:
         self.close()
 
 
-def captures_ahead(side: Side, cpus: int | None = None, available: int | None = None) -> int:
+def captures_ahead(side: Side, cpus: int | None = None, available: int | None = None,
+                   per_child: int = PREPARE_HEADROOM) -> int:
     """How many capture children may load ahead of the one at work: one per four cores (at
     least one where there are two), at most :data:`MAX_AHEAD`, and only as many as memory
-    holds, each counted at :data:`PREPARE_HEADROOM` beside the working child's --max-memory."""
+    holds, each counted at ``per_child`` bytes beside the working child's --max-memory and
+    :data:`PREPARE_HEADROOM`."""
     cpus = (os.cpu_count() or 1) if cpus is None else cpus
     available = available_memory() if available is None else available
     by_cores = 0 if cpus < 2 else max(1, min(MAX_AHEAD, cpus // 4))
-    by_memory = max(0, (available - side.max_memory - PREPARE_HEADROOM) // PREPARE_HEADROOM)
+    by_memory = max(0, (available - side.max_memory - PREPARE_HEADROOM) // max(1, per_child))
     return int(min(by_cores, by_memory))
+
+
+def held_whole(capture: Capture) -> int:
+    """The bytes of a capture's tensors that do not grow with the batch (the weights, mostly):
+    what a child that has loaded the model holds before it runs, beyond TensorFlow itself. A
+    weight and its read both count, so this errs high."""
+    layout = capture.tensor_layout
+    return sum(int(capture.record(name).get("size_bytes") or 0) for name in capture.tensor_names
+               if layout.get(name) != "rows")

@@ -43,7 +43,7 @@ from ..comparison.statuses import BORN_HERE, verdict_label
 from ..errors import TftraceError
 from .experiments import FACTORS, env_autotune_on, plan_experiments
 from .gpus import gpu_unavailable_reason
-from .captures import Captures, captures_ahead
+from .captures import PREPARE_HEADROOM, Captures, captures_ahead, held_whole
 from .costs import TIMED_RUNS, time_costs
 from .noise import effective, link, noise_finding, plan_noise_free, run_noise_free
 from .outcomes import evaluate, latency
@@ -170,7 +170,7 @@ def _run_diagnosis(options: DiagnoseOptions, out: Path, console: Console | None,
     quiet = Console(file=io.StringIO())  # the children's own progress bars would fight ours
     factors = options.only or tuple(k for k, f in FACTORS.items() if f.quick or not options.quick)
     base_side = _base_side(options)
-    with Captures(out / "captures", quiet, ahead=captures_ahead(base_side)) as captures:
+    with Captures(out / "captures", quiet) as captures:
         return _diagnose(captures, base_side, options, out, console, quiet, started, factors, batching, session_config)
 
 
@@ -183,6 +183,7 @@ def _diagnose(captures: Captures, base_side: Side, options: DiagnoseOptions, out
     ledger_from = len(children.recorded())
     with children.tagged("base side"):
         base = captures.get(at_batch(base_side))
+    captures.ahead = captures_ahead(base_side, per_child=PREPARE_HEADROOM + held_whole(base))
     _check_example_count(base, options)
     ctx = _plan_context(options, base, base_side, factors, batching, session_config, out)
     planned = plan_experiments(ctx)
