@@ -10,7 +10,8 @@ weights it kept only by digest back from the two checkpoints.
 ``python -m bench.format_bench [--rounds N] [--tftrace CMD]`` prints one JSON object: each
 format's times, their medians and the ratio packed / npy. ``--tftrace`` and ``--cwd`` run another
 build (``--tftrace ".venv/bin/python -m tracer.cli" --cwd OTHER_CHECKOUT``) on the same captures,
-for a before/after measured on the same machine.
+for a before/after measured on the same machine. ``make bench`` runs :func:`measure_formats` and
+puts its ratio in the table.
 """
 
 from __future__ import annotations
@@ -22,15 +23,19 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
+from .procs import dir_bytes
 from .workspace import Workspace
 
 REPO = Path(__file__).resolve().parents[1]
+TFTRACE = REPO / ".venv" / "bin" / "tftrace"
 FORMATS = ("packed", "npy")
 
 
-def captures(ws: Workspace, batch: int) -> dict[str, dict[str, Path]]:
-    """A and B captured in each format (once; reused while their directory exists)."""
+def captures(ws: Workspace, batch: int, fresh: bool = False) -> dict[str, dict[str, Path]]:
+    """A and B captured in each format: once, reused while their directory exists (a before/after
+    of two builds reads the same captures), or captured again by this build (``fresh``)."""
     model = ws.model("resnet50")
     inputs = ws.inputs(model, batch)
     found: dict[str, dict[str, Path]] = {}
@@ -38,8 +43,8 @@ def captures(ws: Workspace, batch: int) -> dict[str, dict[str, Path]]:
         found[fmt] = {}
         for side, path, onednn in (("a", model.ckpt, "off"), ("b", model.savedmodel, "on")):
             out = ws.runs_dir / "format" / f"{side}_{fmt}_b{batch}"
-            if not (out / "manifest.json").exists():
-                subprocess.run([str(REPO / ".venv" / "bin" / "tftrace"), "capture", str(path), "--inputs", str(inputs),
+            if fresh or not (out / "manifest.json").exists():
+                subprocess.run([str(TFTRACE), "capture", str(path), "--inputs", str(inputs),
                                 "--out", str(out), "--force", "--tensor-format", fmt, "--onednn", onednn],
                                check=True, capture_output=True)
             found[fmt][side] = out
@@ -55,23 +60,31 @@ def timed_compare(tftrace: list[str], cwd: str | None, a: Path, b: Path, out: Pa
     return time.perf_counter() - started
 
 
+def measure_formats(ws: Workspace, batch: int, rounds: int, tftrace: str = str(TFTRACE), cwd: str | None = None,
+                    fresh: bool = False) -> dict[str, Any]:
+    """Each format's end-to-end compare times (rounds interleaved), their medians and the ratio
+    format 2 / format 1: the figure of issue 29, item 3 (``make bench`` runs it)."""
+    caps = captures(ws, batch, fresh)
+    times: dict[str, list[float]] = {fmt: [] for fmt in FORMATS}
+    for _ in range(rounds):
+        for fmt in FORMATS:
+            times[fmt].append(timed_compare(tftrace.split(), cwd, caps[fmt]["a"], caps[fmt]["b"],
+                                            ws.runs_dir / "format" / f"report_{fmt}"))
+    medians = {fmt: statistics.median(t) for fmt, t in times.items()}
+    return {"model": "resnet50", "batch": batch, "rounds": rounds, "tftrace": tftrace, "seconds": times,
+            "median_s": medians, "packed_over_npy": medians["packed"] / medians["npy"],
+            "disk_bytes": {fmt: sum(dir_bytes(caps[fmt][side])["allocated"] for side in ("a", "b")) for fmt in FORMATS}}
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--tftrace", default=str(REPO / ".venv" / "bin" / "tftrace"), help="the tftrace command to time")
+    parser.add_argument("--tftrace", default=str(TFTRACE), help="the tftrace command to time")
     parser.add_argument("--cwd", help="run it there (python -m tracer.cli in another checkout imports that one)")
     args = parser.parse_args(argv)
-    ws = Workspace(REPO / "out" / "bench")
-    caps = captures(ws, args.batch)
-    times: dict[str, list[float]] = {fmt: [] for fmt in FORMATS}
-    for _ in range(args.rounds):
-        for fmt in FORMATS:
-            times[fmt].append(timed_compare(args.tftrace.split(), args.cwd, caps[fmt]["a"], caps[fmt]["b"],
-                                            ws.runs_dir / "format" / f"report_{fmt}"))
-    medians = {fmt: statistics.median(t) for fmt, t in times.items()}
-    json.dump({"tftrace": args.tftrace, "batch": args.batch, "rounds": args.rounds, "seconds": times,
-               "median_s": medians, "packed_over_npy": medians["packed"] / medians["npy"]}, sys.stdout, indent=1)
+    figure = measure_formats(Workspace(REPO / "out" / "bench"), args.batch, args.rounds, args.tftrace, args.cwd)
+    json.dump(figure, sys.stdout, indent=1)
     print()
 
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from .procs import median
-from .results import COMPARE_TARGET, IDENTICAL_TARGET, RSS_MULTIPLE
+from .results import (COMPARE_TARGET, FORMAT_TARGET, IDENTICAL_TARGET, MARGINAL_TARGET, NAIVE_TARGET,
+                      NAIVE_TARGET_BATCHED, RSS_MULTIPLE)
 
 __all__ = ["notes"]
 
@@ -99,9 +100,43 @@ def _floors(c: dict[str, Any], work: float) -> str:
         s = c["seconds"]
         out += f"""- **Marginal figure.** What capturing adds to a plain run ({s['capture']:.2f} - {s['plain']:.2f} s) against what
   tfdbg adds ({s['tfdbg']:.2f} - {s['plain']:.2f} s): {m:.2f}x (the median of the rounds' own values); the
-  TensorFlow import and model load every contender pays are out of it.
+  TensorFlow import and model load every contender pays are out of it.{_marginal_limit(c, work)}
 """
+    out += _naive_limit(c, work)
     return out
+
+
+def _marginal_limit(c: dict[str, Any], work: float) -> str:
+    """Where the marginal figure misses its target: the seconds the target allows, and what fills them."""
+    m, s = c["marginal_vs_tfdbg"], c["seconds"]
+    if m <= MARGINAL_TARGET:
+        return ""
+    allowed = MARGINAL_TARGET * (s["tfdbg"] - s["plain"])
+    child = c["capture_child_s"]
+    plain_runs = max(0.0, child["total_s"] - child["load_s"] - work)
+    return (f" The target, {MARGINAL_TARGET:g}x, allows +{allowed:.2f} s; the plain runs that time the model and"
+            f" measure the observer effect take {plain_runs:.2f} s of tftrace's, and the instrumented run with"
+            f" every tensor written, fsynced and summarised {work:.2f} s, where the naive script's fetch of the"
+            f" same tensors took {c['naive_first_run_s']:.2f} s.")
+
+
+def _naive_limit(c: dict[str, Any], work: float) -> str:
+    """Where the capture misses its target against the naive script: what the target leaves for
+    writing, against what the writing took (issue 29, item 2)."""
+    target = NAIVE_TARGET_BATCHED if c["batch"] >= 8 else NAIVE_TARGET
+    s = c["seconds"]
+    if "naive" not in s or c["ratios"]["naive"] <= target:
+        return ""
+    fetch = c["naive_first_run_s"]
+    child = c["capture_child_s"]
+    plain_runs = max(0.0, child["total_s"] - child["load_s"] - work)
+    return f"""- **Against the naive script, {target:g}x.** That is {target * s['naive']:.2f} s, {(target - 1) * s['naive']:.2f} s more than
+  the naive script, for the plain runs ({plain_runs:.2f} s here) and for writing what it fetched. tftrace's
+  instrumented run and the wait for its writes took {work:.2f} s against the naive fetch's {fetch:.2f} s: the
+  writers (byte shuffle, zstd, the residuals of predicted ops, statistics, digests) and the fsyncs need the
+  cores TensorFlow's own threads use, so on a machine with few cores the writes cannot hide behind the fetch
+  (the GPU section below measures the same capture on a 16-core host).
+"""
 
 
 
@@ -143,6 +178,34 @@ def _avx2_note(avx2: dict[str, Any] | None) -> list[str]:
         f"{d['gb_per_s']['naive_abs_max']:.2f} GB/s, {d['ratio']:.2f}x; one worker "
         f"{d['gb_per_s']['tftrace_one_worker']:.2f} GB/s. This is AVX2 code on this machine's memory system, "
         "not an AVX2 machine: where memory bandwidth limits both contenders, it says as much as one would.",
+        "",
+    ]
+
+
+def _format_section(f: dict[str, Any] | None) -> list[str]:
+    """Compare over capture format 2 against format 1 (issue 29, item 3), when it was measured."""
+    if not f:
+        return []
+    t = {fmt: ", ".join(f"{x:.1f}" for x in f["seconds"][fmt]) for fmt in ("packed", "npy")}
+    disk = f.get("disk_bytes", {})
+    sizes = (f" The two sides take {disk['packed'] / MB:.0f} MB on disk in format 2 and {disk['npy'] / MB:.0f} MB in"
+             f" format 1." if disk else "")
+    limit = "" if f["packed_over_npy"] <= FORMAT_TARGET else (
+        " What limits it: captures named on the command line are received ones, so every digest they claim is"
+        " checked against what it names before an equal pair may decide \"identical\": all of a format-2 side is"
+        " decoded (zstd, the byte unshuffle, the predictions of BiasAdd, Relu, Add and batch norm outputs from"
+        " their inputs), and a prediction chain is decoded again for each tensor that ends it, while format 1"
+        " is memory-mapped and claims nothing. Decoding each chain once needs chunks that lie on the same"
+        " row boundaries in every tensor of a chain; `bench/format_notes.md` has the profiles and what was"
+        " tried.")
+    return [
+        "### Compare over capture format 2 against format 1",
+        "",
+        (f"The same {f['model']} batch-{f['batch']} run (A: checkpoint, oneDNN off; B: SavedModel, oneDNN on), "
+         f"captured by this build in each format and compared end to end as a user types it (`tftrace compare "
+         f"capA capB --isolate 0`), the formats interleaved round by round: format 2 {t['packed']} s, format 1 "
+         f"{t['npy']} s; medians {f['median_s']['packed']:.1f} s against {f['median_s']['npy']:.1f} s, "
+         f"{f['packed_over_npy']:.2f}x (target: at most {FORMAT_TARGET:g}x).{sizes}{limit}"),
         "",
     ]
 
@@ -230,6 +293,7 @@ def notes(figs: dict[str, Any], gpu: str = "", diagnose: str = "", scale: str = 
            f"{r['browser']['ready_s']:.1f} s, a search for the first divergent op highlighted it."
            if "ready_s" in r["browser"] else f"The page was not opened in a browser: {r['browser'].get('skipped')}."),
         "",
+        *_format_section(figs.get("formats")),
         *([diagnose] if diagnose else []),
         *([scale] if scale else []),
         *([gpu] if gpu else []),

@@ -4,7 +4,7 @@ The full run generates (once) ResNet-50, the SSD300 detector and the 5,000-op gr
 measures, in this order: capture against tfdbg / the naive script / the plain run (ResNet-50
 batch 1, then SSD300 batch 1 and ResNet-50 batch 8), the throughput of comparing captures
 (ResNet-50 batch 8), the peak memory of a compare, ``tftrace compare ckpt/ savedmodel/`` end to
-end, and the 5,000-op report. It prints the table, writes ``bench/results.json`` and
+end, the 5,000-op report, compare over capture format 2 against format 1 and diagnose. It prints the table, writes ``bench/results.json`` and
 ``BENCHMARKS.md``. ``--quick`` runs the same code on the sample detector, one round each, and
 renders the detector's report instead of the 5,000-op one: it checks the harness, not the
 numbers. ``--gpu`` measures the capture figures on a GPU instead (:mod:`bench.gpu_bench`); the
@@ -29,6 +29,7 @@ from .compare_bench import (AVX2_ENV, has_avx512, make_captures, measure_peak_rs
                             measure_throughput_in_child)
 from .diagnose_bench import GPU_DIAGNOSE_NAME, diagnose_section, load_diagnose, measure_diagnose
 from .e2e_bench import measure_end_to_end
+from .format_bench import measure_formats
 from .gpu_report import GPU_RESULTS_NAME, gpu_section, load_gpu_results
 from .notes import notes
 from .procs import REPO, machine
@@ -57,9 +58,11 @@ class Plan:
     settle: bool  # sync and wait before each contender (timings matter)
     reuse_e2e: bool  # the end-to-end run's two captures serve as A and C of the compare figures
     contenders: tuple[str, ...] = ("capture", "tfdbg", "naive", "plain")
+    format_rounds: int = 0  # compare over format 2 against format 1 (issue 29, item 3); 0: not measured
 
 
-FULL = Plan("full", (("resnet50", 1, 3), ("ssd300", 1, 2), ("resnet50", 8, 1)), "resnet50", 8, 5, "resnet50", 2, 3, True, True, True, False)
+FULL = Plan("full", (("resnet50", 1, 3), ("ssd300", 1, 2), ("resnet50", 8, 1)), "resnet50", 8, 5, "resnet50", 2, 3, True, True, True,
+            False, format_rounds=3)
 QUICK = Plan("quick", (("detector", 1, 1),), "detector", 1, 1, "detector", 1, 1, False, False, False, True,
              ("capture", "tfdbg", "naive"))
 
@@ -95,6 +98,9 @@ def run(plan: Plan, work: Path, log: Callable[[str], None] = print) -> dict[str,
     else:
         report_dir = Path(figs["end_to_end"]["report_dir"])
     figs["render"] = measure_render(ws, report_dir, plan.render_rounds)
+    if plan.format_rounds:
+        log(f"compare over capture format 2 against format 1: {plan.compare_model}, batch {plan.compare_batch}")
+        figs["formats"] = measure_formats(ws, plan.compare_batch, plan.format_rounds, fresh=True)
     log(f"tftrace diagnose of the sample detector{' --quick' if plan.name == 'quick' else ''}")
     figs["diagnose"] = measure_diagnose(ws, ws.model("detector", log), log, quick=plan.name == "quick")
     return figs
