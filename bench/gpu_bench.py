@@ -3,7 +3,8 @@
 The same contenders as the CPU benchmark (:mod:`bench.capture_bench`), each its own process,
 side by side in rotating rounds, with the device set: ``tftrace capture --device gpu``, tfdbg
 v2 FULL_TENSOR and the naive fetch-all script with their graphs on ``/GPU:0``
-(:mod:`bench.peers`), CUDA visible to all three. Workloads: ResNet-50 at batch 1, then batch 8.
+(:mod:`bench.peers`), CUDA visible to all three. Workloads: ResNet-50 at batch 1, then batch 8, then
+the SSD300 detector at batch 1 (issue 29's marginal cost names all three).
 
 Before the timed rounds, one untimed round of every contender at batch 1 pays what only the
 first process on a fresh machine pays (the GPU code compiled from PTX and cached on disk,
@@ -52,7 +53,7 @@ class GpuPlan:
     first_use_batch: int = 1  # the untimed round of every contender, on the first workload's model
 
 
-GPU_FULL = GpuPlan("gpu", (("resnet50", 1, 5), ("resnet50", 8, 4)))  # rounds at most: --budget-s decides
+GPU_FULL = GpuPlan("gpu", (("resnet50", 1, 5), ("resnet50", 8, 4), ("ssd300", 1, 3)))  # rounds at most: --budget-s decides
 GPU_QUICK = GpuPlan("gpu-quick", (("detector", 1, 1), ("detector", 8, 1)))
 
 PROBE = r"""
