@@ -109,6 +109,25 @@ def _how(data: dict[str, Any], device: str) -> str:
     )
 
 
+def _import_noise(figs: dict[str, Any]) -> list[str]:
+    """How much ``import tensorflow`` alone varied between the peers' processes of this run, set
+    against what the capture adds to a plain run: the marginal figure is a difference of two
+    process times that each carry that spread, so it is resolved only where it stands above it."""
+    imports = [r["import_s"] for c in figs["capture"] for peer in ("naive", "tfdbg", "plain")
+               for r in c["raw"].get(peer, []) if isinstance(r.get("import_s"), (int, float))]
+    added = [c["seconds"]["capture"] - c["seconds"]["plain"] for c in figs["capture"] if "plain" in c["seconds"]]
+    if len(imports) < 2 or not added:
+        return []
+    spread = max(imports) - min(imports)
+    rounds = sorted({c["rounds"] for c in figs["capture"]})
+    verdict = ("more than" if spread > max(abs(a) for a in added) else "within")
+    return [(f"**Noise.** In this run `import tensorflow` alone took {min(imports):.1f}–{max(imports):.1f} s in the "
+             f"peers' {len(imports)} processes, a spread of {spread:.1f} s, {verdict} what the capture added to a plain "
+             f"run ({', '.join(f'{a:+.2f} s' for a in added)}), with {'/'.join(map(str, rounds))} round(s) per "
+             "workload. The marginal figure is a difference of two such process times: read it as resolved "
+             "only where it stands clear of that spread."), ""]
+
+
 def gpu_section(data: dict[str, Any] | None, source: str = "bench/results_gpu.json") -> str:
     """The ``## On a GPU`` section of BENCHMARKS.md from ``results_gpu.json`` (None: not run)."""
     head = ["## On a GPU", ""]
@@ -140,6 +159,7 @@ def gpu_section(data: dict[str, Any] | None, source: str = "bench/results_gpu.js
             out.append(text.replace("--out DIR`", f"--out DIR --device {device}`", 1))
         for peer, error in (c.get("failed") or {}).items():
             out += [f"- **{peer} failed** on {c['model']}, batch {c['batch']}: `{str(error).strip().splitlines()[-1][:300]}`", ""]
+    out += _import_noise(figs)
     last = figs["capture"][-1] if figs["capture"] else None
     if last and "tfdbg" in last["seconds"] and "naive" in last["seconds"] and any(r.passed is False for r in rows):
         out.append(_capture_limits(last).replace("### What limits the capture figures (",

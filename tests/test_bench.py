@@ -504,3 +504,21 @@ def test_a_childs_stderr_goes_to_the_log_as_it_is_written_and_still_comes_back(t
     assert run.result == {"seen": "step 1 of 2"}
     assert log.read_text() == "step 1 of 2\nstep 2 of 2\n"
     assert run.stderr == "step 1 of 2\nstep 2 of 2\n"
+
+
+def test_gpu_section_sets_the_marginal_figure_against_the_spread_of_tensorflows_import() -> None:
+    """HAND-MADE figures: the GPU page says how much `import tensorflow` alone varied between the
+    peers' processes, and whether that spread is larger than what the capture added."""
+    from bench.gpu_report import _import_noise
+
+    c = _handmade_capture("resnet50", 1, 19.0, 17.0, 16.0)
+    c["seconds"]["plain"] = 16.5
+    c["raw"]["naive"] = [{"import_s": 8.6}, {"import_s": 13.1}]
+    c["raw"]["plain"] = [{"import_s": 10.0}]
+    c["raw"]["tfdbg"] = []
+    text = "\n".join(_import_noise({"capture": [c]}))
+    assert "took 8.6–13.1 s in the peers' 3 processes, a spread of 4.5 s, more than what the capture added" in text
+    assert "(+2.50 s)" in text
+    c["raw"]["naive"] = [{"import_s": 9.0}, {"import_s": 9.5}]
+    assert "a spread of 1.0 s, within what the capture added" in "\n".join(_import_noise({"capture": [c]}))
+    assert _import_noise({"capture": []}) == []
