@@ -136,6 +136,22 @@ def test_with_nothing_ahead_every_run_is_captured_by_a_child_of_its_own_when_ask
     assert [e[0] for e in fakes.events] == ["capture", "capture"]
 
 
+def test_loading_ahead_begins_when_diagnose_allows_it_after_the_base_side(tmp_path, monkeypatch):
+    """As diagnose runs: the base side is captured with nothing ahead (how many children fit
+    depends on that model's weights), then load_ahead lets the next runs load."""
+    fakes = _Fakes(monkeypatch)
+    base, runs = Run(_side(), "base"), [Run(_side(autotune="off"), "off"), Run(_side(tf32="off"), "tf32 off")]
+    with Captures(tmp_path, Console(file=None, quiet=True)) as captures:
+        captures.get(base)
+        captures.load_ahead(1)
+        captures.expect(runs)
+        for run in runs:
+            captures.get(run)
+    labels = [r.side.label() for r in runs]
+    assert fakes.events == [("capture", base.side.label()), ("start", labels[1]), ("capture", labels[0]),
+                            ("capture ahead", labels[1])]
+
+
 @pytest.mark.parametrize(("cpus", "available", "ahead"), [
     (1, 64 * GIB, 0),  # one core: the loads would take it from the capture at work
     (2, 24 * GIB, 1),  # this CI machine

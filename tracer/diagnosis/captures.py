@@ -36,6 +36,11 @@ class Captures:
         self._upcoming: list[Run] = []  # the runs expected next, in order
         self._loading: dict[str, PreparedChild] = {}  # run key -> its child, started ahead
 
+    def load_ahead(self, count: int) -> None:
+        """From the next :meth:`get` on, let up to ``count`` children load ahead. diagnose decides
+        it once the base side is captured: how many fit in memory depends on that model's weights."""
+        self.ahead = count
+
     def has(self, run: Run) -> bool:
         return run.key() in self.done
 

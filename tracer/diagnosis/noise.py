@@ -121,9 +121,10 @@ def _factors() -> Any:
     return FACTORS
 
 
-def run_noise_free(planned: list[Planned], finding: dict[str, Any], capture: Callable[[Run], Any],
+def run_noise_free(twins: list[Planned], planned: list[Planned], finding: dict[str, Any], capture: Callable[[Run], Any],
                    evaluate_all: Callable[[list[Planned]], list[dict[str, Any]]]) -> list[dict[str, Any]]:
-    """Capture and evaluate every factor's noise-free twin; returns the twins' results.
+    """Capture and evaluate every factor's noise-free twin (``twins``, from :func:`plan_noise_free`
+    of ``planned``); returns the twins' results.
 
     A twin whose side TensorFlow refuses to run with op determinism is tried with autotuning
     off on a GPU; where neither can run, the reason is recorded in ``finding["refused"]`` (its
@@ -145,7 +146,7 @@ def run_noise_free(planned: list[Planned], finding: dict[str, Any], capture: Cal
         return None
 
     ready = []
-    for twin in plan_noise_free(planned):
+    for twin in twins:
         reason = runnable(twin)
         original = originals[twin.noise_removed_of or ""]
         if reason is not None:

@@ -183,7 +183,7 @@ def _diagnose(captures: Captures, base_side: Side, options: DiagnoseOptions, out
     ledger_from = len(children.recorded())
     with children.tagged("base side"):
         base = captures.get(at_batch(base_side))
-    captures.ahead = captures_ahead(base_side, per_child=PREPARE_HEADROOM + held_whole(base))
+    captures.load_ahead(captures_ahead(base_side, per_child=PREPARE_HEADROOM + held_whole(base)))
     _check_example_count(base, options)
     ctx = _plan_context(options, base, base_side, factors, batching, session_config, out)
     planned = plan_experiments(ctx)
@@ -201,13 +201,14 @@ def _diagnose(captures: Captures, base_side: Side, options: DiagnoseOptions, out
     results = _evaluate_all(planned, captures, options, out, quiet, progress, walls)
     finding = noise_finding(base_side.device, base_side.knobs.determinism, results)
     if finding is not None:  # every factor again with the noise removed: the answers rest on those pairs
-        captures.expect([run for twin in plan_noise_free(planned) for run in (twin.a, twin.b) if run is not None])
+        twins = plan_noise_free(planned)
+        captures.expect([run for twin in twins for run in (twin.a, twin.b) if run is not None])
         with children.tagged("captures with the noise removed"):  # each experiment's own are tagged with it
-            twins = run_noise_free(planned, finding, _announced(captures, progress, "with the noise removed"),
-                                   lambda ps: _evaluate_all(ps, captures, options, out, quiet, progress, walls,
-                                                            stage="experiments with the noise removed"))
-        link(results, twins, finding)
-        results += twins
+            twin_results = run_noise_free(twins, planned, finding, _announced(captures, progress, "with the noise removed"),
+                                          lambda ps: _evaluate_all(ps, captures, options, out, quiet, progress, walls,
+                                                                   stage="experiments with the noise removed"))
+        link(results, twin_results, finding)
+        results += twin_results
     refused = next(iter((finding or {}).get("refused", {}).values()), None)
     recipe = plan_recipe(planned, effective(results), ctx, refused if refused and "determinis" in refused else None)
     recipe_result = None
