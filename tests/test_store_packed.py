@@ -184,14 +184,20 @@ def test_a_batch_norm_computed_in_onednns_order_is_predicted_in_that_order_exact
     assert all(c[4] == 1 and c[3] < 32 for c in chunks)  # predicted, each a frame of zeros (~23 bytes)
 
 
-def test_a_batch_norm_computed_in_eigens_order_records_each_channels_ulps(tmp_path: Path) -> None:
+@pytest.mark.parametrize("shape", [(6, 4, 4, 8), (6, 32, 32, 32)])  # the second: forms tried on a sample
+def test_a_batch_norm_computed_in_eigens_order_records_each_channels_ulps(tmp_path: Path, shape: tuple[int, ...]) -> None:
     """TensorFlow's CPU kernel without oneDNN: (x - mean) * (rsqrt(var + eps) * scale) + offset, with a
     vectorised rsqrt a few ULPs off in some channels: the steps found on the first chunk are recorded
-    per channel, and every chunk's residual is zero."""
-    x = RNG.normal(size=(6, 4, 4, 8)).astype(np.float32)
-    vec = {k: RNG.uniform(0.5, 2, 8).astype(np.float32) for k in ("scale", "offset", "mean", "var")}
+    per channel, and every chunk's residual is zero. A first chunk larger than the sample the forms
+    are tried on (a batch of 3 x 32,768 elements) finds the same steps from its leading positions."""
+    from tracer.captures._packed import FORM_SAMPLE_ELEMENTS
+
+    channels = shape[-1]
+    x = RNG.normal(size=shape).astype(np.float32)
+    vec = {k: RNG.uniform(0.5, 2, channels).astype(np.float32) for k in ("scale", "offset", "mean", "var")}
     inv = np.float32(1) / np.sqrt(vec["var"] + np.float32(1e-3))
-    steps = np.array([0, 1, -1, 2, 0, -2, 3, 0], np.int32)
+    steps = np.resize(np.array([0, 1, -1, 2, 0, -2, 3, 0], np.int32), channels)
+    assert (x.size > FORM_SAMPLE_ELEMENTS) == (channels == 32)
     factor = (inv.view(np.int32) + steps).view(np.float32) * vec["scale"]
     bn = (x - vec["mean"]) * factor + vec["offset"]
     cap = _batch_norm_capture(tmp_path / "cap", x, vec, bn)
@@ -202,7 +208,8 @@ def test_a_batch_norm_computed_in_eigens_order_records_each_channels_ulps(tmp_pa
     # the steps found give the planted factors (a smaller step that rounds to the same factor wins a tie)
     assert np.array_equal((inv.view(np.int32) + found).view(np.float32) * vec["scale"], factor)
     assert np.all(np.abs(found) <= np.abs(steps))
-    assert all(c[4] == 1 and c[3] < 32 for c in cap.record("bn:0")["encoding"]["chunks"])
+    # every chunk predicted, its residual all zeros: a zstd frame of a few dozen bytes
+    assert all(c[4] == 1 and c[3] < 64 for c in cap.record("bn:0")["encoding"]["chunks"])
     # a hand-edited manifest naming steps that are no digits is refused, not decoded
     manifest = json.loads((tmp_path / "cap" / "manifest.json").read_text())
     manifest["tensors"]["bn:0"]["encoding"]["predict"]["attrs"]["ulps"] = "3425610x"
