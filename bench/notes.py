@@ -6,8 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from .procs import median
-from .results import (COMPARE_TARGET, FORMAT_TARGET, IDENTICAL_TARGET, MARGINAL_TARGET, NAIVE_TARGET,
-                      NAIVE_TARGET_BATCHED, RSS_MULTIPLE)
+from .results import COMPARE_TARGET, FORMAT_TARGET, IDENTICAL_TARGET, MARGINAL_TARGET, RSS_MULTIPLE, naive_target
 
 __all__ = ["notes"]
 
@@ -54,7 +53,7 @@ def _capture_limits(c: dict[str, Any]) -> str:
     plain_cost = f" A warm plain run costs {c['plain_next_run_s'] * 1000:.0f} ms here." if c.get("plain_next_run_s") else ""
     child = c["capture_child_s"]
     work = child["instrumented_s"] + child["sync_s"]  # run the graph, write every tensor durably
-    plain = max(0.0, child["total_s"] - child["load_s"] - work)  # plain runs (and inputs, fetch plan)
+    plain = _plain_runs_s(c, work)
     run = c["tfdbg_first_run_s"]
     imports = _med(raw["naive"], "import_s")
     return f"""### What limits the capture figures ({c['model']}, batch {c['batch']})
@@ -106,14 +105,20 @@ def _floors(c: dict[str, Any], work: float) -> str:
     return out
 
 
+def _plain_runs_s(c: dict[str, Any], work: float) -> float:
+    """The capture child's seconds between the model loaded and the manifest, less the
+    instrumented run and its writes (``work``): the plain runs, the inputs and the fetch plan."""
+    child = c["capture_child_s"]
+    return max(0.0, child["total_s"] - child["load_s"] - work)
+
+
 def _marginal_limit(c: dict[str, Any], work: float) -> str:
     """Where the marginal figure misses its target: the seconds the target allows, and what fills them."""
     m, s = c["marginal_vs_tfdbg"], c["seconds"]
     if m <= MARGINAL_TARGET:
         return ""
     allowed = MARGINAL_TARGET * (s["tfdbg"] - s["plain"])
-    child = c["capture_child_s"]
-    plain_runs = max(0.0, child["total_s"] - child["load_s"] - work)
+    plain_runs = _plain_runs_s(c, work)
     return (f" The target, {MARGINAL_TARGET:g}x, allows +{allowed:.2f} s; the plain runs that time the model and"
             f" measure the observer effect take {plain_runs:.2f} s of tftrace's, and the instrumented run with"
             f" every tensor written, fsynced and summarised {work:.2f} s, where the naive script's fetch of the"
@@ -123,19 +128,17 @@ def _marginal_limit(c: dict[str, Any], work: float) -> str:
 def _naive_limit(c: dict[str, Any], work: float) -> str:
     """Where the capture misses its target against the naive script: what the target leaves for
     writing, against what the writing took (issue 29, item 2)."""
-    target = NAIVE_TARGET_BATCHED if c["batch"] >= 8 else NAIVE_TARGET
+    target = naive_target(c["batch"])
     s = c["seconds"]
     if "naive" not in s or c["ratios"]["naive"] <= target:
         return ""
     fetch = c["naive_first_run_s"]
-    child = c["capture_child_s"]
-    plain_runs = max(0.0, child["total_s"] - child["load_s"] - work)
+    plain_runs = _plain_runs_s(c, work)
     return f"""- **Against the naive script, {target:g}x.** That is {target * s['naive']:.2f} s, {(target - 1) * s['naive']:.2f} s more than
   the naive script, for the plain runs ({plain_runs:.2f} s here) and for writing what it fetched. tftrace's
   instrumented run and the wait for its writes took {work:.2f} s against the naive fetch's {fetch:.2f} s: the
   writers (byte shuffle, zstd, the residuals of predicted ops, statistics, digests) and the fsyncs need the
-  cores TensorFlow's own threads use, so on a machine with few cores the writes cannot hide behind the fetch
-  (the GPU section below measures the same capture on a 16-core host).
+  cores TensorFlow's own threads use, so on a machine with few cores the writes cannot hide behind the fetch.
 """
 
 

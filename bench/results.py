@@ -19,7 +19,7 @@ from typing import Any
 from .diagnose_bench import diagnose_row
 
 __all__ = ["COMPARE_TARGET", "FORMAT_TARGET", "IDENTICAL_TARGET", "MARGINAL_TARGET", "NAIVE_TARGET",
-           "NAIVE_TARGET_BATCHED", "README_MARKERS", "RSS_MULTIPLE", "Row", "build_rows", "format_table",
+           "NAIVE_TARGET_BATCHED", "naive_target", "README_MARKERS", "RSS_MULTIPLE", "Row", "build_rows", "format_table",
            "headline", "readme_summary", "with_readme_summary", "write_markdown", "write_results"]
 
 RSS_MULTIPLE = 4.0  # "a small multiple of the largest tensor": both sides of the largest pair, twice over
@@ -47,6 +47,11 @@ class Row:
         return [self.figure, self.measured, self.peer, ratio, self.target, verdict]
 
 
+def naive_target(batch: int) -> float:
+    """The capture's target against the naive fetch-all script at ``batch``."""
+    return NAIVE_TARGET_BATCHED if batch >= 8 else NAIVE_TARGET
+
+
 def _failed(c: dict[str, Any], peer: str) -> str:
     """The peer's error in one line (a GPU run goes on without a peer that fails)."""
     lines = str(c.get("failed", {}).get(peer, "did not run")).strip().splitlines()
@@ -68,13 +73,13 @@ def _capture_rows(c: dict[str, Any], label: str) -> list[Row]:
                     "≤ 0.5×", None),
                 Row(f"capture all intermediates, disk ({label})", f"{c['capture_disk_bytes'] / MB:.0f} MB",
                     _failed(c, "tfdbg"), None, "≤ 0.5×", None)]
-    naive_target = NAIVE_TARGET_BATCHED if c["batch"] >= 8 else NAIVE_TARGET
+    target = naive_target(c["batch"])
     if "naive" in s:
         rows.append(Row(f"capture overhead ({label})", f"{s['capture']:.2f} s", f"naive fetch-all script {s['naive']:.2f} s",
-                        q["naive"], f"≤ {naive_target:g}×", q["naive"] <= naive_target))
+                        q["naive"], f"≤ {target:g}×", q["naive"] <= target))
     else:
         rows.append(Row(f"capture overhead ({label})", f"{s['capture']:.2f} s", _failed(c, "naive"), None,
-                        f"≤ {naive_target:g}×", None))
+                        f"≤ {target:g}×", None))
     if "plain" in s:
         rows.append(Row(f"capture vs plain run ({label})", f"{s['capture']:.2f} s", f"plain run {s['plain']:.2f} s",
                         q["plain"], "— (context)", None))
