@@ -466,3 +466,28 @@ def test_candidate_outputs_of_a_tf1_loop_graph_are_its_results_not_its_back_edge
         f"{pb} has no signature to say what to trace (candidate inputs: images; candidate outputs, best first: "
         "detection_scores). Name them with --outputs NAME[,NAME...] and --input-names NAME[,NAME...]."
     )
+
+
+_TF1_TRAINING_GRAPH = textwrap.dedent("""
+    import sys, tensorflow as tf
+    tf.compat.v1.disable_eager_execution()
+    g = tf.Graph()
+    with g.as_default():
+        images = tf.compat.v1.placeholder(tf.float32, [None, 4], name="images")
+        logits = tf.matmul(images, tf.constant([[0.5, 1.0], [1.0, -1.0], [-1.0, 0.0], [2.0, 0.5]]), name="logits")
+        tf.nn.softmax(logits, name="probs")
+        tf.reduce_mean(tf.square(logits), name="loss")  # a loss from the logits alone: one number
+    tf.io.write_graph(g.as_graph_def(), sys.argv[1], "train.pb", as_text=False)
+""")
+
+
+def test_a_loss_reduced_to_one_number_is_not_the_first_candidate_output(tmp_path: Path) -> None:
+    """A training graph whose loss needs no labels (a regulariser on the logits) lies deeper
+    than the prediction; the prediction, which keeps a value per example, comes first."""
+    subprocess.run([sys.executable, "-c", _TF1_TRAINING_GRAPH, str(tmp_path)], check=True, capture_output=True,
+                   timeout=300)
+    pb = tmp_path / "train.pb"
+    assert error_of(pb) == (
+        f"{pb} has no signature to say what to trace (candidate inputs: images; candidate outputs, best first: "
+        "probs, loss). Name them with --outputs NAME[,NAME...] and --input-names NAME[,NAME...]."
+    )

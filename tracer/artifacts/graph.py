@@ -147,7 +147,9 @@ def _candidates(by_name: dict[str, Any]) -> tuple[list[str], list[str]]:
     sink). Only ops whose *values* come from a placeholder count: a Shape, a constant or a weight
     regulariser computes nothing from the input. Save/restore/initialisation/training
     bookkeeping is left out. Best first: what needs fewer placeholders (a prediction needs the
-    images, a loss the labels too), then what lies deeper in the graph."""
+    images, a loss the labels too), then what keeps a value per example (a loss reduced to one
+    number, computed from the logits alone, lies deeper than the prediction but is no model
+    output), then what lies deeper in the graph."""
     useful = {name: op for name, op in by_name.items() if not _bookkeeping(op)}
     inputs = [name for name, op in useful.items() if op.type in PLACEHOLDER_OPS]
     needs: dict[str, frozenset[str]] = {}
@@ -168,12 +170,17 @@ def _candidates(by_name: dict[str, Any]) -> tuple[list[str], list[str]]:
                 if op.type not in SHAPE_OPS and needs.get(op.name) == needs.get(t.op.name)}
     in_loops = _in_while_frames(by_name)  # a loop's body and back edges cannot be fetched: its Exits can
     ranked = sorted(
-        (len(needs[name]), -depth[name], name)
+        (len(needs[name]), _is_scalar(op), -depth[name], name)
         for name, op in useful.items()
         if needs.get(name) and name not in inputs and name not in extended and op.outputs
         and op.type not in VARIABLE_OPS and name not in in_loops
     )
     return inputs, [name for *_, name in ranked]
+
+
+def _is_scalar(op: Any) -> bool:
+    """Whether the op's first output is known to be one number (rank 0)."""
+    return op.outputs[0].shape.rank == 0
 
 
 def _in_while_frames(by_name: dict[str, Any]) -> set[str]:
