@@ -111,21 +111,27 @@ def _how(data: dict[str, Any], device: str) -> str:
 
 def _import_noise(figs: dict[str, Any]) -> list[str]:
     """How much ``import tensorflow`` alone varied between the peers' processes of this run, set
-    against what the capture adds to a plain run: the marginal figure is a difference of two
-    process times that each carry that spread, so it is resolved only where it stands above it."""
+    against what the capture added to a plain run in each workload: the marginal figure is a
+    difference of two process times that each carry that spread, so it is resolved only where
+    what it measures stands above it."""
     imports = [r["import_s"] for c in figs["capture"] for peer in ("naive", "tfdbg", "plain")
                for r in c["raw"].get(peer, []) if isinstance(r.get("import_s"), (int, float))]
-    added = [c["seconds"]["capture"] - c["seconds"]["plain"] for c in figs["capture"] if "plain" in c["seconds"]]
+    added = [(f"{c['model']}, batch {c['batch']} ({c['seconds']['capture'] - c['seconds']['plain']:+.2f} s)",
+              c["seconds"]["capture"] - c["seconds"]["plain"]) for c in figs["capture"] if "plain" in c["seconds"]]
     if len(imports) < 2 or not added:
         return []
     spread = max(imports) - min(imports)
+    clear = [text for text, a in added if abs(a) > spread]
+    within = [text for text, a in added if abs(a) <= spread]
     rounds = sorted({c["rounds"] for c in figs["capture"]})
-    verdict = ("more than" if spread > max(abs(a) for a in added) else "within")
+    verdict = " and ".join(
+        ([f"stands clear of it for {', '.join(clear)}"] if clear else [])
+        + ([f"stays within it for {', '.join(within)}"] if within else []))
     return [(f"**Noise.** In this run `import tensorflow` alone took {min(imports):.1f}–{max(imports):.1f} s in the "
-             f"peers' {len(imports)} processes, a spread of {spread:.1f} s, {verdict} what the capture added to a plain "
-             f"run ({', '.join(f'{a:+.2f} s' for a in added)}), with {'/'.join(map(str, rounds))} round(s) per "
-             "workload. The marginal figure is a difference of two such process times: read it as resolved "
-             "only where it stands clear of that spread."), ""]
+             f"peers' {len(imports)} processes, a spread of {spread:.1f} s, with {'/'.join(map(str, rounds))} round(s) "
+             f"per workload. What the capture added to a plain run {verdict}. The marginal figure is a difference "
+             "of two such process times: read it as resolved only where what it measures stands clear of that "
+             "spread."), ""]
 
 
 def gpu_section(data: dict[str, Any] | None, source: str = "bench/results_gpu.json") -> str:
