@@ -61,7 +61,7 @@ def test_every_line_fits_80_columns_and_continues_under_its_text(default_run: di
     assert lines[first + 1].startswith("  ") and not lines[first + 1].startswith("   ")
 
 
-def test_the_first_divergence_is_named_once_and_a_one_ulp_observer_shift_is_no_cause(
+def test_the_first_divergence_is_named_once_and_the_observer_shift_is_no_cause(
         default_run: dict[str, Any]) -> None:
     stdout, report = default_run["proc"].stdout, default_run["report"]
     why = [line for line in stdout.splitlines() if line.startswith("why:")]
@@ -69,8 +69,15 @@ def test_the_first_divergence_is_named_once_and_a_one_ulp_observer_shift_is_no_c
     assert "The first divergence is" not in stdout
     assert "The first divergence is `dense/MatMul` (MatMul)." in report["answers"]["why"]  # the API keeps it
     assert report["answers"]["causes"] == ["mixed_precision"]
-    shifts = [v for side in report["observer_effect"].values() for v in (side.get("outputs_max_abs_diff") or {}).values()]
-    assert 0 < max(shifts) < 1e-5, shifts  # the sides' instrumented runs moved by float32 ulps: said, not a cause
+    observer = report["observer_effect"]
+    a_shifts = observer["a"]["outputs_max_abs_diff"]
+    assert 0 < max(a_shifts.values()) < 1e-5, a_shifts  # the float32 side's instrumented run moved by float32 ulps
+    # B computes its dense layer in bfloat16. Where oneDNN runs it with bf16 instructions (AVX512_BF16,
+    # AMX: this CPU's default decides here), the plain run's fused MatMul and the instrumented run's
+    # unfused one round differently: up to 1.5e-4 on `scores` on such a CPU, float32 ulps on others.
+    # Either way the shift is said, and stays an order below A vs B on every output: no cause.
+    for key, shift in observer["b"]["outputs_max_abs_diff"].items():
+        assert shift <= report["outputs"][key]["max_abs"] / 10, (key, shift, report["outputs"][key]["max_abs"])
     assert "Observer effect on A: outputs moved by" in stdout and "fetching every tensor moved" not in stdout
     md = (default_run["out"] / "report.md").read_text(encoding="utf-8")
     assert "The first divergence is" not in md and "- **First divergence, bitwise and beyond tolerance:** " \
