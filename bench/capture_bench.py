@@ -39,7 +39,7 @@ from typing import Any
 from .procs import BenchError, ChildRun, child_env, dir_bytes, median, run_child
 from .workspace import Model, Workspace
 
-__all__ = ["measure_capture", "bandwidths", "marginal", "tfdbg_dump_bytes"]
+__all__ = ["after_import", "measure_capture", "bandwidths", "marginal", "tfdbg_dump_bytes"]
 
 CONTENDERS = ("capture", "tfdbg", "naive", "plain")
 PROBE_BYTES = 256 << 20  # the timed write and copy: long enough to get past write caches, short beside a round
@@ -76,6 +76,19 @@ def marginal(capture_s: float, tfdbg_s: float, plain_s: float) -> float | None:
     """What capturing adds to a plain run against what tfdbg adds to it (None when tfdbg adds nothing)."""
     added = tfdbg_s - plain_s
     return (capture_s - plain_s) / added if added > 0 else None
+
+
+def after_import(run: dict[str, Any]) -> float | None:
+    """A contender's seconds less its own ``import tensorflow`` (None where it did not say).
+
+    Every contender imports TensorFlow once, and that import alone varies by seconds from one
+    process to the next on a loaded or cold machine (8.6-13.1 s on the H200's host on
+    2026-12-03), more than tracing adds there. Taking each process's own import out of its time
+    leaves what it did after it: the marginal figure over these is the same quantity with that
+    noise removed. The peers time the import themselves; the capture's child writes it to the
+    manifest (``timings.import_s``, the window around its ``import tensorflow``)."""
+    imported = run.get("import_s", (run.get("child_timings") or {}).get("import_s"))
+    return run["seconds"] - imported if isinstance(imported, (int, float)) else None
 
 
 def _capture(ckpt: Path, inputs: Path, out: Path, device: str | None = None) -> ChildRun:
@@ -216,10 +229,20 @@ def _summary(model: Model, batch: int, rounds: int, raw: dict[str, list[dict[str
         "capture_disk_bytes": median([x["disk"]["apparent"] for x in raw["capture"]]),
     }
     if "tfdbg" in ran and "plain" in ran:
-        per_round = [marginal(c["seconds"], t["seconds"], p["seconds"])
-                     for c, t, p in zip(raw["capture"], raw["tfdbg"], raw["plain"])]
+        rounds_of = list(zip(raw["capture"], raw["tfdbg"], raw["plain"]))
+        per_round = [marginal(c["seconds"], t["seconds"], p["seconds"]) for c, t, p in rounds_of]
         known = [m for m in per_round if m is not None]
         out["marginal_vs_tfdbg"] = median(known) if known else None
+        # the same per round, each process's own TensorFlow import taken out (rounds whose
+        # processes all said how long it took)
+        after = [(a, b, c) for a, b, c in ([after_import(x) for x in runs] for runs in rounds_of)
+                 if a is not None and b is not None and c is not None]
+        removed = [marginal(*times) for times in after]
+        out["marginal_rounds"] = {"process": per_round, "import_removed": removed}
+        if any(m is not None for m in removed):
+            out["marginal_import_removed"] = median([m for m in removed if m is not None])
+            out["seconds_import_removed"] = {name: median([times[i] for times in after])
+                                             for i, name in enumerate(("capture", "tfdbg", "plain"))}
     if probes:
         disk_bw = median([b["disk_write_bytes_per_s"] for b in probes])
         memory_bw = median([b["memory_copy_bytes_per_s"] for b in probes])

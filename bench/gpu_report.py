@@ -116,13 +116,16 @@ def _import_noise(figs: dict[str, Any]) -> list[str]:
     what it measures stands above it."""
     imports = [r["import_s"] for c in figs["capture"] for peer in ("naive", "tfdbg", "plain")
                for r in c["raw"].get(peer, []) if isinstance(r.get("import_s"), (int, float))]
-    added = [(f"{c['model']}, batch {c['batch']} ({c['seconds']['capture'] - c['seconds']['plain']:+.2f} s)",
-              c["seconds"]["capture"] - c["seconds"]["plain"]) for c in figs["capture"] if "plain" in c["seconds"]]
+    added = [(f"{c['model']}, batch {c['batch']}", c["seconds"]["capture"] - c["seconds"]["plain"])
+             for c in figs["capture"] if "plain" in c["seconds"]]
     if len(imports) < 2 or not added:
         return []
     spread = max(imports) - min(imports)
-    clear = [text for text, a in added if abs(a) > spread]
-    within = [text for text, a in added if abs(a) <= spread]
+    clear = [f"{name} ({a:+.2f} s)" for name, a in added if abs(a) > spread]
+    within = [f"{name} ({a:+.2f} s)" for name, a in added if abs(a) <= spread]
+    removed = [f"{c['model']}, batch {c['batch']}: "
+               + ", ".join("—" if m is None else f"{m:.2f}" for m in c["marginal_rounds"]["import_removed"])
+               for c in figs["capture"] if c.get("marginal_import_removed") is not None]
     rounds = sorted({c["rounds"] for c in figs["capture"]})
     verdict = " and ".join(
         ([f"stands clear of it for {', '.join(clear)}"] if clear else [])
@@ -131,7 +134,10 @@ def _import_noise(figs: dict[str, Any]) -> list[str]:
              f"peers' {len(imports)} processes, a spread of {spread:.1f} s, with {'/'.join(map(str, rounds))} round(s) "
              f"per workload. What the capture added to a plain run {verdict}. The marginal figure is a difference "
              "of two such process times: read it as resolved only where what it measures stands clear of that "
-             "spread."), ""]
+             "spread."
+             + (" Each process's own import taken out of its time, the marginal figure per round was "
+                + "; ".join(removed) + " (the rows \"each process's TensorFlow import taken out\")." if removed else "")),
+            ""]
 
 
 def gpu_section(data: dict[str, Any] | None, source: str = "bench/results_gpu.json") -> str:

@@ -99,10 +99,25 @@ def _floors(c: dict[str, Any], work: float) -> str:
         s = c["seconds"]
         out += f"""- **Marginal figure.** What capturing adds to a plain run ({s['capture']:.2f} - {s['plain']:.2f} s) against what
   tfdbg adds ({s['tfdbg']:.2f} - {s['plain']:.2f} s): {m:.2f}x (the median of the rounds' own values); the
-  TensorFlow import and model load every contender pays are out of it.{_marginal_limit(c, work)}
+  TensorFlow import and model load every contender pays are out of it.{_marginal_limit(c, work)}{_import_removed(c)}
 """
     out += _naive_limit(c, work)
     return out
+
+
+def _import_removed(c: dict[str, Any]) -> str:
+    """The marginal figure again with each process's own ``import tensorflow`` taken out, and
+    every round's value of both, so that the reader sees how far the rounds agree."""
+    m = c.get("marginal_import_removed")
+    if m is None:
+        return ""
+    a = c["seconds_import_removed"]
+    rounds = c["marginal_rounds"]
+    shown = {k: ", ".join("—" if v is None else f"{v:.2f}" for v in rounds[k]) for k in ("process", "import_removed")}
+    return (f" With each process's own `import tensorflow` taken out of its time (the capture's child writes"
+            f" its import to the manifest, the peers time theirs), the capture adds"
+            f" +{a['capture'] - a['plain']:.2f} s and tfdbg2 +{a['tfdbg'] - a['plain']:.2f} s: {m:.2f}x. Per round:"
+            f" {shown['process']} with the import, {shown['import_removed']} without.")
 
 
 def _plain_runs_s(c: dict[str, Any], work: float) -> float:

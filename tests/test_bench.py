@@ -383,6 +383,54 @@ def test_marginal_figure_and_physical_floors_are_rendered() -> None:
     assert batch1["capture overhead (resnet50, batch 1)"].target == "≤ 1.5×"  # issue 7's target below batch 8
 
 
+def test_the_marginal_figure_is_also_taken_with_each_processs_tensorflow_import_removed(tmp_path: Path) -> None:
+    """HAND-MADE rounds (made-up seconds) through the harness's own summary: each contender's
+    time less its own `import tensorflow` (the capture's from its child's manifest, the peers'
+    from their own clocks) gives a second marginal figure per round; its median is a judged row,
+    the headline carries it, and the page gives every round's value with and without the import."""
+    from bench.capture_bench import _summary, after_import
+    from bench.gpu_report import _import_noise
+    from bench.notes import _floors
+    from bench.results import _capture_rows, headline
+    from bench.workspace import Model
+
+    def capture(seconds: float, imported: float) -> dict:
+        return {"seconds": seconds, "process_s": seconds, "disk": {"apparent": 100},
+                "child_timings": {"import_s": imported, "load_s": imported + 1.0, "instrumented_s": 1.0,
+                                  "sync_s": 0.5, "total_s": imported + 3.0}}
+
+    def peer(seconds: float, imported: float) -> dict:
+        return {"seconds": seconds, "import_s": imported, "first_run_s": 1.0, "next_runs_s": [0.5],
+                "disk_one_run": 400}
+
+    raw = {"capture": [capture(19.0, 13.0), capture(16.0, 9.0)],  # after the import: 6.0, 7.0
+           "tfdbg": [peer(16.0, 8.0), peer(20.0, 12.0)],  # 8.0, 8.0
+           "plain": [peer(15.0, 11.0), peer(13.0, 9.0)]}  # 4.0, 4.0
+    manifest = {"tensors": {"x:0": {"size_bytes": 8}}, "tensor_layout": {}, "graph": {"nodes": []}}
+    c = _summary(Model("resnet50", tmp_path, tmp_path, "resnet50", (2,)), 1, 2, raw, {}, manifest, None)
+    assert after_import(raw["capture"][0]) == 6.0 and after_import({"seconds": 3.0}) is None
+    # with the import: (19 - 15) / (16 - 15) = 4.0 and (16 - 13) / (20 - 13) = 3/7; without: 2/4 and 3/4
+    assert c["marginal_rounds"] == {"process": [4.0, 3 / 7], "import_removed": [0.5, 0.75]}
+    assert c["marginal_vs_tfdbg"] == (4.0 + 3 / 7) / 2 and c["marginal_import_removed"] == 0.625
+    assert c["seconds_import_removed"] == {"capture": 6.5, "tfdbg": 8.0, "plain": 4.0}
+    row = {r.figure: r for r in _capture_rows({**c, "ratios": {**c["ratios"], "naive": 1.0},
+                                               "seconds": {**c["seconds"], "naive": 1.0}}, "resnet50, batch 1")}[
+        "capture marginal, each process's TensorFlow import taken out (resnet50, batch 1)"]
+    assert (row.measured, row.peer, row.ratio, row.target, row.passed) == ("+2.50 s", "tfdbg2 +4.00 s", 0.625,
+                                                                           "≤ 0.5×", False)
+    c.update({"naive_first_run_s": 0.5, "floors": None})
+    page = _floors(c, 1.5)
+    assert "the capture adds +2.50 s and tfdbg2 +4.00 s: 0.62x." in page
+    assert "Per round: 4.00, 0.43 with the import, 0.50, 0.75 without." in page
+    figs = {"capture": [c], "throughput": {"differing": {"ratio": 1.0}, "identical": {"ratio": 1.0}}}
+    assert headline({**figs, "end_to_end": {"seconds": 1}, "render": {"seconds": 1, "html_bytes": 1},
+                     "peak_rss": {"peak_rss_mb": 1}, "capture": [{**c, "ratios": {**c["ratios"], "naive": 1.0},
+                                                                   "tfdbg_disk_bytes": 400}]}
+                    )["capture_marginal_import_removed_ratio"] == 0.625
+    noise = "\n".join(_import_noise({"capture": [c]}))
+    assert "the marginal figure per round was resnet50, batch 1: 0.50, 0.75" in noise
+
+
 def test_the_format_figure_is_a_row_and_says_what_limits_it() -> None:
     """A HAND-MADE figure of compare over format 2 against format 1 (issue 29, item 3): a judged
     row, and a section that gives every round and, where it misses, why."""
