@@ -116,7 +116,7 @@ def _import_removed(c: dict[str, Any]) -> str:
     shown = {k: ", ".join("—" if v is None else f"{v:.2f}" for v in rounds[k]) for k in ("process", "import_removed")}
     return (f" With each process's own `import tensorflow` taken out of its time (the capture's child writes"
             f" its import to the manifest, the peers time theirs), the capture adds"
-            f" +{a['capture'] - a['plain']:.2f} s and tfdbg2 +{a['tfdbg'] - a['plain']:.2f} s: {m:.2f}x. Per round:"
+            f" {a['capture'] - a['plain']:+.2f} s and tfdbg2 {a['tfdbg'] - a['plain']:+.2f} s: {m:.2f}x. Per round:"
             f" {shown['process']} with the import, {shown['import_removed']} without.")
 
 

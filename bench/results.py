@@ -85,12 +85,12 @@ def _capture_rows(c: dict[str, Any], label: str) -> list[Row]:
                         q["plain"], "— (context)", None))
     if c.get("marginal_vs_tfdbg") is not None:  # what each adds to a plain run: (capture - plain) / (tfdbg - plain)
         rows.append(Row(f"capture marginal, added to a plain run ({label})",
-                        f"+{s['capture'] - s['plain']:.2f} s", f"tfdbg2 +{s['tfdbg'] - s['plain']:.2f} s",
+                        f"{s['capture'] - s['plain']:+.2f} s", f"tfdbg2 {s['tfdbg'] - s['plain']:+.2f} s",
                         c["marginal_vs_tfdbg"], f"≤ {MARGINAL_TARGET:g}×", c["marginal_vs_tfdbg"] <= MARGINAL_TARGET))
     if c.get("marginal_import_removed") is not None:  # the same, each process's own `import tensorflow` taken out
         a = c["seconds_import_removed"]
         rows.append(Row(f"capture marginal, each process's TensorFlow import taken out ({label})",
-                        f"+{a['capture'] - a['plain']:.2f} s", f"tfdbg2 +{a['tfdbg'] - a['plain']:.2f} s",
+                        f"{a['capture'] - a['plain']:+.2f} s", f"tfdbg2 {a['tfdbg'] - a['plain']:+.2f} s",
                         c["marginal_import_removed"], f"≤ {MARGINAL_TARGET:g}×",
                         c["marginal_import_removed"] <= MARGINAL_TARGET))
     return rows
