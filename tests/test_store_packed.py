@@ -439,3 +439,30 @@ def test_a_weight_kept_by_digest_is_read_and_checked_once_however_often_it_is_as
     np.testing.assert_array_equal(second, kernel)
     assert reads == ["w"]
     assert not second.flags.writeable and np.shares_memory(first, second)
+
+
+def test_the_bytes_written_do_not_depend_on_how_many_threads_write(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A machine with more cores gets more writer threads; every file's bytes, residuals and
+    statistics must be the same as with two, since a file's jobs run in order whatever the count."""
+    import sys
+
+    from tracer.captures import _jobs
+
+    module = sys.modules[__name__]
+    written: dict[int, dict[str, bytes]] = {}
+    for threads in (2, 8):
+        monkeypatch.setattr(_jobs, "writer_threads", lambda threads=threads: threads)
+        monkeypatch.setattr(module, "RNG", np.random.default_rng(11))  # the same values each time
+        path = tmp_path / f"threads{threads}"
+        _predicted_capture(path)
+        written[threads] = {str(f.relative_to(path)): f.read_bytes() for f in sorted(path.rglob("*")) if f.is_file()}
+    assert written[2] == written[8] and len(written[2]) > 6
+
+
+@pytest.mark.parametrize(("cores", "threads"), [(1, 2), (2, 2), (5, 2), (6, 3), (16, 8), (128, 8)])
+def test_writer_threads_are_half_the_cores_between_two_and_eight(monkeypatch: pytest.MonkeyPatch, cores: int,
+                                                                 threads: int) -> None:
+    from tracer.captures import _jobs
+
+    monkeypatch.setattr(_jobs.os, "sched_getaffinity", lambda _pid: set(range(cores)))
+    assert _jobs.writer_threads() == threads
