@@ -303,9 +303,9 @@ def _form_sample(inputs: Sequence[np.ndarray], part: np.ndarray) -> tuple[Sequen
     size: a chunk is stored as its residual against the prediction, lossless either way."""
     if part.ndim < 2 or part.size <= FORM_SAMPLE_ELEMENTS:
         return inputs, part
-    channels = part.shape[-1]
-    rows = max(1, FORM_SAMPLE_ELEMENTS // max(1, channels))
-    if rows >= part.size // max(1, channels):
+    channels = part.shape[-1]  # at least 1: the part holds more than the sample
+    rows = max(1, FORM_SAMPLE_ELEMENTS // channels)
+    if rows >= part.size // channels:
         return inputs, part
     return ([x.reshape(-1, channels)[:rows] if x.shape == part.shape else x for x in inputs],
             part.reshape(-1, channels)[:rows])
