@@ -15,7 +15,7 @@ from typing import Any
 
 from tracer.safewrite import write_file
 
-from .notes import _capture_limits, _capture_notes
+from .notes import _capture_limits, _capture_notes, per_round
 from .results import Row, _capture_rows, markdown_table
 
 __all__ = ["GPU_RESULTS_NAME", "build_gpu_rows", "gpu_headline", "gpu_section", "load_gpu_results", "write_gpu_results"]
@@ -123,8 +123,7 @@ def _import_noise(figs: dict[str, Any]) -> list[str]:
     spread = max(imports) - min(imports)
     clear = [f"{name} ({a:+.2f} s)" for name, a in added if abs(a) > spread]
     within = [f"{name} ({a:+.2f} s)" for name, a in added if abs(a) <= spread]
-    removed = [f"{c['model']}, batch {c['batch']}: "
-               + ", ".join("—" if m is None else f"{m:.2f}" for m in c["marginal_rounds"]["import_removed"])
+    removed = [f"{c['model']}, batch {c['batch']}: {per_round(c['marginal_rounds']['import_removed'])}"
                for c in figs["capture"] if c.get("marginal_import_removed") is not None]
     rounds = sorted({c["rounds"] for c in figs["capture"]})
     verdict = " and ".join(

@@ -105,6 +105,11 @@ def _floors(c: dict[str, Any], work: float) -> str:
     return out
 
 
+def per_round(values: list[float | None]) -> str:
+    """Each round's value, "—" for a round that has none."""
+    return ", ".join("—" if v is None else f"{v:.2f}" for v in values)
+
+
 def _import_removed(c: dict[str, Any]) -> str:
     """The marginal figure again with each process's own ``import tensorflow`` taken out, and
     every round's value of both, so that the reader sees how far the rounds agree."""
@@ -113,7 +118,7 @@ def _import_removed(c: dict[str, Any]) -> str:
         return ""
     a = c["seconds_import_removed"]
     rounds = c["marginal_rounds"]
-    shown = {k: ", ".join("—" if v is None else f"{v:.2f}" for v in rounds[k]) for k in ("process", "import_removed")}
+    shown = {k: per_round(rounds[k]) for k in ("process", "import_removed")}
     return (f" With each process's own `import tensorflow` taken out of its time (the capture's child writes"
             f" its import to the manifest, the peers time theirs), the capture adds"
             f" {a['capture'] - a['plain']:+.2f} s and tfdbg2 {a['tfdbg'] - a['plain']:+.2f} s: {m:.2f}x. Per round:"
