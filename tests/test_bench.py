@@ -265,7 +265,10 @@ def test_gpu_mode_runs_end_to_end_with_device_cpu(tmp_path: Path) -> None:
     # per workload: time, disk, overhead and (where tfdbg2 added time) the marginal cost judged against
     # their targets; the plain run is context
     judged = [r for r in data["table"] if r["target"] != "— (context)"]
-    marginals = sum(c["marginal_vs_tfdbg"] is not None for c in raw["capture"])
+    # and the same figure with each process's own TensorFlow import taken out
+    marginals = sum((c["marginal_vs_tfdbg"] is not None) + (c.get("marginal_import_removed") is not None)
+                    for c in raw["capture"])
+    assert all("import_s" in c["raw"]["capture"][0]["child_timings"] for c in raw["capture"])  # the child says it
     assert len(judged) == 6 + marginals and all(r["passed"] is not None for r in judged)
     context = [r["figure"] for r in data["table"] if r["target"] == "— (context)"]
     assert "capture vs plain run (detector, batch 8, CPU)" in context

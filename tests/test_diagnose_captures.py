@@ -193,3 +193,32 @@ def test_a_child_started_ahead_counts_its_wait_apart_from_its_work():
     assert plain.idle_s is None
     total = children.summary([waited, late, plain])
     assert total["idle_s"] == 5.5 and total["import_s"] == 9.0
+
+
+def test_two_experiments_finishing_together_print_their_counts_in_order() -> None:
+    """Two experiments run at once and each prints "[experiments k/n]" when it ends. The first
+    to take its count is made slow to print: the second must wait for it, or "2/2" comes out
+    before "1/2" (CI, 2026-12-03: [2, 1, 3, 4, 5])."""
+    import threading
+    import time
+
+    from tracer.diagnosis.run import _Progress
+
+    lines: list[str] = []
+
+    class SlowFirstConsole:
+        def print(self, text: str, **_kw: object) -> None:
+            if not lines and threading.current_thread().name == "first":
+                time.sleep(0.3)  # the first step's line is late
+            lines.append(text)
+
+    progress = _Progress(SlowFirstConsole())  # type: ignore[arg-type]
+    progress.begin("experiments", 2)
+    first = threading.Thread(target=progress.step, args=("a",), name="first")
+    first.start()
+    time.sleep(0.1)  # the first has taken its count and is printing
+    second = threading.Thread(target=progress.step, args=("b",), name="second")
+    second.start()
+    first.join()
+    second.join()
+    assert [line.split("]")[0] for line in lines] == ["[experiments 1/2", "[experiments 2/2"]

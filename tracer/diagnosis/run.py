@@ -24,6 +24,7 @@ from __future__ import annotations
 import datetime as _dt
 import io
 import json
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -128,6 +129,9 @@ class _Progress:
         self.console, self.started = console, time.monotonic()
         self.stage = ""
         self.counts: dict[str, list[int | None]] = {}  # stage -> [done, total]
+        # two experiments run at once: a step's count and its line are one act, or "2/5" can be
+        # printed before "1/5"
+        self._lock = threading.Lock()
 
     def begin(self, stage: str, total: int | None) -> None:
         """A stage of ``total`` steps starts (None: as many as it turns out to need)."""
@@ -137,13 +141,14 @@ class _Progress:
     def step(self, text: str, stage: str = "") -> None:
         """One step of the current stage, or of ``stage`` (begun with no total if it is new): a capture
         the runs with the noise removed need is found while their experiments run."""
-        stage = stage or self.stage
-        count = self.counts.setdefault(stage, [0, None])
-        count[0] = done = (count[0] or 0) + 1
-        total = count[1]
-        shown = "" if total == 1 else f" {done}/{total}" if total else f" {done}"
-        elapsed = time.monotonic() - self.started
-        self.console.print(f"[{stage}{shown}] {text}  ({elapsed:.0f} s)", highlight=False, markup=False)
+        with self._lock:
+            stage = stage or self.stage
+            count = self.counts.setdefault(stage, [0, None])
+            count[0] = done = (count[0] or 0) + 1
+            total = count[1]
+            shown = "" if total == 1 else f" {done}/{total}" if total else f" {done}"
+            elapsed = time.monotonic() - self.started
+            self.console.print(f"[{stage}{shown}] {text}  ({elapsed:.0f} s)", highlight=False, markup=False)
 
     def start(self, text: str) -> None:
         """An experiment starts (two run at once, so their results come back in any order)."""
