@@ -313,9 +313,19 @@ def test_diff_graph_json_is_what_the_graph_diff_prints():
 
 def test_the_manifest_fields_are_what_the_capture_child_and_the_store_write():
     worker = REPO / "tracer" / "captures" / "worker.py"
-    written = _dict_keys(worker, "_manifest", "spec") | {"format", "format_version", "tensors", "uncaptured",
-                                                              "plain_outputs"}  # the store adds these (finalize)
+    written = (_dict_keys(worker, "_manifest", "spec") | _keys_set(worker, "run_capture", "manifest")
+               | {"format", "format_version", "tensors", "uncaptured", "plain_outputs"})  # the store adds these
+    assert "memory" in written  # measured last, as the capture ends
     assert set(keys("manifest", "top")) == written
+
+
+def _keys_set(path: Path, function: str, name: str) -> set[str]:
+    """The keys ``function`` sets on the dict ``name`` (``name["key"] = ...``)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    fn = next(f for f in ast.walk(tree) if isinstance(f, ast.FunctionDef) and f.name == function)
+    return {target.slice.value for node in ast.walk(fn) if isinstance(node, ast.Assign) for target in node.targets
+            if isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name) and target.value.id == name
+            and isinstance(target.slice, ast.Constant) and isinstance(target.slice.value, str)}
 
 
 # ---------------------------------------------------------------------------- links and references

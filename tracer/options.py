@@ -257,6 +257,10 @@ OPTIONS: tuple[Option, ...] = (
            type=int, default=2 << 30, side="max_memory",
            overrides={"isolate": {"default": None, "help": "bytes the replay may fetch at once (default 2 GiB; a "
                                                            "received report can only lower it)"}}),
+    Option("max-process-memory", "bytes the capture's process may hold at its peak, TensorFlow's own memory "
+           "included: the plain run measures what TensorFlow and the model hold, and the fetch is split under what "
+           "is left (default: no bound beyond --max-memory)", "limits", SIDE_COMMANDS, type=int, default=None,
+           side="max_process_memory"),
     Option("keep-weights", "store the variables' values in the capture too (by default a large variable restored "
            "from the checkpoint keeps only a digest; differing values are read back from the model)", "limits",
            SIDE_COMMANDS, flag=True, side="keep_weights", convert=bool),

@@ -100,6 +100,9 @@ class Side:
     knobs: Knobs = field(default_factory=Knobs)
     inputs: InputSpec = field(default_factory=InputSpec)
     max_memory: int = 2 << 30  # bytes fetched per session.run before chunking the fetch set
+    # The capture process's peak, TensorFlow included; None = no bound beyond max_memory's
+    # (tracer.captures.process_memory divides it once the plain run has measured TensorFlow's share).
+    max_process_memory: int | None = None
     # Timed plain runs of the first batch after one warm-up: the latency a report shows as context.
     # One by default (at a large batch each is a full run); diagnose measures costs with its own 5-10.
     timing_runs: int = 1
@@ -125,6 +128,9 @@ class Side:
             raise TftraceError(f"batch size {self.batch_size} is not positive", "use --batch-size 1 or more")
         if self.inputs.examples < 1:
             raise TftraceError(f"--examples {self.inputs.examples} is not positive", "use --examples 1 or more")
+        if self.max_process_memory is not None and self.max_process_memory < 1:
+            raise TftraceError(f"--max-process-memory {self.max_process_memory} is not positive",
+                               "give the bytes the capture's process may hold at its peak, e.g. 8000000000")
         if self.timing_runs < 1:
             raise TftraceError(f"--timing-runs {self.timing_runs} is not positive: the last timed run is the plain run "
                                "the instrumented one is compared with", "use --timing-runs 1 or more")
@@ -161,6 +167,7 @@ class Side:
             "knobs": knobs,
             "inputs": asdict(self.inputs),
             "max_memory": self.max_memory,
+            "max_process_memory": self.max_process_memory,
             "timing_runs": self.timing_runs,
             "timeout_s": self.timeout_s,
             "durable": self.durable,
@@ -176,6 +183,7 @@ class Side:
             batch_size=d.get("batch_size"),
             **side_parts_from_json(d),
             max_memory=int(d.get("max_memory", 2 << 30)),
+            max_process_memory=None if d.get("max_process_memory") is None else int(d["max_process_memory"]),
             timing_runs=int(d.get("timing_runs", 1)),
             timeout_s=d.get("timeout_s"),  # an older manifest's "allow_unsafe_ops" is never read: not a permission
             durable=bool(d.get("durable", True)),

@@ -161,7 +161,7 @@ def validate_record(root: Path, tensors_dir: Path, name: str, rec: Any, version:
 PARTS: dict[str, Any] = {
     "spec": {"artifact": {"path": str, "tag": str, "signature": str, "outputs": list, "input_names": list},
              "device": str, "knobs": {"env": (dict, list), "grappler": (dict, list), "threads": (list, type(None))},
-             "inputs": dict, "allow_unsafe_ops": bool},
+             "inputs": dict, "allow_unsafe_ops": bool, "max_process_memory": (int, type(None))},
     "artifact": {"kind": str, "location": str, "inlined_by_loader": bool},
     "signature": {"inputs": dict, "outputs": dict},
     "graph": {"inputs": dict, "outputs": dict, "nodes": list},
@@ -171,6 +171,7 @@ PARTS: dict[str, Any] = {
                         "only_in_plain": list, "only_in_instrumented": list, "stateful_ops": list,
                         "executed_nodes_plain": dict, "executed_nodes_instrumented": dict},
     "timings": {"plain_latency_ms": dict},
+    "memory": dict,
     "environment": {"onednn": dict},
     "notes": list,
     "runs": list,

@@ -19,9 +19,10 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
-__all__ = ["FileJobs", "writer_threads"]
+__all__ = ["FileJobs", "MAX_IN_FLIGHT", "writer_threads"]
 
 MAX_WRITER_THREADS = 8
+MAX_IN_FLIGHT = 256 << 20  # bytes of tensors handed to the writer and not yet written
 
 
 def writer_threads() -> int:
@@ -47,7 +48,7 @@ class FileJobs:
     capture at the next tensor, not at the end).
     """
 
-    def __init__(self, threads: int | None = None, max_in_flight: int = 256 << 20) -> None:
+    def __init__(self, threads: int | None = None, max_in_flight: int = MAX_IN_FLIGHT) -> None:
         self._pool = ThreadPoolExecutor(threads or writer_threads(), thread_name_prefix="tftrace-write")
         self._pending: dict[str, Future[int]] = {}
         self._order: deque[Future[int]] = deque()  # oldest first, to wait for when too much is queued

@@ -39,9 +39,14 @@ class FetchPlan:
     sizes: dict[str, int]  # estimated bytes per run of the first batch
     constant: set[str]  # ops whose value does not depend on the feed: fetched in run 0 only
     uncaptured: dict[str, str] = field(default_factory=dict)  # name -> reason
-    max_memory: int = 0
+    max_memory: int = 0  # bytes one fetch may bring back: --max-memory, or less under --max-process-memory
     branches: dict[str, Branch] = field(default_factory=dict)  # conditional tensors only (unconditional: absent)
     switches: dict[str, tuple[Branch, str]] = field(default_factory=dict)  # cond Switch -> (its branch, predicate)
+    bound: str = ""  # the limit's words in an error, when --max-process-memory set max_memory (ProcessFit.words)
+    fix: str = "raise --max-memory"
+
+    def limit_words(self) -> str:
+        return self.bound or f"--max-memory {self.max_memory:,}"
 
 
 def fetch_plan(opgraph: OpGraph, ranges: list[tuple[int, int]], max_memory: int) -> FetchPlan:
@@ -201,7 +206,7 @@ def refit_sizes(plan: FetchPlan, measured: dict[str, int]) -> None:
             plan.sizes[name] = size
     for name in plan.names:
         if plan.sizes[name] > plan.max_memory:
-            raise too_big(name, plan.sizes[name], plan.max_memory, "on these inputs (its shape is set at run time)")
+            raise too_big(name, plan.sizes[name], plan, "on these inputs (its shape is set at run time)")
 
 
 def sizes_scale_with_rows(opgraph: OpGraph, plan: FetchPlan) -> bool:
@@ -255,15 +260,15 @@ def check_fetched(plan: FetchPlan, name: str, nbytes: int) -> None:
     """A fetched tensor, before it is written: over ``--max-memory`` stops the capture (exit 2);
     under it, its real size is what later runs chunk by."""
     if nbytes > plan.max_memory:
-        raise too_big(name, nbytes, plan.max_memory, "as fetched (its shape is set at run time)",
+        raise too_big(name, nbytes, plan, "as fetched (its shape is set at run time)",
                       "; nothing of it was written, and the capture is left incomplete")
     if nbytes > plan.sizes.get(name, 0):
         plan.sizes[name] = nbytes
 
 
-def too_big(name: str, size: int, limit: int, how: str, after: str = "") -> TftraceError:
-    return TftraceError(f"tensor {name} is {size:,} bytes per run {how}, more than --max-memory {limit:,}{after}",
-                        "raise --max-memory, or lower --batch-size or the input values that size it")
+def too_big(name: str, size: int, plan: FetchPlan, how: str, after: str = "") -> TftraceError:
+    return TftraceError(f"tensor {name} is {size:,} bytes per run {how}, more than {plan.limit_words()}{after}",
+                        f"{plan.fix}, or lower --batch-size or the input values that size it")
 
 
 def chunked(names: list[str], sizes: dict[str, int], limit: int) -> list[list[str]]:

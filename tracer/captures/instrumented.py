@@ -222,7 +222,7 @@ class _StringSizes:
         sizes = {name: string_storage_nbytes(int(n), int(total), int(widest)) for name, (n, total, widest) in measured.items()}
         for name, size in sizes.items():
             if size > limit:
-                raise too_big(name, size, limit, "by its strings' lengths (sized before it was fetched)",
+                raise too_big(name, size, self.plan, "by its strings' lengths (sized before it was fetched)",
                               "; nothing of it was fetched, and the capture is left incomplete")
             self.plan.sizes[name] = size
             if tensor_op(name) in self.plan.constant:
@@ -232,10 +232,10 @@ class _StringSizes:
             largest = max(self.constant, key=self.constant.__getitem__)
             raise TftraceError(
                 f"the string tensors that do not depend on the inputs take {total:,} bytes in all ({len(self.constant)} "
-                f"of them; the largest, {largest}, {self.constant[largest]:,} bytes), more than --max-memory {limit:,}: "
-                "TensorFlow folds each into a constant that the session keeps for as long as the capture runs; "
-                "nothing of them was fetched, and the capture is left incomplete",
-                "raise --max-memory if this machine has the memory for them")
+                f"of them; the largest, {largest}, {self.constant[largest]:,} bytes), more than "
+                f"{self.plan.limit_words()}: TensorFlow folds each into a constant that the session keeps for as "
+                "long as the capture runs; nothing of them was fetched, and the capture is left incomplete",
+                f"{self.plan.fix} if this machine has the memory for them")
 
     def _measure(self, names: list[str], feed: dict) -> dict[str, Any]:
         t = tf()

@@ -45,6 +45,7 @@ from .fetch_plan import FetchPlan, fetch_plan, refit_sizes, scaled_sizes, sizes_
 from .fingerprint import environment_fingerprint
 from .instrumented import instrumented_runs
 from .observer import observer_effect
+from .process_memory import ProcessFit, fit_fetch, peak_rss, reset_peak, writer_share
 from .orphan import exit_with_parent
 from .runtime import Runtime, determinism_fix, open_runtime, tf_error_text
 from .session_runs import feed_for, traced_run
@@ -90,8 +91,11 @@ def run_capture(side: Side, out_dir: str, force: bool, prepared: Prepared | None
     ranges = batches(examples.count, batch_size)
     plan = fetch_plan(runtime.opgraph, ranges, side.max_memory)
     emit("stage", text="plain run")
+    load_peak, peak_reset = peak_rss(), reset_peak()
     plain = _plain_runs(runtime, examples, ranges, side.timing_runs, plan)
     refit_sizes(plan, plain["sizes"])  # shapes known only at run time: measured, refused before writing
+    plain_peak = peak_rss()
+    fit = _fit_process(side, plan, plain_peak, peak_reset)
     emit("stage", text="instrumented run")
     packed = side.tensor_format == "packed"
     restored = runtime.artifact.kind in ("checkpoint", "saved_model_v1") and not side.keep_weights and packed
@@ -100,7 +104,7 @@ def run_capture(side: Side, out_dir: str, force: bool, prepared: Prepared | None
         for name, reason in plan.uncaptured.items():
             writer.mark_uncaptured(name, reason)
         instrumented = instrumented_runs(runtime, examples, ranges, writer, plan)
-        notes += _chunk_notes(instrumented, side.max_memory)
+        notes += _chunk_notes(instrumented, plan)
         emit("stage", text="finishing: outputs, manifest, the last writes made durable")
         observer = observer_effect(runtime.signature.outputs, runtime.opgraph, plain, instrumented)
         for key, value in _plain_outputs(runtime, plain["outputs"], ranges, instrumented["layout"]).items():
@@ -118,20 +122,53 @@ def run_capture(side: Side, out_dir: str, force: bool, prepared: Prepared | None
         )
         manifest["timings"]["sync_s"] = round(writer.sync(), 4)  # the last background writes and fsyncs
         manifest["timings"]["total_s"] = round(time.perf_counter() - t_start, 4)  # all but writing the manifest
+        manifest["memory"] = _memory_record(load_peak, plain_peak, peak_reset, fit)
         writer.finalize(manifest)
     runtime.close()
     return came_up
 
 
-def _chunk_notes(instrumented: dict[str, Any], max_memory: int) -> list[str]:
+def _fit_process(side: Side, plan: FetchPlan, plain_peak: int | None, peak_reset: bool) -> ProcessFit | None:
+    """Under --max-process-memory: the fetch's share of it, from TensorFlow's peak in the plain
+    runs just measured (refused here, before the capture directory is touched, when the rest
+    cannot hold the largest tensor); None without the option."""
+    if side.max_process_memory is None:
+        return None
+    largest = max(plan.names, key=plan.sizes.__getitem__, default="")
+    fit = fit_fetch(side.max_process_memory, side.max_memory, (largest, plan.sizes.get(largest, 0)), plain_peak,
+                    peak_reset, writer_share())
+    if fit.fetch < plan.max_memory:
+        plan.max_memory, plan.bound, plan.fix = fit.fetch, fit.words(), "raise --max-process-memory"
+    return fit
+
+
+def _memory_record(load_peak: int | None, plain_peak: int | None, peak_reset: bool,
+                   fit: ProcessFit | None) -> dict[str, Any]:
+    """The manifest's ``memory``: the process's resident-set peaks (VmHWM) while the model
+    loaded, over the plain runs (TensorFlow and the model alone: what --max-process-memory must
+    leave room above) and from the plain runs to the end; and how --max-process-memory was
+    divided. Without a reset of the peak (refused by the kernel) each counts from the process start."""
+    run_peak = peak_rss()
+    record: dict[str, Any] = {}
+    if run_peak is None:
+        return record  # not Linux: nothing measured
+    if peak_reset and load_peak is not None:
+        record["load_peak_bytes"] = load_peak
+    record["plain_peak_bytes"], record["run_peak_bytes"] = plain_peak, run_peak
+    if not peak_reset:
+        record["peak_since_start"] = True
+    return {**record, **(fit.to_json() if fit is not None else {})}
+
+
+def _chunk_notes(instrumented: dict[str, Any], plan: FetchPlan) -> list[str]:
     """What the manifest notes of a capture fetched in more than one run: each run is its own
     ``session.run`` with another fetch set, which Grappler may optimise differently."""
     notes = []
     branches = instrumented["branch_chunks"]
     if instrumented["chunks"] - branches > 1:
         notes.append(
-            f"fetched in {instrumented['chunks'] - branches} chunks to stay under --max-memory "
-            f"{max_memory:,}: each chunk is its own session.run over the same inputs with a different "
+            f"fetched in {instrumented['chunks'] - branches} chunks to stay under {plan.limit_words()}"
+            ": each chunk is its own session.run over the same inputs with a different "
             "fetch set, which Grappler may optimise differently"
         )
     if branches:
