@@ -86,6 +86,29 @@ def test_checkpoint_vs_savedmodel_with_autotune_off_is_identical(models: dict[st
     assert code == 0 and report["verdict"] == "identical"
 
 
+def test_a_gpu_capture_stays_under_max_process_memory(models: dict[str, Path], tmp_path: Path) -> None:
+    """Issue 29 item 4 on the CUDA host: TensorFlow's peak over the plain runs (its CUDA libraries
+    and host buffers included) is measured there too, the fetch is split under what the limit
+    leaves, and the process stays under it. With op determinism the parts are repeatable runs,
+    so the split capture holds the values of the whole one."""
+    from tracer.captures.process_memory import writer_share  # noqa: PLC0415
+
+    args = ("--device", "gpu", "--batch-size", "8", "--determinism")
+    whole, split = tmp_path / "whole", tmp_path / "split"
+    proc = run_cli("capture", str(models["detector"]), "--out", str(whole), *args)
+    assert proc.returncode == 0, proc.stderr
+    free = json.loads((whole / "manifest.json").read_text())
+    limit = free["memory"]["plain_peak_bytes"] + writer_share() + 28 * (1 << 20)
+    proc = run_cli("capture", str(models["detector"]), "--out", str(split), *args, "--max-process-memory", str(limit))
+    assert proc.returncode == 0, proc.stderr
+    held = json.loads((split / "manifest.json").read_text())
+    code, report, _ = _compare(tmp_path / "r", whole, split)
+    _record("gpu_max_process_memory", limit=limit, whole=free["memory"], split=held["memory"],
+            chunks=(free["fetch_chunks"], held["fetch_chunks"]), verdict=report["verdict"])
+    assert held["fetch_chunks"] >= 2 and held["memory"]["run_peak_bytes"] <= limit
+    assert code == 0 and report["verdict"] == "identical"
+
+
 def test_repeat_shows_real_magnitudes_next_to_the_noise_floor(models: dict[str, Path], tmp_path: Path) -> None:
     code, report, stdout = _compare(tmp_path / "r", models["detector_ckpt"], models["detector"], "--device", "gpu",
                                     "--repeat", "3")
