@@ -89,16 +89,18 @@ def test_checkpoint_vs_savedmodel_with_autotune_off_is_identical(models: dict[st
 def test_a_gpu_capture_stays_under_max_process_memory(models: dict[str, Path], tmp_path: Path) -> None:
     """Issue 29 item 4 on the CUDA host: TensorFlow's peak over the plain runs (its CUDA libraries
     and host buffers included) is measured there too, the fetch is split under what the limit
-    leaves, and the process stays under it. With op determinism the parts are repeatable runs,
-    so the split capture holds the values of the whole one."""
+    leaves, and the process stays under it. On the H200 (2026-12-04) the split capture was not
+    bit-identical to the whole one inside, with op determinism on both: a later part's run
+    computed `block1/relu` as another kernel (Grappler fuses what that part does not fetch), and
+    compare said so ("rewritten at run time ... not its kernel"); the outputs were bit-identical."""
     from tracer.captures.process_memory import writer_share  # noqa: PLC0415
 
-    args = ("--device", "gpu", "--batch-size", "8", "--determinism")
+    args = ("--device", "gpu", "--batch-size", "256", "--examples", "256", "--determinism")  # 177 MB of tensors
     whole, split = tmp_path / "whole", tmp_path / "split"
     proc = run_cli("capture", str(models["detector"]), "--out", str(whole), *args)
     assert proc.returncode == 0, proc.stderr
     free = json.loads((whole / "manifest.json").read_text())
-    limit = free["memory"]["plain_peak_bytes"] + writer_share() + 28 * (1 << 20)
+    limit = free["memory"]["plain_peak_bytes"] + writer_share() + 80 * (1 << 20)  # the peak moves ~35 MB a process
     proc = run_cli("capture", str(models["detector"]), "--out", str(split), *args, "--max-process-memory", str(limit))
     assert proc.returncode == 0, proc.stderr
     held = json.loads((split / "manifest.json").read_text())
@@ -106,7 +108,11 @@ def test_a_gpu_capture_stays_under_max_process_memory(models: dict[str, Path], t
     _record("gpu_max_process_memory", limit=limit, whole=free["memory"], split=held["memory"],
             chunks=(free["fetch_chunks"], held["fetch_chunks"]), verdict=report["verdict"])
     assert held["fetch_chunks"] >= 2 and held["memory"]["run_peak_bytes"] <= limit
-    assert code == 0 and report["verdict"] == "identical"
+    assert code == 0 and report["verdict"] in ("identical", "within_tolerance")
+    assert all(o.get("max_abs") == 0 for o in report["outputs"].values()), report["outputs"]
+    first = report.get("first_divergence")
+    if first:  # the parts ran other kernels for what they did not fetch: never blamed on a kernel or noise
+        assert first["isolation"]["verdict"] in ("run_time_rewrite", "inherited"), first["isolation"]
 
 
 def test_repeat_shows_real_magnitudes_next_to_the_noise_floor(models: dict[str, Path], tmp_path: Path) -> None:
