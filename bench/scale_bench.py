@@ -105,6 +105,7 @@ def measure_scale(ws: Workspace, log: Callable[[str], None], batch: int = BATCH)
     """Capture both sides of ResNet-152 at ``batch``, compare them, and project tfdbg2's dump."""
     model = ws.model(MODEL, log)
     inputs = ws.inputs(model, batch)
+    load = [round(x, 2) for x in os.getloadavg()]  # other work on the machine moves the wall times
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     sides = [_capture(ws, "ckpt", model.ckpt, inputs, log), _capture(ws, "savedmodel", model.savedmodel, inputs, log)]
     report = ws.fresh("scale", "report")
@@ -119,7 +120,7 @@ def measure_scale(ws: Workspace, log: Callable[[str], None], batch: int = BATCH)
     for side in sides:
         shutil.rmtree(side["path"], ignore_errors=True)
     return {"model": MODEL, "batch": batch, "machine_memory_bytes": memory, "max_memory_bytes": 2 << 30,
-            "max_process_memory_bytes": PROCESS_LIMIT,
+            "max_process_memory_bytes": PROCESS_LIMIT, "load_average_at_start": load,
             "sides": sides, "compare": compare, "tfdbg_dump_bytes": {str(k): v for k, v in dumps.items()},
             "tfdbg_projected_bytes": projected}
 
@@ -139,7 +140,9 @@ def scale_section(d: dict[str, Any] | None) -> str:
     sides, compare = d["sides"], d["compare"]
     disk = max(s["disk"]["apparent"] for s in sides)
     out = ["### Bigger than memory: ResNet-152 at batch " f"{d['batch']} (`make bench-scale`)", "",
-           (f"Measured {d.get('finished', '?')} on this machine ({d['machine_memory_bytes'] / gb:.1f} GB of RAM). "
+           (f"Measured {d.get('finished', '?')} on this machine ({d['machine_memory_bytes'] / gb:.1f} GB of RAM"
+            + (f"; load average at start {d['load_average_at_start']}" if d.get("load_average_at_start") else "")
+            + "). "
             f"Each side's raw intermediate tensors total {sides[0]['activation_bytes'] / gb:.1f} GB "
             f"({sides[0]['held_mb'] / 1e3:.1f} GB with the weights), "
             f"{'more' if sides[0]['activation_bytes'] > d['machine_memory_bytes'] else 'less'} than the machine's "

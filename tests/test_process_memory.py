@@ -86,6 +86,19 @@ def test_the_side_refuses_a_limit_that_is_not_positive_and_records_it() -> None:
     assert Side.from_json({**side.to_json(), "max_process_memory": None}).max_process_memory is None
 
 
+def test_under_a_process_limit_the_child_maps_large_blocks_apart() -> None:
+    """glibc would keep what earlier parts freed in its arenas; 1 MB blocks and larger are mapped
+    apart, so they go back to the kernel when freed. Only under the limit, and a value the user
+    set wins."""
+    from tracer.runspec import child_env
+
+    side = Side(ArtifactRef("model"))
+    assert "MALLOC_MMAP_THRESHOLD_" not in child_env(side, base={})
+    assert child_env(side.with_(max_process_memory=10**9), base={})["MALLOC_MMAP_THRESHOLD_"] == str(1 << 20)
+    mine = {"MALLOC_MMAP_THRESHOLD_": "4194304"}
+    assert child_env(side.with_(max_process_memory=10**9), base=mine)["MALLOC_MMAP_THRESHOLD_"] == "4194304"
+
+
 # --------------------------------------------------------------------------- end to end
 
 

@@ -123,6 +123,11 @@ def run_capture(side: Side, out_dir: str, force: bool, prepared: Prepared | None
         manifest["timings"]["sync_s"] = round(writer.sync(), 4)  # the last background writes and fsyncs
         manifest["timings"]["total_s"] = round(time.perf_counter() - t_start, 4)  # all but writing the manifest
         manifest["memory"] = _memory_record(load_peak, plain_peak, peak_reset, fit)
+        if fit is not None and manifest["memory"]["run_peak_bytes"] > fit.limit:
+            manifest["notes"].append(
+                f"the process peaked at {manifest['memory']['run_peak_bytes']:,} bytes, above --max-process-memory "
+                f"{fit.limit:,}: more than TensorFlow's peak in the plain run, one fetch and the writer's share "
+                "(allocator caches, or a run holding more than the plain run did)")
         writer.finalize(manifest)
     runtime.close()
     return came_up
