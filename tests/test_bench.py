@@ -525,8 +525,8 @@ def test_the_scale_harness_samples_the_memory_of_the_whole_process_tree() -> Non
 
 def test_the_bigger_than_memory_section_is_the_committed_run() -> None:
     """BENCHMARKS.md shows bench/results_scale.json (make bench-scale), and what that run measured
-    holds: activations larger than the machine's memory, captured under the default --max-memory
-    in parts, each capture's last progress figure the bytes it holds, the two sides identical,
+    holds: activations larger than the machine's memory, captured in parts with each capture
+    process under --max-process-memory, each capture's last progress figure the bytes it holds, the two sides identical,
     disk under 0.3× tfdbg2's projected dump."""
     from bench.scale_bench import SCALE_NAME, load_scale, scale_section
 
@@ -535,6 +535,7 @@ def test_the_bigger_than_memory_section_is_the_committed_run() -> None:
     assert scale_section(run) in (REPO / "BENCHMARKS.md").read_text(encoding="utf-8")
     for side in run["sides"]:
         assert side["activation_bytes"] > run["machine_memory_bytes"] and side["fetch_chunks"] > 1
+        assert side["memory"]["run_peak_bytes"] <= run["max_process_memory_bytes"]  # the whole process, held
         assert side["progress"]["last_mb"] == side["held_mb"] and side["progress"]["never_backwards"]
         assert side["disk"]["apparent"] <= 0.3 * run["tfdbg_projected_bytes"]
     assert run["compare"]["verdict"] == "identical"
