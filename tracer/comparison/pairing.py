@@ -60,9 +60,10 @@ def inputs_from(cap: Capture, out: Path, signature_map: dict[str, str], name: st
     """Feed the other side the very examples this capture saw (under its key names when ``--map``
     renames them): B those of A, or A those of a capture given as B (``name``).
 
-    One input and no ``--map``: a plain ``.npy``, which a signature of one input takes whatever
-    its key (Keras's ``model.export`` keys it after the Input layer, ``tf.saved_model.save`` of the
-    same model ``inputs``); :func:`one_input_each` then pairs the keys."""
+    One input that ``--map`` does not name (it may map only outputs): a plain ``.npy``, which a
+    signature of one input takes whatever its key (Keras's ``model.export`` keys it after the Input
+    layer, ``tf.saved_model.save`` of the same model ``inputs``); :func:`one_input_each` then pairs
+    the keys."""
     inputs = cap.inputs
     lost = {key: cap.uncaptured.get(t, "not stored") for key, t in inputs.items() if not cap.has(t)}
     if lost:  # feeding B without it would end in a misleading "cannot be paired"
@@ -73,7 +74,7 @@ def inputs_from(cap: Capture, out: Path, signature_map: dict[str, str], name: st
                            "give both sides the same --inputs FILE.npz")
     arrays = {signature_map.get(key, key): np.asarray(cap.tensor(t)) for key, t in inputs.items()}
     buffer = io.BytesIO()
-    if len(arrays) == 1 and not signature_map:
+    if len(arrays) == 1 and not set(inputs) & set(signature_map):
         path = out / f"{name}.npy"
         np.save(buffer, next(iter(arrays.values())))
     else:
@@ -84,11 +85,15 @@ def inputs_from(cap: Capture, out: Path, signature_map: dict[str, str], name: st
     return InputSpec(inputs_file=str(path), seed=0, examples=examples)
 
 
-def one_input_each(view_a: CaptureView, view_b: CaptureView) -> dict[str, str]:
+def one_input_each(view_a: CaptureView, view_b: CaptureView, signature_map: dict[str, str] | None = None) -> dict[str, str]:
     """``{A's key: B's key}`` when each signature has one input and the keys differ: the one input
-    each side has is the same input (B was fed A's examples). Noted on side B, for the report."""
+    each side has is the same input (B was fed A's examples). Noted on side B, for the report.
+    ``--map`` that names neither input (``--map output_0=probs``: only the outputs differ) keeps
+    this pairing; one that names either input decides it."""
     (key_a, *more_a), (key_b, *more_b) = list(view_a.graph.inputs) or [None], list(view_b.graph.inputs) or [None]
     if more_a or more_b or key_a is None or key_b is None or key_a == key_b:
+        return {}
+    if signature_map and (key_a in signature_map or key_b in signature_map.values()):
         return {}
     notes = view_b.capture.manifest.setdefault("notes", [])
     if isinstance(notes, list):  # in memory only, for the report: the capture on disk is not changed

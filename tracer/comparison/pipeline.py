@@ -286,7 +286,7 @@ def _compare(
     cap_a, cap_b = _capture_sides(a, b, out, console, allow_unsafe_ops, signature_map or {}, read_memory, own_captures)
     cap_a.artifact_reads = cap_b.artifact_reads = ArtifactReads([cap_a, cap_b])  # one TensorFlow child for both
     view_a, view_b = CaptureView(cap_a), CaptureView(cap_b)
-    signature_map = signature_map or one_input_each(view_a, view_b)
+    signature_map = {**one_input_each(view_a, view_b, signature_map), **(signature_map or {})}
     apply_signature_map(view_a, view_b, signature_map)
     require_pairable(view_a, view_b)
     require_same_examples(view_a, view_b)
