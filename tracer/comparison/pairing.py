@@ -22,8 +22,10 @@ from ..errors import TftraceError
 from ..runspec import InputSpec, Side
 from ..safewrite import write_file
 
-__all__ = ["apply_signature_map", "examples_digest", "examples_of_a_given_capture", "inputs_from", "is_capture",
+__all__ = ["apply_signature_map", "cannot_take_examples", "examples_digest", "examples_of_a_given_capture", "inputs_from", "is_capture",
            "one_input_each", "require_pairable", "require_same_examples"]
+
+MAP_FIX = "map keys with --map A_KEY=B_KEY[,...], or choose matching signatures with --a-signature/--b-signature"
 
 
 def examples_digest(view: CaptureView) -> str | None:
@@ -102,6 +104,19 @@ def one_input_each(view_a: CaptureView, view_b: CaptureView, signature_map: dict
     return {key_a: key_b}
 
 
+def cannot_take_examples(refusal: TftraceError) -> TftraceError:
+    """The error for B refusing A's examples. ``--map`` helps only where the keys differ (an ``.npz``
+    under A's keys, one array for several inputs); where the inputs were paired (by key, by
+    ``--map`` or one input each) and an array does not fit (its shape or dtype), the two models take
+    different inputs: renaming keys changes nothing."""
+    keys_differ = any(phrase in refusal.problem for phrase in (" has keys ", " holds one array "))
+    fix = MAP_FIX if keys_differ else (
+        "the inputs are paired, but the two models take different ones (another shape or dtype) and both sides "
+        "run on the same examples: compare two models that take the same input, or choose B's signature that "
+        "takes A's with --b-signature")
+    return TftraceError(f"the two signatures cannot be paired: B cannot take A's examples ({refusal.problem})", fix)
+
+
 def apply_signature_map(view_a: CaptureView, view_b: CaptureView, mapping: dict[str, str]) -> None:
     for key_a, key_b in mapping.items():
         for role in ("inputs", "outputs"):
@@ -119,10 +134,7 @@ def require_pairable(view_a: CaptureView, view_b: CaptureView) -> None:
             problems.append(f"{role}: A has {sorted(ka)}, B has {sorted(kb)}")
     common_outputs = set(ga.outputs) & set(gb.outputs)
     if not common_outputs or (set(ga.inputs) != set(gb.inputs)):
-        raise TftraceError(
-            "the two signatures cannot be paired (" + "; ".join(problems) + ")",
-            "map keys with --map A_KEY=B_KEY[,...], or choose matching signatures with --a-signature/--b-signature",
-        )
+        raise TftraceError("the two signatures cannot be paired (" + "; ".join(problems) + ")", MAP_FIX)
 
 
 def require_same_examples(view_a: CaptureView, view_b: CaptureView) -> None:
