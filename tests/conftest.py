@@ -154,7 +154,7 @@ def mobilenet_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def keras_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Keras 3 exports of one small functional model (see tests/fixtures/keras_export.py), built once
     per session in a child process: ``export/`` (``model.export``), ``tfsave/``
-    (``tf.saved_model.save``), ``bf16/`` and ``fp16/`` (the same weights under ``mixed_bfloat16`` and
+    (``tf.saved_model.save``), ``module/`` (a ``tf.Module`` serving it under its own keys), ``bf16/`` and ``fp16/`` (the same weights under ``mixed_bfloat16`` and
     ``mixed_float16``), ``auto_f32/`` and ``auto_fp16/`` (float32 and mixed_float16 twins left for Keras
     to name, so their scopes differ), ``model.keras``; recurrent exports ``lstm/`` (and ``lstm_tfsave/``),
     ``gru/``, ``simple_rnn/``, ``lstm_unrolled/`` with their inputs ``seq.npz`` and what TensorFlow

@@ -15,7 +15,7 @@ import networkx as nx
 import numpy as np
 import pytest
 
-from conftest import assert_user_error, run_cli
+from conftest import assert_user_error, build_model, run_cli
 
 pytestmark = pytest.mark.slow
 EXAMPLES = ("--examples", "4")
@@ -222,9 +222,43 @@ def test_first_nan_op_is_named(models, tmp_path):
 
 
 def test_signatures_that_cannot_be_paired(models, real_models, tmp_path):
+    """One input each (``images``, ``x``): paired, and A's images do not fit B's ``[?, 1]``; --map
+    would pair the same two."""
     proc = run_cli("compare", str(models["detector"]), str(real_models["half_plus_two"]), "--out", str(tmp_path / "r"),
                    *EXAMPLES)
-    assert_user_error(proc, "cannot be paired", "--map")
+    assert_user_error(proc, "cannot be paired", "the two models take different ones", "--b-signature")
+    assert "--map" not in proc.stderr
+
+
+WIDTH_MODEL = """
+import sys
+import tensorflow as tf
+
+class Scale(tf.Module):
+    def __init__(self, width):
+        self.w = tf.Variable(tf.ones([width]))
+
+    @tf.function(input_signature=[tf.TensorSpec([None, int(sys.argv[2])], tf.float32, name="x")])
+    def __call__(self, x):
+        return {"y": x * self.w}
+
+model = Scale(int(sys.argv[2]))
+tf.saved_model.save(model, sys.argv[1], signatures={"serving_default": model.__call__})
+"""
+
+
+def test_inputs_whose_keys_pair_but_whose_shapes_differ_are_not_sent_to_map(tmp_path: Path) -> None:
+    """Keys that pair (``x`` and ``x``, by name or by ``--map x=x``) with inputs of other shapes:
+    renaming keys cannot help, yet the error said "Map keys with --map"."""
+    for width in (4, 6):
+        build_model(WIDTH_MODEL, tmp_path / f"w{width}", width)
+    for extra in ((), ("--map", "x=x,y=y")):
+        proc = run_cli("compare", str(tmp_path / "w4"), str(tmp_path / "w6"), "--out", str(tmp_path / "r"), *EXAMPLES,
+                       *extra)
+        assert_user_error(proc, "B cannot take A's examples (input 'x' has shape [4, 4], the signature expects [?, 6])",
+                          "The inputs are paired, but the two models take different ones (another shape or dtype)",
+                          "--b-signature")
+        assert "--map" not in proc.stderr.replace("--map x=x,y=y", "")
 
 
 def test_incomplete_capture_is_refused(models, tmp_path):

@@ -90,6 +90,27 @@ def tf1_map_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+TF1_TWO_MAPS_MODEL = """
+import os, sys
+os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
+import tensorflow as tf
+tf1 = tf.compat.v1
+tf1.disable_v2_behavior()
+with tf.Graph().as_default():
+    x = tf1.placeholder(tf.float32, [None, 8], name="x")
+    w = tf1.get_variable("w", [8], initializer=tf1.random_normal_initializer(seed=1))
+    h = tf.map_fn(lambda row: tf.nn.relu(row) * 0.5, x * w, name="first")  # no GEMM: bit-identical at any batch
+    spread = tf.map_fn(lambda row: tf.reduce_max(row) - tf.reduce_min(row), h, name="second")
+    y = tf.identity(spread, name="y")
+    with tf1.Session() as session:
+        session.run(tf1.global_variables_initializer())
+        builder = tf1.saved_model.Builder(os.path.join(sys.argv[1], "savedmodel"))
+        signature = tf1.saved_model.predict_signature_def({"x": x}, {"y": y})
+        builder.add_meta_graph_and_variables(session, ["serve"], signature_def_map={"serving_default": signature})
+        builder.save()
+"""
+
+
 def _compare(out: Path, a: Path, b: Path, *args: str) -> tuple[int, dict[str, Any], str]:
     proc = run_cli("compare", str(a), str(b), "--out", str(out), "--onednn", "off", "--examples", "8", *args)
     assert proc.returncode in (0, 1), proc.stderr
@@ -197,3 +218,21 @@ def test_a_batch_index_from_the_shape_is_metadata_not_a_divergence(tf1_map_model
     assert all(o["op"] != "Range" for o in report["origins"])
     assert nodes["map/TensorArrayStack/TensorArrayGatherV3"]["status"] in ("identical", "within_tolerance")
     assert report["outputs"]["y"]["identical"] is not None
+
+
+@pytest.mark.slow
+def test_a_batch_index_from_the_shape_of_a_map_fn_result_is_metadata(tmp_path: Path) -> None:
+    """A second TF1 map_fn unstacks the first one's stacked result: its Range(0, tf.shape(h)[0])
+    follows the batch size like the first's. It was taken for a count of values (the first stack
+    gathers a TensorArray, which holds values) and judged an origin "up to 3" at batch 1 vs 4
+    while the outputs were bit-identical."""
+    build_model(TF1_TWO_MAPS_MODEL, tmp_path / "model")
+    code, report, stdout = _compare(tmp_path / "out", tmp_path / "model" / "savedmodel",
+                                    tmp_path / "model" / "savedmodel", "--a-batch-size", "1", "--b-batch-size", "4")
+    assert code == 0 and report["verdict"] == "identical" and stdout.startswith("IDENTICAL"), stdout
+    assert report["origins"] == []
+    for index in ("second/TensorArrayUnstack/range", "second/TensorArrayStack/range"):
+        assert report["nodes"][index]["status"] == "not_compared"
+        assert report["nodes"][index]["reason"] == ("computed from a shape, not from values (e.g. a batch index): "
+                                                    "depends on the batch size")
+    assert report["nodes"]["first/TensorArrayStack/TensorArrayGatherV3"]["status"] == "identical"

@@ -9,7 +9,7 @@ import pytest
 
 from tracer.comparison.align import ROLE_COMPARED, ROLE_REWRITTEN, Alignment, NodeAlignment, TensorPair
 from tracer.comparison.divergence import Divergence, NodeResult, Tolerance, classify
-from tracer.comparison.pairing import inputs_from
+from tracer.comparison.pairing import cannot_take_examples, inputs_from
 from tracer.comparison.pipeline import to_isolate
 from tracer.errors import TftraceError
 from tracer.metrics import compare_arrays
@@ -154,6 +154,22 @@ def test_b_is_not_fed_without_an_input_that_a_could_not_keep(tmp_path: Path) -> 
                                            r"str values cannot be stored\), so B cannot be fed A's examples"):
         inputs_from(Stub(), tmp_path, {})  # type: ignore[arg-type]
     assert list(tmp_path.iterdir()) == []
+
+
+def test_map_is_offered_only_when_b_refused_as_examples_keys() -> None:
+    """B refusing A's examples: keys that differ are fixed by --map; an array whose key pairs but whose
+    shape does not fit is not (the models take different inputs)."""
+    keys = cannot_take_examples(TftraceError("r/inputs_from_a.npz has keys ['image'] but the signature expects "
+                                             "['inputs']", "name the arrays after the signature input keys"))
+    assert str(keys) == ("the two signatures cannot be paired: B cannot take A's examples (r/inputs_from_a.npz has "
+                         "keys ['image'] but the signature expects ['inputs']). Map keys with --map A_KEY=B_KEY[,...], "
+                         "or choose matching signatures with --a-signature/--b-signature.")
+    shape = cannot_take_examples(TftraceError("input 'images' has shape [8, 32, 32, 3], the signature expects "
+                                              "[?, 24, 24, 3]", "reshape the array to fit"))
+    assert shape.fix == ("the inputs are paired, but the two models take different ones (another shape or dtype) and "
+                         "both sides run on the same examples: compare two models that take the same input, or choose "
+                         "B's signature that takes A's with --b-signature")
+    assert "--map" not in str(shape)
 
 
 # After a TF1 tf.map_fn: the input h unstacked into a TensorArray (scatter), a loop (not

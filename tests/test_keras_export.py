@@ -83,6 +83,22 @@ def test_model_export_and_tf_saved_model_save_compute_identically_their_inputs_p
     assert report["sides"]["a"]["examples"]["digest"] == report["sides"]["b"]["examples"]["digest"]
 
 
+def test_mapping_only_the_outputs_keeps_the_one_input_each_pairing(keras_models: Path, tmp_path: Path) -> None:
+    """``model.export`` vs a ``tf.Module`` saved with its own keys: the outputs need ``--map``, the
+    one input each does not. Mapping the outputs alone once turned that pairing off: B was fed
+    A's examples under A's key and refused them ("… has keys ['image'] but the signature expects
+    ['inputs']")."""
+    proc = run_cli("compare", str(keras_models / "export"), str(keras_models / "module"), "--map",
+                   "output_0=scores,output_1=boxes", "--out", str(tmp_path / "r"), env=OFF)
+    assert proc.returncode == 0, proc.stderr
+    report = _report(tmp_path / "r")
+    assert report["verdict"] == "identical" and proc.stdout.startswith("IDENTICAL")
+    assert set(report["outputs"]) == {"output_0", "output_1"}
+    assert ("its one input 'inputs' was paired with A's one input 'image' (keyed differently; --map A_KEY=B_KEY "
+            "pairs keys by hand)") in report["sides"]["b"]["notes"]
+    assert report["sides"]["b"]["examples"]["source"].endswith("inputs_from_a.npy")
+
+
 def test_a_keras_file_is_refused_with_the_export_that_makes_it_readable(keras_models: Path) -> None:
     proc = run_cli("compare", str(keras_models / "model.keras"), str(keras_models / "export"))
     assert_user_error(proc, f"{keras_models}/model.keras is a Keras model file",

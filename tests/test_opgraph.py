@@ -95,6 +95,38 @@ def test_a_count_of_boxes_read_from_a_shape_depends_on_values_not_the_batch() ->
     assert g.batch_dependent_ops() == {"shape": "shape", "n": "shape", "index": "shape"}
 
 
+def test_the_shape_of_a_tf1_map_fn_stack_is_the_batch_size_not_a_count_of_values() -> None:
+    """A TF1 ``map_fn`` stacks its results with ``TensorArrayGatherV3(ta, Range(0, batch), flow)``:
+    value-sized by its indices only. Its TensorArray holds values, yet its length is the batch
+    size, so the next ``map_fn``'s ``Range(0, tf.shape(stacked)[0])`` is a batch index (it was
+    taken for a count of values and judged an origin at batch 1 vs 8). A Where after the stack
+    still sets its length from values: a count read from its shape is compared."""
+    g = OpGraph.from_json({"inputs": {"x": "x:0"}, "outputs": {"y": "map2/gather:0", "n": "count:0"}, "nodes": [
+        node("x", "Placeholder"),
+        node("shape", "Shape", ["x:0"]),
+        node("n", "StridedSlice", ["shape:0"]),
+        node("map/ta", "TensorArrayV3", ["n:0"], outputs=2),
+        node("map/unstack/range", "Range", ["n:0"]),
+        node("map/scatter", "TensorArrayScatterV3", ["map/ta:0", "map/unstack/range:0", "x:0", "map/ta:1"]),
+        node("map/read", "TensorArrayReadV3", ["map/ta:0", "map/unstack/range:0", "map/scatter:0"]),
+        node("map/body", "Relu", ["map/read:0"]),
+        node("map/out", "TensorArrayV3", ["n:0"], outputs=2),
+        node("map/write", "TensorArrayWriteV3", ["map/out:0", "map/unstack/range:0", "map/body:0", "map/out:1"]),
+        node("map/stack/range", "Range", ["n:0"]),
+        node("map/stack", "TensorArrayGatherV3", ["map/out:0", "map/stack/range:0", "map/write:0"]),
+        node("map2/shape", "Shape", ["map/stack:0"]),
+        node("map2/n", "StridedSlice", ["map2/shape:0"]),
+        node("map2/range", "Range", ["map2/n:0"]),
+        node("map2/gather", "GatherV2", ["map/stack:0", "map2/range:0"]),
+        node("kept", "Where", ["map/stack:0"]),
+        node("kept_shape", "Shape", ["kept:0"]),
+        node("count", "StridedSlice", ["kept_shape:0"]),
+    ]})
+    derived = g.batch_dependent_ops()
+    assert {"map2/shape", "map2/n", "map2/range", "map/unstack/range", "map/stack/range"} <= set(derived)
+    assert {"map/stack", "map2/gather", "kept", "kept_shape", "count"}.isdisjoint(derived)
+
+
 def test_index_arithmetic_offset_by_the_batch_position_is_batch_dependent() -> None:
     """``argmax + Range(batch)*K`` indexes the flattened batch: its values depend on each row's
     position in its run (a gather index into the whole batch), so it is batch-dependent like the

@@ -27,7 +27,7 @@ import networkx as nx
 from .jsonvalues import jsonable
 from .function_digests import FunctionDigests
 from .optypes import (EXIT_OPS, FLOW_CARRIERS, FRAME_OPS, LOOP_BACK_EDGE_OPS, OFFSET_CARRIERS, PASS_THROUGH,
-                      SHAPE_READERS, TENSOR_ARRAY_FLOW_INPUT, VALUE_SIZED_OPS, WEIGHT_OPS)
+                      SHAPE_READERS, TENSOR_ARRAY_FLOW_INPUT, VALUE_SIZED_BY, VALUE_SIZED_OPS, WEIGHT_OPS)
 
 __all__ = ["OpGraph", "tensor_op", "tensor_slot", "relevant_slots", "NOT_FETCHABLE_DTYPES", "WHILE_FRAME_REASON",
            "EXIT_OPS", "FRAME_OPS", "reachable", "ops_in_while_frames", "weight_of", "weight_reads"]
@@ -169,7 +169,7 @@ class OpGraph:
         readers: set[str] = set()  # shape readers whose input's shape was set by values
         while True:
             on_values = _reach(self.g, fed, lambda op: self.g.nodes[op]["op"] not in SHAPE_READERS or op in readers)
-            sized = {op for op in on_values if self.g.nodes[op]["op"] in VALUE_SIZED_OPS}
+            sized = {op for op in on_values if self._sized_by_values(op, on_values)}
             value_shaped = _reach(self.g, sized, lambda op: self.g.nodes[op]["op"] not in SHAPE_READERS)
             more = {op for op in on_feed - readers if self.g.nodes[op]["op"] in SHAPE_READERS
                     and any(src in value_shaped for src, _ in self.g.in_edges(op)
@@ -177,6 +177,17 @@ class OpGraph:
             if not more:
                 return on_values
             readers |= more
+
+    def _sized_by_values(self, op: str, on_values: set[str]) -> bool:
+        """Whether value-sized ``op`` takes its output's length from values: from an input in
+        ``on_values`` among those that set it (:data:`VALUE_SIZED_BY`). A TF1 ``map_fn``'s stack
+        gathers its TensorArray, which holds values, by ``Range(0, batch)``: its length is the
+        batch size, and a ``tf.shape`` of what follows it is the batch size too."""
+        if self.g.nodes[op]["op"] not in VALUE_SIZED_OPS:
+            return False
+        sizing = VALUE_SIZED_BY.get(self.g.nodes[op]["op"])
+        inputs = self.data_inputs(op)
+        return any(tensor_op(t) in on_values for i, t in enumerate(inputs) if sizing is None or i in sizing)
 
     def _offset_by(self, derived: set[str]) -> set[str]:
         """Integer ops whose values take an offset from ``derived`` ops: those reached from them

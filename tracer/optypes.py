@@ -20,7 +20,7 @@ __all__ = [
     "TENSOR_ARRAY_FLOW_INPUT", "FLOW_CARRIERS", "TENSOR_ARRAY_READ_OPS", "TENSOR_LIST_READ_OPS", "loop_result",
     "SHAPE_OPS", "SHAPE_READERS", "OFFSET_CARRIERS", "MAYBE_UNCHANGED_OPS",
     "STATE_CHANGING_OPS", "STATE_CHANGING_PREFIXES", "changes_state", "RANDOM_OPS", "STATEFUL_RANDOM_PREFIXES",
-    "draws_random", "BOOKKEEPING_OPS", "RUNTIME_PLUMBING", "VALUE_SIZED_OPS",
+    "draws_random", "BOOKKEEPING_OPS", "RUNTIME_PLUMBING", "VALUE_SIZED_OPS", "VALUE_SIZED_BY",
 ]
 
 # ---- variables, weights and what reads them -------------------------------------------------
@@ -206,3 +206,10 @@ VALUE_SIZED_OPS = frozenset({
     "NonMaxSuppressionWithOverlaps", "CombinedNonMaxSuppression", "TensorArrayGatherV3", "TensorArrayConcatV3",
     "TensorListStack", "TensorListConcatV2", "RaggedTensorToTensor", "StringSplit", "StringSplitV2",
 })
+# The inputs that set the output's length, for value-sized ops that take it from some inputs only (input
+# index; an op not here: every input). ``Range(0, tf.shape(x)[0])`` and a TensorArray's stack (a gather
+# by that Range) take it from the batch size, not from values, though their other inputs carry values.
+VALUE_SIZED_BY: dict[str, frozenset[int]] = {
+    "Fill": frozenset({0}), "Empty": frozenset({0}), "Tile": frozenset({1}), "BroadcastTo": frozenset({1}),
+    "SparseToDense": frozenset({1}), "TensorArrayGatherV3": frozenset({1}),
+}

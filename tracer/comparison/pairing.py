@@ -22,8 +22,10 @@ from ..errors import TftraceError
 from ..runspec import InputSpec, Side
 from ..safewrite import write_file
 
-__all__ = ["apply_signature_map", "examples_digest", "examples_of_a_given_capture", "inputs_from", "is_capture",
+__all__ = ["apply_signature_map", "cannot_take_examples", "examples_digest", "examples_of_a_given_capture", "inputs_from", "is_capture",
            "one_input_each", "require_pairable", "require_same_examples"]
+
+MAP_FIX = "map keys with --map A_KEY=B_KEY[,...], or choose matching signatures with --a-signature/--b-signature"
 
 
 def examples_digest(view: CaptureView) -> str | None:
@@ -60,9 +62,10 @@ def inputs_from(cap: Capture, out: Path, signature_map: dict[str, str], name: st
     """Feed the other side the very examples this capture saw (under its key names when ``--map``
     renames them): B those of A, or A those of a capture given as B (``name``).
 
-    One input and no ``--map``: a plain ``.npy``, which a signature of one input takes whatever
-    its key (Keras's ``model.export`` keys it after the Input layer, ``tf.saved_model.save`` of the
-    same model ``inputs``); :func:`one_input_each` then pairs the keys."""
+    One input that ``--map`` does not name (it may map only outputs): a plain ``.npy``, which a
+    signature of one input takes whatever its key (Keras's ``model.export`` keys it after the Input
+    layer, ``tf.saved_model.save`` of the same model ``inputs``); :func:`one_input_each` then pairs
+    the keys."""
     inputs = cap.inputs
     lost = {key: cap.uncaptured.get(t, "not stored") for key, t in inputs.items() if not cap.has(t)}
     if lost:  # feeding B without it would end in a misleading "cannot be paired"
@@ -73,7 +76,7 @@ def inputs_from(cap: Capture, out: Path, signature_map: dict[str, str], name: st
                            "give both sides the same --inputs FILE.npz")
     arrays = {signature_map.get(key, key): np.asarray(cap.tensor(t)) for key, t in inputs.items()}
     buffer = io.BytesIO()
-    if len(arrays) == 1 and not signature_map:
+    if len(arrays) == 1 and not set(inputs) & set(signature_map):
         path = out / f"{name}.npy"
         np.save(buffer, next(iter(arrays.values())))
     else:
@@ -84,17 +87,34 @@ def inputs_from(cap: Capture, out: Path, signature_map: dict[str, str], name: st
     return InputSpec(inputs_file=str(path), seed=0, examples=examples)
 
 
-def one_input_each(view_a: CaptureView, view_b: CaptureView) -> dict[str, str]:
+def one_input_each(view_a: CaptureView, view_b: CaptureView, signature_map: dict[str, str] | None = None) -> dict[str, str]:
     """``{A's key: B's key}`` when each signature has one input and the keys differ: the one input
-    each side has is the same input (B was fed A's examples). Noted on side B, for the report."""
+    each side has is the same input (B was fed A's examples). Noted on side B, for the report.
+    ``--map`` that names neither input (``--map output_0=probs``: only the outputs differ) keeps
+    this pairing; one that names either input decides it."""
     (key_a, *more_a), (key_b, *more_b) = list(view_a.graph.inputs) or [None], list(view_b.graph.inputs) or [None]
     if more_a or more_b or key_a is None or key_b is None or key_a == key_b:
+        return {}
+    if signature_map and (key_a in signature_map or key_b in signature_map.values()):
         return {}
     notes = view_b.capture.manifest.setdefault("notes", [])
     if isinstance(notes, list):  # in memory only, for the report: the capture on disk is not changed
         notes.append(f"its one input {key_b!r} was paired with A's one input {key_a!r} (keyed differently; "
                      "--map A_KEY=B_KEY pairs keys by hand)")
     return {key_a: key_b}
+
+
+def cannot_take_examples(refusal: TftraceError) -> TftraceError:
+    """The error for B refusing A's examples. ``--map`` helps only where the keys differ (an ``.npz``
+    under A's keys, one array for several inputs); where the inputs were paired (by key, by
+    ``--map`` or one input each) and an array does not fit (its shape or dtype), the two models take
+    different inputs: renaming keys changes nothing."""
+    keys_differ = any(phrase in refusal.problem for phrase in (" has keys ", " holds one array "))
+    fix = MAP_FIX if keys_differ else (
+        "the inputs are paired, but the two models take different ones (another shape or dtype) and both sides "
+        "run on the same examples: compare two models that take the same input, or choose B's signature that "
+        "takes A's with --b-signature")
+    return TftraceError(f"the two signatures cannot be paired: B cannot take A's examples ({refusal.problem})", fix)
 
 
 def apply_signature_map(view_a: CaptureView, view_b: CaptureView, mapping: dict[str, str]) -> None:
@@ -114,10 +134,7 @@ def require_pairable(view_a: CaptureView, view_b: CaptureView) -> None:
             problems.append(f"{role}: A has {sorted(ka)}, B has {sorted(kb)}")
     common_outputs = set(ga.outputs) & set(gb.outputs)
     if not common_outputs or (set(ga.inputs) != set(gb.inputs)):
-        raise TftraceError(
-            "the two signatures cannot be paired (" + "; ".join(problems) + ")",
-            "map keys with --map A_KEY=B_KEY[,...], or choose matching signatures with --a-signature/--b-signature",
-        )
+        raise TftraceError("the two signatures cannot be paired (" + "; ".join(problems) + ")", MAP_FIX)
 
 
 def require_same_examples(view_a: CaptureView, view_b: CaptureView) -> None:

@@ -38,8 +38,8 @@ from ..runspec import InputSpec, Side
 from ..safewrite import claim, output_directory
 from .measure import pair_metrics, plain_output_metrics, value_source
 from .noise import NONDETERMINISTIC_GPU, Noise, OutputNoise, measure_noise, sides_to_repeat
-from .pairing import (apply_signature_map, examples_digest, examples_of_a_given_capture, inputs_from, is_capture,
-                      one_input_each, require_pairable, require_same_examples)
+from .pairing import (apply_signature_map, cannot_take_examples, examples_digest, examples_of_a_given_capture,
+                      inputs_from, is_capture, one_input_each, require_pairable, require_same_examples)
 from .statuses import BORN_HERE, verdict_exit_code, worse
 
 __all__ = ["Comparison", "compare", "comparing", "directory_size", "open_or_capture", "to_isolate"]
@@ -286,7 +286,7 @@ def _compare(
     cap_a, cap_b = _capture_sides(a, b, out, console, allow_unsafe_ops, signature_map or {}, read_memory, own_captures)
     cap_a.artifact_reads = cap_b.artifact_reads = ArtifactReads([cap_a, cap_b])  # one TensorFlow child for both
     view_a, view_b = CaptureView(cap_a), CaptureView(cap_b)
-    signature_map = signature_map or one_input_each(view_a, view_b)
+    signature_map = {**one_input_each(view_a, view_b, signature_map), **(signature_map or {})}
     apply_signature_map(view_a, view_b, signature_map)
     require_pairable(view_a, view_b)
     require_same_examples(view_a, view_b)
@@ -344,10 +344,7 @@ def _capture_sides(a: str | Side, b: str | Side, out: Path, console: Console, al
         except TftraceError as exc:
             if shared is None or not any(t in exc.problem for t in ("the signature expects", "holds one array")):
                 raise
-            raise TftraceError(
-                f"the two signatures cannot be paired: B cannot take A's examples ({exc.problem})",
-                "map keys with --map A_KEY=B_KEY[,...], or choose matching signatures with --a-signature/--b-signature",
-            ) from exc
+            raise cannot_take_examples(exc) from exc
     finally:
         if ahead.get("b") is not None:
             ahead["b"].cancel()  # its job never came (A failed), or it is over: nothing is left running
