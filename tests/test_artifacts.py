@@ -164,6 +164,46 @@ def test_checkpoint_without_its_meta_graph(tf: Any, models: dict[str, Path], tmp
                                                         f"{tmp_path}/model.ckpt.meta is missing.")
 
 
+TF2_CHECKPOINT = """
+import sys
+import keras
+import tensorflow as tf
+model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
+tf.train.Checkpoint(model=model, step=tf.Variable(5)).save(sys.argv[1] + "/ckpt")
+"""
+
+
+def test_a_tf2_object_based_checkpoint_is_told_to_export_a_saved_model(tf: Any, tmp_path: Path) -> None:
+    """A tf.train.Checkpoint holds no graph, ever: the Saver's write_meta_graph advice helps no one
+    who wrote one. Refused as what it is, by the loader and, before any child starts, by the CLI
+    (diagnose once printed "[base side] capturing" first)."""
+    from conftest import assert_user_error, build_model, run_cli  # noqa: PLC0415
+
+    build_model(TF2_CHECKPOINT, tmp_path / "tf2ckpt")
+    said = (f"checkpoint {tmp_path}/tf2ckpt/ckpt-1 is a TF2 object-based checkpoint (tf.train.Checkpoint; its index "
+            f"holds _CHECKPOINTABLE_OBJECT_GRAPH), which holds weights but no graph ({tmp_path}/tf2ckpt/ckpt-1.meta "
+            "does not exist, and TF2 never writes one). Rebuild the model in Python, restore this checkpoint into it "
+            "and export it: tf.saved_model.save(model, 'exported') (Keras 3: model.export('exported')); then give "
+            "that directory.")
+    assert error_of(tmp_path / "tf2ckpt") == said
+    for args in (("diagnose", str(tmp_path / "tf2ckpt")), ("compare", f"{tmp_path}/tf2ckpt/ckpt-1.index", str(tmp_path))):
+        proc = run_cli(*args, "--out", str(tmp_path / "out"))
+        assert_user_error(proc, f"tftrace: error: {said}")
+        assert "capturing" not in proc.stderr and not (tmp_path / "out").exists()
+
+
+def test_a_tf1_checkpoint_without_its_meta_is_refused_before_any_child(models: dict[str, Path],
+                                                                       tmp_path: Path) -> None:
+    from conftest import assert_user_error, run_cli  # noqa: PLC0415
+
+    for ext in ("index", "data-00000-of-00001"):
+        shutil.copy(models["detector_ckpt"] / f"model.ckpt.{ext}", tmp_path / f"model.ckpt.{ext}")
+    proc = run_cli("diagnose", str(tmp_path / "model.ckpt"), "--out", str(tmp_path / "out"))
+    assert_user_error(proc, f"checkpoint {tmp_path}/model.ckpt has no graph: {tmp_path}/model.ckpt.meta is missing. "
+                            "Tftrace needs the .meta file written by tf.compat.v1.train.Saver (write_meta_graph=True)")
+    assert "capturing" not in proc.stderr
+
+
 def test_checkpoint_meta_without_a_signature(tf: Any, models: dict[str, Path], tmp_path: Path) -> None:
     """An old training checkpoint: its .meta names no inputs or outputs; --outputs says what to trace."""
     from tensorflow.core.protobuf import meta_graph_pb2  # noqa: PLC0415

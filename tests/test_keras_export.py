@@ -219,7 +219,8 @@ def test_an_lstm_export_at_batch_1_vs_8_differs_after_its_loop_within_tolerance(
     assert report["answers"]["causes"] == ["batch"]
     assert why_lines(report["answers"])[0] == (
         "Shape-dependent kernel choice (GEMM blocking on CPU, cuDNN/cuBLAS algorithm per shape on GPU): the sides "
-        "run batch 1 vs 8; the origin op, replayed with the while loop above it, differs given identical inputs.")
+        f"run batch 1 vs 8; the difference starts at `{LSTM}strided_slice_3` (StridedSlice), which, replayed with the "
+        "while loop above it, differs given identical inputs.")
     assert isolation_words("own_error", loop_above=True, sep=": ") in " ".join(proc.stdout.split())
     assert "its own kernel differs" not in proc.stdout
 

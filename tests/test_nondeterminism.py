@@ -268,7 +268,8 @@ def test_a_resize_fused_into_a_conv_is_said_beside_the_batch_norm_fold() -> None
 
 def test_the_batch_sentence_ends_where_its_evidence_does() -> None:
     """Without an own-error isolation the batch sentence once ended in a dangling ';'."""
-    assert "the sides run batch 8 vs 1; the origin op's own kernel differs given identical inputs." in \
+    assert ("the sides run batch 8 vs 1; the difference starts at `block1/conv/Conv2D` (Conv2D), whose own "
+            "kernel differs given identical inputs.") in \
         explain_comparison(_report("cpu", "own_error", batch_b=1))["why"][0]
     assert explain_comparison(_report("cpu", None, batch_b=1))["why"][0].endswith("the sides run batch 8 vs 1.")
 

@@ -6,8 +6,10 @@ led a "why" whose real cause, a folded batch norm 5.2e-4 beyond tolerance, came 
 for — the run-to-run noise for nondeterminism, the origin's difference replayed on identical inputs
 for an export rewrite or a weight, the first divergence's difference for a setting that differs —
 and the causes are ranked by it, biggest first (the observer effect last: see :func:`ranked`). The cause of the first divergence beyond tolerance
-carries at least that divergence's size, so it is never listed below a cause of a smaller effect.
-A cause nothing measured is listed last, and says so.
+carries at least that divergence's size, so it is never listed below a cause of a smaller effect;
+where nothing went beyond tolerance the bitwise first divergence stands in, and is called that
+(a "beyond tolerance" next to a report whose ``first_divergence_beyond_tolerance`` is null said
+more than was measured). A cause nothing measured is listed last, and says so.
 """
 
 from __future__ import annotations
@@ -57,8 +59,20 @@ def _noise(report: dict[str, Any], first: dict[str, Any] | None) -> tuple[float 
     return None, ""
 
 
+def _first_divergence(report: dict[str, Any]) -> tuple[dict[str, Any] | None, str]:
+    """The first divergence a cause's share is held to, and its words: the first beyond tolerance,
+    else (nothing was beyond it) the bitwise first, said as such."""
+    beyond = report.get("first_divergence_beyond_tolerance")
+    if isinstance(beyond, dict) and beyond.get("node"):
+        return beyond, "the first divergence beyond tolerance"
+    first = report.get("first_divergence")
+    if isinstance(first, dict) and first.get("node"):
+        return first, "the first divergence (bitwise; nothing differs beyond tolerance)"
+    return None, ""
+
+
 def _first_cause(report: dict[str, Any], found: dict[str, str], first: dict[str, Any] | None) -> str | None:
-    """The cause key of the first divergence beyond tolerance, among those found."""
+    """The cause key of the first divergence (beyond tolerance where one is), among those found."""
     if not first:
         return None
     iso = (first.get("isolation") or {}).get("verdict")
@@ -78,7 +92,7 @@ def _first_cause(report: dict[str, Any], found: dict[str, str], first: dict[str,
 def shares(report: dict[str, Any], found: dict[str, str]) -> dict[str, Share]:
     """Each found cause -> what it was measured to account for."""
     origins = [o for o in report.get("origins") or [] if isinstance(o, dict)]
-    first = report.get("first_divergence_beyond_tolerance") or report.get("first_divergence")
+    first, first_words = _first_divergence(report)
     out: dict[str, Share] = {}
     for key in found:
         size: float | None = None
@@ -109,7 +123,7 @@ def shares(report: dict[str, Any], found: dict[str, str]) -> dict[str, Share]:
         size = _num(first.get("max_abs"))
         if size is not None and (out[key]["max_abs"] is None or out[key]["max_abs"] < size):
             out[key] = {"cause": key, "max_abs": size,
-                        "measured": f"the first divergence beyond tolerance, `{first.get('node')}`"}
+                        "measured": f"{first_words}, `{first.get('node')}`"}
         out[key]["first_divergence"] = True
     return out
 

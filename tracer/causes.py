@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .cause_shares import ranked, share_words, shares
-from .comparison.statuses import ISOLATION
+from .comparison.statuses import ISOLATION, isolation_clause
 from .diff.kinds import kind_of
 from .optypes import RESIZE_FUSED_CONV_FILTER, loop_result
 from .text import count
@@ -163,12 +163,23 @@ def _state_evidence(first: dict[str, Any], sides: tuple[dict[str, Any], dict[str
             "sides read the same value: no kernel, input or export differs.")
 
 
-def _own_error_words(first: dict[str, Any]) -> str:
-    """What differs given identical inputs at an origin isolated as its own error: its kernel, or
-    the while loop whose result it is (an Exit or a TensorArray reader is replayed with its loop)."""
-    loop = loop_result(str(first.get("op") or ""))
-    return (f"the while loop {loop} differs given identical inputs" if loop
-            else "the origin op's own kernel differs given identical inputs")
+def _own_error_words(report: dict[str, Any], first: dict[str, Any]) -> str:
+    """What differs given identical inputs at ``first``, the origin isolated as its own error,
+    named: its kernel, the op with the while loop above it, or the while loop whose result it is
+    (an Exit or a TensorArray reader is replayed with its loop). Where the first divergence beyond
+    tolerance is another op, which only inherits it, that is said too: the cause's share names
+    that op, and an unnamed "the origin op" beside it read as its own error."""
+    named = f"`{first.get('node')}` ({first.get('op')})"
+    if (first.get("isolation") or {}).get("loop"):
+        words = f"the difference starts at {named}, which, replayed with the while loop above it, differs given " \
+                "identical inputs"
+    else:
+        words = f"the difference starts at {named}, {isolation_clause('own_error', loop_result(str(first.get('op') or '')))}"
+    beyond = report.get("first_divergence_beyond_tolerance")
+    if isinstance(beyond, dict) and beyond.get("node") not in (None, first.get("node")) and \
+            (beyond.get("isolation") or {}).get("verdict") == "inherited":
+        words += f"; `{beyond['node']}` ({beyond.get('op')}), the first beyond tolerance, only inherits it"
+    return words
 
 
 def _run_time_rewrite(report: dict[str, Any], first: dict[str, Any]) -> dict[str, str]:
@@ -479,7 +490,6 @@ def explain_comparison(report: dict[str, Any]) -> dict[str, Any]:
         return {"why": ["The two sides compute bit-identical results for these examples.", *_state_caveat(report)],
                 "prevent": [], "cost": [], "source": "compare", "causes": []}
     own = first and (first.get("isolation") or {}).get("verdict") == "own_error"
-    loop = own and (first.get("isolation") or {}).get("loop")  # replayed with the while loop above it
     found.update(_isolation_causes(report, first, (a, b)))
     found.update(_weights(report, origins))
     # an origin in a rewrite points at its kind's cause (tracer.diff.kinds); exact kinds at none;
@@ -499,8 +509,7 @@ def explain_comparison(report: dict[str, Any]) -> dict[str, Any]:
         deterministic = all((side.get("knobs") or {}).get("determinism") for side in (a, b))
         found["batch"] = (
             f"the sides run batch {a.get('batch_size')} vs {b.get('batch_size')}"
-            + ("; the origin op, replayed with the while loop above it, differs given identical inputs." if loop
-               else f"; {_own_error_words(first)}." if own else ".")
+            + (f"; {_own_error_words(report, first)}." if own else ".")
             + (" Both sides ran with op determinism on: determinism makes a run repeatable, not batch-size "
                "invariant." if deterministic else "")
         )

@@ -111,11 +111,13 @@ def _cmd_compare(args: argparse.Namespace, console: Console) -> int:
 
 
 def _refuse_missing_paths(**paths: str) -> None:
-    """Every side's path checked before any model loads or child starts (``a``/``b`` name the side)."""
-    from .artifacts.kinds import refuse_missing_local  # noqa: PLC0415 - TF-free for local paths
+    """Every side's path checked before any model loads or child starts (``a``/``b`` name the side):
+    it exists, and a checkpoint there has a graph to run."""
+    from .artifacts.kinds import refuse_graphless_local, refuse_missing_local  # noqa: PLC0415 - TF-free locally
 
     for side, path in paths.items():
         refuse_missing_local(path, side if side in ("a", "b") else "")
+        refuse_graphless_local(path)
 
 
 def _print_report_size(console: Console, result: Any) -> None:

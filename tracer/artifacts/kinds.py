@@ -17,8 +17,9 @@ from typing import Any
 
 from .._tf import tf
 from ..errors import TftraceError
+from .checkpoint_index import graphless_checkpoint
 
-__all__ = ["CAPTURE_MANIFEST", "detect", "io_gfile", "refuse_missing_local"]
+__all__ = ["CAPTURE_MANIFEST", "detect", "io_gfile", "refuse_graphless_local", "refuse_missing_local"]
 
 CAPTURE_MANIFEST = "manifest.json"
 
@@ -46,6 +47,38 @@ def refuse_missing_local(path: str, side: str = "") -> None:
     where = f"side {side.upper()}'s path {path}" if side else path
     hint = f" (did you mean {os.path.join(parent, near[0])}?)" if near else ""
     raise TftraceError(f"{where} does not exist{hint}", "check the path (and the scheme, for gs:// or ram://)")
+
+
+def refuse_graphless_local(path: str) -> None:
+    """Refuse a local checkpoint that has no graph (no ``.meta``) before TensorFlow is imported or a
+    child started, in the words the loader would use (:func:`tracer.artifacts.checkpoint_index.
+    graphless_checkpoint`): ``tftrace diagnose`` printed "capturing" before refusing it. A path that
+    is anything else, or remote, is left to ``detect``."""
+    if "://" in path:
+        return
+    prefix = _local_checkpoint_prefix(path)
+    if prefix is None or os.path.exists(prefix + ".meta") or not os.path.isfile(prefix + ".index"):
+        return
+    with open(prefix + ".index", "rb") as file:
+        raise graphless_checkpoint(prefix, file.read())
+
+
+def _local_checkpoint_prefix(path: str) -> str | None:
+    """The checkpoint prefix a local path names as ``detect`` finds it, or None when it names no
+    checkpoint (or one only ``detect`` can resolve, which then refuses it in its own words)."""
+    if os.path.isdir(path):
+        entries = os.listdir(path)
+        if any(e in entries for e in (CAPTURE_MANIFEST, "saved_model.pb", "saved_model.pbtxt")) or \
+                not os.path.isfile(os.path.join(path, "checkpoint")):
+            return None
+        try:
+            return _prefix_from_checkpoint_file(path, local=True)
+        except TftraceError:
+            return None
+    base = os.path.basename(path)
+    if path.endswith(".index") or ".data-" in base:
+        return path.split(".data-")[0].removesuffix(".index")
+    return path if os.path.exists(path + ".index") else None
 
 
 def _listdir(path: str) -> list[str]:
@@ -144,10 +177,14 @@ def _detect_file(path: str) -> tuple[str, str]:
     )
 
 
-def _prefix_from_checkpoint_file(directory: str) -> str:
-    """Read the ``checkpoint`` state file; re-root absolute paths written on another machine."""
+def _prefix_from_checkpoint_file(directory: str, local: bool = False) -> str:
+    """Read the ``checkpoint`` state file; re-root absolute paths written on another machine.
+    ``local``: through ``os`` (a local path, before TensorFlow is imported), else ``tf.io.gfile``."""
+    exists = os.path.exists if local else (lambda p: io_gfile().exists(p))
+    state = posixpath.join(directory, "checkpoint")
     # bytes, decoded leniently: a damaged state file is refused below for what it lacks, not with a UnicodeDecodeError
-    text = io_gfile().GFile(posixpath.join(directory, "checkpoint"), "rb").read().decode("utf-8", errors="replace")
+    with (open(state, "rb") if local else io_gfile().GFile(state, "rb")) as file:
+        text = file.read().decode("utf-8", errors="replace")
     prefix = None
     for line in text.splitlines():
         key, _, value = line.partition(":")
@@ -160,7 +197,7 @@ def _prefix_from_checkpoint_file(directory: str) -> str:
         )
     if not posixpath.isabs(prefix) and "://" not in prefix:
         return posixpath.join(directory, prefix)
-    if io_gfile().exists(prefix + ".index") or io_gfile().exists(prefix + ".meta"):
+    if exists(prefix + ".index") or exists(prefix + ".meta"):
         return prefix
     # Trained elsewhere: the absolute path belongs to another machine. Use the same file name here.
     return posixpath.join(directory, posixpath.basename(prefix))

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .._tf import tf
+from .checkpoint_index import graphless_checkpoint
 from .graph import borrow_signature, build_opgraph
 from .kinds import detect
 from .kinds import io_gfile as _gfile
@@ -129,11 +130,8 @@ def _load_checkpoint(ref: ArtifactRef, prefix: str) -> Artifact:
     gfile = _gfile()
     meta_path = prefix + ".meta"
     if not gfile.exists(meta_path):
-        raise TftraceError(
-            f"checkpoint {prefix} has no graph: {meta_path} is missing",
-            "tftrace needs the .meta file written by tf.compat.v1.train.Saver (write_meta_graph=True); "
-            "or give the SavedModel or frozen GraphDef exported from it",
-        )
+        index = _read_bytes(prefix + ".index") if gfile.exists(prefix + ".index") else None
+        raise graphless_checkpoint(prefix, index)  # a tf.train.Checkpoint is told the export that helps it
     index_ok = gfile.exists(prefix + ".index")
     data_ok = bool(gfile.glob(prefix + ".data-*"))
     weights = prefix

@@ -37,6 +37,7 @@ from rich.console import Console
 from .._version import __version__
 from .answers import build_answers
 from .. import children
+from ..artifacts.kinds import refuse_graphless_local, refuse_missing_local
 from ..artifacts.loader import ArtifactRef
 from ..captures.reader import Capture
 from ..comparison.divergence import Tolerance
@@ -257,12 +258,14 @@ def _check_inputs(options: DiagnoseOptions) -> BatchingParameters | None:
             f"{options.examples} row(s)", f"use --examples {max(sizes)} or more, or smaller --batch-sizes")
     if options.timing_runs is not None and options.timing_runs < 5:
         raise TftraceError(f"{options.timing_runs} timed runs cannot give a median with a spread", "use 5 or more")
-    if options.serving_batching is None:
-        return None
-    params = read_batching_parameters(options.serving_batching)
-    if not params.emulated_sizes():
+    params = None if options.serving_batching is None else read_batching_parameters(options.serving_batching)
+    if params is not None and not params.emulated_sizes():
         raise TftraceError(f"the batching parameters file {options.serving_batching} allows no batch above 1",
                            "there is nothing to emulate: allow a batch size above 1")
+    for ref in (options.model, options.savedmodel):  # before "capturing" is printed or a child starts
+        if ref is not None:
+            refuse_missing_local(ref.path)
+            refuse_graphless_local(ref.path)
     return params
 
 
