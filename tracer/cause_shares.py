@@ -18,6 +18,7 @@ import math
 from typing import Any
 
 from .diff.kinds import kind_of
+from .training import training_batch_norm
 
 __all__ = ["Share", "shares", "ranked", "share_words"]
 
@@ -77,7 +78,8 @@ def _first_cause(report: dict[str, Any], found: dict[str, str], first: dict[str,
         return None
     iso = (first.get("isolation") or {}).get("verdict")
     cause = getattr(kind_of(first.get("rewrite")), "cause", None)
-    candidates = []
+    node = (report.get("nodes") or {}).get(first.get("node")) or {}
+    candidates = ["training_graph"] if any(training_batch_norm(node, side) for side in ("a", "b")) else []
     if cause == "weights" or iso == "weights_differ":
         candidates += list(WEIGHT_CAUSES)
     elif cause:

@@ -18,6 +18,7 @@ from .comparison.statuses import ISOLATION, isolation_clause
 from .diff.kinds import kind_of
 from .optypes import RESIZE_FUSED_CONV_FILTER, loop_result
 from .text import count
+from .training import training_graph
 
 __all__ = ["Cause", "CAUSES", "explain_comparison", "first_divergence_sentence", "why_shown"]
 
@@ -85,6 +86,12 @@ CAUSES: dict[str, Cause] = {c.key: c for c in (
           "(an initialiser, often random, runs at every load)",
           "save every variable the model reads in its checkpoint (or freeze the graph), so every load restores "
           "the same values", "none"),
+    Cause("training_graph", "a training graph (batch norms with is_training=True normalise with each run's batch "
+          "statistics, and may update their moving averages as they run)",
+          "compare the inference graph: rebuild the model with is_training=False (Keras: training=False), restore the "
+          "checkpoint into it and compare that, or the SavedModel exported from it; a training graph's outputs depend "
+          "on which examples share a run, which no fixed batch shape or tolerance removes",
+          "none: the inference graph is what serving runs"),
     Cause("state", "the model updates its own variables when it runs (a stateful signature)",
           "compare fresh loads, or reset the state before each run; this is not numerical nondeterminism", "none"),
 )}
@@ -490,11 +497,16 @@ def explain_comparison(report: dict[str, Any]) -> dict[str, Any]:
         return {"why": ["The two sides compute bit-identical results for these examples.", *_state_caveat(report)],
                 "prevent": [], "cost": [], "source": "compare", "causes": []}
     own = first and (first.get("isolation") or {}).get("verdict") == "own_error"
+    # a batch norm in training mode: its mode, not its kernel or an export's rewrite of it (tracer.training)
+    training, norms = training_graph(report) or ("", set())
+    if training:
+        found["training_graph"] = training
     found.update(_isolation_causes(report, first, (a, b)))
     found.update(_weights(report, origins))
     # an origin in a rewrite points at its kind's cause (tracer.diff.kinds); exact kinds at none;
     # changed weights (const_changed) are said above, all of them together
-    rewritten = [o for o in origins if getattr(kind_of(o.get("rewrite")), "cause", None) not in (None, "weights")]
+    rewritten = [o for o in origins if getattr(kind_of(o.get("rewrite")), "cause", None) not in (None, "weights")
+                 and o.get("node") not in norms]
     if rewritten:
         kinds = sorted({o["rewrite"] for o in rewritten})
         causes = {kind.cause for kind in map(kind_of, kinds) if kind and kind.cause}  # several: the catalogue's first
@@ -503,8 +515,9 @@ def explain_comparison(report: dict[str, Any]) -> dict[str, Any]:
             f"({', '.join(kinds)}), e.g. `{rewritten[0]['node']}`"
             + _replayed_rewrite(report, rewritten[0]) + "." + _fused_resize(report)
         )
-    # an origin that reads the model's state: the batch sizes matter through the runs made, not the kernels
-    state = bool(first) and _points_at(first, "state")
+    # an origin that reads the model's state, or normalises by its batch: the batch sizes matter through the
+    # runs made or the examples that share one, not the kernels
+    state = bool(first) and (_points_at(first, "state") or first.get("node") in norms)
     if a.get("batch_size") != b.get("batch_size") and not state:
         deterministic = all((side.get("knobs") or {}).get("determinism") for side in (a, b))
         found["batch"] = (

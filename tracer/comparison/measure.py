@@ -20,6 +20,7 @@ from ..captures.reader import Capture
 from ..captures._format import EXTENDED
 from ..captures._values import ValuesNotStored
 from .divergence import Tolerance
+from .replay_plan import variable_writes
 from ..metrics import TensorMetrics, compare_arrays
 from ..metrics.arrays import trim_memory
 from ..opgraph import tensor_op
@@ -65,6 +66,12 @@ def value_source(cap: Capture, view: CaptureView):  # noqa: ANN202 - a ValueSour
         def __call__(self, op: str) -> np.ndarray | None:
             name = readers.get(op, f"{op}:0")
             return np.asarray(cap.tensor(name)) if cap.has(name) else None
+
+        def written_by_runs(self, op: str) -> bool:
+            """Whether the model writes variable ``op`` when it runs (a training graph's batch-norm
+            moving averages, a counter): its captured value is what the runs before the capture left,
+            not the weight the artifact holds, so it says nothing about the weights differing."""
+            return bool(variable_writes(view.graph, op))
 
         def kept_digest(self, op: str) -> str | None:
             """The digest a capture kept instead of the value (format 2), else None: then read it."""

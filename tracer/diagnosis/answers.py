@@ -178,6 +178,13 @@ def _why(factor: str, exps: list[dict[str, Any]], noise: dict[str, Any] | None =
         return (f"State: the graph changes its variables when it runs ({ops}), so the second run starts from "
                 f"another state and answers differently (by up to {_fmt(worst['max_abs_output_diff'])}). This is the "
                 "model's state, not kernel nondeterminism.")
+    if worst.get("attribution") == "training_graph":
+        size = worst["max_abs_output_diff"]
+        changes = "changes no output, only intermediate tensors" if _inside_only(size) else \
+            f"changes the outputs by up to {_fmt(size)}"
+        first = worst.get("first_divergence") or {}
+        return (f"{_title(factor)}: {a} vs {b} {changes}; it starts at `{first.get('node')}` ({first.get('op')}). "
+                f"Cause: {CAUSES['training_graph'].title}: {worst.get('training_graph')}")
     if worst.get("attribution") == "random":
         ops = ", ".join(f"`{n}`" for n in worst.get("state_ops", [])[:3])
         return (f"Random ops: the graph draws random numbers ({ops}), so repeated runs differ by design "
@@ -252,6 +259,8 @@ def _prevent(factor: str, exps: list[dict[str, Any]], diverged: dict[str, list[d
     if worst.get("attribution") in ("state", "random"):
         return ("State: compare runs that start from the same state (reload the model, or reset its variables) — "
                 "repeats of a stateful graph are not a determinism test.")
+    if worst.get("attribution") == "training_graph":
+        return f"{_title(factor)}: {CAUSES['training_graph'].remedy}."
     if _not_the_factor(factor, worst, noise) is not None:
         return (f"{_title(factor)}: nothing to change in the export (no rewrite); make the runs deterministic "
                 f"as for {_title('repeat')}.")

@@ -32,6 +32,7 @@ from .plan import Planned, Run
 from ..metrics import TensorMetrics, compare_arrays
 from ..opgraph import OpGraph, tensor_op
 from ..report.build import report_comparison
+from ..training import training_graph
 from .replays import replay_alone, state_changing_ops
 
 __all__ = ["evaluate", "side_settings", "latency", "executed_ops_differ"]
@@ -134,6 +135,7 @@ def _compare(result: dict[str, Any], p: Planned, cap_a: Capture, cap_b: Capture,
     result["verdict"] = report.get("verdict_ops", report["verdict"])
     result["max_abs_output_diff"] = _max_of(outputs.values())
     result["first_divergence"] = _first(report)
+    _training_graph(result, report)
     result["rewrite_count"] = len(report.get("rewrites") or [])
     result["discrete_changes"] = discrete_changes(report)
     result["detections"] = detections_summary(report.get("detections"))
@@ -159,6 +161,17 @@ def _compare(result: dict[str, Any], p: Planned, cap_a: Capture, cap_b: Capture,
         result["first_divergence"], result["converted_ops"] = _unobserved(comparison, cap_a, cap_b, out / "walk",
                                                                           quiet, tolerance, allow)
     result["verdict"] = worse(result["verdict"], plain_verdict)
+
+
+def _training_graph(result: dict[str, Any], report: dict[str, Any]) -> None:
+    """A difference that starts at a batch norm in training mode (:mod:`tracer.training`) is the
+    graph's by design, as a stateful graph's is: attributed to it, never to the factor's kernels,
+    export or costs (a fixed batch shape does not remove it)."""
+    found = training_graph(report)
+    if found is not None:
+        result["attribution"] = "training_graph"
+        result["training_graph"] = found[0]
+        result["state_ops"] = sorted(found[1])
 
 
 def executed_ops_differ(cap_a: Capture, cap_b: Capture) -> list[str]:

@@ -72,6 +72,14 @@ def _none(_: str) -> None:
     return None
 
 
+def _written(values: ValueSource, op: str) -> bool:
+    """Whether ``values`` holds ``op``'s value as the model's own runs left it (a capture of a
+    variable the graph writes on every run): then a difference is state, no changed weight
+    (isolation calls it ``state``), and no ``const_changed`` is said from it."""
+    written = getattr(values, "written_by_runs", None)
+    return bool(written is not None and written(op))
+
+
 class _Context:
     """The matching plus the bookkeeping of which nodes a reported rewrite already explains."""
 
@@ -301,7 +309,7 @@ class _Context:
         da, db = self.digest(self.a, x, self.va), self.digest(self.b, y, self.vb)
         if da is not None and db is not None and da.startswith("sha256:") != db.startswith("sha256:"):
             da, db = self.digest(self.a, x, self.va, kept=False), self.digest(self.b, y, self.vb, kept=False)
-        if da is not None and db is not None and da != db:
+        if da is not None and db is not None and da != db and not (_written(self.va, x) or _written(self.vb, y)):
             # the weight's reads hold its value wherever it is used: the change is theirs too (a
             # resource variable is never captured itself, so its ReadVariableOp is where it shows)
             a_nodes, b_nodes = [x, *weight_reads(self.a, x)], [y, *weight_reads(self.b, y)]

@@ -1,0 +1,78 @@
+"""A training graph, recognised from the graph itself (cause ``training_graph``).
+
+Users commonly hand tftrace the checkpoint ``tf.compat.v1.train.Saver`` wrote during training:
+its ``.meta`` is the TRAINING graph. Its batch norms run with ``is_training=True``: they
+normalise with the statistics of the examples in the run, so each example's output depends on
+which examples share its run (batch 1 against batch N differs, whatever the kernels), and an
+inference export (``is_training=False``, the moving averages) computes something else. With
+tf-slim's ``updates_collections=None`` (or UPDATE_OPS wired as control inputs of the outputs)
+the same runs also update the moving averages, so the values read there are what the runs
+before left, not the checkpoint's weights.
+
+None of that is a kernel's choice, an export's folding or other weights: :func:`training_graph`
+finds the batch norms in training mode from the report's node attributes, and
+:mod:`tracer.causes` says it instead of those.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["training_batch_norm", "training_graph"]
+
+BATCH_NORM_PREFIX = "FusedBatchNorm"  # FusedBatchNorm, V2, V3: tf.compat.v1.nn.fused_batch_norm, slim, Keras
+NAMED = 2  # the batch norms a sentence names before "and N more"
+
+
+def training_batch_norm(node: dict[str, Any], side: str) -> bool:
+    """Whether report node ``node`` is, on ``side`` ("a" or "b"), a batch norm in training mode."""
+    op = node.get("op") if side == "a" else node.get("b_op")
+    attrs = node.get(f"attrs_{side}") or {}
+    return str(op or "").startswith(BATCH_NORM_PREFIX) and attrs.get("is_training") is True
+
+
+def _in_training(report: dict[str, Any], side: str) -> list[str]:
+    """The side's batch norms in training mode, by A's node names, in the report's order."""
+    nodes = report.get("nodes") or {}
+    return [name for name, node in nodes.items() if isinstance(node, dict) and training_batch_norm(node, side)]
+
+
+def _named(names: list[str]) -> str:
+    shown = ", ".join(f"`{n}`" for n in names[:NAMED])
+    return shown + (f" and {len(names) - NAMED} more" if len(names) > NAMED else "")
+
+
+def _updates(report: dict[str, Any], side: str) -> str:
+    """", and they update their moving averages on every run (`…AssignSubVariableOp`, …)" where the
+    side's runs wrote variables (the capture's ``observer_effect.stateful_ops``)."""
+    ops = ((report.get("observer_effect") or {}).get(side) or {}).get("stateful_ops") or []
+    if not ops:
+        return ""
+    return (f", and its runs write its variables ({_named([str(o) for o in ops])}), as moving-average updates do, "
+            "so a variable read there holds what the runs before left, not the checkpoint's value")
+
+
+def training_graph(report: dict[str, Any]) -> tuple[str, set[str]] | None:
+    """``(evidence, the batch norms)`` when a side's graph is a training graph and a difference
+    starts at one of its batch norms in training mode (an origin); None otherwise."""
+    origins = {o.get("node") for o in report.get("origins") or [] if isinstance(o, dict)}
+    sides = report.get("sides") or {}
+    for side in ("a", "b"):
+        norms = _in_training(report, side)
+        if not norms or not origins & set(norms):
+            continue
+        other = "b" if side == "a" else "a"
+        batches = [(sides.get(k) or {}).get("batch_size") for k in (side, other)]
+        against = ("the sides run different batch sizes, so the outputs differ"
+                   if batches[0] != batches[1] else "it differs")
+        inference = [n for n in norms if not training_batch_norm((report.get("nodes") or {}).get(n) or {}, other)]
+        if inference:
+            against += f" from {other.upper()}'s inference graph (is_training=False there: the moving averages)"
+        whose = f"{side.upper()}'s graph is a training graph: its" if inference else \
+            "both sides' graphs are training graphs: their"
+        evidence = (f"{whose} batch norms ({_named(norms)}) run with "
+                    "is_training=True and normalise with each run's batch statistics, so each example's output "
+                    f"depends on which examples share its run{_updates(report, side)}; {against}: the batch norms' "
+                    "mode, not their kernel, an export's folding or other weights.")
+        return evidence, set(norms)
+    return None
