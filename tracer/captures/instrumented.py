@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 import time
+from functools import partial
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ from ..text import count
 from ._events import emit
 from ._format import bitwise_equal, storage_nbytes, string_storage_nbytes
 from .fetch_plan import DEAD_BRANCH_REASON, BranchSchedule, FetchPlan, check_fetched, chunked, too_big
+from .part_feeds import BetweenParts, Part, plan_parts, takes_feed
 from .runtime import Runtime, tf_error_text
 from .session_runs import feed_for, traced_run
 from .store import CaptureWriter
@@ -52,6 +54,7 @@ def instrumented_runs(
     t0 = time.perf_counter()
     written = 0
     strings = _StringSizes(runtime, plan)
+    between = BetweenParts(runtime.graph)
     for run_index, (start, stop) in enumerate(ranges):
         wanted = plan.names if run_index == 0 else [n for n in plan.names if tensor_op(n) not in plan.constant and n in layout]
         feed = feed_for(runtime, examples, start, stop)
@@ -62,16 +65,20 @@ def instrumented_runs(
         chunks = 0
         told = _Told(run_index, len(ranges), len(wanted), written,
                      _planned_bytes(plan, wanted, (stop - start) / max(ranges[0][1] - ranges[0][0], 1)))
-        steps = _fetch_steps(schedule, plan, writer, layout, lambda names, feed=feed: strings.size(names, feed))
+        steps = _fetch_steps(schedule, plan, writer, layout, lambda names, feed=feed: strings.size(names, feed),
+                             opgraph, partial(takes_feed, runtime, plan))
+        between.new_run()
         for step in steps:  # lazily: each step follows the predicates
             chunks += 1
             emit("stage", text=f"instrumented run: fetching {len(step.names):,} tensors"
                                + (f" (part {chunks}{f' of {step.parts}' if step.parts and not plan.branches else ''})"
                                   if chunks > 1 else ""))
-            fetched, values, failed, ops, nodes = _run_chunk(runtime, step.names, feed, run_index == 0, step.branch)
+            rechecks = between.rechecks(step)
+            fetched, values, failed, ops, nodes = _run_chunk(runtime, step.names + rechecks, between.feed(step, feed),
+                                                             run_index == 0, step.branch)
             emit("stage", text=f"instrumented run: storing {len(fetched):,} tensors")
             for name, reason in failed.items():
-                if name not in step.extra:
+                if name not in step.extra and name not in rechecks:
                     writer.mark_uncaptured(name, reason)
                     layout.pop(name, None)
             executed_ops |= ops
@@ -83,6 +90,10 @@ def instrumented_runs(
                     schedule.record(switch, value)
                 if name in step.extra:
                     continue
+                if name in rechecks:
+                    between.check(name, value, run_index, chunks)
+                    continue
+                between.keep(step, name, value)
                 check_fetched(plan, name, storage_nbytes(value))  # before a byte of it is converted or written
                 written += value.nbytes
                 for key in output_keys.get(name, ()):
@@ -91,16 +102,18 @@ def instrumented_runs(
                 stored[name] = value
                 told.stored(written)
             told.stored(written, force=True)
-            del values, stored  # peak memory: one chunk's tensors (plus what the writer still has to write)
+            between.release(step)
+            del values, stored  # peak memory: one chunk's tensors, the values held for later ones, the writer's queue
         if chunks > chunk_count:
             chunk_count = chunks
-            branch_chunks = max(0, chunks - len(chunked(wanted, plan.sizes, plan.max_memory)))
+            branch_chunks = max(0, chunks - len(chunked(wanted, plan.sizes, plan.max_memory))) if plan.branches else 0
         outputs_per_run.append(outputs)
         emit("progress", done=run_index + 1, total=len(ranges), bytes=written)
     return {
         "layout": layout,
         "chunks": chunk_count,
         "branch_chunks": branch_chunks,
+        "parts": between.record(),
         "seconds": time.perf_counter() - t0,
         "outputs": outputs_per_run,
         "executed_ops": executed_ops,
@@ -148,16 +161,25 @@ class _Step:
     preds: dict[str, list[str]] = field(default_factory=dict)  # predicate tensor -> the Switches it decides
     extra: frozenset[str] = frozenset()  # predicates fetched only for that: not stored
     parts: int = 0  # the chunks of its step (the whole run's, where the model has no cond branches)
+    feeds: list[str] = field(default_factory=list)  # tensors an earlier chunk fetched, fed to this one
+    rechecks: list[str] = field(default_factory=list)  # tensors an earlier chunk stored that this one computes again
+    release: list[str] = field(default_factory=list)  # held values no later chunk of the step reads
+    unfed: bool = False  # a later chunk not fed, for want of room: it computes its inputs again
+    hold: frozenset[str] = frozenset()  # the step's tensors some later chunk is fed: kept once fetched
+    digest: frozenset[str] = frozenset()  # the step's tensors some later chunk re-checks: their digests kept
 
 
 def _fetch_steps(schedule: BranchSchedule, plan: FetchPlan, writer: CaptureWriter, layout: dict[str, str],
-                 size_strings: Callable[[list[str]], None] = lambda names: None) -> Iterator[_Step]:
+                 size_strings: Callable[[list[str]], None] = lambda names: None,
+                 opgraph: OpGraph | None = None, feedable: Callable[[str], bool] = lambda name: False,
+                 ) -> Iterator[_Step]:
     """One run's chunks, following the :class:`BranchSchedule`.
 
     Dead branches are recorded as such without a fetch; the live ones are fetched (under
     --max-memory) together with the next level's predicates, their strings sized first
-    (``size_strings``); the branches whose predicates could not be fetched come last, one branch
-    per chunk.
+    (``size_strings``); a step's later chunks are fed what its earlier ones fetched
+    (:mod:`tracer.captures.part_feeds`); the branches whose predicates could not be fetched
+    come last, one branch per chunk.
     """
     while (step := schedule.next()) is not None:
         ready, dead, preds = step
@@ -165,14 +187,18 @@ def _fetch_steps(schedule: BranchSchedule, plan: FetchPlan, writer: CaptureWrite
             writer.mark_uncaptured(name, DEAD_BRANCH_REASON)
             layout.pop(name, None)
         size_strings(ready)
-        chunks = chunked(ready, plan.sizes, plan.max_memory) if ready else []
+        parts = (plan_parts(opgraph, ready, plan.sizes, plan.max_memory, feedable, plan.constant)
+                 if ready and opgraph is not None else [Part(c) for c in chunked(ready, plan.sizes, plan.max_memory)])
         extra = [p for p in preds if p not in ready]
         if extra:
-            chunks = chunks or [[]]
-            chunks[0] = extra + chunks[0]
-        for i, chunk in enumerate(chunks):
-            yield _Step(chunk, preds=preds if i == 0 else {}, extra=frozenset(extra) if i == 0 else frozenset(),
-                        parts=len(chunks))
+            parts = parts or [Part([])]
+            parts[0].names = extra + parts[0].names
+        hold = frozenset(n for part in parts for n in part.feeds)
+        digest = frozenset(n for part in parts for n in part.rechecks)
+        for i, part in enumerate(parts):
+            yield _Step(part.names, preds=preds if i == 0 else {}, extra=frozenset(extra) if i == 0 else frozenset(),
+                        parts=len(parts), feeds=part.feeds, rechecks=part.rechecks, release=part.release,
+                        unfed=part.unfed, hold=hold, digest=digest)
     for _, names in schedule.leftover():
         size_strings(names)  # a dead branch's strings are not sized (TensorFlow refuses): checked as fetched
         for chunk in chunked(names, plan.sizes, plan.max_memory):

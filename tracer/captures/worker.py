@@ -117,6 +117,8 @@ def run_capture(side: Side, out_dir: str, force: bool, prepared: Prepared | None
             "instrumented_s": round(instrumented["seconds"], 4),
         }
         manifest = _manifest(side, runtime, examples, ranges, instrumented, observer, timings, notes)
+        if instrumented["chunks"] > 1:
+            manifest["fetch_parts"] = instrumented["parts"]  # what the later parts were fed (part_feeds)
         manifest["environment"]["onednn"]["ops_executed"] = sorted(
             op for op in observer["executed_ops"]["plain"] if op.startswith("_Mkl")
         )
@@ -170,12 +172,23 @@ def _chunk_notes(instrumented: dict[str, Any], plan: FetchPlan) -> list[str]:
     ``session.run`` with another fetch set, which Grappler may optimise differently."""
     notes = []
     branches = instrumented["branch_chunks"]
+    parts = instrumented["parts"]
     if instrumented["chunks"] - branches > 1:
         notes.append(
             f"fetched in {instrumented['chunks'] - branches} chunks to stay under {plan.limit_words()}"
-            ": each chunk is its own session.run over the same inputs with a different "
-            "fetch set, which Grappler may optimise differently"
+            + (f": each chunk is its own session.run, fed {count(parts['fed'], 'value')} that earlier chunks fetched "
+               "for its inputs, so it computes from what is stored" if not parts["unfed_parts"] else
+               f": {count(parts['unfed_parts'], 'later chunk')} computed {'its' if parts['unfed_parts'] == 1 else 'their'} "
+               "inputs again from the examples, in a session.run with another fetch set, which Grappler may "
+               "optimise differently (there was no room under the limit to hold the values earlier chunks "
+               "fetched for them)")
+            + (f"; {count(parts['rechecked'], 'tensor')} TensorFlow would not take as a feed were computed "
+               "again and re-checked against what was stored" if parts["rechecked"] else "")
         )
+    for differed in parts["differed"]:
+        notes.append(
+            f"{differed['tensor']}, computed again by chunk {differed['part']} of run {differed['run']}, differed from "
+            "the value an earlier chunk stored: what that chunk stored rests on other values of it than the stored ones")
     if branches:
         notes.append(
             f"{count(branches, 'more fetch chunk')} for cond branches, each after the predicates that decide it (a "
