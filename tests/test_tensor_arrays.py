@@ -128,3 +128,25 @@ def test_a_replay_tensorflow_refuses_is_judged_not_replayed_and_the_report_is_ke
     assert f"{isolation_words('not_replayed', sep=': ')} (side A's replay failed: InvalidArgumentError: " in shown
     markdown = (tmp_path / "report.md").read_text(encoding="utf-8")
     assert "Not replayed: TensorFlow could not run it alone on identical inputs" in markdown
+
+
+def test_a_split_capture_computes_a_tensor_array_again_rather_than_feed_its_flow(map_models: Path,
+                                                                                 tmp_path: Path) -> None:
+    """Split so the gather's part comes after the loop's: fed the loop's flow (its Exit), the part would
+    skip the writes and read the TensorArray it creates anew, empty ("Could not read from TensorArray
+    index 0": the gather was left uncaptured). The flow and the TensorArray ops are computed again and
+    re-checked instead; what the part is fed is data (the dense layer, the ranges)."""
+    whole, split = tmp_path / "whole", tmp_path / "split"
+    for out, extra in ((whole, ()), (split, ("--max-memory", "800"))):
+        proc = run_cli("capture", str(map_models / "savedmodel"), "--out", str(out), "--onednn", "off", *extra, env=ENV)
+        assert proc.returncode == 0, proc.stderr
+    manifest = json.loads((split / "manifest.json").read_text())
+    assert manifest["fetch_chunks"] == 2
+    assert manifest["fetch_parts"] == {"fed": 4, "rechecked": 4, "differed": [], "unfed_parts": 0}
+    assert f"{GATHER}:0" not in manifest["uncaptured"] and "y:0" not in manifest["uncaptured"]
+    from tracer.captures.reader import Capture  # noqa: PLC0415
+
+    a, b = Capture.open(whole), Capture.open(split)
+    assert a.tensor_names == b.tensor_names
+    for name in (f"{GATHER}:0", "y:0", f"{FLOW_EXIT}:0"):
+        assert a.tensor(name).tobytes() == b.tensor(name).tobytes(), name

@@ -90,15 +90,27 @@ def value_digest(value: np.ndarray) -> bytes:
 
 
 def takes_feed(runtime: Any, plan: FetchPlan, name: str) -> bool:
-    """Whether a later part may be fed this tensor's value instead of computing it again: not a
-    conditional tensor (fed, its branch would run whatever its predicate says), not a Switch,
-    Merge or loop Enter output, and one TensorFlow itself takes as a feed."""
-    if name in plan.branches or runtime.opgraph.op_type(tensor_op(name)) in _NEVER_FED:
+    """Whether a later part may be fed this tensor's value instead of computing it again.
+
+    Not a conditional tensor (fed, its branch would run whatever its predicate says), nor a
+    Switch, Merge or loop Enter output, nor one TensorFlow refuses as a feed. Nor the output of an
+    op that acts on a resource or a variant (a TensorArray write, a stack push; a pure read of a
+    variable aside), nor a TensorArray's flow: fed, the op would not run, and the part, which
+    creates the TensorArray anew, would read it empty (a TF1 ``map_fn``'s gather failed so, its
+    loop's flow fed: "Could not read from TensorArray index 0")."""
+    graph = runtime.opgraph
+    op = tensor_op(name)
+    if name in plan.branches or graph.op_type(op) in _NEVER_FED or name in graph.tensor_array_flows():
+        return False
+    if graph.op_type(op) not in _PURE_READS and any(
+            tensor_op(i) in graph and graph.output_info(i)["dtype"] in _STATE_DTYPES for i in graph.data_inputs(op)):
         return False
     return bool(runtime.graph.is_feedable(runtime.graph.get_tensor_by_name(name)))
 
 
 _NEVER_FED = SWITCH_OPS | MERGE_OPS | FRAME_OPS
+_STATE_DTYPES = frozenset({"resource", "variant"})
+_PURE_READS = frozenset({"ReadVariableOp"})
 
 
 class BetweenParts:

@@ -182,7 +182,8 @@ def _chunk_notes(instrumented: dict[str, Any], plan: FetchPlan) -> list[str]:
                "inputs again from the examples, in a session.run with another fetch set, which Grappler may "
                "optimise differently (there was no room under the limit to hold the values earlier chunks "
                "fetched for them)")
-            + (f"; {count(parts['rechecked'], 'tensor')} TensorFlow would not take as a feed were computed "
+            + (f"; {count(parts['rechecked'], 'tensor')} a part may not be fed (TensorFlow refuses them, or they carry "
+               "the state of a TensorArray or another resource) were computed "
                "again and re-checked against what was stored" if parts["rechecked"] else "")
         )
     for differed in parts["differed"]:
