@@ -192,6 +192,39 @@ def test_a_tf2_object_based_checkpoint_is_told_to_export_a_saved_model(tf: Any, 
         assert "capturing" not in proc.stderr and not (tmp_path / "out").exists()
 
 
+def _tf2_said(prefix: str) -> str:
+    return (f"checkpoint {prefix} is a TF2 object-based checkpoint (tf.train.Checkpoint; its index holds "
+            f"_CHECKPOINTABLE_OBJECT_GRAPH), which holds weights but no graph ({prefix}.meta does not exist, and TF2 "
+            "never writes one). Rebuild the model in Python, restore this checkpoint into it and export it: "
+            "tf.saved_model.save(model, 'exported') (Keras 3: model.export('exported')); then give that directory.")
+
+
+def test_a_tf2_checkpoint_whose_index_is_snappy_compressed_is_told_so_before_any_child(tf: Any, tmp_path: Path) -> None:
+    """TensorFlow's table format allows snappy-compressed blocks in an index; such a
+    tf.train.Checkpoint was taken for a TF1 Saver's without its .meta (write_meta_graph advice), in
+    the parent and in the loader alike. The index here is rewritten byte by byte
+    (tests/table_bytes.py) and TensorFlow's own reader reads it back as it wrote it."""
+    from conftest import assert_user_error, build_model, run_cli  # noqa: PLC0415
+    from table_bytes import compress_index  # noqa: PLC0415
+
+    build_model(TF2_CHECKPOINT, tmp_path / "plain")
+    shutil.copytree(tmp_path / "plain", tmp_path / "tf2ckpt")
+    index = tmp_path / "tf2ckpt" / "ckpt-1.index"
+    index.write_bytes(compress_index(index.read_bytes()))
+    plain, packed = (tf.train.load_checkpoint(str(tmp_path / d / "ckpt-1")) for d in ("plain", "tf2ckpt"))
+    names = sorted(plain.get_variable_to_shape_map())
+    assert sorted(packed.get_variable_to_shape_map()) == names and len(names) == 5
+    assert all(np.array_equal(plain.get_tensor(n), packed.get_tensor(n)) for n in names)
+
+    said = _tf2_said(f"{tmp_path}/tf2ckpt/ckpt-1")
+    assert error_of(tmp_path / "tf2ckpt") == said
+    for args in (("diagnose", str(tmp_path / "tf2ckpt")), ("compare", str(index), str(tmp_path / "plain")),
+                 ("capture", f"{tmp_path}/tf2ckpt/ckpt-1")):
+        proc = run_cli(*args, "--out", str(tmp_path / "out"))
+        assert_user_error(proc, f"tftrace: error: {said}")
+        assert "capturing" not in proc.stderr and not (tmp_path / "out").exists()
+
+
 def test_a_tf1_checkpoint_without_its_meta_is_refused_before_any_child(models: dict[str, Path],
                                                                        tmp_path: Path) -> None:
     from conftest import assert_user_error, run_cli  # noqa: PLC0415
