@@ -225,6 +225,56 @@ def test_a_tf2_checkpoint_whose_index_is_snappy_compressed_is_told_so_before_any
         assert "capturing" not in proc.stderr and not (tmp_path / "out").exists()
 
 
+GS = "gs://tftrace-test-bucket/training/ckpt"
+
+
+def _offline_gcs(tmp_path: Path) -> dict[str, str]:
+    """An environment in which TensorFlow's GCS filesystem fails the same way on any machine: its
+    proxy lies under .invalid, which never resolves, and no credentials or GCE metadata are looked for."""
+    (tmp_path / "gcloud").mkdir(exist_ok=True)
+    proxy = "http://proxy.invalid:9"
+    return {"https_proxy": proxy, "http_proxy": proxy, "HTTPS_PROXY": proxy, "HTTP_PROXY": proxy,
+            "NO_GCE_CHECK": "true", "CLOUDSDK_CONFIG": str(tmp_path / "gcloud"), "GOOGLE_APPLICATION_CREDENTIALS": ""}
+
+
+def test_a_gs_path_that_cannot_be_read_is_refused_before_anything_is_captured(models: dict[str, Path],
+                                                                                tmp_path: Path) -> None:
+    """A gs:// checkpoint was read only by the capture child: diagnose printed "capturing" first.
+    Now a short child reads it before anything starts, and the line says what TensorFlow said."""
+    from conftest import assert_user_error, run_cli  # noqa: PLC0415
+
+    fix = ("Check the URL, and that this machine reaches it with credentials (gcloud auth application-default "
+           "login); or copy the model's files to a local directory (gsutil -m cp -r) and give that.")
+    failed = ("TensorFlow's gs:// filesystem said FailedPreconditionError: Error executing an HTTP request: libcurl "
+              "code 6 meaning 'Could not resolve hostname', error details: Could not resolve proxy: proxy.invalid")
+    for args, where in ((("diagnose", GS), GS), (("capture", f"{GS}-1.index"), f"{GS}-1.index"),
+                        (("compare", str(models["detector"]), GS), f"side B's path {GS}")):
+        proc = run_cli(*args, "--out", str(tmp_path / "out"), env=_offline_gcs(tmp_path))
+        assert_user_error(proc)
+        assert proc.stderr.strip().splitlines()[-1] == f"tftrace: error: {where} cannot be read here: {failed}. {fix}"
+        assert "capturing" not in proc.stderr and not (tmp_path / "out").exists()
+
+
+def test_a_remote_tf2_checkpoint_is_judged_from_what_the_child_read(tf: Any, tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the child answers for a checkpoint without its .meta (its index, read through
+    tf.io.gfile) is judged in the parent as a local one is: here the child's reading of a real
+    tf.train.Checkpoint stands for a bucket's."""
+    from conftest import build_model  # noqa: PLC0415
+    from tracer.artifacts import remote  # noqa: PLC0415
+
+    build_model(TF2_CHECKPOINT, tmp_path / "tf2ckpt")
+    answer = remote._look(str(tmp_path / "tf2ckpt"))
+    assert (answer["kind"], answer["location"], answer["meta"]) == ("checkpoint", f"{tmp_path}/tf2ckpt/ckpt-1", False)
+    monkeypatch.setattr(remote, "_ask", lambda path, python, where: answer)
+    with pytest.raises(TftraceError) as caught:
+        remote.refuse_unreadable_remote("gs://bucket/tf2ckpt", "a")
+    assert str(caught.value) == _tf2_said(f"{tmp_path}/tf2ckpt/ckpt-1")
+    assert remote._look(str(tmp_path / "nothing")) == {
+        "refused": [f"{tmp_path}/nothing does not exist", "check the path (and the scheme, for gs:// or ram://)"]}
+    remote.refuse_unreadable_remote(str(tmp_path / "tf2ckpt"))  # a local path: the parent's own checks hold it
+
+
 def test_a_tf1_checkpoint_without_its_meta_is_refused_before_any_child(models: dict[str, Path],
                                                                        tmp_path: Path) -> None:
     from conftest import assert_user_error, run_cli  # noqa: PLC0415
