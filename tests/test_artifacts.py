@@ -192,6 +192,89 @@ def test_a_tf2_object_based_checkpoint_is_told_to_export_a_saved_model(tf: Any, 
         assert "capturing" not in proc.stderr and not (tmp_path / "out").exists()
 
 
+def _tf2_said(prefix: str) -> str:
+    return (f"checkpoint {prefix} is a TF2 object-based checkpoint (tf.train.Checkpoint; its index holds "
+            f"_CHECKPOINTABLE_OBJECT_GRAPH), which holds weights but no graph ({prefix}.meta does not exist, and TF2 "
+            "never writes one). Rebuild the model in Python, restore this checkpoint into it and export it: "
+            "tf.saved_model.save(model, 'exported') (Keras 3: model.export('exported')); then give that directory.")
+
+
+def test_a_tf2_checkpoint_whose_index_is_snappy_compressed_is_told_so_before_any_child(tf: Any, tmp_path: Path) -> None:
+    """TensorFlow's table format allows snappy-compressed blocks in an index; such a
+    tf.train.Checkpoint was taken for a TF1 Saver's without its .meta (write_meta_graph advice), in
+    the parent and in the loader alike. The index here is rewritten byte by byte
+    (tests/table_bytes.py) and TensorFlow's own reader reads it back as it wrote it."""
+    from conftest import assert_user_error, build_model, run_cli  # noqa: PLC0415
+    from table_bytes import compress_index  # noqa: PLC0415
+
+    build_model(TF2_CHECKPOINT, tmp_path / "plain")
+    shutil.copytree(tmp_path / "plain", tmp_path / "tf2ckpt")
+    index = tmp_path / "tf2ckpt" / "ckpt-1.index"
+    index.write_bytes(compress_index(index.read_bytes()))
+    plain, packed = (tf.train.load_checkpoint(str(tmp_path / d / "ckpt-1")) for d in ("plain", "tf2ckpt"))
+    names = sorted(plain.get_variable_to_shape_map())
+    assert sorted(packed.get_variable_to_shape_map()) == names and len(names) == 5
+    assert all(np.array_equal(plain.get_tensor(n), packed.get_tensor(n)) for n in names)
+
+    said = _tf2_said(f"{tmp_path}/tf2ckpt/ckpt-1")
+    assert error_of(tmp_path / "tf2ckpt") == said
+    for args in (("diagnose", str(tmp_path / "tf2ckpt")), ("compare", str(index), str(tmp_path / "plain")),
+                 ("capture", f"{tmp_path}/tf2ckpt/ckpt-1")):
+        proc = run_cli(*args, "--out", str(tmp_path / "out"))
+        assert_user_error(proc, f"tftrace: error: {said}")
+        assert "capturing" not in proc.stderr and not (tmp_path / "out").exists()
+
+
+GS = "gs://tftrace-test-bucket/training/ckpt"
+
+
+def _offline_gcs(tmp_path: Path) -> dict[str, str]:
+    """An environment in which TensorFlow's GCS filesystem fails the same way on any machine: its
+    proxy lies under .invalid, which never resolves, and no credentials or GCE metadata are looked for."""
+    (tmp_path / "gcloud").mkdir(exist_ok=True)
+    proxy = "http://proxy.invalid:9"
+    return {"https_proxy": proxy, "http_proxy": proxy, "HTTPS_PROXY": proxy, "HTTP_PROXY": proxy,
+            "NO_GCE_CHECK": "true", "CLOUDSDK_CONFIG": str(tmp_path / "gcloud"), "GOOGLE_APPLICATION_CREDENTIALS": ""}
+
+
+def test_a_gs_path_that_cannot_be_read_is_refused_before_anything_is_captured(models: dict[str, Path],
+                                                                                tmp_path: Path) -> None:
+    """A gs:// checkpoint was read only by the capture child: diagnose printed "capturing" first.
+    Now a short child reads it before anything starts, and the line says what TensorFlow said."""
+    from conftest import assert_user_error, run_cli  # noqa: PLC0415
+
+    fix = ("Check the URL, and that this machine reaches it with credentials (gcloud auth application-default "
+           "login); or copy the model's files to a local directory (gsutil -m cp -r) and give that.")
+    failed = ("TensorFlow's gs:// filesystem said FailedPreconditionError: Error executing an HTTP request: libcurl "
+              "code 6 meaning 'Could not resolve hostname', error details: Could not resolve proxy: proxy.invalid")
+    for args, where in ((("diagnose", GS), GS), (("capture", f"{GS}-1.index"), f"{GS}-1.index"),
+                        (("compare", str(models["detector"]), GS), f"side B's path {GS}")):
+        proc = run_cli(*args, "--out", str(tmp_path / "out"), env=_offline_gcs(tmp_path))
+        assert_user_error(proc)
+        assert proc.stderr.strip().splitlines()[-1] == f"tftrace: error: {where} cannot be read here: {failed}. {fix}"
+        assert "capturing" not in proc.stderr and not (tmp_path / "out").exists()
+
+
+def test_a_remote_tf2_checkpoint_is_judged_from_what_the_child_read(tf: Any, tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the child answers for a checkpoint without its .meta (its index, read through
+    tf.io.gfile) is judged in the parent as a local one is: here the child's reading of a real
+    tf.train.Checkpoint stands for a bucket's."""
+    from conftest import build_model  # noqa: PLC0415
+    from tracer.artifacts import remote  # noqa: PLC0415
+
+    build_model(TF2_CHECKPOINT, tmp_path / "tf2ckpt")
+    answer = remote._look(str(tmp_path / "tf2ckpt"))
+    assert (answer["kind"], answer["location"], answer["meta"]) == ("checkpoint", f"{tmp_path}/tf2ckpt/ckpt-1", False)
+    monkeypatch.setattr(remote, "_ask", lambda path, python, where: answer)
+    with pytest.raises(TftraceError) as caught:
+        remote.refuse_unreadable_remote("gs://bucket/tf2ckpt", "a")
+    assert str(caught.value) == _tf2_said(f"{tmp_path}/tf2ckpt/ckpt-1")
+    assert remote._look(str(tmp_path / "nothing")) == {
+        "refused": [f"{tmp_path}/nothing does not exist", "check the path (and the scheme, for gs:// or ram://)"]}
+    remote.refuse_unreadable_remote(str(tmp_path / "tf2ckpt"))  # a local path: the parent's own checks hold it
+
+
 def test_a_tf1_checkpoint_without_its_meta_is_refused_before_any_child(models: dict[str, Path],
                                                                        tmp_path: Path) -> None:
     from conftest import assert_user_error, run_cli  # noqa: PLC0415

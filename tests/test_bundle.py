@@ -213,3 +213,46 @@ def test_an_index_over_the_bound_is_left_to_tensorflow(copied: Path, monkeypatch
     monkeypatch.setattr(module, "MAX_INDEX_BYTES", 100)
     with pytest.raises(NotReadableHere, match=r"variables.index is larger than 100 bytes"):
         Bundle(str(copied))
+
+
+def test_an_index_whose_blocks_are_snappy_compressed_reads_as_the_plain_one(copied: Path) -> None:
+    """TensorFlow's table format allows snappy blocks (TF 1.1 wrote them); they were refused here
+    and left to a TensorFlow child."""
+    from table_bytes import compress_index  # noqa: PLC0415
+
+    plain = Bundle(str(HALF_PLUS_TWO))
+    index = Path(f"{copied}.index")
+    index.write_bytes(compress_index(index.read_bytes()))
+    assert index.stat().st_size < Path(f"{HALF_PLUS_TWO}.index").stat().st_size
+    compressed = Bundle(str(copied))
+    assert compressed.entries == plain.entries
+    assert all(np.array_equal(compressed.read(k), plain.read(k)) for k in plain.entries)
+
+
+@pytest.mark.parametrize(("stream", "message"), [
+    (b"\x05\x10abcd", r"a snappy literal runs past its block"),  # a literal of 5 bytes, 4 there
+    (b"\x08\x0cabcd\x01\x00", r"a snappy copy reaches outside its block"),  # offset 0
+    (b"\x08\x0cabcd\x01\x05", r"a snappy copy reaches outside its block"),  # offset beyond what was written
+    (b"\x06\x0cabcd\x01\x04", r"a snappy copy reaches outside its block"),  # copies past the declared length
+    (b"\x09\x0cabcd\x01\x04", r"holds 8 bytes, not the 9 it declares"),
+    (b"\xff\xff\xff\x7f\x00a", r"a snappy block declares 268,435,455 bytes"),  # a bomb: refused before allocating
+    (b"\xff\xff\xff\xff\xff\xff", r"a malformed snappy length"),
+    (b"\x04\xf0", r"a truncated snappy literal length"),
+])
+def test_a_malformed_snappy_block_is_refused(stream: bytes, message: str) -> None:
+    from tracer.artifacts.snappy import decompress  # noqa: PLC0415
+
+    with pytest.raises(ValueError, match=message):
+        decompress(stream, 1 << 20)
+
+
+def test_snappy_copies_overlapping_and_not_decompress_as_written() -> None:
+    from table_bytes import snappy_compress  # noqa: PLC0415
+    from tracer.artifacts.snappy import decompress  # noqa: PLC0415
+
+    assert decompress(b"\x08\x04ab\x09\x02", 100) == b"abababab"  # "ab", then 6 bytes from 2 back: overlapping
+    data = bytes(range(200)) * 3 + b"x" * 500 + np.random.default_rng(1).integers(0, 4, 3000, dtype=np.uint8).tobytes()
+    packed = snappy_compress(data)
+    assert len(packed) < len(data) // 2 and decompress(packed, len(data)) == data
+    with pytest.raises(ValueError, match="declares"):
+        decompress(packed, len(data) - 1)

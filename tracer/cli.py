@@ -65,6 +65,7 @@ def _cmd_capture(args: argparse.Namespace, console: Console) -> int:
                            "e.g. tftrace capture savedmodel/ --out cap")
     args.model = args.model or args.model_dir
     _refuse_missing_paths(model=args.model)
+    _refuse_unreadable_remote(args, model=args.model)
     result = capture(side_from_args(args, args.model), args.out, force=args.force, console=terminal(stderr=True))
     observer = result.observer
     console.print(
@@ -92,6 +93,7 @@ def _cmd_compare(args: argparse.Namespace, console: Console) -> int:
     from .report.terminal import print_comparison  # noqa: PLC0415
 
     _refuse_missing_paths(a=args.a, b=args.b)
+    _refuse_unreadable_remote(args, a=args.a, b=args.b)
     progress = terminal(stderr=True)
     with comparing(
         side_from_args(args, args.a, "a") if not _is_capture_dir(args.a) else args.a,
@@ -118,6 +120,19 @@ def _refuse_missing_paths(**paths: str) -> None:
     for side, path in paths.items():
         refuse_missing_local(path, side if side in ("a", "b") else "")
         refuse_graphless_local(path)
+
+
+def _refuse_unreadable_remote(args: argparse.Namespace, **paths: str) -> None:
+    """A side on another filesystem (``gs://``) read before anything is captured, in a short child
+    of the interpreter the side runs in: a checkpoint without its graph, or a URL this machine
+    cannot read, refused as a local path would be (capture directories are read here anyway)."""
+    from .artifacts.remote import is_remote, refuse_unreadable_remote  # noqa: PLC0415
+    from .options import values_from_args  # noqa: PLC0415
+
+    for side, path in paths.items():
+        if is_remote(path):
+            side = side if side in ("a", "b") else ""
+            refuse_unreadable_remote(path, side, values_from_args(args, args.command, side).get("python"))
 
 
 def _print_report_size(console: Console, result: Any) -> None:

@@ -19,8 +19,9 @@ __all__ = [
     "FRAME_OPS", "EXIT_OPS", "LOOP_BACK_EDGE_OPS", "SWITCH_OPS", "MERGE_OPS", "LOOP_COND_OP",
     "TENSOR_ARRAY_FLOW_INPUT", "FLOW_CARRIERS", "TENSOR_ARRAY_READ_OPS", "TENSOR_LIST_READ_OPS", "loop_result",
     "SHAPE_OPS", "SHAPE_READERS", "OFFSET_CARRIERS", "MAYBE_UNCHANGED_OPS",
-    "STATE_CHANGING_OPS", "STATE_CHANGING_PREFIXES", "changes_state", "RANDOM_OPS", "STATEFUL_RANDOM_PREFIXES",
-    "draws_random", "BOOKKEEPING_OPS", "RUNTIME_PLUMBING", "VALUE_SIZED_OPS", "VALUE_SIZED_BY",
+    "STATE_CHANGING_OPS", "STATE_CHANGING_PREFIXES", "OPTIMIZER_UPDATE_PREFIXES", "REF_PASSING_OPS",
+    "changes_state", "applies_gradients", "RANDOM_OPS", "STATEFUL_RANDOM_PREFIXES", "draws_random", "SUMMARY_OPS",
+    "BOOKKEEPING_OPS", "RUNTIME_PLUMBING", "VALUE_SIZED_OPS", "VALUE_SIZED_BY",
 ]
 
 # ---- variables, weights and what reads them -------------------------------------------------
@@ -159,15 +160,34 @@ STATE_CHANGING_OPS = frozenset({
     "ScatterNdUpdate", "ScatterNdAdd", "ScatterNdSub", "ResourceScatterUpdate", "ResourceScatterAdd",
     "ResourceScatterSub", "ResourceScatterMul", "ResourceScatterDiv", "ResourceScatterMin", "ResourceScatterMax",
     "ResourceScatterNdUpdate", "ResourceScatterNdAdd", "ResourceScatterNdSub", "CountUpTo", "ResourceCountUpTo",
-    "QueueEnqueueV2", "QueueDequeueV2", "IteratorGetNext",
+    "ScatterNdMax", "ScatterNdMin", "ResourceScatterNdMax", "ResourceScatterNdMin", "StridedSliceAssign",
+    "ResourceStridedSliceAssign", "SdcaShrinkL1", "QueueEnqueueV2", "QueueDequeueV2", "IteratorGetNext",
 })
-# Optimiser updates (``ApplyGradientDescent``, ``ResourceApplyAdam``, ...): they write variables.
-STATE_CHANGING_PREFIXES = ("Apply", "ResourceApply")
+# Optimiser updates (``ApplyGradientDescent``, ``ResourceApplyAdam``, ``SparseApplyMomentum``,
+# ``ResourceSparseApplyFtrl``, ...): they write variables from a gradient. Every op of TensorFlow's
+# registry that takes its variable as a TF1 ref (OpDef ``is_ref``) and its ``Resource`` twin match
+# one of these (tests/test_candidates.py holds them to the registry).
+OPTIMIZER_UPDATE_PREFIXES = ("Apply", "ResourceApply", "SparseApply", "ResourceSparseApply")
+STATE_CHANGING_PREFIXES = OPTIMIZER_UPDATE_PREFIXES
 
 
 def changes_state(op_type: str) -> bool:
     """Whether running ``op_type`` changes state that the next run sees (:data:`STATE_CHANGING_OPS`)."""
     return op_type in STATE_CHANGING_OPS or op_type.startswith(STATE_CHANGING_PREFIXES)
+
+
+# Ops that take a TF1 ref to a variable (OpDef ``is_ref``) only to read it or pass the reference
+# on (control flow over ref variables; DestroyTemporaryVariable returns the value of a variable
+# that lives for one run); every other op that takes a variable by ref writes it.
+REF_PASSING_OPS = frozenset({
+    "RefIdentity", "RefSwitch", "RefMerge", "RefEnter", "RefExit", "RefNextIteration", "RefSelect",
+    "IsVariableInitialized", "DebugGradientRefIdentity", "DestroyTemporaryVariable",
+})
+
+
+def applies_gradients(op_type: str) -> bool:
+    """Whether ``op_type`` is an optimiser's update of a variable (:data:`OPTIMIZER_UPDATE_PREFIXES`)."""
+    return op_type.startswith(OPTIMIZER_UPDATE_PREFIXES)
 
 
 # Ops that draw random numbers: two runs differ by design.
@@ -185,13 +205,24 @@ def draws_random(op_type: str) -> bool:
 
 # ---- ops that are never what to trace ----------------------------------------------------------
 
+# Summaries: a serialized ``Summary`` proto (TF1) or a write to a summary file (TF2), never a model's
+# output. Every op of TensorFlow's registry whose type names a summary but BoostedTreesMakeStatsSummary
+# (a tree's gradient statistics), and ImportEvent, which writes an event to a summary file
+# (tests/test_candidates.py holds the list to the registry).
+SUMMARY_OPS = frozenset({
+    "ScalarSummary", "HistogramSummary", "ImageSummary", "AudioSummary", "AudioSummaryV2", "TensorSummary",
+    "TensorSummaryV2", "MergeSummary", "WriteSummary", "WriteScalarSummary", "WriteHistogramSummary",
+    "WriteImageSummary", "WriteAudioSummary", "WriteGraphSummary", "WriteRawProtoSummary", "ImportEvent",
+    "SummaryWriter", "CreateSummaryFileWriter", "CreateSummaryDbWriter", "FlushSummaryWriter", "CloseSummaryWriter",
+    "StatsAggregatorSummary", "ExperimentalStatsAggregatorSummary", "StatsAggregatorSetSummaryWriter",
+    "DebugNumericSummary", "DebugNumericSummaryV2",
+})
 # Ops a .meta holds for saving, restoring, initialising and training: never what to trace.
-BOOKKEEPING_OPS = frozenset({
+BOOKKEEPING_OPS = SUMMARY_OPS | {
     "Assign", "AssignAdd", "AssignSub", "AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp",
     "VarIsInitializedOp", "IsVariableInitialized", "SaveV2", "RestoreV2", "MergeV2Checkpoints", "ShardedFilename",
-    "NoOp", "ScalarSummary", "HistogramSummary", "ImageSummary", "MergeSummary", "TensorSummaryV2", "Assert",
-    "Print", "PrintV2",
-})
+    "Save", "SaveSlices", "Restore", "RestoreSlice", "ShardedFilespec", "NoOp", "Assert", "Print", "PrintV2",
+}
 # Op-type prefixes the runtime adds to a partitioned graph (sends, receives, function args): in
 # step statistics, never ops of the model.
 RUNTIME_PLUMBING = ("_Send", "_Recv", "_HostSend", "_HostRecv", "_Arg", "_Retval", "_DeviceArg", "_DeviceRetval")

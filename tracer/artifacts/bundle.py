@@ -6,16 +6,18 @@ whose seconds were TensorFlow's import (5 of a ResNet-50 compare's 17). The form
 enough to read directly:
 
 - ``PREFIX.index`` is a sorted string table (TensorFlow's copy of LevelDB's table format: data
-  blocks of prefix-compressed keys, an index block, a 48-byte footer ending in a magic number).
+  blocks of prefix-compressed keys, each stored plain or snappy-compressed, an index block, a
+  48-byte footer ending in a magic number).
   Its ``""`` key holds a ``BundleHeaderProto``, every other key a tensor's ``BundleEntryProto``
   (dtype, shape, shard, offset, size, crc32c).
 - ``PREFIX.data-SSSSS-of-NNNNN`` hold the tensors' raw little-endian bytes at those offsets.
 
-What this module does not read is refused with :class:`NotReadableHere` saying why (a block
-compressed with snappy, a partitioned variable's slices, strings, a dtype numpy lacks, a V1
-checkpoint with no ``.index``); the caller then reads it the old way, in TensorFlow. Every length
-and offset comes from a file that may be hostile: each is checked against what holds it, and a
-tensor's bytes are checked against the crc32c its entry records, as TensorFlow's reader does.
+What this module does not read is refused with :class:`NotReadableHere` saying why (a partitioned
+variable's slices, strings, a dtype numpy lacks, a V1 checkpoint with no ``.index``); the caller
+then reads it the old way, in TensorFlow. Every length and offset comes from a file that may be
+hostile: each is checked against what holds it (a snappy block's declared length too, before
+anything is allocated for it), and a tensor's bytes are checked against the crc32c its entry
+records, as TensorFlow's reader does.
 """
 
 from __future__ import annotations
@@ -29,13 +31,15 @@ from typing import Any
 
 import numpy as np
 
+from . import snappy
 
-__all__ = ["NotReadableHere", "BundleEntry", "Bundle", "crc32c"]
+__all__ = ["NotReadableHere", "BundleEntry", "Bundle", "crc32c", "table_entries"]
 
 TABLE_MAGIC = 0xDB4775248B80FB57
 FOOTER_BYTES = 48
 BLOCK_TRAILER_BYTES = 5  # one byte of compression type, four of masked crc32c
 NO_COMPRESSION = 0
+SNAPPY_COMPRESSION = 1  # tensorflow/core/lib/io/format.h kSnappyCompression: decompressed here (snappy.py)
 PIECE_BYTES = 1 << 20  # a tensor's bytes are read and checksummed this many at a time
 MAX_INDEX_BYTES = 256 << 20  # a ResNet's index is 20 KB; a larger one is left to TensorFlow, not read into memory
 
@@ -77,7 +81,7 @@ class Bundle:
             raise NotReadableHere(f"{index} is larger than {MAX_INDEX_BYTES:,} bytes")
         with open(index, "rb") as f:
             table = f.read()
-        entries = dict(_table_entries(table, index))
+        entries = dict(table_entries(table, index))
         header = entries.pop(b"", None)
         if header is None:
             raise NotReadableHere(f"{index} has no bundle header")
@@ -174,40 +178,49 @@ def _varint(buf: bytes, pos: int, end: int, where: str) -> tuple[int, int]:
         shift += 7
 
 
-def _block(table: bytes, offset: int, size: int, where: str) -> tuple[int, int]:
-    """The ``[start, end)`` of a block's contents (its trailer checked) in ``table``."""
-    if offset < 0 or size < 4 or offset + size + BLOCK_TRAILER_BYTES > len(table):
+def _block(table: bytes, offset: int, size: int, where: str) -> bytes:
+    """A block's contents, its trailer checked (the crc32c of the stored bytes and the type) and,
+    where its type says snappy (TensorFlow's table format allows it; TensorFlow 1.1 wrote them),
+    decompressed."""
+    if offset < 0 or size < 1 or offset + size + BLOCK_TRAILER_BYTES > len(table):
         raise NotReadableHere(f"{where}: a block lies outside the file")
     kind = table[offset + size]
-    if kind != NO_COMPRESSION:
-        raise NotReadableHere(f"{where}: a block is compressed (type {kind})")
+    if kind not in (NO_COMPRESSION, SNAPPY_COMPRESSION):
+        raise NotReadableHere(f"{where}: a block of type {kind}, which TensorFlow's table format does not have")
     stored = struct.unpack_from("<I", table, offset + size + 1)[0]
     if _mask(crc32c(table[offset : offset + size + 1])) != stored:
         raise NotReadableHere(f"{where}: a block's checksum does not match")
-    return offset, offset + size
+    if kind == NO_COMPRESSION:
+        return table[offset : offset + size]
+    try:
+        return snappy.decompress(table[offset : offset + size], MAX_INDEX_BYTES)
+    except ValueError as exc:
+        raise NotReadableHere(f"{where}: a snappy-compressed block is malformed ({exc})") from exc
 
 
-def _block_entries(table: bytes, start: int, end: int, where: str) -> list[tuple[bytes, bytes]]:
+def _block_entries(block: bytes, where: str) -> list[tuple[bytes, bytes]]:
     """A block's ``(key, value)`` pairs: each key shares a prefix with the one before it."""
-    restarts = struct.unpack_from("<I", table, end - 4)[0]
-    limit = end - 4 - 4 * restarts
-    if restarts > (end - start) // 4 or limit < start:
+    if len(block) < 4:
+        raise NotReadableHere(f"{where}: a block is too short for its restart array")
+    restarts = struct.unpack_from("<I", block, len(block) - 4)[0]
+    limit = len(block) - 4 - 4 * restarts
+    if restarts > len(block) // 4 or limit < 0:
         raise NotReadableHere(f"{where}: a block's restart array is malformed")
-    out, key, pos = [], b"", start
+    out, key, pos = [], b"", 0
     while pos < limit:
-        shared, pos = _varint(table, pos, limit, where)
-        fresh, pos = _varint(table, pos, limit, where)
-        length, pos = _varint(table, pos, limit, where)
+        shared, pos = _varint(block, pos, limit, where)
+        fresh, pos = _varint(block, pos, limit, where)
+        length, pos = _varint(block, pos, limit, where)
         if shared > len(key) or pos + fresh + length > limit:
             raise NotReadableHere(f"{where}: a block entry is malformed")
-        key = key[:shared] + table[pos : pos + fresh]
+        key = key[:shared] + block[pos : pos + fresh]
         pos += fresh
-        out.append((key, table[pos : pos + length]))
+        out.append((key, block[pos : pos + length]))
         pos += length
     return out
 
 
-def _table_entries(table: bytes, where: str) -> list[tuple[bytes, bytes]]:
+def table_entries(table: bytes, where: str) -> list[tuple[bytes, bytes]]:
     """Every ``(key, value)`` of a table file, in key order."""
     if len(table) < FOOTER_BYTES or struct.unpack_from("<Q", table, len(table) - 8)[0] != TABLE_MAGIC:
         raise NotReadableHere(f"{where} is not a checkpoint index (no table footer)")
@@ -218,10 +231,10 @@ def _table_entries(table: bytes, where: str) -> list[tuple[bytes, bytes]]:
     index_offset, pos = _varint(table, pos, footer_end, where)
     index_size, pos = _varint(table, pos, footer_end, where)
     out = []
-    for _, handle in _block_entries(table, *_block(table, index_offset, index_size, where), where):
+    for _, handle in _block_entries(_block(table, index_offset, index_size, where), where):
         offset, at = _varint(handle, 0, len(handle), where)
         size, _ = _varint(handle, at, len(handle), where)
-        out.extend(_block_entries(table, *_block(table, offset, size, where), where))
+        out.extend(_block_entries(_block(table, offset, size, where), where))
     return out
 
 

@@ -5,9 +5,11 @@ A TF1 ``tf.compat.v1.train.Saver`` writes the graph beside the weights unless to
 ``tf.train.Checkpoint`` (object-based) never writes one, and its index holds the key
 ``_CHECKPOINTABLE_OBJECT_GRAPH`` instead. Telling a TF2 user to turn on ``write_meta_graph``
 helps nobody, so the refusal says which kind it is. The index is a TensorFlow table (the
-LevelDB layout: blocks of prefix-compressed keys, an index block, a 48-byte footer); its keys are
-read here in pure Python, so the command line can refuse such a checkpoint before any child
-process imports TensorFlow (``tftrace diagnose`` once printed "capturing" first).
+LevelDB layout: blocks of prefix-compressed keys, each plain or snappy-compressed, an index
+block, a 48-byte footer); its keys are read without TensorFlow (:mod:`tracer.artifacts.bundle`),
+so the command line can refuse such a checkpoint before any child process imports TensorFlow
+(``tftrace diagnose`` once printed "capturing" first; a compressed index was once taken for a
+TF1 checkpoint's and told to turn on ``write_meta_graph``).
 """
 
 from __future__ import annotations
@@ -15,63 +17,22 @@ from __future__ import annotations
 import struct
 
 from ..errors import TftraceError
+from .bundle import NotReadableHere, table_entries
 
 __all__ = ["OBJECT_GRAPH_KEY", "graphless_checkpoint", "index_keys"]
 
 OBJECT_GRAPH_KEY = "_CHECKPOINTABLE_OBJECT_GRAPH"  # what tf.train.Checkpoint writes, and Saver does not
-TABLE_MAGIC = 0xDB4775248B80FB57  # tensorflow/core/lib/io/format.h kTableMagicNumber
-FOOTER = 48
-TRAILER = 5  # a block's type byte and CRC
-UNCOMPRESSED = 0
-
-
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        byte = data[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return value, pos
-        shift += 7
-
-
-def _block(data: bytes, offset: int, size: int) -> list[tuple[bytes, bytes]]:
-    """The (key, value) entries of one uncompressed block; ValueError for anything else."""
-    if offset + size + TRAILER > len(data) or data[offset + size] != UNCOMPRESSED:
-        raise ValueError("not an uncompressed block")
-    block = data[offset:offset + size]
-    (restarts,) = struct.unpack_from("<I", block, size - 4)
-    end, pos, key, entries = size - 4 - 4 * restarts, 0, b"", []
-    while pos < end:
-        shared, pos = _varint(block, pos)
-        fresh, pos = _varint(block, pos)
-        length, pos = _varint(block, pos)
-        key = key[:shared] + block[pos:pos + fresh]
-        pos += fresh
-        entries.append((key, block[pos:pos + length]))
-        pos += length
-    return entries
 
 
 def index_keys(data: bytes) -> list[str] | None:
     """Every key of a checkpoint's ``.index`` (the empty header key included), or None when the
-    bytes are not an uncompressed TensorFlow table (a caller then cannot tell, and says nothing)."""
+    bytes are no TensorFlow table this reader can read (a caller then cannot tell, and says nothing).
+    Read by :mod:`tracer.artifacts.bundle`'s table reader: checksums checked, snappy blocks decompressed."""
     try:
-        if len(data) < FOOTER or struct.unpack_from("<Q", data, len(data) - 8)[0] != TABLE_MAGIC:
-            return None
-        pos = len(data) - FOOTER
-        _, pos = _varint(data, pos)  # the metaindex block's handle: unused
-        _, pos = _varint(data, pos)
-        offset, pos = _varint(data, pos)
-        size, _ = _varint(data, pos)
-        keys = []
-        for _, handle in _block(data, offset, size):
-            block_offset, at = _varint(handle, 0)
-            block_size, _ = _varint(handle, at)
-            keys += [key.decode("utf-8", errors="replace") for key, _ in _block(data, block_offset, block_size)]
-        return keys
-    except (IndexError, ValueError, struct.error):
+        return [key.decode("utf-8", errors="replace") for key, _ in table_entries(data, "the index")]
+    except (NotReadableHere, IndexError, struct.error):
+        return None
+    except ImportError:  # a child under another environment's Python, without numba for the checksums
         return None
 
 

@@ -8,7 +8,6 @@ here by name, and where the names differ by the structural matching diff-graph u
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from typing import Any
 
@@ -17,11 +16,12 @@ import numpy as np
 from dataclasses import replace
 
 from .._tf import tf
+from .candidates import candidates
 from .records import USER_SIGNATURE, Artifact, Signature, TensorSpec
 from ..errors import TftraceError
 from ..diff.match import match_graphs
 from ..opgraph import OpGraph, tensor_op, tensor_slot
-from ..optypes import BOOKKEEPING_OPS, EXIT_OPS, FRAME_OPS, PLACEHOLDER_OPS, SHAPE_OPS, VARIABLE_OPS
+from ..optypes import VARIABLE_OPS
 
 __all__ = ["import_graph", "resolve_signature", "build_opgraph", "value_source", "borrow_signature"]
 
@@ -49,7 +49,7 @@ def resolve_signature(artifact: Artifact, graph: Any) -> Signature:
     sig = artifact.signature
     by_name = {op.name: op for op in graph.get_operations()}
     if sig is None:
-        placeholders, sinks = _candidates(by_name)
+        placeholders, sinks = candidates(by_name)
         other = artifact.ref.signature_from
         raise TftraceError(
             f"{artifact.location} has no signature to say what to trace"
@@ -122,81 +122,6 @@ def _contradiction_note(key: str, contradicted: dict[str, tuple[TensorSpec, tupl
             "shapes, as a session does"
             + (" (a TensorInfo written without a shape, as TF 1.0's SavedModel builder wrote them, reads as a scalar)"
                if scalar else ""))
-
-
-BOOKKEEPING_SCOPE = re.compile(
-    r"^(save|init|init_all_tables|gradients|report_uninitialized_variables|global_step)(_\d+)?(/|$)"
-)
-
-
-def _bookkeeping(op: Any) -> bool:
-    """Is this op part of saving, restoring or initialising (so no candidate to trace)?"""
-    name = op.name
-    return (
-        op.type in BOOKKEEPING_OPS
-        or bool(BOOKKEEPING_SCOPE.match(name))
-        or "/Initializer/" in f"{name}/"
-        or name.endswith(("/Read/ReadVariableOp", "/IsInitialized/VarIsInitializedOp"))
-    )
-
-
-def _candidates(by_name: dict[str, Any]) -> tuple[list[str], list[str]]:
-    """What a graph without a signature probably takes and returns: its placeholders, and the
-    last ops computed from a given set of them — ops no reader extends without adding another
-    placeholder (a prediction, read only by a loss that also needs the labels, is one; so is a
-    sink). Only ops whose *values* come from a placeholder count: a Shape, a constant or a weight
-    regulariser computes nothing from the input. Save/restore/initialisation/training
-    bookkeeping is left out. Best first: what needs fewer placeholders (a prediction needs the
-    images, a loss the labels too), then what keeps a value per example (a loss reduced to one
-    number, computed from the logits alone, lies deeper than the prediction but is no model
-    output), then what lies deeper in the graph."""
-    useful = {name: op for name, op in by_name.items() if not _bookkeeping(op)}
-    inputs = [name for name, op in useful.items() if op.type in PLACEHOLDER_OPS]
-    needs: dict[str, frozenset[str]] = {}
-    depth: dict[str, int] = {}
-    changed = True
-    while changed:  # creation order is producers first, but for a loop's back edge: repeat until stable
-        changed = False
-        for op in by_name.values():
-            if op.name in inputs:
-                needs[op.name], depth[op.name] = frozenset([op.name]), 0
-                continue
-            ins = [] if op.type in SHAPE_OPS else [t.op.name for t in op.inputs]
-            now = frozenset().union(*(needs.get(i, frozenset()) for i in ins))
-            changed |= now != needs.get(op.name)
-            needs[op.name] = now
-            depth.setdefault(op.name, 1 + max((depth.get(i, 0) for i in ins), default=0))  # first pass: no cycle
-    extended = {t.op.name for op in useful.values() for t in op.inputs
-                if op.type not in SHAPE_OPS and needs.get(op.name) == needs.get(t.op.name)}
-    in_loops = _in_while_frames(by_name)  # a loop's body and back edges cannot be fetched: its Exits can
-    ranked = sorted(
-        (len(needs[name]), _is_scalar(op), -depth[name], name)
-        for name, op in useful.items()
-        if needs.get(name) and name not in inputs and name not in extended and op.outputs
-        and op.type not in VARIABLE_OPS and name not in in_loops
-    )
-    return inputs, [name for *_, name in ranked]
-
-
-def _is_scalar(op: Any) -> bool:
-    """Whether the op's first output is known to be one number (rank 0)."""
-    return op.outputs[0].shape.rank == 0
-
-
-def _in_while_frames(by_name: dict[str, Any]) -> set[str]:
-    """Ops inside a TF1 while loop: reached from an Enter through data and control edges, up to
-    (not including) an Exit. Their order of creation is no order of computation (a NextIteration
-    feeds a Merge made before it), which once put back edges at the top of the candidate outputs."""
-    inside: set[str] = set()
-    stack = [op for op in by_name.values() if op.type in FRAME_OPS]
-    while stack:
-        op = stack.pop()
-        if op.name in inside or op.type in EXIT_OPS:
-            continue
-        inside.add(op.name)
-        stack.extend(c for t in op.outputs for c in t.consumers())
-        stack.extend(getattr(op, "_control_outputs", []))
-    return inside
 
 
 def _ancestors(by_name: dict[str, Any], roots: list[str]) -> set[str]:
@@ -309,7 +234,7 @@ def _structural_partners(by_name: dict[str, Any], graph: Any, lender: OpGraph) -
     is tried — every placeholder and each of the best candidate outputs under the lender's key,
     where the lender has one input and one output (else all candidates at once) — and the
     pairing that explains the most ops wins."""
-    placeholders, sinks = _candidates(by_name)
+    placeholders, sinks = candidates(by_name)
     sinks = [s for s in sinks if by_name[s].outputs]
     if not sinks or not placeholders:
         return {}

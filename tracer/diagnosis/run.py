@@ -39,6 +39,7 @@ from .answers import build_answers
 from .. import children
 from ..artifacts.kinds import refuse_graphless_local, refuse_missing_local
 from ..artifacts.loader import ArtifactRef
+from ..artifacts.remote import refuse_unreadable_remote
 from ..captures.reader import Capture
 from ..comparison.divergence import Tolerance
 from ..comparison.statuses import BORN_HERE, verdict_label
@@ -266,6 +267,7 @@ def _check_inputs(options: DiagnoseOptions) -> BatchingParameters | None:
         if ref is not None:
             refuse_missing_local(ref.path)
             refuse_graphless_local(ref.path)
+            refuse_unreadable_remote(ref.path)  # a gs:// one, read in a short child of its own
     return params
 
 

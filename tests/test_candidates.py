@@ -1,0 +1,122 @@
+"""The candidate outputs offered for a graph without a signature: inference tensors, never training.
+
+A TF1 Saver checkpoint of a training graph names no outputs, so the "no signature" error lists
+candidates for ``--outputs``. It once listed the optimiser's updates (``ApplyMomentum``,
+``ApplyAdam``: with ref variables each has an output), a moving average's arithmetic and the
+``train_op`` among them; fetching those runs a training step. The checkpoints here are written the
+way TF1 users wrote them (``tf.compat.v1`` graph, an optimiser's ``minimize``, a summary, a
+``Saver``), in a child process; the op lists are held to TensorFlow's own op registry.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import assert_user_error, build_model, run_cli
+
+TRAIN = """
+import sys
+import numpy as np
+import tensorflow as tf
+v1 = tf.compat.v1
+if sys.argv[3] == "ref":
+    v1.disable_v2_behavior()  # TF1 ref variables: each optimiser update has an output
+else:
+    v1.disable_eager_execution()  # resource variables
+out, optimiser = sys.argv[1], sys.argv[2]
+with tf.Graph().as_default():
+    images = v1.placeholder(tf.float32, [None, 8], name="images")
+    labels = v1.placeholder(tf.int64, [None], name="labels")
+    learning_rate = v1.placeholder_with_default(0.01, [], name="learning_rate")
+    with v1.variable_scope("net"):
+        w1 = v1.get_variable("w1", [8, 16])
+        b1 = v1.get_variable("b1", [16], initializer=v1.zeros_initializer())
+        hidden = tf.nn.relu(tf.matmul(images, w1) + b1, name="hidden")
+        logits = tf.matmul(hidden, v1.get_variable("w2", [16, 4]), name="logits")
+        probs = tf.nn.softmax(logits, name="probs")
+    loss = v1.losses.sparse_softmax_cross_entropy(labels, logits)
+    v1.summary.scalar("loss", loss)
+    v1.summary.histogram("logits", logits)
+    step = v1.train.get_or_create_global_step()
+    if optimiser == "momentum":
+        opt = v1.train.MomentumOptimizer(learning_rate, 0.9)
+    else:
+        opt = v1.train.AdamOptimizer(learning_rate)
+    train_op = opt.minimize(loss, global_step=step)
+    with tf.control_dependencies([train_op]):
+        train_loss = tf.identity(loss, name="train_loss")  # the loss, fetched with the step that trains
+    summaries = v1.summary.merge_all()
+    saver = v1.train.Saver()
+    with v1.Session() as s:
+        s.run(v1.global_variables_initializer())
+        rng = np.random.RandomState(0)
+        for _ in range(3):
+            s.run([train_loss, summaries], {images: rng.randn(4, 8), labels: rng.randint(0, 4, 4)})
+        saver.save(s, out + "/model.ckpt", global_step=step)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("optimiser", "variables", "update"), [
+    ("momentum", "ref", "Momentum/update_net/w1/ApplyMomentum"),
+    ("adam", "ref", "Adam/update_net/w1/ApplyAdam"),
+    ("adam", "resource", "Adam/update_net/w1/ResourceApplyAdam"),
+])
+def test_a_training_checkpoint_offers_its_predictions_not_its_training_ops(
+        optimiser: str, variables: str, update: str, tmp_path: Path) -> None:
+    ckpt = tmp_path / "ckpt"
+    build_model(TRAIN, ckpt, optimiser, variables)
+    proc = run_cli("capture", str(ckpt), "--out", str(tmp_path / "cap"))
+    assert_user_error(proc)
+    said = proc.stderr.strip().splitlines()[-1]
+    assert said == (
+        f"tftrace: error: {ckpt}/model.ckpt-3 has no signature to say what to trace (candidate inputs: images, "
+        "labels; candidate outputs, best first: net/probs, sparse_softmax_cross_entropy_loss/value). Name them "
+        "with --outputs NAME[,NAME...] and --input-names NAME[,NAME...]."), said
+    assert not (tmp_path / "cap").exists()
+    meta = (ckpt / "model.ckpt-3.meta").read_bytes()  # the training ops are there, and left out for what they are
+    assert all(name.encode() in meta for name in (update, "train_loss", "learning_rate", "save/RestoreV2"))
+
+
+# ---- the op lists, held to TensorFlow's registry ----------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def registry() -> dict[str, Any]:
+    """Every op TensorFlow registers: type -> OpDef."""
+    from tracer._tf import tf  # noqa: PLC0415
+    from tensorflow.python.framework import op_def_registry  # noqa: PLC0415
+
+    tf()
+    return {name: op_def_registry.get(name) for name in dir(tf().raw_ops)
+            if not name.startswith("_") and op_def_registry.get(name) is not None}
+
+
+def _takes_variable_by_ref(op_def: Any) -> bool:
+    return any(arg.is_ref and arg.type != 7 for arg in op_def.input_arg)  # 7: DT_STRING, a TF1 queue's handle
+
+
+def test_every_op_that_writes_a_variable_by_ref_changes_state_and_so_does_its_resource_twin(
+        registry: dict[str, Any]) -> None:
+    """``SparseApplyMomentum``, ``ResourceSparseApplyFtrl``, ``StridedSliceAssign``, ``ScatterNdMax``
+    were missing: the observer and diagnose's replays did not count them as changing state."""
+    from tracer.optypes import REF_PASSING_OPS, changes_state  # noqa: PLC0415
+
+    writers = [name for name, op_def in registry.items()
+               if _takes_variable_by_ref(op_def) and name not in REF_PASSING_OPS]
+    assert len(writers) > 40, writers  # the registry was read
+    twins = [f"Resource{name}" for name in writers if f"Resource{name}" in registry]
+    assert [name for name in writers + twins if not changes_state(name)] == []
+    assert not any(changes_state(name) for name in REF_PASSING_OPS)
+    assert set(REF_PASSING_OPS) <= set(registry)
+
+
+def test_every_summary_op_is_bookkeeping(registry: dict[str, Any]) -> None:
+    from tracer.optypes import BOOKKEEPING_OPS, SUMMARY_OPS  # noqa: PLC0415
+
+    summaries = {name for name in registry if "Summary" in name} - {"BoostedTreesMakeStatsSummary"} | {"ImportEvent"}
+    assert summaries == set(SUMMARY_OPS)
+    assert SUMMARY_OPS <= BOOKKEEPING_OPS
