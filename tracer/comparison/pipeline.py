@@ -31,6 +31,7 @@ from .divergence import Divergence, NodeResult, Tolerance, classify
 from ..errors import EXIT_OK, TftraceError
 from ..diff.records import GraphDiff
 from ..diff.rewrites import diff_graphs
+from .detection_lists import measure_detection_lists
 from .detections import detection_verdicts, detections_of
 from .isolate import IsolationResult, isolate_origins, load_state_variables
 from ..metrics import TensorMetrics
@@ -73,6 +74,8 @@ class Comparison:
     examples_digests: dict[str, str | None] = field(default_factory=dict)
     # report.json's "detections": each group of detector outputs matched by class and IoU (detections.py)
     detections: list[dict[str, Any]] = field(default_factory=list)
+    # A's op -> its detection list measured between matched detections (detection_lists.py)
+    detection_lists: dict[str, dict[str, Any]] = field(default_factory=dict)
     # --intermediates-decide: an op beyond tolerance anywhere makes the verdict, even when the outputs agree
     intermediates_decide: bool = False
     noise_outputs: dict[str, OutputNoise] = field(default_factory=dict)  # A's key -> over every pair of runs
@@ -316,6 +319,8 @@ def _compare(
                             plain_outputs=plain_output_metrics(view_a, view_b, metrics, tolerance, signature_map or {}),
                             examples_digests={"a": examples_digest(view_a), "b": examples_digest(view_b)},
                             detections=detections_of(view_a, view_b, tolerance, signature_map or {}, detections))
+    comparison.detection_lists = measure_detection_lists(view_a, view_b, alignment, tolerance, comparison.detections,
+                                                         signature_map or {}, detections)
     if not keep_captures and made_here.is_dir():
         shutil.rmtree(made_here)  # before the report: a report.json present means the directory is as it stays
     return comparison
