@@ -16,14 +16,14 @@ from pathlib import Path
 import numpy as np
 
 from .align import CaptureView
-from ..captures.inputs import same_rows
+from ..captures.inputs import ONE_ARRAY_REFUSAL, same_rows
 from ..captures.reader import Capture, is_capture_dir
 from ..errors import TftraceError
 from ..runspec import InputSpec, Side
 from ..safewrite import write_file
 
 __all__ = ["apply_signature_map", "cannot_take_examples", "examples_digest", "examples_of_a_given_capture", "inputs_from", "is_capture",
-           "one_input_each", "require_pairable", "require_same_examples"]
+           "one_input_each", "refused_examples", "require_pairable", "require_same_examples"]
 
 MAP_FIX = "map keys with --map A_KEY=B_KEY[,...], or choose matching signatures with --a-signature/--b-signature"
 
@@ -104,17 +104,35 @@ def one_input_each(view_a: CaptureView, view_b: CaptureView, signature_map: dict
     return {key_a: key_b}
 
 
-def cannot_take_examples(refusal: TftraceError) -> TftraceError:
-    """The error for B refusing A's examples. ``--map`` helps only where the keys differ (an ``.npz``
-    under A's keys, one array for several inputs); where the inputs were paired (by key, by
-    ``--map`` or one input each) and an array does not fit (its shape or dtype), the two models take
-    different inputs: renaming keys changes nothing."""
-    keys_differ = any(phrase in refusal.problem for phrase in (" has keys ", " holds one array "))
-    fix = MAP_FIX if keys_differ else (
-        "the inputs are paired, but the two models take different ones (another shape or dtype) and both sides "
-        "run on the same examples: compare two models that take the same input, or choose B's signature that "
-        "takes A's with --b-signature")
-    return TftraceError(f"the two signatures cannot be paired: B cannot take A's examples ({refusal.problem})", fix)
+def cannot_take_examples(refusal: TftraceError, given: list[str] | None = None, giver: str = "A",
+                         taker: str = "B") -> TftraceError:
+    """The error for ``taker`` refusing ``giver``'s examples (B refusing A's; A refusing those of a
+    capture given as B). ``--map`` helps only where the keys differ (an ``.npz`` under the giver's
+    keys). Where the giver has one input (``given``: its keys), fed as one array, and the taker
+    several, or where the inputs were paired (by key, by ``--map`` or one input each) and an array
+    does not fit (its shape or dtype), the two models take different inputs: renaming keys changes
+    nothing, and no file fixes it, as both sides run on the same examples."""
+    one_array = ONE_ARRAY_REFUSAL.search(refusal.problem)
+    if one_array:
+        count, keys = one_array.groups()
+        held = f" ({', '.join(given)})" if given else ""
+        return TftraceError(
+            f"the two signatures cannot be paired: {taker} cannot take {giver}'s examples: {giver}'s signature has "
+            f"one input{held}, {taker}'s has {count} ({keys})",
+            f"both sides run on the same examples and --map only renames keys, it cannot split {giver}'s one array "
+            f"into {taker}'s {count} inputs: compare two models that take the same inputs, or choose {taker}'s "
+            f"signature that takes {giver}'s one input with --{taker.lower()}-signature")
+    fix = MAP_FIX if " has keys " in refusal.problem else (
+        f"the inputs are paired, but the two models take different ones (another shape or dtype) and both sides "
+        f"run on the same examples: compare two models that take the same input, or choose {taker}'s signature "
+        f"that takes {giver}'s with --{taker.lower()}-signature")
+    return TftraceError(f"the two signatures cannot be paired: {taker} cannot take {giver}'s examples "
+                        f"({refusal.problem})", fix)
+
+
+def refused_examples(exc: TftraceError) -> bool:
+    """Whether a side's capture refused the examples it was fed, for its signature's inputs."""
+    return any(phrase in exc.problem for phrase in ("the signature expects", "holds one array"))
 
 
 def apply_signature_map(view_a: CaptureView, view_b: CaptureView, mapping: dict[str, str]) -> None:
