@@ -89,6 +89,19 @@ def test_compare_of_one_input_with_two_says_the_models_take_different_inputs(mod
 
 
 @pytest.mark.slow
+def test_compare_of_two_inputs_with_one_given_an_npz_of_two_offers_no_map(models: Path, tmp_path: Path) -> None:
+    """What follows the .npz fix when B has one input: B refuses A's two arrays. --map cannot drop one."""
+    np.savez(tmp_path / "two.npz", a=np.ones((4, 3), np.float32), b=np.ones((4, 3), np.float32))
+    line = _refused(models, tmp_path / "w", "compare", str(models / "two"), str(models / "one"),
+                    "--inputs", str(tmp_path / "two.npz"))
+    assert line == (
+        "tftrace: error: the two signatures cannot be paired: B cannot take A's examples: A's signature has 2 "
+        "inputs (a, b), B's has one (a). Both sides run on the same examples and --map only renames keys, it cannot "
+        "turn A's 2 inputs into B's one: compare two models that take the same inputs, or choose B's signature "
+        "that takes A's inputs with --b-signature.")
+
+
+@pytest.mark.slow
 def test_compare_with_a_capture_of_one_input_says_so_naming_no_file_of_tftrace(models: Path, tmp_path: Path) -> None:
     """B is a capture made elsewhere: A runs on its examples, written as ``inputs_from_b.npy`` in --out;
     the refusal once told the user to rewrite that file."""
