@@ -21,6 +21,8 @@ Strings (serialized ``tf.Example`` protos) cannot be invented and need ``--input
 
 from __future__ import annotations
 
+import keyword
+import re
 import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -32,7 +34,8 @@ import numpy as np
 from ..artifacts.records import TensorSpec
 from ..errors import TftraceError
 
-__all__ = ["Examples", "make_examples", "batches", "same_rows", "run_batch_size", "batched_alike"]
+__all__ = ["Examples", "make_examples", "batches", "same_rows", "run_batch_size", "batched_alike", "one_array_per_input",
+           "ONE_ARRAY_REFUSAL"]
 
 
 @dataclass
@@ -193,7 +196,7 @@ def _read_file(path: str, inputs: dict[str, TensorSpec], unbatched: bool) -> tup
         if len(inputs) != 1:
             raise TftraceError(
                 f"{path} holds one array but the signature has {len(inputs)} inputs ({', '.join(inputs)})",
-                "write an .npz with numpy.savez(path, **{key: array}) using those keys",
+                one_array_per_input(path, list(inputs)),
             )
         arrays = {next(iter(inputs)): loaded}
     else:
@@ -232,6 +235,22 @@ def _read_file(path: str, inputs: dict[str, TensorSpec], unbatched: bool) -> tup
             arrays[key] = array.reshape((array.shape[0], *spec.shape[1:]))  # [N] for [?, 1], or back
         _check_fits(key, arrays[key], spec, stacked=bool(stacked))
     return arrays, bool(stacked)
+
+
+# the refusal of a plain .npy (one array) by a signature of several inputs, as said: its count and keys
+ONE_ARRAY_REFUSAL = re.compile(r" holds one array but the signature has (\d+) inputs \((.*)\)$")
+
+
+def one_array_per_input(path: str, keys: Sequence[str]) -> str:
+    """The fix for a plain ``.npy`` given to a signature of several inputs: an ``.npz`` that holds
+    one array per input, under its key (a ``.npy`` holds one array, which feeds one input only)."""
+    if all(key.isidentifier() and not keyword.iskeyword(key) for key in keys):
+        arrays = ", ".join(f"{key}=..." for key in keys)
+    else:
+        arrays = "**{" + ", ".join(f"{key!r}: ..." for key in keys) + "}"
+    npz = f"{Path(path).stem or 'inputs'}.npz"
+    return (f"give --inputs an .npz that holds one array per input, named after the input keys "
+            f"{', '.join(keys)}: numpy.savez({npz!r}, {arrays})")
 
 
 def _fits(array: np.ndarray, spec: TensorSpec) -> bool:

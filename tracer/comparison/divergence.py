@@ -93,14 +93,20 @@ class Divergence:
             return "within_tolerance"
         return "identical"
 
-    def intermediates(self, graph: OpGraph) -> dict[str, Any] | None:
+    def intermediates(self, graph: OpGraph, lists: dict[str, dict[str, Any]] | None = None) -> dict[str, Any] | None:
         """Where the intermediates differ beyond tolerance, and where that difference heals: the
         report's ``intermediates`` (None when no op is beyond tolerance).
 
         An op *heals* the difference when one of its inputs is beyond tolerance and its own result
         is within it (a softmax saturates, an argmax or NMS picks the same winners). ``heals_at``
         is the last such op in the order the examples flow, past which nothing differs beyond
-        tolerance any more: what the outputs are judged on shows no trace of it."""
+        tolerance any more: what the outputs are judged on shows no trace of it.
+
+        ``lists``: A's ops whose tensor holds a detector's detection list, measured between matched
+        detections (:mod:`tracer.comparison.detection_lists`). Their index-by-index difference pairs
+        row k of A with row k of B whether or not they are the same detection, so it is no measure
+        of the divergence: ``max_abs`` leaves them out, and ``detection_lists`` says what they
+        measured matched, with their index-by-index largest difference only as such."""
         beyond = [r for r in self.nodes.values() if r.status in ("origin", "propagated")]
         if not beyond:
             return None
@@ -111,15 +117,43 @@ class Divergence:
         last_beyond = max(beyond, key=lambda r: rank[r.name])
         heals = healers[-1] if healers and rank[healers[-1].name] > rank[last_beyond.name] else None
         first = self.first_beyond_tolerance or min(beyond, key=lambda r: rank[r.name])
-        worst = max(beyond, key=lambda r: (r.metrics.max_abs if r.metrics else 0.0))
+        lists = {name: entry for name, entry in (lists or {}).items() if name in self.nodes
+                 and entry.get("tensor") == self.nodes[name].tensor}  # the tensor the op was judged by
+        listed = {r.name for r in beyond if r.name in lists}
+        values = [r for r in beyond if r.name not in listed]
+        worst = max(values, key=lambda r: (r.metrics.max_abs if r.metrics else 0.0), default=None)
         return {
             "from": first.name, "from_op": graph.op_type(first.name),
             "ops_beyond_tolerance": len(beyond),
-            "max_abs": worst.metrics.max_abs if worst.metrics else None, "max_abs_at": worst.name,
+            "max_abs": worst.metrics.max_abs if worst and worst.metrics else None,
+            "max_abs_at": worst.name if worst else None,
             "heals_at": heals.name if heals else None, "heals_at_op": graph.op_type(heals.name) if heals else None,
             "heal_ops": [r.name for r in healers][:20], "heal_count": len(healers),
             "last_beyond_tolerance": last_beyond.name,
+            "detection_lists": _detection_lists([r for r in beyond if r.name in listed], lists, graph),
         }
+
+
+def _detection_lists(ops: list[NodeResult], lists: dict[str, dict[str, Any]], graph: OpGraph) -> dict[str, Any] | None:
+    """The ops beyond tolerance index by index that hold detection lists: how they compare between
+    matched detections, and their index-by-index largest difference (``index_max_abs``), as such."""
+    if not ops:
+        return None
+    rank = graph.flow_order()
+    ops = sorted(ops, key=lambda r: rank[r.name])
+    by_index = max(ops, key=lambda r: (r.metrics.max_abs if r.metrics else 0.0))
+    measured = [r for r in ops if isinstance(lists[r.name].get("matched_max_abs"), (int, float))]
+    matched = max(measured, key=lambda r: lists[r.name]["matched_max_abs"], default=None)
+    unmeasured = [r for r in ops if r not in measured]
+    return {
+        "ops": [r.name for r in ops][:20], "count": len(ops),
+        "index_max_abs": by_index.metrics.max_abs if by_index.metrics else None, "index_max_abs_at": by_index.name,
+        "matched_max_abs": lists[matched.name]["matched_max_abs"] if matched else None,
+        "matched_max_abs_at": matched.name if matched else None,
+        "matched_within_tolerance": (all(lists[r.name].get("matched_within_tolerance") for r in measured)
+                                     if measured else None),
+        "not_matched": [{"op": r.name, "why": lists[r.name].get("why")} for r in unmeasured][:20],
+    }
 
 
 def classify(

@@ -9,22 +9,26 @@ TensorFlow.
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import io
+import re
 from pathlib import Path
 
 import numpy as np
 
 from .align import CaptureView
-from ..captures.inputs import same_rows
+from ..captures.inputs import ONE_ARRAY_REFUSAL, same_rows
 from ..captures.reader import Capture, is_capture_dir
 from ..errors import TftraceError
 from ..runspec import InputSpec, Side
 from ..safewrite import write_file
 
 __all__ = ["apply_signature_map", "cannot_take_examples", "examples_digest", "examples_of_a_given_capture", "inputs_from", "is_capture",
-           "one_input_each", "require_pairable", "require_same_examples"]
+           "one_input_each", "refused_examples", "require_pairable", "require_same_examples"]
 
+# inputs.py's refusal of an .npz whose keys are not the signature's: the keys it expects
+HAS_KEYS_REFUSAL = re.compile(r" has keys \[.*\] but the signature expects (\[.*?\])(?: \((?:missing|unexpected): .*)?$")
 MAP_FIX = "map keys with --map A_KEY=B_KEY[,...], or choose matching signatures with --a-signature/--b-signature"
 
 
@@ -104,17 +108,60 @@ def one_input_each(view_a: CaptureView, view_b: CaptureView, signature_map: dict
     return {key_a: key_b}
 
 
-def cannot_take_examples(refusal: TftraceError) -> TftraceError:
-    """The error for B refusing A's examples. ``--map`` helps only where the keys differ (an ``.npz``
-    under A's keys, one array for several inputs); where the inputs were paired (by key, by
-    ``--map`` or one input each) and an array does not fit (its shape or dtype), the two models take
-    different inputs: renaming keys changes nothing."""
-    keys_differ = any(phrase in refusal.problem for phrase in (" has keys ", " holds one array "))
-    fix = MAP_FIX if keys_differ else (
-        "the inputs are paired, but the two models take different ones (another shape or dtype) and both sides "
-        "run on the same examples: compare two models that take the same input, or choose B's signature that "
-        "takes A's with --b-signature")
-    return TftraceError(f"the two signatures cannot be paired: B cannot take A's examples ({refusal.problem})", fix)
+def cannot_take_examples(refusal: TftraceError, given: list[str] | None = None, giver: str = "A",
+                         taker: str = "B") -> TftraceError:
+    """The error for ``taker`` refusing ``giver``'s examples (B refusing A's; A refusing those of a
+    capture given as B). ``--map`` helps only where the keys differ, as many on each side (an
+    ``.npz`` under the giver's keys). Where the giver has another number of inputs (``given``: its
+    keys) than the taker (one array for several inputs, two for one), or where the inputs were
+    paired (by key, by ``--map`` or one input each) and an array does not fit (its shape or dtype),
+    the two models take different inputs: renaming keys changes nothing, and no file fixes it, as
+    both sides run on the same examples."""
+    wanted = _taker_inputs(refusal.problem)
+    if wanted is not None and given is not None and wanted[0] != len(given):
+        count, keys = wanted
+        what = (f"split {giver}'s one array into {taker}'s {count} inputs" if len(given) == 1 else
+                f"turn {giver}'s {len(given)} inputs into {taker}'s {'one' if count == 1 else count}")
+        return TftraceError(
+            f"the two signatures cannot be paired: {taker} cannot take {giver}'s examples: {giver}'s signature has "
+            f"{_inputs(len(given))} ({', '.join(given)}), {taker}'s has {'one' if count == 1 else count} ({keys})",
+            f"both sides run on the same examples and --map only renames keys, it cannot {what}: compare two models "
+            f"that take the same inputs, or choose {taker}'s signature that takes {giver}'s "
+            f"{'one input' if len(given) == 1 else 'inputs'} with --{taker.lower()}-signature")
+    fix = MAP_FIX if " has keys " in refusal.problem else (
+        f"the inputs are paired, but the two models take different ones (another shape or dtype) and both sides "
+        f"run on the same examples: compare two models that take the same input, or choose {taker}'s signature "
+        f"that takes {giver}'s with --{taker.lower()}-signature")
+    return TftraceError(f"the two signatures cannot be paired: {taker} cannot take {giver}'s examples "
+                        f"({refusal.problem})", fix)
+
+
+def _inputs(count: int) -> str:
+    return "one input" if count == 1 else f"{count} inputs"
+
+
+def _taker_inputs(problem: str) -> tuple[int, str] | None:
+    """How many inputs the refusing signature has, and their keys as said, from the refusal of an
+    inputs file (:mod:`tracer.captures.inputs`): one array for several inputs, or an ``.npz`` whose
+    keys are not the signature's; None for any other refusal, or one that does not parse."""
+    one_array = ONE_ARRAY_REFUSAL.search(problem)
+    if one_array:
+        return int(one_array.group(1)), one_array.group(2)
+    has_keys = HAS_KEYS_REFUSAL.search(problem)
+    if not has_keys:
+        return None
+    try:
+        keys = ast.literal_eval(has_keys.group(1))
+    except (ValueError, SyntaxError):
+        return None
+    if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
+        return None
+    return len(keys), ", ".join(keys)
+
+
+def refused_examples(exc: TftraceError) -> bool:
+    """Whether a side's capture refused the examples it was fed, for its signature's inputs."""
+    return any(phrase in exc.problem for phrase in ("the signature expects", "holds one array"))
 
 
 def apply_signature_map(view_a: CaptureView, view_b: CaptureView, mapping: dict[str, str]) -> None:

@@ -31,6 +31,7 @@ from .divergence import Divergence, NodeResult, Tolerance, classify
 from ..errors import EXIT_OK, TftraceError
 from ..diff.records import GraphDiff
 from ..diff.rewrites import diff_graphs
+from .detection_lists import measure_detection_lists
 from .detections import detection_verdicts, detections_of
 from .isolate import IsolationResult, isolate_origins, load_state_variables
 from ..metrics import TensorMetrics
@@ -39,7 +40,8 @@ from ..safewrite import claim, output_directory
 from .measure import pair_metrics, plain_output_metrics, value_source
 from .noise import NONDETERMINISTIC_GPU, Noise, OutputNoise, measure_noise, sides_to_repeat
 from .pairing import (apply_signature_map, cannot_take_examples, examples_digest, examples_of_a_given_capture,
-                      inputs_from, is_capture, one_input_each, require_pairable, require_same_examples)
+                      inputs_from, is_capture, one_input_each, refused_examples, require_pairable,
+                      require_same_examples)
 from .statuses import BORN_HERE, verdict_exit_code, worse
 
 __all__ = ["Comparison", "compare", "comparing", "directory_size", "open_or_capture", "to_isolate"]
@@ -73,6 +75,8 @@ class Comparison:
     examples_digests: dict[str, str | None] = field(default_factory=dict)
     # report.json's "detections": each group of detector outputs matched by class and IoU (detections.py)
     detections: list[dict[str, Any]] = field(default_factory=list)
+    # A's op -> its detection list measured between matched detections (detection_lists.py)
+    detection_lists: dict[str, dict[str, Any]] = field(default_factory=dict)
     # --intermediates-decide: an op beyond tolerance anywhere makes the verdict, even when the outputs agree
     intermediates_decide: bool = False
     noise_outputs: dict[str, OutputNoise] = field(default_factory=dict)  # A's key -> over every pair of runs
@@ -316,6 +320,8 @@ def _compare(
                             plain_outputs=plain_output_metrics(view_a, view_b, metrics, tolerance, signature_map or {}),
                             examples_digests={"a": examples_digest(view_a), "b": examples_digest(view_b)},
                             detections=detections_of(view_a, view_b, tolerance, signature_map or {}, detections))
+    comparison.detection_lists = measure_detection_lists(view_a, view_b, alignment, tolerance, comparison.detections,
+                                                         signature_map or {}, detections)
     if not keep_captures and made_here.is_dir():
         shutil.rmtree(made_here)  # before the report: a report.json present means the directory is as it stays
     return comparison
@@ -334,17 +340,22 @@ def _capture_sides(a: str | Side, b: str | Side, out: Path, console: Console, al
 
     try:
         from_b = examples_of_a_given_capture(a, b, out, signature_map)
-        cap_a = open_or_capture(a, out, "a", console=console, allow_unsafe_ops=allow_unsafe_ops, on_event=start_b,
-                                shared_inputs=from_b, read_memory=read_memory, own_captures=own_captures)
+        try:
+            cap_a = open_or_capture(a, out, "a", console=console, allow_unsafe_ops=allow_unsafe_ops, on_event=start_b,
+                                    shared_inputs=from_b, read_memory=read_memory, own_captures=own_captures)
+        except TftraceError as exc:  # A refused the examples of the capture given as B
+            if from_b is None or not refused_examples(exc):
+                raise
+            raise cannot_take_examples(exc, list(Capture.open(str(b)).inputs), "B", "A") from exc
         shared = inputs_from(cap_a, out, signature_map) if not is_capture(b) else None
         try:
             cap_b = open_or_capture(b, out, "b", console=console, shared_inputs=shared,
                                     allow_unsafe_ops=allow_unsafe_ops, prepared=ahead.get("b"), read_memory=read_memory,
                                     own_captures=own_captures)
         except TftraceError as exc:
-            if shared is None or not any(t in exc.problem for t in ("the signature expects", "holds one array")):
+            if shared is None or not refused_examples(exc):
                 raise
-            raise cannot_take_examples(exc) from exc
+            raise cannot_take_examples(exc, list(cap_a.inputs)) from exc
     finally:
         if ahead.get("b") is not None:
             ahead["b"].cancel()  # its job never came (A failed), or it is over: nothing is left running

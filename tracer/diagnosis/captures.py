@@ -8,6 +8,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from ..captures.inputs import ONE_ARRAY_REFUSAL
 from ..captures.launcher import PREPARE_HEADROOM, PreparedChild, available_memory, capture as capture_side
 from ..captures.reader import Capture
 from ..errors import TftraceError
@@ -61,8 +62,29 @@ class Captures:
             self._start_ahead()
             slug = re.sub(r"[^A-Za-z0-9]+", "_", run.describe).strip("_")[:60] or "side"
             path = self.root / f"{len(self.done):02d}_{slug}"
-            self.done[key] = capture_side(run.side, path, force=True, console=self.quiet, prepared=child)
+            try:
+                self.done[key] = capture_side(run.side, path, force=True, console=self.quiet, prepared=child)
+            except TftraceError as exc:
+                other = self._takes_other_inputs(exc, run)
+                if other is None:
+                    raise
+                raise other from exc
         return self.done[key]
+
+    def _takes_other_inputs(self, refusal: TftraceError, run: Run) -> TftraceError | None:
+        """The error for a run that refused, as a signature of several inputs, the one array (a
+        plain ``.npy``) the base side took: another artifact (``--savedmodel``) that takes other
+        inputs than the model. No inputs file feeds both, since every run gets the same examples."""
+        refused = ONE_ARRAY_REFUSAL.search(refusal.problem)
+        base = next(iter(self.done.values()), None)
+        if refused is None or base is None or len(base.inputs) != 1:
+            return None
+        count, keys = refused.groups()
+        return TftraceError(
+            f"the --savedmodel {run.side.artifact.path} has {count} inputs ({keys}) and the model one "
+            f"({next(iter(base.inputs))}), and diagnose runs both on the same examples",
+            "give --savedmodel the SavedModel exported from MODEL, which takes the model's inputs; no --inputs file "
+            "feeds one array to one and several to the other")
 
     def _start_ahead(self) -> None:
         for run in self._upcoming:

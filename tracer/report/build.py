@@ -250,7 +250,7 @@ def build_report(comparison: Comparison) -> dict[str, Any]:
         "verdict_outputs": comparison.outputs_verdict,  # the plain runs' outputs
         "verdict_decided_by": comparison.decided_by,  # "outputs" | "outputs_and_intermediates"
         # intermediates beyond tolerance: from where, and the op by which they heal (None: none are)
-        "intermediates": div.intermediates(view_a.graph),
+        "intermediates": div.intermediates(view_a.graph, comparison.detection_lists),
         "tolerance": comparison.tolerance.to_json(),
         "sides": {key: _side(view, comparison.kept_captures[key], comparison.examples_digests.get(key))
                   for key, view in (("a", view_a), ("b", view_b))},
