@@ -315,3 +315,28 @@ def test_diff_graph_reads_the_averages_from_the_checkpoint(ema_models: Path) -> 
          "detail": {"max_abs_change": facts[name],
                     "moving_average": {"checkpoint": "a", "key": f"{name}/ExponentialMovingAverage", "matches": True}}}
         for name in VARIABLES]
+
+
+def test_a_weight_that_moved_between_fresh_processes_is_set_at_load() -> None:
+    """Noise measured per tensor: a weight read that moved names its variable and every read of it;
+    an op that computes (layer1/Relu) moves by its kernel and names nothing."""
+    from tracer.comparison.isolate import weights_set_at_load  # noqa: PLC0415
+
+    moved = {"layer2/ReadVariableOp:0": 1.5, "layer1/Relu:0": 0.25, "layer1/ReadVariableOp:0": 0.0, "x:0": 0.0}
+    assert weights_set_at_load(moved, TWO_LAYERS) == {"a_late", "layer2/ReadVariableOp"}
+
+
+@pytest.mark.slow
+def test_a_weight_set_at_load_is_no_export_rewrite_when_the_noise_is_measured_first(
+        real_models: dict[str, Path], tmp_path: Path) -> None:
+    """TF Serving's half_plus_two_mkl sets `conv2d/kernel` anew at every load (it multiplies zeros, so
+    `y` never moves). Measured first (`--repeat 2`, as every GPU side is), the weight's difference lay
+    within the noise, was never replayed, and the SavedModel against itself got a const_changed
+    rewrite (the H200, 2026-12-04: "values [-1.15645] -> [0.383119]")."""
+    model = str(real_models["half_plus_two"])
+    proc = run_cli("compare", model, model, "--repeat", "2", "--onednn", "off", "--out", str(tmp_path / "r"))
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads((tmp_path / "r" / "report.json").read_text())
+    node = report["nodes"]["conv2d/Conv2D/ReadVariableOp"]
+    assert (node["status"], node["reason"]) == ("within_tolerance", "its value is drawn anew at every load of the model")
+    assert report["rewrites"] == [] and report["verdict"] == "within_tolerance"

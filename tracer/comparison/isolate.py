@@ -264,6 +264,21 @@ def load_state_variables(isolation: dict[str, IsolationResult], graph: OpGraph) 
     return found
 
 
+def weights_set_at_load(per_tensor: dict[str, float], graph: OpGraph) -> set[str]:
+    """The variables (and their reads) whose value moved between fresh processes of one side, by
+    the noise measured: no kernel computes a weight, so a weight that moves is set anew at each
+    load (an initializer that runs instead of a restore). On a GPU the noise is measured before
+    any replay, and the weight was then never replayed: it was called ``const_changed`` between
+    a SavedModel and itself (TF Serving's half_plus_two_mkl, the H200, 2026-12-04)."""
+    found: set[str] = set()
+    for tensor, moved in per_tensor.items():
+        op = tensor_op(tensor)
+        weight = weight_of(graph, op) if moved and op in graph else None
+        if weight is not None:
+            found.update([weight, *weight_reads(graph, weight)])
+    return found
+
+
 def same_run_settings(capture_a: Capture, capture_b: Capture, *, build: bool = True) -> bool:
     """Whether the two captures ran with the same device, batch size, knobs and build, so that the
     same op on the same inputs can only differ from run to run (the artifacts may differ).

@@ -33,7 +33,7 @@ from ..diff.records import GraphDiff
 from ..diff.rewrites import diff_graphs
 from .detection_lists import measure_detection_lists
 from .detections import detection_verdicts, detections_of
-from .isolate import IsolationResult, isolate_origins, load_state_variables
+from .isolate import IsolationResult, isolate_origins, load_state_variables, weights_set_at_load
 from ..metrics import TensorMetrics
 from ..runspec import InputSpec, Side
 from ..safewrite import claim, output_directory
@@ -388,7 +388,8 @@ class _Judging:
             self.noise = measure_noise(self.targets, self.captures, self.alignment, self.out, runs, self.console,
                                        self.signature_map, self.tolerance, why)
         self.noise.not_measured = unmeasured
-        divergence, isolation = self._classify_and_isolate(isolate)
+        at_load = weights_set_at_load(self.noise.per_tensor, self.views[0].graph)  # moved in the repeats
+        divergence, isolation = self._classify_and_isolate(isolate, at_load)
         moved = _replays_that_moved(isolation, self.noise)
         for key in [key for key in moved if repeat is not None or is_capture(self.targets[key])]:
             because = ("it was given as a capture directory, which cannot be re-run here" if is_capture(self.targets[key])
@@ -396,7 +397,7 @@ class _Judging:
             if all(u["side"] != key for u in self.noise.not_measured):
                 self.noise.not_measured.append({"side": key, "why": f"{moved[key]}, and {because}"})
             del moved[key]
-        self.loaded = load_state_variables(isolation, self.views[0].graph)
+        self.loaded = load_state_variables(isolation, self.views[0].graph) | at_load
         if moved:  # a side's replay differed from its own capture: measure that side's noise, then judge again
             self.noise = measure_noise(self.targets, self.captures, self.alignment, self.out, {key: 2 for key in moved},
                                        self.console, self.signature_map, self.tolerance, moved, earlier=self.noise)
