@@ -783,3 +783,30 @@ def test_a_sides_autotune_and_tf32_settings_are_read_as_it_ran(knobs, environmen
                                 "batch_size": 1, "artifact": {"kind": "checkpoint"}}, {})
     settings = side_settings(cap)
     assert (settings["autotune"], settings["tf32"]) == (autotune, tf32)
+
+
+def test_an_answer_resting_on_the_noise_free_twin_takes_the_twins_training_graph():
+    """The H200, 2026-12-04: `diagnose a1/ckpt` (a TF1 training checkpoint, its batch norm in training
+    mode). Batch 1 vs 8 started at a nondeterministic conv in the default runs and at the batch norm
+    with the noise removed, where the twin found the training graph; the answer, built on the twin's
+    figures, still said "Cause: shape-dependent kernel choice"."""
+    training = ("both sides' graphs are training graphs: their batch norms (`bn1/FusedBatchNormV3`) run with "
+                "is_training=True and normalise with each run's batch statistics")
+    common = {"a": {"describe": "gpu, batch 1"}, "b": {"describe": "gpu, batch 8"}, "latency_ms": None,
+              "cost_pct": None, "remedy": None, "skipped": None, "settings": None, "rewrite_count": 0,
+              "discrete_changes": {}, "factor": "batch"}
+    experiments = [
+        {**common, "name": "batch_1_vs_8", "verdict": "diverged", "max_abs_output_diff": 0.000515,
+         "first_divergence": {"node": "conv1/Conv2D", "op": "Conv2D", "isolation": "nondeterministic"},
+         "noise_removed": {"experiment": "batch_1_vs_8_noise_removed", "how": "op determinism on both sides"}},
+        {**common, "name": "batch_1_vs_8_noise_removed", "verdict": "diverged", "max_abs_output_diff": 0.000515,
+         "first_divergence": {"node": "bn1/FusedBatchNormV3", "op": "FusedBatchNormV3", "isolation": "own_error"},
+         "attribution": "training_graph", "training_graph": training, "state_ops": ["bn1/FusedBatchNormV3"],
+         "noise_removed_of": "batch_1_vs_8"},
+    ]
+    answers = build_answers(experiments, {"atol": 1e-6, "rtol": 1e-5})
+    why = next(w for w in answers["why"] if w.startswith(FACTOR_TITLES["batch"]))
+    assert why.startswith("Batch size: gpu, batch 1 vs gpu, batch 8 changes the outputs by up to 0.000515; it starts "
+                          "at `bn1/FusedBatchNormV3` (FusedBatchNormV3). Cause: a training graph"), why
+    assert "shape-dependent kernel choice" not in " ".join(answers["why"])
+    assert answers["prevent"][0].startswith("Batch size: compare the inference graph"), answers["prevent"]

@@ -41,6 +41,11 @@ TWIN_SUFFIX = "_noise_removed"
 # The measured fields of an experiment that its noise-free twin replaces in the answers.
 MEASURED = ("verdict", "max_abs_output_diff", "outputs", "first_divergence", "rewrite_count", "discrete_changes",
             "executed_ops_differ", "converted_ops", "plain_outputs")
+# A twin's attribution replaces its original's: on the H200 (2026-12-04) a training checkpoint's
+# batch 1 vs 8 started at a nondeterministic conv in the default runs (no attribution) and at
+# the training-mode batch norm with the noise removed, and the answer, resting on the twin's
+# figures, named "shape-dependent kernel choice" from the original's want of one.
+ATTRIBUTION = ("attribution", "training_graph", "state_ops")
 
 
 def _effect(exp: dict[str, Any]) -> float:
@@ -190,6 +195,8 @@ def effective(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
             continue
         view = dict(r)
         view.update({k: twin[k] for k in MEASURED if k in twin})
+        if twin.get("attribution"):  # what the graph does by design, as the pair the answer rests on shows it
+            view.update({k: twin[k] for k in ATTRIBUTION if k in twin})
         view["raw"] = {k: r.get(k) for k in ("verdict", "max_abs_output_diff", "first_divergence")}
         view["noise_removed_how"] = r["noise_removed"]["how"]
         out.append(view)
