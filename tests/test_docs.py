@@ -289,8 +289,8 @@ def _dict_keys(path: Path, function: str, needs: str) -> set[str]:
 
 
 def test_diagnosis_json_is_what_diagnose_writes():
-    run = REPO / "tracer" / "diagnosis" / "run.py"
-    assert set(keys("diagnosis", "top")) == _dict_keys(run, "_document", "experiments")
+    document = REPO / "tracer" / "diagnosis" / "document.py"
+    assert set(keys("diagnosis", "top")) == _dict_keys(document, "diagnosis_document", "experiments")
     outcomes = REPO / "tracer" / "diagnosis" / "outcomes.py"
     base = _dict_keys(outcomes, _function_with(outcomes, '"latency_basis"'), "latency_basis")
     assert base <= set(keys("diagnosis", "experiment")), sorted(base - set(keys("diagnosis", "experiment")))

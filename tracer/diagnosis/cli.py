@@ -40,14 +40,14 @@ def add_diagnose_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def diagnose_options(model: Any, out_dir: str, values: dict[str, Any], command: str = "") -> Any:
-    """The :class:`tracer.diagnosis.run.DiagnoseOptions` of ``tftrace diagnose`` and ``tracer.diagnose``,
+    """The :class:`tracer.diagnosis.options.DiagnoseOptions` of ``tftrace diagnose`` and ``tracer.diagnose``,
     from option values named as :mod:`tracer.options` declares them (API keywords)."""
     from pathlib import Path  # noqa: PLC0415
 
     from ..comparison.divergence import Tolerance  # noqa: PLC0415
     from ..options import artifact_ref, converted  # noqa: PLC0415
     from ..runspec import parse_device  # noqa: PLC0415
-    from .run import DiagnoseOptions, parse_factors  # noqa: PLC0415
+    from .options import DiagnoseOptions, parse_factors  # noqa: PLC0415
 
     c = converted("diagnose", values)
     parse_device(c["device"])

@@ -11,6 +11,7 @@ Order of work, chosen so that latencies are honest and nothing runs twice:
    runs, and a second process on the same cores would slow them down;
 4. compare, replay and isolate, two at a time (nothing is timed any more);
 5. turn the results into the answers (:mod:`tracer.diagnosis.answers`), write ``diagnosis.json``
+   (:mod:`tracer.diagnosis.document`)
    and the report of the most informative experiment with the answers on top.
 
 Experiments, and which side is the remedy, are declared in :mod:`tracer.diagnosis.experiments`
@@ -21,28 +22,26 @@ differences) are in :mod:`tracer.diagnosis.replays`; each experiment's own compa
 
 from __future__ import annotations
 
-import datetime as _dt
 import io
 import json
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from rich.console import Console
 
-from .._version import __version__
 from .answers import build_answers
+from .document import diagnosis_document, where_the_time_went, write_report
+from .options import DiagnoseOptions, Diagnosis, parse_factors
 from .. import children
 from ..artifacts.kinds import refuse_graphless_local, refuse_missing_local
-from ..artifacts.loader import ArtifactRef
 from ..artifacts.remote import refuse_unreadable_remote
 from ..captures.reader import Capture
-from ..comparison.divergence import Tolerance
-from ..comparison.statuses import BORN_HERE, verdict_label
+from ..comparison.statuses import verdict_label
 from ..errors import TftraceError
 from .experiments import FACTORS, env_autotune_on, plan_experiments
 from .gpus import gpu_unavailable_reason
@@ -53,72 +52,14 @@ from .outcomes import evaluate, latency
 from .plan import PlanContext, Planned, Run, at_batch
 from .recipe import Recipe, plan_recipe, recipe_facts
 from ..jsonvalues import jsonable
-from ..report.build import write_reports
 from ..safewrite import claim, output_directory, write_file
 from ..runspec import InputSpec, Side
 from .serving import BatchingParameters, pad_requests, padding_groups, read_batching_parameters
 
 __all__ = ["DiagnoseOptions", "Diagnosis", "run_diagnosis", "parse_factors"]
 
-SCHEMA_VERSION = 1
 PARALLEL = 2  # comparisons and replays at once; captures always run alone
 SERVING_REQUESTS = 2  # request rows emulated per allowed batch size
-
-
-@dataclass(frozen=True)
-class DiagnoseOptions:
-    model: ArtifactRef
-    out_dir: Path
-    savedmodel: ArtifactRef | None = None
-    batch_sizes: tuple[int, ...] = (1, 8)
-    device: str = "cpu"
-    inputs_file: str | None = None
-    examples: int | None = None  # default: the largest batch size (at least 2)
-    seed: int = 0
-    quick: bool = False
-    only: tuple[str, ...] = ()
-    serving_batching: str | None = None
-    serving_session_config: str | None = None
-    other_python: str | None = None  # --other-python: the factor tf_version runs side B there
-    tolerance: Tolerance = field(default_factory=Tolerance)
-    timing_runs: int | None = None  # default 5 with --quick, 10 without
-    allow_unsafe_ops: bool = False  # see tracer.safety: refused by default, on every side
-    force: bool = False
-    command: str = ""
-
-
-@dataclass
-class Diagnosis:
-    """What ``diagnose`` found; ``bool(diagnosis)`` is True when no experiment diverged."""
-
-    doc: dict[str, Any]  # diagnosis.json
-    out_dir: Path
-    report_experiment: str | None = None  # the experiment whose report is DIR/report.html
-
-    @property
-    def experiments(self) -> list[dict[str, Any]]:
-        return self.doc["experiments"]
-
-    @property
-    def answers(self) -> dict[str, Any]:
-        return self.doc["answers"]
-
-    @property
-    def diverged(self) -> list[str]:
-        return [e["name"] for e in self.experiments if e["verdict"] == "diverged"]
-
-    def __bool__(self) -> bool:
-        return not self.diverged
-
-
-def parse_factors(text: str | None) -> tuple[str, ...]:
-    """``--only batch,onednn`` -> the factors in matrix order; unknown names are refused."""
-    names = tuple(dict.fromkeys(p.strip() for p in (text or "").split(",") if p.strip()))
-    unknown = [n for n in names if n not in FACTORS]
-    if unknown:
-        raise TftraceError(f"--only: unknown {'factor' if len(unknown) == 1 else 'factors'} {', '.join(unknown)}",
-                           f"choose from {', '.join(FACTORS)}")
-    return tuple(f for f in FACTORS if f in names)
 
 
 class _Progress:
@@ -232,13 +173,13 @@ def _diagnose(captures: Captures, base_side: Side, options: DiagnoseOptions, out
                    TIMED_RUNS * 2 // 3 if options.quick else TIMED_RUNS,
                    (recipe_result, recipe.reference, recipe.planned.a) if recipe and recipe_result else None)
     answers = build_answers(results, options.tolerance.to_json(), finding)
-    doc = _document(options, base, results, answers, finding, {
+    doc = diagnosis_document(options, base, results, answers, finding, {
         "total_s": round(time.monotonic() - started, 2), "base_s": round(t_captures - started, 2),
         "captures_s": round(t_experiments - t_captures, 2), "experiments_s": round(time.monotonic() - t_experiments, 2),
         "recipe_s": round(t_costs - t_recipe, 2), "costs_s": round(time.monotonic() - t_costs, 2),
-        **_where_the_time_went(walls, children.recorded()[ledger_from:]),
+        **where_the_time_went(walls, children.recorded()[ledger_from:]),
     })
-    shown = _write_report(doc, results, out)
+    shown = write_report(doc, results, out)
     doc["report_experiment"] = shown
     doc["timings"]["total_s"] = round(time.monotonic() - started, 2)
     write_file(out / "diagnosis.json", json.dumps(jsonable(doc), indent=1, allow_nan=False))
@@ -442,70 +383,3 @@ def _experiment_words(result: dict[str, Any]) -> str:
     pair = f": {sides[0]} vs {sides[1]}" if len(sides) == 2 and all(sides) else ""
     removed = " (noise removed)" if result.get("noise_removed_of") else ""
     return f"{title}{removed}{pair}"
-
-
-# ---- outputs ---------------------------------------------------------------------------------
-
-
-def _where_the_time_went(walls: dict[str, float], spawned: list[children.ChildTime]) -> dict[str, Any]:
-    """``timings``' breakdown: each experiment's wall seconds (two run at once, so they add up to
-    more than ``experiments_s``), and the child processes' seconds, in all and per step (``base
-    side``, ``captures``, an experiment's name, ``recipe``, ``costs``): how many were started and
-    how long they took to come up, to import TensorFlow and to load the model."""
-    steps = dict.fromkeys(c.tag or "(no step)" for c in spawned)
-    return {"experiment_s": dict(sorted(walls.items())), "children": children.summary(spawned),
-            "children_by_step": {step: children.summary([c for c in spawned if (c.tag or "(no step)") == step]) for step in steps}}
-
-
-
-def _document(options: DiagnoseOptions, base: Capture, results: list[dict[str, Any]], answers: dict[str, Any],
-              noise: dict[str, Any] | None, timings: dict[str, float]) -> dict[str, Any]:
-    env = base.environment
-    public = [{k: v for k, v in r.items() if not k.startswith("_")} for r in results]
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "tool": {"name": "tftrace", "version": __version__},
-        "command": options.command,
-        "created_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "model": options.model.to_json(),
-        "savedmodel": options.savedmodel.to_json() if options.savedmodel else None,
-        "batch_sizes": sorted(set(options.batch_sizes)),
-        "device": options.device,
-        "quick": options.quick,
-        "examples": base.manifest["examples"],
-        "tolerance": options.tolerance.to_json(),
-        "environment": {"tensorflow": env.get("tensorflow"), "cpu": env.get("cpu"), "onednn": env.get("onednn"),
-                        "gpus": env.get("gpus"), "build": env.get("build")},
-        "remedy_side": "b",
-        "cost_formula": "cost_pct = (latency_b - latency_a) / latency_a * 100, per example when the sides run "
-                        "different batch sizes; B is the remedy where the factor has one. Where an experiment has "
-                        "`timing`, cost_pct is the ratio of medians of interleaved timings of both sides and "
-                        "`timing.significant` says whether it is a cost (tracer.diagnosis.timing); elsewhere it is "
-                        "the two captures' medians, which claim nothing",
-        "noise": noise,
-        "experiments": public,
-        "answers": answers,
-        "timings": timings,
-    }
-
-
-def _write_report(doc: dict[str, Any], results: list[dict[str, Any]], out: Path) -> str | None:
-    """DIR/report.* from the most informative comparison, with the diagnosis on top."""
-    candidates = [r for r in results if r.get("_report")]
-    if not candidates:
-        return None
-
-    def rank(r: dict[str, Any]) -> tuple:
-        first = r.get("first_divergence") or {}
-        diff = r.get("max_abs_output_diff")
-        return (r["verdict"] == "diverged", bool(first), first.get("isolation") in BORN_HERE,
-                float("inf") if diff is None else float(diff))
-
-    chosen = max(candidates, key=rank)
-    report = dict(chosen["_report"])
-    report["answers"] = doc["answers"]
-    report["diagnosis"] = {"experiments": doc["experiments"], "answers": doc["answers"], "shown": chosen["name"],
-                           "command": doc["command"], "environment": doc["environment"]}
-    report["command"] = doc["command"] or report.get("command", "")
-    write_reports(jsonable(report), out)
-    return chosen["name"]
