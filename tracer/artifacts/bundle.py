@@ -166,16 +166,10 @@ class Bundle:
 
 
 def _varint(buf: bytes, pos: int, end: int, where: str) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        if pos >= end or shift > 63:
-            raise NotReadableHere(f"{where}: a malformed varint")
-        byte = buf[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value, pos
-        shift += 7
+    try:
+        return snappy.read_varint(buf, pos, end)
+    except ValueError as exc:
+        raise NotReadableHere(f"{where}: {exc}") from None
 
 
 def _block(table: bytes, offset: int, size: int, where: str) -> bytes:

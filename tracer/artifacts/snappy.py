@@ -13,14 +13,14 @@ result against the declared length. Anything else is a ``ValueError``.
 
 from __future__ import annotations
 
-__all__ = ["decompress"]
+__all__ = ["decompress", "read_varint"]
 
 MAX_EXPANSION = 24  # a 3-byte copy of 64 bytes is snappy's best ratio (~21:1); more is no snappy stream
 
 
 def decompress(data: bytes, limit: int) -> bytes:
     """The bytes a raw snappy block holds; ValueError when it is malformed or would exceed ``limit``."""
-    length, pos = _varint(data, 0)
+    length, pos = read_varint(data, 0, bits=32, what="snappy length")  # the preamble: a 32-bit length
     if length > limit or length > MAX_EXPANSION * len(data) + 64:
         raise ValueError(f"a snappy block declares {length:,} bytes")
     out = bytearray()
@@ -67,11 +67,16 @@ def decompress(data: bytes, limit: int) -> bytes:
     return bytes(out)
 
 
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
+def read_varint(data: bytes, pos: int, end: int | None = None, bits: int = 64, what: str = "varint"
+                ) -> tuple[int, int]:
+    """A little-endian base-128 varint at ``data[pos:end]`` (protobuf's, LevelDB's table format's
+    and snappy's preamble): ``(value, the position after it)``; ValueError("a malformed WHAT")
+    where it runs past ``end`` or past ``bits`` bits."""
+    end = len(data) if end is None else end
     value = shift = 0
     while True:
-        if pos >= len(data) or shift > 28:  # the preamble is a 32-bit length
-            raise ValueError("a malformed snappy length")
+        if pos >= end or shift >= bits:
+            raise ValueError(f"a malformed {what}")
         byte = data[pos]
         pos += 1
         value |= (byte & 0x7F) << shift
