@@ -13,6 +13,7 @@ from __future__ import annotations
 import struct
 
 from tracer.artifacts.bundle import _mask, crc32c
+from tracer.artifacts.snappy import read_varint
 
 TABLE_MAGIC = 0xDB4775248B80FB57
 FOOTER = 48
@@ -25,17 +26,6 @@ def varint(value: int) -> bytes:
         value >>= 7
     out.append(value)
     return bytes(out)
-
-
-def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        byte = data[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value, pos
-        shift += 7
 
 
 def _literal(out: bytearray, chunk: bytes) -> None:
@@ -77,8 +67,8 @@ def snappy_compress(data: bytes) -> bytes:
 
 
 def _handle(data: bytes, pos: int) -> tuple[tuple[int, int], int]:
-    offset, pos = _read_varint(data, pos)
-    size, pos = _read_varint(data, pos)
+    offset, pos = read_varint(data, pos)
+    size, pos = read_varint(data, pos)
     return (offset, size), pos
 
 
@@ -92,9 +82,9 @@ def _entries(block: bytes) -> list[tuple[bytes, bytes]]:
     (restarts,) = struct.unpack_from("<I", block, len(block) - 4)
     end, pos, key, out = len(block) - 4 - 4 * restarts, 0, b"", []
     while pos < end:
-        shared, pos = _read_varint(block, pos)
-        fresh, pos = _read_varint(block, pos)
-        length, pos = _read_varint(block, pos)
+        shared, pos = read_varint(block, pos)
+        fresh, pos = read_varint(block, pos)
+        length, pos = read_varint(block, pos)
         key = key[:shared] + block[pos:pos + fresh]
         pos += fresh
         out.append((key, block[pos:pos + length]))
