@@ -6,6 +6,9 @@ checkpoint against its inference SavedModel an "export-time rewrite" to "fold in
 neither", and said "2 weights differ" although the export restored the very same variables
 (the captured moving averages were what the runs before had left). The cause is the training
 graph, and nothing else is claimed.
+
+Its batch norm, replayed on identical rows, was called "own error" (its kernel) although the
+batch it normalises over is not the sides' same: it is its batch statistics.
 """
 
 from __future__ import annotations
@@ -26,6 +29,13 @@ FALSE_CAUSES = ("Shape-dependent kernel choice", "hold different weights", "Expo
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_fixture("tf1_training_bn.py", tmp_path_factory.mktemp("training_bn"))
+
+
+NAMED = ("--outputs", "probs:0", "--input-names", "images:0")
+
+
+def report_md(out: Path) -> str:
+    return " ".join((out / "report.md").read_text(encoding="utf-8").split())
 
 
 def _compare(out: Path, *args: str) -> tuple[dict, str]:
@@ -54,15 +64,30 @@ def test_checkpoint_against_its_inference_export_is_the_training_graph(trained: 
     _assert_training_graph(report, stdout)
     assert "it differs from B's inference graph (is_training=False there: the moving averages)" in report["answers"]["why"][0]
     assert "weights differ" not in " ".join(stdout.split())
+    isolation = report["first_divergence"]["isolation"]
+    assert isolation["verdict"] == "batch_statistics"
+    assert isolation["detail"].startswith(
+        "A's FusedBatchNormV3 normalises each row with the statistics of the batch it runs in (is_training=True), "
+        "B's with its moving averages (is_training=False): fed the same rows, the replays differ by up to ")
 
 
 def test_batch_sizes_of_a_training_graph_are_not_kernel_choice(trained: Path, tmp_path: Path) -> None:
     ckpt = str(trained / "ckpt")
-    report, stdout = _compare(tmp_path / "out", ckpt, ckpt, "--outputs", "probs:0", "--input-names", "images:0",
-                              "--a-batch-size", "1", "--b-batch-size", "4")
+    report, stdout = _compare(tmp_path / "out", ckpt, ckpt, *NAMED, "--a-batch-size", "1", "--b-batch-size", "4")
     assert report["answers"]["why"][0].count("both sides' graphs are training graphs: their batch norms") == 1
     assert "the sides run different batch sizes, so the outputs differ" in report["answers"]["why"][0]
     assert report["answers"]["causes"] == ["training_graph"]
     assert not [r for r in report["rewrites"] if r["kind"] == "const_changed"]
     for false in FALSE_CAUSES:
         assert false not in " ".join(stdout.split())
+    # fed the same rows, the batch norm still differs: over another batch, not by its kernel
+    isolation = report["first_divergence"]["isolation"]
+    assert isolation["verdict"] == "batch_statistics"
+    assert isolation["detail"].startswith(
+        "the sides batch the examples differently, and both sides' FusedBatchNormV3 normalise each row with the "
+        "statistics of the batch it runs in (is_training=True): fed the same rows, the replays differ by up to ")
+    text = " ".join(stdout.split())
+    assert ("bn1/FusedBatchNormV3 (FusedBatchNormV3), max abs" in text and "— batch statistics: fed identical rows, "
+            "the op alone still differs: in training mode (is_training=True) it normalises them with its batch's "
+            "statistics, which the sides do not share; not its kernel" in text)
+    assert "own error" not in text and "kernel differs" not in report_md(tmp_path / "out")

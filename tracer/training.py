@@ -11,24 +11,34 @@ before left, not the checkpoint's weights.
 
 None of that is a kernel's choice, an export's folding or other weights: :func:`training_graph`
 finds the batch norms in training mode from the report's node attributes, and
-:mod:`tracer.causes` says it instead of those.
+:mod:`tracer.causes` says it instead of those. Isolation asks :func:`normalises_by_batch` of each
+origin's op on both sides: replayed on identical rows, such an op still differs where the sides do
+not normalise over the same batch, and the judge says that (``batch_statistics``), not that its
+kernel differs.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["training_batch_norm", "training_graph"]
+__all__ = ["normalises_by_batch", "training_batch_norm", "training_graph"]
 
 BATCH_NORM_PREFIX = "FusedBatchNorm"  # FusedBatchNorm, V2, V3: tf.compat.v1.nn.fused_batch_norm, slim, Keras
 NAMED = 2  # the batch norms a sentence names before "and N more"
 
 
+def normalises_by_batch(op_type: object, attrs: Mapping[str, Any] | None) -> bool:
+    """Whether an op of ``op_type`` with ``attrs`` (an op graph node's, JSON values) normalises
+    each row with the statistics of the whole batch it runs in: a batch norm in training mode.
+    Its output then depends on which rows share its run, not on the row alone."""
+    return str(op_type or "").startswith(BATCH_NORM_PREFIX) and (attrs or {}).get("is_training") is True
+
+
 def training_batch_norm(node: dict[str, Any], side: str) -> bool:
     """Whether report node ``node`` is, on ``side`` ("a" or "b"), a batch norm in training mode."""
     op = node.get("op") if side == "a" else node.get("b_op")
-    attrs = node.get(f"attrs_{side}") or {}
-    return str(op or "").startswith(BATCH_NORM_PREFIX) and attrs.get("is_training") is True
+    return normalises_by_batch(op, node.get(f"attrs_{side}"))
 
 
 def _in_training(report: dict[str, Any], side: str) -> list[str]:
