@@ -8,12 +8,16 @@ neither", and said "2 weights differ" although the export restored the very same
 graph, and nothing else is claimed.
 
 Its batch norm, replayed on identical rows, was called "own error" (its kernel) although the
-batch it normalises over is not the sides' same: it is its batch statistics.
+batch it normalises over is not the sides' same: it is its batch statistics. A capture keeps the
+values of the variables the runs write as the model loaded them.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -32,6 +36,14 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 NAMED = ("--outputs", "probs:0", "--input-names", "images:0")
+
+
+def checkpoint_value(ckpt: Path, key: str) -> list[float]:
+    """A variable's value as the checkpoint holds it, read in a child (this process keeps no TensorFlow)."""
+    proc = subprocess.run([sys.executable, "-c", "import sys, json, tensorflow as tf; print(json.dumps(tf.train."
+                           "load_checkpoint(sys.argv[1]).get_tensor(sys.argv[2]).tolist()))", str(ckpt), key],
+                          capture_output=True, text=True, check=True, env={**os.environ, "CUDA_VISIBLE_DEVICES": "-1"})
+    return json.loads(proc.stdout.splitlines()[-1])
 
 
 def report_md(out: Path) -> str:
@@ -91,3 +103,17 @@ def test_batch_sizes_of_a_training_graph_are_not_kernel_choice(trained: Path, tm
             "the op alone still differs: in training mode (is_training=True) it normalises them with its batch's "
             "statistics, which the sides do not share; not its kernel" in text)
     assert "own error" not in text and "kernel differs" not in report_md(tmp_path / "out")
+
+
+def test_a_capture_keeps_the_values_the_runs_write_as_loaded(trained: Path, tmp_path: Path) -> None:
+    from tracer.captures.reader import Capture
+
+    proc = run_cli("capture", str(trained / "ckpt_recalibrated"), *NAMED, "--batch-size", "4", "--onednn", "off",
+                   "--out", str(tmp_path / "cap"))
+    assert proc.returncode == 0, proc.stderr
+    capture = Capture.open(tmp_path / "cap")
+    assert sorted(capture.manifest["loaded_values"]) == ["bn1/moving_mean", "bn1/moving_variance"]
+    loaded = capture.loaded_value("bn1/moving_mean")
+    assert loaded.tolist() == checkpoint_value(trained / "ckpt_recalibrated", "bn1/moving_mean")
+    assert capture.tensor("bn1/ReadVariableOp_2:0").tolist() != loaded.tolist()  # what the runs before it left
+    assert capture.loaded_value("bn1/gamma") is None  # no run writes it: its reads hold it
