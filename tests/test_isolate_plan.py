@@ -204,6 +204,18 @@ def test_a_read_of_the_models_own_state_is_state_not_nondeterminism() -> None:
 
 
 
+def test_a_read_of_a_variable_the_runs_write_whose_loaded_values_differ_is_the_weights_not_the_load() -> None:
+    """A training graph's moving mean, restored as -0.1 in A and 0.4 in B, updated by every run: each
+    replay reads it as loaded and differs from what its runs left; the sides load other values."""
+    op = {"a_tensor": "read:0", "b_tensor": "read:0", "a_op": "ReadVariableOp", "b_op": "ReadVariableOp",
+          "inputs_identical": True, "reads_variable": True, "writes": ["assign"], "weight": "moving_mean"}
+    result = judge(np.array([-0.1], np.float32), np.array([0.4], np.float32), op,
+                   _Captured("read:0", np.array([0.2], np.float32)), _Captured("read:0", np.array([0.3], np.float32)))
+    assert (result.verdict, result.load_state) == ("weights_differ", False)
+    assert result.detail.startswith("the values A and B load into the variable `moving_mean`, which this op reads, "
+                                    "differ by up to 0.5")
+
+
 # A batch norm in training mode (is_training=True) replayed on identical rows, its two replays apart.
 BATCH_NORM = {"a_tensor": "bn:0", "b_tensor": "bn:0", "a_op": "FusedBatchNormV3", "b_op": "FusedBatchNormV3",
               "inputs_identical": True}

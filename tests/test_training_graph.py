@@ -8,8 +8,10 @@ neither", and said "2 weights differ" although the export restored the very same
 graph, and nothing else is claimed.
 
 Its batch norm, replayed on identical rows, was called "own error" (its kernel) although the
-batch it normalises over is not the sides' same: it is its batch statistics. A capture keeps the
-values of the variables the runs write as the model loaded them.
+batch it normalises over is not the sides' same: it is its batch statistics. And once the runs'
+updates of the moving averages were kept from being called changed weights, a moving mean that
+really differs between two checkpoints was not said either: a capture keeps the variables the
+runs write as the model loaded them, and compare tells the weights apart by those values.
 """
 
 from __future__ import annotations
@@ -103,6 +105,39 @@ def test_batch_sizes_of_a_training_graph_are_not_kernel_choice(trained: Path, tm
             "the op alone still differs: in training mode (is_training=True) it normalises them with its batch's "
             "statistics, which the sides do not share; not its kernel" in text)
     assert "own error" not in text and "kernel differs" not in report_md(tmp_path / "out")
+
+
+def test_a_moving_mean_that_differs_between_two_training_checkpoints_is_a_changed_weight(
+        trained: Path, tmp_path: Path) -> None:
+    """ckpt_recalibrated re-estimated bn1/moving_mean alone: the runs of both sides also update it
+    (and bn1/moving_variance, equal in both checkpoints), so their reads differ either way; only
+    the values as loaded tell which weight the artifacts really hold differently."""
+    report, _ = _compare(tmp_path / "out", str(trained / "ckpt"), str(trained / "ckpt_recalibrated"), *NAMED,
+                         "--a-batch-size", "1", "--b-batch-size", "4")
+    changed = [r for r in report["rewrites"] if r["kind"] == "const_changed"]
+    assert [(r["a_nodes"], r["b_nodes"]) for r in changed] == [
+        (["bn1/moving_mean", "bn1/ReadVariableOp_2"], ["bn1/moving_mean", "bn1/ReadVariableOp_2"])]
+    values = changed[0]["detail"]["values"]  # the checkpoints' own values, not what the runs left
+    assert values == {"a": checkpoint_value(trained / "ckpt", "bn1/moving_mean"),
+                      "b": checkpoint_value(trained / "ckpt_recalibrated", "bn1/moving_mean")}
+    origins = {o["node"]: o for o in report["origins"]}
+    assert origins["bn1/ReadVariableOp_2"]["rewrite"] == "const_changed"
+    assert origins["bn1/ReadVariableOp_2"]["isolation"]["verdict"] == "weights_differ"  # not "set at each load"
+    assert origins["bn1/ReadVariableOp_4"]["isolation"]["verdict"] == "state"  # the variance: the runs' updates
+    assert report["answers"]["causes"] == ["training_graph", "weights"]
+    assert "1 weight differs between A and B (`bn1/moving_mean`)" in report["answers"]["why"][1]
+
+
+def test_only_the_runs_updates_differing_is_no_changed_weight(trained: Path, tmp_path: Path) -> None:
+    """ckpt_again holds the very values of ckpt: at batch 1 against 4 the runs update the moving
+    averages differently, which is the model's state, no weight."""
+    report, _ = _compare(tmp_path / "out", str(trained / "ckpt"), str(trained / "ckpt_again"), *NAMED,
+                         "--a-batch-size", "1", "--b-batch-size", "4")
+    assert not [r for r in report["rewrites"] if r["kind"] == "const_changed"]
+    origins = {o["node"]: o["isolation"]["verdict"] for o in report["origins"]}
+    assert origins == {"bn1/FusedBatchNormV3": "batch_statistics", "bn1/ReadVariableOp_2": "state",
+                       "bn1/ReadVariableOp_4": "state"}
+    assert report["answers"]["causes"] == ["training_graph"]
 
 
 def test_a_capture_keeps_the_values_the_runs_write_as_loaded(trained: Path, tmp_path: Path) -> None:

@@ -151,7 +151,7 @@ def judge(ra: np.ndarray, rb: np.ndarray, op: PlannedOrigin, capture_a: Any, cap
 
     if op.writes and m.identical and noisy:
         return result("state", _state_detail(list(op.writes), moved_text), writes=list(op.writes))
-    if op.reads_variable and noisy:
+    if op.reads_variable and noisy and not op.writes:  # a variable the runs write: they moved it, not the load
         return result(
             "nondeterministic",
             f"the variable's value changes from one load of the model to the next ({moved_text}): it is set when the "
