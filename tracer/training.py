@@ -64,18 +64,22 @@ def _updates(report: dict[str, Any], side: str) -> str:
 
 def training_graph(report: dict[str, Any]) -> tuple[str, set[str]] | None:
     """``(evidence, the batch norms)`` when a side's graph is a training graph and a difference
-    starts at one of its batch norms in training mode (an origin); None otherwise."""
+    starts at one of its batch norms in training mode (an origin) whose batch the sides do not
+    share: they run other batch sizes, or the other side normalises with its moving averages.
+    Two training graphs over the same batches normalise alike: a difference there is the kernels'
+    (oneDNN on one side), as isolation says (``own_error``, not ``batch_statistics``). None otherwise."""
     origins = {o.get("node") for o in report.get("origins") or [] if isinstance(o, dict)}
-    sides = report.get("sides") or {}
+    sides, nodes = report.get("sides") or {}, report.get("nodes") or {}
     for side in ("a", "b"):
-        norms = _in_training(report, side)
-        if not norms or not origins & set(norms):
-            continue
         other = "b" if side == "a" else "a"
         batches = [(sides.get(k) or {}).get("batch_size") for k in (side, other)]
+        norms = _in_training(report, side)
+        unshared = {n for n in norms if batches[0] != batches[1] or not training_batch_norm(nodes.get(n) or {}, other)}
+        if not origins & unshared:
+            continue
         against = ("the sides run different batch sizes, so the outputs differ"
                    if batches[0] != batches[1] else "it differs")
-        inference = [n for n in norms if not training_batch_norm((report.get("nodes") or {}).get(n) or {}, other)]
+        inference = [n for n in norms if not training_batch_norm(nodes.get(n) or {}, other)]
         if inference:
             against += f" from {other.upper()}'s inference graph (is_training=False there: the moving averages)"
         whose = f"{side.upper()}'s graph is a training graph: its" if inference else \
