@@ -312,9 +312,11 @@ def test_diff_graph_json_is_what_the_graph_diff_prints():
 
 
 def test_the_manifest_fields_are_what_the_capture_child_and_the_store_write():
+    from tracer.captures._format import APART
+
     worker = REPO / "tracer" / "captures" / "worker.py"
     written = (_dict_keys(worker, "_manifest", "spec") | _keys_set(worker, "run_capture", "manifest")
-               | {"format", "format_version", "tensors", "uncaptured", "plain_outputs"})  # the store adds these
+               | {"format", "format_version", "tensors", "uncaptured", *APART})  # the store adds these
     assert "memory" in written  # measured last, as the capture ends
     assert set(keys("manifest", "top")) == written
 
@@ -398,6 +400,8 @@ def test_help_that_names_a_contract_points_to_docs():
 def test_a_real_capture_and_report_write_only_documented_fields(models: dict[str, Path], tmp_path: Path):
     """A packed and an npy capture of the sample detector, and the report compare makes of them:
     every field they hold is in contracts.md, and the two formats are what it says."""
+    from tracer.captures._format import APART
+
     model = models["detector_ckpt"]  # a checkpoint: its restored weights may be kept by digest
     caps = {}
     for fmt in ("packed", "npy"):
@@ -410,7 +414,7 @@ def test_a_real_capture_and_report_write_only_documented_fields(models: dict[str
         manifest = json.loads((cap / "manifest.json").read_text(encoding="utf-8"))
         assert manifest["format"] == "tftrace-capture" and manifest["format_version"] == 2
         assert set(manifest) <= documented_top, sorted(set(manifest) - documented_top)
-        records = [*manifest["tensors"].values(), *manifest.get("plain_outputs", {}).values()]
+        records = [*manifest["tensors"].values(), *(r for group in APART for r in manifest.get(group, {}).values())]
         fields = set().union(*map(set, records))
         assert fields <= documented_record, sorted(fields - documented_record)
         files = {Path(r["file"]).suffix for r in records if "file" in r}

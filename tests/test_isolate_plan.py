@@ -30,6 +30,7 @@ from tracer.comparison.replay_plan import (group_members, loop_above, origin_fee
 from tracer.comparison.isolate import read_plan
 from tracer.comparison.isolation_plan import RECEIVED_FIX, IsolationPlan, PlannedOrigin
 from tracer.comparison.judge import judge as judge_planned
+from tracer.comparison.statuses import isolation_words
 from tracer.errors import TftraceError
 from tracer.opgraph import OpGraph
 from tracer.runspec import Side
@@ -202,6 +203,52 @@ def test_a_read_of_the_models_own_state_is_state_not_nondeterminism() -> None:
     assert (unwritten.verdict, unwritten.load_state) == ("nondeterministic", True)  # set at load, as before
 
 
+
+def test_a_read_of_a_variable_the_runs_write_whose_loaded_values_differ_is_the_weights_not_the_load() -> None:
+    """A training graph's moving mean, restored as -0.1 in A and 0.4 in B, updated by every run: each
+    replay reads it as loaded and differs from what its runs left; the sides load other values."""
+    op = {"a_tensor": "read:0", "b_tensor": "read:0", "a_op": "ReadVariableOp", "b_op": "ReadVariableOp",
+          "inputs_identical": True, "reads_variable": True, "writes": ["assign"], "weight": "moving_mean"}
+    result = judge(np.array([-0.1], np.float32), np.array([0.4], np.float32), op,
+                   _Captured("read:0", np.array([0.2], np.float32)), _Captured("read:0", np.array([0.3], np.float32)))
+    assert (result.verdict, result.load_state) == ("weights_differ", False)
+    assert result.detail.startswith("the values A and B load into the variable `moving_mean`, which this op reads, "
+                                    "differ by up to 0.5")
+
+
+# A batch norm in training mode (is_training=True) replayed on identical rows, its two replays apart.
+BATCH_NORM = {"a_tensor": "bn:0", "b_tensor": "bn:0", "a_op": "FusedBatchNormV3", "b_op": "FusedBatchNormV3",
+              "inputs_identical": True}
+NORMALISED = (np.array([0.5, -1.0], np.float32), np.array([0.25, -1.0], np.float32))
+
+
+def test_a_batch_norm_in_training_mode_over_other_batches_is_its_batch_statistics_not_its_kernel() -> None:
+    result = judge(*NORMALISED, {**BATCH_NORM, "batch_statistics": ["a", "b"], "batched_alike": False}, None)
+    assert (result.verdict, result.max_abs) == ("batch_statistics", 0.25)
+    assert result.detail == (
+        "the sides batch the examples differently, and both sides' FusedBatchNormV3 normalise each row with the "
+        "statistics of the batch it runs in (is_training=True): fed the same rows, the replays differ by up to 0.25 "
+        "(rel 0.5, rel L2 0.224), as each row's output depends on the rows that share its batch (the training "
+        "graph's batch statistics)")
+    assert "kernel differs" not in result.detail
+    assert isolation_words(result.verdict) == (
+        "batch statistics — fed identical rows, the op alone still differs: in training mode (is_training=True) it "
+        "normalises them with its batch's statistics, which the sides do not share; not its kernel")
+    one_side = judge(*NORMALISED, {**BATCH_NORM, "batch_statistics": ["a"], "batched_alike": True}, None)
+    assert (one_side.verdict, one_side.detail.split(":")[0]) == ("batch_statistics", (
+        "A's FusedBatchNormV3 normalises each row with the statistics of the batch it runs in (is_training=True), "
+        "B's with its moving averages (is_training=False)"))
+
+
+def test_a_batch_norm_in_training_mode_over_the_same_batches_still_has_its_own_error() -> None:
+    """Both sides normalise the very same batches: then only the kernel is left to differ."""
+    same = judge(*NORMALISED, {**BATCH_NORM, "batch_statistics": ["a", "b"], "batched_alike": True}, None)
+    assert same.verdict == "own_error"
+    older = judge(*NORMALISED, BATCH_NORM, None)  # an index from before the fields: judged as it was
+    assert older.verdict == "own_error"
+    inference = judge(*NORMALISED, {**BATCH_NORM, "batched_alike": False}, None)  # is_training=False on both
+    assert inference.verdict == "own_error"
+
 # A TF1 tf.map_fn (control flow v1) as the graph holds it: the input unstacked into a TensorArray
 # (scatter), a loop that reads each row and writes its result into another TensorArray, and after
 # the loop a gather whose flow input is the loop's Exit. Every tensor outside the loop is captured.
@@ -316,13 +363,15 @@ ENTRY = {"id": 3, "node": "conv", "a_tensor": "conv:0", "b_tensor": "conv_1:0", 
          "executed": {"a": ["_FusedConv2D"], "b": None}, "same_settings": True, "same_settings_but_build": True,
          "per_process": ["b"], "repeat_noise": "inf", "same_op_same_settings": False, "loop": None,
          "rewritten": [{"op": "conv", "kind": "cast_inserted"}],
-         "group": {"kind": "batchnorm_folded", "a_members": ["bn"], "a_inputs": ["x:0"], "b_inputs": ["x:0"]}}
+         "group": {"kind": "batchnorm_folded", "a_members": ["bn"], "a_inputs": ["x:0"], "b_inputs": ["x:0"]},
+         "batch_statistics": ["a"], "batched_alike": False}
 
 
 def test_a_planned_origin_reads_back_as_written() -> None:
     planned = PlannedOrigin.from_json(ENTRY, "the index")
     assert planned.repeat_noise == float("inf") and planned.per_process == ("b",)
     assert planned.executed == {"a": ["_FusedConv2D"], "b": None} and planned.group["a_members"] == ["bn"]
+    assert (planned.batch_statistics, planned.batched_alike) == (("a",), False)
     assert PlannedOrigin.from_json(planned.to_json(), "again") == planned
 
 
@@ -330,6 +379,7 @@ def test_an_index_from_an_older_report_is_judged_with_the_defaults_it_was_judged
     old = {k: ENTRY[k] for k in ("id", "node", "a_tensor", "b_tensor", "b_op", "same_settings")}
     planned = PlannedOrigin.from_json(old, "the index")
     assert (planned.a_op, planned.repeat_noise, planned.writes, planned.group) == (None, None, (), None)
+    assert (planned.batch_statistics, planned.batched_alike) == ((), None)
     assert planned.alike_but_build is True  # same_settings stands for the build-blind setting it predates
 
 
@@ -339,6 +389,7 @@ def test_an_index_from_an_older_report_is_judged_with_the_defaults_it_was_judged
     ("executed", {"c": ["MatMul"]}, "the index, op 0's 'executed' is not a map of side to kernel names"),
     ("group", {"kind": "fused", "a_members": []}, "the index, op 0's 'group' is not a rewrite group"),
     ("repeat_noise", "lots", "the index, op 0's 'repeat_noise' is not a number: 'lots'"),
+    ("batch_statistics", "a", "the index, op 0's 'batch_statistics' is not a list of strings: 'a'"),
 ])
 def test_a_tampered_index_is_refused_naming_the_field(field: str, value: Any, says: str) -> None:
     with pytest.raises(TftraceError) as caught:

@@ -18,12 +18,12 @@ RENDERERS = [*sorted((REPO / "tracer" / "report").glob("*.py")), *sorted((REPO /
 
 
 def test_every_isolation_verdict_is_one_complete_record() -> None:
-    assert tuple(ISOLATION) == ISOLATION_VERDICTS and len(ISOLATION) == 9
+    assert tuple(ISOLATION) == ISOLATION_VERDICTS and len(ISOLATION) == 10
     for key, record in ISOLATION.items():
         assert record.key == key and record.label and record.meaning and record.clause, key
         assert record.meaning.format(replayed="the op alone")  # only {replayed} stands in it
     assert len({r.label for r in ISOLATION.values()}) == len(ISOLATION)  # a reader tells them apart
-    assert BORN_HERE == {"own_error", "weights_differ"}
+    assert BORN_HERE == {"own_error", "batch_statistics", "weights_differ"}
 
 
 def test_the_words_fill_in_what_was_replayed() -> None:
@@ -123,8 +123,8 @@ def test_the_cause_a_verdict_points_at_is_read_from_its_record() -> None:
         assert record.cause == "" or record.cause in CAUSES, key
         assert record.evidence.format(first="`x` (Op)") == record.evidence.replace("{first}", "`x` (Op)"), key
     assert {k: r.cause for k, r in ISOLATION.items() if r.cause} == {
-        "weights_differ": "weights", "nondeterministic": "nondeterminism", "run_time_rewrite": "grappler",
-        "state": "state", "not_reproduced": "nondeterminism"}
+        "batch_statistics": "training_graph", "weights_differ": "weights", "nondeterministic": "nondeterminism",
+        "run_time_rewrite": "grappler", "state": "state", "not_reproduced": "nondeterminism"}
 
     def report(verdict: str) -> dict:
         side = {"device": "cpu", "batch_size": 8, "knobs": {}, "environment": {}}

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from .comparison.statuses import BORN_HERE
 from .diff.kinds import kind_of
 from .training import training_batch_norm
 
@@ -34,10 +35,11 @@ def _num(value: Any) -> float | None:
 
 
 def _replayed(origin: dict[str, Any]) -> tuple[float | None, str]:
-    """An origin's own difference: its replay on identical inputs where it was isolated as its own
-    error or its weights (noise removed: both sides fed A's inputs), else its difference in the runs."""
+    """An origin's own difference: its replay on identical inputs where it was isolated as born there
+    (its own error, its weights, its batch statistics; noise removed: both sides fed A's inputs),
+    else its difference in the runs."""
     iso = origin.get("isolation") or {}
-    if iso.get("verdict") in ("own_error", "weights_differ") and _num(iso.get("max_abs")) is not None:
+    if iso.get("verdict") in BORN_HERE and _num(iso.get("max_abs")) is not None:
         return _num(iso["max_abs"]), f"at `{origin.get('node')}`, replayed alone on identical inputs"
     return _num(origin.get("max_abs")), f"at `{origin.get('node')}`"
 

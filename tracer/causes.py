@@ -501,7 +501,8 @@ def explain_comparison(report: dict[str, Any]) -> dict[str, Any]:
     training, norms = training_graph(report) or ("", set())
     if training:
         found["training_graph"] = training
-    found.update(_isolation_causes(report, first, (a, b)))
+    for cause, evidence in _isolation_causes(report, first, (a, b)).items():
+        found.setdefault(cause, evidence)  # the training graph's evidence above says more than its isolation's
     found.update(_weights(report, origins))
     # an origin in a rewrite points at its kind's cause (tracer.diff.kinds); exact kinds at none;
     # changed weights (const_changed) are said above, all of them together

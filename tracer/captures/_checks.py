@@ -20,6 +20,7 @@ from ..jsonvalues import is_number
 from ..optypes import LOOP_BACK_EDGE_OPS
 from ..runspec import SIDE_PARTS
 from ._format import (
+    APART,
     EXTENDED,
     FORMAT,
     FORMAT_VERSION,
@@ -53,13 +54,14 @@ def validate_manifest(root: Path, manifest: Any) -> dict[str, Path]:
             f"this one reads up to {FORMAT_VERSION})",
             "upgrade tftrace: pip install -U tftrace",
         )
-    for key in ("tensors", "uncaptured", "spec", "environment", "plain_outputs"):
+    for key in ("tensors", "uncaptured", "spec", "environment", *APART):
         if not isinstance(manifest.get(key, {}), dict):
             raise damaged(root, f'"{key}" is not a JSON object')
-    for key in ("tensors", "uncaptured", "plain_outputs"):
+    for key in ("tensors", "uncaptured", *APART):
         manifest.setdefault(key, {})
-    if any("alias_of" in rec for rec in manifest["plain_outputs"].values() if isinstance(rec, dict)):
-        raise damaged(root, "a plain output claims alias_of: plain outputs are stored as files of their own")
+    for group, what in APART.items():
+        if any("alias_of" in rec for rec in manifest[group].values() if isinstance(rec, dict)):
+            raise damaged(root, f"a {what} claims alias_of: {what}s are stored as files of their own")
     if not all(isinstance(r, str) for r in manifest["uncaptured"].values()):
         raise damaged(root, "an uncaptured reason is not a string")
     _validate_parts(root, manifest)

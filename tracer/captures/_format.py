@@ -20,6 +20,10 @@ FORMAT = "tftrace-capture"
 FORMAT_VERSION = 2  # 2: packed (zstd, predicted) tensor files and values kept in the artifact; 1 still read
 MANIFEST = "manifest.json"
 TENSORS = "tensors"
+# Values kept apart from the graph's tensors (in TENSORS too), each group in a manifest field of its own
+# (key -> record), with the words its files are named by: the plain runs' outputs, by signature key; the
+# values of the variables the runs write, by op, as the model loaded them (read before any run wrote them).
+APART = {"plain_outputs": "plain output", "loaded_values": "loaded value"}
 MAX_TENSOR_BYTES = 2**40  # a record declaring more is damaged or hostile, not a real tensor
 STRING = "string"
 RERUN = "re-run the capture with --force"

@@ -26,6 +26,7 @@ from ..errors import TftraceError
 from ..jsonvalues import loads
 from ..opgraph import OpGraph
 from ._format import (
+    APART,
     MANIFEST,
     RERUN,
     TENSORS,
@@ -81,7 +82,7 @@ class Capture:
     """
 
     def __init__(self, path: Path, manifest: dict[str, Any], files: dict[str, Path | None],
-                 plain_files: dict[str, Path] | None = None, received: bool = True,
+                 apart_files: dict[str, dict[str, Path]] | None = None, received: bool = True,
                  max_memory: int | None = None) -> None:
         self.path = path
         # what one decode may inflate (--max-memory): checked against the declared sizes before a
@@ -92,7 +93,7 @@ class Capture:
         self.received = received
         self.manifest = manifest
         self._files = files
-        self._plain_files = plain_files or {}
+        self._apart_files = apart_files or {}  # per group of APART (plain outputs, loaded values): key -> file
         self._decoded: OrderedDict[str, np.ndarray] = OrderedDict()  # LRU, at most DECODED_CACHE_BYTES
         # where its digest-kept values come from; a compare shares one between its sides
         self.artifact_reads = ArtifactReads([self])
@@ -131,9 +132,9 @@ class Capture:
         except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
             raise damaged(root, f"{MANIFEST} is not valid JSON ({str(exc)[:200]})") from exc
         files = validate_manifest(root, manifest)
-        plain = {key: validate_record(root, root.resolve() / TENSORS, f"plain output {key}", rec)
-                 for key, rec in manifest.get("plain_outputs", {}).items()}
-        return cls(root, manifest, files, plain, received, max_memory)
+        apart = {group: {key: validate_record(root, root.resolve() / TENSORS, f"{what} {key}", rec)
+                         for key, rec in manifest.get(group, {}).items()} for group, what in APART.items()}
+        return cls(root, manifest, files, apart, received, max_memory)
 
     @property
     def spec(self) -> dict[str, Any]:
@@ -409,10 +410,20 @@ class Capture:
         """Signature output ``key`` as the plain run computed it (only the signature outputs
         fetched, as in production), or None when the capture did not store it (made before
         tftrace kept them, or not storable). Widened as :meth:`tensor`."""
-        record = (self.manifest.get("plain_outputs") or {}).get(key)
-        if record is None:
+        return self._apart("plain_outputs", key)
+
+    def loaded_value(self, variable: str) -> np.ndarray | None:
+        """Variable op ``variable``'s value as the model loaded it, read before any run (kept for the
+        variables the runs write, whose captured reads hold what the runs left), or None when the
+        capture did not keep it (another variable, or made before tftrace kept them)."""
+        return self._apart("loaded_values", variable)
+
+    def _apart(self, group: str, key: str) -> np.ndarray | None:
+        record = (self.manifest.get(group) or {}).get(key)
+        path = (self._apart_files.get(group) or {}).get(key)
+        if record is None or path is None:
             return None
-        stored = open_npy(self._plain_files[key], tuple(record["shape"]), np.dtype(record["stored_dtype"]))
+        stored = open_npy(path, tuple(record["shape"]), np.dtype(record["stored_dtype"]))
         return widen(stored, record["dtype"])
 
     def _require(self, name: str) -> None:

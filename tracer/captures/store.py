@@ -39,6 +39,7 @@ from ._directory import prepare_directory, release_lock, reports_full_disk
 from ._entry import Entry, add_interval
 from ._flusher import Flusher
 from ._format import (
+    APART,
     STRING,
     FORMAT,
     FORMAT_VERSION,
@@ -98,7 +99,7 @@ class CaptureWriter(LinkedFiles, PackedWrites):
                     self._consumers[source] = self._consumers.get(source, 0) + 1
         self._force = force
         self._entries: dict[str, Entry] = {}
-        self._plain: dict[str, Entry] = {}  # signature key -> the plain run's output (see write_plain_output)
+        self._apart: dict[str, dict[str, Entry]] = {group: {} for group in APART}  # see write_plain_output
         self._uncaptured: dict[str, str] = {}
         self._used: set[str] = set()  # case-folded file names in use
         self._lock_token: bytes | None = None
@@ -300,7 +301,6 @@ class CaptureWriter(LinkedFiles, PackedWrites):
         else:
             self._write_new(entry, stored)
 
-    @reports_full_disk
     def write_plain_output(self, key: str, array: np.ndarray) -> None:
         """Store a signature output as the *plain* run computed it (signature outputs fetched,
         nothing else), under its signature key.
@@ -309,17 +309,28 @@ class CaptureWriter(LinkedFiles, PackedWrites):
         instrumented value of an output is not always what production computes; this one is.
         Kept apart from the graph's tensors (the manifest's ``plain_outputs``), in ``tensors/``.
         """
+        self._write_apart("plain_outputs", key, array)
+
+    def write_loaded_value(self, variable: str, array: np.ndarray) -> None:
+        """Store variable op ``variable``'s value as the model loaded it, read before any run wrote
+        it (the manifest's ``loaded_values``): the weight the artifact holds, where the captured reads
+        hold what the runs left (a training graph's moving averages)."""
+        self._write_apart("loaded_values", variable, array)
+
+    @reports_full_disk
+    def _write_apart(self, group: str, key: str, array: np.ndarray) -> None:
         self._check_open()
-        if key in self._plain:
-            raise ValueError(f"the plain output {key!r} was already stored")
+        entries = self._apart[group]
+        if key in entries:
+            raise ValueError(f"the {APART[group]} {key!r} was already stored")
         try:
             dtype_name, stored = to_storage(np.asarray(array))
         except Unstorable:
-            return  # not storable (e.g. a resource): compared as the instrumented run computed it
+            return  # not storable (e.g. a resource): the reader goes without it
         stored = np.require(stored, requirements="C")
-        entry = Entry(self._claim_filename(f"plain output/{key}"), dtype_name, stored.dtype, stored.shape,
+        entry = Entry(self._claim_filename(f"{APART[group]}/{key}"), dtype_name, stored.dtype, stored.shape,
                       batch_major=False, stats=Stats(dtype_name))
-        self._plain[key] = entry
+        entries[key] = entry
         self._write_new(entry, stored)
 
     @reports_full_disk
@@ -389,13 +400,13 @@ class CaptureWriter(LinkedFiles, PackedWrites):
         """Write ``manifest.json`` (last, atomically) and release the lock; returns its path.
 
         Adds ``format``, ``format_version``, ``tensors`` (name -> record, in write order),
-        ``uncaptured`` (name -> reason) and ``plain_outputs`` (signature key -> record, when
+        ``uncaptured`` (name -> reason) and each group of :data:`APART` (key -> record, when
         any were stored) to a copy of ``manifest``, which must not hold those
         keys and must be plain JSON (checked before anything is changed, so a caller can fix
         it and call again); non-finite floats in it are written as ``"inf"``/``"-inf"``/``"nan"``.
         """
         self._check_open()
-        reserved = {"format", "format_version", "tensors", "uncaptured", "plain_outputs"} & set(manifest)
+        reserved = {"format", "format_version", "tensors", "uncaptured", *APART} & set(manifest)
         if reserved:
             raise ValueError(f"the manifest must not set {sorted(reserved)}: the writer fills them in")
         manifest = jsonable(manifest, numpy=False)  # a model's NaN/inf are data: strict JSON strings (tracer.jsonvalues)
@@ -412,8 +423,9 @@ class CaptureWriter(LinkedFiles, PackedWrites):
             records[name] = self._record(entry, records)
         out = {**manifest, "format": FORMAT, "format_version": FORMAT_VERSION}
         out["tensors"], out["uncaptured"] = records, dict(self._uncaptured)
-        if self._plain:
-            out["plain_outputs"] = {key: self._record(entry, {}) for key, entry in self._plain.items()}
+        for group, entries in self._apart.items():
+            if entries:
+                out[group] = {key: self._record(entry, {}) for key, entry in entries.items()}
         if self._flusher is not None:  # the data is durable (sync above); so must be the names of its files
             fsync(self.path / TENSORS)
         target = self.path / MANIFEST

@@ -44,6 +44,7 @@ from .child_errors import describe_exception
 from .fetch_plan import FetchPlan, fetch_plan, refit_sizes, scaled_sizes, sizes_scale_with_rows
 from .fingerprint import environment_fingerprint
 from .instrumented import instrumented_runs
+from .loaded_state import read_loaded_values
 from .observer import observer_effect
 from .process_memory import ProcessFit, fit_fetch, peak_rss, reset_peak, writer_share
 from .orphan import exit_with_parent
@@ -90,6 +91,8 @@ def run_capture(side: Side, out_dir: str, force: bool, prepared: Prepared | None
         notes.append(f"the signature fixes its input shapes: ran all {count(examples.count, 'example')} in one run")
     ranges = batches(examples.count, batch_size)
     plan = fetch_plan(runtime.opgraph, ranges, side.max_memory)
+    # the variables the runs write, as loaded: read before the first run writes them
+    loaded = read_loaded_values(runtime.session, runtime.graph, runtime.opgraph)
     emit("stage", text="plain run")
     load_peak, peak_reset = peak_rss(), reset_peak()
     plain = _plain_runs(runtime, examples, ranges, side.timing_runs, plan)
@@ -103,6 +106,8 @@ def run_capture(side: Side, out_dir: str, force: bool, prepared: Prepared | None
                        artifact_values=restored, packed=packed) as writer:
         for name, reason in plan.uncaptured.items():
             writer.mark_uncaptured(name, reason)
+        for variable, value in loaded.items():
+            writer.write_loaded_value(variable, value)
         instrumented = instrumented_runs(runtime, examples, ranges, writer, plan)
         notes += _chunk_notes(instrumented, plan)
         emit("stage", text="finishing: outputs, manifest, the last writes made durable")

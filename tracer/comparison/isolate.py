@@ -3,8 +3,10 @@
 For each origin, both sides replay the op alone with **A's captured inputs** fed to both
 (:mod:`tracer.captures.isolate_worker`, one child per side, in that side's environment). If the
 two replays still differ, the kernel itself computes differently (``own_error``: a different
-algorithm, precision, or batch-dependent blocking); if they agree, the op only inherited a
-difference too small to judge at its inputs (``inherited``).
+algorithm, precision, or batch-dependent blocking), unless the op normalises each row with its
+whole batch's statistics (a batch norm in training mode) and the sides do not share that batch
+(``batch_statistics``); if they agree, the op only inherited a difference too small to judge at
+its inputs (``inherited``).
 
 Each replay is also a second run of the op, in a fresh process, on inputs its side already
 computed once; :mod:`tracer.comparison.judge` reads the replays next to the captures and names
@@ -57,6 +59,7 @@ from .replay_plan import (loop_above, origin_feeds, reads_variable, replayed_alo
                           variable_writes)
 from ..runspec import Side, spec_without_permissions
 from ..safewrite import refuse_links_within, write_file
+from ..training import normalises_by_batch
 
 __all__ = ["IsolationResult", "isolate_origins", "run_job", "evaluate", "isolate_remote", "same_run_settings",
            "load_state_variables"]
@@ -91,6 +94,7 @@ def isolate_origins(
     same_settings = same_run_settings(captures["a"], captures["b"])
     same_but_build = same_run_settings(captures["a"], captures["b"], build=False)
     per_process = tuple(key for key, capture in captures.items() if per_process_nondeterminism(capture))
+    batched = batched_alike(captures["a"].manifest, captures["b"].manifest)
     for i, result in enumerate(origins):
         node = alignment.nodes[result.name]
         pair = next(p for p in node.tensors if p.a == result.tensor)
@@ -116,7 +120,10 @@ def isolate_origins(
             and replayed_alone_alike(view_a.graph, view_b.graph, result.name, b_name, plans),
             loop=loop_above(view_a.graph, result.tensor, plans["a"]),
             rewritten=tuple(rewritten_in_replay(alignment, view_a.graph, result, plans["a"])),
-            group=group))
+            group=group, batch_statistics=tuple(key for key, (graph, name) in (
+                ("a", (view_a.graph, result.name)), ("b", (view_b.graph, b_name)))
+                if normalises_by_batch(graph.op_type(name), graph.node(name)["attrs"])),
+            batched_alike=batched))
         for key, fetch in (("a", result.tensor), ("b", pair.b)):
             ops[key].append({"id": i, "a_tensor": result.tensor, "fetch": fetch, "feeds": plans[key]})
     feeds_dir = write_feeds(view_a.capture, ops, os.path.join(workdir, FEEDS))

@@ -19,6 +19,11 @@ cause the evidence supports:
   inside its whole graph, and the two runs executed the op as different kernels — a rewrite
   applied when the graph ran (Grappler's remapper splits a batch norm whose parameters are
   constants into Mul + Add, so freezing a graph changes what runs although the graph is exact).
+* ``batch_statistics``: the replays differ, but the op normalises each row with the statistics of
+  its whole batch (a batch norm with ``is_training=True``) and the sides do not normalise over the
+  same batch: they group the examples into other runs, or one side is in inference mode (its
+  moving averages). Fed identical rows, its output still depends on the rows beside them, so the
+  difference is the training graph's batch statistics, not the kernel.
 * ``state``: the op is, or reads, a variable that the graph itself writes on every run (a Keras
   random layer's seed state); the replays, which read it as loaded, agree, but the runs read
   what their earlier runs left — different runs before, different values. No kernel is involved.
@@ -146,7 +151,7 @@ def judge(ra: np.ndarray, rb: np.ndarray, op: PlannedOrigin, capture_a: Any, cap
 
     if op.writes and m.identical and noisy:
         return result("state", _state_detail(list(op.writes), moved_text), writes=list(op.writes))
-    if op.reads_variable and noisy:
+    if op.reads_variable and noisy and not op.writes:  # a variable the runs write: they moved it, not the load
         return result(
             "nondeterministic",
             f"the variable's value changes from one load of the model to the next ({moved_text}): it is set when the "
@@ -207,8 +212,9 @@ def _agreeing_yet_moved(op: PlannedOrigin, moved_text: str, repeat_noise: float 
 def _differing(op: PlannedOrigin, m: Any, moved_text: str, noise_is_shown: bool,
                replay_noise: float | None) -> tuple[str, str]:
     """The replays differ given identical inputs: run-to-run noise where the same op with the same
-    settings did it or a measured noise covers it, else the op's own error. ``moved_text`` says which
-    side's replay moved from its capture ("" where none did)."""
+    settings did it or a measured noise covers it, the batch it normalises over where the sides do
+    not share it (:func:`_unshared_batch`), else the op's own error. ``moved_text`` says which side's
+    replay moved from its capture ("" where none did)."""
     if op.same_op_same_settings:
         return ("nondeterministic",
                 f"the same {op.a_op or 'op'} with the same settings on identical inputs gives results that "
@@ -218,11 +224,32 @@ def _differing(op: PlannedOrigin, m: Any, moved_text: str, noise_is_shown: bool,
         return ("nondeterministic", f"given identical inputs the sides' results differ by up to {m.max_abs:.3g}, no "
                                     f"more than the op moves from run to run on one side ({moved_text})")
     rel_l2 = f", rel L2 {m.rel_l2:.3g}" if m.kind == "float" else ""
-    detail = f"given identical inputs, {_b_computation(op)} by up to {m.max_abs:.3g} (rel {m.max_rel:.3g}{rel_l2})"
+    by = f"by up to {m.max_abs:.3g} (rel {m.max_rel:.3g}{rel_l2})"
+    batches = _unshared_batch(op)
+    verdict = "batch_statistics" if batches else "own_error"
+    detail = (f"{batches}: fed the same rows, the replays differ {by}, as each row's output depends on the rows that "
+              "share its batch (the training graph's batch statistics)" if batches
+              else f"given identical inputs, {_b_computation(op)} {by}")
     if moved_text:
         detail += (f"; beyond its run-to-run noise ({moved_text})" if noise_is_shown
                    else f"; its replay also differs from its own capture ({moved_text})")
-    return "own_error", detail
+    return verdict, detail
+
+
+def _unshared_batch(op: PlannedOrigin) -> str:
+    """How the sides fail to normalise the op's rows over the same batch, in words, or "" where they
+    do (or it normalises by no batch): an op that normalises with its whole batch's statistics (a batch
+    norm in training mode) on both sides that group the examples into different runs, or on one side
+    only (the other normalises with its moving averages)."""
+    op_type = op.a_op or op.b_op
+    if len(op.batch_statistics) == 1:
+        side = op.batch_statistics[0].upper()
+        return (f"{side}'s {op_type} normalises each row with the statistics of the batch it runs in (is_training="
+                f"True), {'B' if side == 'A' else 'A'}'s with its moving averages (is_training=False)")
+    if op.batch_statistics and op.batched_alike is False:
+        return (f"the sides batch the examples differently, and both sides' {op_type} normalise each row with the "
+                "statistics of the batch it runs in (is_training=True)")
+    return ""
 
 
 def _state_detail(writes: list[str], moved_text: str) -> str:

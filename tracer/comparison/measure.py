@@ -18,9 +18,10 @@ import numpy as np
 from .align import Alignment, CaptureView
 from ..captures.reader import Capture
 from ..captures._format import EXTENDED
+from ..captures._packed import content_digest
 from ..captures._values import ValuesNotStored
 from .divergence import Tolerance
-from .replay_plan import variable_writes
+from ..captures.loaded_state import written_variables
 from ..metrics import TensorMetrics, compare_arrays
 from ..metrics.arrays import trim_memory
 from ..opgraph import tensor_op
@@ -56,31 +57,37 @@ def plain_output_metrics(
 
 
 def value_source(cap: Capture, view: CaptureView):  # noqa: ANN202 - a ValueSource
-    """Weights by op name from the captured tensors (a resource variable's value is its read)."""
+    """Weights by op name from the captured tensors (a resource variable's value is its read).
+
+    A variable the model writes when it runs (a training graph's moving averages, a counter) is
+    the value the capture read as the model loaded it, before the first run (``loaded_values``):
+    its captured reads hold what the runs before them left, which says nothing of the weight the
+    artifact holds. A capture that kept no such value has none to give (made before they were
+    kept, or a variable it could not read alone): then no weight is compared for it."""
     readers = {}
     for op in view.graph.topo_order():
         if view.graph.op_type(op) == "ReadVariableOp":
             readers.setdefault(tensor_op(view.graph.data_inputs(op)[0]), f"{op}:0")
+    written = set(written_variables(view.graph))
 
     class Values:
         def __call__(self, op: str) -> np.ndarray | None:
+            if op in written:
+                return cap.loaded_value(op)
             name = readers.get(op, f"{op}:0")
             return np.asarray(cap.tensor(name)) if cap.has(name) else None
-
-        def written_by_runs(self, op: str) -> bool:
-            """Whether the model writes variable ``op`` when it runs (a training graph's batch-norm
-            moving averages, a counter): its captured value is what the runs before the capture left,
-            not the weight the artifact holds, so it says nothing about the weights differing."""
-            return bool(variable_writes(view.graph, op))
 
         def kept_digest(self, op: str) -> str | None:
             """The digest a capture kept instead of the value (format 2), else None: then read it."""
             name = readers.get(op, f"{op}:0")
-            return cap.digest(name) if cap.has(name) else None
+            return cap.digest(name) if cap.has(name) and op not in written else None
 
         def content_digest(self, op: str) -> str | None:
             """The sha256 digest of the value (kept, or taken of the stored values), the scheme of
             the moving averages a checkpoint's capture records."""
+            if op in written:
+                loaded = cap.loaded_value(op)
+                return None if loaded is None else content_digest(loaded)
             name = readers.get(op, f"{op}:0")
             return cap.digest(name, compute=True) if cap.has(name) else None
 

@@ -105,7 +105,7 @@ class IsolationVerdict:
     label: str  # a table cell: "own error"
     meaning: str  # what the replays showed, said after the label: "own error — fed identical inputs, ..."
     clause: str  # continues a sentence that names the op: "`conv` (Conv2D), whose own kernel differs ..."
-    born_here: bool  # the difference begins at the op itself (its kernel, its weights): its origin ranks first
+    born_here: bool  # the difference begins at the op itself (its kernel, its weights, its batch): its origin ranks first
     # The catalogue cause (tracer.causes.CAUSES) the verdict points at by itself, or "" where the cause lies in
     # what else differs between the sides (an own error: their batch sizes, knobs or builds; inherited: upstream).
     cause: str = ""
@@ -122,6 +122,11 @@ ISOLATION: dict[str, IsolationVerdict] = {v.key: v for v in (
     IsolationVerdict("own_error", "own error", "fed identical inputs, {replayed} still differs",
                      "whose own kernel differs given identical inputs", True,
                      rewritten="given identical inputs it differs as rewritten in B ({rewrite})"),
+    IsolationVerdict("batch_statistics", "batch statistics",
+                     "fed identical rows, {replayed} still differs: in training mode (is_training=True) it normalises "
+                     "them with its batch's statistics, which the sides do not share; not its kernel",
+                     "a batch norm in training mode that normalises each row with its batch's statistics, which the "
+                     "sides do not share (not its kernel)", True, cause="training_graph"),
     IsolationVerdict("weights_differ", "weights differ",
                      "A and B hold different values for this weight; nothing computes it, so no kernel differs",
                      "a weight the two sides hold with different values (no kernel is involved)", True, cause="weights",

@@ -13,7 +13,9 @@ alignment pairs it, its cause, its display order); the passes run in that module
 
 Weights are compared by value: constants through the digest stored in the op graph, variables
 through a :data:`ValueSource` (a checkpoint reader statically, the captured tensors in a
-comparison), so a folded or quantised weight is never mistaken for an unchanged one.
+comparison, where a variable the runs write is its value as loaded, before the first run), so a
+folded or quantised weight is never mistaken for an unchanged one, nor the runs' own updates of a
+variable for a changed weight.
 """
 
 from __future__ import annotations
@@ -72,14 +74,6 @@ def _none(_: str) -> None:
     return None
 
 
-def _written(values: ValueSource, op: str) -> bool:
-    """Whether ``values`` holds ``op``'s value as the model's own runs left it (a capture of a
-    variable the graph writes on every run): then a difference is state, no changed weight
-    (isolation calls it ``state``), and no ``const_changed`` is said from it."""
-    written = getattr(values, "written_by_runs", None)
-    return bool(written is not None and written(op))
-
-
 class _Context:
     """The matching plus the bookkeeping of which nodes a reported rewrite already explains."""
 
@@ -112,7 +106,7 @@ class _Context:
         return chain
 
     def digest(self, g: OpGraph, op: str, values: ValueSource, kept: bool = True) -> str | None:
-        """A value's digest: a Const's from the graph, a variable's from its captured value (or the
+        """A value's digest: a Const's from the graph, a variable's from its value source (or the
         sha256 a capture kept instead of the value, with ``kept``; one scheme is never compared
         with the other: then both are read). None where the value cannot be had."""
         node = g.node(op)
@@ -309,7 +303,7 @@ class _Context:
         da, db = self.digest(self.a, x, self.va), self.digest(self.b, y, self.vb)
         if da is not None and db is not None and da.startswith("sha256:") != db.startswith("sha256:"):
             da, db = self.digest(self.a, x, self.va, kept=False), self.digest(self.b, y, self.vb, kept=False)
-        if da is not None and db is not None and da != db and not (_written(self.va, x) or _written(self.vb, y)):
+        if da is not None and db is not None and da != db:
             # the weight's reads hold its value wherever it is used: the change is theirs too (a
             # resource variable is never captured itself, so its ReadVariableOp is where it shows)
             a_nodes, b_nodes = [x, *weight_reads(self.a, x)], [y, *weight_reads(self.b, y)]
