@@ -591,3 +591,16 @@ def test_report_md_reads_right_as_github_renders_it(fixture: str) -> None:
     else:
         assert "`" not in text  # every backticked name became code
         assert page.headings[0] == "tftrace: DIVERGED — first divergence at block2/bn/FusedBatchNormV3 (FusedBatchNormV3)"
+
+
+def test_a_long_isolation_verdict_reaches_report_md_whole() -> None:
+    """A training batch norm's verdict with its evidence runs to ~620 characters (the H200's a4
+    checkpoint against its export); report.md cut it at 300, before the figures."""
+    detail = ("A's FusedBatchNormV3 normalises each row with the statistics of the batch it runs in (is_training=True), "
+              "B's with its moving averages (is_training=False): fed the same rows, the replays differ by up to 1.04 "
+              "(rel 2, rel L2 0.199), as each row's output depends on the rows that share its batch (the training "
+              "graph's batch statistics); beyond its run-to-run noise (B's replay differs from B's captured value by "
+              "up to 0.228)")
+    report = _origin_as(load("detector_planted"), "FusedBatchNormV3",
+                        {"verdict": "batch_statistics", "max_abs": 1.04, "max_rel": 2.0, "detail": detail, "command": None})
+    assert md_text("by up to 0.228)", 100) in render_markdown(report)

@@ -114,13 +114,16 @@ def _header(report: dict[str, Any], lim: _Limits) -> list[str]:
     return out + _table(["", "A", "B"], rows, len(rows), "") + [""]
 
 
+ISOLATION_CHARS = 700  # a replay's verdict and its evidence: a batch_statistics detail runs to ~450 (cut at 300 before)
+
+
 def _origins(report: dict[str, Any], lim: _Limits) -> list[str]:
     out = []
     for title, o in first_divergences(report):
         rewrite = f", rewritten at export ({md_text(o['rewrite'], 60)})" if o.get("rewrite") else ""
         out.append(f"- **{title}:** {md_code(o['node'], lim.cell)} ({md_text(o.get('op'), 60)}), max abs "
                    f"{fmt(o.get('max_abs'))}, {relative_text(o)}{md_text(mismatch_note(o), 60)}{rewrite}; "
-                   f"{md_text(isolation_text(o.get('isolation'), str(o.get('op') or '')), 300)}")
+                   f"{md_text(isolation_text(o.get('isolation'), str(o.get('op') or '')), ISOLATION_CHARS)}")
     if not out:
         out.append("- Every captured op agrees; the plain runs' outputs do not (see Outputs)."
                    if unobserved_divergence(report) else "- No divergence: every compared op agrees.")
