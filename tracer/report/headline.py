@@ -267,7 +267,8 @@ def _inside(report: dict[str, Any]) -> str:
 def _detection_lists(lists: dict[str, Any] | None, count: Any) -> str:
     """The ops among those beyond tolerance that hold a detector's detection lists (row k the k-th best
     detection of its image), as they were measured: between matched detections, as the outputs;
-    their index-by-index largest difference only after it, as such. It once stood as the extent of
+    their index-by-index largest difference only after it, as such, where it is larger (the lists
+    were reordered; equal, it would say nothing more). It once stood as the extent of
     the divergence: "23 ops beyond tolerance, up to 0.359" at an NMS stack whose matched boxes moved
     by 3.46e-05."""
     if not lists:
@@ -284,7 +285,9 @@ def _detection_lists(lists: dict[str, Any] | None, count: Any) -> str:
                  + (f" ({', '.join(said)})" if said else ""))
     else:
         text += ", not measured between matched detections"
-    if isinstance(lists.get("index_max_abs"), (int, float)) and lists.get("index_max_abs_at"):
+    index = lists.get("index_max_abs")
+    reordered = not isinstance(matched, (int, float)) or (isinstance(index, (int, float)) and index > matched)
+    if isinstance(index, (int, float)) and lists.get("index_max_abs_at") and reordered:  # else it says nothing more
         text += (f"; read index by index, which pairs row k of A with row k of B whether or not they are the "
                  f"same detection, `{lists['index_max_abs_at']}` differs by up to {fmt(lists['index_max_abs'])}")
     return text
