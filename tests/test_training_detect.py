@@ -62,15 +62,16 @@ def test_a_reduction_over_the_batch_axis_normalises_by_batch() -> None:
     assert not normalises_by_batch("Mean", {}, [True], 4)  # a boolean is no axis
 
 
-def _moments(axes: list[int], source: str = "Placeholder") -> dict[str, Any]:
+def _moments(axes: list[int], source: str = "Placeholder", dtype: str = "float32", reason: str | None = None
+             ) -> dict[str, Any]:
     """A report of x -> Mean(x, axes) -> sub(x, mean), the sub an origin at batch 1 against 8."""
     const = {"value": {"dtype": "int32", "shape": [len(axes)], "values": axes}}
     nodes = {
         "x": {"op": source, "b_op": source, "status": "identical", "inputs": [], "shape": [8, 4, 4, 3],
-              "attrs_a": {}, "attrs_b": {}, "topo_index": 0},
+              "dtype": dtype, "attrs_a": {}, "attrs_b": {}, "topo_index": 0},
         "m/axes": {"op": "Const", "b_op": "Const", "status": "identical", "inputs": [], "attrs_a": const,
                    "attrs_b": const, "topo_index": 1},
-        "m/mean": {"op": "Mean", "b_op": "Mean", "status": "not_compared", "inputs": ["x", "m/axes"],
+        "m/mean": {"op": "Mean", "b_op": "Mean", "status": "not_compared", "inputs": ["x", "m/axes"], "reason": reason,
                    "attrs_a": {"keep_dims": True}, "attrs_b": {"keep_dims": True}, "topo_index": 2},
         "m/sub": {"op": "Sub", "b_op": "Sub", "status": "origin", "inputs": ["x", "m/mean"], "attrs_a": {},
                   "attrs_b": {}, "topo_index": 3},
@@ -98,6 +99,9 @@ def test_an_origin_computed_from_a_mean_over_the_batch_is_the_training_graph() -
 def test_a_mean_over_other_axes_or_of_a_weight_is_no_batch_statistic() -> None:
     from tracer.training import coupled_in_report
 
-    for report in (_moments([1, 2]), _moments([0], source="Const")):  # a pool over space; a weight's mean
+    # a pool over space; a weight's mean; a mean of integers (shape arithmetic); one inside a map_fn's body,
+    # whose tensors are one example's (its axis 0 is no batch)
+    for report in (_moments([1, 2]), _moments([0], source="Const"), _moments([0], dtype="int32"),
+                   _moments([0], reason="A: inside a while-loop frame: a session cannot fetch it")):
         assert coupled_in_report(report, "m/sub", "a") == []
         assert training_graph(report) is None

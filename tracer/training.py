@@ -32,14 +32,16 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .opgraph import OpGraph, reachable, tensor_op
+from .opgraph import WHILE_FRAME_REASON, OpGraph, reachable, tensor_op
 from .optypes import PLACEHOLDER_OPS
 
 __all__ = ["normalises_by_batch", "batch_coupled", "coupled_in_report", "training_batch_norm", "training_graph"]
 
 BATCH_NORM_PREFIX = "FusedBatchNorm"  # FusedBatchNorm, V2, V3: tf.compat.v1.nn.fused_batch_norm, slim, Keras
-# reductions whose second input holds the axes they reduce (tf.nn.moments' Mean, a batch sum, a batch max)
-REDUCTION_OPS = frozenset({"Mean", "Sum", "Max", "Min", "Prod", "All", "Any", "EuclideanNorm"})
+# reductions whose second input holds the axes they reduce (tf.nn.moments' Mean, a batch sum, a batch max); the
+# reduced tensor must hold floating values: a statistic of activations, not an assert's All over a shape's values
+REDUCTION_OPS = frozenset({"Mean", "Sum", "Max", "Min", "Prod", "EuclideanNorm"})
+FLOATING = ("float", "bfloat", "half", "double")
 NAMED = 2  # the batch norms a sentence names before "and N more"
 # an op whose value was not compared (it varies with the batch, has no counterpart, was not fetched):
 # isolation recomputes it with the origin below it, so its batch coupling is the origin's
@@ -77,14 +79,16 @@ def batch_coupled(graph: OpGraph, name: str) -> bool:
         op, node = graph.op_type(name), graph.node(name)
         axes = rank = None
         inputs = node.get("inputs") or []
-        if op in REDUCTION_OPS and len(inputs) >= 2 and tensor_op(inputs[1]) in graph:
+        if op in REDUCTION_OPS and len(inputs) >= 2 and tensor_op(inputs[0]) in graph and tensor_op(inputs[1]) in graph:
             reached = graph.memo("on_feed")
-            if "ops" not in reached:  # once per graph: everything computed from the fed inputs
+            if "ops" not in reached:  # once per graph: what is computed from the fed inputs, outside while frames
                 reached["ops"] = reachable(graph.g, graph.fed_ops())
-            on_feed = reached["ops"]
-            shape = graph.output_info(inputs[0]).get("shape") if tensor_op(inputs[0]) in graph else None
+                reached["frames"] = graph.while_frame_ops()  # a map_fn's body: one example, axis 0 is no batch
+            info = graph.output_info(inputs[0])
+            shape = info.get("shape")
             rank = len(shape) if isinstance(shape, list) else None
-            if tensor_op(inputs[0]) in on_feed:
+            if (tensor_op(inputs[0]) in reached["ops"] and name not in reached["frames"]
+                    and str(info.get("dtype")).startswith(FLOATING)):
                 axes = _axes((graph.node(tensor_op(inputs[1]))["attrs"] or {}).get("value"))
         memo[name] = normalises_by_batch(op, node.get("attrs"), axes, rank)
     return bool(memo[name])
@@ -121,14 +125,18 @@ def _on_feed(nodes: Mapping[str, Any], name: str) -> bool:
 
 def _reduces_batch(report: dict[str, Any], name: str, side: str) -> bool:
     """Whether report node ``name`` is, on ``side``, an op that normalises by batch (:func:`batch_coupled`
-    from the report: the reduction axes from its input constant's recorded values, on that side)."""
+    from the report: the reduction axes from its input constant's recorded values, on that side; the
+    reduced tensor's dtype and rank where the report records them, which it does not for an op
+    without a counterpart)."""
     nodes = report.get("nodes") or {}
     node = nodes.get(name) or {}
     op = node.get("op") if side == "a" else node.get("b_op")
     axes = rank = None
     inputs = node.get("inputs") or []
-    if op in REDUCTION_OPS and len(inputs) >= 2 and _on_feed(nodes, inputs[0]):
-        shape = (nodes.get(inputs[0]) or {}).get("shape")
+    data = (nodes.get(inputs[0]) or {}) if inputs else {}
+    if (op in REDUCTION_OPS and len(inputs) >= 2 and str(data.get("dtype") or "float").startswith(FLOATING)
+            and WHILE_FRAME_REASON not in str(node.get("reason")) and _on_feed(nodes, inputs[0])):
+        shape = data.get("shape")
         rank = len(shape) if isinstance(shape, list) else None
         axes = _axes(((nodes.get(inputs[1]) or {}).get(f"attrs_{side}") or {}).get("value"))
     return normalises_by_batch(op, node.get(f"attrs_{side}"), axes, rank)
