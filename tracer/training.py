@@ -24,7 +24,8 @@ and so does everything computed from its value: :func:`normalises_by_batch` is t
 (the reduction axes read from the ``Const`` that holds them), and an origin is batch-coupled where
 it, or an op its value is computed from that was not compared (so isolation recomputes it with
 the origin), normalises by batch. A reduction over other axes (a global average pool over
-``[1, 2]``) or a read of the moving averages (the inference graph) is not.
+``[1, 2]``), of integers or booleans, inside a while-loop frame (a ``map_fn`` body holds one
+example), or a read of the moving averages (the inference graph) is not.
 """
 
 from __future__ import annotations
