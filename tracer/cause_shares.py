@@ -19,7 +19,7 @@ from typing import Any
 
 from .comparison.statuses import BORN_HERE
 from .diff.kinds import kind_of
-from .training import training_batch_norm
+from .training import coupled_in_report
 
 __all__ = ["Share", "shares", "ranked", "share_words"]
 
@@ -80,8 +80,8 @@ def _first_cause(report: dict[str, Any], found: dict[str, str], first: dict[str,
         return None
     iso = (first.get("isolation") or {}).get("verdict")
     cause = getattr(kind_of(first.get("rewrite")), "cause", None)
-    node = (report.get("nodes") or {}).get(first.get("node")) or {}
-    candidates = ["training_graph"] if any(training_batch_norm(node, side) for side in ("a", "b")) else []
+    name = str(first.get("node"))
+    candidates = ["training_graph"] if any(coupled_in_report(report, name, side) for side in ("a", "b")) else []
     if cause == "weights" or iso == "weights_differ":
         candidates += list(WEIGHT_CAUSES)
     elif cause:

@@ -15,30 +15,150 @@ finds the batch norms in training mode from the report's node attributes, and
 origin's op on both sides: replayed on identical rows, such an op still differs where the sides do
 not normalise over the same batch, and the judge says that (``batch_statistics``), not that its
 kernel differs.
+
+A batch norm written by hand is not fused: ``tf.nn.moments(x, axes=[0, 1, 2])`` +
+``tf.nn.batch_normalization`` (tf-slim's ``batch_norm(fused=False)``, Keras' unfused path) takes
+the batch's statistics with ``Mean`` ops over the batch axis. Such a reduction, of an activation
+computed from the fed inputs, couples the rows of a run just as the fused op in training mode does,
+and so does everything computed from its value: :func:`normalises_by_batch` is true of both
+(the reduction axes read from the ``Const`` that holds them), and an origin is batch-coupled where
+it, or an op its value is computed from that was not compared (so isolation recomputes it with
+the origin), normalises by batch. A reduction over other axes (a global average pool over
+``[1, 2]``), of integers or booleans, inside a while-loop frame (a ``map_fn`` body holds one
+example), or a read of the moving averages (the inference graph) is not.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-__all__ = ["normalises_by_batch", "training_batch_norm", "training_graph"]
+from .opgraph import WHILE_FRAME_REASON, OpGraph, reachable, tensor_op
+from .optypes import PLACEHOLDER_OPS
+
+__all__ = ["normalises_by_batch", "batch_coupled", "coupled_in_report", "training_batch_norm", "training_graph"]
 
 BATCH_NORM_PREFIX = "FusedBatchNorm"  # FusedBatchNorm, V2, V3: tf.compat.v1.nn.fused_batch_norm, slim, Keras
+# reductions whose second input holds the axes they reduce (tf.nn.moments' Mean, a batch sum, a batch max); the
+# reduced tensor must hold floating values: a statistic of activations, not an assert's All over a shape's values
+REDUCTION_OPS = frozenset({"Mean", "Sum", "Max", "Min", "Prod", "EuclideanNorm"})
+FLOATING = ("float", "bfloat", "half", "double")
 NAMED = 2  # the batch norms a sentence names before "and N more"
+# an op whose value was not compared (it varies with the batch, has no counterpart, was not fetched):
+# isolation recomputes it with the origin below it, so its batch coupling is the origin's
+UNCOMPARED = frozenset({"not_compared", "unmatched", "not_captured"})
 
 
-def normalises_by_batch(op_type: object, attrs: Mapping[str, Any] | None) -> bool:
+def normalises_by_batch(op_type: object, attrs: Mapping[str, Any] | None, axes: object = None,
+                        rank: int | None = None) -> bool:
     """Whether an op of ``op_type`` with ``attrs`` (an op graph node's, JSON values) normalises
-    each row with the statistics of the whole batch it runs in: a batch norm in training mode.
-    Its output then depends on which rows share its run, not on the row alone."""
-    return str(op_type or "").startswith(BATCH_NORM_PREFIX) and (attrs or {}).get("is_training") is True
+    each row with the statistics of the whole batch it runs in: a batch norm in training mode, or a
+    reduction (``Mean``, ``Sum``, ...) whose ``axes`` (its reduction indices' values) include the
+    batch axis 0 (or ``-rank``, for an input of ``rank``), as ``tf.nn.moments`` over ``[0, 1, 2]``.
+    Its output then depends on which rows share its run, not on the row alone. Whether the reduced
+    input is an activation (computed from the fed inputs) is the callers' to ask (:func:`batch_coupled`,
+    :func:`coupled_in_report`): a reduction of a weight couples no rows."""
+    if str(op_type or "").startswith(BATCH_NORM_PREFIX):
+        return (attrs or {}).get("is_training") is True
+    if str(op_type or "") not in REDUCTION_OPS:
+        return False
+    values = axes if isinstance(axes, list) else [axes]
+    ints = [a for a in values if isinstance(a, int) and not isinstance(a, bool)]
+    return any(a == 0 or (rank is not None and rank > 0 and a == -rank) for a in ints)
+
+
+def _axes(value: object) -> object:
+    """The values of a constant as an op graph records them (``attrs["value"]["values"]``), or None."""
+    return value.get("values") if isinstance(value, dict) else None
+
+
+def batch_coupled(graph: OpGraph, name: str) -> bool:
+    """Whether op ``name`` of ``graph`` normalises by batch (:func:`normalises_by_batch`), a reduction
+    only where it reduces an input computed from the fed inputs."""
+    memo = graph.memo("batch_coupled")
+    if name not in memo:
+        op, node = graph.op_type(name), graph.node(name)
+        axes = rank = None
+        inputs = node.get("inputs") or []
+        if op in REDUCTION_OPS and len(inputs) >= 2 and tensor_op(inputs[0]) in graph and tensor_op(inputs[1]) in graph:
+            reached = graph.memo("on_feed")
+            if "ops" not in reached:  # once per graph: what is computed from the fed inputs, outside while frames
+                reached["ops"] = reachable(graph.g, graph.fed_ops())
+                reached["frames"] = graph.while_frame_ops()  # a map_fn's body: one example, axis 0 is no batch
+            info = graph.output_info(inputs[0])
+            shape = info.get("shape")
+            rank = len(shape) if isinstance(shape, list) else None
+            if (tensor_op(inputs[0]) in reached["ops"] and name not in reached["frames"]
+                    and str(info.get("dtype")).startswith(FLOATING)):
+                axes = _axes((graph.node(tensor_op(inputs[1]))["attrs"] or {}).get("value"))
+        memo[name] = normalises_by_batch(op, node.get("attrs"), axes, rank)
+    return bool(memo[name])
+
+
+def replay_coupled(graph: OpGraph, ops: Iterable[str]) -> list[str]:
+    """The ops among ``ops`` (those a replay runs) that normalise by batch, in the graph's order."""
+    ran = set(ops)
+    return [op for op in graph.topo_order() if op in ran and batch_coupled(graph, op)]
 
 
 def training_batch_norm(node: dict[str, Any], side: str) -> bool:
     """Whether report node ``node`` is, on ``side`` ("a" or "b"), a batch norm in training mode."""
     op = node.get("op") if side == "a" else node.get("b_op")
     return normalises_by_batch(op, node.get(f"attrs_{side}"))
+
+
+def _on_feed(nodes: Mapping[str, Any], name: str) -> bool:
+    """Whether report node ``name`` is computed from the fed inputs: its inputs lead up to a
+    placeholder, or to an op the report does not hold (pruned above a fed tensor), not only to
+    weights and constants."""
+    seen, stack = set(), [name]
+    while stack:
+        current = stack.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        node = nodes.get(current)
+        if not isinstance(node, dict) or str(node.get("op")) in PLACEHOLDER_OPS:
+            return True
+        stack.extend(node.get("inputs") or [])  # a source without inputs (a weight, a constant) is no feed
+    return False
+
+
+def _reduces_batch(report: dict[str, Any], name: str, side: str) -> bool:
+    """Whether report node ``name`` is, on ``side``, an op that normalises by batch (:func:`batch_coupled`
+    from the report: the reduction axes from its input constant's recorded values, on that side; the
+    reduced tensor's dtype and rank where the report records them, which it does not for an op
+    without a counterpart)."""
+    nodes = report.get("nodes") or {}
+    node = nodes.get(name) or {}
+    op = node.get("op") if side == "a" else node.get("b_op")
+    axes = rank = None
+    inputs = node.get("inputs") or []
+    data = (nodes.get(inputs[0]) or {}) if inputs else {}
+    if (op in REDUCTION_OPS and len(inputs) >= 2 and str(data.get("dtype") or "float").startswith(FLOATING)
+            and WHILE_FRAME_REASON not in str(node.get("reason")) and _on_feed(nodes, inputs[0])):
+        shape = data.get("shape")
+        rank = len(shape) if isinstance(shape, list) else None
+        axes = _axes(((nodes.get(inputs[1]) or {}).get(f"attrs_{side}") or {}).get("value"))
+    return normalises_by_batch(op, node.get(f"attrs_{side}"), axes, rank)
+
+
+def coupled_in_report(report: dict[str, Any], name: str, side: str) -> list[str]:
+    """The ops that make report node ``name`` (an origin) depend on its batch on ``side``: itself where
+    it normalises by batch, and those above it, through ops whose values were not compared, that do
+    (what isolation recomputes with it). Empty: its value is its rows' alone."""
+    nodes = report.get("nodes") or {}
+    found, seen, stack = [], set(), [name]
+    while stack:
+        current = stack.pop()
+        if current in seen or not isinstance(nodes.get(current), dict):
+            continue
+        seen.add(current)
+        if _reduces_batch(report, current, side):
+            found.append(current)
+        if current == name or nodes[current].get("status") in UNCOMPARED:
+            stack.extend(nodes[current].get("inputs") or [])
+    return sorted(found, key=lambda n: (nodes[n].get("topo_index", 0), n))
 
 
 def _in_training(report: dict[str, Any], side: str) -> list[str]:
@@ -63,30 +183,57 @@ def _updates(report: dict[str, Any], side: str) -> str:
 
 
 def training_graph(report: dict[str, Any]) -> tuple[str, set[str]] | None:
-    """``(evidence, the batch norms)`` when a side's graph is a training graph and a difference
-    starts at one of its batch norms in training mode (an origin) whose batch the sides do not
-    share: they run other batch sizes, or the other side normalises with its moving averages.
+    """``(evidence, the ops)`` when a side's graph is a training graph and a difference starts at an
+    origin that normalises by batch there (:func:`coupled_in_report`: a batch norm in training mode, or
+    computed from a reduction over the batch axis, tf.nn.moments') whose batch the sides do not share:
+    they run other batch sizes, or the other side takes no batch statistics there (its moving averages).
     Two training graphs over the same batches normalise alike: a difference there is the kernels'
     (oneDNN on one side), as isolation says (``own_error``, not ``batch_statistics``). None otherwise."""
-    origins = {o.get("node") for o in report.get("origins") or [] if isinstance(o, dict)}
+    origins = [o.get("node") for o in report.get("origins") or [] if isinstance(o, dict)]
     sides, nodes = report.get("sides") or {}, report.get("nodes") or {}
     for side in ("a", "b"):
         other = "b" if side == "a" else "a"
         batches = [(sides.get(k) or {}).get("batch_size") for k in (side, other)]
         norms = _in_training(report, side)
-        unshared = {n for n in norms if batches[0] != batches[1] or not training_batch_norm(nodes.get(n) or {}, other)}
-        if not origins & unshared:
+        coupled = {o: coupled_in_report(report, o, side) for o in origins if isinstance(o, str)}
+        unshared = [o for o, ops in coupled.items()
+                    if ops and (batches[0] != batches[1] or not coupled_in_report(report, o, other))]
+        if not unshared:
             continue
+        fused = set(norms)
+        reductions = sorted({op for o in unshared for op in coupled[o] if op not in fused},
+                            key=lambda n: ((nodes.get(n) or {}).get("topo_index", 0), n))
         against = ("the sides run different batch sizes, so the outputs differ"
                    if batches[0] != batches[1] else "it differs")
         inference = [n for n in norms if not training_batch_norm(nodes.get(n) or {}, other)]
         if inference:
             against += f" from {other.upper()}'s inference graph (is_training=False there: the moving averages)"
-        whose = f"{side.upper()}'s graph is a training graph: its" if inference else \
-            "both sides' graphs are training graphs: their"
-        evidence = (f"{whose} batch norms ({_named(norms)}) run with "
-                    "is_training=True and normalise with each run's batch statistics, so each example's output "
-                    f"depends on which examples share its run{_updates(report, side)}; {against}: the batch norms' "
-                    "mode, not their kernel, an export's folding or other weights.")
-        return evidence, set(norms)
+        elif reductions and any(not coupled_in_report(report, o, other) for o in unshared):
+            against += f" from {other.upper()}'s graph, which takes no statistics over the batch there"
+        alone = inference or any(not coupled_in_report(report, o, other) for o in unshared)
+        if norms:
+            whose = f"{side.upper()}'s graph is a training graph: its" if alone else \
+                "both sides' graphs are training graphs: their"
+            what = (f"batch norms ({_named(norms)}) run with is_training=True and normalise with each run's batch "
+                    "statistics")
+            if reductions:
+                what += f", and {_reduce_words(report, reductions, side)}"
+            mode = "the batch norms' mode, not their kernel"
+        else:
+            whose = (f"{side.upper()}'s graph takes statistics over the batch, as a batch norm in training mode does:"
+                     " its" if alone else "both sides' graphs take statistics over the batch, as a batch norm in "
+                     "training mode does: their")
+            what = _reduce_words(report, reductions, side)
+            mode = "the batch statistics, not a kernel"
+        evidence = (f"{whose} {what}, so each example's output depends on which examples share its run"
+                    f"{_updates(report, side)}; {against}: {mode}, an export's folding or other weights.")
+        return evidence, fused | set(unshared) | set(reductions)
     return None
+
+
+def _reduce_words(report: dict[str, Any], reductions: list[str], side: str) -> str:
+    """"`bn1/moments/mean` and `bn1/moments/variance` (Mean) reduce over the batch axis (axis 0)"."""
+    nodes = report.get("nodes") or {}
+    ops = sorted({str((nodes.get(n) or {}).get("op" if side == "a" else "b_op")) for n in reductions})
+    verb = "reduces" if len(reductions) == 1 else "reduce"
+    return f"{_named(reductions)} ({', '.join(ops)}) {verb} over the batch axis (axis 0)"

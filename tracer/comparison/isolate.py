@@ -55,11 +55,11 @@ from ..pythons import made_with
 from ..captures.inputs import batched_alike
 from ..jsonvalues import dumps, loads
 from ..opgraph import OpGraph, tensor_op, weight_of, weight_reads
-from .replay_plan import (loop_above, origin_feeds, reads_variable, replayed_alone_alike, rewritten_in_replay,
-                          variable_writes)
+from .replay_plan import (loop_above, origin_feeds, reads_variable, replayed_alone_alike, replayed_ops,
+                          rewritten_in_replay, variable_writes)
 from ..runspec import Side, spec_without_permissions
 from ..safewrite import refuse_links_within, write_file
-from ..training import normalises_by_batch
+from ..training import replay_coupled
 
 __all__ = ["IsolationResult", "isolate_origins", "run_job", "evaluate", "isolate_remote", "same_run_settings",
            "load_state_variables"]
@@ -102,6 +102,10 @@ def isolate_origins(
         b_name = tensor_op(pair.b)
         plans, group = origin_feeds(alignment, {"a": view_a.graph, "b": view_b.graph}, result.name,
                                     {"a": result.tensor, "b": pair.b}, to_a)
+        # the ops its replay runs that normalise by batch (a batch norm in training mode, tf.nn.moments' Mean over
+        # the batch axis): fed identical rows, the replay still depends on the rows beside them
+        coupled = {key: replay_coupled(graph, replayed_ops(graph, fetch, plans[key])) for key, graph, fetch in (
+            ("a", view_a.graph, result.tensor), ("b", view_b.graph, pair.b))}
         planned.append(PlannedOrigin(
             id=i, node=result.name, a_tensor=result.tensor, b_tensor=pair.b,
             a_op=view_a.graph.op_type(result.name), b_op=view_b.graph.op_type(b_name),
@@ -120,10 +124,8 @@ def isolate_origins(
             and replayed_alone_alike(view_a.graph, view_b.graph, result.name, b_name, plans),
             loop=loop_above(view_a.graph, result.tensor, plans["a"]),
             rewritten=tuple(rewritten_in_replay(alignment, view_a.graph, result, plans["a"])),
-            group=group, batch_statistics=tuple(key for key, (graph, name) in (
-                ("a", (view_a.graph, result.name)), ("b", (view_b.graph, b_name)))
-                if normalises_by_batch(graph.op_type(name), graph.node(name)["attrs"])),
-            batched_alike=batched))
+            group=group, batch_statistics=tuple(key for key in ("a", "b") if coupled[key]),
+            batch_ops=tuple(coupled["a"] or coupled["b"]), batched_alike=batched))
         for key, fetch in (("a", result.tensor), ("b", pair.b)):
             ops[key].append({"id": i, "a_tensor": result.tensor, "fetch": fetch, "feeds": plans[key]})
     feeds_dir = write_feeds(view_a.capture, ops, os.path.join(workdir, FEEDS))

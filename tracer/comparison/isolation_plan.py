@@ -45,8 +45,10 @@ class PlannedOrigin:
     rewritten: tuple[Mapping[str, str], ...] = ()  # B's rewritten ops the replay runs
     group: Mapping[str, Any] | None = None  # the rewrite group it stands for (replayed from the group's inputs)
     # the sides on which the op normalises each row with its whole batch's statistics (a batch norm in training
-    # mode, tracer.training.normalises_by_batch): fed identical rows, it still depends on the rows beside them
+    # mode, or computed in its replay from a reduction over the batch axis, tf.nn.moments': tracer.training.
+    # normalises_by_batch): fed identical rows, it still depends on the rows beside them
     batch_statistics: tuple[str, ...] = ()
+    batch_ops: tuple[str, ...] = ()  # the ops of its replay that do (A's where A's does, else B's); () not recorded
     batched_alike: bool | None = None  # the sides grouped the examples into the same runs; None: not recorded
 
     @property
@@ -57,7 +59,7 @@ class PlannedOrigin:
     def to_json(self) -> dict[str, Any]:
         doc = asdict(self)
         doc["writes"], doc["per_process"] = list(self.writes), list(self.per_process)
-        doc["batch_statistics"] = list(self.batch_statistics)
+        doc["batch_statistics"], doc["batch_ops"] = list(self.batch_statistics), list(self.batch_ops)
         doc["executed"], doc["rewritten"] = dict(self.executed), [dict(r) for r in self.rewritten]
         if self.group is None:
             del doc["group"]
@@ -114,7 +116,7 @@ _FIELDS: tuple[tuple[str, str, bool], ...] = (
     ("executed", "executed", False), ("same_settings", "bool", False), ("same_settings_but_build", "bool", False),
     ("per_process", "strings", False), ("repeat_noise", "number", False), ("same_op_same_settings", "bool", False),
     ("loop", "str", False), ("rewritten", "objects", False), ("group", "group", False),
-    ("batch_statistics", "strings", False), ("batched_alike", "bool", False),
+    ("batch_statistics", "strings", False), ("batch_ops", "strings", False), ("batched_alike", "bool", False),
 )
 _KIND_WORDS = {"int": "an integer", "str": "a string", "bool": "true or false", "strings": "a list of strings",
                "number": "a number", "objects": "a list of objects", "executed": "a map of side to kernel names",

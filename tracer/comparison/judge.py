@@ -20,7 +20,8 @@ cause the evidence supports:
   applied when the graph ran (Grappler's remapper splits a batch norm whose parameters are
   constants into Mul + Add, so freezing a graph changes what runs although the graph is exact).
 * ``batch_statistics``: the replays differ, but the op normalises each row with the statistics of
-  its whole batch (a batch norm with ``is_training=True``) and the sides do not normalise over the
+  its whole batch (a batch norm with ``is_training=True``, or an op its replay computes from a
+  reduction over the batch axis: ``tf.nn.moments``' Mean over ``[0, 1, 2]``) and the sides do not normalise over the
   same batch: they group the examples into other runs, or one side is in inference mode (its
   moving averages). Fed identical rows, its output still depends on the rows beside them, so the
   difference is the training graph's batch statistics, not the kernel.
@@ -239,9 +240,21 @@ def _differing(op: PlannedOrigin, m: Any, moved_text: str, noise_is_shown: bool,
 def _unshared_batch(op: PlannedOrigin) -> str:
     """How the sides fail to normalise the op's rows over the same batch, in words, or "" where they
     do (or it normalises by no batch): an op that normalises with its whole batch's statistics (a batch
-    norm in training mode) on both sides that group the examples into different runs, or on one side
-    only (the other normalises with its moving averages)."""
+    norm in training mode, or an op its replay computes from a reduction over the batch axis) on both
+    sides that group the examples into different runs, or on one side only (the other normalises with
+    its moving averages)."""
     op_type = op.a_op or op.b_op
+    above = [name for name in op.batch_ops if name not in (op.node, tensor_op(op.b_tensor))]
+    if above:  # tf.nn.moments' Mean over the batch axis, which the replay recomputes with the op
+        shown = ", ".join(f"`{name}`" for name in above[:2]) + (f" and {len(above) - 2} more" if len(above) > 2 else "")
+        what = (f"computed from statistics over the batch it runs in ({shown}: a reduction over the batch axis, "
+                "which its replay recomputes)")
+        if len(op.batch_statistics) == 1:
+            side = op.batch_statistics[0].upper()
+            return f"{side}'s {op_type} is {what}, {'B' if side == 'A' else 'A'}'s takes no batch statistics there"
+        if op.batched_alike is False:
+            return f"the sides batch the examples differently, and both sides' {op_type} is {what}"
+        return ""
     if len(op.batch_statistics) == 1:
         side = op.batch_statistics[0].upper()
         return (f"{side}'s {op_type} normalises each row with the statistics of the batch it runs in (is_training="

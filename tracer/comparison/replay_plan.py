@@ -19,8 +19,8 @@ from ..diff.kinds import KINDS
 from ..opgraph import OpGraph, tensor_op, weight_of
 from ..optypes import EXIT_OPS, PLACEHOLDER_OPS, VARIABLE_OPS, changes_state, loop_result
 
-__all__ = ["replay_plan", "loop_above", "group_members", "origin_feeds", "rewritten_in_replay", "reads_variable",
-           "variable_writes", "replayed_alone_alike"]
+__all__ = ["replay_plan", "replayed_ops", "loop_above", "group_members", "origin_feeds", "rewritten_in_replay",
+           "reads_variable", "variable_writes", "replayed_alone_alike"]
 
 GROUP_REWRITES = tuple(k.name for k in KINDS.values() if k.group)  # an origin that stands for several A ops (and B ops)
 
@@ -44,6 +44,11 @@ def replay_plan(graph: OpGraph, tensor: str, to_a: dict[str, str]) -> dict[str, 
     flows = graph.tensor_array_flows()
     _ops, fed = _replay_walk(graph, tensor, lambda name: name in to_a and name not in flows)
     return {name: to_a[name] for name in fed}
+
+
+def replayed_ops(graph: OpGraph, tensor: str, feeds: dict[str, str]) -> set[str]:
+    """The ops a replay of ``tensor`` fed ``feeds`` (its :func:`replay_plan`) runs, its own op included."""
+    return _replay_walk(graph, tensor, lambda name: name in feeds)[0]
 
 
 def _replay_walk(graph: OpGraph, tensor: str, feedable: Callable[[str], bool]) -> tuple[set[str], set[str]]:
