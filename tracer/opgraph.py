@@ -25,10 +25,12 @@ import networkx as nx
 from .function_digests import FunctionDigests
 from .opgraph_records import NOT_FETCHABLE_DTYPES, ancestors, node_data
 from .optypes import (EXIT_OPS, FLOW_CARRIERS, FRAME_OPS, LOOP_BACK_EDGE_OPS, OFFSET_CARRIERS, PASS_THROUGH,
-                      SHAPE_READERS, TENSOR_ARRAY_FLOW_INPUT, VALUE_SIZED_BY, VALUE_SIZED_OPS, WEIGHT_OPS)
+                      SHAPE_READERS, TENSOR_ARRAY_FLOW_INPUT, VALUE_SIZED_BY, VALUE_SIZED_OPS, VARIABLE_OPS, WEIGHT_OPS,
+                      changes_state)
 
 __all__ = ["OpGraph", "tensor_op", "tensor_slot", "relevant_slots", "NOT_FETCHABLE_DTYPES", "WHILE_FRAME_REASON",
-           "EXIT_OPS", "FRAME_OPS", "reachable", "ops_in_while_frames", "weight_of", "weight_reads"]
+           "EXIT_OPS", "FRAME_OPS", "reachable", "ops_in_while_frames", "weight_of", "weight_reads", "variable_of",
+           "variable_writes"]
 
 WHILE_FRAME_REASON = "inside a while-loop frame: a session cannot fetch it"
 
@@ -310,6 +312,42 @@ def weight_reads(graph: OpGraph, weight: str) -> list[str]:
     found = [n for n in reachable(reads, [weight]) if n != weight and weight_of(graph, n) == weight]
     position = graph.flow_order()  # cached: its last field is the topological position
     return sorted(found, key=lambda n: position[n][2])
+
+
+def variable_of(graph: OpGraph, op: str) -> str | None:
+    """The variable ``op`` is, or reads through pass-through ops (a TF2 function's inlined
+    variable reaches its ReadVariableOp through an Identity of the handle), else None."""
+    weight = weight_of(graph, op)
+    return weight if weight is not None and graph.op_type(weight) in VARIABLE_OPS else None
+
+
+def variable_writes(graph: OpGraph, op: str) -> list[str]:
+    """The ops that write the variable ``op`` is or reads (an AssignVariableOp of a Keras random
+    layer's seed state), in topological order; empty for any other op.
+
+    Such a variable is the model's own state: each run reads what the runs before it left, so its
+    value in a capture depends on how many runs, and which, came first, while a replay reads it
+    as loaded. The handle reaches its writers as it reaches its reads, through ops that pass a
+    resource on (an Identity, a loop's Enter).
+    """
+    variable = variable_of(graph, op)
+    if variable is None:
+        return []
+    writes: set[str] = set()
+    handles, stack = set(), [variable]
+    while stack:
+        name = stack.pop()
+        if name in handles:
+            continue
+        handles.add(name)
+        for user in graph.g.successors(name):
+            if graph.g.edges[name, user]["control"]:
+                continue
+            if changes_state(graph.op_type(user)):
+                writes.add(user)
+            elif [o["dtype"] for o in graph.node(user)["outputs"]][:1] == ["resource"]:
+                stack.append(user)
+    return [name for name in graph.topo_order() if name in writes]
 
 
 def relevant_slots(graph: OpGraph, op: str) -> list[int]:

@@ -16,8 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ..comparison.replay_plan import variable_writes
-from ..opgraph import OpGraph
+from ..opgraph import OpGraph, variable_writes
 from ..optypes import VARIABLE_OPS
 
 __all__ = ["written_variables", "read_loaded_values"]

@@ -16,8 +16,8 @@ from typing import Any
 
 from .align import ROLE_REWRITTEN, Alignment
 from ..diff.kinds import KINDS
-from ..opgraph import OpGraph, tensor_op, weight_of
-from ..optypes import EXIT_OPS, PLACEHOLDER_OPS, VARIABLE_OPS, changes_state, loop_result
+from ..opgraph import OpGraph, tensor_op, variable_of, variable_writes
+from ..optypes import EXIT_OPS, PLACEHOLDER_OPS, loop_result
 
 __all__ = ["replay_plan", "replayed_ops", "loop_above", "group_members", "origin_feeds", "rewritten_in_replay",
            "reads_variable", "variable_writes", "replayed_alone_alike"]
@@ -176,43 +176,7 @@ def rewritten_in_replay(alignment: Alignment, graph: OpGraph, result: Any, feeds
 
 def reads_variable(graph: OpGraph, op: str) -> bool:
     """Whether ``op`` is a variable or a read of one: its value comes from loading the model."""
-    return _variable_of(graph, op) is not None
-
-
-def _variable_of(graph: OpGraph, op: str) -> str | None:
-    """The variable ``op`` is, or reads through pass-through ops (a TF2 function's inlined
-    variable reaches its ReadVariableOp through an Identity of the handle), else None."""
-    weight = weight_of(graph, op)
-    return weight if weight is not None and graph.op_type(weight) in VARIABLE_OPS else None
-
-
-def variable_writes(graph: OpGraph, op: str) -> list[str]:
-    """The ops that write the variable ``op`` is or reads (an AssignVariableOp of a Keras random
-    layer's seed state), in topological order; empty for any other op.
-
-    Such a variable is the model's own state: each run reads what the runs before it left, so its
-    value in a capture depends on how many runs, and which, came first, while a replay reads it
-    as loaded. The handle reaches its writers as it reaches its reads, through ops that pass a
-    resource on (an Identity, a loop's Enter).
-    """
-    variable = _variable_of(graph, op)
-    if variable is None:
-        return []
-    writes: set[str] = set()
-    handles, stack = set(), [variable]
-    while stack:
-        name = stack.pop()
-        if name in handles:
-            continue
-        handles.add(name)
-        for user in graph.g.successors(name):
-            if graph.g.edges[name, user]["control"]:
-                continue
-            if changes_state(graph.op_type(user)):
-                writes.add(user)
-            elif [o["dtype"] for o in graph.node(user)["outputs"]][:1] == ["resource"]:
-                stack.append(user)
-    return [name for name in graph.topo_order() if name in writes]
+    return variable_of(graph, op) is not None
 
 
 def replayed_alone_alike(graph_a: OpGraph, graph_b: OpGraph, op_a: str, op_b: str,
