@@ -30,7 +30,7 @@ from ..text import count
 from ._events import emit
 from ._format import bitwise_equal, storage_nbytes, string_storage_nbytes
 from .fetch_plan import DEAD_BRANCH_REASON, BranchSchedule, FetchPlan, check_fetched, chunked, too_big
-from .part_feeds import BetweenParts, Part, plan_parts, takes_feed
+from .part_feeds import BetweenParts, Part, PartPlans, takes_feed
 from .runtime import Runtime, tf_error_text
 from .session_runs import feed_for, traced_run
 from .store import CaptureWriter
@@ -55,6 +55,7 @@ def instrumented_runs(
     written = 0
     strings = _StringSizes(runtime, plan)
     between = BetweenParts(runtime.graph)
+    cut = PartPlans(opgraph, plan, partial(takes_feed, runtime, plan))  # once: later runs fetch the same sets
     for run_index, (start, stop) in enumerate(ranges):
         wanted = plan.names if run_index == 0 else [n for n in plan.names if tensor_op(n) not in plan.constant and n in layout]
         feed = feed_for(runtime, examples, start, stop)
@@ -65,8 +66,7 @@ def instrumented_runs(
         chunks = 0
         told = _Told(run_index, len(ranges), len(wanted), written,
                      _planned_bytes(plan, wanted, (stop - start) / max(ranges[0][1] - ranges[0][0], 1)))
-        steps = _fetch_steps(schedule, plan, writer, layout, lambda names, feed=feed: strings.size(names, feed),
-                             opgraph, partial(takes_feed, runtime, plan))
+        steps = _fetch_steps(schedule, plan, writer, layout, lambda names, feed=feed: strings.size(names, feed), cut)
         between.new_run()
         for step in steps:  # lazily: each step follows the predicates
             chunks += 1
@@ -171,8 +171,7 @@ class _Step:
 
 def _fetch_steps(schedule: BranchSchedule, plan: FetchPlan, writer: CaptureWriter, layout: dict[str, str],
                  size_strings: Callable[[list[str]], None] = lambda names: None,
-                 opgraph: OpGraph | None = None, feedable: Callable[[str], bool] = lambda name: False,
-                 ) -> Iterator[_Step]:
+                 cut: Callable[[list[str]], list[Part]] | None = None) -> Iterator[_Step]:
     """One run's chunks, following the :class:`BranchSchedule`.
 
     Dead branches are recorded as such without a fetch; the live ones are fetched (under
@@ -187,8 +186,8 @@ def _fetch_steps(schedule: BranchSchedule, plan: FetchPlan, writer: CaptureWrite
             writer.mark_uncaptured(name, DEAD_BRANCH_REASON)
             layout.pop(name, None)
         size_strings(ready)
-        parts = (plan_parts(opgraph, ready, plan.sizes, plan.max_memory, feedable, plan.constant)
-                 if ready and opgraph is not None else [Part(c) for c in chunked(ready, plan.sizes, plan.max_memory)])
+        parts = (cut(ready) if ready and cut is not None
+                 else [Part(c) for c in chunked(ready, plan.sizes, plan.max_memory)])
         extra = [p for p in preds if p not in ready]
         if extra:
             parts = parts or [Part([])]

@@ -263,14 +263,7 @@ def evaluate(workdir: str, plan: IsolationPlan | None = None) -> dict[str, Isola
 def load_state_variables(isolation: dict[str, IsolationResult], graph: OpGraph) -> set[str]:
     """The variables whose value isolation found to change from load to load (and their reads):
     a difference there is the model's loading, never an export's ``const_changed``."""
-    found: set[str] = set()
-    for name, result in isolation.items():
-        if result.load_state and name in graph:
-            found.add(name)
-            weight = weight_of(graph, name)
-            if weight is not None:  # the variable and every read of it, as its const_changed names them
-                found.update([weight, *weight_reads(graph, weight)])
-    return found
+    return _set_at_load(graph, [name for name, result in isolation.items() if result.load_state and name in graph])
 
 
 def weights_set_at_load(per_tensor: dict[str, float], graph: OpGraph) -> set[str]:
@@ -279,10 +272,16 @@ def weights_set_at_load(per_tensor: dict[str, float], graph: OpGraph) -> set[str
     load (an initializer that runs instead of a restore). On a GPU the noise is measured before
     any replay, and the weight was then never replayed: it was called ``const_changed`` between
     a SavedModel and itself (TF Serving's half_plus_two_mkl, the H200, 2026-12-04)."""
-    found: set[str] = set()
-    for tensor, moved in per_tensor.items():
-        op = tensor_op(tensor)
-        weight = weight_of(graph, op) if moved and op in graph else None
+    moved = [tensor_op(t) for t, size in per_tensor.items() if size and tensor_op(t) in graph]
+    return _set_at_load(graph, [op for op in moved if weight_of(graph, op) is not None])
+
+
+def _set_at_load(graph: OpGraph, ops: list[str]) -> set[str]:
+    """``ops``, and for each that is or reads a weight, the weight and every read of it, as its
+    ``const_changed`` names them."""
+    found = set(ops)
+    for name in ops:
+        weight = weight_of(graph, name)
         if weight is not None:
             found.update([weight, *weight_reads(graph, weight)])
     return found
