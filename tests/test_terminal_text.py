@@ -27,11 +27,11 @@ def test_a_wrapped_line_continues_under_its_text_without_trailing_spaces() -> No
         "why: Mixed precision computes parts of the model in float16/bfloat16 [up to",
         "     0.0344 at `dense/MatMul`, replayed alone on identical inputs]: 1 origin",
         "     sits in export rewrites (cast_inserted), e.g. `dense/MatMul`."]
-    origin = ("  1. dense/MatMul (MatMul): max abs 0.0344, max rel 1.26, rel to peak 0.0047; isolation own_error; "
+    origin = ("  1. dense/MatMul (MatMul): max abs 0.0344, max rel 1.26, rel to peak 0.0047; isolation own error; "
               "rewrite cast_inserted")
     assert wrapped(origin, 80).splitlines() == [
         "  1. dense/MatMul (MatMul): max abs 0.0344, max rel 1.26, rel to peak 0.0047;",
-        "     isolation own_error; rewrite cast_inserted"]
+        "     isolation own error; rewrite cast_inserted"]
     output = "  boxes: beyond tolerance, max abs 9.73e-05, max rel 0.00129, rel to peak 9.02e-05"
     assert wrapped(output, 80).splitlines() == [
         "  boxes: beyond tolerance, max abs 9.73e-05, max rel 0.00129, rel to peak",

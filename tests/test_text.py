@@ -92,7 +92,7 @@ def test_top_origins_show_a_long_node_name_whole_on_narrow_and_wide_terminals() 
         if width == 80:  # one line per origin (and per output), wrapped by the terminal only
             text = " ".join(line.strip() for line in block)
             assert text == (f"1. {long_name} (FusedBatchNormV3): max abs 0.0123, max rel 0.0093, rel to peak —; "
-                            "isolation own_error; rewrite attr_changed")
+                            "isolation own error; rewrite attr_changed")
             outputs = " ".join(line.strip() for line in lines[end + 1:end + 10])
             assert outputs.startswith("scores: beyond tolerance, max abs 0.0061, max rel 0.0288, rel to peak — "
                                       "boxes: beyond tolerance, max abs 0.0049, max rel 0.004, rel to peak — ")
@@ -100,7 +100,7 @@ def test_top_origins_show_a_long_node_name_whole_on_narrow_and_wide_terminals() 
         else:  # the table folds the name in its column
             cells = [line.split("│") for line in block if line.startswith("│")]
             assert "".join(cell[2].strip() for cell in cells) == long_name
-            assert [c.strip() for c in cells[0][3:9]] == ["FusedBatchNormV3", "0.0123", "0.0093", "—", "own_error",
+            assert [c.strip() for c in cells[0][3:9]] == ["FusedBatchNormV3", "0.0123", "0.0093", "—", "own error",
                                                         "attr_changed"]
 
 

@@ -73,8 +73,9 @@ CAUSES: dict[str, Cause] = {c.key: c for c in (
           "(an initialiser, often random, runs at every load)",
           "save every variable the model reads in its checkpoint (or freeze the graph), so every load restores "
           "the same values", "none"),
-    Cause("training_graph", "a training graph (batch norms with is_training=True normalise with each run's batch "
-          "statistics, and may update their moving averages as they run)",
+    Cause("training_graph", "a training graph (batch norms in training mode, such as is_training=True or "
+          "tf.nn.moments over the batch, normalise with each run's batch statistics, and may update their moving "
+          "averages as they run)",
           "compare the inference graph: rebuild the model with is_training=False (Keras: training=False), restore the "
           "checkpoint into it and compare that, or the SavedModel exported from it; a training graph's outputs depend "
           "on which examples share a run, which no fixed batch shape or tolerance removes",

@@ -123,8 +123,8 @@ ISOLATION: dict[str, IsolationVerdict] = {v.key: v for v in (
                      "whose own kernel differs given identical inputs", True,
                      rewritten="given identical inputs it differs as rewritten in B ({rewrite})"),
     IsolationVerdict("batch_statistics", "batch statistics",
-                     "fed identical rows, {replayed} still differs: in training mode (is_training=True) it normalises "
-                     "them with its batch's statistics, which the sides do not share; not its kernel",
+                     "fed identical rows, {replayed} still differs: a batch norm in training mode, it normalises them "
+                     "with its batch's statistics, which the sides do not share; not its kernel",
                      "a batch norm in training mode that normalises each row with its batch's statistics, which the "
                      "sides do not share (not its kernel)", True, cause="training_graph"),
     IsolationVerdict("weights_differ", "weights differ",

@@ -13,7 +13,7 @@ from ..diff.kinds import display_rank
 from ..artifacts.records import USER_SIGNATURE
 from ..causes import why_shown
 from ..diff.records import GraphDiff, Rewrite
-from ..comparison.statuses import origin_isolation_words, verdict_label
+from ..comparison.statuses import isolation_label, origin_isolation_words, verdict_label
 from ..text import printable, printable_tree, wrapped
 from .detections_view import change_text, detection_groups, detection_headline, image_header, image_rows
 from .numbers import figure, per_key
@@ -178,7 +178,7 @@ def _print_origins(console: Console, origins: list[dict]) -> None:
     80-column table the name, which is what the user acts on, was cut to 'Statefu…'."""
     rows = [(str(origin.get("rank")), str(origin["node"]), str(origin["op"]), figure(origin["max_abs"]),
              figure(origin["max_rel"]), figure(origin.get("rel_to_peak")),
-             str((origin.get("isolation") or {}).get("verdict", "—")), str(origin.get("rewrite") or ""))
+             isolation_label((origin.get("isolation") or {}).get("verdict")), str(origin.get("rewrite") or ""))
             for origin in origins]
     if console.width < WIDE_TABLE_COLUMNS:
         say(console, "Top origins")
