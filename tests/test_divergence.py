@@ -137,6 +137,10 @@ def test_the_first_divergences_are_isolated_whatever_their_rank() -> None:
     assert [r.name for r in to_isolate(divergence, 5)] == ["op11", "op0", "op1", "op2", "op3"]  # the first, first
     assert to_isolate(divergence, 0) == []  # --isolate 0: nothing replayed, as asked
     assert [r.name for r in to_isolate(divergence, 20)] == ["op11"] + [f"op{i}" for i in range(11)]
+    # a batch norm past the first divergence whose batch the sides do not share is replayed next (replay_choice)
+    norm = NodeResult("bn", "propagated", "bn:0", measured)  # type: ignore[arg-type]
+    assert [r.name for r in to_isolate(divergence, 3, norm)] == ["op11", "bn", "op0"]
+    assert to_isolate(divergence, 0, norm) == []
 
 
 def test_b_is_not_fed_without_an_input_that_a_could_not_keep(tmp_path: Path) -> None:

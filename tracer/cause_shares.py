@@ -19,7 +19,7 @@ from typing import Any
 
 from .comparison.statuses import BORN_HERE
 from .diff.kinds import kind_of
-from .training import coupled_in_report
+from .training import coupled_in_report, unshared_norms
 
 __all__ = ["Share", "shares", "ranked", "share_words"]
 
@@ -112,6 +112,10 @@ def shares(report: dict[str, Any], found: dict[str, str]) -> dict[str, Share]:
                            if isinstance(r, dict) and r.get("kind") == "const_changed"]
                 size = max((v for v in changes if v is not None), default=None)
                 words = "between the weights themselves" if size is not None else ""
+        elif key == "training_graph":  # its batch norms replayed on identical rows (batch_statistics)
+            nodes = report.get("nodes") or {}
+            mine = [_replayed({**nodes[n], "node": n, "max_abs": None}) for n in unshared_norms(report)]
+            size, words = max(mine, key=lambda t: t[0] or 0.0, default=(None, ""))
         else:
             mine = [_replayed(o) for o in origins if getattr(kind_of(o.get("rewrite")), "cause", None) == key]
             if mine:

@@ -36,7 +36,8 @@ from typing import Any
 from .opgraph import WHILE_FRAME_REASON, OpGraph, reachable, tensor_op
 from .optypes import PLACEHOLDER_OPS
 
-__all__ = ["normalises_by_batch", "batch_coupled", "coupled_in_report", "training_batch_norm", "training_graph"]
+__all__ = ["normalises_by_batch", "batch_coupled", "coupled_in_report", "training_batch_norm", "training_graph",
+           "unshared_norms"]
 
 BATCH_NORM_PREFIX = "FusedBatchNorm"  # FusedBatchNorm, V2, V3: tf.compat.v1.nn.fused_batch_norm, slim, Keras
 # reductions whose second input holds the axes they reduce (tf.nn.moments' Mean, a batch sum, a batch max); the
@@ -182,15 +183,25 @@ def _updates(report: dict[str, Any], side: str) -> str:
             "so a variable read there holds what the runs before left, not the checkpoint's value")
 
 
+def unshared_norms(report: dict[str, Any]) -> list[str]:
+    """The report's ops that replayed alone on identical rows still differed because they normalise
+    by a batch the sides do not share (isolation's ``batch_statistics``), origins or not: on a GPU
+    the first conv before a training batch norm differs already, and the batch norm is then no
+    origin, though the difference is born there (:mod:`tracer.comparison.replay_choice`)."""
+    nodes = report.get("nodes") or {}
+    return [name for name, node in nodes.items() if isinstance(node, dict)
+            and ((node.get("isolation") or {}).get("verdict")) == "batch_statistics"]
+
+
 def training_graph(report: dict[str, Any]) -> tuple[str, set[str]] | None:
     """``(evidence, the ops)`` when a side's graph is a training graph and a difference starts at an
-    origin that normalises by batch there (:func:`coupled_in_report`: a batch norm in training mode, or
+    origin (or an op whose replay showed it born there: :func:`unshared_norms`) that normalises by batch there (:func:`coupled_in_report`: a batch norm in training mode, or
     computed from a reduction over the batch axis, tf.nn.moments') whose batch the sides do not share:
     they run other batch sizes, or the other side takes no batch statistics there (its moving averages).
     Two training graphs over the same batches normalise alike: a difference there is the kernels'
     (oneDNN on one side), as isolation says (``own_error``, not ``batch_statistics``). None otherwise."""
-    origins = [o.get("node") for o in report.get("origins") or [] if isinstance(o, dict)]
     sides, nodes = report.get("sides") or {}, report.get("nodes") or {}
+    origins = [o.get("node") for o in report.get("origins") or [] if isinstance(o, dict)] + unshared_norms(report)
     for side in ("a", "b"):
         other = "b" if side == "a" else "a"
         batches = [(sides.get(k) or {}).get("batch_size") for k in (side, other)]

@@ -34,6 +34,7 @@ from ..diff.rewrites import diff_graphs
 from .detection_lists import measure_detection_lists
 from .detections import detection_verdicts, detections_of
 from .isolate import IsolationResult, isolate_origins, load_state_variables, weights_set_at_load
+from .replay_choice import first_unshared_norm, to_isolate
 from ..metrics import TensorMetrics
 from ..runspec import InputSpec, Side
 from ..safewrite import claim, output_directory
@@ -419,7 +420,7 @@ class _Judging:
     def _classify_and_isolate(self, isolate: int, drawn_at_load: frozenset[str] | set[str] = frozenset()
                               ) -> tuple[Divergence, dict[str, IsolationResult]]:
         found = self._classify(drawn_at_load)
-        top = to_isolate(found, isolate)
+        top = to_isolate(found, isolate, first_unshared_norm(found, self.alignment, *self.views) if isolate else None)
         if not top:
             return found, {}
         claim(self.out, ["work"])
@@ -436,15 +437,6 @@ def _drop_load_state(diff: GraphDiff, alignment: Alignment, loaded: set[str]) ->
         node = alignment.nodes.get(op)
         if node is not None and node.rewrite == "const_changed":
             node.rewrite = None
-
-
-def to_isolate(divergence: Divergence, count: int) -> list[NodeResult]:
-    """The origins to replay (``--isolate N``): the first divergence (bitwise, then beyond
-    tolerance) and then the top-ranked origins, N in all. The first divergence is the op every
-    summary names first, so its verdict must be there even when others differ more."""
-    firsts = [r for r in (divergence.first_bitwise, divergence.first_beyond_tolerance) if r is not None]
-    chosen = {r.name: r for r in [*firsts, *divergence.origins] if r.metrics is not None}
-    return list(chosen.values())[: max(0, count)]
 
 
 def directory_size(path: str | os.PathLike[str]) -> int:
