@@ -17,9 +17,11 @@ OTHER_STAMP := $(OTHER_VENV)/.setup-done-$(TF)
 CHILD_PACKAGES := numpy networkx xxhash zstandard
 
 # tf-keras, for the tf-slim tests (tests/fixtures/slim_training.py): slim.batch_norm builds
-# tf.compat.v1.layers.BatchNormalization, which TensorFlow imports from tf_keras. Its wheel requires
-# `tensorflow`, the full package, which pip would install over tensorflow-cpu (or over a user's own
-# build), so it is installed without dependencies, at the release of the cpu extra's TensorFlow.
+# tf.compat.v1.layers.BatchNormalization, which TensorFlow imports from tf_keras (from a module path
+# the wheel ships under tf_keras.src: the fixture aliases it, as a tf-slim user on TF 2.21 must).
+# Its wheel requires `tensorflow`, the full package, which pip would install over tensorflow-cpu
+# (or over a user's own build), so it is installed without dependencies, at the release of the cpu
+# extra's TensorFlow.
 TF_KERAS := 2.21.0
 TF_KERAS_STAMP := $(VENV)/.tf-keras-$(TF_KERAS)
 
