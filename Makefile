@@ -16,14 +16,27 @@ OTHER_STAMP := $(OTHER_VENV)/.setup-done-$(TF)
 # what tftrace's child imports there (tracer/pythons.py's CHILD_PACKAGES); numpy is TensorFlow's pin
 CHILD_PACKAGES := numpy networkx xxhash zstandard
 
+# tf-keras, for the tf-slim tests (tests/fixtures/slim_training.py): slim.batch_norm builds
+# tf.compat.v1.layers.BatchNormalization, which TensorFlow imports from tf_keras (from a module path
+# the wheel ships under tf_keras.src: the fixture aliases it, as a tf-slim user on TF 2.21 must).
+# Its wheel requires `tensorflow`, the full package, which pip would install over tensorflow-cpu
+# (or over a user's own build), so it is installed without dependencies, at the release of the cpu
+# extra's TensorFlow.
+TF_KERAS := 2.21.0
+TF_KERAS_STAMP := $(VENV)/.tf-keras-$(TF_KERAS)
+
 .PHONY: setup system-deps models demo test test-fast bench clean other-tf
 
-setup: $(SETUP_STAMP) system-deps
+setup: $(SETUP_STAMP) $(TF_KERAS_STAMP) system-deps
 
 $(SETUP_STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[cpu,dev]'
+	@touch $@
+
+$(TF_KERAS_STAMP): $(SETUP_STAMP)
+	$(BIN)/python -m pip install --quiet --no-deps 'tf-keras==$(TF_KERAS)'
 	@touch $@
 
 # Graphviz's `dot` renders the report graph; Debian's chromium runs the browser tests.

@@ -107,15 +107,37 @@ class Captured:
         return self.tensors[name]
 
 
+# The packages only some fixtures need, and how make setup installs each (the Makefile says why)
+TEST_PACKAGES = {"tf_slim": "pip install -e '.[dev]' (tf-slim is in the dev extra)",
+                 "tf_keras": "pip install --no-deps tf-keras==2.21.0 (--no-deps: its wheel requires the full "
+                             "`tensorflow` package, which would go over tensorflow-cpu)"}
+SKIP_MISSING = "TFTRACE_SKIP_MISSING_TEST_PACKAGES"
+
+
+def require_packages(*modules: str) -> None:
+    """Fail the test, naming what to install, when a module its fixture needs is missing.
+
+    ``make setup`` installs every one, so a missing one is a broken setup; a skip would let CI go
+    green without ever running the tests that need it. Only a runner that says so by setting
+    ``TFTRACE_SKIP_MISSING_TEST_PACKAGES=1`` (a machine that cannot install them) skips instead."""
+    import importlib.util  # noqa: PLC0415
+
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]  # found, not imported: no TensorFlow here
+    if not missing:
+        return
+    how = "; ".join(f"{m}: {TEST_PACKAGES.get(m, 'pip install ' + m)}" for m in missing)
+    message = f"{', '.join(missing)} not installed, which this test's models are built with. Run make setup, or {how}"
+    if os.environ.get(SKIP_MISSING) == "1":
+        pytest.skip(f"{message} ({SKIP_MISSING}=1 skips it)")
+    pytest.fail(f"{message}; or set {SKIP_MISSING}=1 to skip such tests", pytrace=False)
+
+
 @pytest.fixture(scope="session")
 def slim_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """TF1-era artifacts of a tf_slim net (see tests/fixtures/slim_export.py), built once per
     session in a child process: ``ckpt/`` (no signature), ``savedmodel/``, ``renamed/``,
     ``meta_only/``, ``v1/``, ``renumbered/*.pbtxt``."""
-    import importlib.util  # noqa: PLC0415
-
-    if importlib.util.find_spec("tf_slim") is None:  # found, not imported: importing it imports TensorFlow
-        pytest.skip("tf-slim is in the dev extra: pip install -e '.[dev]'")
+    require_packages("tf_slim")
     out = tmp_path_factory.mktemp("slim") / "models"
     subprocess.run([sys.executable, str(REPO / "tests" / "fixtures" / "slim_export.py"), str(out)], cwd=REPO,
                    check=True, capture_output=True, timeout=300)

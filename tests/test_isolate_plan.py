@@ -232,8 +232,9 @@ def test_a_batch_norm_in_training_mode_over_other_batches_is_its_batch_statistic
         "graph's batch statistics)")
     assert "kernel differs" not in result.detail
     assert isolation_words(result.verdict) == (
-        "batch statistics — fed identical rows, the op alone still differs: a batch norm in training mode, it "
-        "normalises them with its batch's statistics, which the sides do not share; not its kernel")
+        "batch statistics — fed identical rows, the op alone still differs: it is computed from statistics over the "
+        "batch it runs in (a batch norm in training mode, or a reduction over the batch axis), which the sides do not "
+        "share; not its kernel")
     one_side = judge(*NORMALISED, {**BATCH_NORM, "batch_statistics": ["a"], "batched_alike": True}, None)
     assert (one_side.verdict, one_side.detail.split(":")[0]) == ("batch_statistics", (
         "A's FusedBatchNormV3 normalises each row with the statistics of the batch it runs in (is_training=True), "

@@ -105,3 +105,15 @@ def test_outputs_without_detections_keep_their_headline() -> None:
     report = {"verdict": "diverged", "outputs": {"y": _output(0.5), "z": {**_output(0.0), "verdict": "identical"}}}
     assert _outputs_line(report) == ("1 of 2 outputs differ beyond tolerance. The largest difference is 0.5 on `y` "
                                      "(the plain runs, as production computes them).")
+
+
+def test_an_output_one_side_lost_to_nan_is_not_said_to_differ_by_zero() -> None:
+    """tf_slim's resnet_v1_50 checkpoint after 2 steps against its inference export: the export's
+    barely-moved moving averages overflow it, and every probability B returns is NaN. No difference
+    measures a NaN, so the largest difference read 0, and the headline once said only "The largest
+    difference is 0 on `probs`" under a diverged verdict."""
+    probs = {**_output(0.0), "identical": False, "nan_mismatch": 40, "inf_mismatch": 0}
+    assert _outputs_line({"verdict": "diverged", "outputs": {"probs": probs}}) == (
+        "1 of 1 output differs beyond tolerance. In `probs`, 40 elements are NaN or ±inf on one side and not the same "
+        "on the other; where both sides are finite, the largest difference is 0 on `probs` (the plain runs, as "
+        "production computes them).")

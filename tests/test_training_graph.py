@@ -102,8 +102,8 @@ def test_batch_sizes_of_a_training_graph_are_not_kernel_choice(trained: Path, tm
         "statistics of the batch it runs in (is_training=True): fed the same rows, the replays differ by up to ")
     text = " ".join(stdout.split())
     assert ("bn1/FusedBatchNormV3 (FusedBatchNormV3), max abs" in text and "— batch statistics: fed identical rows, "
-            "the op alone still differs: a batch norm in training mode, it normalises them with its batch's "
-            "statistics, which the sides do not share; not its kernel" in text)
+            "the op alone still differs: it is computed from statistics over the batch it runs in (a batch norm in "
+            "training mode, or a reduction over the batch axis), which the sides do not share; not its kernel" in text)
     assert "own error" not in text and "kernel differs" not in report_md(tmp_path / "out")
 
 

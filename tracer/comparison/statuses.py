@@ -122,11 +122,15 @@ ISOLATION: dict[str, IsolationVerdict] = {v.key: v for v in (
     IsolationVerdict("own_error", "own error", "fed identical inputs, {replayed} still differs",
                      "whose own kernel differs given identical inputs", True,
                      rewritten="given identical inputs it differs as rewritten in B ({rewrite})"),
+    # said of a fused batch norm in training mode and of an op computed from tf.nn.moments' Mean over the batch
+    # (tf-slim's batch_norm(fused=False)) alike: neither words may call the op a batch norm or is_training its attr
     IsolationVerdict("batch_statistics", "batch statistics",
-                     "fed identical rows, {replayed} still differs: a batch norm in training mode, it normalises them "
-                     "with its batch's statistics, which the sides do not share; not its kernel",
-                     "a batch norm in training mode that normalises each row with its batch's statistics, which the "
-                     "sides do not share (not its kernel)", True, cause="training_graph"),
+                     "fed identical rows, {replayed} still differs: it is computed from statistics over the batch it "
+                     "runs in (a batch norm in training mode, or a reduction over the batch axis), which the sides do "
+                     "not share; not its kernel",
+                     "whose value is computed from statistics over the batch it runs in (a batch norm in training "
+                     "mode, or a reduction over the batch axis), which the sides do not share (not its kernel)", True,
+                     cause="training_graph"),
     IsolationVerdict("weights_differ", "weights differ",
                      "A and B hold different values for this weight; nothing computes it, so no kernel differs",
                      "a weight the two sides hold with different values (no kernel is involved)", True, cause="weights",

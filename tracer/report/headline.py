@@ -28,6 +28,7 @@ from typing import Any
 
 from ..comparison.statuses import verdict_label
 from .detections_view import detection_groups, detection_outputs
+from ..text import count
 from .numbers import fmt
 
 __all__ = ["headline", "headline_texts", "reproduce_command", "reproduce_facts"]
@@ -186,14 +187,29 @@ def _index_by_index(outputs: dict[str, dict[str, Any]], n: int, plain: bool, oth
     if beyond:
         worst_beyond = max(beyond, key=lambda k: sizes.get(k) or 0)
         runs = " (the plain runs, as production computes them)" if plain else ""
-        return (f"{len(beyond)} of {n} {noun} {'differs' if n == 1 else 'differ'} beyond tolerance. The largest "
-                f"difference is {fmt(sizes.get(worst_beyond))} on `{worst_beyond}`{runs}.")
+        said = f"{len(beyond)} of {n} {noun} {'differs' if n == 1 else 'differ'} beyond tolerance."
+        lost = _nonfinite_words(outputs, beyond)
+        if lost:
+            return (f"{said} {lost}; where both sides are finite, the largest difference is "
+                    f"{fmt(sizes.get(worst_beyond))} on `{worst_beyond}`{runs}.")
+        return f"{said} The largest difference is {fmt(sizes.get(worst_beyond))} on `{worst_beyond}`{runs}."
     if all(v == "identical" for v in verdicts.values()):
         return f"{every} {what} bit-identical."
     if any(v == "within_noise" for v in verdicts.values()):
         return (f"{every} {what} {'agrees' if n == 1 else 'agree'} between A and B within what each side differs "
                 f"from itself from run to run{f' ({largest})' if largest else ''}.")
     return f"{every} {what} within tolerance{f' ({largest})' if largest else ''}."
+
+
+def _nonfinite_words(outputs: dict[str, dict[str, Any]], beyond: list[str]) -> str:
+    """"In `probs`, 40 elements are NaN or ±inf on one side and not the same on the other": no
+    difference measures such elements, so the largest difference over the rest can read 0 for an
+    output one side lost altogether (an inference export that overflows). Empty when none are."""
+    counts = {k: int(outputs[k].get("nan_mismatch") or 0) + int(outputs[k].get("inf_mismatch") or 0) for k in beyond}
+    parts = [f"in `{k}`, {count(c, 'element')} {'is' if c == 1 else 'are'} NaN or ±inf on one side and not the same "
+             "on the other" for k, c in counts.items() if c]
+    text = "; ".join(parts)
+    return text[:1].upper() + text[1:]
 
 
 DETECTION_VERDICT_WORDS = {"identical": "are bit-identical", "within_tolerance": "agree within tolerance",
