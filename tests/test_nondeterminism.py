@@ -350,3 +350,50 @@ def test_the_observer_effect_is_listed_last_it_never_explains_the_plain_runs() -
     assert said["causes"] == ["autotune", "atomics", "observation"]
     assert said["shares"][-1] == {"cause": "observation", "max_abs": 1.1e-3,
                                   "measured": "the outputs' shift when every tensor is fetched"}
+
+
+def _h200_report(name: str) -> dict:
+    """A report.json the H200 wrote as typed (bench/gpu/astyped_2026-12-04_n.md), with the answers
+    it gave then; explain_comparison answers it again here from the report alone."""
+    import gzip  # noqa: PLC0415
+
+    path = Path(__file__).resolve().parents[1] / "bench" / "gpu" / f"astyped_2026-12-04_n_{name}.report.json.gz"
+    return json.loads(gzip.decompress(path.read_bytes()))
+
+
+@pytest.mark.parametrize("control_flow", ["cf1", "cf2"])
+def test_an_export_whose_heads_run_in_float16_is_mixed_precision_when_the_noise_hides_every_op(
+        control_flow: str) -> None:
+    """The H200, 2026-12-04 (run n): the fp32 detector against its export whose box and score heads
+    compute in float16 (tests/fixtures/nms_fp16_detector.py). The plain outputs repeated themselves
+    bit for bit and differed by 2.85e-05 in every pair of runs, while autotuning moved the convs
+    inside from run to run: TF2 control flow left every op within that noise, TF1's first divergence
+    was a conv that changed between processes. The causes were autotuning, atomics and the observer
+    effect, or the observer effect alone: never the two cast_inserted rewrites, the one thing that
+    told the graphs apart."""
+    report = _h200_report(f"fp16_{control_flow}")
+    said_then = report["answers"]["causes"]
+    assert "mixed_precision" not in said_then
+    said = explain_comparison(report)
+    assert said["causes"][0] == "mixed_precision"
+    assert said["shares"][0] == {
+        "cause": "mixed_precision", "max_abs": 2.849102020263672e-05,
+        "measured": "between the plain outputs (`detection_scores`), beyond their run-to-run noise in every pair of runs"}
+    assert ("B's graph differs from A's by 2 rewrites (cast_inserted, e.g. `heads/einsum/Einsum`), and the plain "
+            "outputs differ beyond tolerance and beyond their run-to-run noise in every pair of runs") in said["why"][0]
+    assert said["causes"][-1] == "observation"
+    for noise in ("autotune", "atomics"):  # the noise did not reach the outputs: it weighs what it moved there, 0
+        if noise in said["causes"]:
+            assert said["shares"][said["causes"].index(noise)]["max_abs"] == 0.0
+
+
+def test_autotuning_stays_first_where_turning_it_off_took_the_first_convs_difference_away() -> None:
+    """The H200, 2026-12-04 (run n): a tf-slim inference export at batch 1 vs 8. With autotuning its
+    first conv differed (8.07e-04); with `--autotune off` the conv was identical and the first
+    divergence was the logits' MatMul (cuBLAS per shape). Autotuning is ranked first, as measured."""
+    said = explain_comparison(_h200_report("slim_sm_b1b8"))
+    assert said["causes"] == ["autotune", "atomics", "batch"]
+    off = _h200_report("slim_sm_b1b8_autotune_off")
+    assert off["first_divergence_beyond_tolerance"]["node"] == "net/logits/MatMul"
+    assert off["nodes"]["net/conv1/Conv2D"]["status"] == "identical"
+    assert explain_comparison(off)["causes"] == ["batch"]

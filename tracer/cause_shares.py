@@ -21,7 +21,8 @@ from .comparison.statuses import BORN_HERE
 from .diff.kinds import kind_of
 from .training import coupled_in_report, unshared_norms
 
-__all__ = ["Share", "shares", "ranked", "share_words"]
+__all__ = ["Share", "shares", "ranked", "share_words", "beyond_noise", "noise_spread", "outputs_noise",
+           "rewrite_causes"]
 
 NOISE_CAUSES = ("autotune", "atomics", "nondeterminism")
 WEIGHT_CAUSES = ("moving_averages", "weights")  # the more specific first: it names the first divergence
@@ -60,6 +61,34 @@ def _noise(report: dict[str, Any], first: dict[str, Any] | None) -> tuple[float 
     if _num(iso.get("noise_max_abs")):
         return _num(iso["noise_max_abs"]), f"between a replay of `{first.get('node')}` and its own capture"
     return None, ""
+
+
+def outputs_noise(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Output key -> what the repeated runs measured on it (its ``noise``: each side's spread, A vs B
+    over every pair of runs), for the outputs where the noise was measured."""
+    outputs = report.get("outputs") or {}
+    return {str(k): o["noise"] for k, o in outputs.items() if isinstance(o, dict) and isinstance(o.get("noise"), dict)}
+
+
+def noise_spread(noise: dict[str, Any]) -> float:
+    """The most an output moved between two runs of one side."""
+    return max((v for v in (noise.get("spread") or {}).values() if _num(v) is not None), default=0.0)
+
+
+def beyond_noise(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The outputs on which A and B differ by more than either side moves by itself in every pair
+    of runs (the closest pair farther apart than the widest spread): a difference no run-to-run
+    noise accounts for at the outputs."""
+    return {k: n for k, n in outputs_noise(report).items() if (_num(n.get("cross_closest")) or 0) > noise_spread(n)}
+
+
+def _noise_misses_the_outputs(report: dict[str, Any]) -> bool:
+    """Every output A and B differ on lies beyond the noise, which at the outputs is smaller: the
+    noise measured inside the model (a first divergence that changes from run to run) does not
+    reach them, so it cannot be what they differ by."""
+    measured = outputs_noise(report)
+    differing = {k: n for k, n in measured.items() if n.get("cross_identical") is False}
+    return bool(differing) and set(differing) <= set(beyond_noise(report))
 
 
 def _first_divergence(report: dict[str, Any]) -> tuple[dict[str, Any] | None, str]:
@@ -125,8 +154,12 @@ def shares(report: dict[str, Any], found: dict[str, str]) -> dict[str, Share]:
                           for v in (side.get("outputs_max_abs_diff") or {}).values()]
                 size = max((v for v in shifts if v is not None), default=None)
                 words = "the outputs' shift when every tensor is fetched"
+            elif key in rewrite_causes(report):  # rewritten, and no origin sits in a rewrite (tracer.causes)
+                size, words = _unlocated_share(report, found, key)
         out[key] = {"cause": key, "max_abs": size, "measured": words}
     key = _first_cause(report, found, first)
+    if key in NOISE_CAUSES and _noise_misses_the_outputs(report):
+        key = None  # its size inside the model is no measure of the outputs' difference, which lies beyond it
     if key is not None and first:
         size = _num(first.get("max_abs"))
         if size is not None and (out[key]["max_abs"] is None or out[key]["max_abs"] < size):
@@ -134,6 +167,30 @@ def shares(report: dict[str, Any], found: dict[str, str]) -> dict[str, Share]:
                         "measured": f"{first_words}, `{first.get('node')}`"}
         out[key]["first_divergence"] = True
     return out
+
+
+def rewrite_causes(report: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """Cause key -> the report's rewrites of a kind that points at it (cast_inserted: mixed precision,
+    a fold: the export), exact kinds and changed weights left out (they are said elsewhere)."""
+    found: dict[str, list[dict[str, Any]]] = {}
+    for rewrite in report.get("rewrites") or []:
+        cause = getattr(kind_of(rewrite.get("kind")), "cause", None) if isinstance(rewrite, dict) else None
+        if cause and cause != "weights":
+            found.setdefault(cause, []).append(rewrite)
+    return found
+
+
+def _unlocated_share(report: dict[str, Any], found: dict[str, str], key: str) -> tuple[float | None, str]:
+    """What a rewrite that no origin sits in accounts for, where it is the one thing found besides
+    the noise and the observer effect: the outputs' difference beyond their run-to-run noise (the
+    closest A vs B over every pair of runs). Else, or with no such difference, not measured."""
+    others = [k for k in found if k not in NOISE_CAUSES and k not in ("observation", key)]
+    beyond = beyond_noise(report)
+    if others or not beyond:
+        return None, ""
+    worst = max(beyond, key=lambda k: _num(beyond[k].get("cross_closest")) or 0.0)
+    return (_num(beyond[worst].get("cross_closest")),
+            f"between the plain outputs (`{worst}`), beyond their run-to-run noise in every pair of runs")
 
 
 def ranked(found: dict[str, str], measured: dict[str, Share]) -> list[str]:

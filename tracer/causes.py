@@ -15,8 +15,9 @@ from .cause_catalogue import CAUSES, KNOB_CAUSES, Cause
 from .cause_shares import ranked, share_words, shares
 from .comparison.statuses import ISOLATION, isolation_clause
 from .diff.kinds import kind_of
-from .optypes import RESIZE_FUSED_CONV_FILTER, loop_result
+from .optypes import loop_result
 from .text import count
+from .rewrite_evidence import fused_resize, replayed_rewrite, unlocated_rewrites
 from .training import training_graph
 
 __all__ = ["Cause", "CAUSES", "explain_comparison", "first_divergence_sentence", "why_shown"]
@@ -340,38 +341,6 @@ def _cost_line(cause: Cause) -> str:
     return f"{cause.title.split(' (')[0]}: {cause.cost}{measured}."
 
 
-def _fused_resize(report: dict[str, Any]) -> str:
-    """optimize_for_inference's fuse_resize_and_conv folds a ResizeBilinear into the next conv as
-    FusedResizeAndPadConv2D, which has no ``half_pixel_centers``: a resize that used it computes
-    other values there (by up to whole pixels), whatever the batch-norm folding beside it did."""
-    for rewrite in report.get("rewrites") or []:
-        detail = rewrite.get("detail") if isinstance(rewrite, dict) else None
-        if rewrite.get("kind") != "fused" or not isinstance(detail, dict) or \
-                detail.get("fused_op") not in RESIZE_FUSED_CONV_FILTER:
-            continue
-        resize = next((n for n in rewrite.get("a_nodes") or [] if "Resize" in str(
-            ((report.get("nodes") or {}).get(n) or {}).get("op", ""))), None)
-        attrs = ((report.get("nodes") or {}).get(resize) or {}).get("attrs_a") or {}
-        lost = (" A's resize used half_pixel_centers, which the fused op cannot: it resizes differently."
-                if attrs.get("half_pixel_centers") is True else "")
-        return (f" The export also fused `{(rewrite.get('a_nodes') or ['?'])[0]}` into the convolution after it "
-                f"({detail['fused_op']}, optimize_for_inference's fuse_resize_and_conv; `toco_compatible=True` "
-                f"leaves it out).{lost}")
-    return ""
-
-
-def _replayed_rewrite(report: dict[str, Any], origin: dict[str, Any]) -> str:
-    """For an origin whose rewrite is that of an op its replay ran with it (the loop a gather
-    stands for), not its own: which op, so the sentence does not seem to blame the gather."""
-    if ((report.get("nodes") or {}).get(origin.get("node")) or {}).get("rewrite"):
-        return ""  # in a rewrite itself (a folded batch norm's group)
-    rewritten = (origin.get("isolation") or {}).get("rewritten") or []
-    first = rewritten[0] if rewritten and isinstance(rewritten[0], dict) else {}
-    if not first.get("op") or first.get("op") == origin.get("node"):
-        return ""
-    return f", whose replay ran the rewritten `{first['op']}` ({first.get('kind')}) with it"
-
-
 def _setting_causes(report: dict[str, Any], first: dict[str, Any] | None,
                     rewritten: list[dict[str, Any]]) -> dict[str, str]:
     """The causes the sides' settings point at, each with its evidence: a knob set differently,
@@ -436,8 +405,11 @@ def explain_comparison(report: dict[str, Any]) -> dict[str, Any]:
         found[min(causes, key=list(CAUSES).index)] = (
             f"{count(len(rewritten), 'origin')} {'sits' if len(rewritten) == 1 else 'sit'} in export rewrites "
             f"({', '.join(kinds)}), e.g. `{rewritten[0]['node']}`"
-            + _replayed_rewrite(report, rewritten[0]) + "." + _fused_resize(report)
+            + replayed_rewrite(report, rewritten[0]) + "." + fused_resize(report)
         )
+    if not rewritten:  # rewrites that no origin sits in, where nothing inside shows where the outputs' gap starts
+        for cause, evidence in unlocated_rewrites(report).items():
+            found.setdefault(cause, evidence)
     # an origin that reads the model's state, or normalises by its batch: the batch sizes matter through the
     # runs made or the examples that share one, not the kernels
     state = bool(first) and (_points_at(first, "state") or first.get("node") in norms)

@@ -247,6 +247,10 @@ def unobserved_divergence(report: dict[str, Any]) -> str | None:
     if ops not in order or outs not in order or order.index(outs) <= order.index(ops):
         return None
     what = "differ beyond tolerance" if outs == "diverged" else "differ (within tolerance)"
+    if ops == "within_noise":  # the noise inside hides where it starts, whatever fetching changes
+        return (f"the plain runs' outputs {what} while every captured tensor differs no more than the sides "
+                "differ from themselves between runs: the run-to-run noise inside the model hides where the "
+                "difference starts (and observing every tensor changes what runs: see the observer effect)")
     return (f"the plain runs' outputs {what} while every captured tensor is "
             f"{ops.replace('_', ' ')}: observing every tensor changes what runs (a fetched op is not fused "
             "or converted), so the first divergence cannot be seen in the captures (see the observer effect)")
