@@ -13,12 +13,14 @@ divergence beyond tolerance.
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from rich.console import Console
 
 from conftest import build_fixture, run_cli
 from tracer.comparison.align import ROLE_COMPARED, Alignment, NodeAlignment, TensorPair
@@ -27,8 +29,12 @@ from tracer.comparison.detections import detections_verdict, match_image, matche
 from tracer.comparison.divergence import Divergence, Tolerance, classify
 from tracer.metrics import compare_arrays
 from tracer.opgraph import OpGraph
+from tracer.report.detections_view import list_note
 from tracer.report.headline import build_headline
+from tracer.report.markdown import render_markdown
 from tracer.report.numbers import fmt
+from tracer.report.render import render_report
+from tracer.report.terminal import print_comparison
 
 ENV = {"TF_ENABLE_ONEDNN_OPTS": "0", "CUDA_VISIBLE_DEVICES": "-1"}
 NMS = "Postprocessor/BatchMultiClassNonMaxSuppression/map/"
@@ -258,3 +264,32 @@ def test_a_list_whose_detections_changed_stays_beyond_tolerance_whatever_its_row
     tight = _classify(0, atol=1e-6)
     assert tight.nodes["heads"].status == "origin" and tight.nodes["stack"].status == "propagated"
     assert tight.nodes["stack"].matched_within is False
+
+
+def test_a_list_op_named_as_a_first_divergence_says_its_figures_are_between_matched_detections(tmp_path: Path) -> None:
+    """An NMS op made the first divergence by a detection that changed class: its figures are between matched
+    detections (0 here: every matched one agrees), so each renderer says so, the change, and the
+    index-by-index figure under that name."""
+    report = json.loads((Path(__file__).parent / "fixtures" / "report_detector_planted.json").read_text("utf-8"))
+    nms = {"node": "nms/CombinedNonMaxSuppression", "op": "CombinedNonMaxSuppression",
+           "tensor": "nms/CombinedNonMaxSuppression:2", "max_abs": 0.0, "max_rel": 0.0, "level": "tolerance",
+           "status": "origin", "rewrite": None, "isolation": None,
+           "detection_list": {"output": "detection_classes", "measured": "matched_detections", "matched_rows": 79,
+                              "changes": 1, "why": None, "matched_within_tolerance": True},
+           "index_by_index": {"identical": False, "max_abs": 2.0, "max_rel": 1.0, "rel_l2": 0.05, "rel_to_peak": 1.0,
+                              "mismatch_count": 3, "within_tolerance": False}}
+    report["first_divergence"] = report["first_divergence_beyond_tolerance"] = nms
+    report["origins"] = [{**nms, "rank": 1}]
+    said = (", between matched detections (1 detection appeared, disappeared or changed class); read index by index "
+            "(row k of A against row k of B), up to 2")
+    assert list_note(nms) == said and list_note({**nms, "detection_list": None}) == ""
+    md = render_markdown(report)
+    assert ("- **First divergence, bitwise and beyond tolerance:** `nms/CombinedNonMaxSuppression` "
+            f"(CombinedNonMaxSuppression), max abs 0, max rel 0{said}; ") in md
+    console = Console(file=io.StringIO(), width=400, color_system=None)
+    print_comparison(console, report)
+    assert (f"First divergence, bitwise and beyond tolerance: nms/CombinedNonMaxSuppression "
+            f"(CombinedNonMaxSuppression), max abs 0, max rel 0{said} — ") in console.file.getvalue()
+    render_report(report, tmp_path)
+    page = (tmp_path / "report.html").read_text(encoding="utf-8")
+    assert "<span>max abs index by index</span><b>2</b>" in page
