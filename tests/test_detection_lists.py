@@ -293,3 +293,19 @@ def test_a_list_op_named_as_a_first_divergence_says_its_figures_are_between_matc
     render_report(report, tmp_path)
     page = (tmp_path / "report.html").read_text(encoding="utf-8")
     assert "<span>max abs index by index</span><b>2</b>" in page
+
+
+def test_the_inside_line_names_the_detections_that_changed() -> None:
+    """Lists whose matched detections agree but one of whose detections changed class are beyond tolerance
+    for that change: the inside line says so, where it would otherwise read as a contradiction."""
+    inside = {"from": "nms", "from_op": "CombinedNonMaxSuppression", "ops_beyond_tolerance": 2, "max_abs": None,
+              "max_abs_at": None,
+              "detection_lists": {"ops": ["nms", "classes"], "count": 2, "index_max_abs": 1.0, "index_max_abs_at": "nms",
+                                  "matched_max_abs": 0.0, "matched_max_abs_at": "nms", "matched_within_tolerance": True,
+                                  "changes": 1, "not_matched": []}}
+    [line] = build_headline(_report(inside))
+    assert line["text"] == (
+        "Inside, the numbers differ beyond tolerance from `nms` (CombinedNonMaxSuppression) on (2 ops beyond "
+        "tolerance; all of them hold lists of detections, which differ by up to 0 between matched detections (at "
+        "`nms`, within tolerance; 1 detection appeared, disappeared or changed class); read index by index, which "
+        "pairs row k of A with row k of B whether or not they are the same detection, `nms` differs by up to 1).")
