@@ -420,6 +420,18 @@
         kv([["elements differing", fmt(n.mismatch_count)], ["NaN / Inf mismatches", fmt(n.nan_mismatch) + " / " + fmt(n.inf_mismatch)]]);
       }
     }
+    var listed = n.detection_list;
+    if (listed && listed.measured === "matched_detections") {
+      // a tensor holding a detector's lists: its metrics above are between matched detections
+      section("Lists of detections (judged between matched detections)");
+      var byIndex = n.index_by_index || {};
+      kv([["rows of", listed.output ? String(listed.output) : "—"], ["matched detections", fmt(listed.matched_rows)],
+        ["appeared, disappeared or changed class", fmt(listed.changes)],
+        ["read index by index (row k of A vs row k of B)", "max abs " + fmt(byIndex.max_abs) + " · max rel " + fmt(byIndex.max_rel)]]);
+    } else if (listed) {
+      section("Lists of detections (judged index by index)");
+      kv([["rows of", listed.output ? String(listed.output) : "—"], ["why", listed.why ? String(listed.why) : "—"]]);
+    }
     var h = histogram(n.diff_histogram);
     if (h) { section("|a − b| per decade"); body.append(h); }
     section("Tensor");
@@ -481,7 +493,7 @@
   var SHOWN = ["status", "op", "scope", "device", "topo_index", "b_node", "b_op", "alignment", "tensor", "b_tensor",
     "shape", "dtype", "dtype_b", "max_abs", "max_rel", "mean_abs", "ulp_max", "cosine", "sqnr_db", "rel_l2",
     "amplification", "mismatch_count", "nan_mismatch", "inf_mismatch", "worst", "diff_histogram", "inputs",
-    "reason", "rewrite", "isolation", "attrs_a", "attrs_b"];
+    "reason", "rewrite", "isolation", "attrs_a", "attrs_b", "detection_list", "index_by_index"];
   function attrTable(a, b) {
     if (!a && !b) return;
     a = a || {};

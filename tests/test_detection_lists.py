@@ -5,20 +5,36 @@ the graph that hold the same lists (the stack after the per-image NMS loop, the 
 after it, the outputs' Identities) are measured the same way: between matched detections. Their
 index-by-index largest difference, which pairs row k of A with row k of B whether or not they are
 the same detection, once stood as the divergence's extent ("23 ops beyond tolerance, up to
-0.359", at the NMS stack, where matched boxes moved by 3.46e-05); it is now said only as such.
+0.359", at the NMS stack, where matched boxes moved by 3.46e-05); it is now said only as such. And
+the ops holding the lists are judged so too (their status, whether one is the first divergence): with
+a tolerance wide enough for every op before NMS, the NMS order alone once made the stack the first
+divergence beyond tolerance.
 """
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
+from rich.console import Console
 
 from conftest import build_fixture, run_cli
+from tracer.comparison.align import ROLE_COMPARED, Alignment, NodeAlignment, TensorPair
+from tracer.comparison.detection_lists import DetectionList
+from tracer.comparison.detections import detections_verdict, match_image, matched_rows, valid_detections
+from tracer.comparison.divergence import Divergence, Tolerance, classify
+from tracer.metrics import compare_arrays
+from tracer.opgraph import OpGraph
+from tracer.report.detections_view import list_note
 from tracer.report.headline import build_headline
+from tracer.report.markdown import render_markdown
 from tracer.report.numbers import fmt
+from tracer.report.render import render_report
+from tracer.report.terminal import print_comparison
 
 ENV = {"TF_ENABLE_ONEDNN_OPTS": "0", "CUDA_VISIBLE_DEVICES": "-1"}
 NMS = "Postprocessor/BatchMultiClassNonMaxSuppression/map/"
@@ -37,10 +53,10 @@ def detector(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_fixture("nms_fp16_detector.py", tmp_path_factory.mktemp("nms_fp16") / "models")
 
 
-def _compare(models: Path, flow: str, out: Path) -> tuple[Any, dict[str, Any]]:
+def _compare(models: Path, flow: str, out: Path, *extra: str, exit_code: int = 1) -> tuple[Any, dict[str, Any]]:
     proc = run_cli("compare", str(models / flow / "savedmodel"), str(models / flow / "savedmodel_fp16"), "--inputs",
-                   str(models / "images.npz"), "--onednn", "off", "--isolate", "0", "--out", str(out), env=ENV)
-    assert proc.returncode == 1, proc.stderr
+                   str(models / "images.npz"), "--onednn", "off", "--isolate", "0", "--out", str(out), *extra, env=ENV)
+    assert proc.returncode == exit_code, proc.stderr
     return proc, json.loads((out / "report.json").read_text(encoding="utf-8"))
 
 
@@ -56,6 +72,10 @@ def test_the_inside_line_measures_the_nms_lists_between_matched_detections(detec
     [group] = report["detections"]
     total = group["total"]
     assert (total["a"], total["matched"], total["appeared"], total["disappeared"]) == (80, 80, 0, 0)
+    # the first divergence, bitwise and beyond tolerance, is the float16 head, as before lists were judged matched
+    first = ("heads/einsum/Einsum", "origin")
+    assert (report["first_divergence"]["node"], report["first_divergence"]["status"]) == first
+    assert (report["first_divergence_beyond_tolerance"]["node"], report["first_divergence_beyond_tolerance"]["status"]) == first
     inside = report["intermediates"]
     assert (inside["from"], inside["max_abs_at"]) == ("heads/einsum/Einsum", "heads/einsum/Einsum")
     assert inside["max_abs"] == report["nodes"]["heads/einsum/Einsum"]["max_abs"] < 1e-3
@@ -65,10 +85,16 @@ def test_the_inside_line_measures_the_nms_lists_between_matched_detections(detec
     # index by index, the boxes' stack reads as a box off by its size; between matched detections it
     # moves as the matched outputs do: the scores by what the outputs' matching measured
     assert lists["index_max_abs_at"] == stack and lists["index_max_abs"] > 0.3
-    assert lists["index_max_abs"] == report["nodes"][stack]["max_abs"]
     assert lists["index_max_abs"] == report["outputs"]["detection_boxes"]["max_abs"]
     assert (lists["matched_max_abs_at"], lists["matched_max_abs"]) == (scores_stack, total["max_score_diff"])
-    assert lists["matched_within_tolerance"] is False
+    assert lists["matched_within_tolerance"] is False and lists["changes"] == 0
+    # the op's own entry: its metric is between matched detections, the index-by-index one kept as such; at the
+    # default tolerance the matched boxes (3.46e-05) are beyond it, and the stack passes on the heads' difference
+    node = report["nodes"][stack]
+    assert (node["status"], node["max_abs"]) == ("propagated", total["max_box_diff"])
+    assert node["index_by_index"]["max_abs"] == lists["index_max_abs"]
+    assert node["detection_list"] == {"output": "detection_boxes", "measured": "matched_detections", "matched_rows": 80,
+                                      "changes": 0, "why": None, "matched_within_tolerance": False}
     expected = (
         f"Inside, the numbers differ beyond tolerance from `heads/einsum/Einsum` (Einsum) on "
         f"({inside['ops_beyond_tolerance']} ops beyond tolerance, up to {fmt(inside['max_abs'])}; "
@@ -84,6 +110,55 @@ def test_the_inside_line_measures_the_nms_lists_between_matched_detections(detec
                  .replace("</code>", "`"))
     assert _flat(expected) in _flat(proc.stdout) and _flat(expected) in md
     assert _flat(expected).replace("`", "") in html.replace("`", "")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("flow", ["cf2", "cf1"])
+def test_a_reordering_by_nms_alone_is_no_first_divergence(detector: Path, tmp_path: Path, flow: str) -> None:
+    """The H200's fp32 detector against its fp16 export (2026-12-04): every op before NMS within
+    tolerance, NMS listing two near-tied detections in the other order, and the report said
+    "DIVERGED — first divergence at `…/TensorListStack`" while saying that tensor's lists differ by
+    1.04e-05 between matched detections (within tolerance).
+
+    Built so on the CPU: the same float16 heads, with ``--atol 1e-3``, wider than the heads' difference
+    (6.67e-04) and every op's after them up to NMS, so that what is left beyond tolerance is the NMS
+    order alone (row k of A against row k of B: 0.359, a box's size); ``--intermediates-decide`` so the
+    ops decide the verdict, as the wrong headline's DIVERGED did. Before the stack was judged between
+    matched detections this exited 1: ``verdict_ops`` diverged, ``first_divergence_beyond_tolerance``
+    the NMS stack (origin, max abs 0.359), then ``cond``, ``cond/Identity`` and ``detection_boxes``
+    (cf1: the TensorArrayGatherV3, the clip and the Merge) propagated."""
+    proc, report = _compare(detector, flow, tmp_path / "r", "--atol", "1e-3", "--intermediates-decide", exit_code=0)
+    [group] = report["detections"]
+    total = group["total"]
+    assert group["verdict"] == "within_tolerance" and (total["matched"], total["changed_class"]) == (80, 0)
+    assert (report["verdict"], report["verdict_ops"], report["verdict_outputs"]) == ("within_tolerance",) * 3
+    # the heads still differ first, bitwise and within tolerance; nothing is beyond it
+    first = report["first_divergence"]
+    assert (first["node"], first["status"], first["level"]) == ("heads/einsum/Einsum", "within_tolerance", "bitwise")
+    assert report["first_divergence_beyond_tolerance"] is None and report["intermediates"] is None
+    assert [n for n, v in report["nodes"].items() if v["status"] in ("origin", "propagated")] == []
+    assert all(o["level"] == "bitwise" for o in report["origins"])
+    # the boxes' stack: within tolerance between matched detections, by what the outputs' matching measured
+    stack = LISTS[flow][0]
+    node = report["nodes"][stack]
+    assert (node["status"], node["max_abs"]) == ("within_tolerance", total["max_box_diff"])
+    assert 3e-5 < node["max_abs"] < 4e-5
+    assert node["detection_list"] == {"output": "detection_boxes", "measured": "matched_detections", "matched_rows": 80,
+                                      "changes": 0, "why": None, "matched_within_tolerance": True}
+    # read index by index it is a box off by its size, kept under its own name, not as the op's metric
+    index = node["index_by_index"]
+    assert index["max_abs"] == report["outputs"]["detection_boxes"]["max_abs"] > 0.3
+    assert index["within_tolerance"] is False
+    for name in LISTS[flow]:  # every op holding the lists, the outputs' Identities too, as the stack
+        assert report["nodes"][name]["status"] == "within_tolerance", name
+        assert report["nodes"][name]["detection_list"]["measured"] == "matched_detections", name
+    # every renderer names the same first divergence and says nothing differs beyond tolerance inside
+    inside = "Inside, the numbers differ (within tolerance) from `heads/einsum/Einsum` (Einsum) on."
+    assert report["headline"][1] == {"key": "inside", "text": inside}
+    md = (tmp_path / "r" / "report.md").read_text(encoding="utf-8")
+    assert md.startswith("## tftrace: WITHIN TOLERANCE — first divergence at `heads/einsum/Einsum` (Einsum)\n")
+    assert inside in _flat(md) and _flat(inside) in _flat(proc.stdout)
+    assert "First divergence beyond tolerance" not in proc.stdout + md
 
 
 def _report(inside: dict[str, Any], verdict_outputs: str = "diverged") -> dict[str, Any]:
@@ -107,3 +182,130 @@ def test_a_report_without_detection_lists_reads_as_before_and_lists_alone_give_n
         "tolerance); read index by index, which pairs row k of A with row k of B whether or not they are the same "
         "detection, `stack` differs by up to 0.359): the outputs decide the verdict (--intermediates-decide lets "
         "the intermediates decide too).")
+
+
+# ---- the judgement, on lists written out by hand (no TensorFlow) -----------------------------------
+
+# one image, three rows of which two are detections: B lists A's two in the other order, A's first box
+# moved by 1e-4 and its score by 2e-4
+A_LISTS = {"boxes": np.array([[[0.0, 0.0, 1.0, 1.0], [2.0, 2.0, 3.0, 3.0], [0.0, 0.0, 0.0, 0.0]]], np.float32),
+           "scores": np.array([[0.9, 0.8, 0.0]], np.float32), "classes": np.array([[1.0, 2.0, 0.0]], np.float32),
+           "count": np.array([2.0], np.float32)}
+B_LISTS = {"boxes": np.array([[[2.0, 2.0, 3.0, 3.0], [0.0, 0.0, 1.0001, 1.0], [0.0, 0.0, 0.0, 0.0]]], np.float32),
+           "scores": np.array([[0.8, 0.9002, 0.0]], np.float32), "classes": np.array([[2.0, 1.0, 0.0]], np.float32),
+           "count": np.array([2.0], np.float32)}
+LIST_GRAPH = OpGraph.from_json({"inputs": {"x": "x:0"}, "outputs": {"detection_boxes": "boxes:0"}, "nodes": [
+    {"name": name, "op": op, "device": "", "scope": "", "attrs": {}, "inputs": [f"{i}:0" for i in inputs],
+     "control_inputs": [], "outputs": [{"dtype": "float32", "shape": [1, 3, 4], "capturable": True, "reason": ""}]}
+    for name, op, inputs in (("x", "Placeholder", []), ("heads", "Einsum", ["x"]), ("stack", "TensorListStack", ["heads"]),
+                             ("boxes", "Identity", ["stack"]))]})
+
+
+def _per_image() -> list[tuple[Any, Any, Any]]:
+    da, db = valid_detections(A_LISTS, 0), valid_detections(B_LISTS, 0)
+    return [(da, db, match_image(da, db, "yxyx", 0.5)[0])]
+
+
+def _classify(changes: int | None, atol: float = 1e-3) -> Divergence:
+    """The heads within ``atol`` (1e-5 apart), the stack and the output holding B_LISTS' boxes; ``changes``:
+    the detections that changed, as the outputs' matching counted them (None: no list judged so)."""
+    rows = matched_rows(A_LISTS["boxes"], B_LISTS["boxes"], _per_image())
+    assert rows is not None
+    heads = np.arange(12, dtype=np.float32).reshape(1, 3, 4)
+    values = {"x": (heads, heads), "heads": (heads, heads + np.float32(1e-5)),
+              "stack": (A_LISTS["boxes"], B_LISTS["boxes"]), "boxes": (A_LISTS["boxes"], B_LISTS["boxes"])}
+    nodes, metrics = {}, {}
+    for op, (va, vb) in values.items():
+        nodes[op] = NodeAlignment(op, op, "name", ROLE_COMPARED, [TensorPair(f"{op}:0", f"{op}:0", "name", True)])
+        metrics[f"{op}:0"] = compare_arrays(va, vb, rtols=(1e-5,))
+    lists = {} if changes is None else {
+        f"{op}:0": DetectionList(f"{op}:0", "detection_boxes", rows.compare(1e-5), changes, ("detection_boxes",))
+        for op in ("stack", "boxes")}
+    return classify(LIST_GRAPH, Alignment(nodes, []), metrics, Tolerance(atol=atol), lists=lists)
+
+
+def test_matched_rows_pair_each_detection_with_the_one_it_matched_and_index_the_worst_in_a() -> None:
+    rows = matched_rows(A_LISTS["boxes"], B_LISTS["boxes"], _per_image())
+    assert rows is not None and rows.at.tolist() == [[0, 0], [0, 1]]
+    np.testing.assert_array_equal(rows.b, B_LISTS["boxes"][0, [1, 0]])
+    m = rows.compare(1e-5)
+    assert m.max_abs == float(np.float32(1.0001) - np.float32(1.0)) and m.mismatch_count == 1
+    assert [list(w[0]) for w in m.worst] == [[0, 0, 2]]  # image 0, A's row 0, ymax
+    assert matched_rows(A_LISTS["boxes"], B_LISTS["boxes"][:, :, :2], _per_image()) is None
+
+
+def test_the_one_rule_judges_lists_as_it_judges_outputs() -> None:
+    assert detections_verdict(True, 0, True) == "identical"
+    assert detections_verdict(False, 0, True) == "within_tolerance"
+    assert detections_verdict(False, 0, False) == "diverged"
+    assert detections_verdict(False, 1, True) == "diverged"  # a detection changed: no tolerance excuses it
+
+
+def test_a_list_that_nms_reordered_is_judged_between_matched_detections() -> None:
+    before = _classify(None)  # index by index, the swap reads as a box off by 2.0
+    assert before.nodes["stack"].status == "origin" and before.first_beyond_tolerance.name == "stack"
+    after = _classify(0)
+    stack = after.nodes["stack"]
+    assert (stack.status, after.nodes["boxes"].status) == ("within_tolerance", "within_tolerance")
+    assert after.first_beyond_tolerance is None and after.verdict == "within_tolerance"
+    assert after.first_bitwise.name == "heads" and after.intermediates(LIST_GRAPH) is None
+    assert stack.metrics.max_abs == float(np.float32(1.0001) - np.float32(1.0)) and stack.matched_within is True
+    assert stack.index_metrics.max_abs == 2.0 and stack.detection_list.output == "detection_boxes"
+
+
+def test_a_list_whose_detections_changed_stays_beyond_tolerance_whatever_its_rows_measure() -> None:
+    changed = _classify(1)
+    assert (changed.nodes["stack"].status, changed.nodes["boxes"].status) == ("origin", "propagated")
+    assert changed.first_beyond_tolerance.name == "stack" and changed.verdict == "diverged"
+    lists = changed.intermediates(LIST_GRAPH)["detection_lists"]
+    assert (lists["ops"], lists["changes"], lists["matched_within_tolerance"]) == (["stack", "boxes"], 1, True)
+    assert (lists["index_max_abs"], lists["index_max_abs_at"]) == (2.0, "stack")
+    # and a matched detection beyond tolerance is beyond, as an output's would be
+    tight = _classify(0, atol=1e-6)
+    assert tight.nodes["heads"].status == "origin" and tight.nodes["stack"].status == "propagated"
+    assert tight.nodes["stack"].matched_within is False
+
+
+def test_a_list_op_named_as_a_first_divergence_says_its_figures_are_between_matched_detections(tmp_path: Path) -> None:
+    """An NMS op made the first divergence by a detection that changed class: its figures are between matched
+    detections (0 here: every matched one agrees), so each renderer says so, the change, and the
+    index-by-index figure under that name."""
+    report = json.loads((Path(__file__).parent / "fixtures" / "report_detector_planted.json").read_text("utf-8"))
+    nms = {"node": "nms/CombinedNonMaxSuppression", "op": "CombinedNonMaxSuppression",
+           "tensor": "nms/CombinedNonMaxSuppression:2", "max_abs": 0.0, "max_rel": 0.0, "level": "tolerance",
+           "status": "origin", "rewrite": None, "isolation": None,
+           "detection_list": {"output": "detection_classes", "measured": "matched_detections", "matched_rows": 79,
+                              "changes": 1, "why": None, "matched_within_tolerance": True},
+           "index_by_index": {"identical": False, "max_abs": 2.0, "max_rel": 1.0, "rel_l2": 0.05, "rel_to_peak": 1.0,
+                              "mismatch_count": 3, "within_tolerance": False}}
+    report["first_divergence"] = report["first_divergence_beyond_tolerance"] = nms
+    report["origins"] = [{**nms, "rank": 1}]
+    said = (", between matched detections (1 detection appeared, disappeared or changed class); read index by index "
+            "(row k of A against row k of B), up to 2")
+    assert list_note(nms) == said and list_note({**nms, "detection_list": None}) == ""
+    md = render_markdown(report)
+    assert ("- **First divergence, bitwise and beyond tolerance:** `nms/CombinedNonMaxSuppression` "
+            f"(CombinedNonMaxSuppression), max abs 0, max rel 0{said}; ") in md
+    console = Console(file=io.StringIO(), width=400, color_system=None)
+    print_comparison(console, report)
+    assert (f"First divergence, bitwise and beyond tolerance: nms/CombinedNonMaxSuppression "
+            f"(CombinedNonMaxSuppression), max abs 0, max rel 0{said} — ") in console.file.getvalue()
+    render_report(report, tmp_path)
+    page = (tmp_path / "report.html").read_text(encoding="utf-8")
+    assert "<span>max abs index by index</span><b>2</b>" in page
+
+
+def test_the_inside_line_names_the_detections_that_changed() -> None:
+    """Lists whose matched detections agree but one of whose detections changed class are beyond tolerance
+    for that change: the inside line says so, where it would otherwise read as a contradiction."""
+    inside = {"from": "nms", "from_op": "CombinedNonMaxSuppression", "ops_beyond_tolerance": 2, "max_abs": None,
+              "max_abs_at": None,
+              "detection_lists": {"ops": ["nms", "classes"], "count": 2, "index_max_abs": 1.0, "index_max_abs_at": "nms",
+                                  "matched_max_abs": 0.0, "matched_max_abs_at": "nms", "matched_within_tolerance": True,
+                                  "changes": 1, "not_matched": []}}
+    [line] = build_headline(_report(inside))
+    assert line["text"] == (
+        "Inside, the numbers differ beyond tolerance from `nms` (CombinedNonMaxSuppression) on (2 ops beyond "
+        "tolerance; all of them hold lists of detections, which differ by up to 0 between matched detections (at "
+        "`nms`, within tolerance; 1 detection appeared, disappeared or changed class); read index by index, which "
+        "pairs row k of A with row k of B whether or not they are the same detection, `nms` differs by up to 1).")

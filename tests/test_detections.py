@@ -239,6 +239,12 @@ def test_an_od_api_export_a_step_later_changes_the_class_of_exactly_one_detectio
     assert [row["a"] for row in group["images"]] == facts["kept"]
     assert group["per_detection_max_abs"]["detection_multiclass_scores"] > 0
     assert group["verdict"] == "diverged"
+    # inside, the op holding the class lists is measured between matched detections (0: every matched one kept
+    # its class) and stays beyond tolerance by the rule that judges the outputs: a detection changed class
+    node = report["nodes"]["detection_classes"]
+    assert (node["status"], node["max_abs"], node["index_by_index"]["max_abs"]) == ("propagated", 0.0, 1.0)
+    assert (node["detection_list"]["changes"], node["detection_list"]["matched_within_tolerance"]) == (1, True)
+    assert report["intermediates"]["detection_lists"]["changes"] == 1
     # every summary says it in the same words
     headline = (f"{kept - 1} of {kept} matched (B has {kept}), 0 appeared, 0 disappeared, 1 changed class")
     assert headline in proc.stderr.replace("\n", " ") or headline in proc.stdout.replace("\n", " ")
@@ -341,17 +347,17 @@ def test_detections_that_change_between_two_runs_of_one_side_as_much_as_between_
     on detection_classes, 0.508 on detection_boxes) and A vs B came no closer than that; the detections
     diverge as detections, but a side does that to itself, so the outputs are within the noise. Where
     the arrays are beyond the noise (or no noise was measured) the detections decide."""
-    from tracer.comparison.pipeline import _detections_net_of_noise
+    from tracer.comparison.detections import detections_net_of_noise
 
     group = {"keys": {"boxes": "detection_boxes", "scores": "detection_scores", "classes": "detection_classes",
                       "count": "num_detections"}, "per_detection_max_abs": {"detection_multiclass_scores": 0.1}}
     as_detections = {k: "diverged" for k in [*group["keys"].values(), "detection_multiclass_scores"]}
     noisy = {"detection_boxes": "within_noise", "detection_scores": "within_noise",
              "detection_classes": "within_noise", "num_detections": "identical"}
-    assert set(_detections_net_of_noise(as_detections, noisy, [group]).values()) == {"within_noise"}
+    assert set(detections_net_of_noise(as_detections, noisy, [group]).values()) == {"within_noise"}
     beyond = {**noisy, "detection_scores": "diverged"}  # one output further apart than any side from itself
-    assert _detections_net_of_noise(as_detections, beyond, [group]) == as_detections
+    assert detections_net_of_noise(as_detections, beyond, [group]) == as_detections
     unmeasured = {k: "diverged" for k in noisy}  # no noise measured: the arrays say nothing of the runs
-    assert _detections_net_of_noise(as_detections, unmeasured, [group]) == as_detections
+    assert detections_net_of_noise(as_detections, unmeasured, [group]) == as_detections
     quiet = {k: "within_tolerance" for k in noisy}  # nothing moved by itself: the detections decide
-    assert _detections_net_of_noise(as_detections, quiet, [group]) == as_detections
+    assert detections_net_of_noise(as_detections, quiet, [group]) == as_detections

@@ -23,16 +23,18 @@ given), or the keys named with ``--detections boxes=KEY,scores=KEY[,classes=KEY]
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from ..errors import TftraceError
+from ..metrics import TensorMetrics, compare_arrays
 
-__all__ = ["DetectionSpec", "parse_spec", "recognise", "compare_detections", "match_image", "BOX_FORMATS",
-           "IOU_THRESHOLD", "ROLES"]
+__all__ = ["DetectionSpec", "Detections", "ImageMatch", "MatchedRows", "parse_spec", "recognise", "compare_detections",
+           "match_image", "valid_detections", "matched_rows", "detections_verdict", "detection_verdicts",
+           "detections_net_of_noise", "BOX_FORMATS", "IOU_THRESHOLD", "ROLES"]
 
 IOU_THRESHOLD = 0.5
 ROLES = ("boxes", "scores", "classes", "count")
@@ -189,6 +191,11 @@ class ImageMatch:
     disappeared: list[int] = field(default_factory=list)  # A's
     appeared: list[int] = field(default_factory=list)  # B's
 
+    @property
+    def changes(self) -> int:
+        """Detections that changed class, disappeared or appeared: what no tolerance excuses."""
+        return len(self.changed_class) + len(self.disappeared) + len(self.appeared)
+
 
 def match_image(a: Detections, b: Detections, fmt: str, threshold: float) -> tuple[ImageMatch, np.ndarray]:
     """Greedy by A's score (highest first): same class and IoU >= ``threshold`` first, then, among
@@ -226,7 +233,7 @@ def match_image(a: Detections, b: Detections, fmt: str, threshold: float) -> tup
 Tol = Callable[[str], tuple[float, float]]  # signature key -> (atol, rtol)
 
 
-def _valid(arrays: Mapping[str, np.ndarray], image: int) -> Detections:
+def valid_detections(arrays: Mapping[str, np.ndarray], image: int) -> Detections:
     """Image ``image``'s detections: the first ``count`` rows where a count is output, else the
     rows with a positive score (padding: 0 after combined NMS, -1 from KerasCV) and a class >= 0."""
     scores = np.asarray(arrays["scores"][image], dtype=np.float64).reshape(-1)
@@ -298,34 +305,77 @@ def compare_detections(spec: DetectionSpec, a: Mapping[str, np.ndarray | None], 
                                f"{arrays['B']['boxes'].shape[0]}")
         return out
     score_tol, box_tol = tolerance(spec.keys["scores"]), tolerance(spec.keys["boxes"])
-    total, extras = _counts(), {k: 0.0 for k in spec.per_detection}
+    total, per_image = _counts(), []
     for image in range(arrays["A"]["boxes"].shape[0]):
-        da, db = _valid(arrays["A"], image), _valid(arrays["B"], image)
+        da, db = valid_detections(arrays["A"], image), valid_detections(arrays["B"], image)
         match, iou = match_image(da, db, spec.box_format, spec.iou_threshold)
         row = _image_entry(image, da, db, match, iou, score_tol, box_tol, out["changes"])
         out["images"].append(row)
         _fold(total, row)
-        for key in spec.per_detection:
-            extras[key] = _per_detection(a.get(key), b.get(key), image, da, db, match, extras[key])
+        per_image.append((da, db, match))
+    extras: dict[str, float | None] = {}
+    within: dict[str, bool | None] = {}
+    for key in spec.per_detection:
+        rows = matched_rows(a.get(key), b.get(key), per_image)
+        m = None if rows is None else rows.compare(tolerance(key)[1])
+        extras[key] = None if m is None else m.max_abs
+        within[key] = None if m is None else m.within(*tolerance(key))
     out["per_detection_max_abs"] = extras
-    out["per_detection_within_tolerance"] = within = {
-        key: None if worst is None else bool(worst <= _allowed(tolerance(key), a.get(key)))
-        for key, worst in extras.items()}
+    out["per_detection_within_tolerance"] = within
     out["total"] = total
     out["compared"] = True
     measured = [k for k, w in extras.items() if w is not None]
     identical = all(np.array_equal(arrays["A"][r], arrays["B"][r], equal_nan=True) for r in roles) and all(
         np.array_equal(np.asarray(a[k]), np.asarray(b[k]), equal_nan=True) for k in measured)
-    changed = total["appeared"] or total["disappeared"] or total["changed_class"]
-    beyond = total["matched_beyond_tolerance"] or not all(within[k] for k in measured)
-    out["verdict"] = "identical" if identical else "diverged" if changed or beyond else "within_tolerance"
+    changes = total["appeared"] + total["disappeared"] + total["changed_class"]
+    matched_within = not total["matched_beyond_tolerance"] and all(within[k] for k in measured)
+    out["verdict"] = detections_verdict(identical, changes, matched_within)
     return out
 
 
-def _allowed(tol: tuple[float, float], values: np.ndarray | None) -> float:
-    """The largest difference a per-detection output's tolerance allows: atol + rtol * its peak."""
-    peak = float(np.nanmax(np.abs(np.asarray(values, dtype=np.float64)))) if values is not None and np.size(values) else 0.0
-    return tol[0] + tol[1] * (peak if np.isfinite(peak) else 0.0)
+def detections_verdict(identical: bool, changes: int, matched_within: bool) -> str:
+    """The one rule that judges lists of detections, a detector's outputs and the tensors inside
+    that hold the same lists alike: ``identical`` when every array is bitwise equal; else
+    ``diverged`` when a detection changed class, disappeared or appeared (``changes``: another
+    answer, whatever the tolerance) or a matched detection differs beyond tolerance; else
+    ``within_tolerance``, however the rows were ordered."""
+    if identical:
+        return "identical"
+    return "diverged" if changes or not matched_within else "within_tolerance"
+
+
+@dataclass(frozen=True)
+class MatchedRows:
+    """The rows of one per-detection array (``[images, detections, ...]``) that hold matched
+    detections, A's and B's side by side, image by image: what such an array is compared by."""
+
+    a: np.ndarray  # [n, ...]: A's row of each matched detection
+    b: np.ndarray  # [n, ...]: the row of B's detection it matched
+    at: np.ndarray  # [n, 2]: (image, row) of each in A's array
+
+    def compare(self, rtol: float) -> TensorMetrics:
+        """A's rows against B's element by element, as any tensor is (:func:`tracer.metrics.compare_arrays`,
+        exact for ``within(atol, rtol)``); the worst elements are indexed in A's array."""
+        m = compare_arrays(self.a, self.b, rtols=(rtol,))
+        worst = tuple(((*(int(v) for v in self.at[index[0]]), *index[1:]), va, vb) for index, va, vb in m.worst)
+        return replace(m, worst=worst)
+
+
+def matched_rows(va: Any, vb: Any, per_image: Sequence[tuple[Detections, Detections, ImageMatch]]
+                 ) -> MatchedRows | None:
+    """The rows of ``va`` (A's) and ``vb`` (B's) that hold each matched detection of ``per_image``
+    (image by image: A's detections, B's, their match); None when they cannot be read so (absent on
+    a side, not ``[images, detections, ...]`` alike, fewer images than were matched)."""
+    if va is None or vb is None:
+        return None
+    va, vb = np.asarray(va), np.asarray(vb)
+    if va.ndim < 2 or va.shape[1:] != vb.shape[1:] or min(len(va), len(vb)) < len(per_image):
+        return None
+    pairs = [(image, int(da.rows[i]), int(db.rows[j])) for image, (da, db, match) in enumerate(per_image)
+             for i, j in match.matched]
+    pairs = [p for p in pairs if p[1] < va.shape[1] and p[2] < vb.shape[1]]
+    at = np.array(pairs, dtype=np.int64).reshape(-1, 3)
+    return MatchedRows(va[at[:, 0], at[:, 1]], vb[at[:, 0], at[:, 2]], at[:, :2])
 
 
 def _image_entry(image: int, da: Detections, db: Detections, match: ImageMatch, iou: np.ndarray,
@@ -355,23 +405,6 @@ def _image_entry(image: int, da: Detections, db: Detections, match: ImageMatch, 
     for j in match.appeared:
         keep("appeared", None, j)
     return row
-
-
-def _per_detection(va: np.ndarray | None, vb: np.ndarray | None, image: int, da: Detections, db: Detections,
-                   match: ImageMatch, worst: float | None) -> float | None:
-    """The largest difference of a per-detection output (detection_multiclass_scores) between
-    matched detections; None once it cannot be measured (absent on a side, other shapes)."""
-    if worst is None or va is None or vb is None:
-        return None
-    va, vb = np.asarray(va), np.asarray(vb)
-    if va.shape[1:] != vb.shape[1:] or va.ndim < 2 or image >= min(len(va), len(vb)):
-        return None
-    for i, j in match.matched:
-        ra, rb = int(da.rows[i]), int(db.rows[j])
-        if ra < va.shape[1] and rb < vb.shape[1]:
-            diff = np.abs(va[image, ra].astype(np.float64) - vb[image, rb].astype(np.float64))
-            worst = max(worst, float(np.nanmax(diff)) if diff.size else 0.0)
-    return worst
 
 
 # ---- from two captures -----------------------------------------------------------------------------
@@ -416,6 +449,27 @@ def detection_verdicts(entries: list[dict[str, Any]]) -> dict[str, str]:
             for key in [*entry["keys"].values(), *measured]:
                 out[key] = entry["verdict"]
     return out
+
+
+def detections_net_of_noise(as_detections: dict[str, str], as_arrays: dict[str, str],
+                             groups: list[dict[str, Any]]) -> dict[str, str]:
+    """A detector's outputs are judged as detections (matched by class and IoU), except where the
+    sides' own runs move them: a group that diverges as detections while each of its outputs, taken
+    array by array over every pair of runs, is no further from the other side than a side is from
+    itself (``within_noise`` at worst, and some output moved by itself) is within the noise — its
+    detections change between two runs of one side as much as between A and B. Measured only where
+    the noise was (``as_arrays`` then holds ``within_noise``); otherwise the detections decide."""
+    judged = dict(as_detections)
+    for group in groups:
+        keys = [k for k in (group.get("keys") or {}).values() if k in as_detections]
+        if not keys or as_detections[keys[0]] != "diverged":
+            continue
+        arrays = [as_arrays.get(k) for k in keys]
+        if "within_noise" in arrays and all(v in ("identical", "within_tolerance", "within_noise") for v in arrays):
+            measured = [k for k, w in (group.get("per_detection_max_abs") or {}).items() if w is not None]
+            for key in [*keys, *measured]:
+                judged[key] = "within_noise"
+    return judged
 
 
 def detections_summary(entries: Any) -> list[dict[str, Any]]:

@@ -24,6 +24,12 @@ inputs' path that uses it. Weights have no inputs, so a plain topological order 
 anywhere before their readers, and "the first of 13 changed variables" would be an accident of
 names; the one whose values meet the examples first is where the outputs start to differ.
 
+A tensor that holds a detector's lists of detections (the stack after NMS, the outputs' Identities:
+:mod:`tracer.comparison.detection_lists`) is judged between matched detections, by the rule that judges
+the detections the outputs hold: row k of A against row k of B pairs two detections that NMS may have
+listed in another order, so a difference read index by index is no measure of it. Its metrics are then
+those of its matched rows, and its index-by-index metrics are kept beside them (``index_metrics``).
+
 Amplification is an op's relative L2 error over the largest relative error among its inputs. Measured run-to-run
 noise of a side (``--repeat``) raises the bar: a difference no larger than the noise is never an
 origin, and when such differences are all there is the verdict is ``within_noise``.
@@ -31,13 +37,17 @@ origin, and when such differences are all there is the verdict is ``within_noise
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .align import ROLE_REWRITTEN, ROLE_UNMATCHED, Alignment
 from ..metrics import TensorMetrics
 from ..opgraph import NOT_FETCHABLE_DTYPES, OpGraph, tensor_op
 from .statuses import STATUSES
+
+if TYPE_CHECKING:
+    from .detection_lists import DetectionList
 
 __all__ = ["Tolerance", "NodeResult", "Divergence", "classify", "STATUSES"]
 
@@ -73,6 +83,11 @@ class NodeResult:
     frontier: list[str] = field(default_factory=list)  # A ops whose tensors are this op's effective inputs
     reason: str = ""
     within_noise: bool = False  # differs, but no more than the sides' own run-to-run noise
+    # the judged tensor holds a detector's lists of detections: what they measured between matched
+    # detections (then ``metrics`` are its matched rows', and ``index_metrics`` row k of A against row k of B)
+    detection_list: DetectionList | None = None
+    index_metrics: TensorMetrics | None = None
+    matched_within: bool | None = None  # its matched detections within tolerance
 
 
 @dataclass
@@ -93,7 +108,7 @@ class Divergence:
             return "within_tolerance"
         return "identical"
 
-    def intermediates(self, graph: OpGraph, lists: dict[str, dict[str, Any]] | None = None) -> dict[str, Any] | None:
+    def intermediates(self, graph: OpGraph) -> dict[str, Any] | None:
         """Where the intermediates differ beyond tolerance, and where that difference heals: the
         report's ``intermediates`` (None when no op is beyond tolerance).
 
@@ -102,11 +117,10 @@ class Divergence:
         is the last such op in the order the examples flow, past which nothing differs beyond
         tolerance any more: what the outputs are judged on shows no trace of it.
 
-        ``lists``: A's ops whose tensor holds a detector's detection list, measured between matched
-        detections (:mod:`tracer.comparison.detection_lists`). Their index-by-index difference pairs
-        row k of A with row k of B whether or not they are the same detection, so it is no measure
-        of the divergence: ``max_abs`` leaves them out, and ``detection_lists`` says what they
-        measured matched, with their index-by-index largest difference only as such."""
+        Ops whose tensor holds a detector's detection lists were judged between matched detections
+        (:mod:`tracer.comparison.detection_lists`); ``max_abs`` leaves them out (their figures are
+        another measure), and ``detection_lists`` says what they measured, with their index-by-index
+        largest difference only as such."""
         beyond = [r for r in self.nodes.values() if r.status in ("origin", "propagated")]
         if not beyond:
             return None
@@ -117,10 +131,7 @@ class Divergence:
         last_beyond = max(beyond, key=lambda r: rank[r.name])
         heals = healers[-1] if healers and rank[healers[-1].name] > rank[last_beyond.name] else None
         first = self.first_beyond_tolerance or min(beyond, key=lambda r: rank[r.name])
-        lists = {name: entry for name, entry in (lists or {}).items() if name in self.nodes
-                 and entry.get("tensor") == self.nodes[name].tensor}  # the tensor the op was judged by
-        listed = {r.name for r in beyond if r.name in lists}
-        values = [r for r in beyond if r.name not in listed]
+        values = [r for r in beyond if r.detection_list is None]
         worst = max(values, key=lambda r: (r.metrics.max_abs if r.metrics else 0.0), default=None)
         return {
             "from": first.name, "from_op": graph.op_type(first.name),
@@ -130,30 +141,38 @@ class Divergence:
             "heals_at": heals.name if heals else None, "heals_at_op": graph.op_type(heals.name) if heals else None,
             "heal_ops": [r.name for r in healers][:20], "heal_count": len(healers),
             "last_beyond_tolerance": last_beyond.name,
-            "detection_lists": _detection_lists([r for r in beyond if r.name in listed], lists, graph),
+            "detection_lists": _detection_lists([r for r in beyond if r.detection_list is not None], graph),
         }
 
 
-def _detection_lists(ops: list[NodeResult], lists: dict[str, dict[str, Any]], graph: OpGraph) -> dict[str, Any] | None:
-    """The ops beyond tolerance index by index that hold detection lists: how they compare between
-    matched detections, and their index-by-index largest difference (``index_max_abs``), as such."""
+def _detection_lists(ops: list[NodeResult], graph: OpGraph) -> dict[str, Any] | None:
+    """The ops beyond tolerance that hold detection lists: how they compare between matched
+    detections, the detections that changed (which no tolerance excuses), and their index-by-index
+    largest difference (``index_max_abs``), as such."""
     if not ops:
         return None
     rank = graph.flow_order()
     ops = sorted(ops, key=lambda r: rank[r.name])
-    by_index = max(ops, key=lambda r: (r.metrics.max_abs if r.metrics else 0.0))
-    measured = [r for r in ops if isinstance(lists[r.name].get("matched_max_abs"), (int, float))]
-    matched = max(measured, key=lambda r: lists[r.name]["matched_max_abs"], default=None)
-    unmeasured = [r for r in ops if r not in measured]
+    measured = [r for r in ops if r.index_metrics is not None and r.metrics is not None]
+    by_index = max(ops, key=lambda r: _index_max_abs(r) or 0.0)
+    matched = max(measured, key=lambda r: r.metrics.max_abs if r.metrics else 0.0, default=None)
+    groups = {r.detection_list.group: r.detection_list.changes for r in ops if r.detection_list}
     return {
         "ops": [r.name for r in ops][:20], "count": len(ops),
-        "index_max_abs": by_index.metrics.max_abs if by_index.metrics else None, "index_max_abs_at": by_index.name,
-        "matched_max_abs": lists[matched.name]["matched_max_abs"] if matched else None,
+        "index_max_abs": _index_max_abs(by_index), "index_max_abs_at": by_index.name,
+        "matched_max_abs": matched.metrics.max_abs if matched and matched.metrics else None,
         "matched_max_abs_at": matched.name if matched else None,
-        "matched_within_tolerance": (all(lists[r.name].get("matched_within_tolerance") for r in measured)
-                                     if measured else None),
-        "not_matched": [{"op": r.name, "why": lists[r.name].get("why")} for r in unmeasured][:20],
+        "matched_within_tolerance": all(r.matched_within for r in measured) if measured else None,
+        "changes": sum(groups.values()),
+        "not_matched": [{"op": r.name, "why": r.detection_list.why if r.detection_list else None}
+                        for r in ops if r not in measured][:20],
     }
+
+
+def _index_max_abs(r: NodeResult) -> float | None:
+    """The op's largest difference read index by index: a measured list's kept figure, else its metric."""
+    m = r.index_metrics if r.index_metrics is not None else r.metrics
+    return m.max_abs if m is not None else None
 
 
 def classify(
@@ -164,6 +183,7 @@ def classify(
     noise: dict[str, float] | None = None,
     closest: dict[str, float] | None = None,
     drawn_at_load: frozenset[str] | set[str] = frozenset(),
+    lists: Mapping[str, DetectionList] | None = None,
 ) -> Divergence:
     """``metrics``: A tensor -> metrics for every comparable pair; ``noise``: A tensor -> max abs
     run-to-run difference measured on either side (absent = no repeats were run); ``closest``: A
@@ -175,12 +195,16 @@ def classify(
     the model (a variable initialised from a random op, and its reads). They are within the noise
     by that measurement, whatever their magnitudes: A and B there are draws of one distribution,
     as two loads of one side are, and which pair of draws lands closest is chance (with two runs
-    a side, the within-side pairs are the two farthest one time in fifteen)."""
+    a side, the within-side pairs are the two farthest one time in fifteen).
+
+    ``lists``: A tensor -> the detection list it holds, judged between matched detections rather
+    than index by index (:mod:`tracer.comparison.detection_lists`)."""
     noise = noise or {}
     results: dict[str, NodeResult] = {}
     for op in graph.topo_order():
         node = alignment.nodes.get(op)
-        results[op] = _judge_outputs(op, node, metrics, tolerance, noise, closest or {}, op in drawn_at_load)
+        results[op] = _judge_outputs(op, node, metrics, tolerance, noise, closest or {}, op in drawn_at_load,
+                                     lists or {})
     for op in graph.topo_order():
         result = results[op]
         if result.status not in ("identical", "within_tolerance", "beyond"):
@@ -207,7 +231,7 @@ def classify(
 
 def _judge_outputs(
     op: str, node: Any, metrics: dict[str, TensorMetrics], tolerance: Tolerance, noise: dict[str, float],
-    closest: dict[str, float], drawn_at_load: bool = False,
+    closest: dict[str, float], drawn_at_load: bool = False, lists: Mapping[str, DetectionList] | None = None,
 ) -> NodeResult:
     if node is None or node.role == ROLE_UNMATCHED:
         return NodeResult(op, "unmatched", reason=node.note if node else "no counterpart in B")
@@ -222,23 +246,31 @@ def _judge_outputs(
         return NodeResult(op, status, node.tensors[0].a if node.tensors else None, reason="; ".join(notes))
     worst: NodeResult | None = None
     for pair in judged:
-        m = metrics[pair.a]
+        m = metrics[pair.a]  # index by index; the noise was measured so too
         atol, rtol = tolerance.for_tensor(pair.a)
+        listed = (lists or {}).get(pair.a)
+        as_list = listed.verdict(m, atol, rtol) if listed is not None else None  # None: judged index by index
         own_noise = noise.get(pair.a, 0.0)
         near = min(m.max_abs, closest.get(pair.a, m.max_abs))
         noisy = (not m.identical and (drawn_at_load or (own_noise > 0 and near <= own_noise))
                  and not (m.nan_mismatch or m.inf_mismatch))
         retyped = _same_values_retyped(m)
+        within = as_list == "within_tolerance" if as_list is not None else m.within(atol, rtol)
         if m.identical or retyped:
             status = "identical"
-        elif noisy or m.within(atol, rtol):
+        elif noisy or within:
             status = "within_tolerance"
         else:
             status = "beyond"
         reason = ("its value is drawn anew at every load of the model" if noisy and drawn_at_load
                   else "within the run-to-run noise of the sides" if noisy
                   else f"the same values, as {m.dtype_a} in A and {m.dtype_b} in B" if retyped else "")
-        candidate = NodeResult(op, status, pair.a, m, within_noise=noisy, reason=reason)
+        if listed is not None and listed.matched is not None:  # its metrics are its matched rows'
+            candidate = NodeResult(op, status, pair.a, listed.matched, within_noise=noisy, reason=reason,
+                                   detection_list=listed, index_metrics=m,
+                                   matched_within=listed.matched.within(atol, rtol))
+        else:
+            candidate = NodeResult(op, status, pair.a, m, within_noise=noisy, reason=reason, detection_list=listed)
         if worst is None or _severity(candidate) > _severity(worst):
             worst = candidate
     assert worst is not None

@@ -31,8 +31,8 @@ from .divergence import Divergence, NodeResult, Tolerance, classify
 from ..errors import EXIT_OK, TftraceError
 from ..diff.records import GraphDiff
 from ..diff.rewrites import diff_graphs
-from .detection_lists import measure_detection_lists
-from .detections import detection_verdicts, detections_of
+from .detection_lists import DetectionList, measure_detection_lists
+from .detections import detection_verdicts, detections_net_of_noise, detections_of
 from .isolate import IsolationResult, isolate_origins, load_state_variables, weights_set_at_load
 from .replay_choice import first_unshared_norm, to_isolate
 from ..metrics import TensorMetrics
@@ -76,8 +76,8 @@ class Comparison:
     examples_digests: dict[str, str | None] = field(default_factory=dict)
     # report.json's "detections": each group of detector outputs matched by class and IoU (detections.py)
     detections: list[dict[str, Any]] = field(default_factory=list)
-    # A's op -> its detection list measured between matched detections (detection_lists.py)
-    detection_lists: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # A's tensor -> the detection list it holds, measured between matched detections (detection_lists.py)
+    detection_lists: dict[str, DetectionList] = field(default_factory=dict)
     # --intermediates-decide: an op beyond tolerance anywhere makes the verdict, even when the outputs agree
     intermediates_decide: bool = False
     noise_outputs: dict[str, OutputNoise] = field(default_factory=dict)  # A's key -> over every pair of runs
@@ -130,7 +130,7 @@ class Comparison:
             closest = min(m.max_abs, over.cross_closest) if over else m.max_abs  # see tracer.comparison.noise
             found[key] = ("identical" if identical else "within_tolerance" if within and not nonfinite
                           else "within_noise" if closest <= noise and not nonfinite else "diverged")
-        found.update(_detections_net_of_noise(detection_verdicts(self.detections), found, self.detections))
+        found.update(detections_net_of_noise(detection_verdicts(self.detections), found, self.detections))
         return found
 
     def __bool__(self) -> bool:
@@ -143,27 +143,6 @@ class Comparison:
             tb = self.view_b.graph.outputs.get(key, "")
             out[key] = (ta, tb, self.metrics.get(ta))
         return out
-
-
-def _detections_net_of_noise(as_detections: dict[str, str], as_arrays: dict[str, str],
-                             groups: list[dict[str, Any]]) -> dict[str, str]:
-    """A detector's outputs are judged as detections (matched by class and IoU), except where the
-    sides' own runs move them: a group that diverges as detections while each of its outputs, taken
-    array by array over every pair of runs, is no further from the other side than a side is from
-    itself (``within_noise`` at worst, and some output moved by itself) is within the noise — its
-    detections change between two runs of one side as much as between A and B. Measured only where
-    the noise was (``as_arrays`` then holds ``within_noise``); otherwise the detections decide."""
-    judged = dict(as_detections)
-    for group in groups:
-        keys = [k for k in (group.get("keys") or {}).values() if k in as_detections]
-        if not keys or as_detections[keys[0]] != "diverged":
-            continue
-        arrays = [as_arrays.get(k) for k in keys]
-        if "within_noise" in arrays and all(v in ("identical", "within_tolerance", "within_noise") for v in arrays):
-            measured = [k for k, w in (group.get("per_detection_max_abs") or {}).items() if w is not None]
-            for key in [*keys, *measured]:
-                judged[key] = "within_noise"
-    return judged
 
 
 def open_or_capture(
@@ -304,9 +283,13 @@ def _compare(
         alignment = align(view_a, view_b, diff)
         tolerance = tolerance or Tolerance()
         metrics = pair_metrics(cap_a, cap_b, alignment, tolerance)
+        # a detector's outputs matched as detections, and the tensors inside that hold the same lists, which
+        # the ops are judged by (their status, whether one is the first divergence) before anything is replayed
+        groups = detections_of(view_a, view_b, tolerance, signature_map or {}, detections)
+        lists = measure_detection_lists(view_a, view_b, alignment, tolerance, groups, signature_map or {}, detections)
     judged = _Judging(targets={"a": a, "b": b}, captures={"a": cap_a, "b": cap_b}, views=(view_a, view_b),
                       alignment=alignment, metrics=metrics, tolerance=tolerance, out=out, console=console,
-                      signature_map=signature_map or {}, permits=permits)
+                      signature_map=signature_map or {}, permits=permits, lists=lists)
     divergence, isolation, noise = judged.run(repeat, isolate)
     _drop_load_state(diff, alignment, judged.loaded)
     # An origin where the difference is born (its own kernel, its weights) outranks one that only inherited.
@@ -320,9 +303,7 @@ def _compare(
                             noise_outputs=noise.outputs, noise_not_measured=noise.not_measured,
                             plain_outputs=plain_output_metrics(view_a, view_b, metrics, tolerance, signature_map or {}),
                             examples_digests={"a": examples_digest(view_a), "b": examples_digest(view_b)},
-                            detections=detections_of(view_a, view_b, tolerance, signature_map or {}, detections))
-    comparison.detection_lists = measure_detection_lists(view_a, view_b, alignment, tolerance, comparison.detections,
-                                                         signature_map or {}, detections)
+                            detections=groups, detection_lists=lists)
     if not keep_captures and made_here.is_dir():
         shutil.rmtree(made_here)  # before the report: a report.json present means the directory is as it stays
     return comparison
@@ -378,6 +359,7 @@ class _Judging:
     console: Console
     signature_map: dict[str, str]
     permits: dict[str, bool]
+    lists: dict[str, DetectionList] = field(default_factory=dict)  # judged between matched detections
     noise: Noise = field(default_factory=Noise)
     loaded: set[str] = field(default_factory=set)  # variables whose value is set anew at each load
 
@@ -415,7 +397,7 @@ class _Judging:
     def _classify(self, drawn_at_load: frozenset[str] | set[str] = frozenset()) -> Divergence:
         self.noise.judge_pairs(self.alignment, self.metrics, self.tolerance)
         return classify(self.views[0].graph, self.alignment, self.metrics, self.tolerance, self.noise.per_tensor,
-                        self.noise.closest, drawn_at_load)
+                        self.noise.closest, drawn_at_load, self.lists)
 
     def _classify_and_isolate(self, isolate: int, drawn_at_load: frozenset[str] | set[str] = frozenset()
                               ) -> tuple[Divergence, dict[str, IsolationResult]]:

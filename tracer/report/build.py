@@ -103,8 +103,28 @@ def _origin(result: NodeResult, comparison: Comparison, rank: int | None = None)
         "rewrite": (node.rewrite if node else None) or _rewrite_replayed_with(iso),
         "isolation": iso.to_json() if iso else None,
     }
+    out.update(_detection_list_fields(result, comparison))
     if rank is not None:
         out["rank"] = rank
+    return out
+
+
+def _detection_list_fields(result: NodeResult, comparison: Comparison) -> dict[str, Any]:
+    """For an op whose tensor holds a detector's lists of detections: ``detection_list`` (how it was
+    measured: between matched detections, the entry's metrics then being its matched rows') and
+    ``index_by_index`` (row k of A against row k of B, whether or not they are the same detection:
+    kept, named as such, never the entry's metric). Nothing for any other op."""
+    listed = result.detection_list
+    if listed is None:
+        return {}
+    out: dict[str, Any] = {"detection_list": {**listed.to_json(), "matched_within_tolerance": result.matched_within}}
+    m = result.index_metrics
+    if m is not None:
+        out["index_by_index"] = {
+            "identical": m.identical, "max_abs": m.max_abs, "max_rel": m.max_rel, "rel_l2": float_only(m, "rel_l2"),
+            "rel_to_peak": rel_to_peak(comparison.view_a, result.tensor, m), "mismatch_count": m.mismatch_count,
+            "within_tolerance": m.within(*comparison.tolerance.for_tensor(result.tensor or "")),
+        }
     return out
 
 
@@ -163,6 +183,7 @@ def _node(result: NodeResult, comparison: Comparison, index: int) -> dict[str, A
         if not m.identical and pair and pair.b:
             # counted by the metrics scan, which already saw every |a-b|: no tensor is read again
             out["diff_histogram"] = m.diff_histogram()
+    out.update(_detection_list_fields(result, comparison))
     return out
 
 
@@ -250,7 +271,7 @@ def build_report(comparison: Comparison) -> dict[str, Any]:
         "verdict_outputs": comparison.outputs_verdict,  # the plain runs' outputs
         "verdict_decided_by": comparison.decided_by,  # "outputs" | "outputs_and_intermediates"
         # intermediates beyond tolerance: from where, and the op by which they heal (None: none are)
-        "intermediates": div.intermediates(view_a.graph, comparison.detection_lists),
+        "intermediates": div.intermediates(view_a.graph),
         "tolerance": comparison.tolerance.to_json(),
         "sides": {key: _side(view, comparison.kept_captures[key], comparison.examples_digests.get(key))
                   for key, view in (("a", view_a), ("b", view_b))},

@@ -14,7 +14,7 @@ from ..comparison.statuses import verdict_label
 from .numbers import fmt
 
 __all__ = ["detection_groups", "detection_headline", "detection_outputs", "image_header", "image_rows",
-           "change_text", "changed_images"]
+           "change_text", "changed_images", "changes_text", "list_note", "index_by_index"]
 
 BOX_WORDS = {"yxyx": "[ymin, xmin, ymax, xmax]", "xyxy": "[xmin, ymin, xmax, ymax]", "xywh": "[x, y, width, height]",
              "center_xywh": "[x centre, y centre, width, height]", "center_yxhw": "[y centre, x centre, height, width]"}
@@ -121,3 +121,35 @@ def change_text(change: dict[str, Any]) -> str:
     if kind == "appeared":
         return f"{where}: appeared in B: {_one(b)}"
     return f"{where}: {kind}"
+
+
+def changes_text(n: Any) -> str:
+    """``"2 detections appeared, disappeared or changed class"``; empty for none (or no count)."""
+    if not isinstance(n, int) or isinstance(n, bool) or n <= 0:
+        return ""
+    return f"{n} detection{'s' if n != 1 else ''} appeared, disappeared or changed class"
+
+
+def index_by_index(entry: dict[str, Any]) -> dict[str, Any] | None:
+    """A node's or origin's ``index_by_index`` figures (an op holding detection lists), or None."""
+    found = entry.get("index_by_index")
+    return found if isinstance(found, dict) else None
+
+
+def list_note(entry: dict[str, Any]) -> str:
+    """What follows the figures of an op whose tensor holds detection lists: that they are between
+    matched detections, what changed, and the index-by-index largest difference, named as such.
+    ``", between matched detections; read index by index (row k of A against row k of B), up to 0.359"``;
+    empty for any other op."""
+    listed = entry.get("detection_list")
+    if not isinstance(listed, dict) or listed.get("measured") != "matched_detections":
+        return ""
+    text = ", between matched detections"
+    changed = changes_text(listed.get("changes"))
+    if changed:
+        text += f" ({changed})"
+    index = index_by_index(entry) or {}
+    if isinstance(index.get("max_abs"), (int, float)) and not isinstance(index.get("max_abs"), bool):
+        text += f"; read index by index (row k of A against row k of B), up to {fmt(index['max_abs'])}"
+    return text
+

@@ -27,7 +27,7 @@ import shlex
 from typing import Any
 
 from ..comparison.statuses import verdict_label
-from .detections_view import detection_groups, detection_outputs
+from .detections_view import changes_text, detection_groups, detection_outputs
 from ..text import count
 from .numbers import fmt
 
@@ -296,9 +296,9 @@ def _detection_lists(lists: dict[str, Any] | None, count: Any) -> str:
     if isinstance(matched, (int, float)):
         said = [f"at `{lists['matched_max_abs_at']}`" if lists.get("matched_max_abs_at") else "",
                 {True: "within tolerance", False: "beyond tolerance"}.get(lists.get("matched_within_tolerance"), "")]
-        said = [w for w in said if w]
+        said_text = "; ".join(w for w in (", ".join(w for w in said if w), changes_text(lists.get("changes"))) if w)
         text += (f", which differ by up to {fmt(matched)} between matched detections"
-                 + (f" ({', '.join(said)})" if said else ""))
+                 + (f" ({said_text})" if said_text else ""))
     else:
         text += ", not measured between matched detections"
     index = lists.get("index_max_abs")

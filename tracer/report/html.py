@@ -27,7 +27,8 @@ from ..comparison.statuses import ISOLATION, STATUS_LABELS, STATUSES, isolation_
 from ..optypes import loop_result
 from .headline import headline_texts
 from .dot import PROPAGATED_SHADES, STYLES, OpIndex, legend
-from .detections_view import change_text, detection_groups, detection_headline, image_header, image_rows
+from .detections_view import (change_text, detection_groups, detection_headline, image_header, image_rows,
+                              index_by_index)
 from .numbers import cost_cell, fmt
 from .plots import error_growth_svg, histogram_svg
 from .summary import (
@@ -155,12 +156,20 @@ def _origin_card(title: str, origin: Any, index: OpIndex) -> dict[str, Any] | No
         "title": title, "name": name, "idx": idx, "op": origin.get("op") or node.get("op"),
         "level": origin.get("level"), "rewrite": origin.get("rewrite") or node.get("rewrite"),
         "metrics": [("max abs", fmt(origin.get("max_abs"))), ("max rel", fmt(origin.get("max_rel"))),
-                    ("rel to peak", fmt(_either(origin, node, "rel_to_peak"))), ("rel L2", fmt(_either(origin, node, "rel_l2")))],
+                    ("rel to peak", fmt(_either(origin, node, "rel_to_peak"))), ("rel L2", fmt(_either(origin, node, "rel_l2")))]
+                   + _index_figure(origin),
         "own": (isolation or {}).get("verdict"),
         "isolation": isolation_text(isolation, str(origin.get("op") or node.get("op") or "")),
         "command": (isolation or {}).get("command"),
         "histogram": Markup(histogram_svg(node.get("diff_histogram"))),
     }
+
+
+def _index_figure(origin: dict[str, Any]) -> list[tuple[str, str]]:
+    """An origin holding detection lists shows its figures between matched detections, then its
+    index-by-index largest difference, labelled as such."""
+    index = index_by_index(origin)
+    return [("max abs index by index", fmt(index.get("max_abs")))] if index else []
 
 
 def _first_positions(report: dict[str, Any], index: OpIndex) -> list[int]:

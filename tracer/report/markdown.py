@@ -16,7 +16,7 @@ from typing import Any
 
 from ..comparison.statuses import isolation_label, verdict_label
 from ..text import printable
-from .detections_view import change_text, detection_groups, detection_headline, image_header, image_rows
+from .detections_view import change_text, detection_groups, detection_headline, image_header, image_rows, list_note
 from .numbers import fmt
 from .headline import headline_texts, reproduce_command, reproduce_facts
 from .summary import (
@@ -122,7 +122,8 @@ def _origins(report: dict[str, Any], lim: _Limits) -> list[str]:
     for title, o in first_divergences(report):
         rewrite = f", rewritten at export ({md_text(o['rewrite'], 60)})" if o.get("rewrite") else ""
         out.append(f"- **{title}:** {md_code(o['node'], lim.cell)} ({md_text(o.get('op'), 60)}), max abs "
-                   f"{fmt(o.get('max_abs'))}, {relative_text(o)}{md_text(mismatch_note(o), 60)}{rewrite}; "
+                   f"{fmt(o.get('max_abs'))}, {relative_text(o)}{md_text(mismatch_note(o), 60)}"
+                   f"{md_text(list_note(o), 200)}{rewrite}; "
                    f"{md_text(isolation_text(o.get('isolation'), str(o.get('op') or '')), ISOLATION_CHARS)}")
     if not out:
         out.append("- Every captured op agrees; the plain runs' outputs do not (see Outputs)."

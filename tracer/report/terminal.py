@@ -15,7 +15,7 @@ from ..causes import why_shown
 from ..diff.records import GraphDiff, Rewrite
 from ..comparison.statuses import isolation_label, origin_isolation_words, verdict_label
 from ..text import printable, printable_tree, wrapped
-from .detections_view import change_text, detection_groups, detection_headline, image_header, image_rows
+from .detections_view import change_text, detection_groups, detection_headline, image_header, image_rows, list_note
 from .numbers import figure, per_key
 from .headline import command_words, headline_texts, reproduce_command, reproduce_facts
 from .summary import (side_text, first_divergences, mismatch_note, noise_lines, nonfinite_context, not_captured_text,
@@ -307,7 +307,7 @@ def print_comparison(console: Console, report: dict, out_dir: object = None) -> 
             if iso.get("verdict") == "not_replayed" and iso.get("detail") and not iso.get("load_state"):
                 verdict_iso += f" ({iso['detail']})"
             say(console, f"{title}: {origin['node']} ({origin['op']}), max abs {figure(origin['max_abs'])}, "
-                          f"{relative_text(origin)}{mismatch_note(origin)} — {verdict_iso}")
+                          f"{relative_text(origin)}{mismatch_note(origin)}{list_note(origin)} — {verdict_iso}")
     origins = report.get("origins") or []
     if origins:
         _print_origins(console, origins[:8])
