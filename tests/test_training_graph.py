@@ -159,25 +159,31 @@ def dense_trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_fixture("tf1_dense_bn.py", tmp_path_factory.mktemp("dense_bn"))
 
 
+@pytest.mark.parametrize(("folder", "norm", "words"), [
+    ("ckpt", "bn1/FusedBatchNormV3", "both sides' graphs are training graphs: their batch norms (`bn1/FusedBatchNormV3`)"),
+    ("ckpt_moments", "bn1/moments/SquaredDifference",
+     "both sides' graphs take statistics over the batch, as a batch norm in training mode does"),
+])
 def test_a_training_batch_norm_after_the_first_divergence_is_still_named_and_weighed(
-        dense_trained: Path, tmp_path: Path) -> None:
+        dense_trained: Path, tmp_path: Path, folder: str, norm: str, words: str) -> None:
     """On the H200 a training checkpoint at batch 1 vs 8 differed first at its conv (another cuDNN
     algorithm per process), so the batch norm after it was no origin, and the causes were autotuning,
     atomics and the batch, 1e-3 each, for outputs 0.088 apart: the training graph went unnamed. Here
     the dense layer's MatMul differs at batch 1 vs 4 (Eigen's GEMV against its GEMM, 4.8e-7: beyond
     a zero tolerance), and the batch norm after it is replayed too: it is the cause, weighed by its
-    replay on identical rows."""
-    ckpt = str(dense_trained / "ckpt")
+    replay on identical rows. Written by hand (tf.nn.moments over the batch axis), the op replayed is
+    the first compared one computed from the batch's mean, which its replay recomputes."""
+    ckpt = str(dense_trained / folder)
     report, _ = _compare(tmp_path / "out", ckpt, ckpt, "--outputs", "probs:0", "--input-names", "features:0",
                          "--a-batch-size", "1", "--b-batch-size", "4", "--atol", "0", "--rtol", "0")
     first = report["first_divergence"]
     assert (first["node"], first["isolation"]["verdict"]) == ("fc1/MatMul", "own_error")
-    norm = report["nodes"]["bn1/FusedBatchNormV3"]
-    assert norm["status"] == "propagated" and norm["isolation"]["verdict"] == "batch_statistics"
-    assert "bn1/FusedBatchNormV3" not in [o["node"] for o in report["origins"]]  # its inputs differ: no origin
+    node = report["nodes"][norm]
+    assert node["status"] == "propagated" and node["isolation"]["verdict"] == "batch_statistics"
+    assert norm not in [o["node"] for o in report["origins"]]  # its inputs differ: no origin
     answers = report["answers"]
     assert answers["causes"] == ["training_graph", "batch"]
-    assert answers["shares"][0]["max_abs"] == norm["isolation"]["max_abs"] > 1.0
-    assert answers["shares"][0]["measured"] == "at `bn1/FusedBatchNormV3`, replayed alone on identical inputs"
-    assert "both sides' graphs are training graphs: their batch norms (`bn1/FusedBatchNormV3`)" in answers["why"][0]
+    assert answers["shares"][0]["max_abs"] == node["isolation"]["max_abs"] > 1.0
+    assert answers["shares"][0]["measured"] == f"at `{norm}`, replayed alone on identical inputs"
+    assert words in answers["why"][0]
     assert "the sides run different batch sizes, so the outputs differ" in answers["why"][0]
