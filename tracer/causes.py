@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from .cause_catalogue import CAUSES, KNOB_CAUSES, Cause
-from .cause_shares import ranked, share_words, shares
+from .cause_shares import NOISE_CAUSES, ranked, share_words, shares
 from .comparison.statuses import ISOLATION, isolation_clause
 from .diff.kinds import kind_of
 from .optypes import loop_result
@@ -407,7 +407,8 @@ def explain_comparison(report: dict[str, Any]) -> dict[str, Any]:
             f"({', '.join(kinds)}), e.g. `{rewritten[0]['node']}`"
             + replayed_rewrite(report, rewritten[0]) + "." + fused_resize(report)
         )
-    if not rewritten:  # rewrites that no origin sits in, where nothing inside shows where the outputs' gap starts
+    # rewrites no origin sits in, where nothing found inside (but run-to-run noise) shows where the outputs' gap starts
+    if not rewritten and set(found) <= set(NOISE_CAUSES):
         for cause, evidence in unlocated_rewrites(report).items():
             found.setdefault(cause, evidence)
     # an origin that reads the model's state, or normalises by its batch: the batch sizes matter through the
