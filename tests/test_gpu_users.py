@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from conftest import build_fixture, run_cli
+from conftest import build_fixture, require_packages, run_cli
 from test_gpu import _record, _tensorflow_sees_a_gpu
 
 pytestmark = [
@@ -91,3 +91,42 @@ def test_inference_export_at_batch_1_vs_8_with_determinism_is_never_the_training
     first = report["first_divergence"]
     assert first["op"] in ("Conv2D", "MatMul") and causes[0] == "batch", (first, causes)
     assert first["isolation"]["verdict"] == "own_error"
+
+
+@pytest.fixture(scope="module")
+def slim_trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    require_packages("tf_slim", "tf_keras")
+    return build_fixture("slim_training.py", tmp_path_factory.mktemp("slim_training"))
+
+
+@pytest.mark.parametrize("net", ["fused", "unfused"])
+def test_slim_training_checkpoint_at_batch_1_vs_8_on_gpu_is_the_training_graph(
+        slim_trained: Path, tmp_path: Path, net: str) -> None:
+    """tf-slim's batch norm, fused or written with tf.nn.moments (``fused=False``), in a training
+    checkpoint: at batch 1 vs 8 on the GPU the convs before it may differ first; the batch norm is
+    replayed all the same, and the training graph weighs most."""
+    ckpt = str(slim_trained / net / "ckpt")
+    code, report, _ = _compare(tmp_path / "r", ckpt, ckpt, "--outputs", "predictions/Reshape_1",
+                               "--input-names", "images", "--a-batch-size", "1", "--b-batch-size", "8")
+    batch_statistics = sorted(n for n, node in report["nodes"].items()
+                              if ((node or {}).get("isolation") or {}).get("verdict") == "batch_statistics")
+    _record(f"gpu_users_slim_{net}_batch_1_vs_8", **_summary(report), batch_statistics=batch_statistics,
+            shares=report["answers"].get("shares"))
+    assert code == 1 and batch_statistics
+    assert report["answers"]["causes"][0] == "training_graph"
+
+
+def test_an_export_with_float16_heads_on_gpu_is_mixed_precision(tmp_path_factory: pytest.TempPathFactory,
+                                                                  tmp_path: Path) -> None:
+    """Run n (2026-12-04): the detector against its export whose heads compute in float16 was put
+    on autotuning, atomics and the observer effect, never on its two cast_inserted rewrites, while
+    the plain outputs differed beyond their run-to-run noise in every pair of runs."""
+    models = build_fixture("nms_fp16_detector.py", tmp_path_factory.mktemp("nms_fp16"))
+    code, report, _ = _compare(tmp_path / "r", str(models / "cf2" / "savedmodel"),
+                               str(models / "cf2" / "savedmodel_fp16"), "--inputs", str(models / "images.npz"))
+    _record("gpu_users_fp16_heads", **_summary(report), shares=report["answers"].get("shares"))
+    assert "cast_inserted" in {r["kind"] for r in report["rewrites"]}
+    if report["verdict"] != "diverged":
+        assert code == 0
+        return  # the float16 heads changed nothing beyond the noise this time: nothing to attribute
+    assert report["answers"]["causes"][0] == "mixed_precision", report["answers"]["causes"]
