@@ -16,7 +16,7 @@ from .cause_shares import NOISE_CAUSES, ranked, share_words, shares
 from .comparison.statuses import ISOLATION, isolation_clause
 from .diff.kinds import kind_of
 from .optypes import loop_result
-from .text import count
+from .text import count, listed
 from .rewrite_evidence import fused_resize, replayed_rewrite, unlocated_rewrites
 from .training import training_graph
 
@@ -75,8 +75,7 @@ def _state_caveat(report: dict[str, Any]) -> list[str]:
     if not observed:
         return []
     ops = observed[0].get("stateful_ops") or []
-    return [f"The model changes its own variables on every run ({', '.join(map(str, ops[:3]))}"
-            f"{f' and {len(ops) - 3} more' if len(ops) > 3 else ''}): the sides agree run for run from a fresh "
+    return [f"The model changes its own variables on every run ({listed(ops, 3)}): the sides agree run for run from a fresh "
             "load, but its results on the same inputs change from one run to the next."]
 
 
@@ -84,7 +83,7 @@ def _state_evidence(first: dict[str, Any], sides: tuple[dict[str, Any], dict[str
     """What an origin that reads the model's own state (isolation ``state``) shows: the variable's
     writers, and, when the sides batch differently, why their earlier runs differ."""
     writes = (first.get("isolation") or {}).get("writes") or []
-    written = f" (`{writes[0]}`{f' and {len(writes) - 1} more' if len(writes) > 1 else ''})" if writes else ""
+    written = f" ({listed(writes, 1, '`')})" if writes else ""
     a, b = (side.get("batch_size") for side in sides)
     runs = (f"; the sides run batch {a} vs {b}, so they had run the model a different number of times before the "
             "runs compared" if a != b else "; the sides' earlier runs left it different")
@@ -287,9 +286,7 @@ def _count(n: int, noun: str) -> str:
 
 def _named(names: list[str]) -> str:
     """The first few names in backticks, and how many more."""
-    if len(names) <= WEIGHTS_NAMED + 1:  # "and 1 more" would hide a name for no room saved
-        return ", ".join(f"`{n}`" for n in names)
-    return ", ".join(f"`{n}`" for n in names[:WEIGHTS_NAMED]) + f" and {len(names) - WEIGHTS_NAMED} more"
+    return listed(names, WEIGHTS_NAMED, "`")
 
 
 def _within_output_noise(report: dict[str, Any], observer: dict[str, Any]) -> bool:

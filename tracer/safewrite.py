@@ -30,6 +30,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from .errors import TftraceError
+from .text import listed
 
 try:
     import fcntl
@@ -269,7 +270,7 @@ def _owned_present(directory: Path, what: str) -> list[str]:
     if not (directory / OWNED).exists():
         foreign = sorted(n for n in present if n != LOCK)
     if foreign:
-        shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+        shown = listed(foreign, 5)
         raise TftraceError(
             f"--force would replace {directory}, but it holds files tftrace did not write there ({shown}); "
             f"--force deletes only what tftrace recorded writing in a {what} directory",

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import re
 import textwrap
+from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["printable", "printable_tree", "count", "wrapped"]
+__all__ = ["printable", "printable_tree", "count", "listed", "wrapped"]
 
 _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 _CONTROL_AND_LAYOUT = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
@@ -49,6 +50,16 @@ def printable_tree(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return type(value)(printable_tree(v) for v in value)
     return value
+
+
+def listed(names: Iterable[object], shown: int, quote: str = "") -> str:
+    """The first ``shown`` names, each in ``quote`` (a backtick in Markdown), then "and N more":
+    "`a`, `b` and 3 more". One more than ``shown`` is listed whole ("and 1 more" hides a name and
+    saves no room)."""
+    items = [f"{quote}{n}{quote}" for n in names]
+    if len(items) <= shown + 1:
+        return ", ".join(items)
+    return ", ".join(items[:shown]) + f" and {len(items) - shown:,} more"
 
 
 def count(n: int, noun: str, plural: str | None = None) -> str:

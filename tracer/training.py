@@ -35,6 +35,7 @@ from typing import Any
 
 from .opgraph import WHILE_FRAME_REASON, OpGraph, reachable, tensor_op
 from .optypes import PLACEHOLDER_OPS
+from .text import listed
 
 __all__ = ["normalises_by_batch", "batch_coupled", "coupled_in_report", "training_batch_norm", "training_graph",
            "unshared_norms"]
@@ -169,8 +170,7 @@ def _in_training(report: dict[str, Any], side: str) -> list[str]:
 
 
 def _named(names: list[str]) -> str:
-    shown = ", ".join(f"`{n}`" for n in names[:NAMED])
-    return shown + (f" and {len(names) - NAMED} more" if len(names) > NAMED else "")
+    return listed(names, NAMED, "`")
 
 
 def _updates(report: dict[str, Any], side: str) -> str:

@@ -18,6 +18,7 @@ from typing import Any
 from .._tf import tf
 from ..errors import TftraceError
 from .checkpoint_index import graphless_checkpoint
+from ..text import listed
 
 __all__ = ["CAPTURE_MANIFEST", "detect", "io_gfile", "refuse_graphless_local", "refuse_missing_local"]
 
@@ -114,10 +115,10 @@ def detect(path: str) -> tuple[str, str]:
     if len(metas) == 1:
         return "checkpoint", posixpath.join(path, metas[0][: -len(".meta")])
     if len(metas) > 1:
-        listed = ", ".join(metas[:10]) + (f" and {len(metas) - 10} more" if len(metas) > 10 else "")
+        shown = listed(metas, 10)
         newest = posixpath.join(path, metas[-1][: -len(".meta")])
         raise TftraceError(
-            f"{path} holds several checkpoints ({listed}) and no `checkpoint` file says which is current",
+            f"{path} holds several checkpoints ({shown}) and no `checkpoint` file says which is current",
             f"pass one checkpoint prefix (or its .meta file) instead of the directory, e.g. {newest}",
         )
     shown = ", ".join(entries[:12]) + (" …" if len(entries) > 12 else "") if entries else "nothing"

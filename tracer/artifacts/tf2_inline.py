@@ -18,6 +18,7 @@ from .records import Artifact, ArtifactRef, Signature, TensorSpec, signature_key
 from .tf2_functions import CapturedVariable, signature_function
 from ..errors import TftraceError
 from ..optypes import changes_state
+from ..text import listed
 
 __all__ = ["load_saved_model_v2"]
 
@@ -211,7 +212,7 @@ def _state_notes(written: list[str]) -> list[str]:
     run to run, as the served model's do, and why they stay variables."""
     if not written:
         return []
-    names = ", ".join(written[:3]) + (f" and {len(written) - 3} more" if len(written) > 3 else "")
+    names = listed(written, 3)
     return [f"the signature writes {len(written)} of its variables on every run ({names}): kept as variables, so "
             "each run reads what the runs before it left, as in the served model"]
 

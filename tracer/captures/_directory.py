@@ -22,6 +22,7 @@ from typing import Concatenate, ParamSpec, Protocol, TypeVar
 from ..errors import TftraceError
 from ..safewrite import refuse_link_dir
 from ._format import MANIFEST, RERUN, TENSORS
+from ..text import listed
 
 __all__ = ["LOCK", "prepare_directory", "acquire_lock", "release_lock", "lock_holder", "reports_full_disk"]
 
@@ -66,7 +67,7 @@ def _refuse_foreign(root: Path) -> None:
     with os.scandir(root) as entries:
         foreign = sorted(e.name for e in entries if not _is_capture_leftover(e))
     if foreign:
-        shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+        shown = listed(foreign, 5)
         raise TftraceError(
             f"{root} holds files that are not part of a capture ({shown}); "
             "--force only replaces capture directories and will not delete them",

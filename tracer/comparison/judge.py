@@ -50,7 +50,7 @@ from ..captures.reader import Capture
 from ..diff.kinds import kind_of
 from ..metrics import compare_arrays
 from .isolation_plan import PlannedOrigin
-from ..text import count
+from ..text import count, listed
 from ..opgraph import OpGraph, tensor_op
 from ..optypes import loop_result
 
@@ -246,7 +246,7 @@ def _unshared_batch(op: PlannedOrigin) -> str:
     op_type = op.a_op or op.b_op
     above = [name for name in op.batch_ops if name not in (op.node, tensor_op(op.b_tensor))]
     if above:  # tf.nn.moments' Mean over the batch axis, which the replay recomputes with the op
-        shown = ", ".join(f"`{name}`" for name in above[:2]) + (f" and {len(above) - 2} more" if len(above) > 2 else "")
+        shown = listed(above, 2, "`")
         what = (f"computed from statistics over the batch it runs in ({shown}: a reduction over the batch axis, "
                 "which its replay recomputes)")
         if len(op.batch_statistics) == 1:

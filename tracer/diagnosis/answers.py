@@ -16,7 +16,7 @@ from ..causes import CAUSES
 from ..comparison.statuses import isolation_clause
 from ..diff.kinds import kind_of
 from ..optypes import loop_result
-from ..text import count
+from ..text import count, listed
 from ..report.numbers import figure
 from .experiments import FACTORS
 from .noise import NOISE_FACTORS, effective, noise_finding
@@ -174,7 +174,7 @@ def _why(factor: str, exps: list[dict[str, Any]], noise: dict[str, Any] | None =
         return not_it + discrete
     a, b = (worst.get("a") or {}).get("describe", "A"), (worst.get("b") or {}).get("describe", "B")
     if worst.get("attribution") == "state":
-        ops = ", ".join(f"`{n}`" for n in worst.get("state_ops", [])[:3])
+        ops = listed(worst.get("state_ops", []), 3, "`")
         return (f"State: the graph changes its variables when it runs ({ops}), so the second run starts from "
                 f"another state and answers differently (by up to {_fmt(worst['max_abs_output_diff'])}). This is the "
                 "model's state, not kernel nondeterminism.")
@@ -186,7 +186,7 @@ def _why(factor: str, exps: list[dict[str, Any]], noise: dict[str, Any] | None =
         return (f"{_title(factor)}: {a} vs {b} {changes}; it starts at `{first.get('node')}` ({first.get('op')}). "
                 f"Cause: {CAUSES['training_graph'].title}: {worst.get('training_graph')}")
     if worst.get("attribution") == "random":
-        ops = ", ".join(f"`{n}`" for n in worst.get("state_ops", [])[:3])
+        ops = listed(worst.get("state_ops", []), 3, "`")
         return (f"Random ops: the graph draws random numbers ({ops}), so repeated runs differ by design "
                 f"(by up to {largest}).{_noise_apart(factor, noise)}")
     cause = CAUSES.get(FACTORS[factor].cause or "")

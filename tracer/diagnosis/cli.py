@@ -19,6 +19,7 @@ from ..comparison.statuses import isolation_label, verdict_label
 from ..console import terminal
 from ..errors import EXIT_DIVERGED, EXIT_OK
 from ..report.numbers import cost_cell, figure
+from ..text import listed
 
 __all__ = ["add_diagnose_parser", "diagnose_options", "run_diagnose_command", "print_diagnosis"]
 
@@ -106,7 +107,7 @@ def print_diagnosis(console: Console, doc: dict[str, Any], out_dir: Any) -> None
         if first and first.get("isolation"):
             where += f", {isolation_label(first['isolation'])}"
         if exp.get("attribution"):
-            where = f"{exp['attribution']}: " + ", ".join(exp.get("state_ops", [])[:2])
+            where = f"{exp['attribution']}: " + listed(exp.get("state_ops", []), 2)
         basis = exp.get("latency_basis", "per run")
         lat = exp.get("latency_ms") or {}
         verdict = str(exp["verdict"])
