@@ -42,6 +42,9 @@ from .workspace import Model, Workspace
 __all__ = ["after_import", "measure_capture", "bandwidths", "marginal", "tfdbg_dump_bytes"]
 
 CONTENDERS = ("capture", "tfdbg", "naive", "plain")
+PART_BYTES = 512 << 20  # capture_parts: a fetch cut into fed parts of at most this (bench.parts_bench)
+# the captures a bench can time: as typed, and with the fetch cut into parts (issue 29 item 2)
+CAPTURE_FLAGS: dict[str, tuple[str, ...]] = {"capture": (), "capture_parts": ("--max-memory", str(PART_BYTES))}
 PROBE_BYTES = 256 << 20  # the timed write and copy: long enough to get past write caches, short beside a round
 
 
@@ -91,11 +94,11 @@ def after_import(run: dict[str, Any]) -> float | None:
     return run["seconds"] - imported if isinstance(imported, (int, float)) else None
 
 
-def _capture(ckpt: Path, inputs: Path, out: Path, device: str | None = None) -> ChildRun:
+def _capture(ckpt: Path, inputs: Path, out: Path, device: str | None = None, extra: tuple[str, ...] = ()) -> ChildRun:
     """``tftrace capture`` as a user types it (``--device`` only when a device is asked for)."""
     flags = ["--device", device] if device else []
     return run_child([sys.executable, "-m", "tracer.cli", "capture", str(ckpt), "--inputs", str(inputs),
-                      "--out", str(out), "--force", *flags], env=child_env(device=device or "cpu"))
+                      "--out", str(out), "--force", *flags, *extra], env=child_env(device=device or "cpu"))
 
 
 def _capture_record(out: Path, run: ChildRun) -> dict[str, Any]:
@@ -103,7 +106,8 @@ def _capture_record(out: Path, run: ChildRun) -> dict[str, Any]:
     moment, as the peers' own clocks mark theirs; ``process_s`` adds the exit (TF's teardown)."""
     manifest = json.loads((out / "manifest.json").read_text())
     done = run.since_start((out / "manifest.json").stat().st_mtime)
-    return {"seconds": done, "process_s": run.wall_s, "disk": dir_bytes(out), "child_timings": manifest["timings"]}
+    return {"seconds": done, "process_s": run.wall_s, "disk": dir_bytes(out), "child_timings": manifest["timings"],
+            "fetch_parts": manifest.get("fetch_parts"), "run_peak_bytes": (manifest.get("memory") or {}).get("run_peak_bytes")}
 
 
 def _peer(mode: str, job: dict[str, Any], job_path: Path) -> ChildRun:
@@ -115,9 +119,9 @@ def _peer(mode: str, job: dict[str, Any], job_path: Path) -> ChildRun:
 def _run_one(name: str, model: Model, inputs: Path, work: Path, job: dict[str, Any],
              device: str | None) -> dict[str, Any]:
     """One contender's timed run and what it reports."""
-    if name == "capture":
-        out = work / "capture"
-        record = _capture_record(out, _capture(model.ckpt, inputs, out, device))
+    if name in CAPTURE_FLAGS:
+        out = work / name
+        record = _capture_record(out, _capture(model.ckpt, inputs, out, device, CAPTURE_FLAGS[name]))
         shutil.rmtree(out)
         return record
     if name == "tfdbg":
