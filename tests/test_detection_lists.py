@@ -219,7 +219,7 @@ def _classify(changes: int | None, atol: float = 1e-3) -> Divergence:
         nodes[op] = NodeAlignment(op, op, "name", ROLE_COMPARED, [TensorPair(f"{op}:0", f"{op}:0", "name", True)])
         metrics[f"{op}:0"] = compare_arrays(va, vb, rtols=(1e-5,))
     lists = {} if changes is None else {
-        f"{op}:0": DetectionList(f"{op}:0", "detection_boxes", rows.compare(1e-5), changes, ("detection_boxes",))
+        f"{op}:0": DetectionList(f"{op}:0", "detection_boxes", rows.compare(1e-5), changes)
         for op in ("stack", "boxes")}
     return classify(LIST_GRAPH, Alignment(nodes, []), metrics, Tolerance(atol=atol), lists=lists)
 
