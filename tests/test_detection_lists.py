@@ -309,3 +309,28 @@ def test_the_inside_line_names_the_detections_that_changed() -> None:
         "tolerance; all of them hold lists of detections, which differ by up to 0 between matched detections (at "
         "`nms`, within tolerance; 1 detection appeared, disappeared or changed class); read index by index, which "
         "pairs row k of A with row k of B whether or not they are the same detection, `nms` differs by up to 1).")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("flow", ["cf2", "cf1"])
+def test_a_list_origin_is_replayed_with_the_lists_born_beside_it(detector: Path, tmp_path: Path, flow: str) -> None:
+    """Every op before NMS within ``--atol 1e-3``, the boxes' stack held to 1e-6 (``--tol``): the stack is the
+    first divergence beyond tolerance, by its matched boxes (3.46e-05). Its replays fetch, in the same runs,
+    the scores', classes' and counts' stacks of the same loop, by which they are matched as detections
+    (tests/test_list_runs.py has replays that differ); here both sides' loops agree given A's inputs."""
+    stack = LISTS[flow][0]
+    _proc, report = _compare(detector, flow, tmp_path / "r", "--atol", "1e-3", "--tol", f"{stack}=1e-6,1e-5",
+                             "--isolate", "5", exit_code=0)
+    first = report["first_divergence_beyond_tolerance"]
+    assert (first["node"], first["status"]) == (stack, "origin") and 3e-5 < first["max_abs"] < 4e-5
+    assert first["isolation"]["verdict"] == "inherited" and first["isolation"]["max_abs"] == 0.0
+    [planned] = [o for o in json.loads((tmp_path / "r" / "work" / "isolation_index.json").read_text("utf-8"))["ops"]
+                 if o["node"] == stack]
+    born = {"cf2": [f"{NMS}TensorArrayV2Stack{s}/TensorListStack:0" for s in ("", "_1", "_2", "_3")],
+            "cf1": [f"{NMS}TensorArrayStack{s}/TensorArrayGatherV3:0" for s in ("", "_1", "_2", "_3")]}[flow]
+    roles = planned["detections"]["roles"]
+    assert {role: entry["a_tensor"] for role, entry in roles.items()} == dict(zip(("boxes", "scores", "classes",
+                                                                                  "count"), born))
+    assert roles["boxes"]["id"] == planned["id"]
+    for side in ("a", "b"):
+        assert all((tmp_path / "r" / "work" / f"isolation_{side}" / f"{e['id']}.npy").is_file() for e in roles.values())

@@ -11,17 +11,17 @@ equal score, and a row of padding. No TensorFlow.
 
 from __future__ import annotations
 
-from pathlib import Path
-from types import SimpleNamespace
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
-import pytest
 
 from tracer.comparison.align import ROLE_COMPARED, Alignment, CaptureView, NodeAlignment, TensorPair
 from tracer.comparison.detection_lists import DetectionList, measure_detection_lists
 from tracer.comparison.detections import recognise
 from tracer.comparison.divergence import Tolerance, classify
+from tracer.comparison.judge import judge
+from tracer.comparison.list_runs import companions
 from tracer.comparison.noise import Noise, side_noise
 from tracer.opgraph import OpGraph
 from tracer.report.headline import build_headline
@@ -152,3 +152,73 @@ def test_a_list_whose_detections_changed_between_runs_moved_by_its_index_by_inde
     side_noise("a", [A_1, Run(gone)], ALIGNMENT, noise, {}, Tolerance(), found)
     assert noise.per_tensor["boxes_list:0"] == 3.0 and noise.per_tensor["scores_list:0"] == 0.6240234375
     assert noise.per_tensor["count:0"] == 1.0
+
+
+# ---- an origin that holds lists, replayed alone --------------------------------------------------------------
+
+ROLES = {"boxes": "boxes_list:0", "scores": "scores_list:0", "classes": "classes_list:0", "count": "count:0"}
+
+
+def test_the_lists_born_with_a_list_origin_are_replayed_with_it_and_a_row_keeping_one_alone() -> None:
+    _metrics, found = a_vs_b()
+    for tensor in ROLES.values():
+        if tensor in found:
+            assert companions(GRAPH, found[tensor], found) == ROLES
+    # an Identity is fed A's rows in A's order on both sides: row k is one detection on both
+    assert companions(GRAPH, found["detection_boxes:0"], found) is None
+
+
+def _origin(inputs_identical: bool) -> Any:
+    from tracer.comparison.isolation_plan import PlannedOrigin  # noqa: PLC0415
+
+    roles = {role: {"id": i, "a_tensor": t, "b_tensor": t} for i, (role, t) in enumerate(ROLES.items())}
+    return PlannedOrigin.from_json(
+        {"id": 0, "node": "boxes_list", "a_tensor": "boxes_list:0", "b_tensor": "boxes_list:0", "a_op": "TensorListStack",
+         "b_op": "TensorListStack", "inputs_identical": inputs_identical,
+         "detections": {"output": "detection_boxes", "box_format": "yxyx", "iou_threshold": 0.5, "roles": roles}},
+        "the index")
+
+
+def _replays(values: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    return {role: values[tensor.split(":")[0]] for role, tensor in ROLES.items()}
+
+
+def test_replays_of_a_list_origin_that_list_the_same_detections_in_another_order_agree() -> None:
+    """Fed A's inputs, B's NMS lists the near-tied X and Y the other way round: the same detections, bit
+    for bit. Compared row k against row k (before) that was B's own error, "by up to 2"; as detections
+    the replays agree, and the difference at the list, its inputs having differed, is inherited."""
+    from conftest import Captured  # noqa: PLC0415
+
+    a, b = lists(X, Y_LOW), lists(Y_LOW, X)
+    roles = {role: (_replays(a)[role], _replays(b)[role]) for role in ROLES}
+    captured = Captured({t: a[t.split(":")[0]] for t in ROLES.values()})
+    result = judge(a["boxes_list"], b["boxes_list"], _origin(False), captured, None, roles)
+    assert (result.verdict, result.max_abs, result.max_rel, result.noise_max_abs) == ("inherited", 0.0, 0.0, 0.0)
+    assert result.detail == ("given A's inputs, B's kernel computes A's result bit for bit: the difference is "
+                             "inherited (compared as detections: the same detections, bit for bit, listed in "
+                             "another order)")
+    # the same replays from a plan of an older release, or where the lists could not be fetched: index by index
+    assert judge(a["boxes_list"], b["boxes_list"], _origin(False), captured).verdict == "own_error"
+
+
+def test_replays_of_a_list_origin_that_lose_a_detection_differ_between_matched_detections() -> None:
+    """B's NMS, fed A's inputs, drops Y (a score threshold its export raised): its own error, by what its
+    matched detection moved (nothing) and the detection that disappeared, not by Y's row read against
+    padding (0.624, index by index)."""
+    from conftest import Captured  # noqa: PLC0415
+
+    a, b = lists(X, Y_LOW), lists(X, (PAD, 0.0, 0))
+    b["count"] = np.array([1.0], F)
+    roles = {role: (_replays(a)[role], _replays(b)[role]) for role in ROLES}
+    captured = Captured({t: a[t.split(":")[0]] for t in ROLES.values()})
+    origin = _origin(True)
+    result = judge(a["scores_list"], b["scores_list"], replace(origin, a_tensor="scores_list:0",
+                                                                b_tensor="scores_list:0"), captured, None, roles)
+    assert (result.verdict, result.max_abs, result.noise_max_abs) == ("own_error", 0.0, 0.0)
+    assert result.detail == ("given identical inputs, B's while loop that filled its TensorList (replayed whole: a "
+                             "session cannot fetch the ops inside a loop) differs from A's by up to 0 (rel 0, rel L2 "
+                             "0) (compared as detections, between the detections the two runs matched; 1 detection "
+                             "appeared, disappeared or changed class)")
+    before = judge(a["scores_list"], b["scores_list"], replace(origin, a_tensor="scores_list:0",
+                                                                b_tensor="scores_list:0"), captured)
+    assert (before.verdict, before.max_abs) == ("own_error", 0.6240234375)

@@ -10,7 +10,9 @@ comparison:
   (:mod:`tracer.comparison.noise`). On the H200 the fp32 detector's lists came out in another order
   between two processes of one side (near-tied scores, autotuned convolutions): read index by index
   that was noise of 0.402 on A and 0.551 on B, which every list's difference was judged against and
-  the headline gave as the sides' noise, while its outputs matched as detections moved by 0.
+  the headline gave as the sides' noise, while its outputs matched as detections moved by 0;
+* the replays of an origin that holds lists (:func:`companions` plans what they fetch with it,
+  :func:`replayed_lists` matches them for :mod:`tracer.comparison.judge`).
 
 Each is matched by :func:`~tracer.comparison.detection_lists.match_lists` and judged by the one rule
 (:func:`~tracer.comparison.detections.detections_verdict`); :meth:`DetectionList.size` is the one
@@ -23,11 +25,12 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .detection_lists import DetectionList, match_lists, run_outputs
+from .detection_lists import ROW_KEEPING, DetectionList, list_tensors, match_lists, run_outputs
 from .detections import DetectionSpec
 from ..errors import TftraceError
+from ..opgraph import OpGraph, tensor_op
 
-__all__ = ["Naming", "lists_between"]
+__all__ = ["Naming", "lists_between", "companions", "replayed_lists"]
 
 
 @dataclass(frozen=True)
@@ -74,3 +77,67 @@ def lists_between(x: Any, y: Any, lists: Mapping[str, DetectionList], rtol: Call
             if measured is not None:
                 found[listed.tensor] = measured
     return found
+
+
+def companions(graph: OpGraph, listed: DetectionList, lists: Mapping[str, DetectionList]) -> dict[str, str] | None:
+    """Role -> A's tensor holding that role's list where the origin ``listed`` is born, for replaying it
+    with the origin and matching the replays as detections; None where its rows are not born there.
+
+    A list op that keeps its input's rows in place (:data:`ROW_KEEPING`: the outputs' Identities, a clip)
+    is replayed fed A's captured rows on both sides, in A's order: its row k is the same detection on
+    both, and index by index is between the same detections. The order is made where a list is born (the
+    NMS op, the stack after a per-image NMS loop): there the other roles' lists are born too, each the one
+    tensor of its role's lists that no row-keeping op makes (a role with none, or several, and the
+    origin's rows cannot be paired: None). The count, one number per image and so no list, is where the
+    walk up from its output through row-keeping ops ends; without one, a detection is a row of positive
+    score, as where a group has no count."""
+    spec = listed.spec
+    if spec is None or listed.matched is None or graph.op_type(tensor_op(listed.tensor)) in ROW_KEEPING:
+        return None
+    found: dict[str, str] = {}
+    for role, key in spec.keys.items():
+        output = graph.outputs.get(key)
+        if output is None:
+            return None
+        if role == "count":
+            count = _born_count(graph, output)
+            if count is not None:
+                found[role] = count
+            continue
+        born = [t for t in list_tensors(graph, output) if t in lists and graph.op_type(tensor_op(t)) not in ROW_KEEPING]
+        if len(born) != 1:
+            return None
+        found[role] = born[0]
+    return found if listed.tensor in found.values() else None
+
+
+def _born_count(graph: OpGraph, output: str) -> str | None:
+    """The tensor an output of one number per image copies through row-keeping ops of one input, or None."""
+    tensor = output
+    for _ in range(len(graph)):
+        op = tensor_op(tensor)
+        if op not in graph:
+            return None
+        if graph.op_type(op) not in ROW_KEEPING:
+            return tensor
+        inputs = graph.data_inputs(op)
+        if len(inputs) != 1:
+            return None
+        tensor = inputs[0]
+    return None
+
+
+def replayed_lists(detections: Mapping[str, Any], tensor: str, x: Mapping[str, Any], y: Mapping[str, Any]
+                   ) -> DetectionList | None:
+    """An origin's list ``tensor`` in two runs of it alone (A's and B's replays, or a side's capture and
+    its replay) between the detections those runs matched: ``x``, ``y``: role -> that run's list where
+    the origin is born (:func:`companions`), the origin's among them; ``detections``: the plan's record
+    of them (``output``, ``box_format``, ``iou_threshold``). None where they cannot be matched so."""
+    roles = tuple(r for r in ("boxes", "scores", "classes", "count") if r in x and r in y)
+    spec = DetectionSpec({role: role for role in roles}, "option", str(detections["box_format"]),
+                         iou_threshold=float(detections["iou_threshold"]))
+    matched = match_lists(spec, x, y)
+    own = next((role for role, r in detections["roles"].items() if r["a_tensor"] == tensor), None)
+    if matched is None or own is None or own not in x or own not in y:
+        return None
+    return matched.measure(tensor, str(detections["output"]), x[own], y[own], 0.0)

@@ -408,7 +408,8 @@ class _Judging:
             return found, {}
         claim(self.out, ["work"])
         return found, isolate_origins(top, self.alignment, *self.views, str(self.out / "work"), self.console,
-                                      allow_unsafe_ops=self.permits, repeat_noise=self.noise.known(self.alignment))
+                                      allow_unsafe_ops=self.permits, repeat_noise=self.noise.known(self.alignment),
+                                      lists=self.lists)
 
 
 def _drop_load_state(diff: GraphDiff, alignment: Alignment, loaded: set[str]) -> None:
