@@ -12,6 +12,7 @@ equal score, and a row of padding. No TensorFlow.
 from __future__ import annotations
 
 from dataclasses import replace
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -222,3 +223,39 @@ def test_replays_of_a_list_origin_that_lose_a_detection_differ_between_matched_d
     before = judge(a["scores_list"], b["scores_list"], replace(origin, a_tensor="scores_list:0",
                                                                 b_tensor="scores_list:0"), captured)
     assert (before.verdict, before.max_abs) == ("own_error", 0.6240234375)
+
+
+# ---- diagnose: the plain runs differ, walked op by op with fetch-alone replays -------------------------------
+
+
+def test_fetch_alone_replays_judge_the_lists_between_matched_detections(monkeypatch: Any, tmp_path: Any) -> None:
+    """Observed, the sides agree; their plain runs do not, and each tensor fetched alone on both sides shows
+    B's NMS listing X and Y the other way round: the same detections, bit for bit. The walk's first
+    divergence is the stack, as the compare would say it: bitwise only, by 0 between matched detections;
+    index by index (before) it was a first divergence beyond tolerance, "max abs 2"."""
+    from tracer.diagnosis import outcomes  # noqa: PLC0415
+    from tracer.diagnosis.replays import Replay  # noqa: PLC0415
+
+    metrics, found = a_vs_b()
+    plain_b = lists(Y_LOW, X)
+
+    def replay_alone(cap: Any, _source: Any, fetches: dict[str, str], *_args: Any, **_kwargs: Any) -> Replay:
+        values = A_1.values if cap is A_1 else {f"{op}:0": v for op, v in plain_b.items()}
+        return Replay([{name: values[name] for name in fetches}], 1)
+
+    monkeypatch.setattr(outcomes, "replay_alone", replay_alone)
+    for run in (A_1, B_1):
+        run.tensor_layout = {t: "rows" for t in run.values}
+        run.observer = SimpleNamespace(executed_nodes_plain={})
+    comparison = SimpleNamespace(alignment=ALIGNMENT, metrics=metrics, view_a=SimpleNamespace(graph=GRAPH),
+                                 detection_lists=found)
+    try:
+        first, converted = outcomes._unobserved(comparison, A_1, B_1, tmp_path, None, Tolerance(), False)
+    finally:
+        for run in (A_1, B_1):
+            run.tensor_layout = {}
+            del run.observer
+    assert converted == []
+    assert {k: v for k, v in first.items() if k != "isolation_detail"} == {
+        "node": "boxes_list", "op": "TensorListStack", "max_abs": 0.0, "max_rel": 0.0, "level": "bitwise",
+        "rewrite": None, "isolation": None, "observed": "fetch-alone replays"}

@@ -12,7 +12,8 @@ comparison:
   that was noise of 0.402 on A and 0.551 on B, which every list's difference was judged against and
   the headline gave as the sides' noise, while its outputs matched as detections moved by 0;
 * the replays of an origin that holds lists (:func:`companions` plans what they fetch with it,
-  :func:`replayed_lists` matches them for :mod:`tracer.comparison.judge`).
+  :func:`replayed_lists` matches them for :mod:`tracer.comparison.judge`), and diagnose's fetch-alone
+  replays of every tensor (:func:`lists_of_values`).
 
 Each is matched by :func:`~tracer.comparison.detection_lists.match_lists` and judged by the one rule
 (:func:`~tracer.comparison.detections.detections_verdict`); :meth:`DetectionList.size` is the one
@@ -30,7 +31,7 @@ from .detections import DetectionSpec
 from ..errors import TftraceError
 from ..opgraph import OpGraph, tensor_op
 
-__all__ = ["Naming", "lists_between", "companions", "replayed_lists"]
+__all__ = ["Naming", "lists_between", "lists_of_values", "companions", "replayed_lists"]
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,27 @@ def lists_between(x: Any, y: Any, lists: Mapping[str, DetectionList], rtol: Call
             measured = matched.measure(listed.tensor, listed.output, vx, vy, rtol(listed.tensor))
             if measured is not None:
                 found[listed.tensor] = measured
+    return found
+
+
+def lists_of_values(x: Mapping[str, Any], y: Mapping[str, Any], lists: Mapping[str, DetectionList],
+                    outputs: Mapping[str, str], rtol: Callable[[str], float]) -> dict[str, DetectionList]:
+    """The same for two runs given as values (``x``, ``y``: A's tensor name -> that run's value, B's
+    re-keyed by A's names; ``outputs``: A's signature key -> A's output tensor): diagnose's fetch-alone
+    replays, which hold the outputs among every other tensor."""
+    found: dict[str, DetectionList] = {}
+    for spec, members in _groups(lists):
+        tensors = {role: outputs.get(key) for role, key in spec.keys.items()}
+        matched = match_lists(spec, {role: x.get(t) for role, t in tensors.items() if t},
+                              {role: y.get(t) for role, t in tensors.items() if t})
+        if matched is None:
+            continue
+        for listed in members:
+            if listed.tensor in x and listed.tensor in y:
+                measured = matched.measure(listed.tensor, listed.output, x[listed.tensor], y[listed.tensor],
+                                           rtol(listed.tensor))
+                if measured is not None:
+                    found[listed.tensor] = measured
     return found
 
 
