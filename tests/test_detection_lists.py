@@ -334,3 +334,27 @@ def test_a_list_origin_is_replayed_with_the_lists_born_beside_it(detector: Path,
     assert roles["boxes"]["id"] == planned["id"]
     for side in ("a", "b"):
         assert all((tmp_path / "r" / "work" / f"isolation_{side}" / f"{e['id']}.npy").is_file() for e in roles.values())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("flow", ["cf2", "cf1"])
+def test_with_repeats_the_lists_are_held_against_noise_measured_as_they_are(detector: Path, tmp_path: Path,
+                                                                            flow: str) -> None:
+    """``--repeat 2`` on the CPU: each side repeats itself bit for bit, its lists included (measured between
+    the detections its two runs matched), and the answer is the one without repeats: the float16 head first,
+    the lists passing its difference on."""
+    _proc, report = _compare(detector, flow, tmp_path / "r", "--repeat", "2")
+    assert (report["verdict"], report["verdict_ops"], report["verdict_outputs"]) == ("diverged",) * 3
+    first = ("heads/einsum/Einsum", "origin")
+    assert (report["first_divergence"]["node"], report["first_divergence"]["status"]) == first
+    assert (report["first_divergence_beyond_tolerance"]["node"],
+            report["first_divergence_beyond_tolerance"]["status"]) == first
+    noise = report["noise"]
+    assert noise["processes"] == 2 and noise["repeats"] == 2
+    for side in ("a", "b"):
+        assert (noise[side]["max_abs"], noise[side]["tensors_that_moved"], noise[side]["repeats_itself"]) == (0.0, 0, True)
+    assert report["headline"][0]["key"] == "repeatable"
+    for name in LISTS[flow]:
+        node = report["nodes"][name]
+        assert (node["status"], node["detection_list"]["measured"]) == ("propagated", "matched_detections"), name
+    assert report["intermediates"]["detection_lists"]["ops"] == LISTS[flow]
