@@ -219,7 +219,7 @@ def _classify(changes: int | None, atol: float = 1e-3) -> Divergence:
         nodes[op] = NodeAlignment(op, op, "name", ROLE_COMPARED, [TensorPair(f"{op}:0", f"{op}:0", "name", True)])
         metrics[f"{op}:0"] = compare_arrays(va, vb, rtols=(1e-5,))
     lists = {} if changes is None else {
-        f"{op}:0": DetectionList(f"{op}:0", "detection_boxes", rows.compare(1e-5), changes, ("detection_boxes",))
+        f"{op}:0": DetectionList(f"{op}:0", "detection_boxes", rows.compare(1e-5), changes)
         for op in ("stack", "boxes")}
     return classify(LIST_GRAPH, Alignment(nodes, []), metrics, Tolerance(atol=atol), lists=lists)
 
@@ -309,3 +309,52 @@ def test_the_inside_line_names_the_detections_that_changed() -> None:
         "tolerance; all of them hold lists of detections, which differ by up to 0 between matched detections (at "
         "`nms`, within tolerance; 1 detection appeared, disappeared or changed class); read index by index, which "
         "pairs row k of A with row k of B whether or not they are the same detection, `nms` differs by up to 1).")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("flow", ["cf2", "cf1"])
+def test_a_list_origin_is_replayed_with_the_lists_born_beside_it(detector: Path, tmp_path: Path, flow: str) -> None:
+    """Every op before NMS within ``--atol 1e-3``, the boxes' stack held to 1e-6 (``--tol``): the stack is the
+    first divergence beyond tolerance, by its matched boxes (3.46e-05). Its replays fetch, in the same runs,
+    the scores', classes' and counts' stacks of the same loop, by which they are matched as detections
+    (tests/test_list_runs.py has replays that differ); here both sides' loops agree given A's inputs."""
+    stack = LISTS[flow][0]
+    _proc, report = _compare(detector, flow, tmp_path / "r", "--atol", "1e-3", "--tol", f"{stack}=1e-6,1e-5",
+                             "--isolate", "5", exit_code=0)
+    first = report["first_divergence_beyond_tolerance"]
+    assert (first["node"], first["status"]) == (stack, "origin") and 3e-5 < first["max_abs"] < 4e-5
+    assert first["isolation"]["verdict"] == "inherited" and first["isolation"]["max_abs"] == 0.0
+    [planned] = [o for o in json.loads((tmp_path / "r" / "work" / "isolation_index.json").read_text("utf-8"))["ops"]
+                 if o["node"] == stack]
+    born = {"cf2": [f"{NMS}TensorArrayV2Stack{s}/TensorListStack:0" for s in ("", "_1", "_2", "_3")],
+            "cf1": [f"{NMS}TensorArrayStack{s}/TensorArrayGatherV3:0" for s in ("", "_1", "_2", "_3")]}[flow]
+    roles = planned["detections"]["roles"]
+    assert {role: entry["a_tensor"] for role, entry in roles.items()} == dict(zip(("boxes", "scores", "classes",
+                                                                                  "count"), born))
+    assert roles["boxes"]["id"] == planned["id"]
+    for side in ("a", "b"):
+        assert all((tmp_path / "r" / "work" / f"isolation_{side}" / f"{e['id']}.npy").is_file() for e in roles.values())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("flow", ["cf2", "cf1"])
+def test_with_repeats_the_lists_are_held_against_noise_measured_as_they_are(detector: Path, tmp_path: Path,
+                                                                            flow: str) -> None:
+    """``--repeat 2`` on the CPU: each side repeats itself bit for bit, its lists included (measured between
+    the detections its two runs matched), and the answer is the one without repeats: the float16 head first,
+    the lists passing its difference on."""
+    _proc, report = _compare(detector, flow, tmp_path / "r", "--repeat", "2")
+    assert (report["verdict"], report["verdict_ops"], report["verdict_outputs"]) == ("diverged",) * 3
+    first = ("heads/einsum/Einsum", "origin")
+    assert (report["first_divergence"]["node"], report["first_divergence"]["status"]) == first
+    assert (report["first_divergence_beyond_tolerance"]["node"],
+            report["first_divergence_beyond_tolerance"]["status"]) == first
+    noise = report["noise"]
+    assert noise["processes"] == 2 and noise["repeats"] == 2
+    for side in ("a", "b"):
+        assert (noise[side]["max_abs"], noise[side]["tensors_that_moved"], noise[side]["repeats_itself"]) == (0.0, 0, True)
+    assert report["headline"][0]["key"] == "repeatable"
+    for name in LISTS[flow]:
+        node = report["nodes"][name]
+        assert (node["status"], node["detection_list"]["measured"]) == ("propagated", "matched_detections"), name
+    assert report["intermediates"]["detection_lists"]["ops"] == LISTS[flow]

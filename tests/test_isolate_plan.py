@@ -365,7 +365,10 @@ ENTRY = {"id": 3, "node": "conv", "a_tensor": "conv:0", "b_tensor": "conv_1:0", 
          "per_process": ["b"], "repeat_noise": "inf", "same_op_same_settings": False, "loop": None,
          "rewritten": [{"op": "conv", "kind": "cast_inserted"}],
          "group": {"kind": "batchnorm_folded", "a_members": ["bn"], "a_inputs": ["x:0"], "b_inputs": ["x:0"]},
-         "batch_statistics": ["a"], "batched_alike": False}
+         "batch_statistics": ["a"], "batched_alike": False,
+         "detections": {"output": "detection_boxes", "box_format": "yxyx", "iou_threshold": 0.5,
+                        "roles": {"boxes": {"id": 3, "a_tensor": "conv:0", "b_tensor": "conv_1:0"},
+                                  "scores": {"id": 4, "a_tensor": "scores:0", "b_tensor": "scores:0"}}}}
 
 
 def test_a_planned_origin_reads_back_as_written() -> None:
@@ -373,6 +376,7 @@ def test_a_planned_origin_reads_back_as_written() -> None:
     assert planned.repeat_noise == float("inf") and planned.per_process == ("b",)
     assert planned.executed == {"a": ["_FusedConv2D"], "b": None} and planned.group["a_members"] == ["bn"]
     assert (planned.batch_statistics, planned.batched_alike) == (("a",), False)
+    assert planned.detections["roles"]["scores"] == {"id": 4, "a_tensor": "scores:0", "b_tensor": "scores:0"}
     assert PlannedOrigin.from_json(planned.to_json(), "again") == planned
 
 
@@ -380,7 +384,7 @@ def test_an_index_from_an_older_report_is_judged_with_the_defaults_it_was_judged
     old = {k: ENTRY[k] for k in ("id", "node", "a_tensor", "b_tensor", "b_op", "same_settings")}
     planned = PlannedOrigin.from_json(old, "the index")
     assert (planned.a_op, planned.repeat_noise, planned.writes, planned.group) == (None, None, (), None)
-    assert (planned.batch_statistics, planned.batched_alike) == ((), None)
+    assert (planned.batch_statistics, planned.batched_alike, planned.detections) == ((), None, None)
     assert planned.alike_but_build is True  # same_settings stands for the build-blind setting it predates
 
 
@@ -391,6 +395,9 @@ def test_an_index_from_an_older_report_is_judged_with_the_defaults_it_was_judged
     ("group", {"kind": "fused", "a_members": []}, "the index, op 0's 'group' is not a rewrite group"),
     ("repeat_noise", "lots", "the index, op 0's 'repeat_noise' is not a number: 'lots'"),
     ("batch_statistics", "a", "the index, op 0's 'batch_statistics' is not a list of strings: 'a'"),
+    ("detections", {"output": "detection_boxes", "box_format": "yxyx", "iou_threshold": 0.5,
+                    "roles": {"boxes": {"id": "3", "a_tensor": "conv:0", "b_tensor": "conv_1:0"}}},
+     "the index, op 0's 'detections' is not lists of detections"),
 ])
 def test_a_tampered_index_is_refused_naming_the_field(field: str, value: Any, says: str) -> None:
     with pytest.raises(TftraceError) as caught:

@@ -3,7 +3,9 @@
 A TF1 session can be fed any intermediate tensor, so "run this op alone on identical inputs"
 is: feed the op's inputs (the nearest captured tensors above it) with A's captured values and
 fetch its output. Rows are fed in this side's own batches, so a batch-size comparison replays
-the same example at the batch size the side really ran with.
+the same example at the batch size the side really ran with. An op may name tensors to fetch
+``with`` it in the same runs (the other lists a detector's NMS makes beside it, which its rows are
+matched by: :mod:`tracer.comparison.list_runs`); each is recorded under its own id.
 
 Replaying part of a graph runs it in a way the model never ran, and TensorFlow may refuse
 (a kernel error, a fed value it will not take): that op gets a failure record with
@@ -55,17 +57,20 @@ def run_isolation(job: dict[str, Any]) -> dict[str, float]:
     came_up = load_report((began, time.perf_counter()))
     try:
         for index, op in enumerate(job["ops"]):
+            fetches = [op, *op.get("with", [])]  # fetched in one run: the lists of one NMS, matched afterwards
             try:
-                result = _replay(runtime, source, layout, op, runs, count)
+                results = _replay(runtime, source, layout, op, runs, count)
             except NotReplayed as exc:  # this op's answer is "could not be replayed"; the others still run
-                record_failure(job["out_dir"], op["id"], exc.reason)
+                for fetched in fetches:
+                    record_failure(job["out_dir"], fetched["id"], exc.reason)
                 emit("progress", done=index + 1, total=len(job["ops"]), bytes=0)
                 continue
-            # the job may come from a received report: a plain integer name, never through a planted link
-            buffer = io.BytesIO()
-            np.save(buffer, result)
-            record_value(job["out_dir"], op["id"], buffer.getvalue())
-            emit("progress", done=index + 1, total=len(job["ops"]), bytes=int(result.nbytes))
+            for fetched, result in zip(fetches, results):
+                # the job may come from a received report: a plain integer name, never through a planted link
+                buffer = io.BytesIO()
+                np.save(buffer, result)
+                record_value(job["out_dir"], fetched["id"], buffer.getvalue())
+            emit("progress", done=index + 1, total=len(job["ops"]), bytes=int(sum(r.nbytes for r in results)))
     finally:
         runtime.close()
     return came_up
@@ -93,29 +98,33 @@ class NotReplayed(Exception):
         self.reason = reason
 
 
-def _run(runtime: Any, fetch: Any, feed: dict[Any, np.ndarray]) -> np.ndarray:
+def _run(runtime: Any, fetches: list[Any], feed: dict[Any, np.ndarray]) -> list[np.ndarray]:
     """One replay run; TensorFlow's refusal (a kernel error, a fed value it will not take) as
     :class:`NotReplayed` with its one-line reason. A replay runs part of a graph in a way the
     model never ran, so TensorFlow may refuse it where the whole graph works."""
     try:
-        return np.asarray(runtime.session.run(fetch, feed_dict=feed))
+        return [np.asarray(v) for v in runtime.session.run(fetches, feed_dict=feed)]
     except tf().errors.OpError as exc:
         raise NotReplayed(f"{type(exc).__name__}: {tf_error_text(exc)}") from exc
     except ValueError as exc:  # a fed value of a shape or dtype the tensor cannot take
         raise NotReplayed(f"ValueError: {str(exc).splitlines()[0] if str(exc) else ''}") from exc
 
 
-def _replay(runtime: Any, source: Capture, layout: dict[str, str], op: dict[str, Any], runs: list, count: int) -> np.ndarray:
+def _replay(runtime: Any, source: Capture, layout: dict[str, str], op: dict[str, Any], runs: list,
+            count: int) -> list[np.ndarray]:
+    """The op's tensor, and those it is to be fetched ``with`` (``op["with"]``: the other lists of a
+    detector's NMS, which its rows are matched by), replayed in the same runs on the same feeds."""
     graph = runtime.graph
+    wanted = [op, *op.get("with", [])]
     try:
-        fetch = graph.get_tensor_by_name(op["fetch"])
+        fetches = [graph.get_tensor_by_name(w["fetch"]) for w in wanted]
         feeds = {graph.get_tensor_by_name(name): a_tensor for name, a_tensor in op["feeds"].items()}
     except (KeyError, ValueError) as exc:
         raise TftraceError(
             f"isolation: tensor missing in {runtime.artifact.location}: {exc}",
             "isolate against the same model the report was made from",
         ) from exc
-    pieces = []
+    pieces: list[list[np.ndarray]] = [[] for _ in wanted]
     same = {t for t, a_name in feeds.items() if _restored_the_same(runtime, t, source.digest(a_name))}
     for start, stop in runs:
         feed = {}
@@ -128,15 +137,22 @@ def _replay(runtime: Any, source: Capture, layout: dict[str, str], op: dict[str,
                     and value.size == tensor.shape.num_elements():
                 value = value.reshape(tensor.shape)  # A's row, fed to a side without a batch axis
             feed[tensor] = value.astype(tensor.dtype.as_numpy_dtype, copy=False)
-        out = _run(runtime, fetch, feed)
-        out = out[np.newaxis] if out.ndim == 0 and layout.get(op["a_tensor"]) == "rows" else out  # a scalar row
-        if layout.get(op["a_tensor"]) != "rows":
-            return out.astype(np.float32) if out.dtype.name == "bfloat16" else out
-        pieces.append(out.astype(np.float32) if out.dtype.name == "bfloat16" else out)
-    result = np.concatenate(pieces, axis=0)
-    if result.shape[0] != count:
-        raise TftraceError(f"isolation of {op['fetch']} produced {result.shape[0]} rows, expected {count}", "")
-    return result
+        for w, got, out in zip(wanted, pieces, _run(runtime, fetches, feed)):
+            rows = layout.get(w["a_tensor"]) == "rows"
+            out = out[np.newaxis] if out.ndim == 0 and rows else out  # a scalar row
+            got.append(out.astype(np.float32) if out.dtype.name == "bfloat16" else out)
+        if all(layout.get(w["a_tensor"]) != "rows" for w in wanted):
+            break  # nothing of it comes in rows: one run is the whole value
+    results = []
+    for w, got in zip(wanted, pieces):
+        if layout.get(w["a_tensor"]) != "rows":
+            results.append(got[0])
+            continue
+        result = np.concatenate(got, axis=0)
+        if result.shape[0] != count:
+            raise TftraceError(f"isolation of {w['fetch']} produced {result.shape[0]} rows, expected {count}", "")
+        results.append(result)
+    return results
 
 
 def _restored_the_same(runtime: Any, tensor: Any, kept: str | None) -> bool:

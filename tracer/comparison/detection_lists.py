@@ -18,6 +18,11 @@ the outputs (:func:`tracer.comparison.detections.detections_verdict`): a detecti
 disappeared or changed class is beyond tolerance whatever its rows measure. That judgement is the op's
 (:func:`tracer.comparison.divergence.classify`): its status, its colour in the graph, whether it can be
 the first divergence. The index-by-index figure stays in its report entry only as such.
+
+The same matching measures those tensors between any two runs (:func:`match_lists`, :class:`ListMatch`),
+so that whatever a list is held against is measured as the list is: two runs of one side (its run-to-run
+noise), A's and B's replays of an origin alone, their fetch-alone replays in ``diagnose``
+(:mod:`tracer.comparison.list_runs`).
 """
 
 from __future__ import annotations
@@ -35,7 +40,8 @@ from ..errors import TftraceError
 from ..metrics import TensorMetrics
 from ..opgraph import OpGraph, tensor_op
 
-__all__ = ["ROW_KEEPING", "DetectionList", "list_tensors", "measure_detection_lists"]
+__all__ = ["ROW_KEEPING", "DetectionList", "ListMatch", "list_tensors", "match_lists", "measure_detection_lists",
+           "run_outputs"]
 
 # Ops whose output keeps the rows of its [images, detections, ...] input where they are.
 ROW_KEEPING = frozenset({
@@ -50,14 +56,20 @@ PerImage = list[tuple[Detections, Detections, ImageMatch]]
 
 @dataclass(frozen=True)
 class DetectionList:
-    """A's tensor that holds a detector's lists of detections, measured between matched detections."""
+    """A tensor that holds a detector's lists of detections, measured between the matched detections of
+    two runs: A's and B's (the op's judgement), or two runs of one side (its run-to-run noise)."""
 
-    tensor: str
-    output: str  # the signature key whose rows it holds
-    matched: TensorMetrics | None  # A's rows of matched detections against B's; None: not measurable (``why``)
+    tensor: str  # A's name of it
+    output: str  # the signature key (A's) whose rows it holds
+    matched: TensorMetrics | None  # one run's rows of matched detections against the other's; None: ``why``
     changes: int  # detections of its group that changed class, disappeared or appeared
-    group: tuple[str, ...] = ()  # the signature keys of its group of detections
+    spec: DetectionSpec | None = None  # the group of detections whose rows it holds (A's keys)
     why: str | None = None
+
+    @property
+    def group(self) -> tuple[str, ...]:
+        """The signature keys (A's) of its group of detections."""
+        return tuple(self.spec.outputs()) if self.spec is not None else (self.output,)
 
     def verdict(self, index: TensorMetrics, atol: float, rtol: float) -> str | None:
         """``identical``, ``within_tolerance`` or ``diverged`` by :func:`detections_verdict` (``index``:
@@ -67,11 +79,100 @@ class DetectionList:
             return None
         return detections_verdict(index.identical, self.changes, self.matched.within(atol, rtol))
 
+    def within(self, index: TensorMetrics, atol: float, rtol: float) -> bool:
+        """Within tolerance as :meth:`verdict` judges it (identical included), else index by index."""
+        judged = self.verdict(index, atol, rtol)
+        return index.within(atol, rtol) if judged is None else judged != "diverged"
+
+    def size(self, index: TensorMetrics) -> float:
+        """How far apart the two runs' lists are, as one number a run-to-run noise can be held against
+        (both measured so): the largest difference between matched detections, 0.0 for lists that only
+        order the same detections otherwise. Where a detection appeared, disappeared or changed class, or
+        the rows could not be paired, no matching measures the change, and the index-by-index figure
+        (``index``: row k against row k) stands for it."""
+        if index.identical:
+            return 0.0
+        if self.matched is None or self.changes:
+            return index.max_abs
+        return 0.0 if self.matched.identical else self.matched.max_abs
+
     def to_json(self) -> dict[str, Any]:
         """The report's ``detection_list`` of its op."""
         return {"output": self.output, "measured": "index_by_index" if self.matched is None else "matched_detections",
                 "matched_rows": None if self.matched is None else int(self.matched.shape[0]), "changes": self.changes,
                 "why": self.why}
+
+
+@dataclass(frozen=True)
+class ListMatch:
+    """One group's detections matched between two runs, image by image (each run's detections and their
+    match, as :func:`~tracer.comparison.detections.compare_detections` makes it), and the ``[images,
+    detections]`` shape of its lists: what measures every tensor holding those lists between the runs."""
+
+    spec: DetectionSpec
+    per_image: PerImage
+    shape: tuple[int, int]
+
+    @property
+    def changes(self) -> int:
+        """Detections that changed class, disappeared or appeared between the two runs."""
+        return sum(match.changes for _dx, _dy, match in self.per_image)
+
+    def measure(self, tensor: str, key: str, vx: Any, vy: Any, rtol: float) -> DetectionList | None:
+        """One list tensor's two values (``tensor``: A's name of it, holding the rows of output ``key``)
+        between matched detections; None when they are not shaped as the output's lists on both runs
+        (then it is no list, and stays measured index by index)."""
+        vx, vy = np.asarray(vx), np.asarray(vy)
+        if vx.ndim < 2 or vy.ndim < 2 or vx.shape[:2] != self.shape or vy.shape[:2] != self.shape \
+                or vx.shape[2:] != vy.shape[2:]:
+            return None
+        if vx.dtype.kind not in "biuf" or vy.dtype.kind not in "biuf":
+            return None
+        rows = matched_rows(vx, vy, self.per_image)
+        if rows is None:
+            return DetectionList(tensor, key, None, self.changes, self.spec,
+                                 "its rows could not be paired as the detections were")
+        return DetectionList(tensor, key, rows.compare(rtol), self.changes, self.spec)
+
+
+def match_lists(spec: DetectionSpec, x: Mapping[str, Any], y: Mapping[str, Any]) -> ListMatch | None:
+    """``spec``'s detections of two runs matched image by image (``x``, ``y``: role -> that run's output,
+    None where it has none); None when they cannot be read or are not shaped as detections."""
+    if any(x.get(role) is None or y.get(role) is None for role in spec.keys):
+        return None
+    arrays = [{role: np.asarray(run[role]) for role in spec.keys} for run in (x, y)]
+    boxes_x, boxes_y = arrays[0]["boxes"], arrays[1]["boxes"]
+    if boxes_x.ndim != 3 or boxes_x.shape != boxes_y.shape:
+        return None
+    try:
+        per_image = []
+        for image in range(boxes_x.shape[0]):
+            dx, dy = valid_detections(arrays[0], image), valid_detections(arrays[1], image)
+            per_image.append((dx, dy, match_image(dx, dy, spec.box_format, spec.iou_threshold)[0]))
+    except (IndexError, ValueError):
+        return None
+    return ListMatch(spec, per_image, (int(boxes_x.shape[0]), int(boxes_x.shape[1])))
+
+
+def run_outputs(capture: Any, spec: DetectionSpec, keys: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Role -> the group's output as one run computed it: its instrumented run (the run its intermediates
+    come from), else its plain run; None where it has neither. ``keys``: A's signature key -> this run's
+    (``--map``); the key is looked up in the capture's own manifest, which the signature map never renames."""
+    found = {}
+    for role, key in spec.keys.items():
+        own = (keys or {}).get(key, key)
+        tensor = capture.outputs.get(own)
+        value = None
+        if tensor is not None and capture.has(tensor):
+            try:
+                value = np.asarray(capture.tensor(tensor))
+            except TftraceError:
+                value = None
+        if value is None:
+            plain = capture.plain_output(own)
+            value = None if plain is None else np.asarray(plain)
+        found[role] = value
+    return found
 
 
 def list_tensors(graph: OpGraph, output: str) -> list[str]:
@@ -99,43 +200,6 @@ def _may_be_a_list(graph: OpGraph, tensor: str) -> bool:
     return shape is None or len(shape) >= 2
 
 
-def _captured(view: CaptureView, key: str) -> np.ndarray | None:
-    """Output ``key`` as the instrumented run computed it (the run the intermediates come from), else
-    as the plain run did, else None."""
-    tensor = view.graph.outputs.get(key)
-    if tensor is not None and view.capture.has(tensor):
-        try:
-            return np.asarray(view.capture.tensor(tensor))
-        except TftraceError:
-            pass
-    plain = view.capture.plain_output(key)
-    return None if plain is None else np.asarray(plain)
-
-
-def _matches(spec: DetectionSpec, view_a: CaptureView, view_b: CaptureView,
-             signature_map: Mapping[str, str]) -> tuple[PerImage, tuple[int, int]] | None:
-    """Per image, (A's detections, B's, their match), as :func:`compare_detections` makes them, on the
-    instrumented run's outputs; and the ``[images, detections]`` shape of the lists. None when
-    they cannot be read or are not shaped as detections."""
-    arrays = {}
-    for side, view, rename in (("a", view_a, {}), ("b", view_b, signature_map)):
-        got = {role: _captured(view, rename.get(key, key)) for role, key in spec.keys.items()}
-        if any(v is None for v in got.values()):
-            return None
-        arrays[side] = got
-    boxes_a, boxes_b = arrays["a"]["boxes"], arrays["b"]["boxes"]
-    if boxes_a.ndim != 3 or boxes_a.shape[:1] != boxes_b.shape[:1] or boxes_a.shape[1:] != boxes_b.shape[1:]:
-        return None
-    try:
-        per_image = []
-        for image in range(boxes_a.shape[0]):
-            da, db = valid_detections(arrays["a"], image), valid_detections(arrays["b"], image)
-            per_image.append((da, db, match_image(da, db, spec.box_format, spec.iou_threshold)[0]))
-    except (IndexError, ValueError):
-        return None
-    return per_image, (int(boxes_a.shape[0]), int(boxes_a.shape[1]))
-
-
 def measure_detection_lists(view_a: CaptureView, view_b: CaptureView, alignment: Alignment, tolerance: Any,
                             groups: list[dict[str, Any]], signature_map: Mapping[str, str],
                             given: Mapping[str, Any] | None = None) -> dict[str, DetectionList]:
@@ -149,37 +213,20 @@ def measure_detection_lists(view_a: CaptureView, view_b: CaptureView, alignment:
     for spec in recognise(list(view_a.graph.outputs), given):
         if tuple(sorted(spec.keys.items())) not in compared:
             continue
-        matched = _matches(spec, view_a, view_b, signature_map)
+        matched = match_lists(spec, run_outputs(view_a.capture, spec), run_outputs(view_b.capture, spec, signature_map))
+        if matched is None:  # the outputs' detections were not readable as such on the captured run
+            continue
         for key in spec.outputs():
             output = view_a.graph.outputs.get(key)
             if output is None:
                 continue
             for tensor in list_tensors(view_a.graph, output):
                 if tensor not in found and tensor in pairs:
-                    measured = _measure(view_a, view_b, tensor, pairs[tensor], key, tuple(spec.outputs()), matched,
-                                        tolerance.for_tensor(tensor)[1])
+                    try:
+                        va, vb = view_a.capture.tensor(tensor), view_b.capture.tensor(pairs[tensor])
+                    except TftraceError:
+                        continue
+                    measured = matched.measure(tensor, key, va, vb, tolerance.for_tensor(tensor)[1])
                     if measured is not None:
                         found[tensor] = measured
     return found
-
-
-def _measure(view_a: CaptureView, view_b: CaptureView, ta: str, tb: str, key: str, group: tuple[str, ...],
-             matched: tuple[PerImage, tuple[int, int]] | None, rtol: float) -> DetectionList | None:
-    """One list tensor between matched detections; None when its values are not shaped as the
-    output's lists on both sides (then it is no list, and stays judged index by index)."""
-    if matched is None:  # the outputs' detections were not readable as such on the captured run
-        return None
-    try:
-        va, vb = np.asarray(view_a.capture.tensor(ta)), np.asarray(view_b.capture.tensor(tb))
-    except TftraceError:
-        return None
-    per_image, lists = matched
-    if va.ndim < 2 or vb.ndim < 2 or va.shape[:2] != lists or vb.shape[:2] != lists or va.shape[2:] != vb.shape[2:]:
-        return None
-    if va.dtype.kind not in "biuf" or vb.dtype.kind not in "biuf":
-        return None
-    changes = sum(match.changes for _da, _db, match in per_image)
-    rows = matched_rows(va, vb, per_image)
-    if rows is None:
-        return DetectionList(ta, key, None, changes, group, "its rows could not be paired as the detections were")
-    return DetectionList(ta, key, rows.compare(rtol), changes, group)

@@ -198,7 +198,9 @@ def classify(
     a side, the within-side pairs are the two farthest one time in fifteen).
 
     ``lists``: A tensor -> the detection list it holds, judged between matched detections rather
-    than index by index (:mod:`tracer.comparison.detection_lists`)."""
+    than index by index (:mod:`tracer.comparison.detection_lists`); its ``noise`` and ``closest`` were
+    measured between matched detections too, and its difference is held against them so
+    (:meth:`~tracer.comparison.detection_lists.DetectionList.size`)."""
     noise = noise or {}
     results: dict[str, NodeResult] = {}
     for op in graph.topo_order():
@@ -246,12 +248,14 @@ def _judge_outputs(
         return NodeResult(op, status, node.tensors[0].a if node.tensors else None, reason="; ".join(notes))
     worst: NodeResult | None = None
     for pair in judged:
-        m = metrics[pair.a]  # index by index; the noise was measured so too
+        m = metrics[pair.a]  # index by index
         atol, rtol = tolerance.for_tensor(pair.a)
         listed = (lists or {}).get(pair.a)
         as_list = listed.verdict(m, atol, rtol) if listed is not None else None  # None: judged index by index
         own_noise = noise.get(pair.a, 0.0)
-        near = min(m.max_abs, closest.get(pair.a, m.max_abs))
+        # measured as its noise was: a detection list between matched detections (DetectionList.size)
+        size = listed.size(m) if listed is not None else m.max_abs
+        near = min(size, closest.get(pair.a, size))
         noisy = (not m.identical and (drawn_at_load or (own_noise > 0 and near <= own_noise))
                  and not (m.nan_mismatch or m.inf_mismatch))
         retyped = _same_values_retyped(m)

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import os
 import shlex
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,8 @@ from typing import Any
 import numpy as np
 
 from .align import Alignment, CaptureView
+from .detection_lists import DetectionList
+from .list_runs import companions
 from ..captures.launcher import ChildCrashed, run_child
 from ..captures.reader import Capture
 from ..text import count
@@ -55,7 +58,7 @@ from ..pythons import made_with
 from ..captures.inputs import batched_alike
 from ..jsonvalues import dumps, loads
 from ..opgraph import OpGraph, tensor_op, weight_of, weight_reads
-from .replay_plan import (loop_above, origin_feeds, reads_variable, replayed_alone_alike, replayed_ops,
+from .replay_plan import (loop_above, origin_feeds, reads_variable, replay_plan, replayed_alone_alike, replayed_ops,
                           rewritten_in_replay, variable_writes)
 from ..runspec import Side, spec_without_permissions
 from ..safewrite import refuse_links_within, write_file
@@ -74,6 +77,7 @@ def isolate_origins(
     *,
     allow_unsafe_ops: dict[str, bool],
     repeat_noise: dict[str, float] | None = None,
+    lists: Mapping[str, DetectionList] | None = None,
 ) -> dict[str, IsolationResult]:
     """Plan the replays of both sides, run those whose model is on this machine, evaluate.
 
@@ -81,7 +85,9 @@ def isolate_origins(
     elsewhere is replayed there by ``tftrace isolate MODEL --from REPORT_DIR``. Whether a side's
     replay may run unsafe ops is ``allow_unsafe_ops[side]``, decided by this command: a capture
     (perhaps made elsewhere) records its own flag, and that record is never trusted.
-    ``repeat_noise`` is what ``--repeat`` measured per A tensor (None: no repeat ran).
+    ``repeat_noise`` is what ``--repeat`` measured per A tensor (None: no repeat ran). ``lists``: the
+    tensors holding a detector's lists of detections, judged between matched detections: an origin among
+    them is replayed with the lists born beside it, and its replays are compared so too (:func:`_with_lists`).
     """
     if not origins:
         return {}
@@ -95,6 +101,7 @@ def isolate_origins(
     same_but_build = same_run_settings(captures["a"], captures["b"], build=False)
     per_process = tuple(key for key, capture in captures.items() if per_process_nondeterminism(capture))
     batched = batched_alike(captures["a"].manifest, captures["b"].manifest)
+    next_id = len(origins)  # the ids of the lists fetched with an origin, after the origins'
     for i, result in enumerate(origins):
         node = alignment.nodes[result.name]
         pair = next(p for p in node.tensors if p.a == result.tensor)
@@ -126,8 +133,13 @@ def isolate_origins(
             rewritten=tuple(rewritten_in_replay(alignment, view_a.graph, result, plans["a"])),
             group=group, batch_statistics=tuple(key for key in ("a", "b") if coupled[key]),
             batch_ops=tuple(coupled["a"] or coupled["b"]), batched_alike=batched))
+        detections, jobs = _with_lists(i, next_id, result.tensor, pair.b, plans, alignment, view_a.graph,
+                                       view_b.graph, to_a, lists or {})
+        if detections is not None:
+            planned[-1] = replace(planned[-1], detections=detections)
+            next_id += len(detections["roles"]) - 1
         for key, fetch in (("a", result.tensor), ("b", pair.b)):
-            ops[key].append({"id": i, "a_tensor": result.tensor, "fetch": fetch, "feeds": plans[key]})
+            ops[key].append({"id": i, "a_tensor": result.tensor, "fetch": fetch, **jobs[key]})
     feeds_dir = write_feeds(view_a.capture, ops, os.path.join(workdir, FEEDS))
     plan = IsolationPlan(str(view_a.capture.path), str(view_b.capture.path), FEEDS, tuple(planned))
     _write_json(os.path.join(workdir, INDEX), plan.to_json())
@@ -142,6 +154,42 @@ def isolate_origins(
         if _local_side(view) is not None:
             run_job(job, console=console, allow_unsafe_ops=allow_unsafe_ops[key], python=made_with(view.capture.path))
     return evaluate(workdir, plan)
+
+
+def _with_lists(i: int, next_id: int, a_tensor: str, b_tensor: str, plans: dict[str, dict[str, str]],
+                alignment: Alignment, graph_a: OpGraph, graph_b: OpGraph, to_a: dict[str, dict[str, str]],
+                lists: Mapping[str, DetectionList]) -> tuple[dict[str, Any] | None, dict[str, dict[str, Any]]]:
+    """The plan's ``detections`` of origin ``i`` and each side's job fields (``feeds``, and ``with``: the
+    lists fetched in the same runs), where it holds a detector's lists and is where they are born
+    (:func:`~tracer.comparison.list_runs.companions`): its replays, compared row k against row k, would
+    read two detections NMS listed in another order as a box off by its size. None, and its own feeds
+    alone, where it is not, or where a list's feeds would change what the origin's replay computes."""
+    plain = {key: {"feeds": plans[key]} for key in ("a", "b")}
+    listed = lists.get(a_tensor)
+    roles = companions(graph_a, listed, lists) if listed is not None else None
+    if roles is None or listed is None or listed.spec is None:
+        return None, plain
+    b_of = {p.a: p.b for n in alignment.nodes.values() for p in n.tensors if p.comparable and p.b}
+    b_of[a_tensor] = b_tensor
+    if any(t not in b_of for t in roles.values()):
+        return None, plain
+    entries, ids = {}, iter(range(next_id, next_id + len(roles)))
+    for role, tensor in roles.items():
+        entries[role] = {"id": i if tensor == a_tensor else next(ids), "a_tensor": tensor, "b_tensor": b_of[tensor]}
+    jobs: dict[str, dict[str, Any]] = {}
+    for key, graph, fetch in (("a", graph_a, a_tensor), ("b", graph_b, b_tensor)):
+        feeds = dict(plans[key])
+        walked = replayed_ops(graph, fetch, plans[key])
+        with_ = [{"id": e["id"], "a_tensor": e["a_tensor"], "fetch": e[f"{key}_tensor"]}
+                 for e in entries.values() if e["id"] != i]
+        for item in with_:
+            for name, source in replay_plan(graph, item["fetch"], to_a[key]).items():
+                if name not in feeds and tensor_op(name) in walked:
+                    return None, plain  # fed, it would change the origin's replay
+                feeds[name] = source
+        jobs[key] = {"feeds": feeds, "with": with_}
+    return ({"output": listed.output, "box_format": listed.spec.box_format,
+             "iou_threshold": listed.spec.iou_threshold, "roles": entries}, jobs)
 
 
 FEEDS = "feeds"  # in the work directory: the capture of A's tensors that the replays need
@@ -160,7 +208,7 @@ def write_feeds(capture_a: Capture, ops: dict[str, list[dict[str, Any]]], path: 
 
     layout = capture_a.tensor_layout
     wanted = dict.fromkeys(name for side in ops.values() for op in side
-                           for name in (*op["feeds"].values(), op["a_tensor"]))
+                           for name in (*op["feeds"].values(), op["a_tensor"], *(w["a_tensor"] for w in op.get("with", ()))))
     count = capture_a.examples.count
     with CaptureWriter(path, force=True, durable=False) as writer:
         for name in wanted:
@@ -256,8 +304,22 @@ def evaluate(workdir: str, plan: IsolationPlan | None = None) -> dict[str, Isola
             )
             continue
         ra, rb = np.load(replays["a"]), np.load(replays["b"])
-        results[op.node] = judge(ra, rb, op, capture_a, capture_b)
+        results[op.node] = judge(ra, rb, op, capture_a, capture_b, _lists_replayed(op, out_dirs))
     return results
+
+
+def _lists_replayed(op: PlannedOrigin, out_dirs: dict[str, str]) -> dict[str, tuple[np.ndarray, np.ndarray]] | None:
+    """Role -> A's and B's replays of the lists fetched with an origin that holds them; None where it
+    holds none, or one of them was not replayed (a job from an older release): then index by index."""
+    if not op.detections:
+        return None
+    found = {}
+    for role, entry in op.detections["roles"].items():
+        paths = [Path(replay_path(out_dirs[k], entry["id"])) for k in ("a", "b")]
+        if not all(path.is_file() for path in paths):
+            return None
+        found[role] = (np.load(paths[0]), np.load(paths[1]))
+    return found
 
 
 def load_state_variables(isolation: dict[str, IsolationResult], graph: OpGraph) -> set[str]:

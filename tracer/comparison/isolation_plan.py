@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from .detections import ROLES
 from ..errors import TftraceError
 from ..jsonvalues import is_number, number
 
@@ -50,6 +51,10 @@ class PlannedOrigin:
     batch_statistics: tuple[str, ...] = ()
     batch_ops: tuple[str, ...] = ()  # the ops of its replay that do (A's where A's does, else B's); () not recorded
     batched_alike: bool | None = None  # the sides grouped the examples into the same runs; None: not recorded
+    # it holds a detector's lists of detections, born at it with the other roles' lists, which its replays
+    # fetch with it so that they are matched as detections: {output, box_format, iou_threshold, roles: {role:
+    # {id, a_tensor, b_tensor}}} (tracer.comparison.list_runs.ListRoles); None: replayed and compared index by index
+    detections: Mapping[str, Any] | None = None
 
     @property
     def alike_but_build(self) -> bool:
@@ -61,8 +66,9 @@ class PlannedOrigin:
         doc["writes"], doc["per_process"] = list(self.writes), list(self.per_process)
         doc["batch_statistics"], doc["batch_ops"] = list(self.batch_statistics), list(self.batch_ops)
         doc["executed"], doc["rewritten"] = dict(self.executed), [dict(r) for r in self.rewritten]
-        if self.group is None:
-            del doc["group"]
+        for optional in ("group", "detections"):
+            if doc[optional] is None:
+                del doc[optional]
         return doc
 
     @classmethod
@@ -117,10 +123,12 @@ _FIELDS: tuple[tuple[str, str, bool], ...] = (
     ("per_process", "strings", False), ("repeat_noise", "number", False), ("same_op_same_settings", "bool", False),
     ("loop", "str", False), ("rewritten", "objects", False), ("group", "group", False),
     ("batch_statistics", "strings", False), ("batch_ops", "strings", False), ("batched_alike", "bool", False),
+    ("detections", "detections", False),
 )
 _KIND_WORDS = {"int": "an integer", "str": "a string", "bool": "true or false", "strings": "a list of strings",
                "number": "a number", "objects": "a list of objects", "executed": "a map of side to kernel names",
-               "group": "a rewrite group (kind, a_members, a_inputs)"}
+               "group": "a rewrite group (kind, a_members, a_inputs)",
+               "detections": "lists of detections (output, box_format, iou_threshold, roles)"}
 
 
 def _is(value: Any, kind: str) -> bool:
@@ -140,6 +148,14 @@ def _is(value: Any, kind: str) -> bool:
         return isinstance(value, dict) and all(
             k in ("a", "b") and (v is None or (isinstance(v, list) and all(isinstance(x, str) for x in v)))
             for k, v in value.items())
+    if kind == "detections":
+        if not isinstance(value, dict) or not isinstance(value.get("roles"), dict):
+            return False
+        roles = value["roles"]
+        return (isinstance(value.get("output"), str) and isinstance(value.get("box_format"), str)
+                and is_number(value.get("iou_threshold")) and {"boxes", "scores"} <= set(roles) <= set(ROLES)
+                and all(isinstance(r, dict) and _is(r.get("id"), "int") and isinstance(r.get("a_tensor"), str)
+                        and isinstance(r.get("b_tensor"), str) for r in roles.values()))
     return (isinstance(value, dict) and isinstance(value.get("kind"), str)  # group
             and _is(value.get("a_members"), "strings") and bool(value["a_members"])
             and _is(value.get("a_inputs", []), "strings"))

@@ -40,6 +40,7 @@ measurements above backs it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,8 +49,10 @@ import numpy as np
 from ..captures.inputs import same_rows
 from ..captures.reader import Capture
 from ..diff.kinds import kind_of
-from ..metrics import compare_arrays
+from ..errors import TftraceError
+from ..metrics import TensorMetrics, compare_arrays
 from .isolation_plan import PlannedOrigin
+from .list_runs import replayed_lists
 from ..text import count, listed
 from ..opgraph import OpGraph, tensor_op
 from ..optypes import loop_result
@@ -107,25 +110,79 @@ def per_process_nondeterminism(capture: Capture) -> bool:
     return on_gpu and not knobs.get("determinism") and not environment.get("op_determinism")
 
 
-def _run_to_run(capture: Any, tensor: str, replay: np.ndarray) -> float | None:
-    """max |captured - replayed| of one side's op on the same inputs, or None when not measurable."""
+Replays = Mapping[str, tuple[np.ndarray, np.ndarray]]  # role -> A's and B's replay of the lists born with an origin
+
+
+@dataclass(frozen=True)
+class _Compared:
+    """Two runs of an origin compared: replay against replay, or a side's capture against its replay.
+    An origin that holds a detector's lists (``op.detections``) is compared between the detections the
+    two runs matched, as its difference between A and B was: its figures are its matched rows', and two
+    runs that list the same detections bit for bit in another order agree."""
+
+    metrics: TensorMetrics  # the figures: the matched rows' for lists
+    agree: bool  # bit for bit (lists: the same detections, matched rows bit for bit, in whatever order)
+    size: float  # what a noise is held against (DetectionList.size)
+    changes: int | None = None  # lists: detections that appeared, disappeared or changed class; None: no lists
+    identical: bool = True  # bitwise, row by row
+
+    @property
+    def words(self) -> str:
+        """What the comparison of lists adds to a detail, or ""."""
+        if self.changes is None or (self.agree and self.identical):
+            return ""
+        if self.agree:
+            return "compared as detections: the same detections, bit for bit, listed in another order"
+        changed = (f"; {count(self.changes, 'detection')} appeared, disappeared or changed class"
+                   if self.changes else "")
+        return f"compared as detections, between the detections the two runs matched{changed}"
+
+
+def _compare(x: np.ndarray, y: np.ndarray, op: PlannedOrigin, x_roles: Mapping[str, np.ndarray] | None = None,
+             y_roles: Mapping[str, np.ndarray] | None = None) -> _Compared:
+    """Two runs of the origin's tensor (``x_roles``/``y_roles``: the lists born with it in each run, for
+    an origin that holds a detector's lists; else, or where they cannot be matched, index by index)."""
+    m = compare_arrays(x, y)
+    listed = (replayed_lists(op.detections, op.a_tensor, x_roles, y_roles)
+              if op.detections and x_roles is not None and y_roles is not None else None)
+    if listed is None or listed.matched is None:
+        return _Compared(m, m.identical, 0.0 if m.identical else m.max_abs)
+    agree = m.identical or (not listed.changes and listed.matched.identical)
+    return _Compared(listed.matched, agree, listed.size(m), listed.changes, m.identical)
+
+
+def _run_to_run(capture: Any, side: str, op: PlannedOrigin, replay: np.ndarray, roles: Replays | None
+                ) -> _Compared | None:
+    """One side's captured value of the origin against its replay on the same inputs (``side``: "a" or
+    "b"; ``roles``: the replays of the lists born with it), or None when not measurable."""
+    tensor = op.a_tensor if side == "a" else op.b_tensor
     if capture is None or not capture.has(tensor):
         return None
     captured = np.asarray(capture.tensor(tensor))
     if captured.shape != replay.shape:
         return None
-    m = compare_arrays(captured, replay)
-    return 0.0 if m.identical else m.max_abs
+    captured_roles = replayed_roles = None
+    if roles is not None and op.detections:
+        try:
+            captured_roles = {role: np.asarray(capture.tensor(entry[f"{side}_tensor"]))
+                              for role, entry in op.detections["roles"].items()}
+            replayed_roles = {role: pair[0 if side == "a" else 1] for role, pair in roles.items()}
+        except (KeyError, TftraceError):
+            captured_roles = replayed_roles = None
+    return _compare(captured, replay, op, captured_roles, replayed_roles)
 
 
-def judge(ra: np.ndarray, rb: np.ndarray, op: PlannedOrigin, capture_a: Any, capture_b: Any = None) -> IsolationResult:
+def judge(ra: np.ndarray, rb: np.ndarray, op: PlannedOrigin, capture_a: Any, capture_b: Any = None,
+          roles: Replays | None = None) -> IsolationResult:
     """The verdict on one origin from its replays ``ra``/``rb`` and the sides' captures.
 
     ``op`` is the origin as isolation planned it (:class:`~.isolation_plan.PlannedOrigin`): besides
     names and op types, how each side executed it, what ``--repeat`` measured on its tensor, the
     sides whose kernels may change per process, whether the sides ran alike, and the weight it
     is or reads. A plan read from a report made before some of those were recorded holds the
-    defaults that judge it without them.
+    defaults that judge it without them. ``roles``: where the origin holds a detector's lists
+    (``op.detections``), the replays of the lists born with it, by role, which its replays are
+    matched by (:class:`_Compared`).
     """
     if op.weight and ra.shape != rb.shape:
         return IsolationResult("weights_differ", detail=f"{_weight_words(op)} have different shapes: {ra.shape} vs "
@@ -134,23 +191,25 @@ def judge(ra: np.ndarray, rb: np.ndarray, op: PlannedOrigin, capture_a: Any, cap
         rb = rb.reshape(ra.shape)  # B has no batch axis: its rows hold A's rows' elements
     if ra.shape != rb.shape:
         return IsolationResult("own_error", detail=f"replayed shapes differ: {ra.shape} vs {rb.shape}")
-    m = compare_arrays(ra, rb)
-    moved = {"A": _run_to_run(capture_a, op.a_tensor, ra)}
+    c = _compare(ra, rb, op, *((None, None) if roles is None else
+                               ({r: v[0] for r, v in roles.items()}, {r: v[1] for r, v in roles.items()})))
+    m = c.metrics
+    runs = {"A": _run_to_run(capture_a, "a", op, ra, roles)}
     if op.inputs_identical:
-        moved["B"] = _run_to_run(capture_b, op.b_tensor, rb)
-    measured = {side: v for side, v in moved.items() if v is not None}
+        runs["B"] = _run_to_run(capture_b, "b", op, rb, roles)
+    measured = {side: r.size for side, r in runs.items() if r is not None}
     replay_noise = max(measured.values()) if measured else None
     noisy = [side for side, v in measured.items() if v > 0]
     moved_text = "; ".join(f"{side}'s replay differs from {side}'s captured value by up to {measured[side]:.3g}"
-                           for side in noisy)
+                           + (f" ({runs[side].words})" if runs[side].words else "") for side in noisy)
 
     def result(verdict: str, detail: str, **extra: Any) -> IsolationResult:  # with the replays' metrics and noise
-        return IsolationResult(verdict, m.max_abs, m.max_rel, detail, noise_max_abs=replay_noise,
-                               rel_l2=m.rel_l2 if m.kind == "float" else None, loop=op.loop,
-                               rewritten=[dict(r) for r in op.rewritten] or None,
+        return IsolationResult(verdict, m.max_abs, m.max_rel, detail + (f" ({c.words})" if c.words else ""),
+                               noise_max_abs=replay_noise, rel_l2=m.rel_l2 if m.kind == "float" else None,
+                               loop=op.loop, rewritten=[dict(r) for r in op.rewritten] or None,
                                replay_moved=[side.lower() for side in noisy] or None, **extra)
 
-    if op.writes and m.identical and noisy:
+    if op.writes and c.agree and noisy:
         return result("state", _state_detail(list(op.writes), moved_text), writes=list(op.writes))
     if op.reads_variable and noisy and not op.writes:  # a variable the runs write: they moved it, not the load
         return result(
@@ -166,19 +225,19 @@ def judge(ra: np.ndarray, rb: np.ndarray, op: PlannedOrigin, capture_a: Any, cap
     repeat_noise = op.repeat_noise  # what --repeat measured on this tensor; None: not measured
     per_process = [side for side in noisy if side.lower() in op.per_process]
     noise_is_shown = bool(repeat_noise) or bool(per_process)
-    if m.identical and noisy:
+    if c.agree and noisy:
         verdict, detail, extra = _agreeing_yet_moved(op, moved_text, repeat_noise, per_process)
         return result(verdict, detail, **extra)
-    if m.identical and op.inputs_identical:
+    if c.agree and op.inputs_identical:
         return result("not_reproduced", "the captured runs differ here although this op's inputs were bitwise "
                                         "identical, yet its replays on those inputs agree bit for bit: the "
                                         "difference came from the runs, not from this op's kernel (run-to-run "
                                         "nondeterminism, or the op computed differently inside the whole graph); "
                                         "`--repeat 3` measures the noise of every tensor")
-    if m.identical:
+    if c.agree:
         return result("inherited", "given A's inputs, B's kernel computes A's result bit for bit: the difference "
                                    "is inherited")
-    return result(*_differing(op, m, moved_text if noisy else "", noise_is_shown, replay_noise))
+    return result(*_differing(op, c, moved_text if noisy else "", noise_is_shown, replay_noise))
 
 
 def _agreeing_yet_moved(op: PlannedOrigin, moved_text: str, repeat_noise: float | None,
@@ -210,18 +269,19 @@ def _agreeing_yet_moved(op: PlannedOrigin, moved_text: str, repeat_noise: float 
                               "tells which", {})
 
 
-def _differing(op: PlannedOrigin, m: Any, moved_text: str, noise_is_shown: bool,
+def _differing(op: PlannedOrigin, c: _Compared, moved_text: str, noise_is_shown: bool,
                replay_noise: float | None) -> tuple[str, str]:
     """The replays differ given identical inputs: run-to-run noise where the same op with the same
     settings did it or a measured noise covers it, the batch it normalises over where the sides do
     not share it (:func:`_unshared_batch`), else the op's own error. ``moved_text`` says which side's
     replay moved from its capture ("" where none did)."""
+    m = c.metrics
     if op.same_op_same_settings:
         return ("nondeterministic",
                 f"the same {op.a_op or 'op'} with the same settings on identical inputs gives results that "
                 f"differ by up to {m.max_abs:.3g} between processes: only run-to-run nondeterminism does that"
                 + (f" ({moved_text})" if moved_text else ""))
-    if noise_is_shown and replay_noise and m.max_abs <= replay_noise:
+    if noise_is_shown and replay_noise and c.size <= replay_noise:
         return ("nondeterministic", f"given identical inputs the sides' results differ by up to {m.max_abs:.3g}, no "
                                     f"more than the op moves from run to run on one side ({moved_text})")
     rel_l2 = f", rel L2 {m.rel_l2:.3g}" if m.kind == "float" else ""

@@ -20,13 +20,18 @@ close as a side comes to itself (the closest pair against the largest spread). N
 pair: with K runs a side there are K² pairs across and K(K-1) within, all alike when A and B are
 the same computation, so the farthest of the many would beat the farthest of the few by chance
 alone (two runs each: two times in three).
+
+A tensor that holds a detector's lists of detections, which A and B are judged on between matched
+detections, moves between two runs by what its matched detections move, measured the same way
+(:mod:`tracer.comparison.list_runs`): a list that only comes out in another order has noise 0, not
+the size of a box.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,11 +45,13 @@ from ..metrics import TensorMetrics, compare_arrays
 from ..runspec import Side
 from ..safewrite import claim
 from .align import Alignment
+from .detection_lists import DetectionList
 from .divergence import Tolerance
 from .judge import per_process_nondeterminism
+from .list_runs import Naming, lists_between
 from .pairing import is_capture
 
-__all__ = ["Noise", "OutputNoise", "measure_noise", "sides_to_repeat", "NONDETERMINISTIC_GPU"]
+__all__ = ["Noise", "OutputNoise", "measure_noise", "side_noise", "sides_to_repeat", "NONDETERMINISTIC_GPU"]
 
 NONDETERMINISTIC_GPU = ("runs on a GPU without op determinism, where each fresh process may pick other kernels "
                         "(cuDNN autotuning) and atomics sum in any order")
@@ -98,21 +105,36 @@ class Noise:
     runs: dict[str, list[Capture]] = field(default_factory=dict)  # "a"/"b" -> its captures, the first one first
     closest: dict[str, float] = field(default_factory=dict)  # A tensor -> smallest max |A - B| over run pairs
 
-    def judge_pairs(self, alignment: Alignment, metrics: dict[str, TensorMetrics], tolerance: Tolerance) -> None:
+    def judge_pairs(self, alignment: Alignment, metrics: dict[str, TensorMetrics], tolerance: Tolerance,
+                    lists: Mapping[str, DetectionList] | None = None, signature_map: Mapping[str, str] | None = None
+                    ) -> None:
         """For each tensor beyond tolerance and beyond the noise in the first pair of runs, the
-        closest A and B come over every pair of runs (:attr:`closest`): read only for those few."""
+        closest A and B come over every pair of runs (:attr:`closest`): read only for those few. A
+        detection list (``lists``, A's and B's) is measured there as it was in the first pair, between
+        matched detections (:meth:`DetectionList.size`)."""
         if not self.runs or all(len(v) < 2 for v in self.runs.values()):
             return
+        lists = lists or {}
+        wanted: dict[str, str] = {}
         for node in alignment.nodes.values():
             for pair in node.tensors:
                 m = metrics.get(pair.a)
-                if (m is None or pair.b is None or m.identical or m.max_abs <= self.per_tensor.get(pair.a, 0.0)
-                        or m.within(*tolerance.for_tensor(pair.a)) or not self.per_tensor.get(pair.a)):
+                if m is None or pair.b is None or m.identical or not self.per_tensor.get(pair.a):
                     continue
-                sizes = [_closest(ca, cb, pair.a, pair.b) for ca in self.runs["a"] for cb in self.runs["b"]]
-                found = [v for v in sizes if v is not None]
-                if found:
-                    self.closest[pair.a] = min(found)
+                listed, tol = lists.get(pair.a), tolerance.for_tensor(pair.a)
+                size = listed.size(m) if listed is not None else m.max_abs
+                within = listed.within(m, *tol) if listed is not None else m.within(*tol)
+                if size > self.per_tensor[pair.a] and not within:
+                    wanted[pair.a] = pair.b
+        b_names = Naming(wanted, dict(signature_map or {}))
+        for ca in self.runs["a"]:
+            for cb in self.runs["b"]:
+                in_lists = lists_between(ca, cb, {t: lists[t] for t in wanted if t in lists},
+                                         lambda t: tolerance.for_tensor(t)[1], y_names=b_names)
+                for ta, tb in wanted.items():
+                    size = _closest(ca, cb, ta, tb, in_lists.get(ta))
+                    if size is not None:
+                        self.closest[ta] = min(self.closest.get(ta, size), size)
 
     def known(self, alignment: Alignment) -> dict[str, float] | None:
         """A tensor -> its measured run-to-run noise, 0.0 included where both sides were repeated
@@ -155,11 +177,13 @@ def sides_to_repeat(targets: dict[str, Any], captures: dict[str, Capture], repea
 def measure_noise(
     targets: dict[str, Any], captures: dict[str, Capture], alignment: Alignment, out: Path, runs: dict[str, int],
     console: Console, signature_map: dict[str, str], tolerance: Tolerance, why: dict[str, str],
-    earlier: Noise | None = None,
+    earlier: Noise | None = None, lists: Mapping[str, DetectionList] | None = None,
 ) -> Noise:
     """Capture each side in ``runs`` that many times in all (fresh processes) and measure how
     much every tensor and every plain output moves by itself; then judge every output over every
-    pair of A and B runs. ``earlier``: a measurement this one extends (its sides are kept)."""
+    pair of A and B runs. ``earlier``: a measurement this one extends (its sides are kept);
+    ``lists``: the detection lists A and B were measured on between matched detections, which their
+    runs are measured on so too."""
     noise = earlier or Noise()
     summary: dict[str, Any] = dict(noise.summary or {})
     runs_of = noise.runs or {key: [captures[key]] for key in ("a", "b")}
@@ -174,7 +198,7 @@ def measure_noise(
             claim(out, ["captures"])
             runs_of[name].append(capture_side(side, out / "captures" / f"{name}_repeat{i}", force=True,
                                               console=console))
-        summary[name] = _side_noise(name, runs_of[name], alignment, noise, signature_map) | {
+        summary[name] = side_noise(name, runs_of[name], alignment, noise, signature_map, tolerance, lists) | {
             "runs": count, "why": why.get(name, "")}
     seconds = time.monotonic() - started
     summary["repeats"] = max([summary.get("repeats", 1), *runs.values()])
@@ -189,14 +213,20 @@ def measure_noise(
     return noise
 
 
-def _side_noise(name: str, runs: list[Capture], alignment: Alignment, noise: Noise,
-                signature_map: dict[str, str]) -> dict[str, Any]:
-    """One side's spread over its runs: every compared tensor, then every plain output."""
+def side_noise(name: str, runs: list[Any], alignment: Alignment, noise: Noise, signature_map: Mapping[str, str],
+               tolerance: Tolerance, lists: Mapping[str, DetectionList] | None = None) -> dict[str, Any]:
+    """One side's spread over its runs (``runs``: its captures, the first one first): every compared
+    tensor, a detection list between the detections the runs' outputs matched (``lists``: those A and
+    B were measured on so), then every plain output; recorded in ``noise`` and returned as the side's
+    report.json ``noise`` entry."""
     base = runs[0]
     worst, noisy = 0.0, 0
     outputs: dict[str, float] = {}
     a_keys = {b_key: a_key for a_key, b_key in signature_map.items()}  # B's output key -> A's (--map)
+    names = Naming() if name == "a" else Naming(
+        {p.a: p.b for n in alignment.nodes.values() for p in n.tensors if p.b}, dict(signature_map))
     for again in runs[1:]:
+        in_lists = lists_between(base, again, lists or {}, lambda t: tolerance.for_tensor(t)[1], names, names)
         for node in alignment.nodes.values():
             for pair in node.tensors:
                 own = pair.a if name == "a" else pair.b
@@ -205,7 +235,8 @@ def _side_noise(name: str, runs: list[Capture], alignment: Alignment, noise: Noi
                 m = compare_arrays(base.tensor(own), again.tensor(own))
                 if not m.identical:
                     noisy += 1
-                    moved = _moved(m)
+                    listed = in_lists.get(pair.a)
+                    moved = listed.size(m) if listed is not None else _moved(m)
                     noise.per_tensor[pair.a] = max(noise.per_tensor.get(pair.a, 0.0), moved)
                     worst = max(worst, moved)
         for key in base.outputs:  # the plain runs' outputs move by themselves too
@@ -218,18 +249,19 @@ def _side_noise(name: str, runs: list[Capture], alignment: Alignment, noise: Noi
             noise.per_output[a_key] = max(noise.per_output.get(a_key, 0.0), moved)
             outputs[a_key] = max(outputs.get(a_key, 0.0), moved)
     return {"max_abs": worst, "tensors_that_moved": noisy, "outputs_max_abs": outputs,
-            "repeats_itself": worst == 0 and not any(outputs.values())}
+            "repeats_itself": noisy == 0 and not any(outputs.values())}
 
 
-def _closest(ca: Capture, cb: Capture, ta: str, tb: str) -> float | None:
-    """max |A - B| of one pair of runs on one tensor; None where a run lacks it or shapes differ."""
+def _closest(ca: Capture, cb: Capture, ta: str, tb: str, listed: DetectionList | None = None) -> float | None:
+    """max |A - B| of one pair of runs on one tensor (a detection list: :meth:`DetectionList.size`,
+    ``listed`` being its lists in these runs); None where a run lacks it or shapes differ."""
     if not ca.has(ta) or not cb.has(tb):
         return None
     va, vb = ca.tensor(ta), cb.tensor(tb)
     if va.shape != vb.shape:
         return None
     m = compare_arrays(va, vb)
-    return 0.0 if m.identical else m.max_abs
+    return listed.size(m) if listed is not None else 0.0 if m.identical else m.max_abs
 
 
 def _moved(m: TensorMetrics) -> float:

@@ -369,7 +369,7 @@ class _Judging:
                                                            f"side {key.upper()} {NONDETERMINISTIC_GPU}") for key in runs}
         if runs:
             self.noise = measure_noise(self.targets, self.captures, self.alignment, self.out, runs, self.console,
-                                       self.signature_map, self.tolerance, why)
+                                       self.signature_map, self.tolerance, why, lists=self.lists)
         self.noise.not_measured = unmeasured
         at_load = weights_set_at_load(self.noise.per_tensor, self.views[0].graph)  # moved in the repeats
         divergence, isolation = self._classify_and_isolate(isolate, at_load)
@@ -383,7 +383,8 @@ class _Judging:
         self.loaded = load_state_variables(isolation, self.views[0].graph) | at_load
         if moved:  # a side's replay differed from its own capture: measure that side's noise, then judge again
             self.noise = measure_noise(self.targets, self.captures, self.alignment, self.out, {key: 2 for key in moved},
-                                       self.console, self.signature_map, self.tolerance, moved, earlier=self.noise)
+                                       self.console, self.signature_map, self.tolerance, moved, earlier=self.noise,
+                                       lists=self.lists)
             first_isolation = isolation
             divergence, isolation = self._classify_and_isolate(isolate, self.loaded)
             # a variable set anew at each load is within the noise, by its replay's measurement, and so no
@@ -395,7 +396,7 @@ class _Judging:
         return divergence, isolation, self.noise
 
     def _classify(self, drawn_at_load: frozenset[str] | set[str] = frozenset()) -> Divergence:
-        self.noise.judge_pairs(self.alignment, self.metrics, self.tolerance)
+        self.noise.judge_pairs(self.alignment, self.metrics, self.tolerance, self.lists, self.signature_map)
         return classify(self.views[0].graph, self.alignment, self.metrics, self.tolerance, self.noise.per_tensor,
                         self.noise.closest, drawn_at_load, self.lists)
 
@@ -407,7 +408,8 @@ class _Judging:
             return found, {}
         claim(self.out, ["work"])
         return found, isolate_origins(top, self.alignment, *self.views, str(self.out / "work"), self.console,
-                                      allow_unsafe_ops=self.permits, repeat_noise=self.noise.known(self.alignment))
+                                      allow_unsafe_ops=self.permits, repeat_noise=self.noise.known(self.alignment),
+                                      lists=self.lists)
 
 
 def _drop_load_state(diff: GraphDiff, alignment: Alignment, loaded: set[str]) -> None:

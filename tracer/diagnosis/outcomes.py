@@ -26,6 +26,7 @@ from ..captures.reader import Capture
 from ..comparison.pipeline import Comparison, comparing
 from ..comparison.detections import detections_summary
 from ..comparison.divergence import Tolerance, classify
+from ..comparison.list_runs import lists_of_values
 from ..comparison.statuses import worse
 from .experiments import FACTORS
 from .plan import Planned, Run
@@ -274,22 +275,31 @@ def _plain_outputs(cap_a: Capture, cap_b: Capture, work: Path, quiet: Console,
 def _unobserved(comparison: Comparison, cap_a: Capture, cap_b: Capture, work: Path, quiet: Console,
                 tolerance: Tolerance, allow: bool) -> tuple[dict[str, Any] | None, list[str]]:
     """Observed, the sides agree; plain, they do not: fetch every tensor alone on both sides
-    (first batch only) and walk the graph for the first one that differs."""
+    (first batch only) and walk the graph for the first one that differs, judging each as the
+    compare does: a tensor holding a detector's lists of detections between the detections the
+    replays' outputs matched (:func:`tracer.comparison.list_runs.lists_of_values`), so NMS listing
+    two near-tied detections in another order is no box off by its size."""
     layout = cap_a.tensor_layout
     pairs = [(pair.a, pair.b) for node in comparison.alignment.nodes.values() for pair in node.tensors
              if pair.comparable and pair.b and cap_a.has(pair.a) and cap_b.has(pair.b)
              and layout.get(pair.a) in REPLAYABLE_LAYOUTS]
     metrics = dict(comparison.metrics)
+    lists = dict(comparison.detection_lists)  # those not replayed keep what the captures measured
     if pairs:
         ra = replay_alone(cap_a, cap_a, {a: a for a, _ in pairs}, work / "a", first_run_only=True, console=quiet,
                           allow_unsafe_ops=allow)
         rb = replay_alone(cap_b, cap_a, {b: a for a, b in pairs}, work / "b", first_run_only=True, console=quiet,
                           allow_unsafe_ops=allow)
-        for a, b in pairs:
-            va, vb = ra.values[0][a], rb.values[0][b]
+        replayed_a = {a: ra.values[0][a] for a, _ in pairs}
+        replayed_b = {a: rb.values[0][b] for a, b in pairs}  # by A's names
+        for a, _b in pairs:
+            lists.pop(a, None)
+            va, vb = replayed_a[a], replayed_b[a]
             if va.shape == vb.shape:
-                metrics[a] = compare_arrays(va, vb, rtols=(tolerance.rtol,))
-    divergence = classify(comparison.view_a.graph, comparison.alignment, metrics, tolerance)
+                metrics[a] = compare_arrays(va, vb, rtols=(tolerance.for_tensor(a)[1],))
+        lists.update(lists_of_values(replayed_a, replayed_b, comparison.detection_lists,
+                                     comparison.view_a.graph.outputs, lambda t: tolerance.for_tensor(t)[1]))
+    divergence = classify(comparison.view_a.graph, comparison.alignment, metrics, tolerance, lists=lists)
     origin = divergence.first_bitwise or divergence.first_beyond_tolerance
     converted = _converted_ops(comparison.view_a.graph, cap_a, cap_b)
     if origin is None or origin.metrics is None:
