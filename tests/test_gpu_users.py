@@ -51,11 +51,15 @@ def _summary(report: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_training_checkpoint_against_its_export_on_gpu_is_the_training_graph(trained: Path, tmp_path: Path) -> None:
+    """Run o (2026-12-04): the conv before the batch norm came out of the two processes with other
+    cuDNN algorithms (1.06e-3) and was the first divergence; run n's were alike there. Either way the
+    batch norm is replayed on identical rows and the training graph weighs most."""
     code, report, _ = _compare(tmp_path / "r", str(trained / "ckpt"), str(trained / "savedmodel"))
-    _record("gpu_users_training_ckpt_vs_export", **_summary(report))
+    _record("gpu_users_training_ckpt_vs_export", **_summary(report),
+            norm=report["nodes"][BATCH_NORM].get("isolation"), shares=report["answers"].get("shares"))
     assert code == 1 and report["verdict"] == "diverged"
-    assert report["first_divergence"]["node"] == BATCH_NORM
-    assert report["first_divergence"]["isolation"]["verdict"] == "batch_statistics"
+    assert report["first_divergence"]["node"] in ("conv1/Conv2D", BATCH_NORM)
+    assert report["nodes"][BATCH_NORM]["isolation"]["verdict"] == "batch_statistics"
     assert report["answers"]["causes"][0] == "training_graph"
     assert "const_changed" not in {r["kind"] for r in report["rewrites"]}
 

@@ -259,3 +259,32 @@ def test_fetch_alone_replays_judge_the_lists_between_matched_detections(monkeypa
     assert {k: v for k, v in first.items() if k != "isolation_detail"} == {
         "node": "boxes_list", "op": "TensorListStack", "max_abs": 0.0, "max_rel": 0.0, "level": "bitwise",
         "rewrite": None, "isolation": None, "observed": "fetch-alone replays"}
+
+
+def test_plain_outputs_that_only_come_out_in_another_order_are_judged_between_matched_detections() -> None:
+    """The H200, 2026-12-04 (run o): the sample detector's checkpoint against its SavedModel, both on
+    the GPU. A's plain runs listed two near-tied detections in one order, B's in the other: index by
+    index A and B read 1 apart on `detection_classes` "in every one of 4 pairs of runs", beyond each
+    side's spread (0 on the classes), and the verdict was DIVERGED, while its 80 matched detections
+    agreed within A's own run-to-run noise. Over every pair of plain runs a detector's outputs are
+    now measured as A against B is: between matched detections."""
+    from tracer.comparison.noise import _over_every_pair  # noqa: PLC0415
+
+    _metrics, found = a_vs_b()
+
+    def plain_run(first: tuple[list[float], float, int], second: tuple[list[float], float, int]) -> Run:
+        run = Run(lists(first, second))
+        run.plain = {key: run.values[f"{key}:0"] for key in run.outputs}
+        return run
+
+    y_lower = (Y_BOX, 0.6259765625 - 2.0 ** -10, 2)  # A's second process: Y's score moved by 2**-10
+    runs = {"a": [plain_run(Y_HIGH, X), plain_run(y_lower, X)], "b": [plain_run(X, Y_LOW), plain_run(X, Y_LOW)]}
+    before = _over_every_pair(runs, {}, Tolerance(), {})  # index by index, as before
+    assert before["detection_classes"].spread == {"a": 0.0, "b": 0.0}
+    assert before["detection_classes"].cross_closest == 1.0  # "beyond the noise in every pair of runs"
+    outputs = _over_every_pair(runs, {}, Tolerance(), found)
+    classes, scores = outputs["detection_classes"], outputs["detection_scores"]
+    assert (classes.spread, classes.cross_max_abs, classes.cross_closest) == ({"a": 0.0, "b": 0.0}, 0.0, 0.0)
+    assert classes.cross_identical is False and classes.cross_within_tolerance is True  # the bits differ, not the detections
+    assert scores.spread == {"a": 2.0 ** -10, "b": 0.0}
+    assert (scores.cross_closest, scores.cross_max_abs) == (2.0 ** -10, 2.0 ** -9)  # Y: 0.6240 in B; 0.6260, 0.6250 in A

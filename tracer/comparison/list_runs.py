@@ -31,7 +31,7 @@ from .detections import DetectionSpec
 from ..errors import TftraceError
 from ..opgraph import OpGraph, tensor_op
 
-__all__ = ["Naming", "lists_between", "lists_of_values", "companions", "replayed_lists"]
+__all__ = ["Naming", "lists_between", "lists_of_values", "companions", "replayed_lists", "plain_list"]
 
 
 @dataclass(frozen=True)
@@ -163,3 +163,24 @@ def replayed_lists(detections: Mapping[str, Any], tensor: str, x: Mapping[str, A
     if matched is None or own is None or own not in x or own not in y:
         return None
     return matched.measure(tensor, str(detections["output"]), x[own], y[own], 0.0)
+
+
+def plain_list(listed: DetectionList | None, x: Any, y: Any, vx: Any, vy: Any, rtol: float,
+               x_keys: Mapping[str, str] | None = None, y_keys: Mapping[str, str] | None = None
+               ) -> DetectionList | None:
+    """A detection output's plain values in two runs (``vx``, ``vy``: of captures ``x`` and ``y``, two
+    runs of one side or a run of A and one of B) between the detections those plain runs matched, for
+    an output A and B were measured on so (``listed``: its :class:`DetectionList`); None otherwise, and
+    then it is read index by index. On the H200 the fp32 detector's plain runs listed near-tied
+    detections in either order from one process to the next: index by index the classes of A and B
+    read 1 apart "in every pair of runs", beyond a noise that never re-ordered the same way, and the
+    verdict was DIVERGED while its 80 matched detections agreed within the noise."""
+    if listed is None or listed.spec is None or listed.matched is None:
+        return None
+    spec = listed.spec
+
+    def plain(run: Any, keys: Mapping[str, str] | None) -> dict[str, Any]:
+        return {role: run.plain_output((keys or {}).get(key, key)) for role, key in spec.keys.items()}
+
+    matched = match_lists(spec, plain(x, x_keys), plain(y, y_keys))
+    return None if matched is None else matched.measure(listed.tensor, listed.output, vx, vy, rtol)

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,7 +48,7 @@ from .align import Alignment
 from .detection_lists import DetectionList
 from .divergence import Tolerance
 from .judge import per_process_nondeterminism
-from .list_runs import Naming, lists_between
+from .list_runs import Naming, lists_between, plain_list
 from .pairing import is_capture
 
 __all__ = ["Noise", "OutputNoise", "measure_noise", "side_noise", "sides_to_repeat", "NONDETERMINISTIC_GPU"]
@@ -208,7 +208,7 @@ def measure_noise(
         summary.setdefault(name, {"skipped": "run once: nothing showed that it changes from run to run"})
     noise.summary = summary
     if runs:
-        noise.outputs = _over_every_pair(runs_of, signature_map, tolerance)
+        noise.outputs = _over_every_pair(runs_of, signature_map, tolerance, lists)
         summary["outputs"] = {key: o.to_json() for key, o in noise.outputs.items()}
     return noise
 
@@ -244,8 +244,11 @@ def side_noise(name: str, runs: list[Any], alignment: Alignment, noise: Noise, s
             if first is None or later is None or first.shape != later.shape:
                 continue
             m = compare_arrays(first, later)
-            moved = 0.0 if m.identical else _moved(m)
             a_key = key if name == "a" else a_keys.get(key, key)
+            keys = dict(signature_map) if name == "b" else None  # B's runs name A's keys through --map
+            rtol = tolerance.for_tensor(base.outputs[key])[1]
+            listed = plain_list(output_list(lists, a_key), base, again, first, later, rtol, keys, keys)
+            moved = listed.size(m) if listed is not None else 0.0 if m.identical else _moved(m)
             noise.per_output[a_key] = max(noise.per_output.get(a_key, 0.0), moved)
             outputs[a_key] = max(outputs.get(a_key, 0.0), moved)
     return {"max_abs": worst, "tensors_that_moved": noisy, "outputs_max_abs": outputs,
@@ -270,36 +273,54 @@ def _moved(m: TensorMetrics) -> float:
     return m.max_abs if m.max_abs > 0 or m.identical else 1.0
 
 
-def _over_every_pair(runs_of: dict[str, list[Capture]], signature_map: dict[str, str],
-                     tolerance: Tolerance) -> dict[str, OutputNoise]:
-    """Every plain output, A's run i against B's run j for every i, j, and each side's spread."""
+def output_list(lists: Mapping[str, DetectionList] | None, a_key: str) -> DetectionList | None:
+    """A list measured between matched detections that holds output ``a_key``'s rows (any one: each
+    names the group of detections its plain values are matched by), or None."""
+    return next((listed for listed in (lists or {}).values()
+                 if listed.output == a_key and listed.spec is not None and listed.matched is not None), None)
+
+
+def _over_every_pair(runs_of: dict[str, list[Capture]], signature_map: dict[str, str], tolerance: Tolerance,
+                     lists: Mapping[str, DetectionList] | None = None) -> dict[str, OutputNoise]:
+    """Every plain output, A's run i against B's run j for every i, j, and each side's spread; a
+    detector's outputs between the detections each pair of plain runs matched (``lists``: A and B
+    were measured so), as the sides' own noise on them is."""
     found: dict[str, OutputNoise] = {}
+    keys = {"a": None, "b": dict(signature_map)}
     for a_key, a_tensor in runs_of["a"][0].outputs.items():
         b_key = signature_map.get(a_key, a_key)
         atol, rtol = tolerance.for_tensor(a_tensor)
-        a_values = [v for v in (c.plain_output(a_key) for c in runs_of["a"]) if v is not None]
-        b_values = [v for v in (c.plain_output(b_key) for c in runs_of["b"]) if v is not None]
-        if not a_values or not b_values or a_values[0].shape != b_values[0].shape:
+        listed = output_list(lists, a_key)
+        runs = {"a": [(c, c.plain_output(a_key)) for c in runs_of["a"]],
+                "b": [(c, c.plain_output(b_key)) for c in runs_of["b"]]}
+        runs = {side: [(c, v) for c, v in found_runs if v is not None] for side, found_runs in runs.items()}
+        if not runs["a"] or not runs["b"] or runs["a"][0][1].shape != runs["b"][0][1].shape:
             continue
-        record = OutputNoise(runs={"a": len(a_values), "b": len(b_values)})
-        for key, values in (("a", a_values), ("b", b_values)):
-            spreads = [compare_arrays(values[0], v, rtols=(rtol,)) for v in values[1:]]
-            record.spread[key] = max((0.0 if m.identical else m.max_abs for m in spreads), default=0.0)
-            record.spread_within_tolerance &= all(m.within(atol, rtol) for m in spreads)
-        for m in _pairs(a_values, b_values, rtol):
-            record.pairs += 1
-            record.cross_identical &= m.identical
-            record.cross_within_tolerance &= m.within(atol, rtol)
-            record.cross_nonfinite |= bool(m.nan_mismatch or m.inf_mismatch)
-            record.cross_max_abs = max(record.cross_max_abs, 0.0 if m.identical else m.max_abs)
-            record.cross_closest = min(record.cross_closest, 0.0 if m.identical else m.max_abs)
+
+        def apart(x: tuple[Capture, Any], y: tuple[Capture, Any], kx: str, ky: str) -> tuple[float, bool, Any]:
+            """How far two plain runs are (a detector's output: between matched detections), within tolerance."""
+            m = compare_arrays(x[1], y[1], rtols=(rtol,))
+            pair = plain_list(listed, x[0], y[0], x[1], y[1], rtol, keys[kx], keys[ky])
+            if pair is not None:
+                return pair.size(m), pair.within(m, atol, rtol), m
+            return (0.0 if m.identical else m.max_abs), m.within(atol, rtol), m
+
+        record = OutputNoise(runs={"a": len(runs["a"]), "b": len(runs["b"])})
+        for key, values in runs.items():
+            spreads = [apart(values[0], v, key, key) for v in values[1:] if v[1].shape == values[0][1].shape]
+            record.spread[key] = max((size for size, _, _ in spreads), default=0.0)
+            record.spread_within_tolerance &= all(within for _, within, _ in spreads)
+        for x in runs["a"]:
+            for y in runs["b"]:
+                if x[1].shape != y[1].shape:
+                    continue
+                size, within, m = apart(x, y, "a", "b")
+                record.pairs += 1
+                record.cross_identical &= m.identical
+                record.cross_within_tolerance &= within
+                record.cross_nonfinite |= bool(m.nan_mismatch or m.inf_mismatch)
+                record.cross_max_abs = max(record.cross_max_abs, size)
+                record.cross_closest = min(record.cross_closest, size)
         found[a_key] = record
     return found
-
-
-def _pairs(a_values: list[Any], b_values: list[Any], rtol: float) -> Iterable[TensorMetrics]:
-    for va in a_values:
-        for vb in b_values:
-            if va.shape == vb.shape:
-                yield compare_arrays(va, vb, rtols=(rtol,))
 
