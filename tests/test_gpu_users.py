@@ -58,7 +58,11 @@ def test_training_checkpoint_against_its_export_on_gpu_is_the_training_graph(tra
     _record("gpu_users_training_ckpt_vs_export", **_summary(report),
             norm=report["nodes"][BATCH_NORM].get("isolation"), shares=report["answers"].get("shares"))
     assert code == 1 and report["verdict"] == "diverged"
-    assert report["first_divergence"]["node"] in ("conv1/Conv2D", BATCH_NORM)
+    # which op comes first moves with the noise: run o `conv1/Conv2D` (autotuned apart), run p
+    # `bn1/ReadVariableOp_2` (the moving mean the runs write), run q none bitwise (every op before the
+    # batch norm within the noise) and the batch norm first beyond tolerance
+    first = report.get("first_divergence") or report.get("first_divergence_beyond_tolerance") or {}
+    assert first.get("node") in ("conv1/Conv2D", "bn1/ReadVariableOp_2", BATCH_NORM)
     assert report["nodes"][BATCH_NORM]["isolation"]["verdict"] == "batch_statistics"
     assert report["answers"]["causes"][0] == "training_graph"
     assert "const_changed" not in {r["kind"] for r in report["rewrites"]}
