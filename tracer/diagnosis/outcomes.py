@@ -24,7 +24,7 @@ from rich.console import Console
 
 from ..captures.reader import Capture
 from ..comparison.pipeline import Comparison, comparing
-from ..comparison.detections import detections_summary
+from ..comparison.detections import detection_verdicts, detections_summary
 from ..comparison.divergence import Tolerance, classify
 from ..comparison.list_runs import lists_of_values
 from ..comparison.statuses import worse
@@ -112,6 +112,18 @@ def _verdict(metrics: dict[str, TensorMetrics], tolerance: Tolerance) -> str:
     return "within_tolerance" if all(m.within(tolerance.atol, tolerance.rtol) for m in metrics.values()) else "diverged"
 
 
+def plain_verdict(metrics: dict[str, TensorMetrics], tolerance: Tolerance, detections: list[dict[str, Any]]) -> str:
+    """The plain outputs' verdict: a detector's outputs as the compare judged its detections on the
+    plain runs (``detections``: report.json's groups, matched by class and IoU), the others array
+    by array. Read row by row, NMS listing two near-tied detections in the other order is a box off
+    by its size and a class off by one: the experiment read as diverged and diagnose went looking,
+    op by op, for a difference the matched detections do not have."""
+    as_detections = {k: v for k, v in detection_verdicts(detections).items() if k in metrics}
+    arrays = {k: m for k, m in metrics.items() if k not in as_detections}
+    verdicts = [*as_detections.values(), *([_verdict(arrays, tolerance)] if arrays or not as_detections else [])]
+    return worse(*verdicts)
+
+
 def _max_abs(metrics: dict[str, TensorMetrics]) -> float | None:
     values = [None if (m.nan_mismatch or m.inf_mismatch) else m.max_abs for m in metrics.values()]
     return None if any(v is None for v in values) else max(values, default=0.0)
@@ -148,8 +160,8 @@ def _compare(result: dict[str, Any], p: Planned, cap_a: Capture, cap_b: Capture,
                                "differs from its instrumented run, so the plain outputs may differ by another amount")
         return
     plain, how = _plain_outputs(cap_a, cap_b, out / "plain", quiet, tolerance, allow)
-    plain_verdict = _verdict(plain, tolerance)
-    result["plain_outputs"] = {"verdict": plain_verdict, "max_abs": {k: m.max_abs for k, m in plain.items()}}
+    plain_judged = plain_verdict(plain, tolerance, report.get("detections") or [])
+    result["plain_outputs"] = {"verdict": plain_judged, "max_abs": {k: m.max_abs for k, m in plain.items()}}
     result["notes"].append("a side's plain run differs from its instrumented run, so the outputs were also compared "
                            f"as the plain runs compute them ({how}); the verdict is the worse one")
     result["instrumented_max_abs_output_diff"] = result["max_abs_output_diff"]
@@ -158,10 +170,10 @@ def _compare(result: dict[str, Any], p: Planned, cap_a: Capture, cap_b: Capture,
     plain_max = _max_abs(plain)
     result["max_abs_output_diff"] = None if plain_max is None or result["max_abs_output_diff"] is None \
         else max(plain_max, result["max_abs_output_diff"])
-    if result["verdict"] != "diverged" and plain_verdict == "diverged":
+    if result["verdict"] != "diverged" and plain_judged == "diverged":
         result["first_divergence"], result["converted_ops"] = _unobserved(comparison, cap_a, cap_b, out / "walk",
                                                                           quiet, tolerance, allow)
-    result["verdict"] = worse(result["verdict"], plain_verdict)
+    result["verdict"] = worse(result["verdict"], plain_judged)
 
 
 def _training_graph(result: dict[str, Any], report: dict[str, Any]) -> None:
