@@ -26,6 +26,7 @@ import os
 import shlex
 from typing import Any
 
+from ..cause_shares import beyond_noise, outputs_noise
 from ..comparison.statuses import verdict_label
 from .detections_view import changes_text, detection_groups, detection_outputs
 from ..text import count
@@ -123,13 +124,10 @@ def _moving(report: dict[str, Any], measured: dict[str, Any], moving: dict[str, 
 
 def _against_noise(report: dict[str, Any]) -> str:
     """A vs B, over every pair of runs, against what the sides do by themselves."""
-    per = {k: (o.get("noise") or {}) for k, o in _outputs_of(report).items() if isinstance(o.get("noise"), dict)}
+    per = outputs_noise(report)
     if not per:
         return "A vs B not compared over the repeated runs."
-    def spread(n: dict[str, Any]) -> float:
-        return max((v for v in (n.get("spread") or {}).values() if isinstance(v, (int, float))), default=0.0)
-
-    beyond = {k: n for k, n in per.items() if (n.get("cross_closest") or 0) > spread(n)}
+    beyond = beyond_noise(report)
     pairs = max((n.get("pairs") or 0 for n in per.values()), default=0)
     if not beyond:
         largest = max(per, key=lambda k: per[k].get("cross_max_abs") or 0)
