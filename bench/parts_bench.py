@@ -1,6 +1,6 @@
 """A fetch cut into fed parts against one fetch, side by side (issue 29, item 2).
 
-``python -m bench.parts_bench [--rounds N] [--batch B]``: ResNet-50 (the bench's checkpoint) at
+``python -m bench.parts_bench [--rounds N] [--batch B] [--device gpu]``: ResNet-50 (the bench's checkpoint) at
 batch 8, ``tftrace capture`` as typed (one fetch: the default ``--max-memory`` holds it), the same
 with ``--max-memory`` 512 MiB (the fetch cut into parts, each later part fed what the earlier
 ones fetched, so the writers store part k while TensorFlow computes part k + 1), and the naive
@@ -41,16 +41,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--work", type=Path, default=REPO / "out" / "bench")
     parser.add_argument("--results", type=Path, default=REPO / "bench" / "results_parts.json")
+    parser.add_argument("--device", default=None, help="gpu to run every contender there (default: the CPU)")
     args = parser.parse_args(argv)
     ws = Workspace(args.work)
     model = ws.model("resnet50")
     started = time.time()
     load = [round(x, 2) for x in os.getloadavg()]
-    figs = measure_capture(ws, model, args.batch, args.rounds, print, contenders=CONTENDERS)
+    figs = measure_capture(ws, model, args.batch, args.rounds, print, contenders=CONTENDERS, device=args.device)
     ratios = per_round(figs["raw"])
     doc = {"measured_at": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(started)), "machine": platform.node(),
            "load_average_start": load, "load_average_end": [round(x, 2) for x in os.getloadavg()],
-           "model": model.name, "batch": args.batch, "part_bytes": PART_BYTES, "rounds": figs["rounds"],
+           "model": model.name, "batch": args.batch, "device": args.device or "cpu", "part_bytes": PART_BYTES, "rounds": figs["rounds"],
            "ratios_per_round": ratios, "ratios": {k: median(v) for k, v in ratios.items()},
            "seconds": figs["seconds"], "raw": figs["raw"]}
     args.results.write_text(json.dumps(doc, indent=1) + "\n")
