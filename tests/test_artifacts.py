@@ -356,6 +356,30 @@ def test_serving_version_dirs_take_the_newest_version(tf: Any, real_models: dict
     assert load(tmp_path / "10" / "saved_model.pb").location == f"{tmp_path}/10"
 
 
+def test_serving_version_dirs_holding_a_tf1_checkpoint_take_the_newest(tf: Any, models: dict[str, Path],
+                                                                        tmp_path: Path) -> None:
+    """TF Serving's older layout (its test data's ``bad_half_plus_two``): ``base/<version>/`` holds
+    what ``tf.train.Saver`` wrote (``checkpoint``, ``export``, ``export.meta``), no saved_model.pb."""
+    for version in ("5", "12"):
+        shutil.copytree(models["detector_ckpt"], tmp_path / version)
+    (tmp_path / "13").mkdir()  # a version still being written
+    art = load(tmp_path)
+    assert (art.kind, art.location, art.signature.key) == ("checkpoint", f"{tmp_path}/12/model.ckpt", "serving_default")
+
+
+def test_a_tflite_model_is_refused_for_what_it_is(tf: Any, tmp_path: Path) -> None:
+    """As TF Serving serves one (``base/<version>/model.tflite``): given the base, the version or
+    the file, the error names the flatbuffer and what to give instead."""
+    version = tmp_path / "half_plus_two_tflite" / "00000123"
+    version.mkdir(parents=True)
+    (version / "model.tflite").write_bytes(b"\x1c\x00\x00\x00TFL3" + bytes(24))
+    for given in (version.parent, version, version / "model.tflite"):
+        assert error_of(given) == (
+            f"{version}/model.tflite is a TensorFlow Lite model: it runs in the TFLite interpreter with its own "
+            "kernels, not as a TensorFlow graph tftrace can capture op by op. Give the SavedModel, checkpoint or "
+            "Keras export it was converted from (what tf.lite.TFLiteConverter read).")
+
+
 def test_tf1_12_model_with_several_signatures(tf: Any, real_models: dict[str, Path]) -> None:
     art = load(real_models["half_plus_two"])
     assert (art.tf_version_written, art.kind) == ("1.12.0-rc0", "saved_model_v1")

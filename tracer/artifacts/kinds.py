@@ -109,6 +109,10 @@ def detect(path: str) -> tuple[str, str]:
     versions = [e for e in entries if e.isdigit() and _is_saved_model_dir(posixpath.join(path, e))]
     if versions:  # TF Serving layout: base_path/<version>/saved_model.pb
         return "saved_model", posixpath.join(path, max(versions, key=int))
+    _refuse_tflite(path, entries)
+    versions = [e for e in entries if e.isdigit() and _is_checkpoint_dir(posixpath.join(path, e))]
+    if versions:  # TF Serving's older layout (SessionBundle): base_path/<version>/{export.meta, export, checkpoint}
+        return detect(posixpath.join(path, max(versions, key=int)))
     if "checkpoint" in entries and not gfile.isdir(posixpath.join(path, "checkpoint")):  # the state file
         return "checkpoint", _prefix_from_checkpoint_file(path)
     metas = sorted((e for e in entries if e.endswith(".meta")), key=_step_order)
@@ -145,9 +149,40 @@ def _is_saved_model_dir(path: str) -> bool:
     )
 
 
+def _is_checkpoint_dir(path: str) -> bool:
+    """A TF1 checkpoint directory as :func:`detect` resolves one: a ``checkpoint`` state file or
+    exactly one ``.meta`` graph."""
+    gfile = io_gfile()
+    if not gfile.isdir(path):
+        return False
+    entries = _listdir(path)
+    return "checkpoint" in entries or sum(e.endswith(".meta") for e in entries) == 1
+
+
+def _refuse_tflite(path: str, entries: list[str]) -> None:
+    """A TensorFlow Lite flatbuffer, in ``path`` or in one of its version directories (TF Serving
+    serves them from ``base_path/<version>/model.tflite``): its ops run in the TFLite interpreter,
+    with kernels of its own, so there is no TensorFlow graph here to trace."""
+    found = [e for e in entries if e.endswith(".tflite")]
+    found += [posixpath.join(e, f) for e in entries if e.isdigit() and io_gfile().isdir(posixpath.join(path, e))
+              for f in _listdir(posixpath.join(path, e)) if f.endswith(".tflite")]
+    if found:
+        raise _tflite_error(posixpath.join(path, found[0]))
+
+
+def _tflite_error(path: str) -> TftraceError:
+    return TftraceError(
+        f"{path} is a TensorFlow Lite model: it runs in the TFLite interpreter with its own kernels, not as a "
+        "TensorFlow graph tftrace can capture op by op",
+        "give the SavedModel, checkpoint or Keras export it was converted from (what tf.lite.TFLiteConverter read)",
+    )
+
+
 def _detect_file(path: str) -> tuple[str, str]:
     gfile = io_gfile()
     base = posixpath.basename(path)
+    if base.endswith(".tflite"):
+        raise _tflite_error(path)
     if base in ("saved_model.pb", "saved_model.pbtxt"):
         return "saved_model", posixpath.dirname(path)
     if base == CAPTURE_MANIFEST:
