@@ -42,9 +42,10 @@ from .workspace import Model, Workspace
 __all__ = ["after_import", "measure_capture", "bandwidths", "marginal", "tfdbg_dump_bytes"]
 
 CONTENDERS = ("capture", "tfdbg", "naive", "plain")
-PART_BYTES = 512 << 20  # capture_parts: a fetch cut into fed parts of at most this (bench.parts_bench)
+PART_BYTES = 512 << 20  # tftrace capture's default --part-bytes: a fetch above it is cut into fed parts
 # the captures a bench can time: as typed, and with the fetch cut into parts (issue 29 item 2)
-CAPTURE_FLAGS: dict[str, tuple[str, ...]] = {"capture": (), "capture_parts": ("--max-memory", str(PART_BYTES))}
+# tftrace capture as typed (fed parts of --part-bytes' default), and the same in one fetch (bench.parts_bench)
+CAPTURE_FLAGS: dict[str, tuple[str, ...]] = {"capture": (), "capture_one_fetch": ("--part-bytes", "0")}
 PROBE_BYTES = 256 << 20  # the timed write and copy: long enough to get past write caches, short beside a round
 
 

@@ -1,9 +1,9 @@
 """A fetch cut into fed parts against one fetch, side by side (issue 29, item 2).
 
 ``python -m bench.parts_bench [--rounds N] [--batch B] [--device gpu]``: ResNet-50 (the bench's checkpoint) at
-batch 8, ``tftrace capture`` as typed (one fetch: the default ``--max-memory`` holds it), the same
-with ``--max-memory`` 512 MiB (the fetch cut into parts, each later part fed what the earlier
-ones fetched, so the writers store part k while TensorFlow computes part k + 1), and the naive
+batch 8, ``tftrace capture`` as typed (its fetch cut into parts of ``--part-bytes``' default,
+512 MiB, each later part fed what the earlier ones fetched, so the writers store part k while
+TensorFlow computes part k + 1), the same in one fetch (``--part-bytes 0``), and the naive
 fetch-all script, in rounds whose order rotates. Writes ``bench/results_parts.json``: each
 round's seconds, the child's own timings, the process's peak and the parts, and the per-round
 ratios, whose medians are the figures (the machine is shared; only ratios measured side by side
@@ -24,7 +24,7 @@ from .capture_bench import PART_BYTES, measure_capture
 from .procs import REPO, median
 from .workspace import Workspace
 
-CONTENDERS = ("capture", "capture_parts", "naive")
+CONTENDERS = ("capture_one_fetch", "capture", "naive")  # per_round reads them in this order
 
 
 def per_round(raw: dict[str, list[dict[str, Any]]]) -> dict[str, list[float]]:

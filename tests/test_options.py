@@ -40,6 +40,7 @@ SAMPLES = {
     "seed": (7, 7),
     "timing_runs": (3, 3),
     "max_memory": (1000, 1000),
+    "part_bytes": (500, 500),
     "max_process_memory": (3000000000, 3000000000),
     "keep_weights": (True, True),
     "tensor_format": ("npy", "npy"),

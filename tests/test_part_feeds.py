@@ -150,6 +150,25 @@ def test_a_split_capture_of_a_model_with_unseeded_dropout_holds_one_run(dropout_
                                rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
+def test_parts_cut_by_the_part_size_are_fed_and_hold_one_run(dropout_models: Path, tmp_path: Path) -> None:
+    """The same model under the default --max-memory, cut by --part-bytes alone: the later parts are
+    fed (nothing is computed again, so the mask is drawn once) and the values held beside a part are
+    bounded by --max-memory, not by the part size, so the parts are not cut again for them."""
+    inputs = tmp_path / "features.npy"
+    np.save(inputs, np.random.default_rng(3).normal(size=(4096, 32)).astype(np.float32))
+    out = tmp_path / "cap"
+    proc = run_cli("capture", str(dropout_models / "savedmodel"), "--inputs", str(inputs), "--out", str(out),
+                   "--onednn", "off", "--part-bytes", "3200000")
+    assert proc.returncode == 0, proc.stderr
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["fetch_chunks"] < 9 and manifest["fetch_parts"]["unfed_parts"] == 0
+    assert manifest["fetch_parts"]["fed"] > 0 and manifest["fetch_parts"]["differed"] == []
+    cap = Capture.open(out)
+    draw, scaled = cap.tensor("dropout/random_uniform/RandomUniform:0"), cap.tensor("dropout/Mul:0")
+    np.testing.assert_array_equal(cap.tensor("dropout/SelectV2:0"), np.where(draw >= 0.3, scaled, np.float32(0)))
+
+
 def test_a_fetch_set_is_cut_once_and_each_run_gets_its_own_copy() -> None:
     """Later runs fetch the same tensors: cut once (0.4 s a run on a RetinaNet), handed out as copies,
     so that putting the predicates in front of a run's first part leaves the next run's alone."""
@@ -157,7 +176,7 @@ def test_a_fetch_set_is_cut_once_and_each_run_gets_its_own_copy() -> None:
 
     from tracer.captures.part_feeds import PartPlans  # noqa: PLC0415
 
-    plan = SimpleNamespace(sizes=dict(SIZES), max_memory=400, constant={"w"})
+    plan = SimpleNamespace(sizes=dict(SIZES), max_memory=400, constant={"w"}, part_limit=lambda: 400)
     cut = PartPlans(CHAIN, plan, lambda n: True)
     first = cut(NAMES)
     first[0].names = ["pred:0", *first[0].names]
@@ -166,3 +185,50 @@ def test_a_fetch_set_is_cut_once_and_each_run_gets_its_own_copy() -> None:
     assert len(cut.planned) == 1
     plan.sizes["c:0"] = 300  # measured larger in a run: cut anew
     assert _peaks(cut(NAMES), plan.sizes)[-1] <= 400 and len(cut.planned) == 2
+
+
+def test_a_part_size_under_the_limit_cuts_there_and_bounds_the_held_values_by_the_limit() -> None:
+    """--part-bytes 200 under a 600-byte limit: parts of two tensors, fed what they read; the values
+    held beside a part may take it past 200 (up to the limit), so it is not cut again for them."""
+    parts = plan_parts(CHAIN, NAMES, SIZES, 600, lambda n: True, {"w"}, target=200)
+    assert _summary(parts) == [
+        (["x:0", "w:0"], [], [], []),
+        (["a:0", "b:0"], [], [], []),
+        (["c:0", "d:0"], ["a:0", "b:0"], [], ["a:0", "b:0"]),
+    ]
+    assert _peaks(parts, SIZES) == [200, 200, 400]
+
+
+def test_the_part_size_is_never_below_the_largest_tensor_nor_above_the_limit() -> None:
+    from tracer.captures.fetch_plan import FetchPlan  # noqa: PLC0415
+
+    def plan(part_bytes: int, max_memory: int = 1000) -> FetchPlan:
+        return FetchPlan(NAMES, {**SIZES, "c:0": 300}, set(), max_memory=max_memory, part_bytes=part_bytes)
+
+    assert [plan(b).part_limit() for b in (0, 100, 500, 5000)] == [1000, 300, 500, 1000]
+    assert plan(500).cut_words() == "parts of --part-bytes 500 (under --max-memory 1,000)"
+    assert plan(0).cut_words() == plan(5000).cut_words() == "--max-memory 1,000"
+
+
+@pytest.mark.slow
+def test_a_capture_cut_by_its_part_size_stores_what_one_fetch_stores(models: dict[str, Path], tmp_path: Path) -> None:
+    """The sample detector under its default --max-memory, cut into parts by --part-bytes 60000 (the
+    default cuts only fetches above 512 MiB), raised to its largest tensor: every stored tensor is
+    bit-identical to one fetch's (--part-bytes 0), and the notes say what cut it."""
+    caps = {}
+    for name, part_bytes in (("one", "0"), ("parts", "60000")):
+        out = tmp_path / name
+        proc = run_cli("capture", str(models["detector"]), "--out", str(out), "--onednn", "off",
+                       "--part-bytes", part_bytes)
+        assert proc.returncode == 0, proc.stderr
+        caps[name] = (json.loads((out / "manifest.json").read_text()), Capture.open(out))
+    (one, one_cap), (parts, parts_cap) = caps["one"], caps["parts"]
+    assert one["fetch_chunks"] == 1 and "fetch_parts" not in one
+    # its 16 MiB dense weights are the largest tensor: parts of 16 MiB, each a weight's or the activations'
+    assert parts["fetch_chunks"] == 4 and parts["fetch_parts"]["unfed_parts"] == 0
+    assert any(n.startswith("fetched in 4 chunks to stay under parts of --part-bytes 16,777,216 (under --max-memory "
+                            "2,147,483,648)") for n in parts["notes"]), parts["notes"]
+    names = one_cap.tensor_names
+    assert names == parts_cap.tensor_names and len(names) > 50
+    for name in names:
+        np.testing.assert_array_equal(one_cap.tensor(name), parts_cap.tensor(name), err_msg=name)

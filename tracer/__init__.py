@@ -55,7 +55,7 @@ def capture(artifact: str | Side, out_dir: str, *, force: bool = False, **side: 
 
     ``side``: the keywords of :func:`tracer.options.api_keywords` ``("capture")`` (device, batch_size,
     onednn, ..., grappler and env as dicts, inputs_file, seed, examples, tag, signature, max_memory,
-    max_process_memory, allow_unsafe_ops); an unknown one is a TftraceError naming them.
+    part_bytes, max_process_memory, allow_unsafe_ops); an unknown one is a TftraceError naming them.
     """
     from .captures.launcher import capture as _capture  # noqa: PLC0415
     from .options import check_keywords  # noqa: PLC0415

@@ -257,6 +257,10 @@ OPTIONS: tuple[Option, ...] = (
            type=int, default=2 << 30, side="max_memory",
            overrides={"isolate": {"default": None, "help": "bytes the replay may fetch at once (default 2 GiB; a "
                                                            "received report can only lower it)"}}),
+    Option("part-bytes", "bytes one part of a run's fetch aims at: a larger fetch is cut into parts, each later "
+           "part fed what the earlier ones fetched, so the capture's writers store one part while TensorFlow computes "
+           "the next (default 512 MiB; never below the largest tensor nor above --max-memory; 0: one fetch up to "
+           "--max-memory)", "limits", SIDE_COMMANDS, type=int, default=512 << 20, side="part_bytes"),
     Option("max-process-memory", "bytes the capture's process may hold at its peak, TensorFlow's own memory "
            "included: the plain run measures what TensorFlow and the model hold, and the fetch is split under what "
            "is left (default: no bound beyond --max-memory)", "limits", SIDE_COMMANDS, type=int, default=None,

@@ -100,6 +100,9 @@ class Side:
     knobs: Knobs = field(default_factory=Knobs)
     inputs: InputSpec = field(default_factory=InputSpec)
     max_memory: int = 2 << 30  # bytes fetched per session.run before chunking the fetch set
+    # What one part of a split fetch aims at (0: one fetch up to max_memory). Cut in fed parts, the
+    # writers store part k while TensorFlow computes part k + 1 (bench/parts_notes.md measured it).
+    part_bytes: int = 512 << 20
     # The capture process's peak, TensorFlow included; None = no bound beyond max_memory's
     # (tracer.captures.process_memory divides it once the plain run has measured TensorFlow's share).
     max_process_memory: int | None = None
@@ -167,6 +170,7 @@ class Side:
             "knobs": knobs,
             "inputs": asdict(self.inputs),
             "max_memory": self.max_memory,
+            "part_bytes": self.part_bytes,
             "max_process_memory": self.max_process_memory,
             "timing_runs": self.timing_runs,
             "timeout_s": self.timeout_s,
@@ -183,6 +187,7 @@ class Side:
             batch_size=d.get("batch_size"),
             **side_parts_from_json(d),
             max_memory=int(d.get("max_memory", 2 << 30)),
+            part_bytes=int(d.get("part_bytes", 0)),  # an older side fetched at once up to max_memory
             max_process_memory=None if d.get("max_process_memory") is None else int(d["max_process_memory"]),
             timing_runs=int(d.get("timing_runs", 1)),
             timeout_s=d.get("timeout_s"),  # an older manifest's "allow_unsafe_ops" is never read: not a permission

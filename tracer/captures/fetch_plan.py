@@ -2,7 +2,9 @@
 
 Every tensor of the op graph is either planned (in topological order, with its estimated size
 per run) or left uncaptured with a reason; ops whose value does not depend on the feed are
-fetched once. ``chunked`` splits the plan so one run's fetch stays under ``--max-memory``.
+fetched once. ``chunked`` splits the plan so one run's fetch stays under ``--max-memory``, and
+into parts of about ``--part-bytes`` (:meth:`FetchPlan.part_limit`), which the writers store
+while TensorFlow computes the next.
 
 Tensors downstream of a ``Switch`` output (the branches of a TF1 ``tf.cond``, or of a TF2
 ``If``/``StatelessIf`` inlined and lowered to Switch/Merge) run only when the predicate sends
@@ -44,12 +46,26 @@ class FetchPlan:
     switches: dict[str, tuple[Branch, str]] = field(default_factory=dict)  # cond Switch -> (its branch, predicate)
     bound: str = ""  # the limit's words in an error, when --max-process-memory set max_memory (ProcessFit.words)
     fix: str = "raise --max-memory"
+    part_bytes: int = 0  # --part-bytes: what one part of a split fetch aims at (0: one fetch up to max_memory)
 
     def limit_words(self) -> str:
         return self.bound or f"--max-memory {self.max_memory:,}"
 
+    def cut_words(self) -> str:
+        """Why a fetch was cut: the bound, or the part size where that cut it under the bound."""
+        limit = self.part_limit()
+        return self.limit_words() if limit >= self.max_memory else f"parts of --part-bytes {limit:,} (under {self.limit_words()})"
 
-def fetch_plan(opgraph: OpGraph, ranges: list[tuple[int, int]], max_memory: int) -> FetchPlan:
+    def part_limit(self) -> int:
+        """The bytes one fetch is cut at: ``--part-bytes``, never below the largest planned
+        tensor (a part holds at least one whole tensor) nor above ``max_memory`` (the bound)."""
+        if not self.part_bytes:
+            return self.max_memory
+        largest = max((self.sizes[n] for n in self.names), default=0)
+        return min(self.max_memory, max(self.part_bytes, largest))
+
+
+def fetch_plan(opgraph: OpGraph, ranges: list[tuple[int, int]], max_memory: int, part_bytes: int = 0) -> FetchPlan:
     in_loops = opgraph.while_frame_ops()  # constants in a loop body too: fetching one fails at run time
     names: list[str] = []
     uncaptured: dict[str, str] = {}
@@ -71,7 +87,8 @@ def fetch_plan(opgraph: OpGraph, ranges: list[tuple[int, int]], max_memory: int)
     branches = {n: b for n, b in every.items() if b and n in sizes}
     used = {switch for b in branches.values() for switch, _ in b}
     switches = {s: (every[opgraph.data_inputs(s)[0]], opgraph.data_inputs(s)[1]) for s in sorted(used)}
-    return FetchPlan(names, sizes, _constant_ops(opgraph), uncaptured, max_memory, branches, switches)
+    return FetchPlan(names, sizes, _constant_ops(opgraph), uncaptured, max_memory, branches, switches,
+                     part_bytes=part_bytes)
 
 
 def branch_of(opgraph: OpGraph) -> dict[str, Branch]:

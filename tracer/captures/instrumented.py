@@ -106,7 +106,7 @@ def instrumented_runs(
             del values, stored  # peak memory: one chunk's tensors, the values held for later ones, the writer's queue
         if chunks > chunk_count:
             chunk_count = chunks
-            branch_chunks = max(0, chunks - len(chunked(wanted, plan.sizes, plan.max_memory))) if plan.branches else 0
+            branch_chunks = max(0, chunks - len(chunked(wanted, plan.sizes, plan.part_limit()))) if plan.branches else 0
         outputs_per_run.append(outputs)
         emit("progress", done=run_index + 1, total=len(ranges), bytes=written)
     return {
@@ -187,7 +187,7 @@ def _fetch_steps(schedule: BranchSchedule, plan: FetchPlan, writer: CaptureWrite
             layout.pop(name, None)
         size_strings(ready)
         parts = (cut(ready) if ready and cut is not None
-                 else [Part(c) for c in chunked(ready, plan.sizes, plan.max_memory)])
+                 else [Part(c) for c in chunked(ready, plan.sizes, plan.part_limit())])
         extra = [p for p in preds if p not in ready]
         if extra:
             parts = parts or [Part([])]
@@ -200,7 +200,7 @@ def _fetch_steps(schedule: BranchSchedule, plan: FetchPlan, writer: CaptureWrite
                         unfed=part.unfed, hold=hold, digest=digest)
     for _, names in schedule.leftover():
         size_strings(names)  # a dead branch's strings are not sized (TensorFlow refuses): checked as fetched
-        for chunk in chunked(names, plan.sizes, plan.max_memory):
+        for chunk in chunked(names, plan.sizes, plan.part_limit()):
             yield _Step(chunk, branch=True)
 
 

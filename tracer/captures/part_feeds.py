@@ -51,17 +51,20 @@ class Part:
 
 
 def plan_parts(opgraph: OpGraph, names: list[str], sizes: dict[str, int], limit: int,
-               feedable: Callable[[str], bool], constant: Collection[str] = frozenset()) -> list[Part]:
-    """``names`` cut into parts under ``limit`` bytes each, the values held for later parts
-    counted in; a single part when everything fits. Where no cut keeps a part and the values
-    it is fed under the limit, the parts are not fed: each computes its inputs again (re-checking
-    them would take memory there is not). A ``constant`` op (its value does not
-    depend on the inputs) is neither fed nor re-checked: a part runs it again."""
-    chunks = chunked(names, sizes, limit)
+               feedable: Callable[[str], bool], constant: Collection[str] = frozenset(),
+               target: int | None = None) -> list[Part]:
+    """``names`` cut into parts of about ``target`` bytes (default: ``limit``), each part with the
+    values held for later parts kept under ``limit`` bytes; a single part when everything fits
+    the target. Where no cut keeps a part and the values it is fed under the limit, the parts are
+    not fed: each computes its inputs again (re-checking them would take memory there is not). A
+    ``constant`` op (its value does not depend on the inputs) is neither fed nor re-checked: a part
+    runs it again."""
+    target = limit if target is None else min(target, limit)
+    chunks = chunked(names, sizes, target)
     if len(chunks) == 1:
         return [Part(chunks[0])]
     largest = max(sizes[n] for n in names)
-    bound = limit
+    bound = target
     for _ in range(_SHRINK_ROUNDS):
         parts = _wire(opgraph, chunks, feedable, constant)
         over = max(_peak(part, held, sizes) for part, held in zip(parts, _held_before(parts))) - limit
@@ -85,10 +88,10 @@ class PartPlans:
         self.planned: dict[tuple, list[Part]] = {}
 
     def __call__(self, names: list[str]) -> list[Part]:
-        sizes, limit = self.plan.sizes, self.plan.max_memory
-        key = (tuple(names), tuple(sizes[n] for n in names), limit)  # a size measured larger cuts anew
+        sizes, limit, target = self.plan.sizes, self.plan.max_memory, self.plan.part_limit()
+        key = (tuple(names), tuple(sizes[n] for n in names), limit, target)  # a size measured larger cuts anew
         if key not in self.planned:
-            self.planned[key] = plan_parts(self.opgraph, names, sizes, limit, self.feedable, self.plan.constant)
+            self.planned[key] = plan_parts(self.opgraph, names, sizes, limit, self.feedable, self.plan.constant, target)
         return [replace(part) for part in self.planned[key]]  # copies: the caller puts predicates in front
 
 

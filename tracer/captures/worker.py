@@ -90,7 +90,7 @@ def run_capture(side: Side, out_dir: str, force: bool, prepared: Prepared | None
     elif side.batch_size and not examples.batch_major and examples.count:
         notes.append(f"the signature fixes its input shapes: ran all {count(examples.count, 'example')} in one run")
     ranges = batches(examples.count, batch_size)
-    plan = fetch_plan(runtime.opgraph, ranges, side.max_memory)
+    plan = fetch_plan(runtime.opgraph, ranges, side.max_memory, side.part_bytes)
     # the variables the runs write, as loaded: read before the first run writes them
     loaded = read_loaded_values(runtime.session, runtime.graph, runtime.opgraph)
     emit("stage", text="plain run")
@@ -180,7 +180,7 @@ def _chunk_notes(instrumented: dict[str, Any], plan: FetchPlan) -> list[str]:
     parts = instrumented["parts"]
     if instrumented["chunks"] - branches > 1:
         notes.append(
-            f"fetched in {instrumented['chunks'] - branches} chunks to stay under {plan.limit_words()}"
+            f"fetched in {instrumented['chunks'] - branches} chunks to stay under {plan.cut_words()}"
             + (f": each chunk is its own session.run, fed {count(parts['fed'], 'value')} that earlier chunks fetched "
                "for its inputs, so it computes from what is stored" if not parts["unfed_parts"] else
                f": {count(parts['unfed_parts'], 'later chunk')} computed {'its' if parts['unfed_parts'] == 1 else 'their'} "
