@@ -30,15 +30,15 @@ example), or a read of the moving averages (the inference graph) is not.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from .opgraph import WHILE_FRAME_REASON, OpGraph, reachable, tensor_op
 from .optypes import PLACEHOLDER_OPS
 from .text import listed
 
-__all__ = ["normalises_by_batch", "batch_coupled", "coupled_in_report", "training_batch_norm", "training_graph",
-           "unshared_norms"]
+__all__ = ["normalises_by_batch", "batch_coupled", "coupled_in_graph", "coupled_in_report", "training_batch_norm",
+           "training_graph", "unshared_norms"]
 
 BATCH_NORM_PREFIX = "FusedBatchNorm"  # FusedBatchNorm, V2, V3: tf.compat.v1.nn.fused_batch_norm, slim, Keras
 # reductions whose second input holds the axes they reduce (tf.nn.moments' Mean, a batch sum, a batch max); the
@@ -145,21 +145,63 @@ def _reduces_batch(report: dict[str, Any], name: str, side: str) -> bool:
     return normalises_by_batch(op, node.get(f"attrs_{side}"), axes, rank)
 
 
-def coupled_in_report(report: dict[str, Any], name: str, side: str) -> list[str]:
-    """The ops that make report node ``name`` (an origin) depend on its batch on ``side``: itself where
-    it normalises by batch, and those above it, through ops whose values were not compared, that do
-    (what isolation recomputes with it). Empty: its value is its rows' alone."""
-    nodes = report.get("nodes") or {}
-    found, seen, stack = [], set(), [name]
+def _coupling(name: str, inputs: Callable[[str], Iterable[str]], uncompared: Callable[[str], bool],
+              normalises: Callable[[str], bool]) -> Iterator[str]:
+    """The ops that make op ``name`` depend on its batch, as a walk up from it meets them: ``name``
+    itself where it ``normalises`` by batch, and the ops above it that do, reached through ops whose
+    values were not compared (``uncompared``): isolation feeds a replay the nearest compared tensors
+    and recomputes those with the op, so their coupling is its own.
+
+    The one definition of that notion, asked of two representations (as :func:`normalises_by_batch`
+    is of one op): an op graph with the divergence's statuses (:func:`coupled_in_graph`, which op
+    isolation replays) and a report (:func:`coupled_in_report`, the cause). Each says what an op's
+    ``inputs`` are; the walk looks at each (``normalises``) and goes on above the op it starts from
+    and above those not compared. A generator, so a caller that needs one can stop at the first."""
+    seen, stack = set(), [name]
     while stack:
         current = stack.pop()
-        if current in seen or not isinstance(nodes.get(current), dict):
+        if current in seen:
             continue
         seen.add(current)
-        if _reduces_batch(report, current, side):
-            found.append(current)
-        if current == name or nodes[current].get("status") in UNCOMPARED:
-            stack.extend(nodes[current].get("inputs") or [])
+        if normalises(current):
+            yield current
+        if current == name or uncompared(current):
+            stack.extend(inputs(current))
+
+
+def coupled_in_graph(graph: OpGraph, name: str, status: Callable[[str], object] | None = None) -> bool:
+    """Whether op ``name``'s replay depends on its batch (:func:`_coupling` on ``graph``): it normalises
+    by batch itself (:func:`batch_coupled`), or an op above it whose value was not compared does
+    (tf.nn.moments' Mean, whose value is the batch's, so its replay is recomputed with the op).
+    ``status(op)`` is the op's status in the comparison; without it (B's graph, which has none)
+    only the op itself counts. Only the inputs not compared are looked at: a compared one is fed to
+    the replay, not recomputed."""
+    def uncompared(op: str) -> bool:
+        return status is not None and status(op) in UNCOMPARED
+
+    def inputs(op: str) -> list[str]:
+        return [above for above in map(tensor_op, graph.data_inputs(op)) if above in graph and uncompared(above)]
+
+    if name not in graph:
+        return False
+    return any(_coupling(name, inputs, uncompared, lambda op: batch_coupled(graph, op)))
+
+
+def coupled_in_report(report: dict[str, Any], name: str, side: str) -> list[str]:
+    """The ops that make report node ``name`` (an origin) depend on its batch on ``side`` (:func:`_coupling`
+    on the report: A's statuses, ``side``'s ops): itself where it normalises by batch, and those above
+    it, through ops whose values were not compared, that do (what isolation recomputes with it). Every
+    input of a node the walk goes above is looked at, a compared one too (as this walk always has;
+    :func:`coupled_in_graph` looks only at those not compared). Empty: its value is its rows' alone."""
+    nodes = report.get("nodes") or {}
+    if not isinstance(nodes.get(name), dict):
+        return []
+
+    def inputs(op: str) -> list[str]:
+        return [above for above in nodes[op].get("inputs") or [] if isinstance(nodes.get(above), dict)]
+
+    found = _coupling(name, inputs, lambda op: nodes[op].get("status") in UNCOMPARED,
+                      lambda op: _reduces_batch(report, op, side))
     return sorted(found, key=lambda n: (nodes[n].get("topo_index", 0), n))
 
 

@@ -53,7 +53,7 @@ class PackedWrites:
     _predictors: dict[str, dict[str, Any]]
     _consumers: dict[str, int]
     _cache: dict[str, list[Any]]
-    # and, from the writer and its other mixin:
+    # and, from the writer and its other mixins:
     _file: Callable[[Entry], Path]
     _root: Callable[[str | None], str | None]
     _written: Callable[[Entry, np.ndarray], None]

@@ -15,26 +15,27 @@ XOR of its bits with numpy's value of that function (mostly zeros). A writer giv
 (``graph``) and told that the artifact restored the variables (``artifact_values``) keeps only
 a digest of each large variable's value (``digest``, ``values: "artifact"``): the artifact
 holds those bytes already, and equal digests prove identity without reading them. Strings
-stay ``.npy`` files. This module never imports TensorFlow, because captures are compared and
-rendered on machines that may not have it.
+stay ``.npy`` files. This module decides what is stored where and writes the manifest; how each
+kind of file is made is its mixins': :mod:`._packing` (packed files), :mod:`._npy_files` (``.npy``
+files), :mod:`._links` (hard links to a file stored before). It never imports TensorFlow, because
+captures are compared and rendered on machines that may not have it.
 """
 
 from __future__ import annotations
 
 import functools
 import json
-import os
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import Any, BinaryIO
+from typing import Any
 
 import numpy as np
 
 from ..errors import TftraceError
 from ..jsonvalues import jsonable
-from ..safewrite import open_new, replacing, write_file
+from ..safewrite import write_file
 from ._directory import prepare_directory, release_lock, reports_full_disk
 from ._entry import Entry, add_interval
 from ._flusher import Flusher
@@ -48,14 +49,12 @@ from ._format import (
     Unstorable,
     bitwise_equal,
     fsync,
-    npy_header,
-    open_npy,
     to_storage,
-    write_at,
 )
 from ._jobs import FileJobs
 from ._packed import CODEC, PACKED_SUFFIX, digest, predictor_for
 from ._links import LinkedFiles
+from ._npy_files import NpyWrites
 from ._packing import PackedWrites
 from ._names import safe_filename
 from ._stats import Stats, file_stats
@@ -67,7 +66,7 @@ __all__ = ["Capture", "CaptureWriter", "safe_filename", "FORMAT", "FORMAT_VERSIO
 # --------------------------------------------------------------------------- writer
 
 
-class CaptureWriter(LinkedFiles, PackedWrites):
+class CaptureWriter(LinkedFiles, PackedWrites, NpyWrites):
     """Streams one side's tensors into a capture directory; ``finalize`` makes it readable.
 
     Batch-major tensors arrive batch by batch through :meth:`write_rows` into one ``.npy``
@@ -211,62 +210,6 @@ class CaptureWriter(LinkedFiles, PackedWrites):
         row_bytes = int(np.prod(entry.shape[1:], dtype=object)) * entry.stored.itemsize
         offset = entry.header_len + row_offset * row_bytes
         self._jobs.submit(entry.filename, functools.partial(self._write_at, entry, offset, data), data.nbytes)
-
-    def _write_empty(self, path: Path, entry: Entry) -> None:
-        """A header plus a sparse, zero-filled body: rows are written into it in place."""
-        header = npy_header(entry.stored, entry.shape)
-        with os.fdopen(open_new(path, exclusive=True), "wb") as f:  # never through a planted link
-            f.write(header)
-            self._header_bytes += len(header)
-            f.truncate(len(header) + int(np.prod(entry.shape, dtype=object)) * entry.stored.itemsize)
-        entry.header_len = len(header)
-
-    def _write_new(self, entry: Entry, stored: np.ndarray) -> None:
-        """A new file holding the whole tensor: created here (so it can be linked to at once),
-        its body written by a job (never seen by readers before the manifest names it)."""
-        header = npy_header(entry.stored, entry.shape)
-        f = os.fdopen(open_new(self._file(entry), exclusive=True), "wb")  # noqa: SIM115 - the job closes it
-        try:
-            f.write(header)
-        except BaseException:
-            f.close()
-            raise
-        self._header_bytes += len(header)
-        entry.header_len = len(header)
-        data = stored.astype(entry.stored, copy=False)
-        self._jobs.submit(entry.filename, functools.partial(self._write_body, entry, f, data), data.nbytes)
-
-    def _write_body(self, entry: Entry, f: BinaryIO, data: np.ndarray) -> int:
-        """Job: the body of a new file, then its statistics and durability; returns the bytes."""
-        with f:  # not np.save: its short writes on a full disk carry no errno
-            f.write(np.ascontiguousarray(data).reshape(-1).view(np.uint8).data)
-        self._written(entry, data)
-        return data.nbytes
-
-    def _write_at(self, entry: Entry, offset: int, data: np.ndarray) -> int:
-        """Job: rows into their place in an existing file, then statistics and durability."""
-        write_at(self._file(entry), offset, data)
-        self._written(entry, data)
-        return data.nbytes
-
-    def _written(self, entry: Entry, data: np.ndarray) -> None:
-        """In a job, after bytes reached a tensor's file: fold them into its stats, queue it for fsync."""
-        if entry.stats is not None:
-            entry.stats.add(data)
-        if self._flusher is not None:
-            self._flusher.submit(self._file(entry))
-
-    def _widen_string_file(self, entry: Entry, wider: np.dtype) -> None:
-        self._jobs.wait(entry.filename)
-        old = open_npy(self._file(entry), entry.shape, entry.stored)
-        entry.stored = wider
-        with replacing(self._file(entry)) as tmp:
-            self._write_empty(tmp, entry)
-            if old.size:
-                write_at(tmp, entry.header_len, old.astype(wider))
-            del old
-        if self._flusher is not None:
-            self._flusher.submit(self._file(entry))
 
     @reports_full_disk
     def write_whole(self, tensor_name: str, array: np.ndarray, *, same_as: str | None = None) -> None:

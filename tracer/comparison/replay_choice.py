@@ -16,8 +16,7 @@ from __future__ import annotations
 from .align import Alignment, CaptureView
 from .divergence import Divergence, NodeResult
 from ..captures.inputs import batched_alike
-from ..opgraph import OpGraph, tensor_op
-from ..training import UNCOMPARED, batch_coupled
+from ..training import coupled_in_graph
 
 __all__ = ["to_isolate", "first_unshared_norm"]
 
@@ -36,9 +35,9 @@ def to_isolate(divergence: Divergence, count: int, unshared_norm: NodeResult | N
 def first_unshared_norm(divergence: Divergence, alignment: Alignment, view_a: CaptureView,
                         view_b: CaptureView) -> NodeResult | None:
     """The first op beyond tolerance, in the order the examples flow, that normalises by its batch
-    (:func:`tracer.training.batch_coupled`) on a side whose batch the other does not share: the
-    sides group the examples into other runs, or only one side normalises there (the other reads
-    its moving averages). None where there is none."""
+    (:func:`tracer.training.coupled_in_graph`: itself, or an op above it that its replay recomputes)
+    on a side whose batch the other does not share: the sides group the examples into other runs, or
+    only one side normalises there (the other reads its moving averages). None where there is none."""
     alike = batched_alike(view_a.capture.manifest, view_b.capture.manifest)
     rank = view_a.graph.flow_order()
     for result in sorted(divergence.nodes.values(), key=lambda r: rank.get(r.name, (0, 0, 0))):
@@ -48,28 +47,8 @@ def first_unshared_norm(divergence: Divergence, alignment: Alignment, view_a: Ca
         if node is None or not any(p.a == result.tensor and p.b for p in node.tensors):
             continue  # isolation feeds and fetches a pair of tensors
         b_node = node.b_node
-        on_a = _couples(view_a.graph, result.name, divergence)
-        on_b = b_node is not None and b_node in view_b.graph and _couples(view_b.graph, b_node)
+        on_a = coupled_in_graph(view_a.graph, result.name, lambda op: getattr(divergence.nodes.get(op), "status", None))
+        on_b = b_node is not None and coupled_in_graph(view_b.graph, b_node)  # B's graph has no statuses
         if (on_a or on_b) and (not alike or on_a != on_b):
             return result
     return None
-
-
-
-def _couples(graph: OpGraph, name: str, divergence: Divergence | None = None) -> bool:
-    """Whether op ``name``'s replay depends on its batch: it normalises by batch itself, or an op
-    above it whose value was not compared does (tf.nn.moments' Mean, whose value is the batch's, so
-    its replay is recomputed with the op; :func:`tracer.training.coupled_in_report` asks the same of
-    a report). On B's graph (no statuses) only the op itself counts."""
-    seen, stack = set(), [name]
-    while stack:
-        op = stack.pop()
-        if op in seen or op not in graph:
-            continue
-        seen.add(op)
-        if batch_coupled(graph, op):
-            return True
-        if divergence is not None:  # what the replay recomputes with it: the inputs whose values were not compared
-            stack.extend(above for above in map(tensor_op, graph.data_inputs(op))
-                         if getattr(divergence.nodes.get(above), "status", None) in UNCOMPARED)
-    return False
