@@ -26,12 +26,13 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .detection_lists import ROW_KEEPING, DetectionList, list_tensors, match_lists, run_outputs
+from .detection_lists import ROW_KEEPING, DetectionList, ListMatch, list_tensors, match_lists, run_outputs
 from .detections import DetectionSpec
 from ..errors import TftraceError
 from ..opgraph import OpGraph, tensor_op
 
-__all__ = ["Naming", "lists_between", "lists_of_values", "companions", "replayed_lists", "plain_list"]
+__all__ = ["Naming", "PlainMatches", "lists_between", "lists_of_values", "companions", "replayed_lists",
+           "plain_list"]
 
 
 @dataclass(frozen=True)
@@ -165,22 +166,40 @@ def replayed_lists(detections: Mapping[str, Any], tensor: str, x: Mapping[str, A
     return matched.measure(tensor, str(detections["output"]), x[own], y[own], 0.0)
 
 
+class PlainMatches:
+    """The plain runs' detections matched once per pair of runs and group of detections.
+
+    Every output of a group (a detector's boxes, scores, classes and count) is measured between the same
+    matched detections: matching them again for each output key repeated one match four times over for
+    every pair of runs (each side's spread, then A against B over every pair). Keyed by the two runs (held
+    here, so their ids stay theirs) and the group's keys, as :func:`lists_between` matches once per pair."""
+
+    def __init__(self) -> None:
+        self._found: dict[tuple[int, int, tuple[tuple[str, str], ...]], tuple[Any, Any, ListMatch | None]] = {}
+
+    def between(self, spec: DetectionSpec, x: Any, y: Any, x_keys: Mapping[str, str] | None = None,
+                y_keys: Mapping[str, str] | None = None) -> ListMatch | None:
+        """``spec``'s detections in the plain runs of captures ``x`` and ``y`` (A's keys named in each
+        through ``x_keys``/``y_keys``), matched image by image; None where they cannot be matched."""
+        key = (id(x), id(y), tuple(sorted(spec.keys.items())))
+        if key not in self._found:
+            self._found[key] = (x, y, match_lists(spec, run_outputs(x, spec, x_keys, plain=True),
+                                                  run_outputs(y, spec, y_keys, plain=True)))
+        return self._found[key][2]
+
+
 def plain_list(listed: DetectionList | None, x: Any, y: Any, vx: Any, vy: Any, rtol: float,
-               x_keys: Mapping[str, str] | None = None, y_keys: Mapping[str, str] | None = None
-               ) -> DetectionList | None:
+               x_keys: Mapping[str, str] | None = None, y_keys: Mapping[str, str] | None = None,
+               matches: PlainMatches | None = None) -> DetectionList | None:
     """A detection output's plain values in two runs (``vx``, ``vy``: of captures ``x`` and ``y``, two
     runs of one side or a run of A and one of B) between the detections those plain runs matched, for
     an output A and B were measured on so (``listed``: its :class:`DetectionList`); None otherwise, and
-    then it is read index by index. On the H200 the fp32 detector's plain runs listed near-tied
+    then it is read index by index. ``matches``: the matches already made, shared by the other outputs of
+    the group (one match per pair of runs). On the H200 the fp32 detector's plain runs listed near-tied
     detections in either order from one process to the next: index by index the classes of A and B
     read 1 apart "in every pair of runs", beyond a noise that never re-ordered the same way, and the
     verdict was DIVERGED while its 80 matched detections agreed within the noise."""
     if listed is None or listed.spec is None or listed.matched is None:
         return None
-    spec = listed.spec
-
-    def plain(run: Any, keys: Mapping[str, str] | None) -> dict[str, Any]:
-        return {role: run.plain_output((keys or {}).get(key, key)) for role, key in spec.keys.items()}
-
-    matched = match_lists(spec, plain(x, x_keys), plain(y, y_keys))
+    matched = (matches or PlainMatches()).between(listed.spec, x, y, x_keys, y_keys)
     return None if matched is None else matched.measure(listed.tensor, listed.output, vx, vy, rtol)
