@@ -410,9 +410,11 @@ def _image_entry(image: int, da: Detections, db: Detections, match: ImageMatch, 
 # ---- from two captures -----------------------------------------------------------------------------
 
 
-def _output_value(view: Any, key: str) -> np.ndarray | None:
-    """Signature output ``key`` as the plain run computed it, else as captured, else None."""
-    plain = view.capture.plain_output(key)
+def _output_value(view: Any, key: str, own: str | None = None) -> np.ndarray | None:
+    """Signature output ``key`` (the view's key: A's, B's renamed to A's by ``--map``) as the plain run
+    computed it, read under ``own`` (the capture's own key, which ``--map`` never renames), else as
+    captured, else None."""
+    plain = view.capture.plain_output(own or key)
     if plain is not None:
         return np.asarray(plain)
     tensor = view.graph.outputs.get(key)
@@ -427,14 +429,17 @@ def _output_value(view: Any, key: str) -> np.ndarray | None:
 def detections_of(view_a: Any, view_b: Any, tolerance: Any, signature_map: Mapping[str, str],
                   given: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
     """Every group of detections of A's signature (:func:`recognise`), compared on the plain runs'
-    outputs (B's keys through ``signature_map``): report.json's ``detections``."""
+    outputs: report.json's ``detections``. B's view names its outputs by A's keys once ``--map`` is
+    applied (:func:`tracer.comparison.pairing.apply_signature_map`); its capture, by its own
+    (``signature_map``: A's key -> B's). Asking the view for B's own key found nothing, and a group
+    whose keys were mapped was left uncompared."""
     specs = recognise(list(view_a.graph.outputs), given)
     found = []
     for spec in specs:
         wanted = {**spec.keys, **{k: k for k in spec.per_detection}}
         a = {role: _output_value(view_a, key) for role, key in wanted.items()}
-        b = {role: (_output_value(view_b, signature_map.get(key, key))
-                    if signature_map.get(key, key) in view_b.graph.outputs else None) for role, key in wanted.items()}
+        b = {role: (_output_value(view_b, key, signature_map.get(key, key)) if key in view_b.graph.outputs else None)
+             for role, key in wanted.items()}
         found.append(compare_detections(spec, a, b, lambda key: tolerance.for_tensor(view_a.graph.outputs.get(key, key))))
     return found
 
