@@ -323,3 +323,45 @@ def test_a_detectors_plain_outputs_are_matched_once_per_pair_of_runs_not_once_pe
     assert len(matched) == 2  # the captured lists once (lists_between), the plain outputs once (3 before)
     assert side["outputs_max_abs"] == {"detection_boxes": 0.0, "detection_scores": 2.0 ** -9, "detection_classes": 0.0,
                                        "num_detections": 0.0}
+
+
+def test_the_observer_effect_on_a_detectors_outputs_is_measured_between_matched_detections() -> None:
+    """The H200, 2026-12-04 (run p): fetching every tensor moved two near-tied scores and NMS listed the
+    detections in the other order, so the capture's observer effect (its plain run against its instrumented
+    run, index by index) read 0.242 for a pair whose matched detections agreed, and the causes held that
+    against the difference between the sides. Here the plain run lists X then Y, the instrumented one Y
+    (its score 2**-9 higher) then X: index by index the boxes moved by 2.0 and the classes by 1.0; between
+    matched detections only Y's score moved."""
+    from tracer.captures.observer import observer_effect  # noqa: PLC0415
+    from tracer.cause_shares import shares  # noqa: PLC0415
+    from tracer.comparison.list_runs import observed_detections  # noqa: PLC0415
+    from tracer.report.build import _observer_effect  # noqa: PLC0415
+    from tracer.report.detections_view import observer_note  # noqa: PLC0415
+
+    run = Run(lists(Y_HIGH, X))  # the instrumented run
+    plain = lists(X, Y_LOW)
+    run.plain = {key: plain[key] for key in run.outputs}
+    run.observer = SimpleNamespace(outputs_identical=False)
+    # what the capture child records: index by index
+    manifest = observer_effect(GRAPH.outputs, GRAPH,
+                               {"outputs": [run.plain], "executed_ops": {}, "executed_nodes": {}},
+                               {"outputs": [{k: run.values[f"{k}:0"] for k in run.outputs}], "executed_ops": {},
+                                "executed_nodes": {}})
+    assert manifest["outputs_max_abs_diff"] == {"detection_boxes": 2.0, "detection_scores": 0.0009765625,
+                                                "detection_classes": 1.0, "num_detections": 0.0}
+    figures = observed_detections(run, recognise(list(GRAPH.outputs)))
+    assert figures == {"detection_boxes": 0.0, "detection_scores": 2.0 ** -9, "detection_classes": 0.0,
+                       "num_detections": 0.0}
+    side = _observer_effect(manifest, figures)
+    assert side["outputs_max_abs_diff"] == figures and side["outputs_identical"] is False
+    assert side["outputs_as_detections"] == sorted(figures)
+    assert side["outputs_index_by_index"] == manifest["outputs_max_abs_diff"]
+    assert observer_note(side) == ("detection_boxes, detection_classes, detection_scores, num_detections between the "
+                                   "detections its plain and instrumented runs matched (index by index up to 2)")
+    # what the causes measure the observer effect by: before, the size of a box
+    found = {"observation": "on side A, fetching every tensor moved the outputs."}
+    assert shares({"observer_effect": {"a": manifest}}, found)["observation"]["max_abs"] == 2.0
+    assert shares({"observer_effect": {"a": side}}, found)["observation"]["max_abs"] == 2.0 ** -9
+    # a capture whose two runs agreed bit for bit is not read again
+    run.observer = SimpleNamespace(outputs_identical=True)
+    assert observed_detections(run, recognise(list(GRAPH.outputs))) == {}
