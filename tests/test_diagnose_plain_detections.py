@@ -57,7 +57,8 @@ def test_a_groups_matched_figures_stand_for_its_outputs_row_by_row_ones() -> Non
     """report.json's group holds what its matched detections moved: boxes and scores by their largest matched
     difference, classes and count 0; a group where a detection appeared, disappeared or changed class, or
     not compared, keeps its row-by-row figures."""
-    from tracer.diagnosis.outcomes import _max_abs, matched_figures  # noqa: PLC0415
+    from tracer.comparison.detection_groups import matched_figures  # noqa: PLC0415
+    from tracer.diagnosis.outcomes import _max_abs  # noqa: PLC0415
 
     group = {**GROUP, "verdict": "within_tolerance", "per_detection_max_abs": {"detection_multiclass_scores": 2.0 ** -11},
              "total": {"appeared": 0, "disappeared": 0, "changed_class": 0, "max_box_diff": 2.0 ** -6,

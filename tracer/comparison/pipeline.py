@@ -32,7 +32,8 @@ from ..errors import EXIT_OK, TftraceError
 from ..diff.records import GraphDiff
 from ..diff.rewrites import diff_graphs
 from .detection_lists import DetectionList, measure_detection_lists
-from .detections import detection_verdicts, detections_net_of_noise, detections_of, recognise
+from .detection_groups import detection_verdicts, detections_net_of_noise
+from .detections import detections_of, recognise
 from .list_runs import observed_detections
 from .isolate import IsolationResult, isolate_origins, load_state_variables, weights_set_at_load
 from .replay_choice import first_unshared_norm, to_isolate

@@ -24,7 +24,8 @@ from rich.console import Console
 
 from ..captures.reader import Capture
 from ..comparison.pipeline import Comparison, comparing
-from ..comparison.detections import detection_verdicts, detections_summary, recognise
+from ..comparison.detection_groups import detection_verdicts, detections_summary, matched_figures
+from ..comparison.detections import recognise
 from ..comparison.divergence import Tolerance, classify
 from ..comparison.list_runs import lists_of_values, outputs_apart
 from ..comparison.statuses import worse
@@ -36,7 +37,7 @@ from ..report.build import report_comparison
 from ..training import training_graph
 from .replays import replay_alone, state_changing_ops
 
-__all__ = ["evaluate", "side_settings", "latency", "executed_ops_differ", "matched_figures"]
+__all__ = ["evaluate", "side_settings", "latency", "executed_ops_differ"]
 
 REPLAYABLE_LAYOUTS = ("rows", "whole")  # tensors whose value a fetch-alone replay of the first batch reproduces
 _AMP_CAST = re.compile(r"^(?P<src>.+)-(?P<slot>\d+)-CastTo(?P<to>Bf16|Fp16|Fp32)-\d+-AutoMixedPrecision$")
@@ -131,32 +132,6 @@ def _max_abs(metrics: dict[str, TensorMetrics], as_detections: dict[str, float] 
     values = [found[k] if k in found else None if (m.nan_mismatch or m.inf_mismatch) else m.max_abs
               for k, m in metrics.items()]
     return None if any(v is None for v in values) else max(values, default=0.0)
-
-
-def matched_figures(groups: Any) -> dict[str, float]:
-    """Signature key -> how far a detector's output moved between the detections the compare matched on
-    the plain runs (``groups``: report.json's ``detections``), for each compared group where no detection
-    appeared, disappeared or changed class: boxes and scores by the group's largest matched difference,
-    classes and count 0 (matched detections share them), a per-detection output by its matched rows. A
-    group with such a change keeps its row-by-row figures, as :meth:`DetectionList.size` does; so does
-    one not compared. Row by row, NMS listing near-tied detections in another order is a box off by its
-    size: the experiment's effect read as that, not as what the detections moved."""
-    found: dict[str, float] = {}
-    for group in groups if isinstance(groups, list) else []:
-        total = group.get("total") if isinstance(group, dict) else None
-        keys = group.get("keys") if isinstance(group, dict) else None
-        if not group.get("compared") or not isinstance(total, dict) or not isinstance(keys, dict):
-            continue
-        if any(total.get(kind) for kind in ("appeared", "disappeared", "changed_class")):
-            continue
-        same = group.get("verdict") == "identical"
-        moved = {"boxes": total.get("max_box_diff"), "scores": total.get("max_score_diff")}
-        for role, key in keys.items():
-            found[str(key)] = 0.0 if same else float(moved.get(role) or 0.0)
-        for key, value in (group.get("per_detection_max_abs") or {}).items():
-            if isinstance(value, (int, float)):
-                found[str(key)] = 0.0 if same else float(value)
-    return found
 
 
 def _captured_figures(comparison: Comparison, report: dict[str, Any]) -> dict[str, float]:
