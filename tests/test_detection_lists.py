@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 from rich.console import Console
 
-from conftest import build_fixture, run_cli
+from conftest import build_fixture, build_model, run_cli
 from tracer.comparison.align import ROLE_COMPARED, Alignment, NodeAlignment, TensorPair
 from tracer.comparison.detection_lists import DetectionList
 from tracer.comparison.detections import detections_verdict, match_image, matched_rows, valid_detections
@@ -358,3 +358,52 @@ def test_with_repeats_the_lists_are_held_against_noise_measured_as_they_are(dete
         node = report["nodes"][name]
         assert (node["status"], node["detection_list"]["measured"]) == ("propagated", "matched_detections"), name
     assert report["intermediates"]["detection_lists"]["ops"] == LISTS[flow]
+
+
+RENAME = """
+import os, sys
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+import tensorflow as tf
+src, dst, renamed = sys.argv[1], sys.argv[2], dict(p.split("=") for p in sys.argv[3].split(","))
+v1 = tf.compat.v1
+with tf.Graph().as_default() as graph, v1.Session(graph=graph) as session:
+    signature = v1.saved_model.loader.load(session, ["serve"], src).signature_def["serving_default"]
+    inputs = {k: graph.get_tensor_by_name(v.name) for k, v in signature.inputs.items()}
+    outputs = {renamed.get(k, k): graph.get_tensor_by_name(v.name) for k, v in signature.outputs.items()}
+    builder = v1.saved_model.Builder(dst)
+    builder.add_meta_graph_and_variables(session, ["serve"], signature_def_map={
+        "serving_default": v1.saved_model.predict_signature_def(inputs, outputs)})
+    builder.save()
+"""
+B_KEYS = {"detection_boxes": "boxes", "detection_scores": "scores", "detection_classes": "classes",
+          "num_detections": "count"}
+
+
+@pytest.mark.slow
+def test_a_detector_whose_output_keys_are_mapped_is_compared_as_detections(detector: Path, tmp_path: Path) -> None:
+    """``--map detection_boxes=boxes,...``: B (the float16 twin) exported under other output keys. ``--map``
+    renames B's view of its outputs to A's keys, but the detections' matching looked B's own keys up in it,
+    found none, and left the group uncompared ("no value for B's 'detection_boxes'"): the outputs were read
+    index by index (boxes 0.359 apart) and no list inside was measured between matched detections. Now the
+    group is compared as without the map: 80 of 80 detections matched, boxes within 3.46e-05."""
+    renamed = tmp_path / "renamed_fp16"
+    mapping = ",".join(f"{a}={b}" for a, b in B_KEYS.items())
+    build_model(RENAME, detector / "cf2" / "savedmodel_fp16", renamed, mapping)
+    proc = run_cli("compare", str(detector / "cf2" / "savedmodel"), str(renamed), "--inputs",
+                   str(detector / "images.npz"), "--onednn", "off", "--isolate", "0", "--repeat", "2", "--map", mapping,
+                   "--out", str(tmp_path / "r"), env=ENV)
+    assert proc.returncode == 1, proc.stderr
+    report = json.loads((tmp_path / "r" / "report.json").read_text(encoding="utf-8"))
+    [group] = report["detections"]
+    assert (group["compared"], group["not_compared"], group["verdict"]) == (True, None, "diverged")
+    total = group["total"]
+    assert (total["a"], total["b"], total["matched"], total["appeared"], total["disappeared"]) == (80, 80, 80, 0, 0)
+    assert total["max_box_diff"] == pytest.approx(3.463e-05, rel=1e-3)
+    assert report["outputs"]["detection_boxes"]["b_tensor"] and report["outputs"]["detection_boxes"]["max_abs"] == \
+        pytest.approx(0.359, abs=1e-3)  # index by index, as such
+    lists = report["intermediates"]["detection_lists"]
+    assert lists["ops"] == LISTS["cf2"] and lists["matched_max_abs"] == pytest.approx(1.2487e-04, rel=1e-3)
+    # B's runs are read under its own keys, its noise reported under A's: it repeats itself, its lists included
+    assert report["noise"]["b"]["repeats_itself"] is True
+    assert sorted(report["noise"]["b"]["outputs_max_abs"]) == sorted(B_KEYS)
+    assert report["outputs"]["detection_classes"]["noise"]["cross_max_abs"] == 0.0

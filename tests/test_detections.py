@@ -347,7 +347,7 @@ def test_detections_that_change_between_two_runs_of_one_side_as_much_as_between_
     on detection_classes, 0.508 on detection_boxes) and A vs B came no closer than that; the detections
     diverge as detections, but a side does that to itself, so the outputs are within the noise. Where
     the arrays are beyond the noise (or no noise was measured) the detections decide."""
-    from tracer.comparison.detections import detections_net_of_noise
+    from tracer.comparison.detection_groups import detections_net_of_noise
 
     group = {"keys": {"boxes": "detection_boxes", "scores": "detection_scores", "classes": "detection_classes",
                       "count": "num_detections"}, "per_detection_max_abs": {"detection_multiclass_scores": 0.1}}

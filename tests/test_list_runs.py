@@ -288,3 +288,80 @@ def test_plain_outputs_that_only_come_out_in_another_order_are_judged_between_ma
     assert classes.cross_identical is False and classes.cross_within_tolerance is True  # the bits differ, not the detections
     assert scores.spread == {"a": 2.0 ** -10, "b": 0.0}
     assert (scores.cross_closest, scores.cross_max_abs) == (2.0 ** -10, 2.0 ** -9)  # Y: 0.6240 in B; 0.6260, 0.6250 in A
+
+
+def test_a_detectors_plain_outputs_are_matched_once_per_pair_of_runs_not_once_per_output(monkeypatch: Any) -> None:
+    """Each side's spread and A against B over every pair of runs measure the group's outputs (boxes,
+    scores, classes) between the same matched detections: one match per pair of runs and group, where
+    there was one per output key (3 lists here, 4 for a group with per-detection outputs)."""
+    import tracer.comparison.list_runs as list_runs  # noqa: PLC0415
+    from tracer.comparison.noise import _over_every_pair  # noqa: PLC0415
+
+    _metrics, found = a_vs_b()
+    matched: list[tuple[int, int]] = []
+    real = list_runs.match_lists
+
+    def counted(spec: Any, x: Any, y: Any) -> Any:
+        matched.append((id(x), id(y)))
+        return real(spec, x, y)
+
+    monkeypatch.setattr(list_runs, "match_lists", counted)
+
+    def plain_run(first: tuple[list[float], float, int], second: tuple[list[float], float, int]) -> Run:
+        run = Run(lists(first, second))
+        run.plain = {key: run.values[f"{key}:0"] for key in run.outputs}
+        return run
+
+    runs = {"a": [plain_run(Y_HIGH, X), plain_run(X, Y_LOW)], "b": [plain_run(X, Y_LOW), plain_run(X, Y_LOW)]}
+    outputs = _over_every_pair(runs, {}, Tolerance(), found)
+    # 1 pair within A, 1 within B, 4 across: 6 pairs, each matched once (18 before: once per list output)
+    assert len(matched) == 6
+    assert outputs["detection_classes"].cross_max_abs == 0.0 and outputs["detection_boxes"].spread == {"a": 0.0, "b": 0.0}
+    matched.clear()
+    noise = Noise()
+    side = side_noise("a", runs["a"], ALIGNMENT, noise, {}, Tolerance(), found)
+    assert len(matched) == 2  # the captured lists once (lists_between), the plain outputs once (3 before)
+    assert side["outputs_max_abs"] == {"detection_boxes": 0.0, "detection_scores": 2.0 ** -9, "detection_classes": 0.0,
+                                       "num_detections": 0.0}
+
+
+def test_the_observer_effect_on_a_detectors_outputs_is_measured_between_matched_detections() -> None:
+    """The H200, 2026-12-04 (run p): fetching every tensor moved two near-tied scores and NMS listed the
+    detections in the other order, so the capture's observer effect (its plain run against its instrumented
+    run, index by index) read 0.242 for a pair whose matched detections agreed, and the causes held that
+    against the difference between the sides. Here the plain run lists X then Y, the instrumented one Y
+    (its score 2**-9 higher) then X: index by index the boxes moved by 2.0 and the classes by 1.0; between
+    matched detections only Y's score moved."""
+    from tracer.captures.observer import observer_effect  # noqa: PLC0415
+    from tracer.cause_shares import shares  # noqa: PLC0415
+    from tracer.comparison.list_runs import observed_detections  # noqa: PLC0415
+    from tracer.report.build import _observer_effect  # noqa: PLC0415
+    from tracer.report.detections_view import observer_note  # noqa: PLC0415
+
+    run = Run(lists(Y_HIGH, X))  # the instrumented run
+    plain = lists(X, Y_LOW)
+    run.plain = {key: plain[key] for key in run.outputs}
+    run.observer = SimpleNamespace(outputs_identical=False)
+    # what the capture child records: index by index
+    manifest = observer_effect(GRAPH.outputs, GRAPH,
+                               {"outputs": [run.plain], "executed_ops": {}, "executed_nodes": {}},
+                               {"outputs": [{k: run.values[f"{k}:0"] for k in run.outputs}], "executed_ops": {},
+                                "executed_nodes": {}})
+    assert manifest["outputs_max_abs_diff"] == {"detection_boxes": 2.0, "detection_scores": 0.0009765625,
+                                                "detection_classes": 1.0, "num_detections": 0.0}
+    figures = observed_detections(run, recognise(list(GRAPH.outputs)))
+    assert figures == {"detection_boxes": 0.0, "detection_scores": 2.0 ** -9, "detection_classes": 0.0,
+                       "num_detections": 0.0}
+    side = _observer_effect(manifest, figures)
+    assert side["outputs_max_abs_diff"] == figures and side["outputs_identical"] is False
+    assert side["outputs_as_detections"] == sorted(figures)
+    assert side["outputs_index_by_index"] == manifest["outputs_max_abs_diff"]
+    assert observer_note(side) == ("detection_boxes, detection_classes, detection_scores, num_detections between the "
+                                   "detections its plain and instrumented runs matched (index by index up to 2)")
+    # what the causes measure the observer effect by: before, the size of a box
+    found = {"observation": "on side A, fetching every tensor moved the outputs."}
+    assert shares({"observer_effect": {"a": manifest}}, found)["observation"]["max_abs"] == 2.0
+    assert shares({"observer_effect": {"a": side}}, found)["observation"]["max_abs"] == 2.0 ** -9
+    # a capture whose two runs agreed bit for bit is not read again
+    run.observer = SimpleNamespace(outputs_identical=True)
+    assert observed_detections(run, recognise(list(GRAPH.outputs))) == {}

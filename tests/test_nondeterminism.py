@@ -397,3 +397,23 @@ def test_autotuning_stays_first_where_turning_it_off_took_the_first_convs_differ
     assert off["first_divergence_beyond_tolerance"]["node"] == "net/logits/MatMul"
     assert off["nodes"]["net/conv1/Conv2D"]["status"] == "identical"
     assert explain_comparison(off)["causes"] == ["batch"]
+
+
+def test_a_detectors_observer_shift_is_held_against_what_its_matched_detections_moved() -> None:
+    """The fp16 detector's pair: A and B differ by 0.359 on ``detection_boxes`` index by index (NMS re-listed
+    near-tied detections), by 3.46e-05 between matched detections. A shift of 1e-3 between A's matched plain and
+    instrumented detections was held against the 0.359 and dropped as negligible; against what the sides'
+    matched detections moved it is 29 times that difference, and observation is named."""
+    report = _report("cpu", "own_error")
+    group = {"keys": {"boxes": "detection_boxes", "scores": "detection_scores"}, "compared": True,
+             "verdict": "diverged", "per_detection_max_abs": {},
+             "total": {"appeared": 0, "disappeared": 0, "changed_class": 0, "max_box_diff": 3.463e-05,
+                       "max_score_diff": 1.2487e-04}}
+    report.update(outputs={"detection_boxes": {"identical": False, "max_abs": 0.35944},
+                           "detection_scores": {"identical": False, "max_abs": 1.2487e-04}},
+                  observer_effect={"a": {"outputs_identical": False, "outputs_as_detections": ["detection_boxes"],
+                                         "outputs_max_abs_diff": {"detection_boxes": 1e-3, "detection_scores": 0.0}}},
+                  detections=[group])
+    assert "observation" in explain_comparison(report)["causes"]
+    report["detections"] = []  # no group: index by index, as before
+    assert "observation" not in explain_comparison(report)["causes"]

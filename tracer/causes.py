@@ -13,6 +13,7 @@ from typing import Any
 
 from .cause_catalogue import CAUSES, KNOB_CAUSES, Cause
 from .cause_shares import NOISE_CAUSES, ranked, share_words, shares
+from .comparison.detection_groups import matched_figures
 from .comparison.statuses import ISOLATION, isolation_clause
 from .diff.kinds import kind_of
 from .optypes import loop_result
@@ -306,13 +307,16 @@ NEGLIGIBLE_SHIFT = 0.1  # a plain-vs-instrumented shift below this fraction of t
 def _negligible_shift(report: dict[str, Any], observer: dict[str, Any]) -> bool:
     """Whether a side's plain-vs-instrumented shift is too small to explain the difference between
     the sides (1e-7 next to 0.9 was once given as a cause): under NEGLIGIBLE_SHIFT of the outputs'
-    own max |A - B| on every output it moved."""
+    own max |A - B| on every output it moved. A detector's outputs are held against what their matched
+    detections moved between the sides (report.json's groups), as the shift is measured: their
+    index-by-index max |A - B| is the size of a box wherever NMS re-listed two near-tied detections."""
     shifts = observer.get("outputs_max_abs_diff") or {}
     outputs = report.get("outputs") or {}
     if not shifts:
         return False
+    as_detections = matched_figures(report.get("detections"))
     for key, shift in shifts.items():
-        between = (outputs.get(key) or {}).get("max_abs")
+        between = as_detections.get(key, (outputs.get(key) or {}).get("max_abs"))
         if not isinstance(shift, (int, float)) or not isinstance(between, (int, float)):
             return False
         if shift > NEGLIGIBLE_SHIFT * between:

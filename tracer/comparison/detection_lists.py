@@ -154,23 +154,27 @@ def match_lists(spec: DetectionSpec, x: Mapping[str, Any], y: Mapping[str, Any])
     return ListMatch(spec, per_image, (int(boxes_x.shape[0]), int(boxes_x.shape[1])))
 
 
-def run_outputs(capture: Any, spec: DetectionSpec, keys: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """Role -> the group's output as one run computed it: its instrumented run (the run its intermediates
-    come from), else its plain run; None where it has neither. ``keys``: A's signature key -> this run's
-    (``--map``); the key is looked up in the capture's own manifest, which the signature map never renames."""
+def run_outputs(capture: Any, spec: DetectionSpec, keys: Mapping[str, str] | None = None, *, plain: bool = False
+                ) -> dict[str, Any]:
+    """Role -> the group's output as one run computed it; None where it has none. By default its
+    instrumented run (the run its intermediates come from, whose lists they are matched by), else its
+    plain run; ``plain``: its plain run alone (the signature's outputs fetched, as in production), which
+    the plain outputs are matched by. One reader for both, so the two never read a key differently.
+    ``keys``: A's signature key -> this run's (``--map``); the key is looked up in the capture's own
+    manifest, which the signature map never renames."""
     found = {}
     for role, key in spec.keys.items():
         own = (keys or {}).get(key, key)
-        tensor = capture.outputs.get(own)
         value = None
+        tensor = None if plain else capture.outputs.get(own)
         if tensor is not None and capture.has(tensor):
             try:
                 value = np.asarray(capture.tensor(tensor))
             except TftraceError:
                 value = None
         if value is None:
-            plain = capture.plain_output(own)
-            value = None if plain is None else np.asarray(plain)
+            stored = capture.plain_output(own)
+            value = None if stored is None else np.asarray(stored)
         found[role] = value
     return found
 

@@ -33,8 +33,8 @@ from ..errors import TftraceError
 from ..metrics import TensorMetrics, compare_arrays
 
 __all__ = ["DetectionSpec", "Detections", "ImageMatch", "MatchedRows", "parse_spec", "recognise", "compare_detections",
-           "match_image", "valid_detections", "matched_rows", "detections_verdict", "detection_verdicts",
-           "detections_net_of_noise", "BOX_FORMATS", "IOU_THRESHOLD", "ROLES"]
+           "match_image", "valid_detections", "matched_rows", "detections_verdict", "detections_of", "BOX_FORMATS",
+           "IOU_THRESHOLD", "ROLES"]
 
 IOU_THRESHOLD = 0.5
 ROLES = ("boxes", "scores", "classes", "count")
@@ -410,9 +410,11 @@ def _image_entry(image: int, da: Detections, db: Detections, match: ImageMatch, 
 # ---- from two captures -----------------------------------------------------------------------------
 
 
-def _output_value(view: Any, key: str) -> np.ndarray | None:
-    """Signature output ``key`` as the plain run computed it, else as captured, else None."""
-    plain = view.capture.plain_output(key)
+def _output_value(view: Any, key: str, own: str | None = None) -> np.ndarray | None:
+    """Signature output ``key`` (the view's key: A's, B's renamed to A's by ``--map``) as the plain run
+    computed it, read under ``own`` (the capture's own key, which ``--map`` never renames), else as
+    captured, else None."""
+    plain = view.capture.plain_output(own or key)
     if plain is not None:
         return np.asarray(plain)
     tensor = view.graph.outputs.get(key)
@@ -427,62 +429,16 @@ def _output_value(view: Any, key: str) -> np.ndarray | None:
 def detections_of(view_a: Any, view_b: Any, tolerance: Any, signature_map: Mapping[str, str],
                   given: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
     """Every group of detections of A's signature (:func:`recognise`), compared on the plain runs'
-    outputs (B's keys through ``signature_map``): report.json's ``detections``."""
+    outputs: report.json's ``detections``. B's view names its outputs by A's keys once ``--map`` is
+    applied (:func:`tracer.comparison.pairing.apply_signature_map`); its capture, by its own
+    (``signature_map``: A's key -> B's). Asking the view for B's own key found nothing, and a group
+    whose keys were mapped was left uncompared."""
     specs = recognise(list(view_a.graph.outputs), given)
     found = []
     for spec in specs:
         wanted = {**spec.keys, **{k: k for k in spec.per_detection}}
         a = {role: _output_value(view_a, key) for role, key in wanted.items()}
-        b = {role: (_output_value(view_b, signature_map.get(key, key))
-                    if signature_map.get(key, key) in view_b.graph.outputs else None) for role, key in wanted.items()}
+        b = {role: (_output_value(view_b, key, signature_map.get(key, key)) if key in view_b.graph.outputs else None)
+             for role, key in wanted.items()}
         found.append(compare_detections(spec, a, b, lambda key: tolerance.for_tensor(view_a.graph.outputs.get(key, key))))
     return found
-
-
-def detection_verdicts(entries: list[dict[str, Any]]) -> dict[str, str]:
-    """Signature key -> the verdict of the detections it belongs to, for every output of a group
-    that was compared: these outputs are judged as detections, not index by index."""
-    out = {}
-    for entry in entries:
-        if entry.get("compared") and entry.get("verdict"):
-            measured = [k for k, w in (entry.get("per_detection_max_abs") or {}).items() if w is not None]
-            for key in [*entry["keys"].values(), *measured]:
-                out[key] = entry["verdict"]
-    return out
-
-
-def detections_net_of_noise(as_detections: dict[str, str], as_arrays: dict[str, str],
-                             groups: list[dict[str, Any]]) -> dict[str, str]:
-    """A detector's outputs are judged as detections (matched by class and IoU), except where the
-    sides' own runs move them: a group that diverges as detections while each of its outputs, taken
-    array by array over every pair of runs, is no further from the other side than a side is from
-    itself (``within_noise`` at worst, and some output moved by itself) is within the noise — its
-    detections change between two runs of one side as much as between A and B. Measured only where
-    the noise was (``as_arrays`` then holds ``within_noise``); otherwise the detections decide."""
-    judged = dict(as_detections)
-    for group in groups:
-        keys = [k for k in (group.get("keys") or {}).values() if k in as_detections]
-        if not keys or as_detections[keys[0]] != "diverged":
-            continue
-        arrays = [as_arrays.get(k) for k in keys]
-        if "within_noise" in arrays and all(v in ("identical", "within_tolerance", "within_noise") for v in arrays):
-            measured = [k for k, w in (group.get("per_detection_max_abs") or {}).items() if w is not None]
-            for key in [*keys, *measured]:
-                judged[key] = "within_noise"
-    return judged
-
-
-def detections_summary(entries: Any) -> list[dict[str, Any]]:
-    """What diagnose keeps of a report's ``detections`` per experiment: each group's keys, whether it
-    was compared, its totals and per-detection differences, and its discrete outputs (classes and
-    count: never given a tolerance)."""
-    out = []
-    for entry in entries if isinstance(entries, list) else []:
-        if not isinstance(entry, dict) or not isinstance(entry.get("keys"), dict):
-            continue
-        keys = {str(r): str(k) for r, k in entry["keys"].items()}
-        out.append({"keys": keys, "compared": bool(entry.get("compared")), "verdict": entry.get("verdict"),
-                    "total": entry.get("total") if isinstance(entry.get("total"), dict) else None,
-                    "per_detection_max_abs": entry.get("per_detection_max_abs") or {},
-                    "discrete": [keys[r] for r in ("classes", "count") if r in keys]})
-    return out

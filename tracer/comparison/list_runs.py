@@ -26,12 +26,16 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .detection_lists import ROW_KEEPING, DetectionList, list_tensors, match_lists, run_outputs
+import numpy as np
+
+from .detection_lists import ROW_KEEPING, DetectionList, ListMatch, list_tensors, match_lists, run_outputs
 from .detections import DetectionSpec
 from ..errors import TftraceError
+from ..metrics import compare_arrays
 from ..opgraph import OpGraph, tensor_op
 
-__all__ = ["Naming", "lists_between", "lists_of_values", "companions", "replayed_lists", "plain_list"]
+__all__ = ["Naming", "PlainMatches", "lists_between", "lists_of_values", "companions", "replayed_lists",
+           "plain_list", "outputs_apart", "observed_detections"]
 
 
 @dataclass(frozen=True)
@@ -165,22 +169,98 @@ def replayed_lists(detections: Mapping[str, Any], tensor: str, x: Mapping[str, A
     return matched.measure(tensor, str(detections["output"]), x[own], y[own], 0.0)
 
 
+class PlainMatches:
+    """The plain runs' detections matched once per pair of runs and group of detections.
+
+    Every output of a group (a detector's boxes, scores, classes and count) is measured between the same
+    matched detections: matching them again for each output key repeated one match four times over for
+    every pair of runs (each side's spread, then A against B over every pair). Keyed by the two runs (held
+    here, so their ids stay theirs) and the group's keys, as :func:`lists_between` matches once per pair."""
+
+    def __init__(self) -> None:
+        self._found: dict[tuple[int, int, tuple[tuple[str, str], ...]], tuple[Any, Any, ListMatch | None]] = {}
+
+    def between(self, spec: DetectionSpec, x: Any, y: Any, x_keys: Mapping[str, str] | None = None,
+                y_keys: Mapping[str, str] | None = None) -> ListMatch | None:
+        """``spec``'s detections in the plain runs of captures ``x`` and ``y`` (A's keys named in each
+        through ``x_keys``/``y_keys``), matched image by image; None where they cannot be matched."""
+        key = (id(x), id(y), tuple(sorted(spec.keys.items())))
+        if key not in self._found:
+            self._found[key] = (x, y, match_lists(spec, run_outputs(x, spec, x_keys, plain=True),
+                                                  run_outputs(y, spec, y_keys, plain=True)))
+        return self._found[key][2]
+
+
 def plain_list(listed: DetectionList | None, x: Any, y: Any, vx: Any, vy: Any, rtol: float,
-               x_keys: Mapping[str, str] | None = None, y_keys: Mapping[str, str] | None = None
-               ) -> DetectionList | None:
+               x_keys: Mapping[str, str] | None = None, y_keys: Mapping[str, str] | None = None,
+               matches: PlainMatches | None = None) -> DetectionList | None:
     """A detection output's plain values in two runs (``vx``, ``vy``: of captures ``x`` and ``y``, two
     runs of one side or a run of A and one of B) between the detections those plain runs matched, for
     an output A and B were measured on so (``listed``: its :class:`DetectionList`); None otherwise, and
-    then it is read index by index. On the H200 the fp32 detector's plain runs listed near-tied
+    then it is read index by index. ``matches``: the matches already made, shared by the other outputs of
+    the group (one match per pair of runs). On the H200 the fp32 detector's plain runs listed near-tied
     detections in either order from one process to the next: index by index the classes of A and B
     read 1 apart "in every pair of runs", beyond a noise that never re-ordered the same way, and the
     verdict was DIVERGED while its 80 matched detections agreed within the noise."""
     if listed is None or listed.spec is None or listed.matched is None:
         return None
-    spec = listed.spec
-
-    def plain(run: Any, keys: Mapping[str, str] | None) -> dict[str, Any]:
-        return {role: run.plain_output((keys or {}).get(key, key)) for role, key in spec.keys.items()}
-
-    matched = match_lists(spec, plain(x, x_keys), plain(y, y_keys))
+    matched = (matches or PlainMatches()).between(listed.spec, x, y, x_keys, y_keys)
     return None if matched is None else matched.measure(listed.tensor, listed.output, vx, vy, rtol)
+
+
+def outputs_apart(specs: Iterable[DetectionSpec], x: Mapping[str, Any], y: Mapping[str, Any]) -> dict[str, float]:
+    """Signature key -> how far two runs' values of it are, for each output of a group of detections
+    (``specs``) that both runs hold (``x``, ``y``: key -> that run's value, under the keys ``specs``
+    name): :meth:`DetectionList.size` between the detections the two runs matched, so an output whose
+    runs only list the same detections in another order is 0.0 apart, not a box off by its size; the
+    index-by-index figure where a detection appeared, disappeared or changed class, or the output is no
+    list (a count). Left out: a group not matchable as detections, an output shaped otherwise in the two
+    runs or with NaN or Inf where the other has none, which have no such number. What the observer
+    effect (a side's plain run against its instrumented run) and diagnose's experiments measure a
+    detector's outputs by: on the H200 the observer effect read 0.242 index by index for a pair whose
+    matched detections agreed."""
+    found: dict[str, float] = {}
+    for spec in specs:
+        matched = match_lists(spec, {role: x.get(key) for role, key in spec.keys.items()},
+                              {role: y.get(key) for role, key in spec.keys.items()})
+        if matched is None:
+            continue
+        for key in spec.outputs():
+            if x.get(key) is None or y.get(key) is None:
+                continue
+            vx, vy = np.asarray(x[key]), np.asarray(y[key])
+            if vx.shape != vy.shape:
+                continue
+            m = compare_arrays(vx, vy)
+            if m.nan_mismatch or m.inf_mismatch:
+                continue
+            listed = matched.measure(key, key, vx, vy, 0.0)
+            found[key] = listed.size(m) if listed is not None else 0.0 if m.identical else m.max_abs
+    return found
+
+
+def observed_detections(capture: Any, specs: Iterable[DetectionSpec], keys: Mapping[str, str] | None = None
+                        ) -> dict[str, float]:
+    """The observer effect on a detector's outputs: the capture's own signature key -> how far its plain
+    run's value is from its instrumented run's (:func:`outputs_apart`, between the detections the two
+    runs matched), for each output of ``specs`` (A's keys; ``keys``: A's key -> this capture's, ``--map``)
+    whose plain and captured values the capture holds. Fetching every tensor can move near-tied scores
+    and NMS then lists them in another order: index by index (the manifest's ``outputs_max_abs_diff``,
+    made in the capture child, which knows no groups of detections) that reads as a box off by its size.
+    Empty when the two runs agreed bit for bit."""
+    if capture.observer.outputs_identical:
+        return {}
+    specs = list(specs)
+    own = {key: (keys or {}).get(key, key) for spec in specs for key in spec.outputs()}
+    plain: dict[str, Any] = {}
+    observed: dict[str, Any] = {}
+    for key, mine in own.items():
+        tensor, stored = capture.outputs.get(mine), capture.plain_output(mine)
+        if tensor is None or stored is None or not capture.has(tensor):
+            continue
+        try:
+            observed[key] = capture.tensor(tensor)
+        except TftraceError:
+            continue
+        plain[key] = stored
+    return {own[key]: size for key, size in outputs_apart(specs, plain, observed).items()}

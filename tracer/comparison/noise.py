@@ -48,7 +48,7 @@ from .align import Alignment
 from .detection_lists import DetectionList
 from .divergence import Tolerance
 from .judge import per_process_nondeterminism
-from .list_runs import Naming, lists_between, plain_list
+from .list_runs import Naming, PlainMatches, lists_between, plain_list
 from .pairing import is_capture
 
 __all__ = ["Noise", "OutputNoise", "measure_noise", "side_noise", "sides_to_repeat", "NONDETERMINISTIC_GPU"]
@@ -225,6 +225,7 @@ def side_noise(name: str, runs: list[Any], alignment: Alignment, noise: Noise, s
     a_keys = {b_key: a_key for a_key, b_key in signature_map.items()}  # B's output key -> A's (--map)
     names = Naming() if name == "a" else Naming(
         {p.a: p.b for n in alignment.nodes.values() for p in n.tensors if p.b}, dict(signature_map))
+    matches = PlainMatches()  # one match per pair of runs and group, shared by the group's outputs
     for again in runs[1:]:
         in_lists = lists_between(base, again, lists or {}, lambda t: tolerance.for_tensor(t)[1], names, names)
         for node in alignment.nodes.values():
@@ -247,7 +248,7 @@ def side_noise(name: str, runs: list[Any], alignment: Alignment, noise: Noise, s
             a_key = key if name == "a" else a_keys.get(key, key)
             keys = dict(signature_map) if name == "b" else None  # B's runs name A's keys through --map
             rtol = tolerance.for_tensor(base.outputs[key])[1]
-            listed = plain_list(output_list(lists, a_key), base, again, first, later, rtol, keys, keys)
+            listed = plain_list(output_list(lists, a_key), base, again, first, later, rtol, keys, keys, matches)
             moved = listed.size(m) if listed is not None else 0.0 if m.identical else _moved(m)
             noise.per_output[a_key] = max(noise.per_output.get(a_key, 0.0), moved)
             outputs[a_key] = max(outputs.get(a_key, 0.0), moved)
@@ -287,6 +288,7 @@ def _over_every_pair(runs_of: dict[str, list[Capture]], signature_map: dict[str,
     were measured so), as the sides' own noise on them is."""
     found: dict[str, OutputNoise] = {}
     keys = {"a": None, "b": dict(signature_map)}
+    matches = PlainMatches()  # one match per pair of runs and group, shared by the group's outputs
     for a_key, a_tensor in runs_of["a"][0].outputs.items():
         b_key = signature_map.get(a_key, a_key)
         atol, rtol = tolerance.for_tensor(a_tensor)
@@ -300,7 +302,7 @@ def _over_every_pair(runs_of: dict[str, list[Capture]], signature_map: dict[str,
         def apart(x: tuple[Capture, Any], y: tuple[Capture, Any], kx: str, ky: str) -> tuple[float, bool, Any]:
             """How far two plain runs are (a detector's output: between matched detections), within tolerance."""
             m = compare_arrays(x[1], y[1], rtols=(rtol,))
-            pair = plain_list(listed, x[0], y[0], x[1], y[1], rtol, keys[kx], keys[ky])
+            pair = plain_list(listed, x[0], y[0], x[1], y[1], rtol, keys[kx], keys[ky], matches)
             if pair is not None:
                 return pair.size(m), pair.within(m, atol, rtol), m
             return (0.0 if m.identical else m.max_abs), m.within(atol, rtol), m

@@ -32,7 +32,9 @@ from ..errors import EXIT_OK, TftraceError
 from ..diff.records import GraphDiff
 from ..diff.rewrites import diff_graphs
 from .detection_lists import DetectionList, measure_detection_lists
-from .detections import detection_verdicts, detections_net_of_noise, detections_of
+from .detection_groups import detection_verdicts, detections_net_of_noise
+from .detections import detections_of, recognise
+from .list_runs import observed_detections
 from .isolate import IsolationResult, isolate_origins, load_state_variables, weights_set_at_load
 from .replay_choice import first_unshared_norm, to_isolate
 from ..metrics import TensorMetrics
@@ -82,6 +84,8 @@ class Comparison:
     intermediates_decide: bool = False
     noise_outputs: dict[str, OutputNoise] = field(default_factory=dict)  # A's key -> over every pair of runs
     noise_not_measured: list[dict[str, str]] = field(default_factory=list)  # sides that could move, not measured
+    # "a"/"b" -> the side's own output key -> its observer effect between matched detections (list_runs.py)
+    observer_detections: dict[str, dict[str, float]] = field(default_factory=dict)
 
     @property
     def verdict(self) -> str:
@@ -287,6 +291,8 @@ def _compare(
         # the ops are judged by (their status, whether one is the first divergence) before anything is replayed
         groups = detections_of(view_a, view_b, tolerance, signature_map or {}, detections)
         lists = measure_detection_lists(view_a, view_b, alignment, tolerance, groups, signature_map or {}, detections)
+        specs = recognise(list(view_a.graph.outputs), detections)
+        observed = {"a": observed_detections(cap_a, specs), "b": observed_detections(cap_b, specs, signature_map or {})}
     judged = _Judging(targets={"a": a, "b": b}, captures={"a": cap_a, "b": cap_b}, views=(view_a, view_b),
                       alignment=alignment, metrics=metrics, tolerance=tolerance, out=out, console=console,
                       signature_map=signature_map or {}, permits=permits, lists=lists)
@@ -303,7 +309,7 @@ def _compare(
                             noise_outputs=noise.outputs, noise_not_measured=noise.not_measured,
                             plain_outputs=plain_output_metrics(view_a, view_b, metrics, tolerance, signature_map or {}),
                             examples_digests={"a": examples_digest(view_a), "b": examples_digest(view_b)},
-                            detections=groups, detection_lists=lists)
+                            detections=groups, detection_lists=lists, observer_detections=observed)
     if not keep_captures and made_here.is_dir():
         shutil.rmtree(made_here)  # before the report: a report.json present means the directory is as it stays
     return comparison

@@ -24,9 +24,10 @@ from rich.console import Console
 
 from ..captures.reader import Capture
 from ..comparison.pipeline import Comparison, comparing
-from ..comparison.detections import detection_verdicts, detections_summary
+from ..comparison.detection_groups import detection_verdicts, detections_summary, matched_figures
+from ..comparison.detections import recognise
 from ..comparison.divergence import Tolerance, classify
-from ..comparison.list_runs import lists_of_values
+from ..comparison.list_runs import lists_of_values, outputs_apart
 from ..comparison.statuses import worse
 from .experiments import FACTORS
 from .plan import Planned, Run
@@ -124,9 +125,25 @@ def plain_verdict(metrics: dict[str, TensorMetrics], tolerance: Tolerance, detec
     return worse(*verdicts)
 
 
-def _max_abs(metrics: dict[str, TensorMetrics]) -> float | None:
-    values = [None if (m.nan_mismatch or m.inf_mismatch) else m.max_abs for m in metrics.values()]
+def _max_abs(metrics: dict[str, TensorMetrics], as_detections: dict[str, float] | None = None) -> float | None:
+    """The largest output difference (None where NaN or Inf stand in different places); ``as_detections``:
+    a detector's outputs' figures between matched detections, which replace their row-by-row ones."""
+    found = as_detections or {}
+    values = [found[k] if k in found else None if (m.nan_mismatch or m.inf_mismatch) else m.max_abs
+              for k, m in metrics.items()]
     return None if any(v is None for v in values) else max(values, default=0.0)
+
+
+def _captured_figures(comparison: Comparison, report: dict[str, Any]) -> dict[str, float]:
+    """The same for the captured (instrumented) outputs: each output tensor of a detector measured between
+    the detections the instrumented runs matched (the compare's detection lists, :meth:`DetectionList.size`)."""
+    found = {}
+    for key, out in (report.get("outputs") or {}).items():
+        tensor = out.get("a_tensor") if isinstance(out, dict) else None
+        listed, m = comparison.detection_lists.get(str(tensor)), comparison.metrics.get(str(tensor))
+        if listed is not None and listed.spec is not None and m is not None:
+            found[key] = listed.size(m)
+    return found
 
 
 # ---- compare ---------------------------------------------------------------------------------
@@ -142,8 +159,9 @@ def _compare(result: dict[str, Any], p: Planned, cap_a: Capture, cap_b: Capture,
     result["_report"] = report
     result["report_dir"] = str(out)
     result["latency_ms"] = {"a": latency(cap_a), "b": latency(cap_b)}
-    # as captured (instrumented): the plain outputs are compared below
-    outputs = {k: (o.get("instrumented") or o)["max_abs"] for k, o in report["outputs"].items()}
+    # as captured (instrumented): the plain outputs are compared below; a detector's between matched detections
+    captured = _captured_figures(comparison, report)
+    outputs = {k: captured.get(k, (o.get("instrumented") or o)["max_abs"]) for k, o in report["outputs"].items()}
     result["outputs"] = outputs
     result["verdict"] = report.get("verdict_ops", report["verdict"])
     result["max_abs_output_diff"] = _max_of(outputs.values())
@@ -161,13 +179,15 @@ def _compare(result: dict[str, Any], p: Planned, cap_a: Capture, cap_b: Capture,
         return
     plain, how = _plain_outputs(cap_a, cap_b, out / "plain", quiet, tolerance, allow)
     plain_judged = plain_verdict(plain, tolerance, report.get("detections") or [])
-    result["plain_outputs"] = {"verdict": plain_judged, "max_abs": {k: m.max_abs for k, m in plain.items()}}
+    matched = {k: v for k, v in matched_figures(report.get("detections")).items() if k in plain}
+    plain_max_abs = {k: matched.get(k, m.max_abs) for k, m in plain.items()}
+    result["plain_outputs"] = {"verdict": plain_judged, "max_abs": plain_max_abs}
     result["notes"].append("a side's plain run differs from its instrumented run, so the outputs were also compared "
                            f"as the plain runs compute them ({how}); the verdict is the worse one")
     result["instrumented_max_abs_output_diff"] = result["max_abs_output_diff"]
     result["instrumented_outputs"] = outputs  # per output, the worse of the two below, as the verdict is
-    result["outputs"] = {k: v if plain.get(k) is None else _max_of([v, plain[k].max_abs]) for k, v in outputs.items()}
-    plain_max = _max_abs(plain)
+    result["outputs"] = {k: v if plain.get(k) is None else _max_of([v, plain_max_abs[k]]) for k, v in outputs.items()}
+    plain_max = _max_abs(plain, matched)
     result["max_abs_output_diff"] = None if plain_max is None or result["max_abs_output_diff"] is None \
         else max(plain_max, result["max_abs_output_diff"])
     if result["verdict"] != "diverged" and plain_judged == "diverged":
@@ -360,9 +380,10 @@ def _repeat(result: dict[str, Any], p: Planned, cap: Capture, out: Path, toleran
         worst = max((compare_arrays(first, r[tensor], rtols=(tolerance.rtol,)) for r in replay.values[1:]),
                     key=lambda m: (not m.identical, m.max_abs))
         metrics[key] = worst
-    result["outputs"] = {k: m.max_abs for k, m in metrics.items()}
+    matched = _apart_as_detections(outputs, replay.values[0], replay.values[1:])
+    result["outputs"] = {k: matched.get(k, m.max_abs) for k, m in metrics.items()}
     result["verdict"] = _verdict(metrics, tolerance)
-    result["max_abs_output_diff"] = _max_abs(metrics)
+    result["max_abs_output_diff"] = _max_abs(metrics, matched)
     lat = latency(cap)
     result["latency_ms"] = {"a": lat, "b": lat}
     result["notes"].append("one configuration: both latencies are the base capture's")
@@ -372,6 +393,21 @@ def _repeat(result: dict[str, Any], p: Planned, cap: Capture, out: Path, toleran
         result["state_ops"] = stateful["state"] or stateful["random"]
     elif result["verdict"] != "identical":
         result["first_divergence"] = _first_moving(cap, out / "replays_all", quiet, allow)
+
+
+def _apart_as_detections(outputs: dict[str, str], first: dict[str, Any], others: list[dict[str, Any]]
+                         ) -> dict[str, float]:
+    """A detector's outputs (recognised by their keys) in run ``first`` against each of ``others`` (tensor
+    -> value), the largest over them, between the detections each pair matched (:func:`outputs_apart`),
+    as the compare's experiments measure them."""
+    specs = recognise(list(outputs))
+    found: dict[str, float] = {}
+    for other in others if specs else []:
+        apart = outputs_apart(specs, {k: first.get(t) for k, t in outputs.items()},
+                              {k: other.get(t) for k, t in outputs.items()})
+        for key, size in apart.items():
+            found[key] = max(found.get(key, 0.0), size)
+    return found
 
 
 def _first_moving(cap: Capture, work: Path, quiet: Console, allow: bool) -> dict[str, Any] | None:
@@ -403,10 +439,12 @@ def _observation(result: dict[str, Any], cap: Capture, out: Path, tolerance: Tol
     else:
         replay = replay_alone(cap, cap, {t: t for t in outputs.values()}, out / "plain", console=quiet,
                               allow_unsafe_ops=allow)
-        metrics = {k: compare_arrays(replay.values[0][t], np.asarray(cap.tensor(t)), rtols=(tolerance.rtol,))
+        captured = {t: np.asarray(cap.tensor(t)) for t in outputs.values()}
+        metrics = {k: compare_arrays(replay.values[0][t], captured[t], rtols=(tolerance.rtol,))
                    for k, t in outputs.items()}
-        result["outputs"] = {k: m.max_abs for k, m in metrics.items()}
-        result["verdict"], result["max_abs_output_diff"] = _verdict(metrics, tolerance), _max_abs(metrics)
+        matched = _apart_as_detections(outputs, replay.values[0], [captured])  # as report.json's observer_effect
+        result["outputs"] = {k: matched.get(k, m.max_abs) for k, m in metrics.items()}
+        result["verdict"], result["max_abs_output_diff"] = _verdict(metrics, tolerance), _max_abs(metrics, matched)
     if observer.only_in_plain or observer.only_in_instrumented:
         plain_only = ", ".join(observer.only_in_plain) or "none"
         instrumented_only = ", ".join(observer.only_in_instrumented) or "none"

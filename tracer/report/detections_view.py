@@ -14,7 +14,7 @@ from ..comparison.statuses import verdict_label
 from .numbers import fmt
 
 __all__ = ["detection_groups", "detection_headline", "detection_outputs", "image_header", "image_rows",
-           "change_text", "changed_images", "changes_text", "list_note", "index_by_index"]
+           "change_text", "changed_images", "changes_text", "list_note", "index_by_index", "observer_note"]
 
 BOX_WORDS = {"yxyx": "[ymin, xmin, ymax, xmax]", "xyxy": "[xmin, ymin, xmax, ymax]", "xywh": "[x, y, width, height]",
              "center_xywh": "[x centre, y centre, width, height]", "center_yxhw": "[y centre, x centre, height, width]"}
@@ -153,3 +153,19 @@ def list_note(entry: dict[str, Any]) -> str:
         text += f"; read index by index (row k of A against row k of B), up to {fmt(index['max_abs'])}"
     return text
 
+
+
+def observer_note(side: Any) -> str:
+    """What a side's ``observer_effect`` says of a detector's outputs, as a clause (empty when nothing):
+    their figures are between the detections its plain and instrumented runs matched, and their
+    index-by-index largest difference, which NMS re-ordering near-tied detections inflates, is only that."""
+    if not isinstance(side, dict) or not isinstance(side.get("outputs_as_detections"), list):
+        return ""
+    keys = [str(k) for k in side["outputs_as_detections"]]
+    if not keys:
+        return ""
+    index = side.get("outputs_index_by_index") if isinstance(side.get("outputs_index_by_index"), dict) else {}
+    rows = [v for v in (index.get(k) for k in keys) if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    shown = ", ".join(keys[:4]) + (f" and {len(keys) - 4} more" if len(keys) > 4 else "")
+    return (f"{shown} between the detections its plain and instrumented runs matched"
+            + (f" (index by index up to {fmt(max(rows))})" if rows else ""))

@@ -28,7 +28,7 @@ from ..optypes import loop_result
 from .headline import headline_texts
 from .dot import PROPAGATED_SHADES, STYLES, OpIndex, legend
 from .detections_view import (change_text, detection_groups, detection_headline, image_header, image_rows,
-                              index_by_index)
+                              index_by_index, observer_note)
 from .numbers import cost_cell, fmt
 from .plots import error_growth_svg, histogram_svg
 from .summary import (
@@ -201,7 +201,8 @@ def _observer(effect: Any) -> list[dict[str, Any]]:
         sides.append({"key": key.upper(), "recorded": True, "identical": side.get("outputs_identical"),
                       "diffs": list(diffs.items())[:TABLE_CAP] if isinstance(diffs, dict) else [],
                       "only_plain": _strings(side.get("only_in_plain")),
-                      "only_instrumented": _strings(side.get("only_in_instrumented"))})
+                      "only_instrumented": _strings(side.get("only_in_instrumented")),
+                      "as_detections": observer_note(side)})
     return sides
 
 

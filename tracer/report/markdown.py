@@ -16,7 +16,8 @@ from typing import Any
 
 from ..comparison.statuses import isolation_label, verdict_label
 from ..text import printable
-from .detections_view import change_text, detection_groups, detection_headline, image_header, image_rows, list_note
+from .detections_view import (change_text, detection_groups, detection_headline, image_header, image_rows, list_note,
+                              observer_note)
 from .numbers import fmt
 from .headline import headline_texts, reproduce_command, reproduce_facts
 from .summary import (
@@ -255,6 +256,8 @@ def _observer(report: dict[str, Any]) -> list[str]:
             moved = "outputs unchanged"
         else:
             moved = f"outputs moved by up to {fmt(max(shifts))}" if shifts else "outputs moved"
+            note = observer_note(side)
+            moved += f" ({md_text(note, 300)})" if note else ""
         plain = ", ".join(md_text(x, 60) for x in (side.get("only_in_plain") or [])[:12]) or "none"
         inst = ", ".join(md_text(x, 60) for x in (side.get("only_in_instrumented") or [])[:12]) or "none"
         out.append(f"- **{key.upper()}:** {moved}; ran only in the plain graph: {plain}; only when instrumented: {inst}")

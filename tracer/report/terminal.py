@@ -15,7 +15,8 @@ from ..causes import why_shown
 from ..diff.records import GraphDiff, Rewrite
 from ..comparison.statuses import isolation_label, origin_isolation_words, verdict_label
 from ..text import printable, printable_tree, wrapped
-from .detections_view import change_text, detection_groups, detection_headline, image_header, image_rows, list_note
+from .detections_view import (change_text, detection_groups, detection_headline, image_header, image_rows, list_note,
+                              observer_note)
 from .numbers import figure, per_key
 from .headline import command_words, headline_texts, reproduce_command, reproduce_facts
 from .summary import (side_text, first_divergences, mismatch_note, noise_lines, nonfinite_context, not_captured_text,
@@ -326,7 +327,10 @@ def print_comparison(console: Console, report: dict, out_dir: object = None) -> 
             state = obs.get("stateful_ops") if obs.get("explained_by_state") else None
             why = (f" (not the observation: the graph changes its own state on every run, "
                    f"{', '.join(map(str, state[:3]))})" if state else "")
-            say(console, f"Observer effect on {key.upper()}: outputs moved by {per_key(obs.get('outputs_max_abs_diff'))}{why}")
+            note = observer_note(obs)
+            matched = f"; {note}" if note else ""
+            say(console, f"Observer effect on {key.upper()}: outputs moved by {per_key(obs.get('outputs_max_abs_diff'))}"
+                         f"{matched}{why}")
     uncaptured = not_captured_text(report)
     if uncaptured:
         say(console, uncaptured)
