@@ -138,3 +138,31 @@ def test_repeats_in_one_process_and_the_observation_measure_a_detector_between_m
     assert _apart_as_detections(outputs, first, [relisted, moved]) == {
         "detection_boxes": 0.0, "detection_scores": 2.0 ** -12, "detection_classes": 0.0}
     assert _apart_as_detections({"logits": "logits:0"}, first, [relisted]) == {}
+
+
+def test_repeats_in_one_process_and_the_observation_judge_a_detector_between_matched_detections() -> None:
+    """The same experiments' verdict, by the compare's rule for lists of detections: a detector only
+    re-listed by NMS is within tolerance (not bitwise equal; every matched detection agrees), one whose
+    matched scores moved by 2^-8 is diverged, one that lost a detection is diverged. Row by row the
+    re-listed run was diverged (boxes 2.0 apart). Another output still decides for itself."""
+    from tracer.diagnosis.outcomes import _verdict_as_detections  # noqa: PLC0415
+
+    tolerance = Tolerance(atol=1e-6, rtol=1e-5)
+    outputs = {"detection_boxes": "boxes:0", "detection_scores": "scores:0", "detection_classes": "classes:0",
+               "logits": "logits:0"}
+    first = {"boxes:0": BOXES_A, "scores:0": SCORES_A, "classes:0": CLASSES_A, "logits:0": np.zeros((1, 3), np.float32)}
+    relisted = {"boxes:0": BOXES_A[:, ::-1], "scores:0": SCORES_A[:, ::-1], "classes:0": CLASSES_A[:, ::-1],
+                "logits:0": first["logits:0"]}
+    lost = {**first, "scores:0": np.array([[0.625, 0.0]], np.float32), "classes:0": np.array([[1.0, -1.0]], np.float32)}
+
+    def verdict(*others: dict) -> str:
+        metrics = {k: max((compare_arrays(first[t], o[t], rtols=(tolerance.rtol,)) for o in others),
+                          key=lambda m: (not m.identical, m.max_abs)) for k, t in outputs.items()}
+        return _verdict_as_detections(metrics, tolerance, outputs, first, list(others))
+
+    assert verdict(first) == "identical"
+    assert verdict(relisted) == "within_tolerance"
+    assert verdict(relisted, {**first, "scores:0": SCORES_A + np.float32(2.0 ** -8)}) == "diverged"
+    assert verdict(relisted, {**first, "scores:0": SCORES_A + np.float32(2.0 ** -22)}) == "within_tolerance"
+    assert verdict(lost) == "diverged"
+    assert verdict(relisted, {**first, "logits:0": np.ones((1, 3), np.float32)}) == "diverged"

@@ -31,7 +31,7 @@ import numpy as np
 from .detection_lists import ROW_KEEPING, DetectionList, ListMatch, list_tensors, match_lists, run_outputs
 from .detections import DetectionSpec
 from ..errors import TftraceError
-from ..metrics import compare_arrays
+from ..metrics import TensorMetrics, compare_arrays
 from ..opgraph import OpGraph, tensor_op
 
 __all__ = ["Naming", "PlainMatches", "lists_between", "lists_of_values", "companions", "replayed_lists",
@@ -219,7 +219,30 @@ def outputs_apart(specs: Iterable[DetectionSpec], x: Mapping[str, Any], y: Mappi
     effect (a side's plain run against its instrumented run) and diagnose's experiments measure a
     detector's outputs by: on the H200 the observer effect read 0.242 index by index for a pair whose
     matched detections agreed."""
-    found: dict[str, float] = {}
+    return {key: listed.size(m) if listed is not None else 0.0 if m.identical else m.max_abs
+            for key, (m, listed) in _measured_apart(specs, x, y, 0.0).items()}
+
+
+def verdicts_apart(specs: Iterable[DetectionSpec], x: Mapping[str, Any], y: Mapping[str, Any], atol: float,
+                   rtol: float) -> dict[str, str]:
+    """Signature key -> ``identical``, ``within_tolerance`` or ``diverged`` for the outputs
+    :func:`outputs_apart` measures, judged as the compare judges a list between matched detections
+    (:meth:`DetectionList.verdict`: a detection that appeared, disappeared or changed class is beyond
+    tolerance), index by index where the output is no list. diagnose's same-process repeat and
+    observation experiments judge a detector's outputs so, not row by row."""
+    judged: dict[str, str] = {}
+    for key, (m, listed) in _measured_apart(specs, x, y, rtol).items():
+        verdict = listed.verdict(m, atol, rtol) if listed is not None else None
+        judged[key] = verdict or ("identical" if m.identical else
+                                  "within_tolerance" if m.within(atol, rtol) else "diverged")
+    return judged
+
+
+def _measured_apart(specs: Iterable[DetectionSpec], x: Mapping[str, Any], y: Mapping[str, Any], rtol: float
+                    ) -> dict[str, tuple[TensorMetrics, DetectionList | None]]:
+    """Key -> (its index-by-index metrics, its list between matched detections or None where it is no
+    list), for the outputs :func:`outputs_apart` describes."""
+    found: dict[str, tuple[TensorMetrics, DetectionList | None]] = {}
     for spec in specs:
         matched = match_lists(spec, {role: x.get(key) for role, key in spec.keys.items()},
                               {role: y.get(key) for role, key in spec.keys.items()})
@@ -231,11 +254,10 @@ def outputs_apart(specs: Iterable[DetectionSpec], x: Mapping[str, Any], y: Mappi
             vx, vy = np.asarray(x[key]), np.asarray(y[key])
             if vx.shape != vy.shape:
                 continue
-            m = compare_arrays(vx, vy)
+            m = compare_arrays(vx, vy, rtols=(rtol,) if rtol else ())
             if m.nan_mismatch or m.inf_mismatch:
                 continue
-            listed = matched.measure(key, key, vx, vy, 0.0)
-            found[key] = listed.size(m) if listed is not None else 0.0 if m.identical else m.max_abs
+            found[key] = (m, matched.measure(key, key, vx, vy, rtol))
     return found
 
 

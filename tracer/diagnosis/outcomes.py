@@ -27,7 +27,7 @@ from ..comparison.pipeline import Comparison, comparing
 from ..comparison.detection_groups import detection_verdicts, detections_summary, matched_figures
 from ..comparison.detections import recognise
 from ..comparison.divergence import Tolerance, classify
-from ..comparison.list_runs import lists_of_values, outputs_apart
+from ..comparison.list_runs import lists_of_values, outputs_apart, verdicts_apart
 from ..comparison.statuses import worse
 from .experiments import FACTORS
 from .plan import Planned, Run
@@ -382,7 +382,7 @@ def _repeat(result: dict[str, Any], p: Planned, cap: Capture, out: Path, toleran
         metrics[key] = worst
     matched = _apart_as_detections(outputs, replay.values[0], replay.values[1:])
     result["outputs"] = {k: matched.get(k, m.max_abs) for k, m in metrics.items()}
-    result["verdict"] = _verdict(metrics, tolerance)
+    result["verdict"] = _verdict_as_detections(metrics, tolerance, outputs, replay.values[0], replay.values[1:])
     result["max_abs_output_diff"] = _max_abs(metrics, matched)
     lat = latency(cap)
     result["latency_ms"] = {"a": lat, "b": lat}
@@ -408,6 +408,24 @@ def _apart_as_detections(outputs: dict[str, str], first: dict[str, Any], others:
         for key, size in apart.items():
             found[key] = max(found.get(key, 0.0), size)
     return found
+
+
+def _verdict_as_detections(metrics: dict[str, TensorMetrics], tolerance: Tolerance, outputs: dict[str, str],
+                           first: dict[str, Any], others: list[dict[str, Any]]) -> str:
+    """The outputs' verdict over runs ``first`` and each of ``others`` (tensor -> value): a detector's
+    outputs (recognised by their keys) between the detections each pair matched
+    (:func:`verdicts_apart`), the others as ``metrics`` (the worst pair's, row by row) say. Row by row,
+    NMS listing near-tied detections in another order made a same-process repeat or the observer
+    effect read diverged while every matched detection agreed."""
+    specs = recognise(list(outputs))
+    judged: dict[str, str] = {}
+    for other in others if specs else []:
+        found = verdicts_apart(specs, {k: first.get(t) for k, t in outputs.items()},
+                               {k: other.get(t) for k, t in outputs.items()}, tolerance.atol, tolerance.rtol)
+        for key, verdict in found.items():
+            judged[key] = worse(judged.get(key, "identical"), verdict)
+    arrays = {k: m for k, m in metrics.items() if k not in judged}
+    return worse(*judged.values(), *([_verdict(arrays, tolerance)] if arrays or not judged else []))
 
 
 def _first_moving(cap: Capture, work: Path, quiet: Console, allow: bool) -> dict[str, Any] | None:
@@ -444,7 +462,8 @@ def _observation(result: dict[str, Any], cap: Capture, out: Path, tolerance: Tol
                    for k, t in outputs.items()}
         matched = _apart_as_detections(outputs, replay.values[0], [captured])  # as report.json's observer_effect
         result["outputs"] = {k: matched.get(k, m.max_abs) for k, m in metrics.items()}
-        result["verdict"], result["max_abs_output_diff"] = _verdict(metrics, tolerance), _max_abs(metrics, matched)
+        result["verdict"] = _verdict_as_detections(metrics, tolerance, outputs, replay.values[0], [captured])
+        result["max_abs_output_diff"] = _max_abs(metrics, matched)
     if observer.only_in_plain or observer.only_in_instrumented:
         plain_only = ", ".join(observer.only_in_plain) or "none"
         instrumented_only = ", ".join(observer.only_in_instrumented) or "none"
