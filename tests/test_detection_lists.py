@@ -407,3 +407,6 @@ def test_a_detector_whose_output_keys_are_mapped_is_compared_as_detections(detec
     assert report["noise"]["b"]["repeats_itself"] is True
     assert sorted(report["noise"]["b"]["outputs_max_abs"]) == sorted(B_KEYS)
     assert report["outputs"]["detection_classes"]["noise"]["cross_max_abs"] == 0.0
+    # B's observer effect stays under its own keys, and says which of A's each is, for the causes
+    assert report["observer_effect"]["b"]["a_keys"] == {b: a for a, b in B_KEYS.items()}
+    assert "a_keys" not in report["observer_effect"]["a"]

@@ -417,3 +417,16 @@ def test_a_detectors_observer_shift_is_held_against_what_its_matched_detections_
     assert "observation" in explain_comparison(report)["causes"]
     report["detections"] = []  # no group: index by index, as before
     assert "observation" not in explain_comparison(report)["causes"]
+
+
+def test_under_map_sides_b_observer_shift_is_held_against_the_output_it_maps_to() -> None:
+    """--map detection_boxes=boxes: B's observer effect is keyed by B's own keys (``boxes``), the
+    report's outputs by A's. A 1e-9 shift on B's ``boxes`` next to sides 0.5 apart explains none of it;
+    looked up under ``boxes`` it found no difference to be held against, and observation was named."""
+    report = _report("cpu", "own_error")
+    report.update(outputs={"detection_boxes": {"identical": False, "max_abs": 0.5}},
+                  observer_effect={"b": {"outputs_identical": False, "outputs_max_abs_diff": {"boxes": 1e-9},
+                                         "a_keys": {"boxes": "detection_boxes"}}})
+    assert "observation" not in explain_comparison(report)["causes"]
+    del report["observer_effect"]["b"]["a_keys"]  # what the causes read before: B's key among A's
+    assert "observation" in explain_comparison(report)["causes"]

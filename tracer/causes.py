@@ -290,10 +290,17 @@ def _named(names: list[str]) -> str:
     return listed(names, WEIGHTS_NAMED, "`")
 
 
+def _shifts(observer: dict[str, Any]) -> dict[str, Any]:
+    """A side's plain-vs-instrumented shift per output, under A's keys, as the report's outputs are
+    keyed (B's own keys differ under --map: its ``a_keys`` say which is which)."""
+    a_keys = observer.get("a_keys") or {}
+    return {a_keys.get(key, key): shift for key, shift in (observer.get("outputs_max_abs_diff") or {}).items()}
+
+
 def _within_output_noise(report: dict[str, Any], observer: dict[str, Any]) -> bool:
     """Whether a side's plain-vs-instrumented shift is no larger than its outputs' measured
     run-to-run noise (``--repeat``): then observation is not shown to be the cause."""
-    shifts = observer.get("outputs_max_abs_diff") or {}
+    shifts = _shifts(observer)
     outputs = report.get("outputs") or {}
     noise = {k: (o or {}).get("noise_max_abs") for k, o in outputs.items()}
     if not shifts or any(noise.get(k) is None for k in shifts):
@@ -310,7 +317,7 @@ def _negligible_shift(report: dict[str, Any], observer: dict[str, Any]) -> bool:
     own max |A - B| on every output it moved. A detector's outputs are held against what their matched
     detections moved between the sides (report.json's groups), as the shift is measured: their
     index-by-index max |A - B| is the size of a box wherever NMS re-listed two near-tied detections."""
-    shifts = observer.get("outputs_max_abs_diff") or {}
+    shifts = _shifts(observer)
     outputs = report.get("outputs") or {}
     if not shifts:
         return False

@@ -86,6 +86,7 @@ class Comparison:
     noise_not_measured: list[dict[str, str]] = field(default_factory=list)  # sides that could move, not measured
     # "a"/"b" -> the side's own output key -> its observer effect between matched detections (list_runs.py)
     observer_detections: dict[str, dict[str, float]] = field(default_factory=dict)
+    signature_map: dict[str, str] = field(default_factory=dict)  # --map: A's key -> B's own key
 
     @property
     def verdict(self) -> str:
@@ -309,7 +310,8 @@ def _compare(
                             noise_outputs=noise.outputs, noise_not_measured=noise.not_measured,
                             plain_outputs=plain_output_metrics(view_a, view_b, metrics, tolerance, signature_map or {}),
                             examples_digests={"a": examples_digest(view_a), "b": examples_digest(view_b)},
-                            detections=groups, detection_lists=lists, observer_detections=observed)
+                            detections=groups, detection_lists=lists, observer_detections=observed,
+                            signature_map=dict(signature_map or {}))
     if not keep_captures and made_here.is_dir():
         shutil.rmtree(made_here)  # before the report: a report.json present means the directory is as it stays
     return comparison

@@ -236,13 +236,17 @@ def _output_fields(m: Any, atol: float, rtol: float) -> dict[str, Any]:
     }
 
 
-def _observer_effect(manifest: dict[str, Any], as_detections: dict[str, float]) -> dict[str, Any]:
+def _observer_effect(manifest: dict[str, Any], as_detections: dict[str, float], a_keys: dict[str, str]
+                     ) -> dict[str, Any]:
     """A side's ``observer_effect``: its capture manifest's, with a detector's outputs measured between the
     detections its plain and instrumented runs matched (``as_detections``: own key -> that figure), as
     everything else measures them; the manifest's index-by-index figure kept beside, said as such. The
     capture child knows no groups of detections, and NMS listing near-tied detections in another order
     read there as outputs moved by the size of a box (0.242 on the H200 for a pair whose matched
-    detections agreed), which the causes then held against the difference between the sides."""
+    detections agreed), which the causes then held against the difference between the sides. ``a_keys``
+    (B's side under --map: its own key -> A's): said as ``a_keys``, so that the shift of each output is
+    held against that output's difference, which the report keys by A's keys."""
+    manifest = {**manifest, "a_keys": dict(sorted(a_keys.items()))} if a_keys else manifest
     if not as_detections:
         return manifest
     index = dict(manifest.get("outputs_max_abs_diff") or {})
@@ -302,8 +306,9 @@ def build_report(comparison: Comparison) -> dict[str, Any]:
         "graph_diff": {k: v for k, v in comparison.diff.to_json().items() if k != "rewrites"},
         "unpaired_b": comparison.alignment.unpaired_b,
         "observer_effect": {side: _observer_effect(view.capture.manifest.get("observer_effect", {}),
-                                                   comparison.observer_detections.get(side) or {})
-                            for side, view in (("a", view_a), ("b", view_b))},
+                                                   comparison.observer_detections.get(side) or {}, a_keys)
+                            for side, view, a_keys in (("a", view_a, {}), ("b", view_b, {
+                                b: a for a, b in comparison.signature_map.items() if a != b}))},
         "first_nonfinite": {"a": _first_nonfinite(view_a), "b": _first_nonfinite(view_b)},
         "noise": comparison.noise,
         # a detector's outputs matched as detections (class and IoU per image): tracer/comparison/detections.py
