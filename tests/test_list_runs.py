@@ -352,7 +352,7 @@ def test_the_observer_effect_on_a_detectors_outputs_is_measured_between_matched_
     figures = observed_detections(run, recognise(list(GRAPH.outputs)))
     assert figures == {"detection_boxes": 0.0, "detection_scores": 2.0 ** -9, "detection_classes": 0.0,
                        "num_detections": 0.0}
-    side = _observer_effect(manifest, figures)
+    side = _observer_effect(manifest, figures, {})
     assert side["outputs_max_abs_diff"] == figures and side["outputs_identical"] is False
     assert side["outputs_as_detections"] == sorted(figures)
     assert side["outputs_index_by_index"] == manifest["outputs_max_abs_diff"]
