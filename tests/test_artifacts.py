@@ -556,9 +556,9 @@ def test_capture_directories_are_recognised_not_loaded(tf: Any, tmp_path: Path) 
 
 
 def test_unrecognised_file(tf: Any, tmp_path: Path) -> None:
-    (tmp_path / "model.tflite").write_bytes(b"TFL3")
-    assert error_of(tmp_path / "model.tflite") == (
-        f"{tmp_path}/model.tflite is a file tftrace does not recognise. Give a SavedModel directory, a checkpoint "
+    (tmp_path / "model.onnx").write_bytes(b"\x08\x07")  # a .tflite is told what it is (above)
+    assert error_of(tmp_path / "model.onnx") == (
+        f"{tmp_path}/model.onnx is a file tftrace does not recognise. Give a SavedModel directory, a checkpoint "
         "directory or prefix, or a GraphDef ending in .pb or .pbtxt."
     )
 
