@@ -127,7 +127,7 @@ def test_repeats_in_one_process_and_the_observation_measure_a_detector_between_m
     """The ``repeat_process`` and ``observation`` experiments compare a run's outputs with other runs' (tensor ->
     value): a detector's outputs recognised by their keys are measured between the detections each pair of
     runs matched, the largest over the pairs; row by row the re-listed boxes read 2.0 apart."""
-    from tracer.diagnosis.outcomes import _apart_as_detections  # noqa: PLC0415
+    from tracer.diagnosis.outcomes import _as_detections  # noqa: PLC0415
 
     outputs = {"detection_boxes": "boxes:0", "detection_scores": "scores:0", "detection_classes": "classes:0",
                "logits": "logits:0"}
@@ -135,9 +135,10 @@ def test_repeats_in_one_process_and_the_observation_measure_a_detector_between_m
     moved = {**first, "scores:0": SCORES_A + np.float32(2.0 ** -12)}
     relisted = {"boxes:0": BOXES_A[:, ::-1], "scores:0": SCORES_A[:, ::-1], "classes:0": CLASSES_A[:, ::-1],
                 "logits:0": first["logits:0"]}
-    assert _apart_as_detections(outputs, first, [relisted, moved]) == {
+    tolerance = Tolerance(atol=1e-6, rtol=1e-5)
+    assert _as_detections(outputs, first, [relisted, moved], tolerance)[0] == {
         "detection_boxes": 0.0, "detection_scores": 2.0 ** -12, "detection_classes": 0.0}
-    assert _apart_as_detections({"logits": "logits:0"}, first, [relisted]) == {}
+    assert _as_detections({"logits": "logits:0"}, first, [relisted], tolerance) == ({}, {})
 
 
 def test_repeats_in_one_process_and_the_observation_judge_a_detector_between_matched_detections() -> None:
@@ -145,7 +146,7 @@ def test_repeats_in_one_process_and_the_observation_judge_a_detector_between_mat
     re-listed by NMS is within tolerance (not bitwise equal; every matched detection agrees), one whose
     matched scores moved by 2^-8 is diverged, one that lost a detection is diverged. Row by row the
     re-listed run was diverged (boxes 2.0 apart). Another output still decides for itself."""
-    from tracer.diagnosis.outcomes import _verdict_as_detections  # noqa: PLC0415
+    from tracer.diagnosis.outcomes import _as_detections, _outputs_verdict  # noqa: PLC0415
 
     tolerance = Tolerance(atol=1e-6, rtol=1e-5)
     outputs = {"detection_boxes": "boxes:0", "detection_scores": "scores:0", "detection_classes": "classes:0",
@@ -158,7 +159,7 @@ def test_repeats_in_one_process_and_the_observation_judge_a_detector_between_mat
     def verdict(*others: dict) -> str:
         metrics = {k: max((compare_arrays(first[t], o[t], rtols=(tolerance.rtol,)) for o in others),
                           key=lambda m: (not m.identical, m.max_abs)) for k, t in outputs.items()}
-        return _verdict_as_detections(metrics, tolerance, outputs, first, list(others))
+        return _outputs_verdict(metrics, tolerance, _as_detections(outputs, first, list(others), tolerance)[1])
 
     assert verdict(first) == "identical"
     assert verdict(relisted) == "within_tolerance"

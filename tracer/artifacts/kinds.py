@@ -106,11 +106,12 @@ def detect(path: str) -> tuple[str, str]:
         return "incomplete_capture", path
     if "saved_model.pb" in entries or "saved_model.pbtxt" in entries:
         return "saved_model", path
-    versions = [e for e in entries if e.isdigit() and _is_saved_model_dir(posixpath.join(path, e))]
+    held = _version_listings(path, entries)
+    versions = [v for v, inside in held.items() if "saved_model.pb" in inside or "saved_model.pbtxt" in inside]
     if versions:  # TF Serving layout: base_path/<version>/saved_model.pb
         return "saved_model", posixpath.join(path, max(versions, key=int))
-    _refuse_tflite(path, entries)
-    versions = [e for e in entries if e.isdigit() and _is_checkpoint_dir(posixpath.join(path, e))]
+    _refuse_tflite(path, entries, held)
+    versions = [v for v, inside in held.items() if _holds_checkpoint(inside)]
     if versions:  # TF Serving's older layout (SessionBundle): base_path/<version>/{export.meta, export, checkpoint}
         return detect(posixpath.join(path, max(versions, key=int)))
     if "checkpoint" in entries and not gfile.isdir(posixpath.join(path, "checkpoint")):  # the state file
@@ -142,30 +143,26 @@ def _step_order(file_name: str) -> tuple[str, int]:
     return (match.group(1), int(match.group(2))) if match else (file_name, -1)
 
 
-def _is_saved_model_dir(path: str) -> bool:
+def _version_listings(path: str, entries: list[str]) -> dict[str, list[str]]:
+    """TF Serving's version directories under base path ``path`` (its numbered folders, among
+    ``entries``) -> what each holds, listed once for every layout :func:`detect` tries."""
     gfile = io_gfile()
-    return gfile.isdir(path) and (
-        gfile.exists(posixpath.join(path, "saved_model.pb")) or gfile.exists(posixpath.join(path, "saved_model.pbtxt"))
-    )
+    return {e: _listdir(posixpath.join(path, e)) for e in entries
+            if e.isdigit() and gfile.isdir(posixpath.join(path, e))}
 
 
-def _is_checkpoint_dir(path: str) -> bool:
-    """A TF1 checkpoint directory as :func:`detect` resolves one: a ``checkpoint`` state file or
-    exactly one ``.meta`` graph."""
-    gfile = io_gfile()
-    if not gfile.isdir(path):
-        return False
-    entries = _listdir(path)
+def _holds_checkpoint(entries: list[str]) -> bool:
+    """A TF1 checkpoint directory as :func:`detect` resolves one, by what it holds (``entries``): a
+    ``checkpoint`` state file or exactly one ``.meta`` graph."""
     return "checkpoint" in entries or sum(e.endswith(".meta") for e in entries) == 1
 
 
-def _refuse_tflite(path: str, entries: list[str]) -> None:
-    """A TensorFlow Lite flatbuffer, in ``path`` or in one of its version directories (TF Serving
-    serves them from ``base_path/<version>/model.tflite``): its ops run in the TFLite interpreter,
-    with kernels of its own, so there is no TensorFlow graph here to trace."""
+def _refuse_tflite(path: str, entries: list[str], versions: dict[str, list[str]]) -> None:
+    """A TensorFlow Lite flatbuffer, in ``path`` or in one of its version directories (``versions``:
+    :func:`_version_listings`; TF Serving serves them from ``base_path/<version>/model.tflite``): its ops
+    run in the TFLite interpreter, with kernels of its own, so there is no TensorFlow graph here to trace."""
     found = [e for e in entries if e.endswith(".tflite")]
-    found += [posixpath.join(e, f) for e in entries if e.isdigit() and io_gfile().isdir(posixpath.join(path, e))
-              for f in _listdir(posixpath.join(path, e)) if f.endswith(".tflite")]
+    found += [posixpath.join(v, f) for v, inside in versions.items() for f in inside if f.endswith(".tflite")]
     if found:
         raise _tflite_error(posixpath.join(path, found[0]))
 

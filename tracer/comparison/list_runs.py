@@ -35,7 +35,7 @@ from ..metrics import TensorMetrics, compare_arrays
 from ..opgraph import OpGraph, tensor_op
 
 __all__ = ["Naming", "PlainMatches", "lists_between", "lists_of_values", "companions", "replayed_lists",
-           "plain_list", "outputs_apart", "observed_detections"]
+           "plain_list", "outputs_apart", "judged_apart", "observed_detections"]
 
 
 @dataclass(frozen=True)
@@ -216,25 +216,25 @@ def outputs_apart(specs: Iterable[DetectionSpec], x: Mapping[str, Any], y: Mappi
     index-by-index figure where a detection appeared, disappeared or changed class, or the output is no
     list (a count). Left out: a group not matchable as detections, an output shaped otherwise in the two
     runs or with NaN or Inf where the other has none, which have no such number. What the observer
-    effect (a side's plain run against its instrumented run) and diagnose's experiments measure a
-    detector's outputs by: on the H200 the observer effect read 0.242 index by index for a pair whose
-    matched detections agreed."""
-    return {key: listed.size(m) if listed is not None else 0.0 if m.identical else m.max_abs
-            for key, (m, listed) in _measured_apart(specs, x, y, 0.0).items()}
+    effect (a side's plain run against its instrumented run) measures a detector's outputs by: on the
+    H200 it read 0.242 index by index for a pair whose matched detections agreed."""
+    return {key: size for key, (size, _) in judged_apart(specs, x, y, 0.0, 0.0).items()}
 
 
-def verdicts_apart(specs: Iterable[DetectionSpec], x: Mapping[str, Any], y: Mapping[str, Any], atol: float,
-                   rtol: float) -> dict[str, str]:
-    """Signature key -> ``identical``, ``within_tolerance`` or ``diverged`` for the outputs
-    :func:`outputs_apart` measures, judged as the compare judges a list between matched detections
-    (:meth:`DetectionList.verdict`: a detection that appeared, disappeared or changed class is beyond
-    tolerance), index by index where the output is no list. diagnose's same-process repeat and
-    observation experiments judge a detector's outputs so, not row by row."""
-    judged: dict[str, str] = {}
+def judged_apart(specs: Iterable[DetectionSpec], x: Mapping[str, Any], y: Mapping[str, Any], atol: float,
+                 rtol: float) -> dict[str, tuple[float, str]]:
+    """Signature key -> (how far apart, as :func:`outputs_apart` says; ``identical``,
+    ``within_tolerance`` or ``diverged``) for the outputs :func:`outputs_apart` measures, from one
+    match of the two runs' detections. The verdict is the compare's for a list between matched
+    detections (:meth:`DetectionList.verdict`: a detection that appeared, disappeared or changed class
+    is beyond tolerance), index by index where the output is no list. diagnose's same-process repeat
+    and observation experiments judge a detector's outputs so, not row by row."""
+    judged: dict[str, tuple[float, str]] = {}
     for key, (m, listed) in _measured_apart(specs, x, y, rtol).items():
+        size = listed.size(m) if listed is not None else 0.0 if m.identical else m.max_abs
         verdict = listed.verdict(m, atol, rtol) if listed is not None else None
-        judged[key] = verdict or ("identical" if m.identical else
-                                  "within_tolerance" if m.within(atol, rtol) else "diverged")
+        judged[key] = (size, verdict or ("identical" if m.identical else
+                                         "within_tolerance" if m.within(atol, rtol) else "diverged"))
     return judged
 
 

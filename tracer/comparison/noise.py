@@ -49,7 +49,7 @@ from .detection_lists import DetectionList
 from .divergence import Tolerance
 from .judge import per_process_nondeterminism
 from .list_runs import Naming, PlainMatches, lists_between, plain_list
-from .pairing import is_capture
+from .pairing import b_keys_as_a, is_capture
 
 __all__ = ["Noise", "OutputNoise", "measure_noise", "side_noise", "sides_to_repeat", "NONDETERMINISTIC_GPU"]
 
@@ -222,7 +222,7 @@ def side_noise(name: str, runs: list[Any], alignment: Alignment, noise: Noise, s
     base = runs[0]
     worst, noisy = 0.0, 0
     outputs: dict[str, float] = {}
-    a_keys = {b_key: a_key for a_key, b_key in signature_map.items()}  # B's output key -> A's (--map)
+    a_keys = b_keys_as_a(dict(signature_map))  # B's output key -> A's (--map)
     names = Naming() if name == "a" else Naming(
         {p.a: p.b for n in alignment.nodes.values() for p in n.tensors if p.b}, dict(signature_map))
     matches = PlainMatches()  # one match per pair of runs and group, shared by the group's outputs

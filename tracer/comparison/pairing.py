@@ -24,7 +24,7 @@ from ..errors import TftraceError
 from ..runspec import InputSpec, Side
 from ..safewrite import write_file
 
-__all__ = ["apply_signature_map", "cannot_take_examples", "examples_digest", "examples_of_a_given_capture", "inputs_from", "is_capture",
+__all__ = ["apply_signature_map", "b_keys_as_a", "cannot_take_examples", "examples_digest", "examples_of_a_given_capture", "inputs_from", "is_capture",
            "one_input_each", "refused_examples", "require_pairable", "require_same_examples"]
 
 # inputs.py's refusal of an .npz whose keys are not the signature's: the keys it expects
@@ -170,6 +170,12 @@ def apply_signature_map(view_a: CaptureView, view_b: CaptureView, mapping: dict[
             sig_b = getattr(view_b.graph, role)
             if key_b in sig_b and key_a in getattr(view_a.graph, role):
                 sig_b[key_a] = sig_b.pop(key_b)
+
+
+def b_keys_as_a(mapping: dict[str, str]) -> dict[str, str]:
+    """``--map`` read from B's side: B's signature key -> the A key it is paired with, for the keys the
+    map renames (a key both sides share is absent)."""
+    return {key_b: key_a for key_a, key_b in mapping.items() if key_a != key_b}
 
 
 def require_pairable(view_a: CaptureView, view_b: CaptureView) -> None:

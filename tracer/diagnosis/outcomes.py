@@ -27,7 +27,7 @@ from ..comparison.pipeline import Comparison, comparing
 from ..comparison.detection_groups import detection_verdicts, detections_summary, matched_figures
 from ..comparison.detections import recognise
 from ..comparison.divergence import Tolerance, classify
-from ..comparison.list_runs import lists_of_values, outputs_apart, verdicts_apart
+from ..comparison.list_runs import judged_apart, lists_of_values
 from ..comparison.statuses import worse
 from .experiments import FACTORS
 from .plan import Planned, Run
@@ -380,9 +380,9 @@ def _repeat(result: dict[str, Any], p: Planned, cap: Capture, out: Path, toleran
         worst = max((compare_arrays(first, r[tensor], rtols=(tolerance.rtol,)) for r in replay.values[1:]),
                     key=lambda m: (not m.identical, m.max_abs))
         metrics[key] = worst
-    matched = _apart_as_detections(outputs, replay.values[0], replay.values[1:])
+    matched, judged = _as_detections(outputs, replay.values[0], replay.values[1:], tolerance)
     result["outputs"] = {k: matched.get(k, m.max_abs) for k, m in metrics.items()}
-    result["verdict"] = _verdict_as_detections(metrics, tolerance, outputs, replay.values[0], replay.values[1:])
+    result["verdict"] = _outputs_verdict(metrics, tolerance, judged)
     result["max_abs_output_diff"] = _max_abs(metrics, matched)
     lat = latency(cap)
     result["latency_ms"] = {"a": lat, "b": lat}
@@ -395,37 +395,31 @@ def _repeat(result: dict[str, Any], p: Planned, cap: Capture, out: Path, toleran
         result["first_divergence"] = _first_moving(cap, out / "replays_all", quiet, allow)
 
 
-def _apart_as_detections(outputs: dict[str, str], first: dict[str, Any], others: list[dict[str, Any]]
-                         ) -> dict[str, float]:
+def _as_detections(outputs: dict[str, str], first: dict[str, Any], others: list[dict[str, Any]],
+                   tolerance: Tolerance) -> tuple[dict[str, float], dict[str, str]]:
     """A detector's outputs (recognised by their keys) in run ``first`` against each of ``others`` (tensor
-    -> value), the largest over them, between the detections each pair matched (:func:`outputs_apart`),
-    as the compare's experiments measure them."""
+    -> value), between the detections each pair matched (:func:`judged_apart`, one match per pair):
+    key -> how far apart, the largest over the pairs, and key -> the worst verdict over them. Row by
+    row, NMS listing near-tied detections in another order made a same-process repeat or the observer
+    effect read diverged while every matched detection agreed. Both empty for a model with no
+    recognised detections."""
     specs = recognise(list(outputs))
-    found: dict[str, float] = {}
+    sizes: dict[str, float] = {}
+    verdicts: dict[str, str] = {}
     for other in others if specs else []:
-        apart = outputs_apart(specs, {k: first.get(t) for k, t in outputs.items()},
-                              {k: other.get(t) for k, t in outputs.items()})
-        for key, size in apart.items():
-            found[key] = max(found.get(key, 0.0), size)
-    return found
+        found = judged_apart(specs, {k: first.get(t) for k, t in outputs.items()},
+                             {k: other.get(t) for k, t in outputs.items()}, tolerance.atol, tolerance.rtol)
+        for key, (size, verdict) in found.items():
+            sizes[key] = max(sizes.get(key, 0.0), size)
+            verdicts[key] = worse(verdicts.get(key, "identical"), verdict)
+    return sizes, verdicts
 
 
-def _verdict_as_detections(metrics: dict[str, TensorMetrics], tolerance: Tolerance, outputs: dict[str, str],
-                           first: dict[str, Any], others: list[dict[str, Any]]) -> str:
-    """The outputs' verdict over runs ``first`` and each of ``others`` (tensor -> value): a detector's
-    outputs (recognised by their keys) between the detections each pair matched
-    (:func:`verdicts_apart`), the others as ``metrics`` (the worst pair's, row by row) say. Row by row,
-    NMS listing near-tied detections in another order made a same-process repeat or the observer
-    effect read diverged while every matched detection agreed."""
-    specs = recognise(list(outputs))
-    judged: dict[str, str] = {}
-    for other in others if specs else []:
-        found = verdicts_apart(specs, {k: first.get(t) for k, t in outputs.items()},
-                               {k: other.get(t) for k, t in outputs.items()}, tolerance.atol, tolerance.rtol)
-        for key, verdict in found.items():
-            judged[key] = worse(judged.get(key, "identical"), verdict)
-    arrays = {k: m for k, m in metrics.items() if k not in judged}
-    return worse(*judged.values(), *([_verdict(arrays, tolerance)] if arrays or not judged else []))
+def _outputs_verdict(metrics: dict[str, TensorMetrics], tolerance: Tolerance, as_detections: dict[str, str]) -> str:
+    """The outputs' verdict: a detector's outputs by ``as_detections`` (:func:`_as_detections`), the
+    others as ``metrics`` (the worst pair's, row by row) say."""
+    arrays = {k: m for k, m in metrics.items() if k not in as_detections}
+    return worse(*as_detections.values(), *([_verdict(arrays, tolerance)] if arrays or not as_detections else []))
 
 
 def _first_moving(cap: Capture, work: Path, quiet: Console, allow: bool) -> dict[str, Any] | None:
@@ -460,9 +454,9 @@ def _observation(result: dict[str, Any], cap: Capture, out: Path, tolerance: Tol
         captured = {t: np.asarray(cap.tensor(t)) for t in outputs.values()}
         metrics = {k: compare_arrays(replay.values[0][t], captured[t], rtols=(tolerance.rtol,))
                    for k, t in outputs.items()}
-        matched = _apart_as_detections(outputs, replay.values[0], [captured])  # as report.json's observer_effect
-        result["outputs"] = {k: matched.get(k, m.max_abs) for k, m in metrics.items()}
-        result["verdict"] = _verdict_as_detections(metrics, tolerance, outputs, replay.values[0], [captured])
+        matched, judged = _as_detections(outputs, replay.values[0], [captured], tolerance)  # as report.json's
+        result["outputs"] = {k: matched.get(k, m.max_abs) for k, m in metrics.items()}  # observer_effect
+        result["verdict"] = _outputs_verdict(metrics, tolerance, judged)
         result["max_abs_output_diff"] = _max_abs(metrics, matched)
     if observer.only_in_plain or observer.only_in_instrumented:
         plain_only = ", ".join(observer.only_in_plain) or "none"

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from .._version import __version__
 from ..captures.inputs import run_batch_size
 from ..causes import explain_comparison
+from ..comparison.pairing import b_keys_as_a
 from ..comparison.statuses import BORN_HERE
 from ..jsonvalues import jsonable
 from ..opgraph import tensor_op
@@ -307,8 +308,8 @@ def build_report(comparison: Comparison) -> dict[str, Any]:
         "unpaired_b": comparison.alignment.unpaired_b,
         "observer_effect": {side: _observer_effect(view.capture.manifest.get("observer_effect", {}),
                                                    comparison.observer_detections.get(side) or {}, a_keys)
-                            for side, view, a_keys in (("a", view_a, {}), ("b", view_b, {
-                                b: a for a, b in comparison.signature_map.items() if a != b}))},
+                            for side, view, a_keys in (("a", view_a, {}),
+                                                       ("b", view_b, b_keys_as_a(comparison.signature_map)))},
         "first_nonfinite": {"a": _first_nonfinite(view_a), "b": _first_nonfinite(view_b)},
         "noise": comparison.noise,
         # a detector's outputs matched as detections (class and IoU per image): tracer/comparison/detections.py
