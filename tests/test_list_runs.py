@@ -11,11 +11,13 @@ equal score, and a row of padding. No TensorFlow.
 
 from __future__ import annotations
 
+import io
 from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
+from rich.console import Console
 
 from tracer.comparison.align import ROLE_COMPARED, Alignment, CaptureView, NodeAlignment, TensorPair
 from tracer.comparison.detection_lists import DetectionList, measure_detection_lists
@@ -335,7 +337,7 @@ def test_the_observer_effect_on_a_detectors_outputs_is_measured_between_matched_
     from tracer.captures.observer import observer_effect  # noqa: PLC0415
     from tracer.cause_shares import shares  # noqa: PLC0415
     from tracer.comparison.list_runs import observed_detections  # noqa: PLC0415
-    from tracer.report.build import _observer_effect  # noqa: PLC0415
+    from tracer.report.build import observer_effect_entry  # noqa: PLC0415
     from tracer.report.detections_view import observer_note  # noqa: PLC0415
 
     run = Run(lists(Y_HIGH, X))  # the instrumented run
@@ -352,7 +354,7 @@ def test_the_observer_effect_on_a_detectors_outputs_is_measured_between_matched_
     figures = observed_detections(run, recognise(list(GRAPH.outputs)))
     assert figures == {"detection_boxes": 0.0, "detection_scores": 2.0 ** -9, "detection_classes": 0.0,
                        "num_detections": 0.0}
-    side = _observer_effect(manifest, figures, {})
+    side = observer_effect_entry(manifest, figures, {})
     assert side["outputs_max_abs_diff"] == figures and side["outputs_identical"] is False
     assert side["outputs_as_detections"] == sorted(figures)
     assert side["outputs_index_by_index"] == manifest["outputs_max_abs_diff"]
@@ -362,6 +364,16 @@ def test_the_observer_effect_on_a_detectors_outputs_is_measured_between_matched_
     found = {"observation": "on side A, fetching every tensor moved the outputs."}
     assert shares({"observer_effect": {"a": manifest}}, found)["observation"]["max_abs"] == 2.0
     assert shares({"observer_effect": {"a": side}}, found)["observation"]["max_abs"] == 2.0 ** -9
+    # what `tftrace capture` prints of it: the same figures and words as the compare's report
+    from tracer.cli import _print_observer_effect  # noqa: PLC0415
+
+    run.manifest = {"observer_effect": manifest}
+    printed = io.StringIO()
+    _print_observer_effect(run, Console(file=printed, width=400))
+    assert printed.getvalue() == (
+        "observer effect: fetching every tensor moved the outputs by detection_boxes 0, detection_scores 0.00195, "
+        "detection_classes 0, num_detections 0; detection_boxes, detection_classes, detection_scores, num_detections "
+        "between the detections its plain and instrumented runs matched (index by index up to 2)\n")
     # a capture whose two runs agreed bit for bit is not read again
     run.observer = SimpleNamespace(outputs_identical=True)
     assert observed_detections(run, recognise(list(GRAPH.outputs))) == {}

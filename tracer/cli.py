@@ -78,11 +78,27 @@ def _cmd_capture(args: argparse.Namespace, console: Console) -> int:
         console.print(f"the model changes its own state on every run ({', '.join(observer.stateful_ops[:3])}): "
                       "its outputs differ from run to run because of that state, not because of observation", highlight=False)
     elif not observer.outputs_identical:
-        from .report.numbers import per_key  # noqa: PLC0415
-
-        console.print(f"observer effect: fetching every tensor moved the outputs by "
-                      f"{per_key(dict(observer.outputs_max_abs_diff))}", highlight=False, markup=False)
+        _print_observer_effect(result, console)
     return EXIT_OK
+
+
+def _print_observer_effect(result: Any, console: Console) -> None:
+    """What fetching every tensor moved, as a compare's report says it: a detector's outputs (recognised
+    by their keys) between the detections the plain and instrumented runs matched, the capture
+    manifest's index-by-index figure beside; NMS listing near-tied detections in another order reads,
+    index by index, as a box moved by its size."""
+    from .comparison.detections import recognise  # noqa: PLC0415
+    from .comparison.list_runs import observed_detections  # noqa: PLC0415
+    from .report.build import observer_effect_entry  # noqa: PLC0415
+    from .report.detections_view import observer_note  # noqa: PLC0415
+    from .report.numbers import per_key  # noqa: PLC0415
+
+    entry = observer_effect_entry(result.manifest.get("observer_effect") or {},
+                                  observed_detections(result, recognise(list(result.outputs))), {})
+    note = observer_note(entry)
+    console.print(f"observer effect: fetching every tensor moved the outputs by "
+                  f"{per_key(dict(entry.get('outputs_max_abs_diff') or {}))}{f'; {note}' if note else ''}",
+                  highlight=False, markup=False)
 
 
 def _cmd_compare(args: argparse.Namespace, console: Console) -> int:

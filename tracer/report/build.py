@@ -237,7 +237,7 @@ def _output_fields(m: Any, atol: float, rtol: float) -> dict[str, Any]:
     }
 
 
-def _observer_effect(manifest: dict[str, Any], as_detections: dict[str, float], a_keys: dict[str, str]
+def observer_effect_entry(manifest: dict[str, Any], as_detections: dict[str, float], a_keys: dict[str, str]
                      ) -> dict[str, Any]:
     """A side's ``observer_effect``: its capture manifest's, with a detector's outputs measured between the
     detections its plain and instrumented runs matched (``as_detections``: own key -> that figure), as
@@ -306,7 +306,7 @@ def build_report(comparison: Comparison) -> dict[str, Any]:
         "rewrites": [r.to_json() for r in comparison.diff.rewrites],
         "graph_diff": {k: v for k, v in comparison.diff.to_json().items() if k != "rewrites"},
         "unpaired_b": comparison.alignment.unpaired_b,
-        "observer_effect": {side: _observer_effect(view.capture.manifest.get("observer_effect", {}),
+        "observer_effect": {side: observer_effect_entry(view.capture.manifest.get("observer_effect", {}),
                                                    comparison.observer_detections.get(side) or {}, a_keys)
                             for side, view, a_keys in (("a", view_a, {}),
                                                        ("b", view_b, b_keys_as_a(comparison.signature_map)))},
