@@ -286,3 +286,30 @@ def test_diagnoses_terminal_table_states_the_cost_its_page_states() -> None:
     print_diagnosis(Console(file=out, width=160), {"experiments": [recipe], "answers": {}}, "out/")
     row = next(line for line in out.getvalue().splitlines() if "recipe" in line)
     assert cost_cell(recipe) == "+77.0% [+70, +85]" and "+77.0% [+70, +85]" in row and "13.2" not in row
+
+
+def test_diagnoses_experiments_are_one_line_each_where_the_table_does_not_fit() -> None:
+    """Piped, diagnose prints 80 columns, where the table cut `ckpt_vs_savedmodel_batch_1` into
+    `ckpt_vs_sa` / `vedmodel_b` / `atch_1` and op names alike: there each experiment is one wrapped
+    line, names and figures with their units whole; where the table fits it is the table."""
+    from tracer.diagnosis.cli import print_diagnosis
+
+    batch = {"name": "batch_1_vs_4", "skipped": None, "verdict": "diverged", "max_abs_output_diff": 4.77e-07,
+             "first_divergence": {"node": "block1/bn/FusedBatchNormV3", "op": "FusedBatchNormV3",
+                                  "isolation": "own_error"},
+             "latency_ms": {"a": {"median": 1.85}, "b": {"median": 1.07}}, "cost_pct": -42.2}
+    export = {"name": "ckpt_vs_savedmodel_batch_1", "skipped": None, "verdict": "identical",
+              "max_abs_output_diff": 0.0, "latency_ms": {"a": {"median": 1.85}, "b": {"median": 1.63}}}
+    doc = {"experiments": [batch, export], "answers": {}}
+    narrow = io.StringIO()
+    print_diagnosis(Console(file=narrow, width=80), doc, "out/")
+    assert narrow.getvalue().splitlines()[:5] == [
+        "tftrace diagnose",
+        "batch_1_vs_4: diverged, max |Δ| out 4.77e-07, first divergence",
+        "  block1/bn/FusedBatchNormV3 (FusedBatchNormV3), own error; A 1.85 ms,",
+        "  B 1.07 ms, B vs A untimed",
+        "ckpt_vs_savedmodel_batch_1: identical, max |Δ| out 0; A 1.85 ms, B 1.63 ms,"]
+    wide = io.StringIO()
+    print_diagnosis(Console(file=wide, width=160), doc, "out/")
+    rows = [line for line in wide.getvalue().splitlines() if line.startswith("│")]
+    assert [row.split("│")[1].strip() for row in rows] == ["batch_1_vs_4", "ckpt_vs_savedmodel_batch_1"]

@@ -19,7 +19,7 @@ import textwrap
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["printable", "printable_tree", "count", "listed", "wrapped"]
+__all__ = ["printable", "printable_tree", "count", "listed", "wrapped", "unbroken"]
 
 _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 _CONTROL_AND_LAYOUT = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
@@ -68,6 +68,14 @@ def count(n: int, noun: str, plural: str | None = None) -> str:
 
 
 _GLUED_ARROW = "\x00→\x00"  # as wide as " → ", but not a place textwrap breaks
+_GLUED_SPACE = "\x01"  # a space :func:`wrapped` never breaks at (:func:`unbroken`)
+
+
+def unbroken(text: str) -> str:
+    """``text`` kept on one line by :func:`wrapped`, as a figure and its unit (``1.85 ms``) or an
+    interval (``[-71, -49]``) are read: its spaces are no place to break."""
+    return text.replace(" ", _GLUED_SPACE)
+
 _LABEL = re.compile(r"( *)(\d+\. |[A-Z]: |why: |noise: |- )?")
 
 
@@ -87,5 +95,5 @@ def wrapped(text: str, width: int) -> str:
         wrapper = textwrap.TextWrapper(width=max(width, hang + 20), subsequent_indent=" " * hang,
                                        break_long_words=False, break_on_hyphens=False)
         glued = line.replace(" → ", _GLUED_ARROW)  # ``0.05 → 0.0499878`` is read as one change: never split it
-        lines += [part.replace(_GLUED_ARROW, " → ") for part in wrapper.wrap(glued)] or [""]
+        lines += [part.replace(_GLUED_ARROW, " → ").replace(_GLUED_SPACE, " ") for part in wrapper.wrap(glued)] or [""]
     return "\n".join(lines)

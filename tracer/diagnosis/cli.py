@@ -13,13 +13,14 @@ import sys
 from typing import Any
 
 from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Table
 
 from ..comparison.statuses import isolation_label, verdict_label
 from ..console import terminal
 from ..errors import EXIT_DIVERGED, EXIT_OK
 from ..report.numbers import cost_cell, figure
-from ..text import listed
+from ..text import listed, unbroken
 
 __all__ = ["add_diagnose_parser", "diagnose_options", "run_diagnose_command", "print_diagnosis"]
 
@@ -89,14 +90,35 @@ def _latency(lat: dict[str, Any] | None, basis: str) -> str:
 VERDICT_COLOURS = {"identical": "green", "within_tolerance": "yellow", "within_noise": "yellow", "diverged": "red"}
 
 
+COLUMNS = ("experiment", "verdict", "max |Δ| out", "first divergence", "A ms", "B ms", "B vs A")
+
+
+def _print_experiments(console: Console, rows: list[tuple[str, str, str, str, str, str, str]]) -> None:
+    """The experiments as a table where it fits the console whole; else one wrapped line each
+    (a piped diagnose is 80 columns wide, where the table cut experiment and op names mid-word)."""
+    from ..report.terminal import say  # noqa: PLC0415 - the parsers import this module without rich's tables
+
+    table = Table()  # its title said apart: rich pads a table's title with spaces to the table's width
+    for column in COLUMNS:
+        table.add_column(column, overflow="fold")
+    for name, verdict, moved, where, a_ms, b_ms, cost in rows:
+        table.add_row(name, f"[{VERDICT_COLOURS.get(verdict, 'white')}]{verdict_label(verdict)}[/]", moved, where,
+                      a_ms, b_ms, cost)
+    if Measurement.get(console, console.options.update_width(10**6), table).maximum <= console.width:
+        console.print(table)
+        return
+    for name, verdict, moved, where, a_ms, b_ms, cost in rows:
+        first = f", first divergence {where}" if where else ""
+        say(console, f"{name}: {verdict_label(verdict)}, max |Δ| out {moved}{first}; "
+                     + ", ".join(unbroken(cell) for cell in (f"A {a_ms} ms", f"B {b_ms} ms", f"B vs A {cost}")))
+
+
 def print_diagnosis(console: Console, doc: dict[str, Any], out_dir: Any) -> None:
     """The experiment table, the skipped ones by reason, then why / prevent / cost (each line
     wrapped under its text by :func:`tracer.report.terminal.say`)."""
     from ..report.terminal import say  # noqa: PLC0415 - the parsers import this module without rich's tables
 
-    table = Table()  # its title said apart: rich pads a table's title with spaces to the table's width
-    for column in ("experiment", "verdict", "max |Δ| out", "first divergence", "A ms", "B ms", "B vs A"):
-        table.add_column(column, overflow="fold")
+    rows: list[tuple[str, str, str, str, str, str, str]] = []
     skipped: dict[str, list[str]] = {}
     for exp in doc["experiments"]:
         if exp["skipped"]:
@@ -110,13 +132,10 @@ def print_diagnosis(console: Console, doc: dict[str, Any], out_dir: Any) -> None
             where = f"{exp['attribution']}: " + listed(exp.get("state_ops", []), 2)
         basis = exp.get("latency_basis", "per run")
         lat = exp.get("latency_ms") or {}
-        verdict = str(exp["verdict"])
-        cost = cost_cell(exp)
-        table.add_row(exp["name"], f"[{VERDICT_COLOURS.get(verdict, 'white')}]{verdict_label(verdict)}[/]",
-                      figure(exp.get("max_abs_output_diff")), where, _latency(lat.get("a"), basis),
-                      _latency(lat.get("b"), basis), cost)
+        rows.append((str(exp["name"]), str(exp["verdict"]), figure(exp.get("max_abs_output_diff")), where,
+                     _latency(lat.get("a"), basis), _latency(lat.get("b"), basis), cost_cell(exp)))
     say(console, "tftrace diagnose")
-    console.print(table)
+    _print_experiments(console, rows)
     for reason, names in skipped.items():
         say(console, f"skipped ({reason}): {', '.join(names)}")
     answers = doc["answers"]
