@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import functools
 import os
-from collections import OrderedDict
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -36,7 +35,7 @@ from ._format import (
 )
 from ._packed import digest
 from ._packing import VALUES_DIGEST, row_digest
-from ._stream import ChunkCache, TensorStream
+from ._stream import ChunkCache, DecodedValues, TensorStream
 from ._unpack import iter_packed, read_packed
 from ._values import ArtifactReads
 from ._checks import validate_manifest, validate_record
@@ -94,7 +93,7 @@ class Capture:
         self.manifest = manifest
         self._files = files
         self._apart_files = apart_files or {}  # per group of APART (plain outputs, loaded values): key -> file
-        self._decoded: OrderedDict[str, np.ndarray] = OrderedDict()  # LRU, at most DECODED_CACHE_BYTES
+        self._decoded = DecodedValues(DECODED_CACHE_BYTES)
         # where its digest-kept values come from; a compare shares one between its sides
         self.artifact_reads = ArtifactReads([self])
         self._chunk_cache: ChunkCache | None = None  # made on the first stream
@@ -345,9 +344,9 @@ class Capture:
         encoding = record.get("encoding")
         if record.get("values") != "artifact" and encoding is None:
             return open_npy(self._files[name], tuple(record["shape"]), np.dtype(record["stored_dtype"]))
-        if name in self._decoded:  # a replay asks for the same weight once per run: read and checked once
-            self._decoded.move_to_end(name)
-            return self._decoded[name]
+        held = self._decoded.get(name)  # a replay asks for the same weight once per run: read and checked once
+        if held is not None:
+            return held
         self._within_budget(name, int(record["size_bytes"]), "it")
         self._make_room(int(record["size_bytes"]), ((encoding or {}).get("predict") or {}).get("inputs", []))
         if record.get("values") == "artifact":
@@ -358,21 +357,15 @@ class Capture:
                                     self._input_rows)
             except ValueError as exc:
                 raise damaged(self.path, f"tensor {name!r}: {exc}") from exc
-        self._decoded[name] = value
+        self._decoded.put(name, value)
         return value
 
     def _make_room(self, nbytes: int, inputs: list[str]) -> None:
         """Before decoding ``nbytes``: let go of the tensors decoded lately, oldest first, until
         they and it fit DECODED_CACHE_BYTES; the new tensor's own inputs are kept (it reads them)
         while they fit too. So a read holds its result and small inputs, never a capture."""
-        keep = {self.manifest["tensors"][n].get("alias_of") or n for n in inputs if n in self.manifest["tensors"]}
-        if sum(self._decoded[n].nbytes for n in keep if n in self._decoded) > DECODED_CACHE_BYTES:
-            keep = set()  # large inputs are read again chunk by chunk: a read holds one large tensor, its own
-        for name in list(self._decoded):
-            if sum(v.nbytes for v in self._decoded.values()) + nbytes <= DECODED_CACHE_BYTES:
-                return
-            if name not in keep:
-                del self._decoded[name]
+        self._decoded.make_room(nbytes, {self.manifest["tensors"][n].get("alias_of") or n
+                                         for n in inputs if n in self.manifest["tensors"]})
 
     def _within_budget(self, name: str, nbytes: int, what: str) -> None:
         """Refuse a decode of ``nbytes`` (declared by the manifest and its chunk index) over
