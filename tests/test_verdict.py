@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from conftest import REPO, assert_user_error, run_cli
+from tracer.captures.reader import Capture
 
 pytestmark = pytest.mark.slow
 
@@ -173,7 +174,11 @@ def test_repeat_3_judges_every_pair_of_runs_against_each_sides_spread(dropout: P
     noise (a chance of 1 in 5,005 that it looks otherwise), and the output shows its noise beside it."""
     model = dropout / "savedmodel"
     code, report, stdout = _compare(tmp_path / "r", model, model, "--inputs", str(dropout / "x.npz"),
-                                    "--repeat", "3", "--isolate", "1")
+                                    "--repeat", "3", "--isolate", "1", "--keep-captures")
+    # each run after the first loaded its model while the one before it captured
+    ahead = {p.name: Capture.open(p).manifest["timings"].get("loaded_ahead", False)
+             for p in sorted((tmp_path / "r" / "captures").iterdir())}
+    assert ahead == {"a": False, "a_repeat1": False, "a_repeat2": True, "b": True, "b_repeat1": True, "b_repeat2": True}
     y = report["outputs"]["y"]
     assert y["noise"]["pairs"] == 9 and y["noise"]["runs"] == {"a": 3, "b": 3}
     assert y["noise"]["chance_beyond_by_chance"] == pytest.approx(1 / 5005)

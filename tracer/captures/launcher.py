@@ -34,7 +34,7 @@ from .progress_view import ProgressView, working
 if TYPE_CHECKING:
     from .reader import Capture
 
-__all__ = ["run_child", "capture", "PreparedChild", "ChildCrashed", "PREPARE_HEADROOM", "available_memory"]
+__all__ = ["run_child", "capture", "PreparedChild", "ChildCrashed", "PREPARE_HEADROOM", "available_memory", "prepared_if_room"]
 
 STDERR_TAIL_LINES = 15
 HEARTBEAT_S = 0.25  # how often a quiet child is checked on (deadline, progress bar)
@@ -80,6 +80,15 @@ def run_child(
 # started only where the working child's --max-memory and this much more per child fit in what
 # is available (compare's side B, diagnose's next captures).
 PREPARE_HEADROOM = 1 << 30
+
+
+def prepared_if_room(side: Side, beside: int) -> PreparedChild | None:
+    """``side``'s capture child started now, to import TensorFlow and load its model while another
+    child works (``beside``: that child's --max-memory), where memory holds both and
+    :data:`PREPARE_HEADROOM` more; None otherwise (it is started when its job comes)."""
+    if available_memory() < side.max_memory + beside + PREPARE_HEADROOM:
+        return None
+    return PreparedChild(side, prepare=True)
 
 
 def available_memory() -> int:

@@ -31,14 +31,14 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
-from ..captures.launcher import capture as capture_side
+from ..captures.launcher import PreparedChild, capture as capture_side, prepared_if_room
 from ..captures.reader import Capture
 from ..pythons import made_with
 from ..metrics import TensorMetrics, compare_arrays
@@ -189,15 +189,26 @@ def measure_noise(
     runs_of = noise.runs or {key: [captures[key]] for key in ("a", "b")}
     noise.runs = runs_of
     started = time.monotonic()
-    for name, count in runs.items():
-        side = Side.from_json(captures[name].spec)  # exactly what ran, the examples included;
-        target = targets[name]  # the permission is not recorded
-        side = side.with_(allow_unsafe_ops=isinstance(target, Side) and target.allow_unsafe_ops,
-                          python=made_with(captures[name].path))  # nor the interpreter: the one that captured it
-        for i in range(1, count):
+    jobs = [(name, i, _as_ran(captures[name], targets[name])) for name, count in runs.items() for i in range(1, count)]
+    ahead: dict[int, PreparedChild | None] = {}
+
+    def start_next(k: int) -> Callable[[dict[str, Any]], None]:
+        """Once job ``k``'s child is up, the next job's child imports TensorFlow and loads its model."""
+        def heard(_event: dict[str, Any]) -> None:
+            if k + 1 < len(jobs) and k + 1 not in ahead:
+                ahead[k + 1] = prepared_if_room(jobs[k + 1][2], jobs[k][2].max_memory)
+        return heard
+
+    try:
+        for k, (name, i, side) in enumerate(jobs):
             claim(out, ["captures"])
             runs_of[name].append(capture_side(side, out / "captures" / f"{name}_repeat{i}", force=True,
-                                              console=console))
+                                              console=console, prepared=ahead.pop(k, None), on_event=start_next(k)))
+    finally:
+        for child in ahead.values():
+            if child is not None:
+                child.cancel()  # its job never came (a capture before it failed): nothing is left running
+    for name, count in runs.items():
         summary[name] = side_noise(name, runs_of[name], alignment, noise, signature_map, tolerance, lists) | {
             "runs": count, "why": why.get(name, "")}
     seconds = time.monotonic() - started
@@ -211,6 +222,14 @@ def measure_noise(
         noise.outputs = _over_every_pair(runs_of, signature_map, tolerance, lists)
         summary["outputs"] = {key: o.to_json() for key, o in noise.outputs.items()}
     return noise
+
+
+def _as_ran(capture: Capture, target: Any) -> Side:
+    """The side a capture ran, to run again: exactly what ran, the examples included, with what
+    the capture does not record: the permission (``target``'s) and the interpreter (the one that
+    captured it)."""
+    return Side.from_json(capture.spec).with_(allow_unsafe_ops=isinstance(target, Side) and target.allow_unsafe_ops,
+                                              python=made_with(capture.path))
 
 
 def side_noise(name: str, runs: list[Any], alignment: Alignment, noise: Noise, signature_map: Mapping[str, str],

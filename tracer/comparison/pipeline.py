@@ -23,7 +23,7 @@ from rich.console import Console
 
 from .align import Alignment, CaptureView, align
 from ..captures._values import ArtifactReads
-from ..captures.launcher import PREPARE_HEADROOM, PreparedChild, available_memory
+from ..captures.launcher import PreparedChild, prepared_if_room
 from ..captures.launcher import capture as capture_side
 from ..captures.progress_view import working
 from ..captures.reader import Capture, is_capture_dir
@@ -184,10 +184,7 @@ def prepare_ahead(target: str | Side, other: str | Side, allow_unsafe_ops: bool)
     from ..artifacts.loader import ArtifactRef  # noqa: PLC0415
 
     side = target if isinstance(target, Side) else Side(ArtifactRef(target), allow_unsafe_ops=allow_unsafe_ops)
-    other_memory = other.max_memory if isinstance(other, Side) else Side.max_memory
-    if available_memory() < side.max_memory + other_memory + PREPARE_HEADROOM:
-        return None
-    return PreparedChild(side, prepare=True)
+    return prepared_if_room(side, other.max_memory if isinstance(other, Side) else Side.max_memory)
 
 
 @contextlib.contextmanager
