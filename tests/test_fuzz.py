@@ -154,6 +154,12 @@ def _outside_link_of(name: str) -> Callable[[dict[str, Any], Path], None]:
 _outside_link = _outside_link_of("x:0")
 
 
+def _tensors_dir_elsewhere(manifest: dict[str, Any], cap: Path) -> None:
+    """``tensors/`` itself a link to a directory outside the capture that holds the same files."""
+    shutil.move(str(cap / "tensors"), str(cap.parent / "elsewhere"))
+    (cap / "tensors").symlink_to(cap.parent / "elsewhere")
+
+
 def _cycle(manifest: dict[str, Any], cap: Path) -> None:
     manifest["graph"]["nodes"][2]["control_inputs"] = ["y"]  # mul waits for y, which reads mul
 
@@ -164,6 +170,7 @@ MANIFEST_ATTACKS: dict[str, tuple[Callable[[dict[str, Any], Path], None], str]] 
     "absolute file path": (_tensor("x:0", lambda r: r.update(file="/etc/passwd")),
                            "tensor 'x:0': file path '/etc/passwd' is absolute"),
     "symlink out of tensors/": (_outside_link, "tensors/link.zst resolves to "),
+    "tensors/ a symlink out of the capture": (_tensors_dir_elsewhere, "elsewhere/"),
     "shape of 2**50 elements": (_tensor("x:0", lambda r: r.update(shape=[2**25, 2**25], size_bytes=2**52)),
                                 "shape [33554432, 33554432] declares 4503599627370496 bytes, more than the "
                                 "1099511627776-byte limit"),

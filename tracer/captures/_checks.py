@@ -9,6 +9,7 @@ one "damaged capture" TftraceError naming the field.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any
 
@@ -66,7 +67,9 @@ def validate_manifest(root: Path, manifest: Any) -> dict[str, Path]:
         raise damaged(root, "an uncaptured reason is not a string")
     _validate_parts(root, manifest)
     tensors_dir = root.resolve() / TENSORS
-    files = {name: validate_record(root, tensors_dir, name, rec, version) for name, rec in manifest["tensors"].items()}
+    listed = listed_files(root, tensors_dir)
+    files = {name: validate_record(root, tensors_dir, name, rec, version, listed)
+             for name, rec in manifest["tensors"].items()}
     levels: dict[str, int] = {}
     for name, rec in manifest["tensors"].items():
         if "alias_of" in rec:
@@ -96,7 +99,25 @@ def _validate_alias(root: Path, tensors: dict[str, Any], name: str, rec: dict[st
                             f"({rec.get(differing[0])!r} here, {other.get(differing[0])!r} there)")
 
 
-def validate_record(root: Path, tensors_dir: Path, name: str, rec: Any, version: int = 1) -> Path | None:
+def listed_files(root: Path, tensors_dir: Path) -> dict[str, int] | None:
+    """The plain files (no links) directly in the capture's ``tensors/`` -> their sizes, from one
+    listing; None where ``tensors/`` is itself a link, or cannot be listed (each record's file is
+    then resolved on its own, as a link in it is). On the 35,000-tensor RetinaNet stand-in,
+    resolving every file took 1.5 s of each 4.4 s opening."""
+    here = root / TENSORS
+    try:
+        if here.is_symlink() or here.resolve() != tensors_dir:
+            return None
+        with os.scandir(here) as entries:
+            return {e.name: e.stat(follow_symlinks=False).st_size for e in entries if e.is_file(follow_symlinks=False)}
+    except OSError:
+        return None
+
+
+def validate_record(root: Path, tensors_dir: Path, name: str, rec: Any, version: int = 1,
+                    listed: dict[str, int] | None = None) -> Path | None:
+    """One tensor record's checks (see the module); returns its file's resolved path (None: its
+    values are in the artifact). ``listed``: :func:`listed_files`, where a plain file's size is read."""
     def bad(detail: str) -> TftraceError:
         return damaged(root, f"tensor {name!r}: {detail}")
 
@@ -142,15 +163,19 @@ def validate_record(root: Path, tensors_dir: Path, name: str, rec: Any, version:
         raise bad("its stats are not an object of numbers")
     if in_artifact:
         return None
-    try:
-        resolved = (root / file).resolve(strict=True)
-    except OSError as exc:
-        raise bad(f"file {file} is missing ({exc.strerror})") from exc
-    if resolved.parent != tensors_dir or not resolved.is_file():
-        raise bad(f"file {file} resolves to {resolved}, outside {TENSORS}/")
+    if listed is not None and posix.name in listed:  # a plain file in tensors/ itself
+        resolved, size = tensors_dir / posix.name, listed[posix.name]
+    else:
+        try:
+            resolved = (root / file).resolve(strict=True)
+        except OSError as exc:
+            raise bad(f"file {file} is missing ({exc.strerror})") from exc
+        if resolved.parent != tensors_dir or not resolved.is_file():
+            raise bad(f"file {file} resolves to {resolved}, outside {TENSORS}/")
+        size = resolved.stat().st_size
     if encoding is not None:
-        validate_chunks(bad, encoding, shape, rec.get("batch_major"), int(match[2]), resolved.stat().st_size)
-    elif suffix == ".npy" and resolved.stat().st_size < declared:
+        validate_chunks(bad, encoding, shape, rec.get("batch_major"), int(match[2]), size)
+    elif suffix == ".npy" and size < declared:
         raise bad(f"file {file} is smaller than the {declared} bytes its record declares")
     return resolved
 
