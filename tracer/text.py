@@ -38,6 +38,8 @@ def printable(text: Any, *, newlines: bool = True) -> str:
     escaped because it overwrites what was printed before it on the line.
     """
     text = str(text)
+    if text.isprintable():  # no control or bidi character in it (all are unprintable): the common case, fast
+        return text
     return (_CONTROL if newlines else _CONTROL_AND_LAYOUT).sub(_escape, text)
 
 
