@@ -135,3 +135,12 @@ def test_a_count_says_its_noun_as_a_sentence_does() -> None:
     assert (count(1, "op"), count(6, "op"), count(2, "origin"), count(1200, "tensor")) == (
         "1 op", "6 ops", "2 origins", "1,200 tensors")
     assert count(0, "entry", "entries") == "0 entries"
+
+
+def test_every_character_printable_escapes_is_one_python_calls_unprintable() -> None:
+    """printable() returns a string for which str.isprintable() holds as it is: sound only while
+    every character its patterns escape is unprintable to Python (checked over all of Unicode)."""
+    from tracer.text import _CONTROL, _CONTROL_AND_LAYOUT
+
+    escaped = [c for c in map(chr, range(0x110000)) if _CONTROL_AND_LAYOUT.match(c) or _CONTROL.match(c)]
+    assert len(escaped) > 64 and not [c for c in escaped if c.isprintable()]
