@@ -151,3 +151,44 @@ def test_tf1_cond_and_debug_numeric_summary(tmp_path: Path) -> None:
     assert (born["node"], born["inf"]) == ("log", int((x <= 0).sum()))
     assert "Context: NaN/Inf first computed from finite inputs on both sides at log (Log, " in proc.stdout.replace("\n", " ")
     assert "the sides agree there" in (report_dir / "report.md").read_text()
+
+
+TF1_COND_PER_RUN = """
+import os, sys
+os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
+import numpy as np
+import tensorflow as tf
+tf1 = tf.compat.v1
+tf1.disable_v2_behavior()
+with tf.Graph().as_default():
+    x = tf1.placeholder(tf.float32, [None, 1], name="x")
+    y = tf.cond(tf.reduce_sum(x) > 0, lambda: tf.multiply(x, tf.constant(3.0, name="three"), name="tripled"),
+                lambda: tf.subtract(x, 1.0, name="lowered"))
+    with tf1.Session() as session:
+        builder = tf1.saved_model.Builder(sys.argv[1])
+        signature = tf1.saved_model.predict_signature_def({"x": x}, {"y": tf.identity(y, name="y")})
+        builder.add_meta_graph_and_variables(session, ["serve"], signature_def_map={"serving_default": signature})
+        builder.save()
+np.savez(sys.argv[2], x=np.array([[1.0], [2.0], [-3.0], [-4.0]], np.float32))
+"""
+
+
+@pytest.mark.slow
+def test_a_constant_in_a_branch_that_dies_in_a_later_run_keeps_its_first_runs_value(tmp_path: Path) -> None:
+    """Run 0 (rows 1, 2) takes the branch that holds the constant 3; run 1 (rows -3, -4) the other. A
+    capture's later runs fetch what run 0 fetched, constants again (so TensorFlow reuses its executor),
+    but not a constant inside a branch: run 1's dead branch would have dropped the value run 0 stored."""
+    model, inputs = tmp_path / "tf1_cond_per_run", tmp_path / "x.npz"
+    build_model(TF1_COND_PER_RUN, model, inputs)
+    out = tmp_path / "cap"
+    proc = run_cli("capture", str(model), "--out", str(out), "--inputs", str(inputs), "--batch-size", "2",
+                   env={"TF_ENABLE_ONEDNN_OPTS": "0"})
+    assert proc.returncode == 0, proc.stderr
+    cap = Capture.open(out)
+    three = next(n for n in cap.tensor_names if n.endswith("three:0"))
+    assert cap.tensor(three) == np.float32(3.0) and cap.tensor_layout[three] == "const"
+    np.testing.assert_array_equal(cap.plain_output("y"), [[3.0], [6.0], [-4.0], [-5.0]])
+    # the branch tensors that change with the rows ran in one run only: not captured, and said why
+    tripled = next(n for n in cap.uncaptured if n.endswith("tripled:0"))
+    lowered = next(n for n in cap.uncaptured if n.endswith("lowered:0"))
+    assert cap.uncaptured[tripled] == cap.uncaptured[lowered] == DEAD_BRANCH_REASON

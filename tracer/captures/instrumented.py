@@ -60,7 +60,10 @@ def instrumented_runs(
         # Later runs fetch what run 0 fetched, the constants again too (their values are stored once,
         # from run 0): TensorFlow builds an executor, Grappler included, for each new set of fetches,
         # and on the 35,000-op RetinaNet stand-in a second set cost 13-16 s of a batch-1 run's 1-2 s.
-        wanted = plan.names if run_index == 0 else [n for n in plan.names if n in layout]
+        # Not a constant inside a cond branch: where a later run's predicate kills its branch, the
+        # schedule would drop the value run 0 stored.
+        wanted = plan.names if run_index == 0 else [
+            n for n in plan.names if n in layout and not (layout[n] == "const" and n in plan.branches)]
         again = frozenset(n for n in wanted if run_index > 0 and layout.get(n) == "const")  # fetched, not stored
         feed = feed_for(runtime, examples, start, stop)
         where = _Where(run_index, start, stop, examples.count, examples.batch_major or examples.per_example,
