@@ -502,6 +502,8 @@ def test_progress_events_and_a_parent_without_tensorflow(real_models: dict[str, 
     # the second run fetches what the first fetched, constants included, so TensorFlow reuses its executor
     # (a new set of fetches is pruned and optimised anew: 13-16 s a run on the 35,000-op RetinaNet stand-in)
     assert fetched[0] == fetched[1] == "instrumented run: fetching 18 tensors"
+    stored = [t for t in stages if t.startswith("instrumented run: storing ")]
+    assert stored == ["instrumented run: storing 18 tensors", "instrumented run: storing 5 tensors"]  # not the constants
     progress = [e for e in result["events"] if e["event"] == "progress"]
     runs = [e for e in progress if "tensors" not in e]
     assert [(e["done"], e["total"]) for e in runs] == [(1, 2), (2, 2)]

@@ -84,7 +84,7 @@ def instrumented_runs(
             rechecks = between.rechecks(step)
             fetched, values, failed, ops, nodes = _run_chunk(runtime, step.names + rechecks, between.feed(step, feed),
                                                              run_index == 0, step.branch)
-            emit("stage", text=f"instrumented run: storing {len(fetched):,} tensors")
+            emit("stage", text=f"instrumented run: storing {sum(n not in again for n in fetched):,} tensors")
             for name, reason in failed.items():
                 if name not in step.extra and name not in rechecks:
                     writer.mark_uncaptured(name, reason)
