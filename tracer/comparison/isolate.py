@@ -153,7 +153,7 @@ def isolate_origins(
         _write_json(os.path.join(workdir, f"isolation_{key}.job.json"), job)
         if _local_side(view) is not None:
             run_job(job, console=console, allow_unsafe_ops=allow_unsafe_ops[key], python=made_with(view.capture.path))
-    return evaluate(workdir, plan)
+    return evaluate(workdir, plan, view_b.capture)
 
 
 def _with_lists(i: int, next_id: int, a_tensor: str, b_tensor: str, plans: dict[str, dict[str, str]],
@@ -277,12 +277,14 @@ def read_plan(workdir: str) -> IsolationPlan:
     return IsolationPlan.from_json(doc, str(path))
 
 
-def evaluate(workdir: str, plan: IsolationPlan | None = None) -> dict[str, IsolationResult]:
+def evaluate(workdir: str, plan: IsolationPlan | None = None, capture_b: Capture | None = None
+             ) -> dict[str, IsolationResult]:
     """Judge every planned origin from the replays present in ``workdir``; ``plan``: the one this
-    process made (None: read the one written there)."""
+    process made (None: read the one written there); ``capture_b``: B's capture, where this process
+    has it open (else opened again: 2 s for the 35,000-op RetinaNet stand-in's manifest)."""
     plan = plan if plan is not None else read_plan(workdir)
     capture_a = Capture.open(_capture_a_path(workdir, plan))
-    capture_b = _open_optional(_capture_path(workdir, plan.capture_b, "b"))
+    capture_b = capture_b if capture_b is not None else _open_optional(_capture_path(workdir, plan.capture_b, "b"))
     results = {}
     for op in plan.origins:
         out_dirs = {k: os.path.join(workdir, f"isolation_{k}") for k in ("a", "b")}
