@@ -32,14 +32,16 @@ from ._format import to_storage
 from ._packed import digest
 from .reader import Capture
 from .replay_records import record_failure, record_value
-from .runtime import open_runtime, tf_error_text
+from .prepared import Prepared, runtime_for
+from .runtime import tf_error_text
 from ._events import emit
 
 __all__ = ["run_isolation"]
 
 
-def run_isolation(job: dict[str, Any]) -> dict[str, float]:
-    """Replay the job's ops in this process; returns how it came up (:func:`tracer.children.load_report`)."""
+def run_isolation(job: dict[str, Any], prepared: Prepared | None = None) -> dict[str, float]:
+    """Replay the job's ops in this process; returns how it came up (:func:`tracer.children.load_report`).
+    ``prepared``: the side's runtime, opened before the job came (the other side's job ran meanwhile)."""
     side = job_side(job)
     source = Capture.open(job["feeds_from"])
     layout = source.manifest.get("tensor_layout", {})
@@ -48,13 +50,14 @@ def run_isolation(job: dict[str, Any]) -> dict[str, float]:
     os.makedirs(job["out_dir"], exist_ok=True)
     other = _other_release(job.get("tensorflow"))
     if other is not None:  # another TensorFlow's kernels would be measured: no op is replayed, each says why
+        if prepared is not None:
+            prepared.close()
         for op in job["ops"]:
             record_failure(job["out_dir"], op["id"], other)
         return load_report((0.0, 0.0))
     emit("stage", text="loading model")
-    began = time.perf_counter()
-    runtime = open_runtime(side)
-    came_up = load_report((began, time.perf_counter()))
+    runtime, opened, _ = runtime_for(side, prepared, time.perf_counter())
+    came_up = load_report(opened)
     try:
         for index, op in enumerate(job["ops"]):
             fetches = [op, *op.get("with", [])]  # fetched in one run: the lists of one NMS, matched afterwards

@@ -34,7 +34,8 @@ from .progress_view import ProgressView, working
 if TYPE_CHECKING:
     from .reader import Capture
 
-__all__ = ["run_child", "capture", "PreparedChild", "ChildCrashed", "PREPARE_HEADROOM", "available_memory", "prepared_if_room"]
+__all__ = ["run_child", "capture", "PreparedChild", "ChildCrashed", "PREPARE_HEADROOM", "available_memory", "prepared_if_room",
+           "isolation_ahead"]
 
 STDERR_TAIL_LINES = 15
 HEARTBEAT_S = 0.25  # how often a quiet child is checked on (deadline, progress bar)
@@ -66,14 +67,16 @@ def run_child(
     label: str,
     console: Console | None = None,
     on_event: Callable[[dict[str, Any]], None] | None = None,
+    child: PreparedChild | None = None,
 ) -> None:
     """Run the worker (``python -m tracer.interpreter -``) for ``job``; raise TftraceError if it fails.
 
     ``side``'s permission (``allow_unsafe_ops``) travels beside the job's side, never inside it:
-    the child reads it from here, while a side read back from a file never carries one."""
+    the child reads it from here, while a side read back from a file never carries one. ``child``:
+    one started ahead for this side (:func:`isolation_ahead`), else a new one."""
     if job.get("mode") == "isolate":
         _refuse_code_loading_env(side)
-    PreparedChild(side).run(job, label=label, console=console, on_event=on_event)
+    (child or PreparedChild(side)).run(job, label=label, console=console, on_event=on_event)
 
 
 # A child started ahead holds TensorFlow and the model's weights while another child captures:
@@ -89,6 +92,17 @@ def prepared_if_room(side: Side, beside: int) -> PreparedChild | None:
     if available_memory() < side.max_memory + beside + PREPARE_HEADROOM:
         return None
     return PreparedChild(side, prepare=True)
+
+
+def isolation_ahead(side: Side, beside: int) -> PreparedChild | None:
+    """An isolation child for ``side`` started now, to load its model while the other side's replays
+    run (``beside``: that child's --max-memory), where memory holds both; None where memory does not,
+    or where the side's ``--env`` would be refused (then it is, as before, when its job comes)."""
+    try:
+        _refuse_code_loading_env(side)
+    except TftraceError:
+        return None
+    return prepared_if_room(side, beside)
 
 
 def available_memory() -> int:

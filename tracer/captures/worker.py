@@ -48,7 +48,8 @@ from .loaded_state import read_loaded_values
 from .observer import observer_effect
 from .process_memory import ProcessFit, fit_fetch, peak_rss, reset_peak, writer_share
 from .orphan import exit_with_parent
-from .runtime import Runtime, determinism_fix, open_runtime, tf_error_text
+from .prepared import Prepared, runtime_for
+from .runtime import Runtime, determinism_fix, tf_error_text
 from .session_runs import feed_for, traced_run
 from .store import CaptureWriter
 
@@ -68,14 +69,7 @@ def run_capture(side: Side, out_dir: str, force: bool, prepared: Prepared | None
     t_start = time.perf_counter()
     emit("stage", text="loading model")
     _refuse_out_dir_early(out_dir, force)
-    if prepared is not None and prepared.side == side.with_(inputs=prepared.side.inputs):
-        runtime, opened = prepared.runtime(), prepared.opened
-    else:
-        if prepared is not None:
-            prepared.close()
-            prepared = None
-        runtime = open_runtime(side)
-        opened = (t_start, time.perf_counter())
+    runtime, opened, loaded_ahead = runtime_for(side, prepared, t_start)
     load_s = opened[1] - opened[0]
     came_up = load_report(opened)
     takes_strings = any(spec.dtype == "string" for spec in runtime.signature.inputs.values())
@@ -117,7 +111,7 @@ def run_capture(side: Side, out_dir: str, force: bool, prepared: Prepared | None
         timings = {
             "load_s": round(load_s, 4),  # TensorFlow's import included, when it happened then
             **{key: came_up[key] for key in ("start_s", "import_s") if key in came_up},
-            **({"loaded_ahead": True} if prepared is not None else {}),
+            **({"loaded_ahead": True} if loaded_ahead else {}),
             "plain_latency_ms": plain["latency_ms"],
             "instrumented_s": round(instrumented["seconds"], 4),
         }
@@ -232,32 +226,6 @@ def _manifest(side: Side, runtime: Any, examples: Any, ranges: list[tuple[int, i
         # tells by them that the other side holds the averages (an export that restored them)
         "moving_averages": moving_averages(runtime.artifact, runtime.opgraph, content_digest),
     }
-
-
-class Prepared:
-    """A side's runtime opened before its job arrived (or the error opening it met, raised when
-    the job asks for it, so the parent hears it as from any capture)."""
-
-    def __init__(self, side: Side) -> None:
-        self.side = side
-        started = time.perf_counter()
-        self._runtime: Runtime | None = None
-        self._error: BaseException | None = None
-        try:
-            self._runtime = open_runtime(side)
-        except Exception as exc:  # noqa: BLE001 - re-raised by runtime(), in run_capture's handling
-            self._error = exc
-        self.opened = (started, time.perf_counter())
-
-    def runtime(self) -> Runtime:
-        if self._error is not None:
-            raise self._error
-        assert self._runtime is not None
-        return self._runtime
-
-    def close(self) -> None:
-        if self._runtime is not None:
-            self._runtime.close()
 
 
 def _prepare_message(line: bytes) -> dict | None:
@@ -418,7 +386,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             from .isolate_worker import run_isolation  # noqa: PLC0415
 
-            came_up = run_isolation(job)
+            came_up = run_isolation(job, prepared)
     except TftraceError as exc:
         emit("error", problem=exc.problem, fix=exc.fix)
         return 3

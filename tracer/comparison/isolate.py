@@ -46,7 +46,7 @@ import numpy as np
 from .align import Alignment, CaptureView
 from .detection_lists import DetectionList
 from .list_runs import companions
-from ..captures.launcher import ChildCrashed, run_child
+from ..captures.launcher import ChildCrashed, PreparedChild, isolation_ahead, run_child
 from ..captures.reader import Capture
 from ..text import count
 from ..captures.replay_records import failure, record_failure, replay_path
@@ -143,17 +143,37 @@ def isolate_origins(
     feeds_dir = write_feeds(view_a.capture, ops, os.path.join(workdir, FEEDS))
     plan = IsolationPlan(str(view_a.capture.path), str(view_b.capture.path), FEEDS, tuple(planned))
     _write_json(os.path.join(workdir, INDEX), plan.to_json())
+    jobs: dict[str, dict[str, Any]] = {}
     for key, view in (("a", view_a), ("b", view_b)):
         spec = spec_without_permissions(view.capture.spec)  # decided by whoever runs the job
-        job = {"mode": "isolate", "side": spec, "feeds_from": feeds_dir,
-               # the release the side ran: a replay under another one is refused op by op (isolate_worker)
-               "tensorflow": view.capture.environment.get("tensorflow"),
-               "ops": ops[key], "runs": [list(r) for r in view.capture.runs],
-               "count": view.capture.examples.count, "out_dir": os.path.join(workdir, f"isolation_{key}")}
-        _write_json(os.path.join(workdir, f"isolation_{key}.job.json"), job)
-        if _local_side(view) is not None:
-            run_job(job, console=console, allow_unsafe_ops=allow_unsafe_ops[key], python=made_with(view.capture.path))
+        jobs[key] = {"mode": "isolate", "side": spec, "feeds_from": feeds_dir,
+                     # the release the side ran: a replay under another one is refused op by op (isolate_worker)
+                     "tensorflow": view.capture.environment.get("tensorflow"),
+                     "ops": ops[key], "runs": [list(r) for r in view.capture.runs],
+                     "count": view.capture.examples.count, "out_dir": os.path.join(workdir, f"isolation_{key}")}
+        _write_json(os.path.join(workdir, f"isolation_{key}.job.json"), jobs[key])
+    _run_local_jobs(jobs, {"a": view_a, "b": view_b}, console, allow_unsafe_ops)
     return evaluate(workdir, plan, view_b.capture)
+
+
+def _run_local_jobs(jobs: dict[str, dict[str, Any]], views: dict[str, CaptureView], console: Any,
+                    allow_unsafe_ops: dict[str, bool]) -> None:
+    """Each side's replays whose model is on this machine, A's then B's; B's child loads its model
+    while A's replays run (where memory holds both), as compare's side B does while A is captured."""
+    local = [key for key in ("a", "b") if _local_side(views[key]) is not None]
+    pythons = {key: made_with(views[key].capture.path) for key in local}
+    sides = {key: job_run_side(jobs[key], allow_unsafe_ops=allow_unsafe_ops[key], python=pythons[key]) for key in local}
+    ahead: PreparedChild | None = None
+    try:
+        for n, key in enumerate(local):
+            child, ahead = ahead, None
+            if n + 1 < len(local):
+                ahead = isolation_ahead(sides[local[n + 1]], sides[key].max_memory)
+            run_job(jobs[key], console=console, allow_unsafe_ops=allow_unsafe_ops[key], python=pythons[key],
+                    child=child)
+    finally:
+        if ahead is not None:
+            ahead.cancel()  # A's replays ended in an error: B's never run
 
 
 def _with_lists(i: int, next_id: int, a_tensor: str, b_tensor: str, plans: dict[str, dict[str, str]],
@@ -232,8 +252,22 @@ def write_feeds(capture_a: Capture, ops: dict[str, list[dict[str, Any]]], path: 
     return path
 
 
+def job_run_side(job: dict[str, Any], *, allow_unsafe_ops: bool, max_memory: int | None = None,
+                 artifact_path: str | None = None, python: str | None = None) -> Side:
+    """The side an isolation job runs as here (see :func:`run_job`): its own, with this caller's
+    permission and interpreter, its memory limit never above ``max_memory`` (default: a side's
+    default limit), its model at ``artifact_path`` where given."""
+    side = Side.from_json(job["side"]).with_(allow_unsafe_ops=allow_unsafe_ops, python=python)
+    ceiling = max_memory if max_memory is not None else Side.__dataclass_fields__["max_memory"].default
+    side = side.with_(max_memory=min(side.max_memory, ceiling))
+    if artifact_path is not None:
+        side = side.with_(artifact=replace(side.artifact, path=artifact_path))
+    return side
+
+
 def run_job(job: dict[str, Any], *, allow_unsafe_ops: bool, console: Any = None,
-            artifact_path: str | None = None, max_memory: int | None = None, python: str | None = None) -> None:
+            artifact_path: str | None = None, max_memory: int | None = None, python: str | None = None,
+            child: PreparedChild | None = None) -> None:
     """Replay one side's ops in a child process (optionally against a local copy of the model).
 
     A job file may come from anyone (a report attached to an issue), so whether unsafe ops may
@@ -247,14 +281,12 @@ def run_job(job: dict[str, Any], *, allow_unsafe_ops: bool, console: Any = None,
     error the child reports (a refused unsafe model, a report made from another model) and a
     timeout stay errors: they have a fix.
     """
-    side = Side.from_json(job["side"]).with_(allow_unsafe_ops=allow_unsafe_ops, python=python)
-    ceiling = max_memory if max_memory is not None else Side.__dataclass_fields__["max_memory"].default
-    side = side.with_(max_memory=min(side.max_memory, ceiling))
-    if artifact_path is not None:
-        side = side.with_(artifact=replace(side.artifact, path=artifact_path))
+    side = job_run_side(job, allow_unsafe_ops=allow_unsafe_ops, max_memory=max_memory, artifact_path=artifact_path,
+                        python=python)
     job = {**job, "side": side.to_json()}
     try:
-        run_child(job, side, label=f"isolate {count(len(job['ops']), 'op')} [{side.label()}]", console=console)
+        run_child(job, side, label=f"isolate {count(len(job['ops']), 'op')} [{side.label()}]", console=console,
+                  child=child)
     except ChildCrashed as exc:  # a replay is an extra: its crash costs its ops' verdicts, never the report
         _mark_unanswered(job, exc.reason)
 
