@@ -515,7 +515,9 @@ def test_diagnosis_says_where_its_time_went(full):
     manifests = [json.loads(m.read_text()) for m in (out / "captures").glob("*/manifest.json")]
     ahead = [m for m in manifests if m["timings"].get("loaded_ahead")]
     assert len(manifests) == captures and len(manifests) - 3 <= len(ahead) < len(manifests)
-    assert children["by_purpose"]["capture"]["idle_s"] >= 0 and children["by_purpose"]["isolate"]["idle_s"] == 0
+    # (B's isolation child loads while A's replays run, and may wait for its job or not, by the clock:
+    # tests/test_isolation_ahead.py shows it is started ahead)
+    assert children["by_purpose"]["capture"]["idle_s"] >= 0
     assert children["reported"] == children["count"]  # every child said how it came up
     for purpose, kids in children["by_purpose"].items():
         assert kids["import_s"] > 0 and kids["wall_s"] > kids["start_s"] + kids["import_s"] + kids["model_s"], purpose
