@@ -175,10 +175,11 @@ def test_repeat_3_judges_every_pair_of_runs_against_each_sides_spread(dropout: P
     model = dropout / "savedmodel"
     code, report, stdout = _compare(tmp_path / "r", model, model, "--inputs", str(dropout / "x.npz"),
                                     "--repeat", "3", "--isolate", "1", "--keep-captures")
-    # each run after the first loaded its model while the one before it captured
+    # each run after the first loaded its model while the one before it captured; the first repeat,
+    # while the parent compared the captures
     ahead = {p.name: Capture.open(p).manifest["timings"].get("loaded_ahead", False)
              for p in sorted((tmp_path / "r" / "captures").iterdir())}
-    assert ahead == {"a": False, "a_repeat1": False, "a_repeat2": True, "b": True, "b_repeat1": True, "b_repeat2": True}
+    assert ahead == {"a": False, "a_repeat1": True, "a_repeat2": True, "b": True, "b_repeat1": True, "b_repeat2": True}
     y = report["outputs"]["y"]
     assert y["noise"]["pairs"] == 9 and y["noise"]["runs"] == {"a": 3, "b": 3}
     assert y["noise"]["chance_beyond_by_chance"] == pytest.approx(1 / 5005)
@@ -192,6 +193,71 @@ def test_repeat_3_judges_every_pair_of_runs_against_each_sides_spread(dropout: P
     beside = f"y: A vs B up to {y['noise']['cross_max_abs']:.3g} over 9 pairs of runs"
     md, html = _pages(tmp_path / "r")
     assert f"noise: {beside}" in stdout and beside in md and beside in html
+
+
+def test_measuring_the_noise_says_so_while_it_reads_the_repeats(dropout: Path, tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """After its repeats are captured, the noise step reads every tensor of every capture: on the
+    H200 the 35,000-op stand-in spent over a minute there with nothing printed (run s). It is a
+    stage of its own on the pipe, named with how much it reads."""
+    import io
+
+    from rich.console import Console
+
+    from tracer.artifacts.loader import ArtifactRef
+    from tracer.captures import progress_view
+    from tracer.comparison.pipeline import compare
+    from tracer.runspec import InputSpec, Side
+
+    monkeypatch.setattr(progress_view, "PLAIN_AFTER_S", 0.0)  # every stage said, however quick
+    out = io.StringIO()
+    side = Side(ArtifactRef(str(dropout / "savedmodel")), inputs=InputSpec(inputs_file=str(dropout / "x.npz")))
+    compare(side, side, tmp_path / "r", repeat=2, isolate=0, console=Console(file=out, width=200))
+    lines = out.getvalue().splitlines()
+    said = [line for line in lines if line.startswith("noise: ")]
+    assert said == ["noise: comparing every tensor of 4 captures, run against run (0 s)"], lines
+    # after the repeats' captures, before anything else
+    assert lines.index(said[0]) > max(i for i, line in enumerate(lines) if line.startswith("capture "))
+    assert _live_children() == []
+
+
+def test_the_first_repeat_loads_while_the_captures_are_compared_and_is_stopped_if_the_compare_fails(
+        dropout: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first noise repeat's child is started once both sides are captured (it loads its model
+    while the parent compares); a compare that fails before the repeat is run leaves no child."""
+    from tracer.artifacts.loader import ArtifactRef
+    from tracer.comparison import pipeline
+    from tracer.runspec import InputSpec, Side
+
+    seen: list[int] = []
+
+    def fail(self: Any, repeat: int | None, isolate: int) -> None:
+        assert self.first_repeat is not None and self.first_repeat.prepared
+        seen.append(self.first_repeat.proc.pid)
+        assert self.first_repeat.proc.poll() is None  # loading, its job not yet sent
+        raise RuntimeError("the compare failed here")
+
+    monkeypatch.setattr(pipeline._Judging, "run", fail)
+    side = Side(ArtifactRef(str(dropout / "savedmodel")), inputs=InputSpec(inputs_file=str(dropout / "x.npz")))
+    with pytest.raises(RuntimeError, match="the compare failed here"):
+        pipeline.compare(side, side, tmp_path / "r", repeat=2, isolate=0)
+    assert len(seen) == 1 and _live_children() == []
+
+
+def _live_children() -> list[int]:
+    """This process's children that are still running (not zombies)."""
+    import os
+
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if entry.isdigit() and int(fields[1]) == os.getpid() and fields[0] != "Z":
+            found.append(int(entry))
+    return found
 
 
 def test_repeat_1_says_the_noise_was_not_measured(dropout: Path, tmp_path: Path) -> None:

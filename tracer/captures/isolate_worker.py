@@ -56,8 +56,8 @@ def run_isolation(job: dict[str, Any], prepared: Prepared | None = None) -> dict
             record_failure(job["out_dir"], op["id"], other)
         return load_report((0.0, 0.0))
     emit("stage", text="loading model")
-    runtime, opened, _ = runtime_for(side, prepared, time.perf_counter())
-    came_up = load_report(opened)
+    opened = runtime_for(side, prepared, time.perf_counter())
+    runtime, came_up = opened.runtime, load_report(opened.window)
     try:
         for index, op in enumerate(job["ops"]):
             fetches = [op, *op.get("with", [])]  # fetched in one run: the lists of one NMS, matched afterwards

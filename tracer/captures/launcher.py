@@ -34,8 +34,8 @@ from .progress_view import ProgressView, working
 if TYPE_CHECKING:
     from .reader import Capture
 
-__all__ = ["run_child", "capture", "PreparedChild", "ChildCrashed", "PREPARE_HEADROOM", "available_memory", "prepared_if_room",
-           "isolation_ahead"]
+__all__ = ["run_child", "capture", "PreparedChild", "ChildCrashed", "PREPARE_HEADROOM", "available_memory",
+           "children_that_fit", "prepared_if_room", "isolation_ahead"]
 
 STDERR_TAIL_LINES = 15
 HEARTBEAT_S = 0.25  # how often a quiet child is checked on (deadline, progress bar)
@@ -89,9 +89,17 @@ def prepared_if_room(side: Side, beside: int) -> PreparedChild | None:
     """``side``'s capture child started now, to import TensorFlow and load its model while another
     child works (``beside``: that child's --max-memory), where memory holds both and
     :data:`PREPARE_HEADROOM` more; None otherwise (it is started when its job comes)."""
-    if available_memory() < side.max_memory + beside + PREPARE_HEADROOM:
+    if children_that_fit(side.max_memory, beside) < 1:
         return None
     return PreparedChild(side, prepare=True)
+
+
+def children_that_fit(each: int, beside: int, available: int | None = None) -> int:
+    """How many more children of ``each`` bytes memory holds beside a working child held to
+    ``beside`` bytes and :data:`PREPARE_HEADROOM` (``available``: MemAvailable, read now when None).
+    The one rule for every child started ahead, by a compare or by diagnose."""
+    available = available_memory() if available is None else available
+    return int(max(0, (available - beside - PREPARE_HEADROOM) // max(1, each)))
 
 
 def isolation_ahead(side: Side, beside: int) -> PreparedChild | None:

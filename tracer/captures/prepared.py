@@ -8,11 +8,12 @@ for that very side (its inputs aside), else closed and the job's side opened ane
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 from ..runspec import Side
 from .runtime import Runtime, open_runtime
 
-__all__ = ["Prepared", "runtime_for"]
+__all__ = ["Opened", "Prepared", "runtime_for"]
 
 
 class Prepared:
@@ -41,13 +42,25 @@ class Prepared:
             self._runtime.close()
 
 
-def runtime_for(side: Side, prepared: Prepared | None, started: float) -> tuple[Runtime, tuple[float, float], bool]:
+@dataclass(frozen=True)
+class Opened:
+    """The runtime a job runs on, and how it came to be open."""
+
+    runtime: Runtime
+    window: tuple[float, float]  # when it was opened: start, end (time.perf_counter)
+    ahead: bool  # opened before the job came (:class:`Prepared`)
+
+    @property
+    def seconds(self) -> float:
+        return self.window[1] - self.window[0]
+
+
+def runtime_for(side: Side, prepared: Prepared | None, started: float) -> Opened:
     """The job's runtime: ``prepared``'s where it opened this very side (its inputs aside), else
-    ``side`` opened now (``started``: when the job began). Returns it, when it was opened (start,
-    end) and whether it was the prepared one."""
+    ``side`` opened now (``started``: when the job began)."""
     if prepared is not None and prepared.side == side.with_(inputs=prepared.side.inputs):
-        return prepared.runtime(), prepared.opened, True
+        return Opened(prepared.runtime(), prepared.opened, ahead=True)
     if prepared is not None:
         prepared.close()
     runtime = open_runtime(side)
-    return runtime, (started, time.perf_counter()), False
+    return Opened(runtime, (started, time.perf_counter()), ahead=False)

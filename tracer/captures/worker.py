@@ -69,9 +69,8 @@ def run_capture(side: Side, out_dir: str, force: bool, prepared: Prepared | None
     t_start = time.perf_counter()
     emit("stage", text="loading model")
     _refuse_out_dir_early(out_dir, force)
-    runtime, opened, loaded_ahead = runtime_for(side, prepared, t_start)
-    load_s = opened[1] - opened[0]
-    came_up = load_report(opened)
+    opened = runtime_for(side, prepared, t_start)
+    runtime, came_up = opened.runtime, load_report(opened.window)
     takes_strings = any(spec.dtype == "string" for spec in runtime.signature.inputs.values())
     examples = make_examples(
         runtime.signature.inputs, side.inputs.examples, side.inputs.seed, side.inputs.inputs_file,
@@ -109,9 +108,9 @@ def run_capture(side: Side, out_dir: str, force: bool, prepared: Prepared | None
         for key, value in _plain_outputs(runtime, plain["outputs"], ranges, instrumented["layout"]).items():
             writer.write_plain_output(key, value)
         timings = {
-            "load_s": round(load_s, 4),  # TensorFlow's import included, when it happened then
+            "load_s": round(opened.seconds, 4),  # TensorFlow's import included, when it happened then
             **{key: came_up[key] for key in ("start_s", "import_s") if key in came_up},
-            **({"loaded_ahead": True} if loaded_ahead else {}),
+            **({"loaded_ahead": True} if opened.ahead else {}),
             "plain_latency_ms": plain["latency_ms"],
             "instrumented_s": round(instrumented["seconds"], 4),
         }

@@ -29,9 +29,10 @@ the size of a box.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,7 @@ from typing import Any
 from rich.console import Console
 
 from ..captures.launcher import PreparedChild, capture as capture_side, prepared_if_room
+from ..captures.progress_view import working
 from ..captures.reader import Capture
 from ..pythons import made_with
 from ..metrics import TensorMetrics, compare_arrays
@@ -51,7 +53,8 @@ from .judge import per_process_nondeterminism
 from .list_runs import Naming, PlainMatches, lists_between, plain_list
 from .pairing import b_keys_as_a, is_capture
 
-__all__ = ["Noise", "OutputNoise", "measure_noise", "side_noise", "sides_to_repeat", "NONDETERMINISTIC_GPU"]
+__all__ = ["Noise", "OutputNoise", "first_repeat_loading", "measure_noise", "side_noise", "sides_to_repeat",
+           "NONDETERMINISTIC_GPU"]
 
 NONDETERMINISTIC_GPU = ("runs on a GPU without op determinism, where each fresh process may pick other kernels "
                         "(cuDNN autotuning) and atomics sum in any order")
@@ -174,23 +177,48 @@ def sides_to_repeat(targets: dict[str, Any], captures: dict[str, Capture], repea
     return runs, unmeasured
 
 
+def _repeat_jobs(targets: dict[str, Any], captures: dict[str, Capture], runs: dict[str, int]
+                 ) -> list[tuple[str, int, Side]]:
+    """The captures that measure the noise, in the order they run: (side, repeat number, what to run)."""
+    return [(name, i, _as_ran(captures[name], targets[name])) for name, count in runs.items() for i in range(1, count)]
+
+
+@contextlib.contextmanager
+def first_repeat_loading(targets: dict[str, Any], captures: dict[str, Capture], repeat: int | None
+                         ) -> Iterator[PreparedChild | None]:
+    """The first noise repeat's child, started as soon as both sides are captured, so that it imports
+    TensorFlow and loads its model while this process compares the captures (on the H200, 10-40 s
+    of comparing and 40 s of loading for the 35,000-op stand-in); None where no side is to be run
+    again by ``repeat`` alone, or memory does not hold it. Stopped on the way out if unused."""
+    runs, _unmeasured = sides_to_repeat(targets, captures, repeat)
+    jobs = _repeat_jobs(targets, captures, runs)
+    child = prepared_if_room(jobs[0][2], jobs[0][2].max_memory) if jobs else None
+    try:
+        yield child
+    finally:
+        if child is not None:
+            child.cancel()  # its job never came (the compare failed), or it is over: nothing is left running
+
+
 def measure_noise(
     targets: dict[str, Any], captures: dict[str, Capture], alignment: Alignment, out: Path, runs: dict[str, int],
     console: Console, signature_map: dict[str, str], tolerance: Tolerance, why: dict[str, str],
     earlier: Noise | None = None, lists: Mapping[str, DetectionList] | None = None,
+    first: PreparedChild | None = None,
 ) -> Noise:
     """Capture each side in ``runs`` that many times in all (fresh processes) and measure how
     much every tensor and every plain output moves by itself; then judge every output over every
     pair of A and B runs. ``earlier``: a measurement this one extends (its sides are kept);
     ``lists``: the detection lists A and B were measured on between matched detections, which their
-    runs are measured on so too."""
+    runs are measured on so too; ``first``: the first repeat's child, already loading
+    (:func:`first_repeat_loading`)."""
     noise = earlier or Noise()
     summary: dict[str, Any] = dict(noise.summary or {})
     runs_of = noise.runs or {key: [captures[key]] for key in ("a", "b")}
     noise.runs = runs_of
     started = time.monotonic()
-    jobs = [(name, i, _as_ran(captures[name], targets[name])) for name, count in runs.items() for i in range(1, count)]
-    ahead: dict[int, PreparedChild | None] = {}
+    jobs = _repeat_jobs(targets, captures, runs)
+    ahead: dict[int, PreparedChild | None] = {0: first} if first is not None and jobs else {}
 
     def start_next(k: int) -> Callable[[dict[str, Any]], None]:
         """Once job ``k``'s child is up, the next job's child imports TensorFlow and loads its model."""
@@ -208,9 +236,11 @@ def measure_noise(
         for child in ahead.values():
             if child is not None:
                 child.cancel()  # its job never came (a capture before it failed): nothing is left running
-    for name, count in runs.items():
-        summary[name] = side_noise(name, runs_of[name], alignment, noise, signature_map, tolerance, lists) | {
-            "runs": count, "why": why.get(name, "")}
+    captures_read = sum(len(runs_of[name]) for name in runs)
+    with working(console, "noise", f"comparing every tensor of {captures_read} captures, run against run"):
+        for name, count in runs.items():
+            summary[name] = side_noise(name, runs_of[name], alignment, noise, signature_map, tolerance, lists) | {
+                "runs": count, "why": why.get(name, "")}
     seconds = time.monotonic() - started
     summary["repeats"] = max([summary.get("repeats", 1), *runs.values()])
     summary["seconds"] = round(summary.get("seconds", 0.0) + seconds, 3)  # what measuring the noise cost
@@ -241,7 +271,7 @@ def side_noise(name: str, runs: list[Any], alignment: Alignment, noise: Noise, s
     base = runs[0]
     worst, noisy = 0.0, 0
     outputs: dict[str, float] = {}
-    a_keys = b_keys_as_a(dict(signature_map))  # B's output key -> A's (--map)
+    a_keys = b_keys_as_a(signature_map)  # B's output key -> A's (--map)
     names = Naming() if name == "a" else Naming(
         {p.a: p.b for n in alignment.nodes.values() for p in n.tensors if p.b}, dict(signature_map))
     matches = PlainMatches()  # one match per pair of runs and group, shared by the group's outputs

@@ -13,6 +13,7 @@ import ast
 import hashlib
 import io
 import re
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -172,7 +173,7 @@ def apply_signature_map(view_a: CaptureView, view_b: CaptureView, mapping: dict[
                 sig_b[key_a] = sig_b.pop(key_b)
 
 
-def b_keys_as_a(mapping: dict[str, str]) -> dict[str, str]:
+def b_keys_as_a(mapping: Mapping[str, str]) -> dict[str, str]:
     """``--map`` read from B's side: B's signature key -> the A key it is paired with, for the keys the
     map renames (a key both sides share is absent)."""
     return {key_b: key_a for key_a, key_b in mapping.items() if key_a != key_b}

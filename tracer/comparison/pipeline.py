@@ -41,7 +41,7 @@ from ..metrics import TensorMetrics
 from ..runspec import InputSpec, Side
 from ..safewrite import claim, output_directory
 from .measure import pair_metrics, plain_output_metrics, value_source
-from .noise import NONDETERMINISTIC_GPU, Noise, OutputNoise, measure_noise, sides_to_repeat
+from .noise import NONDETERMINISTIC_GPU, Noise, OutputNoise, first_repeat_loading, measure_noise, sides_to_repeat
 from .pairing import (apply_signature_map, cannot_take_examples, examples_digest, examples_of_a_given_capture,
                       inputs_from, is_capture, one_input_each, refused_examples, require_pairable,
                       require_same_examples)
@@ -276,25 +276,30 @@ def _compare(
     apply_signature_map(view_a, view_b, signature_map)
     require_pairable(view_a, view_b)
     require_same_examples(view_a, view_b)
-    with working(console, "compare", f"diffing the graphs and comparing every tensor ({len(view_a.graph):,} ops)"):
-        diff = diff_graphs(
-            view_a.graph, view_b.graph, value_source(cap_a, view_a), value_source(cap_b, view_b),
-            a_inlined_by_loader=cap_a.artifact.get("inlined_by_loader", False),
-            b_inlined_by_loader=cap_b.artifact.get("inlined_by_loader", False),
-        )
-        alignment = align(view_a, view_b, diff)
-        tolerance = tolerance or Tolerance()
-        metrics = pair_metrics(cap_a, cap_b, alignment, tolerance)
-        # a detector's outputs matched as detections, and the tensors inside that hold the same lists, which
-        # the ops are judged by (their status, whether one is the first divergence) before anything is replayed
-        groups = detections_of(view_a, view_b, tolerance, signature_map or {}, detections)
-        lists = measure_detection_lists(view_a, view_b, alignment, tolerance, groups, signature_map or {}, detections)
-        specs = recognise(list(view_a.graph.outputs), detections)
-        observed = {"a": observed_detections(cap_a, specs), "b": observed_detections(cap_b, specs, signature_map or {})}
-    judged = _Judging(targets={"a": a, "b": b}, captures={"a": cap_a, "b": cap_b}, views=(view_a, view_b),
-                      alignment=alignment, metrics=metrics, tolerance=tolerance, out=out, console=console,
-                      signature_map=signature_map or {}, permits=permits, lists=lists)
-    divergence, isolation, noise = judged.run(repeat, isolate)
+    # the first noise repeat's child loads its model while this process compares the captures
+    with first_repeat_loading({"a": a, "b": b}, {"a": cap_a, "b": cap_b}, repeat) as first_repeat:
+        doing = f"diffing the graphs and comparing every tensor ({len(view_a.graph):,} ops)"
+        with working(console, "compare", doing):
+            diff = diff_graphs(
+                view_a.graph, view_b.graph, value_source(cap_a, view_a), value_source(cap_b, view_b),
+                a_inlined_by_loader=cap_a.artifact.get("inlined_by_loader", False),
+                b_inlined_by_loader=cap_b.artifact.get("inlined_by_loader", False),
+            )
+            alignment = align(view_a, view_b, diff)
+            tolerance = tolerance or Tolerance()
+            metrics = pair_metrics(cap_a, cap_b, alignment, tolerance)
+            # a detector's outputs matched as detections, and the tensors inside that hold the same lists, which
+            # the ops are judged by (their status, whether one is the first divergence) before anything is replayed
+            groups = detections_of(view_a, view_b, tolerance, signature_map or {}, detections)
+            lists = measure_detection_lists(view_a, view_b, alignment, tolerance, groups, signature_map or {},
+                                            detections)
+            specs = recognise(list(view_a.graph.outputs), detections)
+            observed = {"a": observed_detections(cap_a, specs),
+                        "b": observed_detections(cap_b, specs, signature_map or {})}
+        judged = _Judging(targets={"a": a, "b": b}, captures={"a": cap_a, "b": cap_b}, views=(view_a, view_b),
+                          alignment=alignment, metrics=metrics, tolerance=tolerance, out=out, console=console,
+                          signature_map=signature_map or {}, permits=permits, lists=lists, first_repeat=first_repeat)
+        divergence, isolation, noise = judged.run(repeat, isolate)
     _drop_load_state(diff, alignment, judged.loaded)
     # An origin where the difference is born (its own kernel, its weights) outranks one that only inherited.
     own = {name for name, iso in isolation.items() if iso.verdict in BORN_HERE}
@@ -367,6 +372,7 @@ class _Judging:
     lists: dict[str, DetectionList] = field(default_factory=dict)  # judged between matched detections
     noise: Noise = field(default_factory=Noise)
     loaded: set[str] = field(default_factory=set)  # variables whose value is set anew at each load
+    first_repeat: PreparedChild | None = None  # the first noise repeat's child, loading since the captures
 
     def run(self, repeat: int | None, isolate: int) -> tuple[Divergence, dict[str, IsolationResult], Noise]:
         runs, unmeasured = sides_to_repeat(self.targets, self.captures, repeat)
@@ -374,7 +380,8 @@ class _Judging:
                                                            f"side {key.upper()} {NONDETERMINISTIC_GPU}") for key in runs}
         if runs:
             self.noise = measure_noise(self.targets, self.captures, self.alignment, self.out, runs, self.console,
-                                       self.signature_map, self.tolerance, why, lists=self.lists)
+                                       self.signature_map, self.tolerance, why, lists=self.lists,
+                                       first=self.first_repeat)
         self.noise.not_measured = unmeasured
         at_load = weights_set_at_load(self.noise.per_tensor, self.views[0].graph)  # moved in the repeats
         divergence, isolation = self._classify_and_isolate(isolate, at_load)

@@ -9,7 +9,7 @@ from pathlib import Path
 from rich.console import Console
 
 from ..captures.inputs import ONE_ARRAY_REFUSAL
-from ..captures.launcher import PREPARE_HEADROOM, PreparedChild, available_memory, capture as capture_side
+from ..captures.launcher import PREPARE_HEADROOM, PreparedChild, capture as capture_side, children_that_fit
 from ..captures.reader import Capture
 from ..errors import TftraceError
 from ..runspec import Side
@@ -117,10 +117,8 @@ def captures_ahead(side: Side, cpus: int | None = None, available: int | None = 
     holds, each counted at ``per_child`` bytes beside the working child's --max-memory and
     :data:`PREPARE_HEADROOM`."""
     cpus = (os.cpu_count() or 1) if cpus is None else cpus
-    available = available_memory() if available is None else available
     by_cores = 0 if cpus < 2 else max(1, min(MAX_AHEAD, cpus // 4))
-    by_memory = max(0, (available - side.max_memory - PREPARE_HEADROOM) // max(1, per_child))
-    return int(min(by_cores, by_memory))
+    return min(by_cores, children_that_fit(per_child, side.max_memory, available))
 
 
 def held_whole(capture: Capture) -> int:
