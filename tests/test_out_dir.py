@@ -11,8 +11,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -180,6 +182,39 @@ def test_a_force_killed_midway_gets_its_old_report_back_at_the_next_run(tmp_path
             pass
     assert sorted(os.listdir(out)) == [OWNED, "report.json", "work"]
     assert json.loads((out / "report.json").read_text()) == {"old": True}
+
+
+def test_a_run_killed_before_its_report_is_named_as_such_and_force_replaces_it(tmp_path: Path) -> None:
+    """Run s on the H200: a compare killed at the end of its call (SIGKILL) left its captures and
+    examples, no report; the next run was told only "not empty". It is now told what is there."""
+    out = tmp_path / "report"
+    killed = textwrap.dedent(f"""
+        import os, signal
+        from pathlib import Path
+        from tracer.safewrite import claim, output_directory, write_file
+        out = Path({str(out)!r})
+        with output_directory(out, False, "report"):
+            claim(out, ["captures", "inputs_from_a.npy"])
+            (out / "captures").mkdir()
+            write_file(out / "inputs_from_a.npy", "examples")
+            os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    proc = subprocess.run([sys.executable, "-c", killed], cwd=REPO, capture_output=True, timeout=60)
+    assert proc.returncode == -signal.SIGKILL
+    with pytest.raises(TftraceError) as refused:
+        with output_directory(out, False, "report"):
+            pass
+    assert refused.value.problem == (f"output directory {out} holds what a tftrace run that did not finish left "
+                                     "there (captures, inputs_from_a.npy; no report.json)")
+    assert refused.value.fix.startswith("pass --force to replace it")
+    with output_directory(out, True, "report"):
+        write_file(out / "report.json", "{}")
+    assert sorted(os.listdir(out)) == [OWNED, "report.json"]
+    # a finished report is not called unfinished
+    with pytest.raises(TftraceError) as refused:
+        with output_directory(out, False, "report"):
+            pass
+    assert refused.value.problem == f"output directory {out} is not empty"
 
 
 def test_a_completed_force_leaves_only_the_new_report(tmp_path: Path) -> None:

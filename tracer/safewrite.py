@@ -348,8 +348,7 @@ def output_directory(out: Path, force: bool, what: str) -> Iterator[Path]:
                 restore_aside(out)
             if any(n not in _INTERNAL for n in os.listdir(out)):
                 if not force:
-                    raise TftraceError(f"output directory {out} is not empty",
-                                       "choose another --out, or pass --force to replace it")
+                    raise TftraceError(*_not_empty(out, what))
                 set_aside_owned(out, what)
             start_owned(out)
             try:
@@ -365,6 +364,27 @@ def output_directory(out: Path, force: bool, what: str) -> Iterator[Path]:
             with contextlib.suppress(OSError):  # only if nothing is left in it: never a user's file
                 (out / OWNED).unlink(missing_ok=True)
                 out.rmdir()
+
+
+_FINISHED = {"report": "report.json", "diagnosis": "diagnosis.json"}  # written last: the run is complete
+
+
+def _not_empty(out: Path, what: str) -> tuple[str, str]:
+    """Why a run may not write into ``out`` without --force, and the fix. Where everything in it is
+    what tftrace recorded writing and the file a finished run writes last is absent, it is what a
+    killed run left (SIGKILL, a machine's time running out): said so, as no report is there."""
+    present = sorted(n for n in os.listdir(out) if n not in _INTERNAL)
+    finished = _FINISHED.get(what)
+    try:
+        owned = set(_read_owned(out))
+    except TftraceError:  # a damaged record: nothing is claimed from it
+        owned = set()
+    if finished is not None and owned and set(present) <= owned and finished not in present:
+        return (f"output directory {out} holds what a tftrace run that did not finish left there "
+                f"({listed(present, 5)}; no {finished})",
+                "pass --force to replace it (it deletes only what tftrace recorded writing there), "
+                "or choose another --out")
+    return f"output directory {out} is not empty", "choose another --out, or pass --force to replace it"
 
 
 def _undo_owned(directory: Path) -> None:
