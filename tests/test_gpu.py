@@ -77,6 +77,11 @@ def test_checkpoint_vs_savedmodel_on_gpu_is_never_blamed_on_a_kernel_or_the_expo
     causes = report["answers"]["causes"]
     assert causes[:2] == ["autotune", "atomics"] and "export" not in causes
     assert "its own kernel differs" not in stdout
+    # run s: both sides' repeats agreed bit for bit while B's replay moved; the headline says both
+    noise = report.get("noise") or {}
+    for side in (first.get("isolation") or {}).get("replay_moved") or ():
+        if (noise.get(side) or {}).get("repeats_itself"):
+            assert f"{side.upper()}'s replay of `" in report["headline"][0]["text"], report["headline"][0]
 
 
 def test_checkpoint_vs_savedmodel_with_autotune_off_is_identical(models: dict[str, Path], tmp_path: Path) -> None:

@@ -117,3 +117,36 @@ def test_an_output_one_side_lost_to_nan_is_not_said_to_differ_by_zero() -> None:
         "1 of 1 output differs beyond tolerance. In `probs`, 40 elements are NaN or ±inf on one side and not the same "
         "on the other; where both sides are finite, the largest difference is 0 on `probs` (the plain runs, as "
         "production computes them).")
+
+
+def _measured_twice(moved_a: float = 0.0) -> dict:
+    side = {"max_abs": 0.0, "tensors_that_moved": 0, "outputs_max_abs": {"scores": 0.0}, "repeats_itself": True,
+            "runs": 2}
+    a = {**side, "max_abs": moved_a, "tensors_that_moved": int(moved_a > 0), "repeats_itself": moved_a == 0}
+    return {"a": a, "b": dict(side), "repeats": 2, "processes": 2, "seconds": 16.3}
+
+
+def _replayed(moved: list[str] | None, noise: float | None) -> dict:
+    return {"block1/conv/Conv2D": {"status": "diverged", "isolation": {
+        "verdict": "nondeterministic", "replay_moved": moved, "noise_max_abs": noise}}}
+
+
+def test_repeats_that_agreed_are_not_said_to_repeat_themselves_plainly_when_a_replay_moved() -> None:
+    """Run s on the H200: each side's two runs agreed bit for bit, and B's replay of the first
+    divergence, in a third process, differed from B's capture by 7.65e-4. The headline said only
+    "A and B each repeat themselves bit for bit"; the replay is a measurement of that run too."""
+    report = {"noise": _measured_twice(), "nodes": _replayed(["b"], 0.0007653236389160156)}
+    line = build_headline(report)[0]
+    assert line == {"key": "repeatable", "text": (
+        "Run-to-run noise measured: A and B each repeat themselves bit for bit over 2 runs (measured with 2 more "
+        "fresh processes, 16.3 s); but B's replay of `block1/conv/Conv2D` in another process differed from B's "
+        "capture by up to 0.000765: B does not always repeat itself from one process to the next, and more runs "
+        "(`--repeat K`) measure how far.")}
+    # a replay that moved nothing, or moved a side already said to move, adds nothing
+    assert build_headline({"noise": _measured_twice(), "nodes": _replayed(None, 0.0)})[0]["text"].endswith(
+        "over 2 runs (measured with 2 more fresh processes, 16.3 s).")
+    moving = build_headline({"noise": _measured_twice(moved_a=1e-6), "nodes": _replayed(["a"], 1e-6)})[0]["text"]
+    assert "replay" not in moving and moving.startswith("Side A changes from run to run: A's intermediates by up to")
+    # B said to repeat itself beside a moving A: qualified by B's replay
+    both = build_headline({"noise": _measured_twice(moved_a=1e-6), "nodes": _replayed(["b"], 2e-4)})[0]["text"]
+    assert "B repeats itself bit for bit; but B's replay of `block1/conv/Conv2D` in another process differed" in both

@@ -81,12 +81,36 @@ def _noise(report: dict[str, Any]) -> list[dict[str, str]]:
             sides = " and ".join(f"{k.upper()}" for k in measured)
             lines.append({"key": "repeatable", "text": f"Run-to-run noise measured: {sides} "
                           f"{'repeats itself' if len(measured) == 1 else 'each repeat themselves'} bit for bit "
-                          f"over {noise.get('repeats')} runs{cost}."})
+                          f"over {noise.get('repeats')} runs{cost}{_replays_say_otherwise(report, measured)}."})
     for u in unmeasured:
         lines.append({"key": "noise_not_measured",
                       "text": f"Run-to-run noise not measured on side {str(u.get('side')).upper()}: {u.get('why')}; "
                               "one pair of runs that agree says nothing of the next pair."})
     return lines
+
+
+def _replays_say_otherwise(report: dict[str, Any], measured: dict[str, Any]) -> str:
+    """Where a side's repeats agreed bit for bit but its replay of an origin, in one more process,
+    differed from its own capture (run s on the H200: B's two runs picked the same cuDNN kernels,
+    its replay another): the repeats are one sample, and the headline says what the replay saw."""
+    seen: dict[str, tuple[float, str]] = {}
+    for name, node in (report.get("nodes") or {}).items():
+        iso = node.get("isolation") if isinstance(node, dict) else None
+        size = iso.get("noise_max_abs") if isinstance(iso, dict) else None
+        if not isinstance(size, (int, float)) or size <= 0:
+            continue
+        for key in iso.get("replay_moved") or ():
+            side = measured.get(key) if isinstance(key, str) else None
+            if isinstance(side, dict) and side.get("repeats_itself", side.get("max_abs") == 0):
+                seen[key] = max(seen.get(key, (0.0, "")), (float(size), str(name)))
+    said = [f"{key.upper()}'s replay of `{name}` in another process differed from {key.upper()}'s capture by up "
+            f"to {fmt(size)}" for key, (size, name) in sorted(seen.items())]
+    if not said:
+        return ""
+    who = " and ".join(k.upper() for k in sorted(seen))
+    return (f"; but {' and '.join(said)}: {who} {'does' if len(seen) == 1 else 'do'} not always repeat "
+            f"{'itself' if len(seen) == 1 else 'themselves'} from one process to the next, and more runs "
+            "(`--repeat K`) measure how far")
 
 
 def _cost(noise: dict[str, Any]) -> str:
@@ -111,7 +135,7 @@ def _moving(report: dict[str, Any], measured: dict[str, Any], moving: dict[str, 
         else:
             parts.append(f"{key.upper()}'s intermediates by up to {fmt(side.get('max_abs'))}, its outputs not at all")
     who = "Each side changes" if len(moving) == 2 else f"Side {next(iter(moving)).upper()} changes"
-    text = f"{who} from run to run: " + "; ".join(parts)
+    text = f"{who} from run to run: " + "; ".join(parts) + _replays_say_otherwise(report, measured)
     for key, side in moving.items():
         for out, v in (side.get("outputs_max_abs") or {}).items():
             dtype = str((outputs.get(out) or {}).get("dtype") or "")
