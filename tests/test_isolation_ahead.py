@@ -27,7 +27,8 @@ class Child:
 def _setup(monkeypatch: pytest.MonkeyPatch, fail_a: bool = False) -> tuple[dict[str, Any], list, list[Child]]:
     jobs = {key: {"mode": "isolate", "side": Side(ArtifactRef(f"/models/{key}"), max_memory=1000 + i).to_json(),
                   "ops": [{"id": 0}]} for i, key in enumerate("ab")}
-    views = {key: SimpleNamespace(capture=SimpleNamespace(path=f"/captures/{key}")) for key in "ab"}
+    views = {key: SimpleNamespace(capture=SimpleNamespace(path=f"/captures/{key}", spec=jobs[key]["side"]))
+             for key in "ab"}
     ran: list[tuple[str, Any]] = []
     started: list[Child] = []
 
@@ -55,6 +56,52 @@ def test_bs_child_is_started_when_as_replays_run_and_given_bs_job(monkeypatch: p
     assert not started[0].cancelled
 
 
+@pytest.mark.parametrize("then", ["no origin", "an error"])
+def test_as_replay_child_started_during_the_noise_is_stopped_when_it_gets_no_job(monkeypatch: pytest.MonkeyPatch,
+                                                                                 then: str) -> None:
+    """compare's judging (judging.Judging) starts A's replay child once the last noise repeat is up (measure_noise's
+    ``then``); where nothing is replayed, or judging fails, that child is stopped."""
+    from tracer.comparison import judging
+
+    started: list[Child] = []
+
+    def measure_noise(*_: Any, then: Any = None, **__: Any) -> Any:
+        assert then is not None
+        then(1000)  # the last repeat's child is up, held to 1000 bytes
+        return judging.Noise()
+
+    def ahead(side: Any, beside: int) -> Child:
+        assert (side, beside) == ("A's replay side", 1000)
+        started.append(Child(side))
+        return started[-1]
+
+    def classify_and_isolate(self: Any, isolate: int, drawn: Any = frozenset()) -> Any:
+        assert self.replay_ahead is started[0] and not started[0].cancelled
+        if then == "an error":
+            raise TftraceError("judging failed", "fix")
+        return SimpleNamespace(origins=[]), {}
+
+    monkeypatch.setattr(judging, "measure_noise", measure_noise)
+    monkeypatch.setattr(judging, "isolation_ahead", ahead)
+    monkeypatch.setattr(judging, "replays_local", lambda view: True)
+    monkeypatch.setattr(judging, "replay_side", lambda capture, allowed: "A's replay side")
+    monkeypatch.setattr(judging, "sides_to_repeat", lambda targets, captures, repeat: ({"a": 2, "b": 2}, []))
+    monkeypatch.setattr(judging, "weights_set_at_load", lambda per_tensor, graph: set())
+    monkeypatch.setattr(judging, "load_state_variables", lambda isolation, graph: set())
+    monkeypatch.setattr(judging.Judging, "_classify_and_isolate", classify_and_isolate)
+    judged = judging.Judging(
+        targets={"a": "A", "b": "B"}, captures={"a": object(), "b": object()},
+        views=(SimpleNamespace(graph=None), SimpleNamespace(graph=None)), alignment=None,
+        metrics={"t:0": SimpleNamespace(identical=False)}, tolerance=None, out=None, console=None, signature_map={},
+        permits={"a": False, "b": False})
+    if then == "an error":
+        with pytest.raises(TftraceError):
+            judged.run(2, 1)
+    else:
+        judged.run(2, 1)
+    assert len(started) == 1 and started[0].cancelled and judged.replay_ahead is None
+
+
 def test_a_child_started_ahead_is_stopped_when_as_replays_end_in_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
     given, ran, started = _setup(monkeypatch, fail_a=True)
     with pytest.raises(TftraceError):
@@ -77,3 +124,25 @@ def test_the_readmes_example_replays_b_in_a_child_that_loaded_while_as_replays_r
     assert (result.verdict, round(result.max_abs, 4)) == ("own_error", 0.0344)
     replays = [c for c in children.recorded()[before:] if c.purpose == "isolate"]
     assert len(replays) == 2 and replays[0].idle_s is None and replays[1].idle_s is not None
+
+
+@pytest.mark.slow
+def test_with_the_noise_measured_as_replay_child_loads_while_the_last_repeat_captures(
+        models: dict[str, Any], tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same example with --repeat 2: A's isolation child is started once the last repeat's child
+    is up, and waits for its job loaded (its idle time is recorded), as B's does while A's replays
+    run. The answer is the same; no child is left running."""
+    from tracer import children
+    from tracer.comparison.pipeline import compare
+    from test_verdict import _live_children
+
+    monkeypatch.setenv("TF_ENABLE_ONEDNN_OPTS", "0")
+    before = len(children.recorded())
+    comparison = compare(str(models["detector"]), str(models["detector_bf16"]), tmp_path / "out", repeat=2)
+    result = comparison.isolation["dense/MatMul"]
+    assert (result.verdict, round(result.max_abs, 4)) == ("own_error", 0.0344)
+    ran = children.recorded()[before:]
+    assert [c.purpose for c in ran].count("capture") == 4
+    replays = [c for c in ran if c.purpose == "isolate"]
+    assert len(replays) == 2 and all(c.idle_s is not None for c in replays), ran
+    assert _live_children() == []

@@ -212,7 +212,8 @@ def test_measuring_the_noise_says_so_while_it_reads_the_repeats(dropout: Path, t
     monkeypatch.setattr(progress_view, "PLAIN_AFTER_S", 0.0)  # every stage said, however quick
     out = io.StringIO()
     side = Side(ArtifactRef(str(dropout / "savedmodel")), inputs=InputSpec(inputs_file=str(dropout / "x.npz")))
-    compare(side, side, tmp_path / "r", repeat=2, isolate=0, console=Console(file=out, width=200))
+    # A's replay child is started while the last repeat captures; used or not, none is left running
+    compare(side, side, tmp_path / "r", repeat=2, isolate=1, console=Console(file=out, width=200))
     lines = out.getvalue().splitlines()
     said = [line for line in lines if line.startswith("noise: ")]
     assert said == ["noise: comparing every tensor of 4 captures, run against run (0 s)"], lines
@@ -226,7 +227,7 @@ def test_the_first_repeat_loads_while_the_captures_are_compared_and_is_stopped_i
     """The first noise repeat's child is started once both sides are captured (it loads its model
     while the parent compares); a compare that fails before the repeat is run leaves no child."""
     from tracer.artifacts.loader import ArtifactRef
-    from tracer.comparison import pipeline
+    from tracer.comparison import judging, pipeline
     from tracer.runspec import InputSpec, Side
 
     seen: list[int] = []
@@ -237,7 +238,7 @@ def test_the_first_repeat_loads_while_the_captures_are_compared_and_is_stopped_i
         assert self.first_repeat.proc.poll() is None  # loading, its job not yet sent
         raise RuntimeError("the compare failed here")
 
-    monkeypatch.setattr(pipeline._Judging, "run", fail)
+    monkeypatch.setattr(judging.Judging, "run", fail)
     side = Side(ArtifactRef(str(dropout / "savedmodel")), inputs=InputSpec(inputs_file=str(dropout / "x.npz")))
     with pytest.raises(RuntimeError, match="the compare failed here"):
         pipeline.compare(side, side, tmp_path / "r", repeat=2, isolate=0)

@@ -78,6 +78,7 @@ def isolate_origins(
     allow_unsafe_ops: dict[str, bool],
     repeat_noise: dict[str, float] | None = None,
     lists: Mapping[str, DetectionList] | None = None,
+    first: PreparedChild | None = None,
 ) -> dict[str, IsolationResult]:
     """Plan the replays of both sides, run those whose model is on this machine, evaluate.
 
@@ -88,6 +89,7 @@ def isolate_origins(
     ``repeat_noise`` is what ``--repeat`` measured per A tensor (None: no repeat ran). ``lists``: the
     tensors holding a detector's lists of detections, judged between matched detections: an origin among
     them is replayed with the lists born beside it, and its replays are compared so too (:func:`_with_lists`).
+    ``first``: the first local side's child, started ahead (its caller's to stop if unused).
     """
     if not origins:
         return {}
@@ -152,18 +154,31 @@ def isolate_origins(
                      "ops": ops[key], "runs": [list(r) for r in view.capture.runs],
                      "count": view.capture.examples.count, "out_dir": os.path.join(workdir, f"isolation_{key}")}
         _write_json(os.path.join(workdir, f"isolation_{key}.job.json"), jobs[key])
-    _run_local_jobs(jobs, {"a": view_a, "b": view_b}, console, allow_unsafe_ops)
+    _run_local_jobs(jobs, {"a": view_a, "b": view_b}, console, allow_unsafe_ops, first)
     return evaluate(workdir, plan, view_b.capture)
 
 
+def replay_side(capture: Capture, allow_unsafe_ops: bool) -> Side:
+    """The side a child on this machine replays ``capture``'s origins as (what :func:`run_job` runs
+    its job as), known before any origin is: so a child can load its model ahead."""
+    return job_run_side({"side": spec_without_permissions(capture.spec)}, allow_unsafe_ops=allow_unsafe_ops,
+                        python=made_with(capture.path))
+
+
+def replays_local(view: CaptureView) -> bool:
+    """Whether this machine has the model ``view``'s side was captured from (its replays run here)."""
+    return _local_side(view) is not None
+
+
 def _run_local_jobs(jobs: dict[str, dict[str, Any]], views: dict[str, CaptureView], console: Any,
-                    allow_unsafe_ops: dict[str, bool]) -> None:
+                    allow_unsafe_ops: dict[str, bool], first: PreparedChild | None = None) -> None:
     """Each side's replays whose model is on this machine, A's then B's; B's child loads its model
-    while A's replays run (where memory holds both), as compare's side B does while A is captured."""
-    local = [key for key in ("a", "b") if _local_side(views[key]) is not None]
+    while A's replays run (where memory holds both), as compare's side B does while A is captured.
+    ``first``: the first side's child, already loading (started while the noise was measured)."""
+    local = [key for key in ("a", "b") if replays_local(views[key])]
     pythons = {key: made_with(views[key].capture.path) for key in local}
-    sides = {key: job_run_side(jobs[key], allow_unsafe_ops=allow_unsafe_ops[key], python=pythons[key]) for key in local}
-    ahead: PreparedChild | None = None
+    sides = {key: replay_side(views[key].capture, allow_unsafe_ops[key]) for key in local}
+    ahead: PreparedChild | None = first
     try:
         for n, key in enumerate(local):
             child, ahead = ahead, None

@@ -204,14 +204,15 @@ def measure_noise(
     targets: dict[str, Any], captures: dict[str, Capture], alignment: Alignment, out: Path, runs: dict[str, int],
     console: Console, signature_map: dict[str, str], tolerance: Tolerance, why: dict[str, str],
     earlier: Noise | None = None, lists: Mapping[str, DetectionList] | None = None,
-    first: PreparedChild | None = None,
+    first: PreparedChild | None = None, then: Callable[[int], None] | None = None,
 ) -> Noise:
     """Capture each side in ``runs`` that many times in all (fresh processes) and measure how
     much every tensor and every plain output moves by itself; then judge every output over every
     pair of A and B runs. ``earlier``: a measurement this one extends (its sides are kept);
     ``lists``: the detection lists A and B were measured on between matched detections, which their
     runs are measured on so too; ``first``: the first repeat's child, already loading
-    (:func:`first_repeat_loading`)."""
+    (:func:`first_repeat_loading`); ``then``: called once the last repeat's child is up, with its
+    --max-memory, to start the child the step after this one needs (the replays')."""
     noise = earlier or Noise()
     summary: dict[str, Any] = dict(noise.summary or {})
     runs_of = noise.runs or {key: [captures[key]] for key in ("a", "b")}
@@ -221,10 +222,14 @@ def measure_noise(
     ahead: dict[int, PreparedChild | None] = {0: first} if first is not None and jobs else {}
 
     def start_next(k: int) -> Callable[[dict[str, Any]], None]:
-        """Once job ``k``'s child is up, the next job's child imports TensorFlow and loads its model."""
+        """Once job ``k``'s child is up, the next job's child imports TensorFlow and loads its model
+        (after the last job: ``then``'s)."""
         def heard(_event: dict[str, Any]) -> None:
             if k + 1 < len(jobs) and k + 1 not in ahead:
                 ahead[k + 1] = prepared_if_room(jobs[k + 1][2], jobs[k][2].max_memory)
+            elif k + 1 == len(jobs) and then is not None and k + 1 not in ahead:
+                ahead[k + 1] = None  # once
+                then(jobs[k][2].max_memory)
         return heard
 
     try:

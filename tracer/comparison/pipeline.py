@@ -27,7 +27,7 @@ from ..captures.launcher import PreparedChild, prepared_if_room
 from ..captures.launcher import capture as capture_side
 from ..captures.progress_view import working
 from ..captures.reader import Capture, is_capture_dir
-from .divergence import Divergence, NodeResult, Tolerance, classify
+from .divergence import Divergence, Tolerance
 from ..errors import EXIT_OK, TftraceError
 from ..diff.records import GraphDiff
 from ..diff.rewrites import diff_graphs
@@ -35,13 +35,14 @@ from .detection_lists import DetectionList, measure_detection_lists
 from .detection_groups import detection_verdicts, detections_net_of_noise
 from .detections import detections_of, recognise
 from .list_runs import observed_detections
-from .isolate import IsolationResult, isolate_origins, load_state_variables, weights_set_at_load
-from .replay_choice import first_unshared_norm, to_isolate
+from .isolate import IsolationResult
+from .judging import Judging
+from .replay_choice import to_isolate
 from ..metrics import TensorMetrics
 from ..runspec import InputSpec, Side
 from ..safewrite import claim, output_directory
 from .measure import pair_metrics, plain_output_metrics, value_source
-from .noise import NONDETERMINISTIC_GPU, Noise, OutputNoise, first_repeat_loading, measure_noise, sides_to_repeat
+from .noise import OutputNoise, first_repeat_loading
 from .pairing import (apply_signature_map, cannot_take_examples, examples_digest, examples_of_a_given_capture,
                       inputs_from, is_capture, one_input_each, refused_examples, require_pairable,
                       require_same_examples)
@@ -296,7 +297,7 @@ def _compare(
             specs = recognise(list(view_a.graph.outputs), detections)
             observed = {"a": observed_detections(cap_a, specs),
                         "b": observed_detections(cap_b, specs, signature_map or {})}
-        judged = _Judging(targets={"a": a, "b": b}, captures={"a": cap_a, "b": cap_b}, views=(view_a, view_b),
+        judged = Judging(targets={"a": a, "b": b}, captures={"a": cap_a, "b": cap_b}, views=(view_a, view_b),
                           alignment=alignment, metrics=metrics, tolerance=tolerance, out=out, console=console,
                           signature_map=signature_map or {}, permits=permits, lists=lists, first_repeat=first_repeat)
         divergence, isolation, noise = judged.run(repeat, isolate)
@@ -354,76 +355,6 @@ def _capture_sides(a: str | Side, b: str | Side, out: Path, console: Console, al
     return cap_a, cap_b
 
 
-@dataclass
-class _Judging:
-    """Classifying the ops, replaying the origins alone and measuring the sides' own noise where a
-    replay shows it is needed, then judging again with it (:meth:`run`)."""
-
-    targets: dict[str, str | Side]
-    captures: dict[str, Capture]
-    views: tuple[CaptureView, CaptureView]
-    alignment: Alignment
-    metrics: dict[str, TensorMetrics]
-    tolerance: Tolerance
-    out: Path
-    console: Console
-    signature_map: dict[str, str]
-    permits: dict[str, bool]
-    lists: dict[str, DetectionList] = field(default_factory=dict)  # judged between matched detections
-    noise: Noise = field(default_factory=Noise)
-    loaded: set[str] = field(default_factory=set)  # variables whose value is set anew at each load
-    first_repeat: PreparedChild | None = None  # the first noise repeat's child, loading since the captures
-
-    def run(self, repeat: int | None, isolate: int) -> tuple[Divergence, dict[str, IsolationResult], Noise]:
-        runs, unmeasured = sides_to_repeat(self.targets, self.captures, repeat)
-        why = {u["side"]: "" for u in unmeasured} | {key: ("`--repeat`" if repeat is not None else
-                                                           f"side {key.upper()} {NONDETERMINISTIC_GPU}") for key in runs}
-        if runs:
-            self.noise = measure_noise(self.targets, self.captures, self.alignment, self.out, runs, self.console,
-                                       self.signature_map, self.tolerance, why, lists=self.lists,
-                                       first=self.first_repeat)
-        self.noise.not_measured = unmeasured
-        at_load = weights_set_at_load(self.noise.per_tensor, self.views[0].graph)  # moved in the repeats
-        divergence, isolation = self._classify_and_isolate(isolate, at_load)
-        moved = _replays_that_moved(isolation, self.noise)
-        for key in [key for key in moved if repeat is not None or is_capture(self.targets[key])]:
-            because = ("it was given as a capture directory, which cannot be re-run here" if is_capture(self.targets[key])
-                       else f"`--repeat {repeat}` did not repeat it")
-            if all(u["side"] != key for u in self.noise.not_measured):
-                self.noise.not_measured.append({"side": key, "why": f"{moved[key]}, and {because}"})
-            del moved[key]
-        self.loaded = load_state_variables(isolation, self.views[0].graph) | at_load
-        if moved:  # a side's replay differed from its own capture: measure that side's noise, then judge again
-            self.noise = measure_noise(self.targets, self.captures, self.alignment, self.out, {key: 2 for key in moved},
-                                       self.console, self.signature_map, self.tolerance, moved, earlier=self.noise,
-                                       lists=self.lists)
-            first_isolation = isolation
-            divergence, isolation = self._classify_and_isolate(isolate, self.loaded)
-            # a variable set anew at each load is within the noise, by its replay's measurement, and so no
-            # origin to replay again: its first replay's finding (load_state) stays, and with it no const_changed
-            isolation = {**{n: r for n, r in first_isolation.items() if r.load_state}, **isolation}
-            self.loaded |= load_state_variables(isolation, self.views[0].graph)
-        elif self.loaded:  # the noise was measured before (--repeat): judge again, keeping what was replayed
-            divergence = self._classify(self.loaded)
-        return divergence, isolation, self.noise
-
-    def _classify(self, drawn_at_load: frozenset[str] | set[str] = frozenset()) -> Divergence:
-        self.noise.judge_pairs(self.alignment, self.metrics, self.tolerance, self.lists, self.signature_map)
-        return classify(self.views[0].graph, self.alignment, self.metrics, self.tolerance, self.noise.per_tensor,
-                        self.noise.closest, drawn_at_load, self.lists)
-
-    def _classify_and_isolate(self, isolate: int, drawn_at_load: frozenset[str] | set[str] = frozenset()
-                              ) -> tuple[Divergence, dict[str, IsolationResult]]:
-        found = self._classify(drawn_at_load)
-        top = to_isolate(found, isolate, first_unshared_norm(found, self.alignment, *self.views) if isolate else None)
-        if not top:
-            return found, {}
-        claim(self.out, ["work"])
-        return found, isolate_origins(top, self.alignment, *self.views, str(self.out / "work"), self.console,
-                                      allow_unsafe_ops=self.permits, repeat_noise=self.noise.known(self.alignment),
-                                      lists=self.lists)
-
-
 def _drop_load_state(diff: GraphDiff, alignment: Alignment, loaded: set[str]) -> None:
     """The same weights loaded twice came out different (``loaded``: variables set at load, and
     their reads): not a change of the weights, so no const_changed, and their ops sit in none."""
@@ -450,18 +381,6 @@ def directory_size(path: str | os.PathLike[str]) -> int:
 
 def _inside(path: Path, folder: Path) -> bool:
     return Path(path).absolute().is_relative_to(folder.absolute())
-
-
-def _replays_that_moved(isolation: dict[str, IsolationResult], noise: Noise) -> dict[str, str]:
-    """Side -> why its noise is to be measured now: its replay of an origin differed from its own
-    capture (the run may not repeat itself), and its noise is not measured yet."""
-    found: dict[str, str] = {}
-    for name, iso in isolation.items():
-        for side in iso.replay_moved or ():
-            if side not in found and not noise.measured(side):
-                found[side] = (f"its replay of `{name}` differed from its own capture by up to "
-                               f"{iso.noise_max_abs:.3g}")
-    return found
 
 
 def _lend_signatures(a: str | Side, b: str | Side, allow_unsafe_ops: bool) -> tuple[str | Side, str | Side]:
