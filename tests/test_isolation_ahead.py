@@ -146,3 +146,46 @@ def test_with_the_noise_measured_as_replay_child_loads_while_the_last_repeat_cap
     replays = [c for c in ran if c.purpose == "isolate"]
     assert len(replays) == 2 and all(c.idle_s is not None for c in replays), ran
     assert _live_children() == []
+
+
+@pytest.mark.slow
+def test_a_side_whose_runs_repeat_an_origin_its_replay_moved_is_run_twice_more(
+        models: dict[str, Any], tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run s on the H200: each side's two runs agreed bit for bit, and B's replay of the origin, in
+    a third process, differed from B's capture. On this CPU every run repeats itself, so A's replay
+    is moved here by 1e-3 before it is judged (as a process that picked another kernel moves it);
+    the rest is real: A's replay moved while A was not measured, so A runs twice (judged again:
+    its replay moved again); its two runs repeated `dense/MatMul` bit for bit, so A runs twice more,
+    once, and those four runs, which repeat it too, are said in the headline."""
+    import numpy as np
+
+    from tracer import children
+    from tracer.comparison import judge
+    from tracer.comparison.pipeline import compare
+    from tracer.report.build import build_report
+    from tracer.report.headline import build_headline
+
+    monkeypatch.setenv("TF_ENABLE_ONEDNN_OPTS", "0")
+    real = judge._run_to_run
+
+    def moved_a(capture: Any, side: str, op: Any, replay: np.ndarray, roles: Any) -> Any:
+        return real(capture, side, op, replay + np.float32(1e-3) if side == "a" else replay, roles)
+
+    monkeypatch.setattr(judge, "_run_to_run", moved_a)
+    out = tmp_path / "out"
+    before = len(children.recorded())
+    comparison = compare(str(models["detector"]), str(models["detector_bf16"]), out)
+    noise = comparison.noise
+    assert noise["a"]["runs"] == 4 and noise["a"]["repeats_itself"] and noise["processes"] == 3
+    assert noise["a"]["more_runs"] == {"added": 2, "because": (
+        "its 2 runs repeated `dense/MatMul` bit for bit, but its replay of it in one more process differed from its "
+        "capture by up to 0.001")}
+    assert noise["a"]["why"].startswith("its replay of `dense/MatMul` differed from its own capture by up to 0.001")
+    assert "skipped" in noise["b"]
+    ran = children.recorded()[before:]
+    assert [c.purpose for c in ran].count("capture") == 5  # A, B, and A's three further runs
+    assert [c.purpose for c in ran].count("isolate") == 4  # twice: then A's further runs moved nothing
+    result = comparison.isolation["dense/MatMul"]
+    assert (result.verdict, round(result.max_abs, 4), result.replay_moved) == ("own_error", 0.0344, ["a"])
+    report = build_report(comparison)
+    assert "A ran 2 more times, which repeated it bit for bit too" in build_headline(report)[0]["text"]

@@ -150,3 +150,31 @@ def test_repeats_that_agreed_are_not_said_to_repeat_themselves_plainly_when_a_re
     # B said to repeat itself beside a moving A: qualified by B's replay
     both = build_headline({"noise": _measured_twice(moved_a=1e-6), "nodes": _replayed(["b"], 2e-4)})[0]["text"]
     assert "B repeats itself bit for bit; but B's replay of `block1/conv/Conv2D` in another process differed" in both
+
+
+def _run_more(noise: dict, moved_b: float = 0.0) -> dict:
+    """``noise`` after judging ran B twice more (judging._repeats_that_missed): 4 runs of B."""
+    because = ("its 2 runs repeated `block1/conv/Conv2D` bit for bit, but its replay of it in one more process "
+               "differed from its capture by up to 0.000765")
+    b = {**noise["b"], "runs": 4, "more_runs": {"added": 2, "because": because}, "max_abs": moved_b,
+         "tensors_that_moved": int(moved_b > 0), "repeats_itself": moved_b == 0,
+         "outputs_max_abs": {"scores": moved_b}}
+    return {**noise, "b": b, "repeats": 4, "processes": 4}
+
+
+def test_the_further_runs_a_replay_asked_for_are_said_with_what_they_showed() -> None:
+    """Where B's runs agreed and its replay did not, judging runs B twice more: the headline says
+    each side's count of runs, why B ran more, and what those runs showed."""
+    report = {"noise": _run_more(_measured_twice()), "nodes": _replayed(["b"], 0.0007653236389160156)}
+    assert build_headline(report)[0] == {"key": "repeatable", "text": (
+        "Run-to-run noise measured: A and B each repeat themselves bit for bit (A over 2 runs, B over 4 runs) "
+        "(measured with 4 more fresh processes, 16.3 s); B's replay of `block1/conv/Conv2D` in another process "
+        "differed from B's capture by up to 0.000765, so B ran 2 more times, which repeated it bit for bit too: "
+        "alone in a fresh process the op computes other numbers, in the whole model it does not change from run to "
+        "run; comparing again with `--autotune off` (or `--determinism`) on both sides shows whether that is what "
+        "differs between A and B.")}
+    moved = build_headline({"noise": _run_more(_measured_twice(), moved_b=2e-4), "nodes": _replayed(["b"], 7.65e-4)})
+    assert moved[0]["text"].startswith(
+        "Side B changes from run to run: A repeats itself bit for bit; B by up to 0.0002 (on `scores`) (B ran 2 more "
+        "times because its 2 runs repeated `block1/conv/Conv2D` bit for bit, but its replay of it in one more process "
+        "differed from its capture by up to 0.000765); "), moved[0]["text"]

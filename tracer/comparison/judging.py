@@ -31,7 +31,11 @@ from .noise import NONDETERMINISTIC_GPU, Noise, measure_noise, sides_to_repeat
 from .pairing import is_capture
 from .replay_choice import first_unshared_norm, to_isolate
 
-__all__ = ["Judging"]
+__all__ = ["Judging", "MORE_RUNS"]
+
+MORE_RUNS = 2  # the further runs of a side whose replay moved where its runs repeated themselves
+# the isolation verdicts a replay that moved from its capture may owe to run-to-run noise
+_NOISE_MAY_EXPLAIN = frozenset({"own_error", "nondeterministic", "not_reproduced", "inherited"})
 
 
 @dataclass
@@ -74,27 +78,41 @@ class Judging:
         self.noise.not_measured = unmeasured
         at_load = weights_set_at_load(self.noise.per_tensor, self.views[0].graph)  # moved in the repeats
         divergence, isolation = self._classify_and_isolate(isolate, at_load)
-        moved = _replays_that_moved(isolation, self.noise)
+        self.loaded = load_state_variables(isolation, self.views[0].graph) | at_load
+        stale = bool(self.loaded)  # the variables drawn at load are within the noise: classify again with them
+        while True:  # measure more where a replay shows the noise measured so far is not enough, then judge again
+            moved = self._can_measure(_replays_that_moved(isolation, self.noise), repeat)
+            missed = {} if repeat is not None else _repeats_that_missed(isolation, self.noise, self.alignment)
+            if not moved and not missed:
+                break
+            runs = {key: 2 for key in moved} | {key: len(self.noise.runs[key]) + MORE_RUNS for key in missed}
+            known = dict(self.noise.per_tensor)
+            self.noise = measure_noise(self.targets, self.captures, self.alignment, self.out, runs, self.console,
+                                       self.signature_map, self.tolerance, moved | missed, earlier=self.noise,
+                                       lists=self.lists)
+            if not moved and self.noise.per_tensor == known:
+                stale = True  # the further runs moved nothing either: the replays stand, the pairs of runs changed
+                break
+            earlier = isolation
+            divergence, isolation = self._classify_and_isolate(isolate, self.loaded)
+            stale = False
+            # a variable set anew at each load is within the noise, by its replay's measurement, and so no
+            # origin to replay again: its first replay's finding (load_state) stays, and with it no const_changed
+            isolation = {**{n: r for n, r in earlier.items() if r.load_state}, **isolation}
+            self.loaded |= load_state_variables(isolation, self.views[0].graph)
+        if stale:
+            divergence = self._classify(self.loaded)
+        return divergence, isolation, self.noise
+
+    def _can_measure(self, moved: dict[str, str], repeat: int | None) -> dict[str, str]:
+        """``moved`` less the sides that cannot be run again here (a capture directory) or that
+        ``--repeat`` was told not to repeat: those are named in the noise's ``not_measured``."""
         for key in [key for key in moved if repeat is not None or is_capture(self.targets[key])]:
             because = ("it was given as a capture directory, which cannot be re-run here" if is_capture(self.targets[key])
                        else f"`--repeat {repeat}` did not repeat it")
             if all(u["side"] != key for u in self.noise.not_measured):
                 self.noise.not_measured.append({"side": key, "why": f"{moved[key]}, and {because}"})
-            del moved[key]
-        self.loaded = load_state_variables(isolation, self.views[0].graph) | at_load
-        if moved:  # a side's replay differed from its own capture: measure that side's noise, then judge again
-            self.noise = measure_noise(self.targets, self.captures, self.alignment, self.out, {key: 2 for key in moved},
-                                       self.console, self.signature_map, self.tolerance, moved, earlier=self.noise,
-                                       lists=self.lists)
-            first_isolation = isolation
-            divergence, isolation = self._classify_and_isolate(isolate, self.loaded)
-            # a variable set anew at each load is within the noise, by its replay's measurement, and so no
-            # origin to replay again: its first replay's finding (load_state) stays, and with it no const_changed
-            isolation = {**{n: r for n, r in first_isolation.items() if r.load_state}, **isolation}
-            self.loaded |= load_state_variables(isolation, self.views[0].graph)
-        elif self.loaded:  # the noise was measured before (--repeat): judge again, keeping what was replayed
-            divergence = self._classify(self.loaded)
-        return divergence, isolation, self.noise
+        return {key: why for key, why in moved.items() if repeat is None and not is_capture(self.targets[key])}
 
     def _classify(self, drawn_at_load: frozenset[str] | set[str] = frozenset()) -> Divergence:
         self.noise.judge_pairs(self.alignment, self.metrics, self.tolerance, self.lists, self.signature_map)
@@ -127,6 +145,29 @@ class Judging:
         def start(beside: int) -> None:
             self.replay_ahead = isolation_ahead(replay_side(self.captures["a"], self.permits["a"]), beside)
         return start
+
+
+def _repeats_that_missed(isolation: dict[str, IsolationResult], noise: Noise, alignment: Alignment
+                         ) -> dict[str, str]:
+    """Side -> why it is run :data:`MORE_RUNS` more times: its runs repeated an origin bit for bit
+    (no run of either side moved it), yet its replay of that origin, in one more process, differed
+    from its capture. The runs were then too few to show how the side moves (run s on the H200: B's
+    two runs picked the same cuDNN kernels, its replay another). Once: a side with more than two runs
+    is judged on them. Verdicts that explain a moved replay otherwise (a variable the runs write or
+    that is drawn at load, a rewrite at run time) ask for nothing."""
+    found: dict[str, str] = {}
+    for name, iso in isolation.items():
+        node = alignment.nodes.get(name)
+        if iso.verdict not in _NOISE_MAY_EXPLAIN or iso.load_state or node is None or iso.noise_max_abs is None:
+            continue
+        if any(noise.per_tensor.get(pair.a, 0.0) > 0 for pair in node.tensors if pair.a):
+            continue
+        for side in iso.replay_moved or ():
+            runs = len(noise.runs.get(side) or ())
+            if side not in found and noise.measured(side) and 1 < runs <= 2:
+                found[side] = (f"its {runs} runs repeated `{name}` bit for bit, but its replay of it in one more "
+                               f"process differed from its capture by up to {iso.noise_max_abs:.3g}")
+    return found
 
 
 def _replays_that_moved(isolation: dict[str, IsolationResult], noise: Noise) -> dict[str, str]:

@@ -177,10 +177,12 @@ def sides_to_repeat(targets: dict[str, Any], captures: dict[str, Capture], repea
     return runs, unmeasured
 
 
-def _repeat_jobs(targets: dict[str, Any], captures: dict[str, Capture], runs: dict[str, int]
-                 ) -> list[tuple[str, int, Side]]:
-    """The captures that measure the noise, in the order they run: (side, repeat number, what to run)."""
-    return [(name, i, _as_ran(captures[name], targets[name])) for name, count in runs.items() for i in range(1, count)]
+def _repeat_jobs(targets: dict[str, Any], captures: dict[str, Capture], runs: dict[str, int],
+                 done: Mapping[str, list[Capture]] | None = None) -> list[tuple[str, int, Side]]:
+    """The captures that measure the noise, in the order they run: (side, repeat number, what to run);
+    ``done``: each side's runs so far, which a further measurement continues from (else one each)."""
+    return [(name, i, _as_ran(captures[name], targets[name])) for name, count in runs.items()
+            for i in range(len((done or {}).get(name) or [None]), count)]
 
 
 @contextlib.contextmanager
@@ -208,7 +210,9 @@ def measure_noise(
 ) -> Noise:
     """Capture each side in ``runs`` that many times in all (fresh processes) and measure how
     much every tensor and every plain output moves by itself; then judge every output over every
-    pair of A and B runs. ``earlier``: a measurement this one extends (its sides are kept);
+    pair of A and B runs. ``earlier``: a measurement this one extends (its sides are kept; a side
+    measured there runs only the captures it lacks, and its ``why`` stays, this one's recorded as
+    ``more_runs``);
     ``lists``: the detection lists A and B were measured on between matched detections, which their
     runs are measured on so too; ``first``: the first repeat's child, already loading
     (:func:`first_repeat_loading`); ``then``: called once the last repeat's child is up, with its
@@ -218,7 +222,8 @@ def measure_noise(
     runs_of = noise.runs or {key: [captures[key]] for key in ("a", "b")}
     noise.runs = runs_of
     started = time.monotonic()
-    jobs = _repeat_jobs(targets, captures, runs)
+    jobs = _repeat_jobs(targets, captures, runs, runs_of)
+    before = {name: len(runs_of[name]) for name in runs}
     ahead: dict[int, PreparedChild | None] = {0: first} if first is not None and jobs else {}
 
     def start_next(k: int) -> Callable[[dict[str, Any]], None]:
@@ -244,12 +249,16 @@ def measure_noise(
     captures_read = sum(len(runs_of[name]) for name in runs)
     with working(console, "noise", f"comparing every tensor of {captures_read} captures, run against run"):
         for name, count in runs.items():
+            earlier_side = summary.get(name) or {}
+            more = ({"why": earlier_side.get("why", ""), "more_runs": {"added": count - before[name],
+                                                                       "because": why.get(name, "")}}
+                    if before[name] > 1 else {"why": why.get(name, "")})
             summary[name] = side_noise(name, runs_of[name], alignment, noise, signature_map, tolerance, lists) | {
-                "runs": count, "why": why.get(name, "")}
+                "runs": count, **more}
     seconds = time.monotonic() - started
     summary["repeats"] = max([summary.get("repeats", 1), *runs.values()])
     summary["seconds"] = round(summary.get("seconds", 0.0) + seconds, 3)  # what measuring the noise cost
-    summary["processes"] = summary.get("processes", 0) + sum(count - 1 for count in runs.values())
+    summary["processes"] = summary.get("processes", 0) + len(jobs)
     for name in ("a", "b"):
         summary.setdefault(name, {"skipped": "run once: nothing showed that it changes from run to run"})
     noise.summary = summary

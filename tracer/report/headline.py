@@ -79,9 +79,12 @@ def _noise(report: dict[str, Any]) -> list[dict[str, str]]:
             lines.append({"key": "noise", "text": _moving(report, measured, moving) + cost})
         else:
             sides = " and ".join(f"{k.upper()}" for k in measured)
+            counts = {k: side.get("runs") for k, side in measured.items()}
+            over = (f"over {noise.get('repeats')} runs" if len(set(counts.values())) <= 1 else
+                    "(" + ", ".join(f"{k.upper()} over {n} runs" for k, n in counts.items()) + ")")
             lines.append({"key": "repeatable", "text": f"Run-to-run noise measured: {sides} "
                           f"{'repeats itself' if len(measured) == 1 else 'each repeat themselves'} bit for bit "
-                          f"over {noise.get('repeats')} runs{cost}{_replays_say_otherwise(report, measured)}."})
+                          f"{over}{cost}{_replays_say_otherwise(report, measured)}."})
     for u in unmeasured:
         lines.append({"key": "noise_not_measured",
                       "text": f"Run-to-run noise not measured on side {str(u.get('side')).upper()}: {u.get('why')}; "
@@ -107,6 +110,13 @@ def _replays_say_otherwise(report: dict[str, Any], measured: dict[str, Any]) -> 
             f"to {fmt(size)}" for key, (size, name) in sorted(seen.items())]
     if not said:
         return ""
+    further = {key: measured[key]["more_runs"] for key in seen if isinstance(measured[key].get("more_runs"), dict)}
+    if further:  # the further runs that replay asked for repeated the whole model too (judging._repeats_that_missed)
+        ran = " and ".join(f"{key.upper()} ran {m.get('added')} more times" for key, m in sorted(further.items()))
+        return (f"; {' and '.join(said)}, so {ran}, which repeated it bit for bit too: alone in a fresh process the op "
+                "computes other numbers, in the whole model it does not change from run to run; comparing again "
+                "with `--autotune off` (or `--determinism`) on both sides shows whether that is what differs "
+                "between A and B")
     who = " and ".join(k.upper() for k in sorted(seen))
     return (f"; but {' and '.join(said)}: {who} {'does' if len(seen) == 1 else 'do'} not always repeat "
             f"{'itself' if len(seen) == 1 else 'themselves'} from one process to the next, and more runs "
@@ -136,6 +146,10 @@ def _moving(report: dict[str, Any], measured: dict[str, Any], moving: dict[str, 
             parts.append(f"{key.upper()}'s intermediates by up to {fmt(side.get('max_abs'))}, its outputs not at all")
     who = "Each side changes" if len(moving) == 2 else f"Side {next(iter(moving)).upper()} changes"
     text = f"{who} from run to run: " + "; ".join(parts) + _replays_say_otherwise(report, measured)
+    for key, side in moving.items():
+        more = side.get("more_runs")
+        if isinstance(more, dict):  # the runs that showed it were asked for by a replay (judging._repeats_that_missed)
+            text += f" ({key.upper()} ran {more.get('added')} more times because {more.get('because')})"
     for key, side in moving.items():
         for out, v in (side.get("outputs_max_abs") or {}).items():
             dtype = str((outputs.get(out) or {}).get("dtype") or "")
