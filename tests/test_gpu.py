@@ -65,7 +65,9 @@ def test_checkpoint_vs_savedmodel_on_gpu_is_never_blamed_on_a_kernel_or_the_expo
     _record("ckpt_vs_savedmodel", verdict=report["verdict"], first=first.get("node"), isolation=iso,
             noise=(first.get("isolation") or {}).get("noise_max_abs"),
             detail=(first.get("isolation") or {}).get("detail"), outputs=_outputs(report),
-            rewrites=len(report["rewrites"]), causes=report["answers"].get("causes"), headline=report.get("headline"))
+            rewrites=len(report["rewrites"]), causes=report["answers"].get("causes"), headline=report.get("headline"),
+            runs={k: (v.get("runs"), v.get("more_runs")) for k, v in (report.get("noise") or {}).items()
+                  if k in ("a", "b") and isinstance(v, dict)})
     assert report["rewrites"] == []  # a faithful export: the same graph
     if report["verdict"] == "identical":
         return  # both processes happened to autotune the same algorithms: nothing to attribute
@@ -77,11 +79,15 @@ def test_checkpoint_vs_savedmodel_on_gpu_is_never_blamed_on_a_kernel_or_the_expo
     causes = report["answers"]["causes"]
     assert causes[:2] == ["autotune", "atomics"] and "export" not in causes
     assert "its own kernel differs" not in stdout
-    # run s: both sides' repeats agreed bit for bit while B's replay moved; the headline says both
+    # run s: both sides' repeats agreed bit for bit while B's replay moved; the headline says both, and
+    # such a side now runs twice more (judging._repeats_that_missed), which the headline says with what they showed
     noise = report.get("noise") or {}
     for side in (first.get("isolation") or {}).get("replay_moved") or ():
         if (noise.get(side) or {}).get("repeats_itself"):
             assert f"{side.upper()}'s replay of `" in report["headline"][0]["text"], report["headline"][0]
+            if all((noise.get(k) or {}).get("repeats_itself") for k in ("a", "b")):  # no run moved the origin
+                assert noise[side]["runs"] == 4 and noise[side]["more_runs"]["added"] == 2, noise[side]
+                assert f"{side.upper()} ran 2 more times, which repeated it" in report["headline"][0]["text"]
 
 
 def test_checkpoint_vs_savedmodel_with_autotune_off_is_identical(models: dict[str, Path], tmp_path: Path) -> None:
