@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from types import SimpleNamespace
 from typing import Any
 
@@ -60,8 +61,11 @@ def test_bs_child_is_started_when_as_replays_run_and_given_bs_job(monkeypatch: p
 def test_as_replay_child_started_during_the_noise_is_stopped_when_it_gets_no_job(monkeypatch: pytest.MonkeyPatch,
                                                                                  then: str) -> None:
     """compare's judging (judging.Judging) starts A's replay child once the last noise repeat is up (measure_noise's
-    ``then``); where nothing is replayed, or judging fails, that child is stopped."""
+    ``then``) and holds it in the pipeline's ChildrenAhead; where nothing is replayed, or judging fails, that
+    child is stopped on leaving it."""
+    from tracer.captures.launcher import ChildrenAhead
     from tracer.comparison import judging
+    from tracer.comparison.noise import RepeatPlan
 
     started: list[Child] = []
 
@@ -76,7 +80,7 @@ def test_as_replay_child_started_during_the_noise_is_stopped_when_it_gets_no_job
         return started[-1]
 
     def classify_and_isolate(self: Any, isolate: int, drawn: Any = frozenset()) -> Any:
-        assert self.replay_ahead is started[0] and not started[0].cancelled
+        assert self.ahead.waiting("replay_a") is started[0] and not started[0].cancelled
         if then == "an error":
             raise TftraceError("judging failed", "fix")
         return SimpleNamespace(origins=[]), {}
@@ -85,21 +89,18 @@ def test_as_replay_child_started_during_the_noise_is_stopped_when_it_gets_no_job
     monkeypatch.setattr(judging, "isolation_ahead", ahead)
     monkeypatch.setattr(judging, "replays_local", lambda view: True)
     monkeypatch.setattr(judging, "replay_side", lambda capture, allowed: "A's replay side")
-    monkeypatch.setattr(judging, "sides_to_repeat", lambda targets, captures, repeat: ({"a": 2, "b": 2}, []))
     monkeypatch.setattr(judging, "weights_set_at_load", lambda per_tensor, graph: set())
     monkeypatch.setattr(judging, "load_state_variables", lambda isolation, graph: set())
     monkeypatch.setattr(judging.Judging, "_classify_and_isolate", classify_and_isolate)
-    judged = judging.Judging(
-        targets={"a": "A", "b": "B"}, captures={"a": object(), "b": object()},
-        views=(SimpleNamespace(graph=None), SimpleNamespace(graph=None)), alignment=None,
-        metrics={"t:0": SimpleNamespace(identical=False)}, tolerance=None, out=None, console=None, signature_map={},
-        permits={"a": False, "b": False})
-    if then == "an error":
-        with pytest.raises(TftraceError):
-            judged.run(2, 1)
-    else:
-        judged.run(2, 1)
-    assert len(started) == 1 and started[0].cancelled and judged.replay_ahead is None
+    with pytest.raises(TftraceError) if then == "an error" else contextlib.nullcontext():
+        with ChildrenAhead() as held:
+            judging.Judging(
+                targets={"a": "A", "b": "B"}, captures={"a": object(), "b": object()},
+                views=(SimpleNamespace(graph=None), SimpleNamespace(graph=None)), alignment=None,
+                metrics={"t:0": SimpleNamespace(identical=False)}, tolerance=None, out=None, console=None,
+                signature_map={}, permits={"a": False, "b": False}, plan=RepeatPlan({"a": 2, "b": 2}, [], []),
+                ahead=held).run(2, 1)
+    assert len(started) == 1 and started[0].cancelled
 
 
 def test_a_child_started_ahead_is_stopped_when_as_replays_end_in_an_error(monkeypatch: pytest.MonkeyPatch) -> None:

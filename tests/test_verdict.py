@@ -233,9 +233,10 @@ def test_the_first_repeat_loads_while_the_captures_are_compared_and_is_stopped_i
     seen: list[int] = []
 
     def fail(self: Any, repeat: int | None, isolate: int) -> None:
-        assert self.first_repeat is not None and self.first_repeat.prepared
-        seen.append(self.first_repeat.proc.pid)
-        assert self.first_repeat.proc.poll() is None  # loading, its job not yet sent
+        child = self.ahead.waiting("first_repeat")
+        assert child is not None and child.prepared
+        seen.append(child.proc.pid)
+        assert child.proc.poll() is None  # loading, its job not yet sent
         raise RuntimeError("the compare failed here")
 
     monkeypatch.setattr(judging.Judging, "run", fail)

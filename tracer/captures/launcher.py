@@ -102,6 +102,37 @@ def children_that_fit(each: int, beside: int, available: int | None = None) -> i
     return int(max(0, (available - beside - PREPARE_HEADROOM) // max(1, each)))
 
 
+class ChildrenAhead:
+    """The children a compare starts before their job is certain, with one owner: held here by
+    name, each is taken once by the step that gives it its job, and every one held is stopped on
+    leaving the ``with`` block (its job is over, never came, or a step before it failed), so
+    nothing is left running whatever happens in between."""
+
+    def __init__(self) -> None:
+        self._waiting: dict[str, PreparedChild] = {}
+        self._started: list[PreparedChild] = []
+
+    def hold(self, name: str, child: PreparedChild | None) -> None:
+        if child is not None:
+            self._waiting[name] = child
+            self._started.append(child)
+
+    def take(self, name: str) -> PreparedChild | None:
+        """The child held as ``name``, once (a second round starts its own); None where none was started."""
+        return self._waiting.pop(name, None)
+
+    def waiting(self, name: str) -> PreparedChild | None:
+        return self._waiting.get(name)
+
+    def __enter__(self) -> ChildrenAhead:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        for child in self._started:
+            child.cancel()  # a child whose job is over has exited: stopping it is a no-op
+        self._waiting.clear()
+
+
 def isolation_ahead(side: Side, beside: int) -> PreparedChild | None:
     """An isolation child for ``side`` started now, to load its model while the other side's replays
     run (``beside``: that child's --max-memory), where memory holds both; None where memory does not,

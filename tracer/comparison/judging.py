@@ -3,10 +3,12 @@ side's own noise where it is asked for or a replay shows it is needed, then judg
 (:meth:`Judging.run`). Called by :mod:`tracer.comparison.pipeline` once both sides are captured
 and compared tensor by tensor.
 
-Every child it needs is started as early as what it needs is known, and stopped if its job never
-comes: the first noise repeat while the captures are compared (:func:`~tracer.comparison.noise.first_repeat_loading`,
-the pipeline's), each later repeat while the one before captures, A's replay child while the last
-repeat captures, and B's while A's replays run (:mod:`tracer.comparison.isolate`).
+Every child it needs is started as early as what it needs is known: the first noise repeat while
+the captures are compared (:func:`~tracer.comparison.noise.first_repeat_child`, started by the
+pipeline), each later repeat while the one before captures, A's replay child while the last repeat
+captures, and B's while A's replays run (:mod:`tracer.comparison.isolate`). The children started
+ahead of this stage are held by the pipeline's :class:`~tracer.captures.launcher.ChildrenAhead`,
+which stops each one whose job never comes.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from ..captures.launcher import PreparedChild, isolation_ahead
+from ..captures.launcher import ChildrenAhead, isolation_ahead
 from ..captures.reader import Capture
 from ..metrics import TensorMetrics
 from ..runspec import Side
@@ -27,7 +29,7 @@ from .detection_lists import DetectionList
 from .divergence import Divergence, Tolerance, classify
 from .isolate import (IsolationResult, isolate_origins, load_state_variables, replay_side, replays_local,
                       weights_set_at_load)
-from .noise import NONDETERMINISTIC_GPU, Noise, measure_noise, sides_to_repeat
+from .noise import NONDETERMINISTIC_GPU, Noise, RepeatPlan, measure_noise, plan_more
 from .pairing import is_capture
 from .replay_choice import first_unshared_norm, to_isolate
 
@@ -54,28 +56,22 @@ class Judging:
     signature_map: dict[str, str]
     permits: dict[str, bool]
     lists: dict[str, DetectionList] = field(default_factory=dict)  # judged between matched detections
+    plan: RepeatPlan = field(default_factory=lambda: RepeatPlan({}, [], []))  # the noise's runs (noise.plan_repeats)
+    # the children started ahead: "first_repeat" by the pipeline, "replay_a" here; its owner stops them
+    ahead: ChildrenAhead = field(default_factory=ChildrenAhead)
     noise: Noise = field(default_factory=Noise)
     loaded: set[str] = field(default_factory=set)  # variables whose value is set anew at each load
-    first_repeat: PreparedChild | None = None  # the first noise repeat's child, loading since the captures
-    replay_ahead: PreparedChild | None = None  # A's replay child, loading since the last noise repeat began
 
     def run(self, repeat: int | None, isolate: int) -> tuple[Divergence, dict[str, IsolationResult], Noise]:
-        try:
-            return self._run(repeat, isolate)
-        finally:
-            if self.replay_ahead is not None:
-                self.replay_ahead.cancel()  # no origin to replay, or an error: nothing is left running
-                self.replay_ahead = None
-
-    def _run(self, repeat: int | None, isolate: int) -> tuple[Divergence, dict[str, IsolationResult], Noise]:
-        runs, unmeasured = sides_to_repeat(self.targets, self.captures, repeat)
-        why = {u["side"]: "" for u in unmeasured} | {key: ("`--repeat`" if repeat is not None else
-                                                           f"side {key.upper()} {NONDETERMINISTIC_GPU}") for key in runs}
-        if runs:
-            self.noise = measure_noise(self.targets, self.captures, self.alignment, self.out, runs, self.console,
+        plan = self.plan
+        why = {u["side"]: "" for u in plan.unmeasured} | {
+            key: ("`--repeat`" if repeat is not None else f"side {key.upper()} {NONDETERMINISTIC_GPU}")
+            for key in plan.runs}
+        if plan.runs:
+            self.noise = measure_noise(plan, self.captures, self.alignment, self.out, self.console,
                                        self.signature_map, self.tolerance, why, lists=self.lists,
-                                       first=self.first_repeat, then=self._replays_ahead(isolate))
-        self.noise.not_measured = unmeasured
+                                       first=self.ahead.take("first_repeat"), then=self._replays_ahead(isolate))
+        self.noise.not_measured = list(plan.unmeasured)
         at_load = weights_set_at_load(self.noise.per_tensor, self.views[0].graph)  # moved in the repeats
         divergence, isolation = self._classify_and_isolate(isolate, at_load)
         self.loaded = load_state_variables(isolation, self.views[0].graph) | at_load
@@ -86,10 +82,10 @@ class Judging:
             if not moved and not missed:
                 break
             runs = {key: 2 for key in moved} | {key: len(self.noise.runs[key]) + MORE_RUNS for key in missed}
+            more = plan_more(self.targets, self.captures, runs, self.noise.runs)
             known = dict(self.noise.per_tensor)
-            self.noise = measure_noise(self.targets, self.captures, self.alignment, self.out, runs, self.console,
-                                       self.signature_map, self.tolerance, moved | missed, earlier=self.noise,
-                                       lists=self.lists)
+            self.noise = measure_noise(more, self.captures, self.alignment, self.out, self.console, self.signature_map,
+                                       self.tolerance, moved | missed, earlier=self.noise, lists=self.lists)
             if not moved and self.noise.per_tensor == known:
                 stale = True  # the further runs moved nothing either: the replays stand, the pairs of runs changed
                 break
@@ -126,14 +122,9 @@ class Judging:
         if not top:
             return found, {}
         claim(self.out, ["work"])
-        first, self.replay_ahead = self.replay_ahead, None  # used once: a second round starts its own
-        try:
-            return found, isolate_origins(top, self.alignment, *self.views, str(self.out / "work"), self.console,
-                                          allow_unsafe_ops=self.permits, repeat_noise=self.noise.known(self.alignment),
-                                          lists=self.lists, first=first)
-        finally:
-            if first is not None:
-                first.cancel()  # A's replays are over, or never ran (no model here): nothing is left running
+        return found, isolate_origins(top, self.alignment, *self.views, str(self.out / "work"), self.console,
+                                      allow_unsafe_ops=self.permits, repeat_noise=self.noise.known(self.alignment),
+                                      lists=self.lists, first=self.ahead.take("replay_a"))  # once: a round later starts its own
 
     def _replays_ahead(self, isolate: int) -> Callable[[int], None] | None:
         """Where replays are likely (isolation asked for, some tensor differs, A's model is here), A's
@@ -143,7 +134,7 @@ class Judging:
             return None
 
         def start(beside: int) -> None:
-            self.replay_ahead = isolation_ahead(replay_side(self.captures["a"], self.permits["a"]), beside)
+            self.ahead.hold("replay_a", isolation_ahead(replay_side(self.captures["a"], self.permits["a"]), beside))
         return start
 
 

@@ -29,10 +29,9 @@ the size of a box.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,8 +52,8 @@ from .judge import per_process_nondeterminism
 from .list_runs import Naming, PlainMatches, lists_between, plain_list
 from .pairing import b_keys_as_a, is_capture
 
-__all__ = ["Noise", "OutputNoise", "first_repeat_loading", "measure_noise", "side_noise", "sides_to_repeat",
-           "NONDETERMINISTIC_GPU"]
+__all__ = ["Noise", "OutputNoise", "RepeatPlan", "first_repeat_child", "measure_noise", "plan_more", "plan_repeats",
+           "side_noise", "NONDETERMINISTIC_GPU"]
 
 NONDETERMINISTIC_GPU = ("runs on a GPU without op determinism, where each fresh process may pick other kernels "
                         "(cuDNN autotuning) and atomics sum in any order")
@@ -153,8 +152,17 @@ class Noise:
         return bool(self.summary) and "max_abs" in (self.summary.get(side) or {})
 
 
-def sides_to_repeat(targets: dict[str, Any], captures: dict[str, Capture], repeat: int | None
-                    ) -> tuple[dict[str, int], list[dict[str, str]]]:
+@dataclass(frozen=True)
+class RepeatPlan:
+    """The runs that measure the noise, planned once: each side's runs in all, the sides that can
+    move but will not be measured, and the captures to make, in the order they run."""
+
+    runs: dict[str, int]
+    unmeasured: list[dict[str, str]]
+    jobs: list[tuple[str, int, Side]]  # (side, repeat number, what to run)
+
+
+def plan_repeats(targets: dict[str, Any], captures: dict[str, Capture], repeat: int | None) -> RepeatPlan:
     """How many runs each side gets, and the sides that can move but will not be measured.
 
     ``repeat`` given: every side that can be re-run gets it (1: none). None (the default): 2 runs
@@ -174,7 +182,14 @@ def sides_to_repeat(targets: dict[str, Any], captures: dict[str, Capture], repea
             runs[key] = wanted
         elif risky:
             unmeasured.append({"side": key, "why": f"it {NONDETERMINISTIC_GPU}, and `--repeat 1` ran it once"})
-    return runs, unmeasured
+    return RepeatPlan(runs, unmeasured, _repeat_jobs(targets, captures, runs))
+
+
+def plan_more(targets: dict[str, Any], captures: dict[str, Capture], runs: dict[str, int],
+              done: Mapping[str, list[Capture]]) -> RepeatPlan:
+    """Further runs, judging's: each side in ``runs`` up to that many runs in all, continuing from
+    its runs so far (``done``: a side not run again yet has its first capture only)."""
+    return RepeatPlan(runs, [], _repeat_jobs(targets, captures, runs, done))
 
 
 def _repeat_jobs(targets: dict[str, Any], captures: dict[str, Capture], runs: dict[str, int],
@@ -185,32 +200,24 @@ def _repeat_jobs(targets: dict[str, Any], captures: dict[str, Capture], runs: di
             for i in range(len((done or {}).get(name) or [None]), count)]
 
 
-@contextlib.contextmanager
-def first_repeat_loading(targets: dict[str, Any], captures: dict[str, Capture], repeat: int | None
-                         ) -> Iterator[PreparedChild | None]:
+def first_repeat_child(plan: RepeatPlan) -> PreparedChild | None:
     """The first noise repeat's child, started as soon as both sides are captured, so that it imports
     TensorFlow and loads its model while this process compares the captures (on the H200, 10-40 s
-    of comparing and 40 s of loading for the 35,000-op stand-in); None where no side is to be run
-    again by ``repeat`` alone, or memory does not hold it. Stopped on the way out if unused."""
-    runs, _unmeasured = sides_to_repeat(targets, captures, repeat)
-    jobs = _repeat_jobs(targets, captures, runs)
-    child = prepared_if_room(jobs[0][2], jobs[0][2].max_memory) if jobs else None
-    try:
-        yield child
-    finally:
-        if child is not None:
-            child.cancel()  # its job never came (the compare failed), or it is over: nothing is left running
+    of comparing and 40 s of loading for the 35,000-op stand-in); None where the plan runs no side
+    again, or memory does not hold it."""
+    side = plan.jobs[0][2] if plan.jobs else None
+    return prepared_if_room(side, side.max_memory) if side is not None else None
 
 
 def measure_noise(
-    targets: dict[str, Any], captures: dict[str, Capture], alignment: Alignment, out: Path, runs: dict[str, int],
+    plan: RepeatPlan, captures: dict[str, Capture], alignment: Alignment, out: Path,
     console: Console, signature_map: dict[str, str], tolerance: Tolerance, why: dict[str, str],
     earlier: Noise | None = None, lists: Mapping[str, DetectionList] | None = None,
     first: PreparedChild | None = None, then: Callable[[int], None] | None = None,
 ) -> Noise:
-    """Capture each side in ``runs`` that many times in all (fresh processes) and measure how
-    much every tensor and every plain output moves by itself; then judge every output over every
-    pair of A and B runs. ``earlier``: a measurement this one extends (its sides are kept; a side
+    """Capture each side as ``plan`` says (fresh processes) and measure how much every tensor and
+    every plain output moves by itself; then judge every output over every pair of A and B runs.
+    ``earlier``: a measurement this one extends (its sides are kept; a side
     measured there runs only the captures it lacks, and its ``why`` stays, this one's recorded as
     ``more_runs``);
     ``lists``: the detection lists A and B were measured on between matched detections, which their
@@ -222,7 +229,7 @@ def measure_noise(
     runs_of = noise.runs or {key: [captures[key]] for key in ("a", "b")}
     noise.runs = runs_of
     started = time.monotonic()
-    jobs = _repeat_jobs(targets, captures, runs, runs_of)
+    runs, jobs = plan.runs, plan.jobs
     before = {name: len(runs_of[name]) for name in runs}
     ahead: dict[int, PreparedChild | None] = {0: first} if first is not None and jobs else {}
 

@@ -23,7 +23,7 @@ from rich.console import Console
 
 from .align import Alignment, CaptureView, align
 from ..captures._values import ArtifactReads
-from ..captures.launcher import PreparedChild, prepared_if_room
+from ..captures.launcher import ChildrenAhead, PreparedChild, prepared_if_room
 from ..captures.launcher import capture as capture_side
 from ..captures.progress_view import working
 from ..captures.reader import Capture, is_capture_dir
@@ -42,7 +42,7 @@ from ..metrics import TensorMetrics
 from ..runspec import InputSpec, Side
 from ..safewrite import claim, output_directory
 from .measure import pair_metrics, plain_output_metrics, value_source
-from .noise import OutputNoise, first_repeat_loading
+from .noise import OutputNoise, first_repeat_child, plan_repeats
 from .pairing import (apply_signature_map, cannot_take_examples, examples_digest, examples_of_a_given_capture,
                       inputs_from, is_capture, one_input_each, refused_examples, require_pairable,
                       require_same_examples)
@@ -277,8 +277,9 @@ def _compare(
     apply_signature_map(view_a, view_b, signature_map)
     require_pairable(view_a, view_b)
     require_same_examples(view_a, view_b)
-    # the first noise repeat's child loads its model while this process compares the captures
-    with first_repeat_loading({"a": a, "b": b}, {"a": cap_a, "b": cap_b}, repeat) as first_repeat:
+    plan = plan_repeats({"a": a, "b": b}, {"a": cap_a, "b": cap_b}, repeat)
+    with ChildrenAhead() as ahead:  # every child started before its job is certain is stopped on the way out
+        ahead.hold("first_repeat", first_repeat_child(plan))  # loads its model while this process compares
         doing = f"diffing the graphs and comparing every tensor ({len(view_a.graph):,} ops)"
         with working(console, "compare", doing):
             diff = diff_graphs(
@@ -299,7 +300,7 @@ def _compare(
                         "b": observed_detections(cap_b, specs, signature_map or {})}
         judged = Judging(targets={"a": a, "b": b}, captures={"a": cap_a, "b": cap_b}, views=(view_a, view_b),
                           alignment=alignment, metrics=metrics, tolerance=tolerance, out=out, console=console,
-                          signature_map=signature_map or {}, permits=permits, lists=lists, first_repeat=first_repeat)
+                          signature_map=signature_map or {}, permits=permits, lists=lists, plan=plan, ahead=ahead)
         divergence, isolation, noise = judged.run(repeat, isolate)
     _drop_load_state(diff, alignment, judged.loaded)
     # An origin where the difference is born (its own kernel, its weights) outranks one that only inherited.
