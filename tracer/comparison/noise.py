@@ -222,7 +222,7 @@ def measure_noise(
     ``more_runs``);
     ``lists``: the detection lists A and B were measured on between matched detections, which their
     runs are measured on so too; ``first``: the first repeat's child, already loading
-    (:func:`first_repeat_loading`); ``then``: called once the last repeat's child is up, with its
+    (:func:`first_repeat_child`); ``then``: called once the last repeat's child is up, with its
     --max-memory, to start the child the step after this one needs (the replays')."""
     noise = earlier or Noise()
     summary: dict[str, Any] = dict(noise.summary or {})
