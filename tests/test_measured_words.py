@@ -170,8 +170,8 @@ def test_the_further_runs_a_replay_asked_for_are_said_with_what_they_showed() ->
         "Run-to-run noise measured: A and B each repeat themselves bit for bit (A over 2 runs, B over 4 runs) "
         "(measured with 4 more fresh processes, 16.3 s); B's replay of `block1/conv/Conv2D` in another process "
         "differed from B's capture by up to 0.000765, so B ran 2 more times, which repeated it bit for bit too: "
-        "alone in a fresh process the op computes other numbers, in the whole model it does not change from run to "
-        "run; comparing again with `--autotune off` (or `--determinism`) on both sides shows whether that is what "
+        "alone in a fresh process the op computed other numbers, while in the whole model it did not change over 4 "
+        "runs; comparing again with `--autotune off` (or `--determinism`) on both sides shows whether that is what "
         "differs between A and B.")}
     moved = build_headline({"noise": _run_more(_measured_twice(), moved_b=2e-4), "nodes": _replayed(["b"], 7.65e-4)})
     assert moved[0]["text"].startswith(

@@ -113,9 +113,10 @@ def _replays_say_otherwise(report: dict[str, Any], measured: dict[str, Any]) -> 
     further = {key: measured[key]["more_runs"] for key in seen if isinstance(measured[key].get("more_runs"), dict)}
     if further:  # the further runs that replay asked for repeated the whole model too (judging._repeats_that_missed)
         ran = " and ".join(f"{key.upper()} ran {m.get('added')} more times" for key, m in sorted(further.items()))
+        runs = max(int(measured[key].get("runs") or 0) for key in further)
         return (f"; {' and '.join(said)}, so {ran}, which repeated it bit for bit too: alone in a fresh process the op "
-                "computes other numbers, in the whole model it does not change from run to run; comparing again "
-                "with `--autotune off` (or `--determinism`) on both sides shows whether that is what differs "
+                f"computed other numbers, while in the whole model it did not change over {runs} runs; comparing "
+                "again with `--autotune off` (or `--determinism`) on both sides shows whether that is what differs "
                 "between A and B")
     who = " and ".join(k.upper() for k in sorted(seen))
     return (f"; but {' and '.join(said)}: {who} {'does' if len(seen) == 1 else 'do'} not always repeat "
