@@ -165,7 +165,11 @@ def test_cpu_vs_gpu_names_tf32(models: dict[str, Path], tmp_path: Path) -> None:
             outputs=_outputs(report), headline=report.get("headline"))
     # B (a GPU without determinism) has its noise measured now: TF32's difference may sit within it
     assert code == (1 if report["verdict"] == "diverged" else 0) and first["op"] in ("Conv2D", "MatMul")
-    assert report["noise"]["b"].get("runs") == 2 and "runs" not in report["noise"]["a"]
+    # run t (2026-12-05): B's two runs repeated block1/conv/Conv2D bit for bit while its replay moved, so B ran twice
+    # more (judging._repeats_that_missed), and those runs moved by up to 0.000527 on `scores`
+    b = report["noise"]["b"]
+    assert b.get("runs") in (2, 4) and "runs" not in report["noise"]["a"], b
+    assert (b.get("runs") == 4) == ((b.get("more_runs") or {}).get("added") == 2), b
     assert first["isolation"]["verdict"] == "own_error"
     assert env_b["tf32_enabled"] is True and "tf32" in report["answers"]["causes"]
 

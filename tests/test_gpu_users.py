@@ -77,7 +77,10 @@ def test_training_checkpoint_at_batch_1_vs_8_on_gpu_is_the_training_graph_not_ke
     code, report, _ = _compare(tmp_path / "r", ckpt, ckpt, *NAMED, "--a-batch-size", "1", "--b-batch-size", "8")
     _record("gpu_users_training_ckpt_batch_1_vs_8", **_summary(report),
             norm=report["nodes"][BATCH_NORM].get("isolation"), shares=report["answers"].get("shares"))
-    assert code == 1 and report["first_divergence"]["node"] in ("conv1/Conv2D", BATCH_NORM)
+    # run t (2026-12-05): A's two runs moved conv1/Conv2D by 1.06e-3, so no op differed bitwise with its inputs
+    # equal beyond the noise (no bitwise first divergence); the first beyond tolerance was the batch norm
+    first = report["first_divergence"] or report["first_divergence_beyond_tolerance"]
+    assert code == 1 and first["node"] in ("conv1/Conv2D", BATCH_NORM)
     assert report["nodes"][BATCH_NORM]["isolation"]["verdict"] == "batch_statistics"
     assert report["answers"]["causes"][0] == "training_graph"
     assert "both sides' graphs are training graphs" in report["answers"]["why"][0]

@@ -415,3 +415,29 @@ def test_an_index_missing_a_required_field_or_not_an_index_is_refused(tmp_path: 
     (tmp_path / "isolation_index.json").write_text('{"ops": [NaN]}', encoding="utf-8")
     with pytest.raises(TftraceError, match="cannot read"):
         read_plan(str(tmp_path))
+
+
+def test_a_gpu_origin_whose_further_whole_runs_repeated_it_is_not_called_run_to_run_noise() -> None:
+    """Run t on the H200 (training checkpoint, batch 1 vs 8): both replays of `conv1/Conv2D` agree,
+    B's replay differs from B's capture by 1.06e-3, and B is a GPU side (its kernels may change per
+    process). Judged on that alone it is `nondeterministic`, "the difference is run-to-run
+    nondeterminism"; but B's two further whole runs (judging's) repeated the op bit for bit, so that
+    is not shown: it is `not_reproduced`, the op computing otherwise alone than inside the model."""
+    op = {"a_tensor": "conv:0", "b_tensor": "conv:0", "a_op": "Conv2D", "b_op": "Conv2D", "inputs_identical": True,
+          "per_process": ["a", "b"], "repeat_noise": 0.0}
+    replay = np.array([1.0, 2.0], np.float32)
+    captured_b = _Captured("conv:0", np.array([1.0, 2.00106], np.float32))
+    before = judge(replay, replay.copy(), op, _Captured("conv:0", replay.copy()), captured_b)
+    assert (before.verdict, before.replay_moved, before.repeated) == ("nondeterministic", ["b"], False)
+    assert "the difference is run-to-run nondeterminism" in before.detail
+    after = judge(replay, replay.copy(), {**op, "repeated": ["b"]}, _Captured("conv:0", replay.copy()), captured_b)
+    assert (after.verdict, after.replay_moved, after.repeated) == ("not_reproduced", ["b"], True)
+    assert after.detail.startswith(
+        "replayed alone on identical inputs, both sides compute the same result, but B's replay differs from B's "
+        "captured value by up to 0.00106, while B's whole-model runs, run more for this, repeated it bit for bit: "
+        "alone in a fresh process the op computes other numbers than inside the whole model")
+    # the index written for a later `tftrace report` keeps the sides, and a received one is checked
+    planned = PlannedOrigin.from_json({"id": 0, "node": "conv", **op, "repeated": ["b"]}, "the index")
+    assert PlannedOrigin.from_json(planned.to_json(), "the index").repeated == ("b",)
+    with pytest.raises(TftraceError, match="'repeated' is not a list of strings"):
+        PlannedOrigin.from_json({"id": 0, "node": "conv", **op, "repeated": "b"}, "the index")

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 from types import SimpleNamespace
 from typing import Any
 
@@ -188,5 +189,9 @@ def test_a_side_whose_runs_repeat_an_origin_its_replay_moved_is_run_twice_more(
     assert [c.purpose for c in ran].count("isolate") == 4  # twice: then A's further runs moved nothing
     result = comparison.isolation["dense/MatMul"]
     assert (result.verdict, round(result.max_abs, 4), result.replay_moved) == ("own_error", 0.0344, ["a"])
+    # A's further runs moved nothing, so its replays, made once, were judged again knowing they repeat the op;
+    # the index a later `tftrace report` judges from says so too
+    index = json.loads((out / "work" / "isolation_index.json").read_text())
+    assert [(op["node"], op["repeated"]) for op in index["ops"]] == [("dense/MatMul", ["a"])]
     report = build_report(comparison)
     assert "A ran 2 more times, which repeated it bit for bit too" in build_headline(report)[0]["text"]

@@ -230,6 +230,20 @@ def test_on_a_gpu_nondeterminism_names_autotuning_and_atomics_not_the_export() -
     assert "--autotune off" in answers["why"][0]
 
 
+def test_on_a_gpu_an_origin_whose_further_runs_repeated_it_names_autotuning_alone() -> None:
+    """Run t: B's further whole runs repeated `conv1/Conv2D` while its replay alone did not
+    (`isolation.repeated`): atomics would have moved the whole runs too, so autotuning alone is named,
+    with the experiment that tells, and the evidence says the runs repeated."""
+    report = _report("gpu", "not_reproduced")
+    report["first_divergence"]["isolation"]["repeated"] = True
+    answers = explain_comparison(report)
+    assert answers["causes"] == ["autotune"]
+    assert ("`block1/conv/Conv2D` (Conv2D) agrees on both sides when replayed alone on identical inputs, and the side "
+            "whose replay moved repeated it bit for bit over further whole runs: it computes otherwise alone than "
+            "inside the whole model, not from one run to the next") in answers["why"][0]
+    assert "--autotune off" in answers["why"][0]
+
+
 def test_determinism_is_said_to_give_repeatability_not_batch_invariance() -> None:
     answers = explain_comparison(_report("gpu", "own_error", determinism=True, batch_b=1))
     assert answers["causes"][0] == "batch"

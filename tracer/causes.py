@@ -51,14 +51,31 @@ def _isolation_causes(report: dict[str, Any], first: dict[str, Any] | None,
     if not cause or cause == "weights" or record is None:
         return {}
     named = f"`{first['node']}` ({first['op']})"
+    if isolation.get("repeated") and _on_gpu(sides):
+        return {"autotune": _computed_otherwise_alone(named)}
     what = record.evidence.format(first=named) if record.evidence else f"{named}, {record.clause}"
     return _nondeterminism(what, sides) if cause == "nondeterminism" else {cause: f"{what}."}
+
+
+def _on_gpu(sides: tuple[dict[str, Any], dict[str, Any]]) -> bool:
+    return any(str(side.get("device") or "").startswith("gpu") for side in sides)
+
+
+def _computed_otherwise_alone(named: str) -> str:
+    """An origin whose replays agree, whose replay on one side moved from its capture, and whose
+    further whole runs of that side repeated it (``isolation.repeated``): not run-to-run noise, so
+    not atomics; what remains on a GPU is the algorithm each process picks for it in its context."""
+    return (f"{named} agrees on both sides when replayed alone on identical inputs, and the side whose replay moved "
+            "repeated it bit for bit over further whole runs: it computes otherwise alone than inside the whole "
+            "model, not from one run to the next; cuDNN autotuning picks each process's algorithms by timing, in "
+            "the context it runs in (compare again with `--autotune off`: identical then means autotuning was the "
+            "cause).")
 
 
 def _nondeterminism(what: str, sides: tuple[dict[str, Any], dict[str, Any]]) -> dict[str, str]:
     """A difference that changes from run to run (``what``): on a CPU the catalogue's
     nondeterminism, on a GPU its two candidates with the experiment that tells each."""
-    if not any(str(side.get("device") or "").startswith("gpu") for side in sides):
+    if not _on_gpu(sides):
         return {"nondeterminism": f"{what}."}
     return {
         "autotune": f"{what}; cuDNN autotuning picks each process's algorithms by timing "

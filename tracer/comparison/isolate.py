@@ -64,7 +64,7 @@ from ..runspec import Side, spec_without_permissions
 from ..safewrite import refuse_links_within, write_file
 from ..training import replay_coupled
 
-__all__ = ["IsolationResult", "isolate_origins", "run_job", "evaluate", "isolate_remote", "same_run_settings",
+__all__ = ["IsolationResult", "isolate_origins", "run_job", "evaluate", "judge_again", "isolate_remote", "same_run_settings",
            "load_state_variables"]
 
 def isolate_origins(
@@ -355,6 +355,18 @@ def evaluate(workdir: str, plan: IsolationPlan | None = None, capture_b: Capture
         ra, rb = np.load(replays["a"]), np.load(replays["b"])
         results[op.node] = judge(ra, rb, op, capture_a, capture_b, _lists_replayed(op, out_dirs))
     return results
+
+
+def judge_again(workdir: str, repeated: Mapping[str, tuple[str, ...]], capture_b: Capture | None = None
+                ) -> dict[str, IsolationResult]:
+    """Judge the replays already made in ``workdir`` again, now that further whole runs of some
+    sides repeated some origins bit for bit (``repeated``: A's op -> those sides; judging's further
+    runs, which moved nothing). The plan written there is updated with them, so a later
+    ``tftrace report`` or ``isolate --from`` judges the same way."""
+    plan = read_plan(workdir)
+    plan = replace(plan, origins=tuple(replace(op, repeated=tuple(repeated.get(op.node, ()))) for op in plan.origins))
+    _write_json(os.path.join(workdir, INDEX), plan.to_json())
+    return evaluate(workdir, plan, capture_b)
 
 
 def _lists_replayed(op: PlannedOrigin, out_dirs: dict[str, str]) -> dict[str, tuple[np.ndarray, np.ndarray]] | None:

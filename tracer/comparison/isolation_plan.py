@@ -40,6 +40,8 @@ class PlannedOrigin:
     same_settings: bool = False
     same_settings_but_build: bool | None = None  # None: not recorded, same_settings stands for it
     per_process: tuple[str, ...] = ()  # sides whose kernels may change from one process to the next
+    # sides whose whole runs, run further because a replay moved (judging._repeats_that_missed), repeated it bit for bit
+    repeated: tuple[str, ...] = ()
     repeat_noise: float | None = None  # what --repeat measured on its tensor; None: no repeat ran
     same_op_same_settings: bool = False
     loop: str | None = None  # the while loop above it, replayed whole
@@ -63,7 +65,7 @@ class PlannedOrigin:
 
     def to_json(self) -> dict[str, Any]:
         doc = asdict(self)
-        doc["writes"], doc["per_process"] = list(self.writes), list(self.per_process)
+        doc["writes"], doc["per_process"], doc["repeated"] = list(self.writes), list(self.per_process), list(self.repeated)
         doc["batch_statistics"], doc["batch_ops"] = list(self.batch_statistics), list(self.batch_ops)
         doc["executed"], doc["rewritten"] = dict(self.executed), [dict(r) for r in self.rewritten]
         for optional in ("group", "detections"):
@@ -120,7 +122,7 @@ _FIELDS: tuple[tuple[str, str, bool], ...] = (
     ("b_op", "str", True), ("a_op", "str", False), ("inputs_identical", "bool", False),
     ("reads_variable", "bool", False), ("writes", "strings", False), ("weight", "str", False),
     ("executed", "executed", False), ("same_settings", "bool", False), ("same_settings_but_build", "bool", False),
-    ("per_process", "strings", False), ("repeat_noise", "number", False), ("same_op_same_settings", "bool", False),
+    ("per_process", "strings", False), ("repeated", "strings", False), ("repeat_noise", "number", False), ("same_op_same_settings", "bool", False),
     ("loop", "str", False), ("rewritten", "objects", False), ("group", "group", False),
     ("batch_statistics", "strings", False), ("batch_ops", "strings", False), ("batched_alike", "bool", False),
     ("detections", "detections", False),

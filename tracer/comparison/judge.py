@@ -78,12 +78,15 @@ class IsolationResult:
     rewritten: list[dict[str, str]] | None = None
     # "a"/"b": the sides whose replay differed from their own capture (the run may not repeat itself)
     replay_moved: list[str] | None = None
+    # not_reproduced: a moved side's further whole runs repeated the op bit for bit (alone it computes otherwise)
+    repeated: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {"verdict": self.verdict, "max_abs": self.max_abs, "max_rel": self.max_rel, "rel_l2": self.rel_l2,
                 "detail": self.detail, "command": self.command, "noise_max_abs": self.noise_max_abs,
                 "load_state": self.load_state, "executed": self.executed, "loop": self.loop,
-                "writes": self.writes, "rewritten": self.rewritten, "replay_moved": self.replay_moved}
+                "writes": self.writes, "rewritten": self.rewritten, "replay_moved": self.replay_moved,
+                "repeated": self.repeated}
 
 
 def executed_form(capture: Capture, graph: OpGraph, node: str) -> list[str] | None:
@@ -223,10 +226,11 @@ def judge(ra: np.ndarray, rb: np.ndarray, op: PlannedOrigin, capture_a: Any, cap
                                         f"{rel_l2}); nothing computes them, so no kernel differs: the two artifacts "
                                         "hold different weights")
     repeat_noise = op.repeat_noise  # what --repeat measured on this tensor; None: not measured
-    per_process = [side for side in noisy if side.lower() in op.per_process]
+    repeated = [side for side in noisy if side.lower() in op.repeated]  # its further whole runs repeated it
+    per_process = [side for side in noisy if side.lower() in op.per_process and side not in repeated]
     noise_is_shown = bool(repeat_noise) or bool(per_process)
     if c.agree and noisy:
-        verdict, detail, extra = _agreeing_yet_moved(op, moved_text, repeat_noise, per_process)
+        verdict, detail, extra = _agreeing_yet_moved(op, moved_text, repeat_noise, per_process, repeated)
         return result(verdict, detail, **extra)
     if c.agree and op.inputs_identical:
         return result("not_reproduced", "the captured runs differ here although this op's inputs were bitwise "
@@ -241,10 +245,12 @@ def judge(ra: np.ndarray, rb: np.ndarray, op: PlannedOrigin, capture_a: Any, cap
 
 
 def _agreeing_yet_moved(op: PlannedOrigin, moved_text: str, repeat_noise: float | None,
-                        per_process: list[str]) -> tuple[str, str, dict[str, Any]]:
+                        per_process: list[str], repeated: list[str] = ()) -> tuple[str, str, dict[str, Any]]:
     """Both sides' replays agree bit for bit, and a side's replay differs from its own capture:
     a rewrite at run time, run-to-run noise where it was measured, or, without a measurement, not
-    reproduced. Returns the verdict, its detail and what the result records besides."""
+    reproduced. ``repeated``: the moved sides whose further whole runs repeated the op bit for bit
+    (run t on the H200: 4 runs of B agreed, its replay alone did not), which are no longer taken to
+    change from process to process. Returns the verdict, its detail and what the result records besides."""
     rewritten = _rewritten_at_run_time(op)
     if rewritten:
         return ("run_time_rewrite", f"{rewritten}; {moved_text}, while both sides' replays agree bit for bit: the "
@@ -254,6 +260,14 @@ def _agreeing_yet_moved(op: PlannedOrigin, moved_text: str, repeat_noise: float 
         return ("nondeterministic", f"replayed alone on identical inputs, both sides compute the same result, and the "
                                     f"op's result changes from run to run: `--repeat` measured up to "
                                     f"{repeat_noise:.3g} on this tensor ({moved_text})", {})
+    if repeated and not per_process:
+        who = " and ".join(repeated)
+        return ("not_reproduced", f"replayed alone on identical inputs, both sides compute the same result, but "
+                                  f"{moved_text}, while {who}'s whole-model runs, run more for this, repeated it bit for "
+                                  "bit: alone in a fresh process the op computes other numbers than inside the whole "
+                                  "model, where it did not change from run to run (on a GPU, the algorithm picked for "
+                                  "it: cuDNN autotuning picks per process and context, which `--autotune off` tells); "
+                                  "not this op's kernel, and not shown to be run-to-run noise", {"repeated": True})
     if per_process:
         return ("nondeterministic", f"replayed alone on identical inputs, both sides compute the same result, but the "
                                     f"op's result changes from one process to the next on the GPU ({moved_text}): "

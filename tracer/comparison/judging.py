@@ -27,8 +27,8 @@ from ..safewrite import claim
 from .align import Alignment, CaptureView
 from .detection_lists import DetectionList
 from .divergence import Divergence, Tolerance, classify
-from .isolate import (IsolationResult, isolate_origins, load_state_variables, replay_side, replays_local,
-                      weights_set_at_load)
+from .isolate import (IsolationResult, isolate_origins, judge_again, load_state_variables, replay_side,
+                      replays_local, weights_set_at_load)
 from .noise import NONDETERMINISTIC_GPU, Noise, RepeatPlan, measure_noise, plan_more
 from .pairing import is_capture
 from .replay_choice import first_unshared_norm, to_isolate
@@ -86,8 +86,9 @@ class Judging:
             known = dict(self.noise.per_tensor)
             self.noise = measure_noise(more, self.captures, self.alignment, self.out, self.console, self.signature_map,
                                        self.tolerance, moved | missed, earlier=self.noise, lists=self.lists)
-            if not moved and self.noise.per_tensor == known:
-                stale = True  # the further runs moved nothing either: the replays stand, the pairs of runs changed
+            if not moved and self.noise.per_tensor == known:  # the further runs moved nothing either
+                stale = True  # the pairs of runs changed: classify again
+                isolation = self._judged_again(missed, isolation)
                 break
             earlier = isolation
             divergence, isolation = self._classify_and_isolate(isolate, self.loaded)
@@ -99,6 +100,16 @@ class Judging:
         if stale:
             divergence = self._classify(self.loaded)
         return divergence, isolation, self.noise
+
+    def _judged_again(self, missed: dict[str, str], isolation: dict[str, IsolationResult]
+                      ) -> dict[str, IsolationResult]:
+        """The replays already made, judged again knowing that the ``missed`` sides' further whole runs
+        repeated their origins bit for bit, where each one's replay had moved (no replay runs again)."""
+        repeated = {name: tuple(side for side in (iso.replay_moved or ()) if side in missed)
+                    for name, iso in isolation.items()}
+        if not any(repeated.values()):
+            return isolation
+        return {**isolation, **judge_again(str(self.out / "work"), repeated, self.captures["b"])}
 
     def _can_measure(self, moved: dict[str, str], repeat: int | None) -> dict[str, str]:
         """``moved`` less the sides that cannot be run again here (a capture directory) or that
