@@ -77,7 +77,11 @@ def test_checkpoint_vs_savedmodel_on_gpu_is_never_blamed_on_a_kernel_or_the_expo
         return
     assert iso in ("nondeterministic", "not_reproduced"), first
     causes = report["answers"]["causes"]
-    assert causes[:2] == ["autotune", "atomics"] and "export" not in causes
+    if (first.get("isolation") or {}).get("repeated"):  # further whole runs repeated it: not atomics (run t3's case)
+        assert causes[0] == "autotune" and "atomics" not in causes and iso == "not_reproduced", causes
+    else:
+        assert causes[:2] == ["autotune", "atomics"]
+    assert "export" not in causes
     assert "its own kernel differs" not in stdout
     # run s: both sides' repeats agreed bit for bit while B's replay moved; the headline says both, and
     # such a side now runs twice more (judging._repeats_that_missed), which the headline says with what they showed
