@@ -435,7 +435,14 @@ def test_a_gpu_origin_whose_further_whole_runs_repeated_it_is_not_called_run_to_
     assert after.detail.startswith(
         "replayed alone on identical inputs, both sides compute the same result, but B's replay differs from B's "
         "captured value by up to 0.00106, while B's whole-model runs, run more for this, repeated it bit for bit: "
-        "alone in a fresh process the op computes other numbers than inside the whole model")
+        "alone in a fresh process the op computes other numbers than inside the whole model, where it did not change "
+        "from run to run (the algorithm picked for it: cuDNN autotuning picks per process and context, which "
+        "`--autotune off` tells)")
+    # a CPU side (its kernels do not change per process): no autotuning to name
+    on_cpu = judge(replay, replay.copy(), {**op, "per_process": [], "repeated": ["b"]},
+                   _Captured("conv:0", replay.copy()), captured_b)
+    assert on_cpu.verdict == "not_reproduced" and "(a rewrite at run time that the executed graph does not name)" in (
+        on_cpu.detail) and "autotun" not in on_cpu.detail
     # the index written for a later `tftrace report` keeps the sides, and a received one is checked
     planned = PlannedOrigin.from_json({"id": 0, "node": "conv", **op, "repeated": ["b"]}, "the index")
     assert PlannedOrigin.from_json(planned.to_json(), "the index").repeated == ("b",)

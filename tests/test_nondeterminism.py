@@ -242,6 +242,9 @@ def test_on_a_gpu_an_origin_whose_further_runs_repeated_it_names_autotuning_alon
             "whose replay moved repeated it bit for bit over further whole runs: it computes otherwise alone than "
             "inside the whole model, not from one run to the next") in answers["why"][0]
     assert "--autotune off" in answers["why"][0]
+    on_cpu = _report("cpu", "not_reproduced")  # no autotuning there: a rewrite when the graph ran
+    on_cpu["first_divergence"]["isolation"]["repeated"] = True
+    assert explain_comparison(on_cpu)["causes"] == ["grappler"]
 
 
 def test_determinism_is_said_to_give_repeatability_not_batch_invariance() -> None:

@@ -51,8 +51,8 @@ def _isolation_causes(report: dict[str, Any], first: dict[str, Any] | None,
     if not cause or cause == "weights" or record is None:
         return {}
     named = f"`{first['node']}` ({first['op']})"
-    if isolation.get("repeated") and _on_gpu(sides):
-        return {"autotune": _computed_otherwise_alone(named)}
+    if isolation.get("repeated"):  # not run-to-run: the context it runs in
+        return _computed_otherwise_alone(named, _on_gpu(sides))
     what = record.evidence.format(first=named) if record.evidence else f"{named}, {record.clause}"
     return _nondeterminism(what, sides) if cause == "nondeterminism" else {cause: f"{what}."}
 
@@ -61,15 +61,19 @@ def _on_gpu(sides: tuple[dict[str, Any], dict[str, Any]]) -> bool:
     return any(str(side.get("device") or "").startswith("gpu") for side in sides)
 
 
-def _computed_otherwise_alone(named: str) -> str:
+def _computed_otherwise_alone(named: str, gpu: bool) -> dict[str, str]:
     """An origin whose replays agree, whose replay on one side moved from its capture, and whose
     further whole runs of that side repeated it (``isolation.repeated``): not run-to-run noise, so
-    not atomics; what remains on a GPU is the algorithm each process picks for it in its context."""
-    return (f"{named} agrees on both sides when replayed alone on identical inputs, and the side whose replay moved "
+    not atomics. What remains is the context it runs in: on a GPU the algorithm each process picks
+    for it, on a CPU a rewrite when the graph ran that the executed graph does not name."""
+    what = (f"{named} agrees on both sides when replayed alone on identical inputs, and the side whose replay moved "
             "repeated it bit for bit over further whole runs: it computes otherwise alone than inside the whole "
-            "model, not from one run to the next; cuDNN autotuning picks each process's algorithms by timing, in "
-            "the context it runs in (compare again with `--autotune off`: identical then means autotuning was the "
-            "cause).")
+            "model, not from one run to the next")
+    if gpu:
+        return {"autotune": f"{what}; cuDNN autotuning picks each process's algorithms by timing, in the context it "
+                            "runs in (compare again with `--autotune off`: identical then means autotuning was the "
+                            "cause)."}
+    return {"grappler": f"{what}: a rewrite when the graph ran, which the executed graph does not name."}
 
 
 def _nondeterminism(what: str, sides: tuple[dict[str, Any], dict[str, Any]]) -> dict[str, str]:

@@ -262,12 +262,14 @@ def _agreeing_yet_moved(op: PlannedOrigin, moved_text: str, repeat_noise: float 
                                     f"{repeat_noise:.3g} on this tensor ({moved_text})", {})
     if repeated and not per_process:
         who = " and ".join(repeated)
+        why = ("the algorithm picked for it: cuDNN autotuning picks per process and context, which `--autotune off` "
+               "tells" if any(side.lower() in op.per_process for side in repeated) else
+               "a rewrite at run time that the executed graph does not name")
         return ("not_reproduced", f"replayed alone on identical inputs, both sides compute the same result, but "
                                   f"{moved_text}, while {who}'s whole-model runs, run more for this, repeated it bit for "
                                   "bit: alone in a fresh process the op computes other numbers than inside the whole "
-                                  "model, where it did not change from run to run (on a GPU, the algorithm picked for "
-                                  "it: cuDNN autotuning picks per process and context, which `--autotune off` tells); "
-                                  "not this op's kernel, and not shown to be run-to-run noise", {"repeated": True})
+                                  f"model, where it did not change from run to run ({why}); not this op's kernel, and "
+                                  "not shown to be run-to-run noise", {"repeated": True})
     if per_process:
         return ("nondeterministic", f"replayed alone on identical inputs, both sides compute the same result, but the "
                                     f"op's result changes from one process to the next on the GPU ({moved_text}): "
