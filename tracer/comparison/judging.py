@@ -33,7 +33,7 @@ from .noise import NONDETERMINISTIC_GPU, Noise, RepeatPlan, measure_noise, plan_
 from .pairing import is_capture
 from .replay_choice import first_unshared_norm, to_isolate
 
-__all__ = ["Judging", "MORE_RUNS"]
+__all__ = ["Judging"]
 
 MORE_RUNS = 2  # the further runs of a side whose replay moved where its runs repeated themselves
 # the isolation verdicts a replay that moved from its capture may owe to run-to-run noise
@@ -166,7 +166,7 @@ def _repeats_that_missed(isolation: dict[str, IsolationResult], noise: Noise, al
             continue
         for side in iso.replay_moved or ():
             runs = len(noise.runs.get(side) or ())
-            if side not in found and noise.measured(side) and 1 < runs <= 2:
+            if side not in found and noise.measured(side) and runs == 2:
                 found[side] = (f"its {runs} runs repeated `{name}` bit for bit, but its replay of it in one more "
                                f"process differed from its capture by up to {iso.noise_max_abs:.3g}")
     return found
