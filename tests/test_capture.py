@@ -9,6 +9,7 @@ pass --onednn.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -533,11 +534,13 @@ def test_a_run_split_under_max_memory_says_which_part_of_how_many_it_fetches(
     assert [t.endswith(f" (part {i} of {parts})") for i, t in enumerate(first_run, 1)] == [False] + [True] * (parts - 1)
 
 
-def test_single_npy_for_a_one_input_model(hpt: dict[str, Any]) -> None:
+def test_single_npy_for_a_one_input_model(hpt: dict[str, Any], hpt_inputs: dict[str, Path]) -> None:
     path, proc = hpt["npy"]
     _ok(proc)
     cap = Capture.open(path)
     assert cap.manifest["examples"]["source"] == "x.npy" and cap.manifest["runs"] == [[0, 3]]
+    # the file's own digest, as sha256sum prints it: what a report's Reproduce section names
+    assert cap.manifest["examples"]["file_sha256"] == hashlib.sha256(hpt_inputs["npy"].read_bytes()).hexdigest()
     np.testing.assert_array_equal(cap.tensor("x:0"), [[1.0], [2.0], [5.0]])
     np.testing.assert_array_equal(cap.tensor("y:0"), [[2.5], [3.0], [4.5]])
     assert "captured 18 tensors (2 not capturable)" in proc.stdout

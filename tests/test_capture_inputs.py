@@ -6,6 +6,7 @@ signature.
 
 from __future__ import annotations
 
+import hashlib
 import zlib
 from pathlib import Path
 
@@ -111,7 +112,9 @@ def test_inputs_from_npz_and_npy(tmp_path: Path) -> None:
     for name in ("in.npz", "in.npy"):
         ex = make_examples(IMAGES, 8, 0, str(tmp_path / name))
         assert ex.count == 2 and ex.batch_major and ex.source == name
+        assert ex.file_sha256 == hashlib.sha256((tmp_path / name).read_bytes()).hexdigest()
         np.testing.assert_array_equal(ex.arrays["images"], images)
+    assert make_examples(IMAGES, 8, 0, None).file_sha256 is None
 
 
 @pytest.mark.parametrize(

@@ -115,8 +115,20 @@ def test_reproduce_names_the_inputs_file_the_command_needs() -> None:
     assert reproduce_command(report) == "tftrace compare m/ m/ --inputs 'data/my images.npz' --force"
     assert _reproduce_section(report)[4:] == [
         "- oneDNN: off on both sides (set by the command).",
-        "- Inputs: 8 examples from the file `data/my images.npz`, sha256 b4f7c0f91209; the command needs that file "
-        "(attach it, or say where it comes from)."]
+        "- Inputs: 8 examples from the file `data/my images.npz`, digest of their values b4f7c0f91209; the command "
+        "needs that file (attach it, or say where it comes from)."]
+
+
+def test_reproduce_gives_the_inputs_files_own_sha256_where_the_capture_recorded_it() -> None:
+    """The fingerprint beside a file name is the one ``sha256sum FILE`` prints, not the digest of
+    the values fed (which covers the signature's key names too and matches no tool's)."""
+    side_a = _side("off", "0", False, "my images.npz")
+    side_a["examples"]["file_sha256"] = "43625a27e17f" + "1" * 52
+    report = _report("tftrace compare m/ m/ --inputs 'data/my images.npz'", side_a,
+                     _side("off", "0", False, "inputs_from_a.npy"))
+    assert _reproduce_section(report)[5] == (
+        "- Inputs: 8 examples from the file `data/my images.npz`, sha256 43625a27e17f; the command needs that file "
+        "(attach it, or say where it comes from).")
 
 
 def test_a_capture_directory_side_is_not_pinned_its_settings_were_fixed_when_captured() -> None:

@@ -258,6 +258,8 @@ def _validate_parts(root: Path, manifest: dict[str, Any]) -> None:
         count = examples.get("count")
         if not _is_count(count) or not isinstance(examples.get("batch_major"), bool):
             raise damaged(root, '"examples" needs an integer "count" >= 0 and a boolean "batch_major"')
+        if "file_sha256" in examples and not _is_sha256(examples["file_sha256"]):
+            raise damaged(root, '"examples.file_sha256" is not 64 lowercase hexadecimal digits')
     if "runs" in manifest:
         ok = all(
             isinstance(r, list) and len(r) == 2 and _is_count(r[0]) and _is_count(r[1]) and r[0] <= r[1]
@@ -338,6 +340,10 @@ def _is_number(value: Any) -> bool:
 
 def _is_count(value: Any) -> bool:
     return type(value) is int and value >= 0
+
+
+def _is_sha256(value: Any) -> bool:
+    return isinstance(value, str) and len(value) == 64 and all(c in "0123456789abcdef" for c in value)
 
 
 def _is_list_of(value: Any, kind: type) -> bool:

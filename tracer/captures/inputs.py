@@ -21,6 +21,8 @@ Strings (serialized ``tf.Example`` protos) cannot be invented and need ``--input
 
 from __future__ import annotations
 
+import hashlib
+
 import keyword
 import re
 import zlib
@@ -45,6 +47,7 @@ class Examples:
     batch_major: bool  # False when the signature fixes the first dimension (no batching possible)
     source: str  # "generated (seed N)" or the file name
     per_example: bool = False  # no batch axis: arrays are [count, *shape], each run feeds one example
+    file_sha256: str | None = None  # the inputs file's own sha256 (what ``sha256sum FILE`` prints)
 
     def feed(self, key: str, start: int, stop: int) -> np.ndarray:
         """What input ``key`` is fed in the run over examples ``[start, stop)``."""
@@ -107,11 +110,11 @@ def make_examples(
     unbatched = all(s.shape is not None and None not in s.shape for s in inputs.values())
     if inputs_file:
         arrays, per_example = _read_file(inputs_file, inputs, unbatched)
-        source = Path(inputs_file).name
+        source, file_sha256 = Path(inputs_file).name, _file_sha256(inputs_file)
     else:
         per_example = unbatched
         arrays = {key: _generate(key, spec, examples, seed, alternatives, per_example) for key, spec in inputs.items()}
-        source = f"generated (seed {seed}, {_drawn(arrays.values())})"
+        source, file_sha256 = f"generated (seed {seed}, {_drawn(arrays.values())})", None
     counts = {k: (a.shape[0] if a.ndim else 1) for k, a in arrays.items()}
     if len(set(counts.values())) > 1:
         raise TftraceError(
@@ -120,8 +123,20 @@ def make_examples(
         )
     count = next(iter(counts.values()))
     if per_example:
-        return Examples(arrays, count, batch_major=False, source=source, per_example=True)
-    return Examples(arrays, count, batch_major=not fixed and all(a.ndim > 0 for a in arrays.values()), source=source)
+        return Examples(arrays, count, batch_major=False, source=source, per_example=True, file_sha256=file_sha256)
+    return Examples(arrays, count, batch_major=not fixed and all(a.ndim > 0 for a in arrays.values()), source=source,
+                    file_sha256=file_sha256)
+
+
+def _file_sha256(path: str) -> str:
+    """The file's sha256, so a report names the file the way a reader checks it (``sha256sum``);
+    the digest of the values fed (``examples_digest``) covers the signature's key names too, and
+    equals no tool's digest of the file."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def _drawn(arrays: Any) -> str:

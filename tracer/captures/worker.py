@@ -211,7 +211,8 @@ def _manifest(side: Side, runtime: Any, examples: Any, ranges: list[tuple[int, i
         "signature": runtime.signature.to_json(),
         "graph": runtime.opgraph.to_json(),
         "examples": {"count": examples.count, "source": examples.source, "batch_major": examples.batch_major,
-                     **({"per_example": True} if examples.per_example else {})},
+                     **({"per_example": True} if examples.per_example else {}),
+                     **({"file_sha256": examples.file_sha256} if examples.file_sha256 else {})},
         "batch_size": run_batch_size({"runs": ranges}),  # the batch that ran, not the one asked for
         "runs": [list(r) for r in ranges],
         "tensor_layout": instrumented["layout"],

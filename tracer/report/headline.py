@@ -447,7 +447,11 @@ def reproduce_facts(report: dict[str, Any]) -> list[str]:
     how_many = f"{examples['count']} examples" if isinstance(examples.get("count"), int) else "the examples"
     given = _inputs_file(argv)
     if given or (source and not source.startswith("generated")):
-        fingerprint = f", sha256 {digest[:12]}" if digest else ""
+        file_sha256 = examples.get("file_sha256")
+        if isinstance(file_sha256, str) and file_sha256:  # the file's own, as sha256sum prints it
+            fingerprint = f", sha256 {file_sha256[:12]}"
+        else:  # a capture of before 2026-12-05 recorded only the digest of the values fed
+            fingerprint = f", digest of their values {digest[:12]}" if digest else ""
         facts.append(f"Inputs: {how_many} from the file `{given or source}`{fingerprint}; the command needs that "
                      "file (attach it, or say where it comes from).")
     elif source:

@@ -399,7 +399,8 @@ def side_rows(sides: dict[str, Any]) -> list[tuple[str, str, str, bool]]:
         if key == "examples" and all(digests):
             differs = digests[0] != digests[1]
             same = "same values" if not differs else "different values"
-            a, b = f"{a} ({same}, sha256 {str(digests[0])[:12]})", f"{b} ({same}, sha256 {str(digests[1])[:12]})"
+            a, b = (f"{a} ({same}, values digest {str(digests[0])[:12]})",
+                    f"{b} ({same}, values digest {str(digests[1])[:12]})")
         rows.append((key, a, b, differs))
     return rows
 
