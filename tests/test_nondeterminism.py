@@ -99,6 +99,9 @@ def test_repeat_gives_a_within_noise_verdict_with_the_real_magnitudes(noisy_mode
     code, report, stdout = _compare(tmp_path / "r", str(noisy_model), str(noisy_model), "--repeat", "3")
     assert report["verdict"] == "within_noise"
     assert code == 0  # documented: as equal as each side is to itself
+    # each side ran 3 times because the user asked, and says so (the plan's reason, noise.plan_repeats)
+    assert {side: (report["noise"][side]["runs"], report["noise"][side]["why"]) for side in "ab"} == {
+        "a": (3, "`--repeat`"), "b": (3, "`--repeat`")}
     y = report["outputs"]["y"]
     assert y["identical"] is False and y["max_abs"] == 2.0 ** -9  # never "identical, 0"
     assert y["noise_max_abs"] == 2.0 ** -9

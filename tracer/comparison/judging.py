@@ -29,7 +29,7 @@ from .detection_lists import DetectionList
 from .divergence import Divergence, Tolerance, classify
 from .isolate import (IsolationResult, isolate_origins, judge_again, load_state_variables, replay_side,
                       replays_local, weights_set_at_load)
-from .noise import NONDETERMINISTIC_GPU, Noise, RepeatPlan, measure_noise, plan_more
+from .noise import Noise, RepeatPlan, measure_noise, plan_more
 from .pairing import is_capture
 from .replay_choice import first_unshared_norm, to_isolate
 
@@ -64,12 +64,9 @@ class Judging:
 
     def run(self, repeat: int | None, isolate: int) -> tuple[Divergence, dict[str, IsolationResult], Noise]:
         plan = self.plan
-        why = {u["side"]: "" for u in plan.unmeasured} | {
-            key: ("`--repeat`" if repeat is not None else f"side {key.upper()} {NONDETERMINISTIC_GPU}")
-            for key in plan.runs}
         if plan.runs:
             self.noise = measure_noise(plan, self.captures, self.alignment, self.out, self.console,
-                                       self.signature_map, self.tolerance, why, lists=self.lists,
+                                       self.signature_map, self.tolerance, lists=self.lists,
                                        first=self.ahead.take("first_repeat"), then=self._replays_ahead(isolate))
         self.noise.not_measured = list(plan.unmeasured)
         at_load = weights_set_at_load(self.noise.per_tensor, self.views[0].graph)  # moved in the repeats
@@ -82,10 +79,10 @@ class Judging:
             if not moved and not missed:
                 break
             runs = {key: 2 for key in moved} | {key: len(self.noise.runs[key]) + MORE_RUNS for key in missed}
-            more = plan_more(self.targets, self.captures, runs, self.noise.runs)
+            more = plan_more(self.targets, self.captures, runs, self.noise.runs, moved | missed)
             known = dict(self.noise.per_tensor)
             self.noise = measure_noise(more, self.captures, self.alignment, self.out, self.console, self.signature_map,
-                                       self.tolerance, moved | missed, earlier=self.noise, lists=self.lists)
+                                       self.tolerance, earlier=self.noise, lists=self.lists)
             if not moved and self.noise.per_tensor == known:  # the further runs moved nothing either
                 stale = True  # the pairs of runs changed: classify again
                 isolation = self._judged_again(missed, isolation)

@@ -160,10 +160,11 @@ class RepeatPlan:
     runs: dict[str, int]
     unmeasured: list[dict[str, str]]
     jobs: list[tuple[str, int, Side]]  # (side, repeat number, what to run)
+    why: dict[str, str] = field(default_factory=dict)  # side in runs -> why it runs again (the report's noise.SIDE)
 
 
 def plan_repeats(targets: dict[str, Any], captures: dict[str, Capture], repeat: int | None) -> RepeatPlan:
-    """How many runs each side gets, and the sides that can move but will not be measured.
+    """How many runs each side gets and why, and the sides that can move but will not be measured.
 
     ``repeat`` given: every side that can be re-run gets it (1: none). None (the default): 2 runs
     for a side that can be nondeterministic (see the module docstring), 1 for the others.
@@ -182,14 +183,17 @@ def plan_repeats(targets: dict[str, Any], captures: dict[str, Capture], repeat: 
             runs[key] = wanted
         elif risky:
             unmeasured.append({"side": key, "why": f"it {NONDETERMINISTIC_GPU}, and `--repeat 1` ran it once"})
-    return RepeatPlan(runs, unmeasured, _repeat_jobs(targets, captures, runs))
+    why = {key: "`--repeat`" if repeat is not None else f"side {key.upper()} {NONDETERMINISTIC_GPU}" for key in runs}
+    return RepeatPlan(runs, unmeasured, _repeat_jobs(targets, captures, runs), why)
 
 
 def plan_more(targets: dict[str, Any], captures: dict[str, Capture], runs: dict[str, int],
-              done: Mapping[str, list[Capture]]) -> RepeatPlan:
+              done: Mapping[str, list[Capture]], why: Mapping[str, str]) -> RepeatPlan:
     """Further runs, judging's: each side in ``runs`` up to that many runs in all, continuing from
-    its runs so far (``done``: a side not run again yet has its first capture only)."""
-    return RepeatPlan(runs, [], _repeat_jobs(targets, captures, runs, done))
+    its runs so far (``done``: a side not run again yet has its first capture only), for the reason
+    ``why`` gives (a side measured before keeps its first reason and records this one as
+    ``more_runs``)."""
+    return RepeatPlan(runs, [], _repeat_jobs(targets, captures, runs, done), {key: why[key] for key in runs})
 
 
 def _repeat_jobs(targets: dict[str, Any], captures: dict[str, Capture], runs: dict[str, int],
@@ -211,14 +215,14 @@ def first_repeat_child(plan: RepeatPlan) -> PreparedChild | None:
 
 def measure_noise(
     plan: RepeatPlan, captures: dict[str, Capture], alignment: Alignment, out: Path,
-    console: Console, signature_map: dict[str, str], tolerance: Tolerance, why: dict[str, str],
+    console: Console, signature_map: dict[str, str], tolerance: Tolerance,
     earlier: Noise | None = None, lists: Mapping[str, DetectionList] | None = None,
     first: PreparedChild | None = None, then: Callable[[int], None] | None = None,
 ) -> Noise:
     """Capture each side as ``plan`` says (fresh processes) and measure how much every tensor and
     every plain output moves by itself; then judge every output over every pair of A and B runs.
     ``earlier``: a measurement this one extends (its sides are kept; a side
-    measured there runs only the captures it lacks, and its ``why`` stays, this one's recorded as
+    measured there runs only the captures it lacks, and its ``why`` stays, this plan's recorded as
     ``more_runs``);
     ``lists``: the detection lists A and B were measured on between matched detections, which their
     runs are measured on so too; ``first``: the first repeat's child, already loading
@@ -229,7 +233,7 @@ def measure_noise(
     runs_of = noise.runs or {key: [captures[key]] for key in ("a", "b")}
     noise.runs = runs_of
     started = time.monotonic()
-    runs, jobs = plan.runs, plan.jobs
+    runs, jobs, why = plan.runs, plan.jobs, plan.why
     before = {name: len(runs_of[name]) for name in runs}
     ahead: dict[int, PreparedChild | None] = {0: first} if first is not None and jobs else {}
 
