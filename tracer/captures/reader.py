@@ -40,7 +40,7 @@ from ._unpack import iter_packed, read_packed
 from ._values import ArtifactReads
 from ._checks import validate_manifest, validate_record
 from .inputs import run_batch_size
-from .views import Examples, ObserverEffect, Timings
+from .views import ExamplesRecord, ObserverEffect, Timings
 
 __all__ = ["Capture", "MissingKey", "is_capture_dir"]
 
@@ -182,9 +182,9 @@ class Capture:
         return run_batch_size(self.manifest) or None
 
     @property
-    def examples(self) -> Examples:
-        """The examples this side ran."""
-        return Examples.from_json(self.manifest["examples"])
+    def examples(self) -> ExamplesRecord:
+        """What this capture recorded of the examples its side ran."""
+        return ExamplesRecord.from_json(self.manifest["examples"])
 
     @property
     def inputs(self) -> dict[str, str]:

@@ -12,22 +12,25 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Examples", "ObserverEffect", "Timings"]
+__all__ = ["ExamplesRecord", "ObserverEffect", "Timings"]
 
 
 @dataclass(frozen=True)
-class Examples:
-    """The examples a side ran: how many, where they came from, how they were laid out."""
+class ExamplesRecord:
+    """What a capture recorded of the examples its side ran: how many, where they came from, how
+    they were laid out (the values themselves are :class:`tracer.captures.inputs.Examples`, made
+    by the worker, and the capture's input tensors)."""
 
     count: int
-    source: str  # "seed 0", "every example of images.npz", ...
+    source: str  # "generated (seed 0, N(0,1) floats)", or the inputs file's name
     batch_major: bool  # the first axis of every input is the example axis
     per_example: bool = False  # the inputs were fed one example per run
+    file_sha256: str | None = None  # the inputs file's own sha256; None for generated examples and older captures
 
     @classmethod
-    def from_json(cls, doc: Mapping[str, Any]) -> Examples:
+    def from_json(cls, doc: Mapping[str, Any]) -> ExamplesRecord:
         return cls(int(doc["count"]), str(doc.get("source") or ""), bool(doc.get("batch_major")),
-                   bool(doc.get("per_example")))
+                   bool(doc.get("per_example")), doc.get("file_sha256"))
 
 
 @dataclass(frozen=True)
