@@ -15,8 +15,10 @@ import tracer.captures._unpack as unpack
 from tracer.captures.store import Capture, CaptureWriter
 from tracer.comparison.align import Alignment, NodeAlignment, TensorPair
 from tracer.comparison.divergence import Tolerance
+import tracer.comparison.measure as measure
 from tracer.comparison.measure import pair_metrics
 from tracer.metrics.arrays import compare_arrays
+from tracer.metrics.in_step import PairScan
 
 
 def _node(name: str, op: str, inputs: list[str], **attrs: object) -> dict:
@@ -126,7 +128,9 @@ def test_a_compare_of_packed_captures_holds_a_few_chunks_not_a_tensor(
     assert live_decoded["live"] == 0  # and nothing is held after
 
 
-def test_the_input_chunk_cache_saves_decoding_within_its_bound(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture
+def decodes(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """Count the chunks decoded (every packed read decodes through ``_unpack.decompress``)."""
     calls = {"n": 0}
     real = unpack.decompress
 
@@ -135,20 +139,92 @@ def test_the_input_chunk_cache_saves_decoding_within_its_bound(tmp_path: Path, m
         return real(*args, **kwargs)
 
     monkeypatch.setattr(unpack, "decompress", counting)
+    return calls
+
+
+def _fresh(*caps: Capture) -> None:
+    for cap in caps:
+        cap.forget()
+        cap._chunk_cache = None
+
+
+EACH_CHUNK_ONCE = 2 * (6 * (ROWS // STEP) + 5)  # a side's six streamed tensors and five vectors, each chunk once
+
+
+def test_the_input_chunk_cache_saves_decoding_within_its_bound(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, decodes: dict[str, int]) -> None:
+    """Pairs compared one after another (``MAX_IN_STEP = 1``): a predicted chunk's inputs come from
+    the cache where it holds them, else they are decoded again."""
+    monkeypatch.setattr(measure, "MAX_IN_STEP", 1)
     a, b = (_capture(tmp_path / k, _values(s), True) for k, s in (("a", 1), ("b", 2)))
     counts = {}
     for limit in (0, 1 << 30):
         monkeypatch.setattr(stream_module, "CHUNK_CACHE_BYTES", limit)
-        for cap in (a, b):
-            cap.forget()
-            cap._chunk_cache = None
-        calls["n"] = 0
+        _fresh(a, b)
+        decodes["n"] = 0
         metrics = pair_metrics(a, b, _alignment(), Tolerance())
-        counts[limit] = calls["n"]
+        counts[limit] = decodes["n"]
         assert a._chunk_cache is not None and a._chunk_cache.nbytes <= limit
         if limit == 0:
             first = {k: asdict(v) for k, v in metrics.items()}
         else:
             assert {k: asdict(v) for k, v in metrics.items()} == first
-    chunks = 2 * (6 * (ROWS // STEP) + 5)  # a side's six streamed tensors and five vectors, each chunk once
-    assert counts[1 << 30] == chunks < counts[0]
+    assert counts[1 << 30] == EACH_CHUNK_ONCE < counts[0]
+
+
+def test_pairs_read_in_step_decode_each_chunk_once_with_the_same_metrics(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, decodes: dict[str, int]) -> None:
+    """The six pairs share their chunks' rows: read in step, a chain's chunk k is decoded once for
+    all its members, with no cache at all, and every metric is the one read pair by pair gives."""
+    monkeypatch.setattr(stream_module, "CHUNK_CACHE_BYTES", 0)
+    a, b = (_capture(tmp_path / k, _values(s), True) for k, s in (("a", 1), ("b", 2)))
+    found = {}
+    for most in (1, 6):
+        monkeypatch.setattr(measure, "MAX_IN_STEP", most)
+        _fresh(a, b)
+        decodes["n"] = 0
+        found[most] = ({k: asdict(v) for k, v in pair_metrics(a, b, _alignment(), Tolerance()).items()}, decodes["n"])
+    (one_by_one, decoded_one_by_one), (in_step, decoded_in_step) = found[1], found[6]
+    assert list(in_step) == list(one_by_one) and in_step == one_by_one
+    assert decoded_in_step == EACH_CHUNK_ONCE < decoded_one_by_one
+    # runs of at most MAX_IN_STEP pairs: two runs of three decode the conv's chunks again for the add
+    monkeypatch.setattr(measure, "MAX_IN_STEP", 3)
+    _fresh(a, b)
+    decodes["n"] = 0
+    assert {k: asdict(v) for k, v in pair_metrics(a, b, _alignment(), Tolerance()).items()} == one_by_one
+    assert EACH_CHUNK_ONCE < decodes["n"] < decoded_one_by_one
+
+
+def test_in_step_pieces_are_each_tensors_values_chunk_by_chunk(tmp_path: Path) -> None:
+    """Chunk k of each name in turn, a name given twice read twice (decoded once)."""
+    cap = _capture(tmp_path / "a", _values(1), True)
+    names = ["conv:0", "badd:0", "relu:0", "relu:0", "out:0"]
+    assert len({cap.chunk_spans(n) for n in names}) == 1 and cap.chunk_spans("bias:0") is None
+    pieces = list(cap.in_step(names))
+    assert len(pieces) == len(names) * (ROWS // STEP)
+    for j, name in enumerate(names):
+        np.testing.assert_array_equal(np.concatenate(pieces[j :: len(names)]), np.asarray(cap.tensor(name)).reshape(-1))
+
+
+@pytest.mark.parametrize("pieces", [[7, 1, 300_000, 1, 0, 123_456, 5], [1 << 18] * 3 + [89_000], [2 ** 20 - 1, 3]])
+def test_a_pair_fed_in_pieces_of_any_size_gets_compare_arrays_result(pieces: list[int]) -> None:
+    """The blocks decide the sums' bits: fed in pieces that end anywhere, a pair is scanned in the
+    very blocks compare_arrays takes, so every metric is bit for bit the same."""
+    size = sum(pieces)
+    rng = np.random.default_rng(3)
+    a = rng.normal(size=size).astype(np.float32)
+    b = a + rng.normal(scale=1e-6, size=size).astype(np.float32)
+    b[::997] = np.nan
+    scan = PairScan(a, b, rtols=(1e-5,))
+    at = 0
+    for n in pieces:
+        scan.feed(a[at : at + n], b[at : at + n])
+        at += n
+    got, want = scan.result(), compare_arrays(a, b, rtols=(1e-5,))
+    assert got.nan_b == want.nan_b > 0 and got.to_json() == want.to_json()  # (NaN in worst: compared as text)
+    short = PairScan(a, b, rtols=(1e-5,))
+    short.feed(a[:10], b[:10])
+    with pytest.raises(ValueError, match=f"fed 10 of the {size} elements"):
+        short.result()
+    with pytest.raises(ValueError, match="more than the"):
+        PairScan(a[:5], b[:5], rtols=()).feed(a[:6], b[:6])

@@ -19,7 +19,7 @@ from ._format import damaged
 from ..text import count
 from ._packed import CHUNK_BYTES, CODEC, MAX_LEVEL, PREDICTORS, decompress, forms, predict, xor
 
-__all__ = ["read_packed", "iter_packed", "chunk_rows", "validate_chunks", "validate_prediction"]
+__all__ = ["read_packed", "iter_packed", "decode_chunk", "chunk_rows", "validate_chunks", "validate_prediction"]
 
 # name, first row, end row (None, None: the whole input) -> the input's values
 GetInput = Callable[[str, "int | None", "int | None"], np.ndarray]
@@ -74,20 +74,29 @@ def iter_packed(path: Path, record: dict[str, Any], encoding: dict[str, Any], st
     consumes a tensor once (compare) holds is one chunk, never the tensor. Same checks as
     :func:`read_packed` (the index was validated on open: the chunks cover every row once)."""
     shape, batch_major = tuple(record["shape"]), bool(record["batch_major"])
-    spec = encoding.get("predict")
     with open(path, "rb") as f:
-        for r0, r1, offset, nbytes, predicted in sorted(encoding["chunks"]):
-            rows = chunk_rows(shape, batch_major, r0, r1)
-            guess = _prediction(spec, predicted, get_input, stored, rows, (r0, r1) if batch_major else None)
-            blob = _chunk_bytes(f, offset, nbytes)
-            values = decompress(blob, stored, rows)
-            del blob
-            if guess is not None:
-                xor(values, guess, out=values)
-                del guess
-            values.flags.writeable = False
-            yield r0, r1, values
+        for chunk in sorted(encoding["chunks"]):
+            values = decode_chunk(f, shape, batch_major, chunk, encoding.get("predict"), stored, get_input)
+            yield chunk[0], chunk[1], values
             del values  # not held while the next chunk is decoded
+
+
+def decode_chunk(f: Any, shape: tuple[int, ...], batch_major: bool, chunk: list[int], spec: dict[str, Any] | None,
+                 stored: np.dtype, get_input: GetInput) -> np.ndarray:
+    """One chunk ``[first_row, end_row, offset, nbytes, predicted]`` of an open packed file, as a
+    fresh read-only array (its prediction made from its inputs' same rows first, so they are let
+    go before its own bytes are decoded)."""
+    r0, r1, offset, nbytes, predicted = chunk
+    rows = chunk_rows(shape, batch_major, r0, r1)
+    guess = _prediction(spec, predicted, get_input, stored, rows, (r0, r1) if batch_major else None)
+    blob = _chunk_bytes(f, offset, nbytes)
+    values = decompress(blob, stored, rows)
+    del blob
+    if guess is not None:
+        xor(values, guess, out=values)
+        del guess
+    values.flags.writeable = False
+    return values
 
 
 def _prediction(spec: dict[str, Any] | None, predicted: Any, get_input: GetInput, stored: np.dtype,

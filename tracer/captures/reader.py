@@ -35,7 +35,7 @@ from ._format import (
 )
 from ._packed import digest
 from ._packing import VALUES_DIGEST, row_digest
-from ._stream import ChunkCache, DecodedValues, TensorStream
+from ._stream import ChunkCache, DecodedValues, InStep, TensorStream, pieces_in_step
 from ._unpack import iter_packed, read_packed
 from ._values import ArtifactReads
 from ._checks import validate_manifest, validate_record
@@ -264,6 +264,37 @@ class Capture:
 
         dtype = widen(np.zeros(0, np.dtype(stored["stored_dtype"])), dtype_name).dtype
         return TensorStream(tuple(record["shape"]), dtype, chunks)
+
+    def chunk_spans(self, name: str) -> tuple[tuple[int, int], ...] | None:
+        """The rows of each chunk of a packed batch-major tensor, in order (None for any other):
+        tensors with the same spans can be read in step (:meth:`in_step`)."""
+        owner = self.record(name).get("alias_of") or name
+        stored = self.manifest["tensors"][owner]
+        encoding = stored.get("encoding")
+        if encoding is None or stored.get("values") == "artifact" or not stored["batch_major"]:
+            return None
+        return tuple((c[0], c[1]) for c in sorted(encoding["chunks"]))
+
+    def in_step(self, names: list[str]) -> Iterator[np.ndarray]:
+        """Chunk k of each of ``names`` in turn, for k = 0, 1, ... (flat pieces, widened as
+        :meth:`tensor`), each chunk decoded once (:func:`~tracer.captures._stream.pieces_in_step`):
+        what compare reads for a run of pairs whose tensors share their :meth:`chunk_spans`."""
+        members = []
+        for name in names:
+            record = self.record(name)
+            owner = record.get("alias_of") or name
+            stored = self.manifest["tensors"][owner]
+            self._within_budget(owner, _largest_chunk(stored, stored["encoding"]), "one chunk of it")
+            members.append(InStep(owner, self._files[owner], stored, stored["encoding"], record["dtype"]))
+        if self._chunk_cache is None:
+            self._chunk_cache = ChunkCache(self.manifest["tensors"])
+        self._chunk_cache.reading(members[0].owner)
+        tensors = self.manifest["tensors"]
+        try:
+            yield from pieces_in_step(members, self._input_rows, self._chunk_cache,
+                                      lambda name: (tensors.get(name) or {}).get("alias_of") or name)
+        except ValueError as exc:
+            raise damaged(self.path, f"tensors {', '.join(repr(m.owner) for m in members)}: {exc}") from exc
 
     def forget(self) -> None:
         """Let go of every decoded value held for later reads (before a pass that streams them)."""

@@ -24,11 +24,13 @@ from .divergence import Tolerance
 from ..captures.loaded_state import written_variables
 from ..metrics import TensorMetrics, compare_arrays
 from ..metrics.arrays import trim_memory
+from ..metrics.in_step import PairScan, compare_in_step
 from ..opgraph import tensor_op
 
 __all__ = ["pair_metrics", "plain_output_metrics", "value_source"]
 
 SHA256 = re.compile(r"sha256:[0-9a-f]{64}")
+MAX_IN_STEP = 8  # pairs read in step at most (see _InStep)
 
 
 def plain_output_metrics(
@@ -111,15 +113,19 @@ def pair_metrics(cap_a: Capture, cap_b: Capture, alignment: Alignment, tolerance
     """Every comparable pair's metrics. Values kept only by digest (capture format 2: a variable
     the checkpoint holds) with equal digests are bitwise identical: not read at all, unless a
     capture was received (not written by this run), whose digests are first checked against what
-    they name (:meth:`Capture.bear_out`). Values that
+    they name (:meth:`Capture.bear_out`). Consecutive packed pairs whose chunks cover the same rows
+    are read in step (:class:`_InStep`), each chunk decoded once. Values that
     cannot be read back make their pair not comparable, its note saying why and how to get them."""
     out: dict[str, TensorMetrics] = {}
+    order: list[str] = []  # the pairs' order, which the pairs read in step would change
     for cap in (cap_a, cap_b):  # what the stages before decoded: the pairs are read chunk by chunk
         cap.forget()
     trim_memory()
+    in_step = _InStep(cap_a, cap_b, out)
     for node in alignment.nodes.values():
         for index, pair in enumerate(node.tensors):
             if pair.comparable and pair.b is not None:
+                order.append(pair.a)
                 _, rtol = tolerance.for_tensor(pair.a)
                 da, db = cap_a.digest(pair.a), cap_b.digest(pair.b)
                 if (da is None) != (db is None):  # one side stored its values: its digest settles identity too
@@ -134,8 +140,9 @@ def pair_metrics(cap_a: Capture, cap_b: Capture, alignment: Alignment, tolerance
                 # packed (format 2) values are decoded chunk by chunk into the comparison
                 streams = _streams(cap_a, cap_b, pair.a, pair.b)
                 if streams is not None:
-                    out[pair.a] = compare_arrays(*streams, rtols=(rtol,))
+                    in_step.add(pair.a, pair.b, streams, rtol)
                     continue
+                in_step.run()
                 try:
                     ta, tb = cap_a.tensor(pair.a), cap_b.tensor(pair.b)
                 except ValuesNotStored as exc:
@@ -145,10 +152,46 @@ def pair_metrics(cap_a: Capture, cap_b: Capture, alignment: Alignment, tolerance
                 tb = tb.reshape(ta.shape) if tb.shape != ta.shape else tb  # paired row by row (align)
                 out[pair.a] = compare_arrays(ta, tb, rtols=(rtol,), release=True)
                 del ta, tb  # a decoded (format 2) pair is let go before the next is read
+    in_step.run()
     for cap in (cap_a, cap_b):
         cap.forget()
     trim_memory()  # the decoding threads' freed pages, back for the stages that follow
-    return out
+    return {name: out[name] for name in order if name in out}
+
+
+class _InStep:
+    """The run of streamed pairs gathered so far, compared together once the run ends: in step
+    (:func:`tracer.metrics.in_step.compare_in_step`) where both sides are packed and every
+    tensor's chunks cover the same rows, else one pair after another. At most
+    :data:`MAX_IN_STEP` pairs: each holds a block per side that straddles two chunks."""
+
+    def __init__(self, cap_a: Capture, cap_b: Capture, out: dict[str, TensorMetrics]) -> None:
+        self.cap_a, self.cap_b, self.out = cap_a, cap_b, out
+        self.pairs: list[tuple[str, str, tuple[Any, Any], float]] = []
+        self.spans: tuple[tuple[int, int], ...] | None = None
+
+    def add(self, a: str, b: str, streams: tuple[Any, Any], rtol: float) -> None:
+        spans = self.cap_a.chunk_spans(a) if all(hasattr(s, "pieces") for s in streams) else None
+        if spans is None or spans != self.cap_b.chunk_spans(b):
+            self.run()
+            self.out[a] = compare_arrays(*streams, rtols=(rtol,))
+            return
+        if spans != self.spans or len(self.pairs) >= MAX_IN_STEP:
+            self.run()
+        self.pairs.append((a, b, streams, rtol))
+        self.spans = spans
+
+    def run(self) -> None:
+        """Compare the pairs gathered, and start a new run."""
+        pairs, self.pairs, self.spans = self.pairs, [], None
+        if len(pairs) == 1:
+            a, _, streams, rtol = pairs[0]
+            self.out[a] = compare_arrays(*streams, rtols=(rtol,))
+        elif pairs:
+            scans = [PairScan(*streams, rtols=(rtol,)) for _, _, streams, rtol in pairs]
+            found = compare_in_step(scans, self.cap_a.in_step([a for a, _, _, _ in pairs]),
+                                    self.cap_b.in_step([b for _, b, _, _ in pairs]))
+            self.out.update(zip([a for a, _, _, _ in pairs], found))
 
 
 def _streams(cap_a: Capture, cap_b: Capture, a: str, b: str) -> tuple[Any, Any] | None:

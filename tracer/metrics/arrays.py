@@ -181,6 +181,21 @@ def _compare_streams(a: Any, b: Any, *, k_worst: int, chunk_elems: int, rtols: S
     Measured on two ResNet-50 batch-8 captures (tensors up to 26 MB, chunks of 3.2 MB): whole
     decoded tensors held 160 MB above the import baseline; this holds 92-98 MB, the numba
     kernel's compilation (~35 MB) included."""
+    mine, block = stream_scan(a, b, k_worst=k_worst, chunk_elems=chunk_elems, rtols=rtols)
+    da, db, size = np.dtype(a.dtype), np.dtype(b.dtype), math.prod(tuple(a.shape))
+    with np.errstate(all="ignore"):
+        for s, ra, rb in _blocks(a, b, da, db, size, block):
+            mine.feed(s, ra, rb)
+        result = mine.result(tuple(a.shape), da == db)
+    if size * (da.itemsize + db.itemsize) >= TRIM_BYTES:
+        trim_memory()
+    return result
+
+
+def stream_scan(a: Any, b: Any, *, k_worst: int, chunk_elems: int, rtols: Sequence[float]) -> tuple[_Scan, int]:
+    """The scan and the block size of a pair read as streams (``a`` and ``b``: :class:`Stream` s or
+    arrays of equal shapes); the one setup, so a pair fed piece by piece from elsewhere
+    (:mod:`tracer.metrics.in_step`) gets the very same result."""
     shape_a, shape_b = tuple(a.shape), tuple(b.shape)
     if shape_a != shape_b:
         raise ValueError(f"cannot compare different shapes: A {shape_a} vs B {shape_b}")
@@ -190,18 +205,9 @@ def _compare_streams(a: Any, b: Any, *, k_worst: int, chunk_elems: int, rtols: S
     size = math.prod(shape_a)
     block = _block_size(size, chunk_elems)
     rtols = tuple(dict.fromkeys(rtols))
-
     if _pair_is_float(da, db):
-        mine: _Scan = _FloatScan(da, db, k_worst, rtols, block, lambda: _cross_streams(a, b, da, db, size, block))
-    else:
-        mine = _ExactScan(da, db, k_worst)
-    with np.errstate(all="ignore"):
-        for s, ra, rb in _blocks(a, b, da, db, size, block):
-            mine.feed(s, ra, rb)
-        result = mine.result(shape_a, da == db)
-    if size * (da.itemsize + db.itemsize) >= TRIM_BYTES:
-        trim_memory()
-    return result
+        return _FloatScan(da, db, k_worst, rtols, block, lambda: _cross_streams(a, b, da, db, size, block)), block
+    return _ExactScan(da, db, k_worst), block
 
 
 TRIM_BYTES = 1 << 20
