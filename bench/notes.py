@@ -217,10 +217,12 @@ def _format_section(f: dict[str, Any] | None) -> list[str]:
         " What limits it: captures named on the command line are received ones, so every digest they claim is"
         " checked against what it names before an equal pair may decide \"identical\": all of a format-2 side is"
         " decoded (zstd, the byte unshuffle, the predictions of BiasAdd, Relu, Add and batch norm outputs from"
-        " their inputs), and a prediction chain is decoded again for each tensor that ends it, while format 1"
-        " is memory-mapped and claims nothing. Decoding each chain once needs chunks that lie on the same"
-        " row boundaries in every tensor of a chain; `bench/format_notes.md` has the profiles and what was"
-        " tried.")
+        " their inputs), while format 1 is memory-mapped and claims nothing. Consecutive pairs whose chunks"
+        " cover the same rows are read in step, each chunk decoded once (`Capture.in_step`); an input that lies"
+        " before such a run (a residual Add's shortcut) is decoded again for its reader, so the compare"
+        " decodes about 1.2x what both sides hold (2.6x when every pair was read alone). Decoding B on the"
+        " second core meanwhile was faster still and held more than the compare's memory target;"
+        " `bench/format_notes.md` has the profiles and what was tried.")
     return [
         "### Compare over capture format 2 against format 1",
         "",
