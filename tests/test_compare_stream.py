@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import tracer.captures._stream as stream_module
+from tracer.captures._stream import common_steps
 import tracer.captures._unpack as unpack
 from tracer.captures.store import Capture, CaptureWriter
 from tracer.comparison.align import Alignment, NodeAlignment, TensorPair
@@ -54,13 +55,15 @@ def _values(seed: int) -> dict[str, np.ndarray]:
     return values
 
 
-def _capture(path: Path, values: dict[str, np.ndarray], packed: bool) -> Capture:
+def _capture(path: Path, values: dict[str, np.ndarray], packed: bool, step: int = STEP) -> Capture:
+    """Written ``step`` rows a run, as a capture batched so writes them: a packed tensor's chunks
+    are then ``step`` rows each (a row is 32 KiB)."""
     with CaptureWriter(path, graph=GRAPH, packed=packed) as writer:
         for key in ("bias", "scale", "offset", "mean", "var"):
             writer.write_whole(f"{key}:0", values[f"{key}:0"])
-        for start in range(0, ROWS, STEP):
+        for start in range(0, ROWS, step):
             for name in ("conv:0", "badd:0", "bn:0", "relu:0", "add:0", "out:0"):
-                writer.write_rows(name, values[name][start : start + STEP], start, ROWS)
+                writer.write_rows(name, values[name][start : start + step], start, ROWS)
         writer.finalize({})
     return Capture.open(path)
 
@@ -195,15 +198,38 @@ def test_pairs_read_in_step_decode_each_chunk_once_with_the_same_metrics(
     assert EACH_CHUNK_ONCE < decodes["n"] < decoded_one_by_one
 
 
-def test_in_step_pieces_are_each_tensors_values_chunk_by_chunk(tmp_path: Path) -> None:
-    """Chunk k of each name in turn, a name given twice read twice (decoded once)."""
+@pytest.mark.parametrize("steps", [[(r, r + STEP) for r in range(0, ROWS, STEP)], [(0, 4), (4, 12), (12, 16)]])
+def test_in_step_pieces_are_each_tensors_values_step_by_step(tmp_path: Path, steps: list[tuple[int, int]]) -> None:
+    """Rows of each step of each name in turn (a step of several chunks joined), a name given
+    twice read twice (decoded once)."""
     cap = _capture(tmp_path / "a", _values(1), True)
     names = ["conv:0", "badd:0", "relu:0", "relu:0", "out:0"]
     assert len({cap.chunk_spans(n) for n in names}) == 1 and cap.chunk_spans("bias:0") is None
-    pieces = list(cap.in_step(names))
-    assert len(pieces) == len(names) * (ROWS // STEP)
+    pieces = list(cap.in_step(names, steps))
+    assert len(pieces) == len(names) * len(steps)
     for j, name in enumerate(names):
         np.testing.assert_array_equal(np.concatenate(pieces[j :: len(names)]), np.asarray(cap.tensor(name)).reshape(-1))
+
+
+def test_sides_batched_otherwise_are_read_in_the_coarser_sides_steps(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, decodes: dict[str, int]) -> None:
+    """A ran 2 rows a run and B 4 (chunks of 2 and 4 rows): read in B's steps, each chunk of both
+    sides is decoded once, with the metrics of one pair after another. Where neither side's chunk
+    boundaries hold the other's (runs of 2 and of 3 rows), the pairs are read one after another."""
+    monkeypatch.setattr(stream_module, "CHUNK_CACHE_BYTES", 0)
+    a = _capture(tmp_path / "a", _values(1), True, step=2)
+    b = _capture(tmp_path / "b", _values(2), True, step=4)
+    assert common_steps(a.chunk_spans("conv:0"), b.chunk_spans("conv:0")) == [(0, 4), (4, 8), (8, 12), (12, 16)]
+    found = {}
+    for most in (1, 6):
+        monkeypatch.setattr(measure, "MAX_IN_STEP", most)
+        _fresh(a, b)
+        decodes["n"] = 0
+        found[most] = ({k: asdict(v) for k, v in pair_metrics(a, b, _alignment(), Tolerance()).items()}, decodes["n"])
+    assert found[6][0] == found[1][0]
+    assert found[6][1] == 6 * (ROWS // 2) + 6 * (ROWS // 4) + 2 * 5 < found[1][1]
+    assert common_steps([(0, 2), (2, 4), (4, 6)], [(0, 3), (3, 6)]) is None
+    assert common_steps([(0, 6)], [(0, 3), (3, 6)]) == [(0, 6)]
 
 
 @pytest.mark.parametrize("pieces", [[7, 1, 300_000, 1, 0, 123_456, 5], [1 << 18] * 3 + [89_000], [2 ** 20 - 1, 3]])

@@ -275,10 +275,11 @@ class Capture:
             return None
         return tuple((c[0], c[1]) for c in sorted(encoding["chunks"]))
 
-    def in_step(self, names: list[str]) -> Iterator[np.ndarray]:
-        """Chunk k of each of ``names`` in turn, for k = 0, 1, ... (flat pieces, widened as
+    def in_step(self, names: list[str], steps: list[tuple[int, int]]) -> Iterator[np.ndarray]:
+        """Rows ``steps[t]`` of each of ``names`` in turn, for t = 0, 1, ... (flat pieces, widened as
         :meth:`tensor`), each chunk decoded once (:func:`~tracer.captures._stream.pieces_in_step`):
-        what compare reads for a run of pairs whose tensors share their :meth:`chunk_spans`."""
+        what compare reads for a run of pairs whose tensors share their :meth:`chunk_spans` on
+        each side, in the steps both sides' chunks allow (:func:`~tracer.captures._stream.common_steps`)."""
         members = []
         for name in names:
             record = self.record(name)
@@ -291,7 +292,7 @@ class Capture:
         self._chunk_cache.reading(members[0].owner)
         tensors = self.manifest["tensors"]
         try:
-            yield from pieces_in_step(members, self._input_rows, self._chunk_cache,
+            yield from pieces_in_step(members, steps, self._input_rows, self._chunk_cache,
                                       lambda name: (tensors.get(name) or {}).get("alias_of") or name)
         except ValueError as exc:
             raise damaged(self.path, f"tensors {', '.join(repr(m.owner) for m in members)}: {exc}") from exc

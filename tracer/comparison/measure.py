@@ -19,6 +19,7 @@ from .align import Alignment, CaptureView
 from ..captures.reader import Capture
 from ..captures._format import EXTENDED
 from ..captures._packed import content_digest
+from ..captures._stream import common_steps
 from ..captures._values import ValuesNotStored
 from .divergence import Tolerance
 from ..captures.loaded_state import written_variables
@@ -161,36 +162,39 @@ def pair_metrics(cap_a: Capture, cap_b: Capture, alignment: Alignment, tolerance
 
 class _InStep:
     """The run of streamed pairs gathered so far, compared together once the run ends: in step
-    (:func:`tracer.metrics.in_step.compare_in_step`) where both sides are packed and every
-    tensor's chunks cover the same rows, else one pair after another. At most
-    :data:`MAX_IN_STEP` pairs: each holds a block per side that straddles two chunks."""
+    (:func:`tracer.metrics.in_step.compare_in_step`) where both sides are packed and, on each
+    side, every tensor's chunks cover the same rows, else one pair after another. At most
+    :data:`MAX_IN_STEP` pairs: each holds the tail of a block that straddles two chunks."""
 
     def __init__(self, cap_a: Capture, cap_b: Capture, out: dict[str, TensorMetrics]) -> None:
         self.cap_a, self.cap_b, self.out = cap_a, cap_b, out
         self.pairs: list[tuple[str, str, tuple[Any, Any], float]] = []
-        self.spans: tuple[tuple[int, int], ...] | None = None
+        self.spans: tuple[Any, Any] | None = None  # A's chunk rows and B's, shared by the run's pairs
+        self.steps: list[tuple[int, int]] = []
 
     def add(self, a: str, b: str, streams: tuple[Any, Any], rtol: float) -> None:
-        spans = self.cap_a.chunk_spans(a) if all(hasattr(s, "pieces") for s in streams) else None
-        if spans is None or spans != self.cap_b.chunk_spans(b):
+        both = all(hasattr(s, "pieces") for s in streams)
+        spans = (self.cap_a.chunk_spans(a), self.cap_b.chunk_spans(b)) if both else (None, None)
+        steps = common_steps(*spans) if None not in spans else None
+        if steps is None:
             self.run()
             self.out[a] = compare_arrays(*streams, rtols=(rtol,))
             return
         if spans != self.spans or len(self.pairs) >= MAX_IN_STEP:
             self.run()
         self.pairs.append((a, b, streams, rtol))
-        self.spans = spans
+        self.spans, self.steps = spans, steps
 
     def run(self) -> None:
         """Compare the pairs gathered, and start a new run."""
-        pairs, self.pairs, self.spans = self.pairs, [], None
+        pairs, steps, self.pairs, self.spans = self.pairs, self.steps, [], None
         if len(pairs) == 1:
             a, _, streams, rtol = pairs[0]
             self.out[a] = compare_arrays(*streams, rtols=(rtol,))
         elif pairs:
             scans = [PairScan(*streams, rtols=(rtol,)) for _, _, streams, rtol in pairs]
-            found = compare_in_step(scans, self.cap_a.in_step([a for a, _, _, _ in pairs]),
-                                    self.cap_b.in_step([b for _, b, _, _ in pairs]))
+            found = compare_in_step(scans, self.cap_a.in_step([a for a, _, _, _ in pairs], steps),
+                                    self.cap_b.in_step([b for _, b, _, _ in pairs], steps))
             self.out.update(zip([a for a, _, _, _ in pairs], found))
 
 

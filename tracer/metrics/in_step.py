@@ -1,4 +1,4 @@
-"""Comparing a run of pairs in step: chunk k of every pair before chunk k + 1 of any.
+"""Comparing a run of pairs in step: the rows of step t of every pair before those of step t + 1.
 
 A packed capture (format 2) stores a BiasAdd, batch norm, Relu or Add output as the residual of
 its prediction from its inputs, so a chain conv → BiasAdd → batch norm → Relu decodes its conv
@@ -78,8 +78,9 @@ class PairScan:
 
 def compare_in_step(scans: Sequence[PairScan], pieces_a: Iterator[np.ndarray], pieces_b: Iterator[np.ndarray]
                     ) -> list[TensorMetrics]:
-    """Every pair's metrics, from two sides' pieces in step: chunk k of pair 0, of pair 1, ...,
-    then chunk k + 1 (:meth:`Capture.in_step`).
+    """Every pair's metrics, from two sides' pieces in step: step t of pair 0, of pair 1, ..., then
+    step t + 1 (:meth:`Capture.in_step`; a step is one chunk of each side, or several of the side
+    that chunked finer).
 
     All on this thread. Making B's pieces on the decoding thread meanwhile took the ResNet-50
     batch-8 format pair's compare from 4.4 s to 3.7 s, and its peak from 104 MB above the import
