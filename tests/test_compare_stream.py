@@ -3,6 +3,7 @@ a whole tensor decoded at once. No TensorFlow: the captures are written by Captu
 
 from __future__ import annotations
 
+import json
 import weakref
 from dataclasses import asdict
 from pathlib import Path
@@ -14,6 +15,7 @@ import tracer.captures._stream as stream_module
 from tracer.captures._stream import common_steps
 import tracer.captures._unpack as unpack
 from tracer.captures.store import Capture, CaptureWriter
+from tracer.errors import TftraceError
 from tracer.comparison.align import Alignment, NodeAlignment, TensorPair
 from tracer.comparison.divergence import Tolerance
 import tracer.comparison.measure as measure
@@ -254,3 +256,32 @@ def test_a_pair_fed_in_pieces_of_any_size_gets_compare_arrays_result(pieces: lis
         short.result()
     with pytest.raises(ValueError, match="more than the"):
         PairScan(a[:5], b[:5], rtols=()).feed(a[:6], b[:6])
+
+
+def test_received_identical_pairs_have_their_digests_checked_in_step(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, decodes: dict[str, int]) -> None:
+    """Two received captures of the same values: every pair is decided identical by equal values
+    digests, which are claims, each checked against the stored bytes as the rows are read in step
+    (each chunk decoded once, where checking one tensor after another decoded the chains again);
+    a claim the bytes do not bear out is still refused."""
+    monkeypatch.setattr(stream_module, "CHUNK_CACHE_BYTES", 0)
+    a, b = (_capture(tmp_path / k, _values(1), True) for k in ("a", "b"))
+    assert a.received and b.received
+    counts = {}
+    for most in (1, 6):
+        monkeypatch.setattr(measure, "MAX_IN_STEP", most)
+        _fresh(a, b)
+        decodes["n"] = 0
+        got = pair_metrics(a, b, _alignment(), Tolerance())
+        assert all(m.identical for m in got.values()) and len(got) == 6
+        counts[most] = decodes["n"]
+    assert counts[6] == EACH_CHUNK_ONCE < counts[1]
+    # B's relu:0 given badd:0's chunks and prediction, keeping relu:0's claim: equal claims would
+    # make the pair identical, and the bytes say otherwise
+    manifest = json.loads((tmp_path / "b" / "manifest.json").read_text())
+    relu, badd = manifest["tensors"]["relu:0"], manifest["tensors"]["badd:0"]
+    relu["file"], relu["encoding"] = badd["file"], badd["encoding"]
+    (tmp_path / "b" / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(TftraceError, match="tensor 'relu:0': its values_digest xxh3-128:.* is not the digest of its "
+                                           "stored values"):
+        pair_metrics(a, Capture.open(tmp_path / "b"), _alignment(), Tolerance())

@@ -27,7 +27,7 @@ from ._flusher import Flusher
 from ._packed import CHUNK_BYTES, MAX_LEVEL, choose_form, compress, digest, forms, predict, xor
 from ._unpack import read_packed
 
-__all__ = ["PackedWrites", "VALUES_DIGEST", "row_digest"]
+__all__ = ["PackedWrites", "RowsCheck", "RowsDigest", "VALUES_DIGEST", "row_digest"]
 
 # A values digest only ever meets another one (equal: bitwise identical tensors, compared without
 # a read), never the artifact, so a fast non-cryptographic hash serves: with sha256 the instrumented
@@ -40,6 +40,45 @@ VALUES_DIGEST = "xxh3-128:"
 def row_digest(row: np.ndarray) -> bytes:
     """The digest of one row's stored bytes (C order)."""
     return xxhash.xxh3_128(np.ascontiguousarray(row).reshape(-1).view(np.uint8).data).digest()
+
+
+class RowsDigest:
+    """A packed tensor's values digest taken as its stored values come, in order (rows of a
+    batch-major tensor, or all of another): what :meth:`PackedWrites.rows_digest` records, so a
+    reader can check a received capture's claim."""
+
+    def __init__(self, stored_dtype: np.dtype, shape: list[int], batch_major: bool) -> None:
+        self._rows = xxhash.xxh3_128(f"{np.dtype(stored_dtype).str}{list(shape)}".encode())
+        self._whole = None if batch_major else xxhash.xxh3_128()
+
+    def add(self, values: np.ndarray) -> None:
+        """The next rows (a batch-major tensor: the first axis), or the next bytes of another."""
+        if self._whole is None:
+            for row in values:
+                self._rows.update(row_digest(row))
+        else:
+            self._whole.update(np.ascontiguousarray(values).reshape(-1).view(np.uint8).data)
+
+    def hexdigest(self) -> str:
+        if self._whole is not None:
+            self._rows.update(self._whole.digest())
+            self._whole = None
+        return VALUES_DIGEST + self._rows.hexdigest()
+
+
+class RowsCheck:
+    """A received tensor's values digest checked as its stored values are read in order, flat
+    (:meth:`Capture.rows_check <tracer.captures.reader.Capture.rows_check>`): :meth:`add` each
+    piece, then :meth:`done` raises the "damaged capture" error where the claim is false."""
+
+    def __init__(self, digest: RowsDigest, confirm: Callable[[], None], row_elems: int) -> None:
+        self._digest, self._confirm, self._row = digest, confirm, max(1, row_elems)
+
+    def add(self, flat: np.ndarray) -> None:
+        self._digest.add(flat.reshape(-1, self._row))
+
+    def done(self) -> None:
+        self._confirm()
 
 
 class PackedWrites:

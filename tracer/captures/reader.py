@@ -19,13 +19,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import xxhash
 
 from ..errors import TftraceError
 from ..jsonvalues import loads
 from ..opgraph import OpGraph
 from ._format import (
     APART,
+    EXTENDED,
     MANIFEST,
     RERUN,
     TENSORS,
@@ -34,7 +34,7 @@ from ._format import (
     widen,
 )
 from ._packed import digest
-from ._packing import VALUES_DIGEST, row_digest
+from ._packing import VALUES_DIGEST, RowsCheck, RowsDigest
 from ._stream import ChunkCache, DecodedValues, InStep, TensorStream, pieces_in_step
 from ._unpack import iter_packed, read_packed
 from ._values import ArtifactReads
@@ -323,22 +323,21 @@ class Capture:
             return None  # the first format-2 release's sha256 kind, from elsewhere: read, not trusted
         return found
 
-    def bear_out(self, name: str) -> None:
+    def bear_out(self, name: str, rows_checked: bool = False) -> None:
         """Check the digests a received capture claims for a tensor against what they name, before
         an equal pair of them decides that two tensors are identical (nothing to check in a capture
         this run wrote): a packed tensor's ``values_digest`` against its stored bytes, a digest kept
         instead of the values against the values its artifact holds, where that is here (else the
-        recorded digest is all there is). Raises the "damaged capture" error when one is false."""
+        recorded digest is all there is). Raises the "damaged capture" error when one is false.
+        ``rows_checked``: the values digest is checked elsewhere, as the rows are read
+        (:meth:`rows_check`)."""
         if not self.received:
             return
         owner = self.record(name).get("alias_of") or name
         record = self.manifest["tensors"][owner]
         claimed = self.values_digest(name)
-        if claimed is not None:
-            actual = self._rows_digest(owner)
-            if actual != claimed:
-                raise damaged(self.path, f"tensor {owner!r}: its values_digest {claimed[:30]}... is not the digest "
-                                         f"of its stored values ({actual[:30]}...)")
+        if claimed is not None and not rows_checked:
+            self._confirm(owner, claimed, self._rows_digest(owner))
         kept = record.get("digest")
         if kept is not None:
             actual = self.artifact_reads.held_digest(self, owner)
@@ -348,27 +347,40 @@ class Capture:
                 raise damaged(self.path, f"tensor {owner!r}: its digest {str(kept)[:30]}... is not the digest of the "
                                          f"values its artifact holds ({actual[:30]}...)")
 
+    def rows_check(self, name: str) -> RowsCheck | None:
+        """The check of a received packed tensor's ``values_digest``, fed its stored values as a
+        reader of them comes by them (:meth:`in_step`'s pieces, which are the stored values where
+        its dtype is not widened); None where there is nothing to check so (a capture this run
+        wrote, no claim, a widened dtype, a tensor that is not batch-major)."""
+        record = self.record(name)
+        owner = record.get("alias_of") or name
+        stored = self.manifest["tensors"][owner]
+        claimed = self.values_digest(name)
+        widened = record["dtype"] == "bfloat16" or record["dtype"] in EXTENDED
+        if not self.received or claimed is None or widened or not stored["batch_major"] or stored.get("encoding") is None:
+            return None
+        digest = RowsDigest(np.dtype(stored["stored_dtype"]), list(stored["shape"]), True)
+        return RowsCheck(digest, lambda: self._confirm(owner, claimed, digest.hexdigest()),
+                         int(np.prod(stored["shape"][1:], dtype=object)))
+
+    def _confirm(self, owner: str, claimed: str, actual: str) -> None:
+        if actual != claimed:
+            raise damaged(self.path, f"tensor {owner!r}: its values_digest {claimed[:30]}... is not the digest "
+                                     f"of its stored values ({actual[:30]}...)")
+
     def _rows_digest(self, owner: str) -> str:
         """The values digest of a packed tensor, taken of its stored bytes as the writer takes it
         (:meth:`tracer.captures._packing.PackedWrites.rows_digest`), one decoded chunk at a time."""
         stored = self.manifest["tensors"][owner]
         stored_dtype, shape = np.dtype(stored["stored_dtype"]), list(stored["shape"])
-        batch_major = bool(stored["batch_major"])
         self._within_budget(owner, _largest_chunk(stored, stored["encoding"]), "one chunk of it")
-        h = xxhash.xxh3_128(f"{stored_dtype.str}{shape}".encode())
-        whole = xxhash.xxh3_128()
+        digest = RowsDigest(stored_dtype, shape, bool(stored["batch_major"]))
         try:
             for _, _, rows in iter_packed(self._files[owner], stored, stored["encoding"], stored_dtype, self._input_rows):
-                if batch_major:
-                    for row in rows:
-                        h.update(row_digest(row))
-                else:
-                    whole.update(np.ascontiguousarray(rows).reshape(-1).view(np.uint8).data)
+                digest.add(rows)
         except ValueError as exc:
             raise damaged(self.path, f"tensor {owner!r}: {exc}") from exc
-        if not batch_major:
-            h.update(whole.digest())
-        return VALUES_DIGEST + h.hexdigest()
+        return digest.hexdigest()
 
     def _stored(self, name: str) -> np.ndarray:
         """A tensor's stored values: mapped ``.npy``, decoded packed chunks, or read from the artifact."""

@@ -19,13 +19,14 @@ from .align import Alignment, CaptureView
 from ..captures.reader import Capture
 from ..captures._format import EXTENDED
 from ..captures._packed import content_digest
+from ..captures._packing import RowsCheck
 from ..captures._stream import common_steps
 from ..captures._values import ValuesNotStored
 from .divergence import Tolerance
 from ..captures.loaded_state import written_variables
 from ..metrics import TensorMetrics, compare_arrays
 from ..metrics.arrays import trim_memory
-from ..metrics.in_step import PairScan, compare_in_step
+from ..metrics.in_step import InStepReader, PairScan, compare_in_step
 from ..opgraph import tensor_op
 
 __all__ = ["pair_metrics", "plain_output_metrics", "value_source"]
@@ -133,8 +134,11 @@ def pair_metrics(cap_a: Capture, cap_b: Capture, alignment: Alignment, tolerance
                     da, db = da or cap_a.digest(pair.a, compute=True), db or cap_b.digest(pair.b, compute=True)
                 va = cap_a.values_digest(pair.a)
                 if (da is not None and da == db) or (va is not None and va == cap_b.values_digest(pair.b)):
-                    cap_a.bear_out(pair.a)  # a received capture's digests are claims, checked before they decide
-                    cap_b.bear_out(pair.b)
+                    # a received capture's digests are claims, checked before they decide (its values
+                    # digest as the rows are read, in step with the pairs around it, where it can be)
+                    rows_checked = in_step.check(pair.a, pair.b)
+                    cap_a.bear_out(pair.a, rows_checked)
+                    cap_b.bear_out(pair.b, rows_checked)
                     out[pair.a] = _identical_by_digest(cap_a.record(pair.a), rtol)
                     continue
                 # each pair is read once here: its mapped pages are given back as it is scanned, and
@@ -161,41 +165,81 @@ def pair_metrics(cap_a: Capture, cap_b: Capture, alignment: Alignment, tolerance
 
 
 class _InStep:
-    """The run of streamed pairs gathered so far, compared together once the run ends: in step
+    """The run of pairs gathered so far, read together once the run ends: in step
     (:func:`tracer.metrics.in_step.compare_in_step`) where both sides are packed and, on each
-    side, every tensor's chunks cover the same rows, else one pair after another. At most
-    :data:`MAX_IN_STEP` pairs: each holds the tail of a block that straddles two chunks."""
+    side, every tensor's chunks cover the same rows, else one pair after another. A pair is
+    compared (:class:`PairScan`), or, decided identical by a received capture's digests, has
+    those digests checked as its rows are read (:class:`_Checked`). At most :data:`MAX_IN_STEP`
+    pairs: each holds the tail of a block that straddles two chunks."""
 
     def __init__(self, cap_a: Capture, cap_b: Capture, out: dict[str, TensorMetrics]) -> None:
         self.cap_a, self.cap_b, self.out = cap_a, cap_b, out
-        self.pairs: list[tuple[str, str, tuple[Any, Any], float]] = []
+        # (a, b, reader, whether its result is a's metrics, the streams and rtol of a pair compared)
+        self.pairs: list[tuple[str, str, Any, bool, tuple[tuple[Any, Any], float] | None]] = []
         self.spans: tuple[Any, Any] | None = None  # A's chunk rows and B's, shared by the run's pairs
         self.steps: list[tuple[int, int]] = []
 
     def add(self, a: str, b: str, streams: tuple[Any, Any], rtol: float) -> None:
-        both = all(hasattr(s, "pieces") for s in streams)
-        spans = (self.cap_a.chunk_spans(a), self.cap_b.chunk_spans(b)) if both else (None, None)
-        steps = common_steps(*spans) if None not in spans else None
+        """A pair to compare: in this run, or a run of its own, or now (read one after another)."""
+        steps = self._steps(a, b) if all(hasattr(s, "pieces") for s in streams) else None
         if steps is None:
             self.run()
             self.out[a] = compare_arrays(*streams, rtols=(rtol,))
             return
+        self._join(a, b, PairScan(*streams, rtols=(rtol,)), True, steps, (streams, rtol))
+
+    def check(self, a: str, b: str) -> bool:
+        """Whether the values digests of a pair decided identical are checked in step (both sides
+        received and packed: :meth:`Capture.rows_check`); else they are the caller's to check."""
+        checks = self.cap_a.rows_check(a), self.cap_b.rows_check(b)
+        steps = self._steps(a, b) if None not in checks else None
+        if steps is None:
+            return False
+        self._join(a, b, _Checked(*checks, self.cap_a.record(a)), False, steps)  # type: ignore[arg-type]
+        return True
+
+    def _steps(self, a: str, b: str) -> list[tuple[int, int]] | None:
+        spans = self.cap_a.chunk_spans(a), self.cap_b.chunk_spans(b)
+        return common_steps(*spans) if None not in spans else None
+
+    def _join(self, a: str, b: str, reader: InStepReader, metrics: bool, steps: list[tuple[int, int]],
+              alone: tuple[tuple[Any, Any], float] | None = None) -> None:
+        spans = self.cap_a.chunk_spans(a), self.cap_b.chunk_spans(b)
         if spans != self.spans or len(self.pairs) >= MAX_IN_STEP:
             self.run()
-        self.pairs.append((a, b, streams, rtol))
+        self.pairs.append((a, b, reader, metrics, alone))
         self.spans, self.steps = spans, steps
 
     def run(self) -> None:
-        """Compare the pairs gathered, and start a new run."""
+        """Read the pairs gathered, and start a new run."""
         pairs, steps, self.pairs, self.spans = self.pairs, self.steps, [], None
-        if len(pairs) == 1:
-            a, _, streams, rtol = pairs[0]
+        if len(pairs) == 1 and pairs[0][4] is not None:  # a pair alone: its pieces made on the decoding thread
+            (streams, rtol), a = pairs[0][4], pairs[0][0]  # while this one scans (compare_arrays)
             self.out[a] = compare_arrays(*streams, rtols=(rtol,))
-        elif pairs:
-            scans = [PairScan(*streams, rtols=(rtol,)) for _, _, streams, rtol in pairs]
-            found = compare_in_step(scans, self.cap_a.in_step([a for a, _, _, _ in pairs], steps),
-                                    self.cap_b.in_step([b for _, b, _, _ in pairs], steps))
-            self.out.update(zip([a for a, _, _, _ in pairs], found))
+            return
+        if not pairs:
+            return
+        found = compare_in_step([reader for _, _, reader, _, _ in pairs],
+                                self.cap_a.in_step([a for a, *_ in pairs], steps),
+                                self.cap_b.in_step([b for _, b, *_ in pairs], steps))
+        self.out.update((a, result) for (a, _, _, metrics, _), result in zip(pairs, found) if metrics)
+
+
+class _Checked:
+    """A pair decided identical by digests both received captures claim, read only to check them."""
+
+    def __init__(self, check_a: RowsCheck, check_b: RowsCheck, record: dict[str, Any]) -> None:
+        self.checks = check_a, check_b
+        self.size = int(np.prod(record["shape"], dtype=object))
+        self.da = self.db = np.dtype(record["stored_dtype"])
+
+    def feed(self, pa: np.ndarray, pb: np.ndarray) -> None:
+        self.checks[0].add(pa)
+        self.checks[1].add(pb)
+
+    def result(self) -> None:
+        for check in self.checks:
+            check.done()
 
 
 def _streams(cap_a: Capture, cap_b: Capture, a: str, b: str) -> tuple[Any, Any] | None:

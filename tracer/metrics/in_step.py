@@ -16,14 +16,27 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from .arrays import DEFAULT_CHUNK_ELEMS, TRIM_BYTES, stream_scan, trim_memory
 from .result import TensorMetrics
 
-__all__ = ["PairScan", "compare_in_step"]
+__all__ = ["InStepReader", "PairScan", "compare_in_step"]
+
+
+class InStepReader(Protocol):
+    """What :func:`compare_in_step` feeds a pair's pieces to: a :class:`PairScan`, or another
+    reader of the same values (a received capture's digest checks)."""
+
+    size: int
+    da: np.dtype
+    db: np.dtype
+
+    def feed(self, pa: np.ndarray, pb: np.ndarray) -> None: ...
+
+    def result(self) -> Any: ...
 
 
 class PairScan:
@@ -76,9 +89,9 @@ class PairScan:
             return self._scan.result(self.shape, self.da == self.db)
 
 
-def compare_in_step(scans: Sequence[PairScan], pieces_a: Iterator[np.ndarray], pieces_b: Iterator[np.ndarray]
-                    ) -> list[TensorMetrics]:
-    """Every pair's metrics, from two sides' pieces in step: step t of pair 0, of pair 1, ..., then
+def compare_in_step(scans: Sequence[InStepReader], pieces_a: Iterator[np.ndarray], pieces_b: Iterator[np.ndarray]
+                    ) -> list[Any]:
+    """Every pair's result (a :class:`PairScan`'s metrics), from two sides' pieces in step: step t of pair 0, of pair 1, ..., then
     step t + 1 (:meth:`Capture.in_step`; a step is one chunk of each side, or several of the side
     that chunked finer).
 
