@@ -153,6 +153,15 @@ def _fresh(*caps: Capture) -> None:
         cap._chunk_cache = None
 
 
+def _metrics_and_decodes(a: Capture, b: Capture, most: int, monkeypatch: pytest.MonkeyPatch,
+                         decodes: dict[str, int]) -> tuple[dict[str, dict], int]:
+    """Every pair's metrics (as dicts) and the chunks decoded, read in runs of at most ``most`` pairs."""
+    monkeypatch.setattr(measure, "MAX_IN_STEP", most)
+    _fresh(a, b)
+    decodes["n"] = 0
+    return {k: asdict(v) for k, v in pair_metrics(a, b, _alignment(), Tolerance()).items()}, decodes["n"]
+
+
 EACH_CHUNK_ONCE = 2 * (6 * (ROWS // STEP) + 5)  # a side's six streamed tensors and five vectors, each chunk once
 
 
@@ -183,13 +192,8 @@ def test_pairs_read_in_step_decode_each_chunk_once_with_the_same_metrics(
     all its members, with no cache at all, and every metric is the one read pair by pair gives."""
     monkeypatch.setattr(stream_module, "CHUNK_CACHE_BYTES", 0)
     a, b = (_capture(tmp_path / k, _values(s), True) for k, s in (("a", 1), ("b", 2)))
-    found = {}
-    for most in (1, 6):
-        monkeypatch.setattr(measure, "MAX_IN_STEP", most)
-        _fresh(a, b)
-        decodes["n"] = 0
-        found[most] = ({k: asdict(v) for k, v in pair_metrics(a, b, _alignment(), Tolerance()).items()}, decodes["n"])
-    (one_by_one, decoded_one_by_one), (in_step, decoded_in_step) = found[1], found[6]
+    (one_by_one, decoded_one_by_one), (in_step, decoded_in_step) = (
+        _metrics_and_decodes(a, b, most, monkeypatch, decodes) for most in (1, 6))
     assert list(in_step) == list(one_by_one) and in_step == one_by_one
     assert decoded_in_step == EACH_CHUNK_ONCE < decoded_one_by_one
     # runs of at most MAX_IN_STEP pairs: two runs of three decode the conv's chunks again for the add
@@ -222,12 +226,7 @@ def test_sides_batched_otherwise_are_read_in_the_coarser_sides_steps(
     a = _capture(tmp_path / "a", _values(1), True, step=2)
     b = _capture(tmp_path / "b", _values(2), True, step=4)
     assert common_steps(a.chunk_spans("conv:0"), b.chunk_spans("conv:0")) == [(0, 4), (4, 8), (8, 12), (12, 16)]
-    found = {}
-    for most in (1, 6):
-        monkeypatch.setattr(measure, "MAX_IN_STEP", most)
-        _fresh(a, b)
-        decodes["n"] = 0
-        found[most] = ({k: asdict(v) for k, v in pair_metrics(a, b, _alignment(), Tolerance()).items()}, decodes["n"])
+    found = {most: _metrics_and_decodes(a, b, most, monkeypatch, decodes) for most in (1, 6)}
     assert found[6][0] == found[1][0]
     assert found[6][1] == 6 * (ROWS // 2) + 6 * (ROWS // 4) + 2 * 5 < found[1][1]
     assert common_steps([(0, 2), (2, 4), (4, 6)], [(0, 3), (3, 6)]) is None
