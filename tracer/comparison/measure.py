@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import replace
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -164,6 +164,16 @@ def pair_metrics(cap_a: Capture, cap_b: Capture, alignment: Alignment, tolerance
     return {name: out[name] for name in order if name in out}
 
 
+class _Read(NamedTuple):
+    """One pair of a run read in step."""
+
+    a: str
+    b: str
+    reader: InStepReader  # a PairScan, or a _Checked
+    metrics: bool  # the reader's result is A's tensor's metrics
+    alone: tuple[tuple[Any, Any], float] | None  # a compared pair's streams and rtol (read alone if alone in its run)
+
+
 class _InStep:
     """The run of pairs gathered so far, read together once the run ends: in step
     (:func:`tracer.metrics.in_step.compare_in_step`) where both sides are packed and, on each
@@ -174,8 +184,7 @@ class _InStep:
 
     def __init__(self, cap_a: Capture, cap_b: Capture, out: dict[str, TensorMetrics]) -> None:
         self.cap_a, self.cap_b, self.out = cap_a, cap_b, out
-        # (a, b, reader, whether its result is a's metrics, the streams and rtol of a pair compared)
-        self.pairs: list[tuple[str, str, Any, bool, tuple[tuple[Any, Any], float] | None]] = []
+        self.pairs: list[_Read] = []
         self.spans: tuple[Any, Any] | None = None  # A's chunk rows and B's, shared by the run's pairs
         self.steps: list[tuple[int, int]] = []
 
@@ -207,22 +216,21 @@ class _InStep:
         spans = self.cap_a.chunk_spans(a), self.cap_b.chunk_spans(b)
         if spans != self.spans or len(self.pairs) >= MAX_IN_STEP:
             self.run()
-        self.pairs.append((a, b, reader, metrics, alone))
+        self.pairs.append(_Read(a, b, reader, metrics, alone))
         self.spans, self.steps = spans, steps
 
     def run(self) -> None:
         """Read the pairs gathered, and start a new run."""
         pairs, steps, self.pairs, self.spans = self.pairs, self.steps, [], None
-        if len(pairs) == 1 and pairs[0][4] is not None:  # a pair alone: its pieces made on the decoding thread
-            (streams, rtol), a = pairs[0][4], pairs[0][0]  # while this one scans (compare_arrays)
-            self.out[a] = compare_arrays(*streams, rtols=(rtol,))
+        if len(pairs) == 1 and pairs[0].alone is not None:  # a pair alone: its pieces made on the decoding
+            streams, rtol = pairs[0].alone  # thread while this one scans (compare_arrays)
+            self.out[pairs[0].a] = compare_arrays(*streams, rtols=(rtol,))
             return
         if not pairs:
             return
-        found = compare_in_step([reader for _, _, reader, _, _ in pairs],
-                                self.cap_a.in_step([a for a, *_ in pairs], steps),
-                                self.cap_b.in_step([b for _, b, *_ in pairs], steps))
-        self.out.update((a, result) for (a, _, _, metrics, _), result in zip(pairs, found) if metrics)
+        found = compare_in_step([p.reader for p in pairs], self.cap_a.in_step([p.a for p in pairs], steps),
+                                self.cap_b.in_step([p.b for p in pairs], steps))
+        self.out.update((p.a, result) for p, result in zip(pairs, found) if p.metrics)
 
 
 class _Checked:
