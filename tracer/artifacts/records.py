@@ -9,12 +9,13 @@ those modules import them without importing each other.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from .._tf import tf
 from ..errors import TftraceError
+
+if TYPE_CHECKING:  # numpy only where a value is read: the CLI's parser imports these records
+    import numpy as np
 
 __all__ = ["TensorSpec", "Signature", "ArtifactRef", "Artifact", "signature_keys", "USER_SIGNATURE", "KIND_LABELS",
            "kind_label"]
@@ -167,6 +168,8 @@ class Artifact:
         reader = self._checkpoint_reader()
         for key in (name, name.split(":")[0]):
             if reader.has_tensor(key):
+                import numpy as np  # noqa: PLC0415
+
                 return np.asarray(reader.get_tensor(key))
         return None
 

@@ -8,8 +8,23 @@ neither imports TensorFlow, so comparisons run on machines without it.
 
 from __future__ import annotations
 
-from ._format import FORMAT, FORMAT_VERSION
-from .reader import Capture
-from .store import CaptureWriter, safe_filename
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._format import FORMAT, FORMAT_VERSION
+    from .reader import Capture
+    from .store import CaptureWriter, safe_filename
 
 __all__ = ["Capture", "CaptureWriter", "safe_filename", "FORMAT", "FORMAT_VERSION"]
+
+# imported when first asked for: ``tftrace capture`` starts its child from ``launcher`` before it needs
+# the reader, and importing the reader (numpy, networkx) first would delay that child by a fifth of a second
+_HOME = {"Capture": "reader", "CaptureWriter": "store", "safe_filename": "store", "FORMAT": "_format",
+         "FORMAT_VERSION": "_format"}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOME:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(import_module(f".{_HOME[name]}", __name__), name)

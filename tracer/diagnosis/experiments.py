@@ -24,11 +24,13 @@ checks that a new record is enough.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..captures.reader import Capture
 from ..runspec import InputSpec, Side
 from .plan import Factor, PlanContext, Planned, Run, at_batch, with_grappler, with_knobs
+
+if TYPE_CHECKING:  # a type only: the capture reader (numpy, networkx) is not needed to build the parser
+    from ..captures.reader import Capture
 
 __all__ = ["FACTORS", "QUICK_FACTORS", "GPU_FACTORS", "FACTOR_TITLES", "Factor", "Run", "Planned", "PlanContext",
            "plan_experiments", "with_grappler", "env_autotune_on"]

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Literal
+from typing import TYPE_CHECKING, Any, Callable, Literal
 
 from ..artifacts.records import ArtifactRef
-from ..captures.reader import Capture
 from ..runspec import Side
+
+if TYPE_CHECKING:  # a type only: the capture reader (numpy, networkx) is not needed to build the parser
+    from ..captures.reader import Capture
 
 __all__ = ["Factor", "Run", "Planned", "PlanContext", "at_batch", "with_grappler", "with_knobs"]
 
