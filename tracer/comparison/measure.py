@@ -174,6 +174,9 @@ class _Read(NamedTuple):
     alone: tuple[tuple[Any, Any], float] | None  # a compared pair's streams and rtol (read alone if alone in its run)
 
 
+_Spans = tuple[tuple[tuple[int, int], ...], tuple[tuple[int, int], ...]]  # A's chunk rows and B's (Capture.chunk_spans)
+
+
 class _InStep:
     """The run of pairs gathered so far, read together once the run ends: in step
     (:func:`tracer.metrics.in_step.compare_in_step`) where both sides are packed and, on each
@@ -185,35 +188,41 @@ class _InStep:
     def __init__(self, cap_a: Capture, cap_b: Capture, out: dict[str, TensorMetrics]) -> None:
         self.cap_a, self.cap_b, self.out = cap_a, cap_b, out
         self.pairs: list[_Read] = []
-        self.spans: tuple[Any, Any] | None = None  # A's chunk rows and B's, shared by the run's pairs
+        self.spans: _Spans | None = None  # A's chunk rows and B's, shared by the run's pairs
         self.steps: list[tuple[int, int]] = []
 
     def add(self, a: str, b: str, streams: tuple[Any, Any], rtol: float) -> None:
         """A pair to compare: in this run, or a run of its own, or now (read one after another)."""
-        steps = self._steps(a, b) if all(hasattr(s, "pieces") for s in streams) else None
-        if steps is None:
+        found = self._steps(a, b) if all(hasattr(s, "pieces") for s in streams) else None
+        if found is None:
             self.run()
             self.out[a] = compare_arrays(*streams, rtols=(rtol,))
             return
-        self._join(a, b, PairScan(*streams, rtols=(rtol,)), True, steps, (streams, rtol))
+        steps, spans = found
+        self._join(a, b, PairScan(*streams, rtols=(rtol,)), True, steps, spans, (streams, rtol))
 
     def check(self, a: str, b: str) -> bool:
         """Whether the values digests of a pair decided identical are checked in step (both sides
         received and packed: :meth:`Capture.rows_check`); else they are the caller's to check."""
         checks = self.cap_a.rows_check(a), self.cap_b.rows_check(b)
-        steps = self._steps(a, b) if None not in checks else None
-        if steps is None:
+        found = self._steps(a, b) if None not in checks else None
+        if found is None:
             return False
-        self._join(a, b, _Checked(*checks, self.cap_a.record(a)), False, steps)  # type: ignore[arg-type]
+        steps, spans = found
+        self._join(a, b, _Checked(*checks, self.cap_a.record(a)), False, steps, spans)  # type: ignore[arg-type]
         return True
 
-    def _steps(self, a: str, b: str) -> list[tuple[int, int]] | None:
+    def _steps(self, a: str, b: str) -> tuple[list[tuple[int, int]], _Spans] | None:
+        """The steps a pair can be read in (:func:`common_steps`), with both sides' chunk spans
+        they came from (what :meth:`_join` matches the run's with); None where it cannot be."""
         spans = self.cap_a.chunk_spans(a), self.cap_b.chunk_spans(b)
-        return common_steps(*spans) if None not in spans else None
+        if spans[0] is None or spans[1] is None:
+            return None
+        steps = common_steps(*spans)
+        return None if steps is None else (steps, (spans[0], spans[1]))
 
     def _join(self, a: str, b: str, reader: InStepReader, metrics: bool, steps: list[tuple[int, int]],
-              alone: tuple[tuple[Any, Any], float] | None = None) -> None:
-        spans = self.cap_a.chunk_spans(a), self.cap_b.chunk_spans(b)
+              spans: _Spans, alone: tuple[tuple[Any, Any], float] | None = None) -> None:
         if spans != self.spans or len(self.pairs) >= MAX_IN_STEP:
             self.run()
         self.pairs.append(_Read(a, b, reader, metrics, alone))
