@@ -222,7 +222,7 @@ def common_steps(spans_a: Sequence[tuple[int, int]], spans_b: Sequence[tuple[int
     where neither side's chunk boundaries hold the other's (a step would reach past one chunk
     of either side, and hold more)."""
     ends_a, ends_b = {r1 for _, r1 in spans_a}, {r1 for _, r1 in spans_b}
-    if ends_a == ends_b or ends_b <= ends_a:
+    if ends_b <= ends_a:  # sets: B's boundaries are all A's (the same ones included)
         return list(spans_b)
     if ends_a <= ends_b:
         return list(spans_a)
