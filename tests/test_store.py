@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tracer.captures._format import EXTENDED, NATIVE, widen, widens
 from tracer.captures.store import FORMAT_VERSION, Capture, CaptureWriter, safe_filename
 from tracer.errors import TftraceError
 
@@ -95,6 +96,15 @@ def test_bfloat16_round_trip_widens_exactly_to_float32(tmp_path: Path) -> None:
     np.testing.assert_array_equal(got, bf16.astype(np.float32))
     mean = (1.0 - 0.0078125 + 3.140625 - 65280.0 + 0.5 + 2.0) / 6
     assert record["stats"] == {"min": -65280.0, "max": 3.140625, "mean": mean, "nan": 1, "inf": 1}
+
+
+def test_widens_names_the_dtypes_widen_reads_back_as_others() -> None:
+    """One predicate decides what is read back widened: widen and Capture.rows_check (which
+    checks a received digest only against pieces that are the stored values) both ask it."""
+    pytest.importorskip("ml_dtypes")
+    for name in sorted(NATIVE | set(EXTENDED)):
+        stored = np.zeros(2, EXTENDED[name][0] if name in EXTENDED else name)
+        assert widens(name) == (widen(stored, name) is not stored), name
 
 
 def test_float8_and_complex_round_trip(tmp_path: Path) -> None:

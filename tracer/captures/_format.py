@@ -104,19 +104,25 @@ def _as_fixed_bytes(arr: np.ndarray) -> np.ndarray:
     return np.array(values, dtype="S").reshape(arr.shape) if values else np.zeros(arr.shape, "S1")
 
 
+def widens(dtype_name: str) -> bool:
+    """Whether a tensor of ``dtype_name`` is read back as other values than it is stored as
+    (:func:`widen`): bfloat16 and the other ml_dtypes, stored as unsigned ints (:data:`EXTENDED`)."""
+    return dtype_name in EXTENDED
+
+
 def widen(stored: np.ndarray, dtype_name: str) -> np.ndarray:
     """Turn stored bits back into numbers; bfloat16 -> float32 is exact (a 16-bit shift)."""
+    if not widens(dtype_name):
+        return stored
     if dtype_name == "bfloat16":
         return (stored.astype(np.uint32) << 16).view(np.float32)
-    if dtype_name in EXTENDED:
-        try:
-            import ml_dtypes  # noqa: PLC0415 - only needed for rare float8/int4 captures
-        except ImportError as exc:
-            raise TftraceError(
-                f"reading a {dtype_name} tensor needs the ml_dtypes package", "pip install ml_dtypes"
-            ) from exc
-        return stored.view(getattr(ml_dtypes, dtype_name)).astype(EXTENDED[dtype_name][1])
-    return stored
+    try:
+        import ml_dtypes  # noqa: PLC0415 - only needed for rare float8/int4 captures
+    except ImportError as exc:
+        raise TftraceError(
+            f"reading a {dtype_name} tensor needs the ml_dtypes package", "pip install ml_dtypes"
+        ) from exc
+    return stored.view(getattr(ml_dtypes, dtype_name)).astype(EXTENDED[dtype_name][1])
 
 
 # --------------------------------------------------------------------------- .npy files

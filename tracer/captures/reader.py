@@ -25,13 +25,13 @@ from ..jsonvalues import loads
 from ..opgraph import OpGraph
 from ._format import (
     APART,
-    EXTENDED,
     MANIFEST,
     RERUN,
     TENSORS,
     damaged,
     open_npy,
     widen,
+    widens,
 )
 from ._packed import digest
 from ._packing import VALUES_DIGEST, RowsCheck, RowsDigest
@@ -356,7 +356,7 @@ class Capture:
         owner = record.get("alias_of") or name
         stored = self.manifest["tensors"][owner]
         claimed = self.values_digest(name)
-        widened = record["dtype"] == "bfloat16" or record["dtype"] in EXTENDED
+        widened = widens(record["dtype"])
         if not self.received or claimed is None or widened or not stored["batch_major"] or stored.get("encoding") is None:
             return None
         digest = RowsDigest(np.dtype(stored["stored_dtype"]), list(stored["shape"]), True)

@@ -17,7 +17,7 @@ import numpy as np
 
 from .align import Alignment, CaptureView
 from ..captures.reader import Capture
-from ..captures._format import EXTENDED
+from ..captures._format import EXTENDED, widens
 from ..captures._packed import content_digest
 from ..captures._packing import RowsCheck
 from ..captures._stream import common_steps
@@ -277,7 +277,7 @@ def _identical_by_digest(record: dict[str, Any], rtol: float) -> TensorMetrics:
     """The metrics of a tensor compared with a bitwise copy of itself, from its record alone (the
     NaN/inf counts are its statistics'): what compare_arrays gives for the pair, without reading it."""
     name = record["dtype"]  # as Capture.tensor gives it: bfloat16 and the other ml_dtypes widened
-    dtype, shape = np.dtype(EXTENDED[name][1] if name in EXTENDED else name), tuple(record["shape"])
+    dtype, shape = np.dtype(EXTENDED[name][1] if widens(name) else name), tuple(record["shape"])
     size = int(np.prod(shape, dtype=object))
     stats = record.get("stats") or {}
     nan, inf = int(stats.get("nan") or 0), int(stats.get("inf") or 0)
