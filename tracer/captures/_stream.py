@@ -164,7 +164,9 @@ def pieces_in_step(members: Sequence[InStep], steps: Sequence[tuple[int, int]], 
     tensor's chunk decodes its input's same chunk again (from its file: the cache holds about
     one chunk), and a chain of four predictions decodes its first tensor four times; read in
     step, the input's chunk is at hand, decoded once for this step, and let go once the last
-    member that reads it is decoded. ``root``: a tensor's owner (an alias reads its owner's)."""
+    member that reads it is decoded. ``root``: a tensor's owner (an alias reads its owner's).
+    The steps ascend (as :func:`common_steps` gives them) and each member's chunks cover its rows
+    once, in order (checked on open): a cursor walks each member's chunks, once in all."""
     readers: dict[str, int] = {}  # owner -> the members after its own that read it (or repeat it)
     seen: set[str] = set()
     for member in members:
@@ -176,6 +178,7 @@ def pieces_in_step(members: Sequence[InStep], steps: Sequence[tuple[int, int]], 
     with ExitStack() as files:
         opened = {m.owner: files.enter_context(open(m.path, "rb")) for m in members}
         chunks = {m.owner: sorted(m.encoding["chunks"]) for m in members}
+        first = dict.fromkeys(chunks, 0)  # owner -> its first chunk that does not start before the step
         for r0, r1 in steps:
             held: dict[str, dict[tuple[int, int], np.ndarray]] = {}  # owner -> its chunks of this step
             left = dict(readers)
@@ -189,14 +192,19 @@ def pieces_in_step(members: Sequence[InStep], steps: Sequence[tuple[int, int]], 
                 parts = held.get(owner)
                 if parts is None:
                     parts = {}
-                    for chunk in chunks[owner]:
-                        if r0 <= chunk[0] and chunk[1] <= r1:
-                            rows = decode_chunk(opened[owner], tuple(record["shape"]), True, chunk,
-                                                member.encoding.get("predict"), np.dtype(record["stored_dtype"]),
-                                                get_input)
-                            cache.put(owner, chunk[0], chunk[1], rows)
-                            parts[(chunk[0], chunk[1])] = rows
-                            del rows
+                    own, at = chunks[owner], first[owner]
+                    while at < len(own) and own[at][0] < r0:
+                        at += 1
+                    first[owner] = at
+                    while at < len(own) and own[at][1] <= r1:  # the chunks within [r0, r1)
+                        chunk = own[at]
+                        rows = decode_chunk(opened[owner], tuple(record["shape"]), True, chunk,
+                                            member.encoding.get("predict"), np.dtype(record["stored_dtype"]),
+                                            get_input)
+                        cache.put(owner, chunk[0], chunk[1], rows)
+                        parts[(chunk[0], chunk[1])] = rows
+                        del rows
+                        at += 1
                 else:
                     left[owner] -= 1  # the same tensor again (two pairs read it)
                 spec = member.encoding.get("predict") or {}
