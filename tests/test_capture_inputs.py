@@ -15,7 +15,8 @@ import pytest
 
 from tracer.artifacts.loader import TensorSpec
 from tracer.errors import TftraceError
-from tracer.captures.inputs import batches, make_examples
+import tracer.captures.inputs as inputs_module
+from tracer.captures.inputs import batches, inputs_file_sha256, make_examples
 
 IMAGES = {"images": TensorSpec("images:0", "float32", (None, 4, 4, 3))}
 
@@ -115,6 +116,24 @@ def test_inputs_from_npz_and_npy(tmp_path: Path) -> None:
         assert ex.file_sha256 == hashlib.sha256((tmp_path / name).read_bytes()).hexdigest()
         np.testing.assert_array_equal(ex.arrays["images"], images)
     assert make_examples(IMAGES, 8, 0, None).file_sha256 is None
+
+
+def test_an_inputs_file_is_hashed_once_by_the_parent_and_not_again_by_a_child_given_its_sha256(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The parent hashes the file once for every capture of it (inputs_file_sha256) while it stays
+    the same; a child given that sha256 does not hash the file again, one given none does."""
+    path = tmp_path / "in.npz"
+    np.savez(path, images=np.zeros((2, 4, 4, 3), np.float32))
+    hashed: list[str] = []
+    real = inputs_module._file_sha256
+    monkeypatch.setattr(inputs_module, "_file_sha256", lambda p: hashed.append(p) or real(p))
+    expected = hashlib.sha256(path.read_bytes()).hexdigest()
+    assert inputs_file_sha256(str(path)) == inputs_file_sha256(str(path)) == expected and len(hashed) == 1
+    assert make_examples(IMAGES, 8, 0, str(path), file_sha256=expected).file_sha256 == expected and len(hashed) == 1
+    assert make_examples(IMAGES, 8, 0, str(path)).file_sha256 == expected and len(hashed) == 2
+    np.savez(path, images=np.zeros((3, 4, 4, 3), np.float32))  # written again: hashed again
+    assert inputs_file_sha256(str(path)) == hashlib.sha256(path.read_bytes()).hexdigest() and len(hashed) == 3
+    assert inputs_file_sha256(str(tmp_path / "missing.npz")) is None  # the child says why it cannot read it
 
 
 @pytest.mark.parametrize(

@@ -21,7 +21,9 @@ Strings (serialized ``tf.Example`` protos) cannot be invented and need ``--input
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import os
 
 import keyword
 import re
@@ -36,8 +38,8 @@ import numpy as np
 from ..artifacts.records import TensorSpec
 from ..errors import TftraceError
 
-__all__ = ["Examples", "make_examples", "batches", "same_rows", "run_batch_size", "batched_alike", "one_array_per_input",
-           "ONE_ARRAY_REFUSAL"]
+__all__ = ["Examples", "make_examples", "inputs_file_sha256", "batches", "same_rows", "run_batch_size", "batched_alike",
+           "one_array_per_input", "ONE_ARRAY_REFUSAL"]
 
 
 @dataclass
@@ -98,11 +100,14 @@ def make_examples(
     seed: int,
     inputs_file: str | None,
     alternatives: Sequence[str] = (),
+    file_sha256: str | None = None,
 ) -> Examples:
     """The examples for a signature's ``inputs``: read from ``inputs_file`` or generated.
 
     ``alternatives`` are the model's signatures that take only generable tensors, named in the
     error when this one takes strings, so the user learns the way out in one message.
+    ``file_sha256``: the file's sha256 as the parent took it (:func:`inputs_file_sha256`), else
+    taken here.
     """
     if not inputs:
         return Examples({}, 0, False, "none (the signature takes no inputs)")
@@ -110,7 +115,7 @@ def make_examples(
     unbatched = all(s.shape is not None and None not in s.shape for s in inputs.values())
     if inputs_file:
         arrays, per_example = _read_file(inputs_file, inputs, unbatched)
-        source, file_sha256 = Path(inputs_file).name, _file_sha256(inputs_file)
+        source, file_sha256 = Path(inputs_file).name, file_sha256 or _file_sha256(inputs_file)
     else:
         per_example = unbatched
         arrays = {key: _generate(key, spec, examples, seed, alternatives, per_example) for key, spec in inputs.items()}
@@ -126,6 +131,22 @@ def make_examples(
         return Examples(arrays, count, batch_major=False, source=source, per_example=True, file_sha256=file_sha256)
     return Examples(arrays, count, batch_major=not fixed and all(a.ndim > 0 for a in arrays.values()), source=source,
                     file_sha256=file_sha256)
+
+
+def inputs_file_sha256(path: str) -> str | None:
+    """The inputs file's sha256, for the capture children a parent starts on it (a side, its noise
+    repeats, diagnose's captures): taken once while the file stays the same (its inode, size and
+    modification time), not in every child. None where it cannot be read: the child says why."""
+    try:
+        st = os.stat(path)
+        return _sha256_while_unchanged(os.path.abspath(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    except OSError:
+        return None
+
+
+@functools.lru_cache(maxsize=8)
+def _sha256_while_unchanged(path: str, *identity: int) -> str:
+    return _file_sha256(path)
 
 
 def _file_sha256(path: str) -> str:

@@ -28,6 +28,7 @@ from ..jsonvalues import dumps
 from ..runspec import Side, child_env
 from ._events import EVENT_FD_ENV, valid
 from .child_errors import DEBUG_LINES, cause_in_stderr
+from .inputs import inputs_file_sha256
 from .orphan import PARENT_PID_ENV
 from .progress_view import ProgressView, working
 
@@ -472,6 +473,8 @@ def capture(
 
     out = os.path.abspath(os.fspath(out_dir))
     job = {"mode": "capture", "side": side.to_json(), "out_dir": out, "force": force}
+    if side.inputs.inputs_file:  # hashed here once for every capture of the file, not in each child
+        job["file_sha256"] = inputs_file_sha256(side.inputs.inputs_file)
     child = prepared if prepared is not None else PreparedChild(side)
     label = f"capture {os.path.basename(side.artifact.path.rstrip('/'))} [{side.label()}]"
     child.run(job, label=label, console=console, on_event=on_event)

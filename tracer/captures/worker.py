@@ -56,7 +56,8 @@ from .store import CaptureWriter
 __all__ = ["run_capture", "main"]
 
 
-def run_capture(side: Side, out_dir: str, force: bool, prepared: Prepared | None = None) -> dict[str, float]:
+def run_capture(side: Side, out_dir: str, force: bool, prepared: Prepared | None = None,
+                file_sha256: str | None = None) -> dict[str, float]:
     """Validate everything that can be wrong with the request, then run and write.
 
     Every user error that does not need the tensors (the output directory, the device, the
@@ -65,6 +66,7 @@ def run_capture(side: Side, out_dir: str, force: bool, prepared: Prepared | None
     ``prepared`` runtime (loaded before the job came, for this very side but its inputs) is
     used as it is; its load time is the manifest's ``load_s``, with ``loaded_ahead``. Returns how
     this child came up (:func:`tracer.children.load_report`), for the parent's ledger.
+    ``file_sha256``: the inputs file's sha256 as the parent took it (else taken here).
     """
     t_start = time.perf_counter()
     emit("stage", text="loading model")
@@ -75,6 +77,7 @@ def run_capture(side: Side, out_dir: str, force: bool, prepared: Prepared | None
     examples = make_examples(
         runtime.signature.inputs, side.inputs.examples, side.inputs.seed, side.inputs.inputs_file,
         alternatives=_tensor_signatures(runtime.artifact) if takes_strings and not side.inputs.inputs_file else (),
+        file_sha256=file_sha256,
     )
     notes = list(runtime.notes)
     batch_size = side.batch_size if examples.batch_major else (1 if examples.per_example else None)
@@ -382,7 +385,7 @@ def main(argv: list[str] | None = None) -> int:
             job = json.loads(fh.read())
     try:
         if job["mode"] == "capture":
-            came_up = run_capture(job_side(job), job["out_dir"], bool(job.get("force")), prepared)
+            came_up = run_capture(job_side(job), job["out_dir"], bool(job.get("force")), prepared, job.get("file_sha256"))
         else:
             from .isolate_worker import run_isolation  # noqa: PLC0415
 
