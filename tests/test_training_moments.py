@@ -141,3 +141,29 @@ def test_slims_unfused_batch_norm_in_training_mode_normalises_by_batch() -> None
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout.splitlines()[-1]) == {
         "True": ["Conv/BatchNorm/moments/mean", "Conv/BatchNorm/moments/variance"], "False": []}
+
+
+def _moments_report(mean_status: str) -> dict:
+    """A report's nodes around `sub = conv - mean`, where `mean` is a Mean over the batch axis of
+    `conv`, computed from the fed images; `sub` is the origin, `mean` has ``mean_status``."""
+    def node(op: str, inputs: list[str], status: str = "identical", **more: object) -> dict:
+        return {"op": op, "b_op": op, "inputs": inputs, "status": status, "dtype": "float32",
+                "shape": [4, 3, 3, 2], **more}
+
+    axes = {"value": {"values": [0, 1, 2]}}
+    return {"nodes": {
+        "images": node("Placeholder", [], topo_index=0),
+        "conv": node("Conv2D", ["images"], topo_index=1),
+        "axes": node("Const", [], attrs_a=axes, attrs_b=axes, topo_index=2),
+        "mean": node("Mean", ["conv", "axes"], mean_status, topo_index=3),
+        "sub": node("Sub", ["conv", "mean"], "differs", topo_index=4),
+    }}
+
+
+def test_a_compared_batch_mean_above_an_origin_does_not_couple_it() -> None:
+    """An origin's batch coupling is what its replay recomputes with it (as in the op graph): a Mean
+    over the batch whose value was compared is fed to the replay, not recomputed, so it couples the
+    origin to nothing; the same Mean not compared (the sides' batches differ) is recomputed, and does."""
+    for side in ("a", "b"):
+        assert training.coupled_in_report(_moments_report("identical"), "sub", side) == []
+        assert training.coupled_in_report(_moments_report("not_compared"), "sub", side) == ["mean"]

@@ -190,18 +190,21 @@ def coupled_in_graph(graph: OpGraph, name: str, status: Callable[[str], object] 
 def coupled_in_report(report: dict[str, Any], name: str, side: str) -> list[str]:
     """The ops that make report node ``name`` (an origin) depend on its batch on ``side`` (:func:`_coupling`
     on the report: A's statuses, ``side``'s ops): itself where it normalises by batch, and those above
-    it, through ops whose values were not compared, that do (what isolation recomputes with it). Every
-    input of a node the walk goes above is looked at, a compared one too (as this walk always has;
-    :func:`coupled_in_graph` looks only at those not compared). Empty: its value is its rows' alone."""
+    it, through ops whose values were not compared, that do (what isolation recomputes with it). As in
+    :func:`coupled_in_graph`, only inputs not compared are looked at: a compared one is fed to the
+    replay, so a batch statistic compared equal is no cause. Empty: its value is its rows' alone."""
     nodes = report.get("nodes") or {}
     if not isinstance(nodes.get(name), dict):
         return []
 
-    def inputs(op: str) -> list[str]:
-        return [above for above in nodes[op].get("inputs") or [] if isinstance(nodes.get(above), dict)]
+    def uncompared(op: str) -> bool:
+        return nodes[op].get("status") in UNCOMPARED
 
-    found = _coupling(name, inputs, lambda op: nodes[op].get("status") in UNCOMPARED,
-                      lambda op: _reduces_batch(report, op, side))
+    def inputs(op: str) -> list[str]:
+        return [above for above in nodes[op].get("inputs") or [] if isinstance(nodes.get(above), dict)
+                and uncompared(above)]
+
+    found = _coupling(name, inputs, uncompared, lambda op: _reduces_batch(report, op, side))
     return sorted(found, key=lambda n: (nodes[n].get("topo_index", 0), n))
 
 
