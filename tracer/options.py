@@ -399,7 +399,7 @@ def _converted(option: Option, value: Any) -> Any:
 
 def artifact_ref(path: str | ArtifactRef, values: Mapping[str, Any]) -> ArtifactRef:
     """An ArtifactRef from the artifact options in ``values`` (API keywords); a ref is kept as given."""
-    from .artifacts.loader import ArtifactRef  # noqa: PLC0415
+    from .artifacts.records import ArtifactRef  # noqa: PLC0415
 
     if isinstance(path, ArtifactRef):
         return path

@@ -469,16 +469,20 @@ def capture(
     ``on_event`` receives every event the child reports (``stage``, ``progress``, ``error``);
     ``prepared``: a child started ahead for this side (its model loaded meanwhile), else a new one.
     """
-    from .reader import Capture  # noqa: PLC0415 - TF-free, but only needed here
-
+    child = prepared if prepared is not None else PreparedChild(side)  # first: it starts while this one works
     out = os.path.abspath(os.fspath(out_dir))
-    job = {"mode": "capture", "side": side.to_json(), "out_dir": out, "force": force}
-    if side.inputs.inputs_file:  # hashed here once for every capture of the file, not in each child
-        job["file_sha256"] = inputs_file_sha256(side.inputs.inputs_file)
-    child = prepared if prepared is not None else PreparedChild(side)
     label = f"capture {os.path.basename(side.artifact.path.rstrip('/'))} [{side.label()}]"
-    child.run(job, label=label, console=console, on_event=on_event)
+    try:
+        job = {"mode": "capture", "side": side.to_json(), "out_dir": out, "force": force}
+        if side.inputs.inputs_file:  # hashed here once for every capture of the file, not in each child
+            job["file_sha256"] = inputs_file_sha256(side.inputs.inputs_file)
+        child.run(job, label=label, console=console, on_event=on_event)
+    finally:
+        if child.proc.poll() is None:  # its job never went (Ctrl-C while hashing): nothing is left running
+            child.cancel()
     remember(out, side.python)  # its replays run the same interpreter
+    from .reader import Capture  # noqa: PLC0415 - TF-free, needed only now: the child started without it
+
     with working(console or Console(stderr=True), label, "checking what was written"):
         # written by this run's own child: its digests are its own
         return Capture.open(out, received=False, max_memory=side.max_memory)
