@@ -638,3 +638,41 @@ def test_a_loss_reduced_to_one_number_is_not_the_first_candidate_output(tmp_path
         f"{pb} has no signature to say what to trace (candidate inputs: images; candidate outputs, best first: "
         "probs, loss). Name them with --outputs NAME[,NAME...] and --input-names NAME[,NAME...]."
     )
+
+
+NO_SIGNATURES = '''
+import sys
+import tensorflow as tf
+
+class Scorer(tf.Module):  # saved as a TF Hub module is: its tf.functions, no serving signature
+    def __init__(self):
+        self.w = tf.Variable(tf.random.stateless_normal([4, 3], seed=[1, 2]))
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 4], tf.float32)])
+    def score(self, x):
+        return tf.nn.relu(tf.matmul(x, self.w))
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 4], tf.float32)])
+    def logits(self, x):
+        return tf.matmul(x, self.w)
+
+tf.saved_model.save(Scorer(), sys.argv[1])
+'''
+
+
+def test_a_tf2_savedmodel_saved_without_signatures_is_refused_with_the_export_that_gives_one(tmp_path: Path) -> None:
+    """Two tf.functions and no signature: TensorFlow writes none, and nothing says what to trace.
+    The refusal names the functions and the export to type; it used to say "it has none. Choose
+    one with --signature", which there is none to choose."""
+    from conftest import assert_user_error, build_model, run_cli  # noqa: PLC0415
+
+    model = tmp_path / "scorer"
+    build_model(NO_SIGNATURES, model)
+    for command in (("compare", str(model), str(model), "--out", str(tmp_path / "out")),
+                    ("diff-graph", str(model), str(model))):
+        proc = run_cli(*command, env={"CUDA_VISIBLE_DEVICES": "-1"})
+        assert_user_error(proc, f"{model} was saved without signatures, so nothing names the inputs and outputs to "
+                                "trace (its object's tf.functions: logits, score)",
+                          "tf.saved_model.save(obj, DIR, signatures={'serving_default': "
+                          "obj.logits.get_concrete_function(tf.TensorSpec(SHAPE, DTYPE))})")
+    assert not (tmp_path / "out" / "report.json").exists()

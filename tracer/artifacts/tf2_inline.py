@@ -36,8 +36,10 @@ def load_saved_model_v2(ref: ArtifactRef, directory: str, meta: Any, available: 
     written exactly as the model does, initialised from its value when a session opens.
     """
     if ref.signature not in meta.signature_def:
+        if not signature_keys(meta):
+            raise _no_signatures(directory, meta)
         raise TftraceError(
-            f"{directory} has no signature {ref.signature!r}; it has {', '.join(signature_keys(meta)) or 'none'}",
+            f"{directory} has no signature {ref.signature!r}; it has {', '.join(signature_keys(meta))}",
             "choose one with --signature",
         )
     tags = [t.strip() for t in ref.tag.split(",") if t.strip()]
@@ -149,6 +151,23 @@ class _InlinedGraph:
         self.outputs = list(function.outputs)
         roots = [t.name.split(":")[0] for t in (*self.inputs, *self.outputs)]
         self.graph_def = tf().compat.v1.graph_util.extract_sub_graph(graph_def, sorted(set(roots)))
+
+
+def _no_signatures(directory: str, meta: Any) -> TftraceError:
+    """The refusal of a TF2 SavedModel saved without signatures (``tf.saved_model.save(obj, dir)``
+    of an object whose tf.functions take no ``input_signature``, or of several): nothing names its
+    inputs and outputs, and a function of the saved object is no graph to trace until it is traced
+    into a signature. Names the root object's functions, so the fix can be typed as it stands."""
+    graph = meta.object_graph_def
+    functions = [child.local_name for child in (graph.nodes[0].children if graph.nodes else [])
+                 if graph.nodes[child.node_id].WhichOneof("kind") == "function"]
+    example = functions[0] if functions else "FUNCTION"
+    return TftraceError(
+        f"{directory} was saved without signatures, so nothing names the inputs and outputs to trace"
+        + (f" (its object's tf.functions: {listed(functions, 5)})" if functions else ""),
+        "export it again with one: tf.saved_model.save(obj, DIR, signatures={'serving_default': "
+        f"obj.{example}.get_concrete_function(tf.TensorSpec(SHAPE, DTYPE))}}), then compare that export",
+    )
 
 
 def _captured_variables(function: Any) -> dict[str, CapturedVariable]:
