@@ -81,6 +81,29 @@ def test_a_file_of_rows_feeds_a_signature_without_a_batch_axis(tmp_path: Path) -
         make_examples({"x": TensorSpec("x:0", "float32", (None, 1))}, 8, 0, str(tmp_path / "wide.npz"))
 
 
+def test_a_scalar_beside_batched_inputs_is_fed_whole_to_every_run(tmp_path: Path) -> None:
+    """A detector that takes ``images`` of ``[?, 8, 8, 3]`` and a scalar ``threshold``: the scalar
+    is no example. It was counted as one, and every capture stopped at "the inputs disagree on the
+    number of examples: {'images': 8, 'threshold': 1}", inputs tftrace itself had generated."""
+    specs = {"images": TensorSpec("images:0", "float32", (None, 8, 8, 3)),
+             "threshold": TensorSpec("threshold:0", "float32", ()),
+             "window": TensorSpec("window:0", "int32", (1, 4))}
+    ex = make_examples(specs, 8, 0, None)
+    assert ex.count == 8 and ex.batch_major and not ex.per_example and ex.shared == {"threshold", "window"}
+    assert ex.arrays["threshold"].shape == () and ex.arrays["window"].shape == (1, 4)
+    for start, stop in batches(8, 3):
+        assert ex.feed("images", start, stop).shape == (stop - start, 8, 8, 3)
+        assert ex.feed("threshold", start, stop) is ex.arrays["threshold"]
+        assert ex.feed("window", start, stop) is ex.arrays["window"]
+    np.savez(tmp_path / "in.npz", images=np.zeros((3, 8, 8, 3), np.float32), threshold=np.float32(0.5),
+             window=np.array([[0, 0, 8, 8]], np.int32))
+    read = make_examples(specs, 8, 0, str(tmp_path / "in.npz"))
+    assert read.count == 3 and read.batch_major and read.shared == {"threshold", "window"}
+    assert float(read.feed("threshold", 2, 3)) == 0.5
+    # where no input has a batch axis, nothing is shared: the examples are stacked, one per run
+    assert make_examples({k: specs[k] for k in ("threshold", "window")}, 4, 0, None).shared == frozenset()
+
+
 def test_a_signature_without_inputs() -> None:
     ex = make_examples({}, 8, 0, None)
     assert ex.count == 0 and ex.arrays == {} and not ex.batch_major

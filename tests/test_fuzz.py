@@ -191,6 +191,8 @@ MANIFEST_ATTACKS: dict[str, tuple[Callable[[dict[str, Any], Path], None], str]] 
                                 '"examples" needs an integer "count" >= 0 and a boolean "batch_major"'),
     "examples file digest that is not a sha256": (lambda m, c: m["examples"].update(file_sha256="<b>x</b>"),
                                                   '"examples.file_sha256" is not 64 lowercase hexadecimal digits'),
+    "examples shared by no input of the signature": (lambda m, c: m["examples"].update(shared=["<b>x</b>"]),
+                                                     '"examples.shared" is not a list of the signature\'s input keys'),
     "observer effect of the wrong shape": (lambda m, c: m["observer_effect"].update(only_in_plain=5),
                                            '"observer_effect.only_in_plain" is not a list'),
     "stats that are not numbers": (_tensor("x:0", lambda r: r.update(stats={"min": "low"})),

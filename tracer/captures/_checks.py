@@ -260,6 +260,11 @@ def _validate_parts(root: Path, manifest: dict[str, Any]) -> None:
             raise damaged(root, '"examples" needs an integer "count" >= 0 and a boolean "batch_major"')
         if "file_sha256" in examples and not _is_sha256(examples["file_sha256"]):
             raise damaged(root, '"examples.file_sha256" is not 64 lowercase hexadecimal digits')
+        shared = examples.get("shared", [])
+        inputs = (manifest.get("graph") or {}).get("inputs") if isinstance(manifest.get("graph"), dict) else None
+        if (not isinstance(shared, list) or not all(isinstance(k, str) for k in shared)
+                or (isinstance(inputs, dict) and not set(shared) <= set(inputs))):
+            raise damaged(root, '"examples.shared" is not a list of the signature\'s input keys')
     if "runs" in manifest:
         ok = all(
             isinstance(r, list) and len(r) == 2 and _is_count(r[0]) and _is_count(r[1]) and r[0] <= r[1]

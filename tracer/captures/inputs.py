@@ -16,6 +16,9 @@ are stacked along a new first axis, ``[count, *shape]``, and each run feeds one 
 batched signature whose rows have as many elements, so the two can be compared row by row.
 A file's arrays may differ from the signature's per-example shape by axes of size 1 only
 (``[N]`` for ``[?, 1]``, ``[N, 1]`` for a scalar): they are reshaped, never otherwise.
+An input without a batch axis beside one with (a scalar ``score_threshold`` beside ``images`` of
+``[?, H, W, 3]``) is no example: drawn (or read) in its own shape, it is fed whole to every run
+(``shared``).
 Strings (serialized ``tf.Example`` protos) cannot be invented and need ``--inputs``.
 """
 
@@ -38,8 +41,8 @@ import numpy as np
 from ..artifacts.records import TensorSpec
 from ..errors import TftraceError
 
-__all__ = ["Examples", "make_examples", "inputs_file_sha256", "batches", "same_rows", "run_batch_size", "batched_alike",
-           "one_array_per_input", "ONE_ARRAY_REFUSAL"]
+__all__ = ["Examples", "make_examples", "shared_inputs", "inputs_file_sha256", "batches", "same_rows", "run_batch_size",
+           "batched_alike", "one_array_per_input", "ONE_ARRAY_REFUSAL"]
 
 
 @dataclass
@@ -50,10 +53,13 @@ class Examples:
     source: str  # "generated (seed N)" or the file name
     per_example: bool = False  # no batch axis: arrays are [count, *shape], each run feeds one example
     file_sha256: str | None = None  # the inputs file's own sha256 (what ``sha256sum FILE`` prints)
+    shared: frozenset[str] = frozenset()  # inputs without a batch axis beside batched ones: fed whole to every run
 
     def feed(self, key: str, start: int, stop: int) -> np.ndarray:
         """What input ``key`` is fed in the run over examples ``[start, stop)``."""
         array = self.arrays[key]
+        if key in self.shared:
+            return array
         if self.batch_major:
             return array[start:stop]
         return array[start] if self.per_example else array
@@ -111,7 +117,9 @@ def make_examples(
     """
     if not inputs:
         return Examples({}, 0, False, "none (the signature takes no inputs)")
-    fixed = [k for k, s in inputs.items() if s.shape is not None and len(s.shape) > 0 and s.shape[0] is not None]
+    shared = shared_inputs(inputs)
+    fixed = [k for k, s in inputs.items()
+             if k not in shared and s.shape is not None and len(s.shape) > 0 and s.shape[0] is not None]
     unbatched = all(s.shape is not None and None not in s.shape for s in inputs.values())
     if inputs_file:
         arrays, per_example = _read_file(inputs_file, inputs, unbatched)
@@ -120,7 +128,7 @@ def make_examples(
         per_example = unbatched
         arrays = {key: _generate(key, spec, examples, seed, alternatives, per_example) for key, spec in inputs.items()}
         source, file_sha256 = f"generated (seed {seed}, {_drawn(arrays.values())})", None
-    counts = {k: (a.shape[0] if a.ndim else 1) for k, a in arrays.items()}
+    counts = {k: (a.shape[0] if a.ndim else 1) for k, a in arrays.items() if k not in shared}
     if len(set(counts.values())) > 1:
         raise TftraceError(
             f"the inputs disagree on the number of examples: {counts}",
@@ -129,8 +137,19 @@ def make_examples(
     count = next(iter(counts.values()))
     if per_example:
         return Examples(arrays, count, batch_major=False, source=source, per_example=True, file_sha256=file_sha256)
-    return Examples(arrays, count, batch_major=not fixed and all(a.ndim > 0 for a in arrays.values()), source=source,
-                    file_sha256=file_sha256)
+    batch_major = not fixed and all(a.ndim > 0 for k, a in arrays.items() if k not in shared)
+    return Examples(arrays, count, batch_major=batch_major, source=source, file_sha256=file_sha256, shared=shared)
+
+
+def shared_inputs(inputs: Mapping[str, TensorSpec]) -> frozenset[str]:
+    """The inputs fed whole to every run: those whose shape is fully known, without a batch axis
+    (a scalar ``score_threshold``, an ``[1, 4]`` setting), in a signature where another input has
+    one (``images`` of ``[?, H, W, 3]``). Each run takes the same value of them whatever its
+    batch size; the other inputs give the examples."""
+    batched = [k for k, s in inputs.items() if s.shape is not None and len(s.shape) > 0 and s.shape[0] is None]
+    if not batched:
+        return frozenset()
+    return frozenset(k for k, s in inputs.items() if k not in batched and s.shape is not None and None not in s.shape)
 
 
 def inputs_file_sha256(path: str) -> str | None:

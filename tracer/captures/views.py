@@ -26,11 +26,12 @@ class ExamplesRecord:
     batch_major: bool  # the first axis of every input is the example axis
     per_example: bool = False  # the inputs were fed one example per run
     file_sha256: str | None = None  # the inputs file's own sha256; None for generated examples and older captures
+    shared: frozenset[str] = frozenset()  # input keys fed whole to every run (no batch axis beside batched ones)
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> ExamplesRecord:
         return cls(int(doc["count"]), str(doc.get("source") or ""), bool(doc.get("batch_major")),
-                   bool(doc.get("per_example")), doc.get("file_sha256"))
+                   bool(doc.get("per_example")), doc.get("file_sha256"), frozenset(doc.get("shared") or ()))
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ from ..children import load_report, note_start
 from ..artifacts.graph import moving_averages
 from ._packed import content_digest
 from ..errors import TftraceError
-from ..text import count
+from ..text import count, listed
 from .inputs import Examples, batches, make_examples, run_batch_size
 from ..runspec import Side, job_side
 from ..safewrite import refuse_link_dir
@@ -85,6 +85,10 @@ def run_capture(side: Side, out_dir: str, force: bool, prepared: Prepared | None
         notes.append(f"the signature has no batch axis: ran the {count(examples.count, 'example')} one per run")
     elif side.batch_size and not examples.batch_major and examples.count:
         notes.append(f"the signature fixes its input shapes: ran all {count(examples.count, 'example')} in one run")
+    if examples.shared:
+        inputs = listed([f"'{k}'" for k in sorted(examples.shared)], 5)
+        notes.append(f"input{'s' if len(examples.shared) > 1 else ''} {inputs} without a batch axis beside batched "
+                     "inputs: every run was fed the same value")
     ranges = batches(examples.count, batch_size)
     plan = fetch_plan(runtime.opgraph, ranges, side.max_memory, side.part_bytes)
     # the variables the runs write, as loaded: read before the first run writes them
@@ -215,7 +219,8 @@ def _manifest(side: Side, runtime: Any, examples: Any, ranges: list[tuple[int, i
         "graph": runtime.opgraph.to_json(),
         "examples": {"count": examples.count, "source": examples.source, "batch_major": examples.batch_major,
                      **({"per_example": True} if examples.per_example else {}),
-                     **({"file_sha256": examples.file_sha256} if examples.file_sha256 else {})},
+                     **({"file_sha256": examples.file_sha256} if examples.file_sha256 else {}),
+                     **({"shared": sorted(examples.shared)} if examples.shared else {})},
         "batch_size": run_batch_size({"runs": ranges}),  # the batch that ran, not the one asked for
         "runs": [list(r) for r in ranges],
         "tensor_layout": instrumented["layout"],

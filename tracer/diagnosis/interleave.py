@@ -56,7 +56,7 @@ def first_batch_inputs(cap: Capture) -> dict[str, np.ndarray] | None:
     out = {}
     for key, tensor in cap.inputs.items():
         value = np.asarray(cap.tensor(tensor))
-        out[key] = value[start:stop] if examples.batch_major else value
+        out[key] = value[start:stop] if examples.batch_major and key not in examples.shared else value
     return out
 
 

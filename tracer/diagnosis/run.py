@@ -266,12 +266,14 @@ def _serving_inputs(base: Capture, params: BatchingParameters, out: Path) -> dic
     """Padded input files: each request row followed by copies of itself (TF Serving's padding)."""
     inputs = base.inputs
     requests = min(SERVING_REQUESTS, base.examples.count)
-    arrays = {key: np.asarray(base.tensor(t))[:requests] for key, t in inputs.items()}
+    shared = base.examples.shared  # a scalar threshold: every request's own, not a row of it
+    arrays = {key: np.asarray(base.tensor(t))[:requests] for key, t in inputs.items() if key not in shared}
+    whole = {key: np.asarray(base.tensor(t)) for key, t in inputs.items() if key in shared}
     files: dict[int, tuple[str, int]] = {}
     for copies, sizes in padding_groups(params.emulated_sizes()):
         path = out / f"serving_inputs_x{copies}.npz"
         buffer = io.BytesIO()
-        np.savez(buffer, **pad_requests(arrays, copies))
+        np.savez(buffer, **pad_requests(arrays, copies), **whole)
         write_file(path, buffer.getvalue())
         for size in sizes:
             files[size] = (str(path), requests * copies)
