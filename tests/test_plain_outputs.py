@@ -194,3 +194,40 @@ def test_plain_outputs_of_several_runs_are_laid_out_as_the_captured_tensors(mode
         plain, captured = cap.plain_output(key), np.asarray(cap.tensor(tensor))
         assert plain.shape == captured.shape and plain.shape[0] == 5, key
         assert np.array_equal(plain, captured), key
+
+
+CONSTANT_OUTPUT = '''
+import sys
+import tensorflow as tf
+
+class Scorer(tf.Module):  # a serving signature that also returns the model's version, a constant
+    def __init__(self):
+        self.kernel = tf.Variable(tf.random.stateless_normal([3, 3, 3, 4], seed=[3, 4]))
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 8, 8, 3], tf.float32, name="images")])
+    def serve(self, images):
+        scores = tf.reduce_max(tf.nn.relu(tf.nn.conv2d(images, self.kernel, 1, "SAME")), axis=[1, 2])
+        return {"scores": scores, "version": tf.constant(3, tf.int32)}
+
+scorer = Scorer()
+tf.saved_model.save(scorer, sys.argv[1], signatures={"serving_default": scorer.serve})
+'''
+
+
+@pytest.mark.slow
+def test_a_constant_output_over_several_runs_is_no_observer_effect(tmp_path) -> None:
+    """A constant is fetched again in later runs but stored once; its value was left out of those
+    runs' outputs, so every capture of more than one run said the instrumented run had moved
+    `version` ("Observer effect on A: outputs moved by ... version —", ``outputs_identical`` false)."""
+    from conftest import build_model  # noqa: PLC0415
+
+    model = tmp_path / "scorer"
+    build_model(CONSTANT_OUTPUT, model)
+    proc = run_cli("capture", str(model), "--out", str(tmp_path / "cap"), "--examples", "4", "--batch-size", "1",
+                   env={"CUDA_VISIBLE_DEVICES": "-1", "TF_ENABLE_ONEDNN_OPTS": "0"})
+    assert proc.returncode == 0, proc.stderr
+    cap = Capture.open(tmp_path / "cap")
+    assert len(cap.runs) == 4 and cap.manifest["tensor_layout"][cap.outputs["version"]] == "const"
+    observer = cap.manifest["observer_effect"]
+    assert observer["outputs_identical"] is True
+    assert observer["outputs_max_abs_diff"] == {"scores": 0.0, "version": 0.0}

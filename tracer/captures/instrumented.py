@@ -102,12 +102,12 @@ def instrumented_runs(
                     between.check(name, value, run_index, chunks)
                     continue
                 between.keep(step, name, value)
+                for key in output_keys.get(name, ()):  # a constant output too: the observer effect compares
+                    outputs[key] = value  # every run's outputs with the plain run's
                 if name in again:
                     continue
                 check_fetched(plan, name, storage_nbytes(value))  # before a byte of it is converted or written
                 written += value.nbytes
-                for key in output_keys.get(name, ()):
-                    outputs[key] = value
                 _store(writer, name, value, where, opgraph, plan.constant, layout, stored)
                 stored[name] = value
                 told.stored(written)
