@@ -100,6 +100,16 @@ def test_a_scalar_beside_batched_inputs_is_fed_whole_to_every_run(tmp_path: Path
     read = make_examples(specs, 8, 0, str(tmp_path / "in.npz"))
     assert read.count == 3 and read.batch_major and read.shared == {"threshold", "window"}
     assert float(read.feed("threshold", 2, 3)) == 0.5
+    np.savez(tmp_path / "rows.npz", images=np.zeros((3, 8, 8, 3), np.float32), threshold=np.full(3, 0.5, np.float32),
+             window=np.array([[0, 0, 8, 8]], np.int32))
+    with pytest.raises(TftraceError) as info:  # one threshold per example: not what the signature takes
+        make_examples(specs, 8, 0, str(tmp_path / "rows.npz"))
+    assert str(info.value) == ("input 'threshold' has shape [3], the signature expects []. Give 'threshold' one value "
+                               "of shape []: it has no batch axis, so every run is fed the same one.")
+    np.savez(tmp_path / "one.npz", images=np.zeros((3, 8, 8, 3), np.float32), threshold=np.array([0.25], np.float32),
+             window=np.array([0, 0, 8, 8], np.int32))  # size-1 axes added or dropped: reshaped, as for rows
+    one = make_examples(specs, 8, 0, str(tmp_path / "one.npz"))
+    assert one.arrays["threshold"].shape == () and one.arrays["window"].shape == (1, 4) and one.count == 3
     # where no input has a batch axis, nothing is shared: the examples are stacked, one per run
     assert make_examples({k: specs[k] for k in ("threshold", "window")}, 4, 0, None).shared == frozenset()
 

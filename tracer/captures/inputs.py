@@ -280,6 +280,7 @@ def _read_file(path: str, inputs: dict[str, TensorSpec], unbatched: bool) -> tup
             f"{', '.join(sorted(set(inputs) - stacked))}",
             "give every input the same number of examples along a first, example, axis",
         )
+    shared = shared_inputs(inputs)
     for key, spec in inputs.items():
         array = arrays[key]
         if spec.dtype == "string" and array.dtype.kind == "U":  # TF feeds str as UTF-8 bytes: store what it saw
@@ -288,7 +289,9 @@ def _read_file(path: str, inputs: dict[str, TensorSpec], unbatched: bool) -> tup
             arrays[key] = array.reshape((array.shape[0], *spec.shape))
         elif spec.shape and spec.shape[0] is None and not _fits(array, spec) and _fits_rows(array, spec.shape[1:]):
             arrays[key] = array.reshape((array.shape[0], *spec.shape[1:]))  # [N] for [?, 1], or back
-        _check_fits(key, arrays[key], spec, stacked=bool(stacked))
+        elif key in shared and not _fits(array, spec) and same_rows(array.shape, spec.shape):
+            arrays[key] = array.reshape(spec.shape)  # [1] for a scalar threshold, or back
+        _check_fits(key, arrays[key], spec, stacked=bool(stacked), shared=key in shared)
     return arrays, bool(stacked)
 
 
@@ -319,8 +322,9 @@ def _fits_rows(array: np.ndarray, per_example: Sequence[int | None] | None) -> b
             and same_rows(array.shape[1:], per_example))
 
 
-def _check_fits(key: str, array: np.ndarray, spec: TensorSpec, stacked: bool = False) -> None:
-    """Refuse an array the signature cannot take (``stacked``: each of its rows is one example)."""
+def _check_fits(key: str, array: np.ndarray, spec: TensorSpec, stacked: bool = False, shared: bool = False) -> None:
+    """Refuse an array the signature cannot take (``stacked``: each of its rows is one example;
+    ``shared``: the input is fed whole to every run, :func:`shared_inputs`)."""
     expected = _numpy_dtype(spec.dtype) if spec.dtype != "string" else None
     if expected is None:
         if array.dtype.kind not in "SU":
@@ -336,5 +340,6 @@ def _check_fits(key: str, array: np.ndarray, spec: TensorSpec, stacked: bool = F
         shown = "[" + ", ".join("?" if d is None else str(d) for d in spec.shape) + "]"
         raise TftraceError(
             f"input {key!r} has shape {list(array.shape)}, the signature expects {shown}",
-            "reshape the array to fit (the first axis is the example axis)",
+            f"give {key!r} one value of shape {shown}: it has no batch axis, so every run is fed the same one"
+            if shared else "reshape the array to fit (the first axis is the example axis)",
         )
