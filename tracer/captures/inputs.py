@@ -122,7 +122,7 @@ def make_examples(
              if k not in shared and s.shape is not None and len(s.shape) > 0 and s.shape[0] is not None]
     unbatched = all(s.shape is not None and None not in s.shape for s in inputs.values())
     if inputs_file:
-        arrays, per_example = _read_file(inputs_file, inputs, unbatched)
+        arrays, per_example = _read_file(inputs_file, inputs, unbatched, shared)
         source, file_sha256 = Path(inputs_file).name, file_sha256 or _file_sha256(inputs_file)
     else:
         per_example = unbatched
@@ -238,9 +238,12 @@ def _numpy_dtype(name: str) -> np.dtype:
         raise TftraceError(f"dtype {name!r} is not supported as an input", "pass inputs of a numeric dtype") from exc
 
 
-def _read_file(path: str, inputs: dict[str, TensorSpec], unbatched: bool) -> tuple[dict[str, np.ndarray], bool]:
+def _read_file(
+    path: str, inputs: dict[str, TensorSpec], unbatched: bool, shared: frozenset[str]
+) -> tuple[dict[str, np.ndarray], bool]:
     """The file's arrays, fitted to ``inputs``, and whether they are one example per run (a
-    signature without a batch axis given arrays with one more, example, axis)."""
+    signature without a batch axis given arrays with one more, example, axis). ``shared``: the
+    inputs fed whole to every run (:func:`shared_inputs`), fitted to their own shape."""
     if not Path(path).is_file():
         raise TftraceError(f"inputs file {path} does not exist", "give an .npz with one array per signature input")
     try:
@@ -280,7 +283,6 @@ def _read_file(path: str, inputs: dict[str, TensorSpec], unbatched: bool) -> tup
             f"{', '.join(sorted(set(inputs) - stacked))}",
             "give every input the same number of examples along a first, example, axis",
         )
-    shared = shared_inputs(inputs)
     for key, spec in inputs.items():
         array = arrays[key]
         if spec.dtype == "string" and array.dtype.kind == "U":  # TF feeds str as UTF-8 bytes: store what it saw
