@@ -117,9 +117,7 @@ def make_examples(
     """
     if not inputs:
         return Examples({}, 0, False, "none (the signature takes no inputs)")
-    shared = shared_inputs(inputs)
-    fixed = [k for k, s in inputs.items()
-             if k not in shared and s.shape is not None and len(s.shape) > 0 and s.shape[0] is not None]
+    _, fixed, shared = _classify(inputs)
     unbatched = all(s.shape is not None and None not in s.shape for s in inputs.values())
     if inputs_file:
         arrays, per_example = _read_file(inputs_file, inputs, unbatched, shared)
@@ -146,10 +144,22 @@ def shared_inputs(inputs: Mapping[str, TensorSpec]) -> frozenset[str]:
     (a scalar ``score_threshold``, an ``[1, 4]`` setting), in a signature where another input has
     one (``images`` of ``[?, H, W, 3]``). Each run takes the same value of them whatever its
     batch size; the other inputs give the examples."""
-    batched = [k for k, s in inputs.items() if s.shape is not None and len(s.shape) > 0 and s.shape[0] is None]
-    if not batched:
-        return frozenset()
-    return frozenset(k for k, s in inputs.items() if k not in batched and s.shape is not None and None not in s.shape)
+    return _classify(inputs)[2]
+
+
+def _classify(inputs: Mapping[str, TensorSpec]) -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
+    """Each input's part, from its shape, decided here only: ``(batched, fixed, shared)``.
+
+    * batched: the first dimension is unknown, the example axis;
+    * shared: fully known, beside a batched input (:func:`shared_inputs`);
+    * fixed: any other whose first dimension is known, so the signature cannot be batched.
+
+    Inputs of unknown shape, and scalars without a batched input beside them, are in none.
+    """
+    first = {k: s.shape[0] for k, s in inputs.items() if s.shape is not None and len(s.shape) > 0}  # rank >= 1
+    batched = frozenset(k for k, d in first.items() if d is None)
+    shared = frozenset(k for k, s in inputs.items() if batched and s.shape is not None and None not in s.shape)
+    return batched, frozenset(first) - batched - shared, shared
 
 
 def inputs_file_sha256(path: str) -> str | None:
