@@ -16,12 +16,12 @@ if TYPE_CHECKING:
     from .reader import Capture
     from .store import CaptureWriter, safe_filename
 
-__all__ = ["Capture", "CaptureWriter", "safe_filename", "FORMAT", "FORMAT_VERSION"]
-
 # imported when first asked for: ``tftrace capture`` starts its child from ``launcher`` before it needs
 # the reader, and importing the reader (numpy, networkx) first would delay that child by a fifth of a second
 _HOME = {"Capture": "reader", "CaptureWriter": "store", "safe_filename": "store", "FORMAT": "_format",
          "FORMAT_VERSION": "_format"}
+
+__all__ = list(_HOME)
 
 
 def __getattr__(name: str) -> Any:
