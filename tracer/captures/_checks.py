@@ -260,10 +260,11 @@ def _validate_parts(root: Path, manifest: dict[str, Any]) -> None:
             raise damaged(root, '"examples" needs an integer "count" >= 0 and a boolean "batch_major"')
         if "file_sha256" in examples and not _is_sha256(examples["file_sha256"]):
             raise damaged(root, '"examples.file_sha256" is not 64 lowercase hexadecimal digits')
-        shared = examples.get("shared", [])
-        inputs = (manifest.get("graph") or {}).get("inputs") if isinstance(manifest.get("graph"), dict) else None
-        if (not isinstance(shared, list) or not all(isinstance(k, str) for k in shared)
-                or (isinstance(inputs, dict) and not set(shared) <= set(inputs))):
+        # "graph" and its "inputs", where present, are JSON objects (PARTS, above); the rest of the graph is
+        # checked last (_validate_graph, which refuses one without "inputs"), so a manifest with several
+        # faults is still refused for the same one
+        shared, graph = examples.get("shared", []), manifest.get("graph", {})
+        if not _is_list_of(shared, str) or ("inputs" in graph and not set(shared) <= set(graph["inputs"])):
             raise damaged(root, '"examples.shared" is not a list of the signature\'s input keys')
     if "runs" in manifest:
         ok = all(
