@@ -114,6 +114,29 @@ def test_a_scalar_beside_batched_inputs_is_fed_whole_to_every_run(tmp_path: Path
     assert make_examples({k: specs[k] for k in ("threshold", "window")}, 4, 0, None).shared == frozenset()
 
 
+def test_tf1_settings_beside_the_examples_are_given_not_guessed(tmp_path: Path) -> None:
+    """The TF1 tutorial's graph: ``x`` of ``[?, 784]``, ``keep_prob = tf.placeholder(tf.float32)``
+    (no shape at all) and ``is_training`` of ``[]``. A scalar keep_prob in the file was counted as
+    one example ("the inputs disagree on the number of examples: {'x': 8, 'keep_prob': 1}"), and a
+    generated is_training was a coin flip that could run the batch norms in training mode."""
+    specs = {"x": TensorSpec("x:0", "float32", (None, 784)),
+             "keep_prob": TensorSpec("keep_prob:0", "float32", None),
+             "is_training": TensorSpec("is_training:0", "bool", ())}
+    np.savez(tmp_path / "in.npz", x=np.zeros((8, 784), np.float32), keep_prob=np.float32(1.0), is_training=False)
+    read = make_examples(specs, 8, 0, str(tmp_path / "in.npz"))
+    assert read.count == 8 and read.batch_major and read.shared == {"keep_prob", "is_training"}
+    assert read.feed("x", 2, 3).shape == (1, 784) and float(read.feed("keep_prob", 2, 3)) == 1.0
+    assert not bool(read.feed("is_training", 2, 3))
+    with pytest.raises(TftraceError) as info:
+        make_examples({k: specs[k] for k in ("x", "is_training")}, 8, 0, None)
+    assert str(info.value) == (
+        "input 'is_training' is a boolean without a batch axis: a switch (a training flag, a mode) whose value "
+        "tftrace will not guess. Pass --inputs FILE.npz holding every input, the switch as it is served: "
+        "numpy.savez(FILE, ..., is_training=False).")
+    # a boolean with a batch axis is an example, drawn as before
+    assert make_examples({"x": specs["x"], "mask": TensorSpec("mask:0", "bool", (None,))}, 8, 0, None).count == 8
+
+
 def test_a_signature_without_inputs() -> None:
     ex = make_examples({}, 8, 0, None)
     assert ex.count == 0 and ex.arrays == {} and not ex.batch_major

@@ -18,7 +18,8 @@ A file's arrays may differ from the signature's per-example shape by axes of siz
 (``[N]`` for ``[?, 1]``, ``[N, 1]`` for a scalar): they are reshaped, never otherwise.
 An input without a batch axis beside one with (a scalar ``score_threshold`` beside ``images`` of
 ``[?, H, W, 3]``) is no example: drawn (or read) in its own shape, it is fed whole to every run
-(``shared``).
+(``shared``); so is a scalar a file gives for an input of unknown shape (TF1's ``keep_prob``). A
+boolean one is a switch (``is_training``): never drawn, its value must be given.
 Strings (serialized ``tf.Example`` protos) cannot be invented and need ``--inputs``.
 """
 
@@ -117,12 +118,15 @@ def make_examples(
     """
     if not inputs:
         return Examples({}, 0, False, "none (the signature takes no inputs)")
-    _, fixed, shared = _classify(inputs)
+    batched, fixed, shared = _classify(inputs)
     unbatched = all(s.shape is not None and None not in s.shape for s in inputs.values())
     if inputs_file:
         arrays, per_example = _read_file(inputs_file, inputs, unbatched, shared)
         source, file_sha256 = Path(inputs_file).name, file_sha256 or _file_sha256(inputs_file)
+        if batched:  # a scalar given for an input of unknown shape (TF1's ``tf.placeholder(tf.float32)``) has no example axis
+            shared |= {k for k, spec in inputs.items() if spec.shape is None and arrays[k].ndim == 0}
     else:
+        _refuse_switches(inputs, shared)
         per_example = unbatched
         arrays = {key: _generate(key, spec, examples, seed, alternatives, per_example) for key, spec in inputs.items()}
         source, file_sha256 = f"generated (seed {seed}, {_drawn(arrays.values())})", None
@@ -137,6 +141,20 @@ def make_examples(
         return Examples(arrays, count, batch_major=False, source=source, per_example=True, file_sha256=file_sha256)
     batch_major = not fixed and all(a.ndim > 0 for k, a in arrays.items() if k not in shared)
     return Examples(arrays, count, batch_major=batch_major, source=source, file_sha256=file_sha256, shared=shared)
+
+
+def _refuse_switches(inputs: Mapping[str, TensorSpec], shared: frozenset[str]) -> None:
+    """A boolean without a batch axis beside the examples (TF1's ``is_training`` placeholder) is a
+    switch: drawn by a coin it could run a batch norm in training mode, a mode the model is never
+    served in, and the comparison would then be true of nothing the user runs. Its value is asked for."""
+    switches = sorted(k for k in shared if inputs[k].dtype == "bool")
+    if switches:
+        given = ", ".join(f"{k}=False" for k in switches)
+        raise TftraceError(
+            f"input {', '.join(repr(k) for k in switches)} is a boolean without a batch axis: a switch (a training "
+            "flag, a mode) whose value tftrace will not guess",
+            f"pass --inputs FILE.npz holding every input, the switch as it is served: numpy.savez(FILE, ..., {given})",
+        )
 
 
 def shared_inputs(inputs: Mapping[str, TensorSpec]) -> frozenset[str]:
