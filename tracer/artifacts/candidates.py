@@ -21,8 +21,9 @@ from ..optypes import (BOOKKEEPING_OPS, EXIT_OPS, FRAME_OPS, PLACEHOLDER_OPS, RE
 
 __all__ = ["candidates", "training_ops"]
 
+# ``Func/``: where TensorFlow's inliner puts a lowered cond's or loop's plumbing (:mod:`.lowering`)
 BOOKKEEPING_SCOPE = re.compile(
-    r"^(save|init|init_all_tables|gradients|report_uninitialized_variables|global_step)(_\d+)?(/|$)"
+    r"^(Func/)?(save|init|init_all_tables|gradients|report_uninitialized_variables|global_step)(_\d+)?(/|$)"
 )
 
 
@@ -60,7 +61,7 @@ def candidates(by_name: dict[str, Any]) -> tuple[list[str], list[str]]:
         (len(needs[name]), _is_scalar(op), -depth[name], name)
         for name, op in useful.items()
         if needs.get(name) and name not in inputs and name not in extended and op.outputs
-        and op.type not in VARIABLE_OPS and name not in in_loops
+        and op.type not in VARIABLE_OPS and name not in in_loops and not _handle(op)
     )
     return inputs, [name for *_, name in ranked]
 
@@ -133,6 +134,12 @@ def _bookkeeping(op: Any) -> bool:
         or "/Initializer/" in f"{name}/"
         or name.endswith(("/Read/ReadVariableOp", "/IsInitialized/VarIsInitializedOp"))
     )
+
+
+def _handle(op: Any) -> bool:
+    """Whether the op's first output is a handle or a variant (a lowered cond's TensorList plumbing):
+    no values to trace."""
+    return op.outputs[0].dtype.name in ("variant", "resource")
 
 
 def _is_scalar(op: Any) -> bool:

@@ -24,6 +24,7 @@ from .checkpoint_index import graphless_checkpoint
 from .graph import borrow_signature, build_opgraph
 from .kinds import detect
 from .kinds import io_gfile as _gfile
+from .lowering import lower_control_flow
 from .records import USER_SIGNATURE, Artifact, ArtifactRef, Signature, TensorSpec, signature_keys
 from ..errors import TftraceError
 from ..opgraph import OpGraph
@@ -80,6 +81,7 @@ def load(ref: ArtifactRef | str, *, allow_unsafe_ops: bool = False, lender: Lend
     else:
         artifact = {"checkpoint": _load_checkpoint, "graphdef": _load_graphdef}[kind](ref, location)
     _check_ops_known(artifact.graph_def, artifact.location)
+    _lower_functional_control_flow(artifact)
     _note_device_pins(artifact)
     if ref.signature_from is not None or ref.borrowed is not None:
         if artifact.signature is None or artifact.signature.from_user:
@@ -308,6 +310,30 @@ def _user_signature(ref: ArtifactRef) -> Signature | None:
         outputs={n.split(":")[0]: TensorSpec(_tensor_name(n), unknown.dtype, None) for n in ref.outputs},
         from_user=True,
     )
+
+
+def _lower_functional_control_flow(artifact: Artifact) -> None:
+    """A TF1 graph built with TF2's ``If``/``While`` runs them lowered: trace them so
+    (:mod:`.lowering`). The tensors the side names keep their producers as they stand."""
+    if artifact.kind not in ("checkpoint", "saved_model_v1", "graphdef"):
+        return  # a TF2 SavedModel's signature was inlined and lowered as it loaded
+    named = {name.split(":")[0].lstrip("^") for name in (*artifact.ref.outputs, *artifact.ref.input_names)}
+    if artifact.signature is not None:
+        named |= {spec.name.split(":")[0] for spec in (*artifact.signature.inputs.values(),
+                                                       *artifact.signature.outputs.values())}
+    meta = artifact.meta_graph
+    if meta is None:  # a frozen GraphDef: lowered in a MetaGraphDef of its own
+        from tensorflow.core.protobuf import meta_graph_pb2  # noqa: PLC0415 - comes with TF
+
+        meta = meta_graph_pb2.MetaGraphDef(graph_def=artifact.graph_def)
+    lowered, note = lower_control_flow(meta, artifact.location, named)
+    if note is None:
+        return
+    artifact.graph_def = lowered.graph_def
+    if artifact.meta_graph is not None:
+        artifact.meta_graph = lowered
+    artifact.control_flow_lowered = True
+    artifact.notes.append(note)
 
 
 def _check_ops_known(graph_def: Any, where: str) -> None:

@@ -154,6 +154,7 @@ class Artifact:
     checkpoint_prefix: str | None = None
     tf_version_written: str = ""
     inlined_by_loader: bool = False  # TF2: tftrace inlined the signature function (adds Identity plumbing)
+    control_flow_lowered: bool = False  # TF1: its If/While ops lowered as TF runs them (meta_graph is the lowered one)
     variable_values: dict[str, np.ndarray] = field(default_factory=dict)  # TF2: values of the inlined variables
     table_values: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)  # TF2: (keys, values)
     notes: list[str] = field(default_factory=list)

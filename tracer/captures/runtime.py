@@ -284,7 +284,10 @@ def _restore(artifact: Artifact, session: Any, side: Side) -> None:
     clear_devices = parse_device(side.device)[0] == "cpu"
     if artifact.kind == "saved_model_v1":
         tags = [x.strip() for x in side.artifact.tag.split(",") if x.strip()]
-        t.compat.v1.saved_model.loader.load(session, tags, artifact.location, clear_devices=clear_devices)
+        if artifact.control_flow_lowered:  # its If/While lowered: TF's own loader runs the lowered graph
+            _lowered_loader(artifact).load(session, tags, clear_devices=clear_devices)
+        else:
+            t.compat.v1.saved_model.loader.load(session, tags, artifact.location, clear_devices=clear_devices)
         return
     if artifact.kind == "checkpoint":
         saver = t.compat.v1.train.import_meta_graph(artifact.meta_graph, clear_devices=clear_devices)
@@ -302,6 +305,19 @@ def _restore(artifact: Artifact, session: Any, side: Side) -> None:
             f"the GraphDef {artifact.location} still holds variables ({', '.join(variables[:5])}) but no weights",
             "freeze it first (convert_variables_to_constants) or give the checkpoint/SavedModel",
         )
+
+
+def _lowered_loader(artifact: Artifact) -> Any:
+    """TensorFlow's TF1 SavedModel loader (graph, restore, init ops and assets, as ``loader.load``
+    runs them) given the artifact's meta graph, whose functional control flow tftrace lowered
+    (:mod:`tracer.artifacts.lowering`), instead of the one it would read from the file."""
+    from tensorflow.python.saved_model import loader_impl  # noqa: PLC0415 - the class loader.load uses
+
+    class Loader(loader_impl.SavedModelLoader):
+        def get_meta_graph_def_from_tags(self, tags: Any) -> Any:
+            return artifact.meta_graph
+
+    return Loader(artifact.location)
 
 
 def _initialise_tf2_resources(artifact: Artifact, session: Any) -> None:

@@ -43,7 +43,9 @@ ValueSource = Callable[[str], "np.ndarray | None"]
 
 SMALL_WEIGHT = 4  # a weight of at most this many numbers has both its values in a const_changed's detail
 TYPE_ATTRS = {"T", "dtype", "SrcT", "DstT", "Tidx", "U"}
-IGNORED_ATTRS = {"value", "shared_name", "container", "_class"}
+# a loop frame's name is the loop's (``while`` or ``while_2``, as the export numbered its loops): which ops
+# run in one frame is told by the edges
+IGNORED_ATTRS = {"value", "shared_name", "container", "_class", "frame_name"}
 
 
 def diff_graphs(
@@ -357,7 +359,12 @@ class _Context:
         return out
 
     def _loader_plumbing(self, g: OpGraph, op: str) -> bool:
-        """Identity nodes that tftrace's own inlining of a TF2 function added (not the export)."""
+        """Nodes that tftrace's own inlining of a TF2 function added (not the export): Identities and
+        NoOps; and the control anchors TensorFlow's inliner adds wherever it inlines a call or lowers
+        an ``If``/``While`` (:mod:`tracer.artifacts.lowering`): NoOps named ``Func/<call>/..._control_node/_N``,
+        numbered in the order it met them, so an export that names its loop otherwise numbers them otherwise."""
+        if g.op_type(op) == "NoOp" and op.startswith("Func/") and "_control_node/" in op:
+            return True
         return self.inlined_by_loader and g.op_type(op) in PASS_THROUGH | {"NoOp"}
 
 

@@ -1,0 +1,91 @@
+"""TF1 code run on TensorFlow 2 with only ``disable_eager_execution()`` builds ``tf.cond`` as an
+``If`` op whose branches are library functions. Its training checkpoint's batch norm, switched by an
+``is_training`` placeholder, lives inside ``bn/cond``'s then-branch.
+
+Traced as one op, ``bn/cond`` fed ``is_training=True`` at batch 1 against batch 8 was reported as
+the origin whose "own kernel differs", blamed on a shape-dependent kernel choice: a confident,
+wrong cause. Lowered as TensorFlow runs it (:mod:`tracer.artifacts.lowering`), the batch norm in
+the branch that ran is the origin, and the verdict is the training graph's batch statistics.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import build_model, run_cli
+
+pytestmark = pytest.mark.slow
+
+_TRAINING = """
+import sys
+import numpy as np
+import tensorflow as tf
+v1 = tf.compat.v1
+v1.disable_eager_execution()  # graph mode, TF2 control flow: tf.cond is an If with function branches
+out = sys.argv[1]
+with tf.Graph().as_default():
+    x = v1.placeholder(tf.float32, [None, 6, 6, 2], name="x")
+    is_training = v1.placeholder(tf.bool, [], name="is_training")
+    kernel = v1.get_variable("conv/kernel", [3, 3, 2, 4])
+    h = tf.nn.conv2d(x, kernel, 1, "SAME", name="conv")
+    scale = v1.get_variable("bn/gamma", [4], initializer=v1.ones_initializer())
+    offset = v1.get_variable("bn/beta", [4], initializer=v1.zeros_initializer())
+    mean = v1.get_variable("bn/moving_mean", [4], initializer=v1.zeros_initializer(), trainable=False)
+    variance = v1.get_variable("bn/moving_variance", [4], initializer=v1.ones_initializer(), trainable=False)
+    y = tf.cond(is_training,
+                lambda: v1.nn.fused_batch_norm(h, scale, offset, is_training=True)[0],
+                lambda: v1.nn.fused_batch_norm(h, scale, offset, mean, variance, is_training=False)[0],
+                name="bn/cond")
+    probs = tf.nn.softmax(tf.reduce_mean(tf.nn.relu(y), axis=[1, 2]), name="probs")
+    with v1.Session() as s:
+        s.run(v1.global_variables_initializer())
+        v1.train.Saver().save(s, out + "/ckpt/model.ckpt")
+        builder = v1.saved_model.Builder(out + "/export")
+        builder.add_meta_graph_and_variables(s, ["serve"], signature_def_map={
+            "serving_default": v1.saved_model.predict_signature_def({"x": x, "is_training": is_training},
+                                                                   {"probs": probs})})
+        builder.save()
+"""
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("cond_v2")
+    build_model(_TRAINING, out)
+    rng = np.random.default_rng(3)
+    images = rng.standard_normal((8, 6, 6, 2)).astype(np.float32)
+    np.savez(out / "training.npz", x=images, is_training=np.array(True))
+    np.savez(out / "serving.npz", x=images, is_training=np.array(False))
+    return out
+
+
+def test_a_batch_norm_in_a_functional_cond_is_the_origin_and_the_cause_is_the_training_graph(
+        model: Path, tmp_path: Path) -> None:
+    out = tmp_path / "report"
+    proc = run_cli("compare", str(model / "ckpt"), str(model / "ckpt"), "--input-names", "x,is_training",
+                   "--outputs", "probs", "--inputs", str(model / "training.npz"), "--a-batch-size", "1",
+                   "--b-batch-size", "8", "--onednn", "off", "--out", str(out))
+    assert proc.returncode == 1, proc.stderr
+    report = json.loads((out / "report.json").read_text())
+    assert report["first_divergence"]["node"] == "bn/cond/then/_0/FusedBatchNormV3"
+    assert report["origins"][0]["isolation"]["verdict"] == "batch_statistics"
+    assert report["answers"]["causes"][0] == "training_graph"
+    notes = report["sides"]["a"]["notes"]
+    assert any(note.startswith("1 functional control-flow op (bn/cond) lowered") for note in notes), notes
+
+
+def test_the_checkpoint_and_its_tf1_export_lowered_alike_are_identical(model: Path, tmp_path: Path) -> None:
+    out = tmp_path / "report"
+    proc = run_cli("compare", str(model / "ckpt"), str(model / "export"), "--inputs", str(model / "serving.npz"),
+                   "--onednn", "off", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads((out / "report.json").read_text())
+    assert report["verdict"] == "identical"
+    assert report["rewrites"] == []
+    for side in "ab":  # the TF1 SavedModel ran through TensorFlow's own loader, given the lowered graph
+        assert any("(bn/cond) lowered" in note for note in report["sides"][side]["notes"])
+    assert report["nodes"]["bn/cond/else/_1/FusedBatchNormV3"]["status"] == "identical"
