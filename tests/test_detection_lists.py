@@ -40,8 +40,12 @@ ENV = {"TF_ENABLE_ONEDNN_OPTS": "0", "CUDA_VISIBLE_DEVICES": "-1"}
 NMS = "Postprocessor/BatchMultiClassNonMaxSuppression/map/"
 # per control flow: the ops after NMS that hold the detection lists and are beyond tolerance index by index
 LISTS = {
-    "cf2": [f"{NMS}TensorArrayV2Stack/TensorListStack", f"{NMS}TensorArrayV2Stack_1/TensorListStack", "cond",
-            "cond/Identity", "detection_boxes", "detection_scores"],
+    # the If lowered as TensorFlow runs it (tracer/artifacts/lowering.py): its input Switch, the branch's
+    # clip, its output Merge, named and numbered by TensorFlow's lowering
+    "cf2": [f"{NMS}TensorArrayV2Stack/TensorListStack", f"{NMS}TensorArrayV2Stack_1/TensorListStack",
+            f"cond/{NMS}TensorArrayV2Stack/TensorListStack/_95", "Func/cond/then/_90/input/_155",
+            "cond/then/_90/clip_by_value/Minimum", "cond/then/_90/clip_by_value_0", "Func/cond/then/_90/output/_156",
+            "cond/output/_96", "cond/Identity", "detection_boxes", "detection_scores"],
     "cf1": [f"{NMS}TensorArrayStack/TensorArrayGatherV3", f"{NMS}TensorArrayStack_1/TensorArrayGatherV3",
             "cond/clip_by_value/Minimum/Switch", "cond/clip_by_value/Minimum", "cond/clip_by_value", "cond/Merge",
             "detection_boxes", "detection_scores"],

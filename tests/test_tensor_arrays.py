@@ -82,7 +82,8 @@ def test_a_difference_before_the_loop_propagates_through_the_gather(map_models: 
 def test_with_tf2_control_flow_the_tensor_list_stack_is_isolated_with_its_functional_loop(map_models: Path,
                                                                                           tmp_path: Path) -> None:
     """TF2's map_fn carries its rows in TensorLists (variants, never captured nor fed) through a
-    functional While: the replay of the stack after it reruns the While from its inputs."""
+    functional While, lowered as TensorFlow runs it (tracer/artifacts/lowering.py): the replay of the
+    stack after it reruns the loop from its inputs."""
     proc, report = _compare(map_models / "cf2", "export_variant", tmp_path)
     first = report["first_divergence"]
     assert (first["node"], first["op"]) == ("map/TensorArrayV2Stack/TensorListStack", "TensorListStack")
@@ -91,10 +92,11 @@ def test_with_tf2_control_flow_the_tensor_list_stack_is_isolated_with_its_functi
     assert first["isolation"]["detail"].startswith("given identical inputs, B's while loop that filled its TensorList "
                                                    "(replayed whole: a session cannot fetch the ops inside a loop)")
     assert isolation_words("own_error", loop="that filled its TensorList", sep=": ") in " ".join(proc.stdout.split())
-    # TF2 keeps the loop body in a function: its changed constant changes the While's body digest
-    assert first["isolation"]["rewritten"] == [{"op": "map/while", "kind": "attr_changed"}]
-    assert first["rewrite"] == "attr_changed" and report["answers"]["causes"] == ["export"]
-    assert ("whose replay ran the rewritten `map/while` (attr_changed) with it" in report["answers"]["why"][0])
+    # the loop body lowered: its changed constant is a weight of the replay, at its node, as with TF1's loop (it was
+    # an attr_changed of the functional While, blamed on the export)
+    assert first["isolation"]["rewritten"] == [{"op": "map/while/body/_1/mul/y", "kind": "const_changed"}]
+    assert first["rewrite"] == "const_changed" and report["answers"]["causes"] == ["weights"]
+    assert "1 weight differs between A and B (`map/while/body/_1/mul/y`)" in report["answers"]["why"][0]
 
 
 # The CLI with the replay plan as it was before TensorArray flows were known: the loop's Exit
