@@ -301,8 +301,8 @@ def test_checkpoint_meta_without_a_signature(tf: Any, models: dict[str, Path], t
     assert message == (
         f"{tmp_path}/model.ckpt has no signature to say what to trace (candidate inputs: images; candidate "
         "outputs, best first: outputs/detection_boxes, outputs/detection_classes, outputs/detection_scores, "
-        "outputs/num_detections, outputs/boxes, outputs/scores). "
-        "Name them with --outputs NAME[,NAME...] and --input-names NAME[,NAME...]."
+        "outputs/boxes, outputs/scores, outputs/num_detections). Name them with --outputs NAME[,NAME...] and "
+        "--input-names NAME[,NAME...], e.g. --outputs outputs/detection_boxes --input-names images."
     )
     graph, sig = opgraph(load(tmp_path / "model.ckpt", outputs=("outputs/scores",), input_names=("images",)))
     assert (sig.key, sig.from_user, sig.outputs["outputs/scores"].shape) == ("(from --outputs)", True, (None, 64, 4))
@@ -460,8 +460,9 @@ def test_frozen_graph_def_without_signature_lists_candidates(tf: Any, frozen: Pa
     assert error_of(pb) == (
         f"{pb} has no signature to say what to trace (candidate inputs: images; candidate outputs, best first: "
         + ", ".join(("outputs/detection_boxes", "outputs/detection_classes", "outputs/detection_scores",
-                     "outputs/num_detections", "outputs/boxes", "outputs/scores"))
-        + "). Name them with --outputs NAME[,NAME...] and --input-names NAME[,NAME...]."
+                     "outputs/boxes", "outputs/scores", "outputs/num_detections"))  # the count, an int32, last
+        + "). Name them with --outputs NAME[,NAME...] and --input-names NAME[,NAME...], "
+        "e.g. --outputs outputs/detection_boxes --input-names images."
     )
     art = load(pb, outputs=OUTPUT_OPS, input_names=("images",))
     graph, sig = opgraph(art)
@@ -611,7 +612,8 @@ def test_candidate_outputs_of_a_tf1_loop_graph_are_its_results_not_its_back_edge
     pb = tmp_path / "map_fn.pb"
     assert error_of(pb) == (
         f"{pb} has no signature to say what to trace (candidate inputs: images; candidate outputs, best first: "
-        "detection_scores). Name them with --outputs NAME[,NAME...] and --input-names NAME[,NAME...]."
+        "detection_scores). Name them with --outputs NAME[,NAME...] and --input-names NAME[,NAME...], "
+        "e.g. --outputs detection_scores --input-names images."
     )
 
 
@@ -636,7 +638,8 @@ def test_a_loss_reduced_to_one_number_is_not_the_first_candidate_output(tmp_path
     pb = tmp_path / "train.pb"
     assert error_of(pb) == (
         f"{pb} has no signature to say what to trace (candidate inputs: images; candidate outputs, best first: "
-        "probs, loss). Name them with --outputs NAME[,NAME...] and --input-names NAME[,NAME...]."
+        "probs, loss). Name them with --outputs NAME[,NAME...] and --input-names NAME[,NAME...], "
+        "e.g. --outputs probs --input-names images."
     )
 
 

@@ -75,10 +75,59 @@ def test_a_training_checkpoint_offers_its_predictions_not_its_training_ops(
     assert said == (
         f"tftrace: error: {ckpt}/model.ckpt-3 has no signature to say what to trace (candidate inputs: images, "
         "labels; candidate outputs, best first: net/probs, sparse_softmax_cross_entropy_loss/value). Name them "
-        "with --outputs NAME[,NAME...] and --input-names NAME[,NAME...]."), said
+        "with --outputs NAME[,NAME...] and --input-names NAME[,NAME...], e.g. --outputs net/probs --input-names "
+        "images."), said  # labels: the loss's alone; learning_rate has a default
     assert not (tmp_path / "cap").exists()
     meta = (ckpt / "model.ckpt-3.meta").read_bytes()  # the training ops are there, and left out for what they are
     assert all(name.encode() in meta for name in (update, "train_loss", "learning_rate", "save/RestoreV2"))
+
+
+TUTORIAL = """
+import sys
+import numpy as np
+import tensorflow as tf
+v1 = tf.compat.v1
+if sys.argv[2] == "cf1":
+    v1.disable_v2_behavior()  # what the migration guide says: TF1 control flow, Switch/Merge
+else:
+    v1.disable_eager_execution()  # TF2 control flow: the cond is an If (lowered when tftrace loads it)
+with tf.Graph().as_default():
+    x = v1.placeholder(tf.float32, [None, 8], name="x")
+    keep_prob = v1.placeholder(tf.float32, name="keep_prob")  # no shape, as the tutorial wrote it
+    is_training = v1.placeholder(tf.bool, [], name="is_training")
+    labels = v1.placeholder(tf.int64, [None], name="labels")
+    with v1.variable_scope("net"):
+        h = tf.nn.relu(tf.matmul(x, v1.get_variable("w1", [8, 16])), name="hidden")
+        mean, var = tf.nn.moments(h, [0])
+        m, v = tf.cond(is_training, lambda: (mean, var), lambda: (tf.zeros([16]), tf.ones([16])), name="stats")
+        normed = tf.nn.batch_normalization(h, m, v, None, None, 1e-3)
+        dropped = tf.nn.dropout(normed, rate=1 - keep_prob)
+        logits = tf.matmul(dropped, v1.get_variable("w2", [16, 4]), name="logits")
+        probs = tf.nn.softmax(logits, name="probs")
+    loss = v1.losses.sparse_softmax_cross_entropy(labels, logits)
+    train_op = v1.train.AdamOptimizer(0.01).minimize(loss, global_step=v1.train.get_or_create_global_step())
+    with v1.Session() as s:
+        s.run(v1.global_variables_initializer())
+        rng = np.random.RandomState(0)
+        s.run(train_op, {x: rng.randn(4, 8), labels: rng.randint(0, 4, 4), keep_prob: 0.5, is_training: True})
+        v1.train.Saver().save(s, sys.argv[1] + "/model.ckpt")
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("flow", ["cf1", "cf2"])
+def test_the_tutorials_prediction_comes_first_and_the_fix_names_its_placeholders(flow: str, tmp_path: Path) -> None:
+    """The TF1 tutorial's pattern: ``probs`` needs ``x`` and the two settings ``keep_prob`` and
+    ``is_training``. Ranked by the number of placeholders first, the list led with the ops only
+    ``x`` reaches (``net/hidden``) and ``probs`` came after them; and the user was left to find
+    which placeholders it needs."""
+    ckpt = tmp_path / "ckpt"
+    build_model(TUTORIAL, ckpt, flow)
+    proc = run_cli("capture", str(ckpt), "--out", str(tmp_path / "cap"))
+    assert_user_error(proc)
+    said = proc.stderr.strip().splitlines()[-1]
+    assert "candidate inputs: x, keep_prob, is_training, labels; candidate outputs, best first: net/probs, " in said
+    assert said.endswith("e.g. --outputs net/probs --input-names x,keep_prob,is_training."), said
 
 
 # ---- the op lists, held to TensorFlow's registry ----------------------------------------------------------

@@ -33,10 +33,12 @@ def candidates(by_name: dict[str, Any]) -> tuple[list[str], list[str]]:
     the labels, is one; so is a sink). Only ops whose *values* come from a placeholder count: a
     Shape, a constant or a weight regulariser computes nothing from the input. Training,
     save/restore, initialisation and summaries are left out (:func:`training_ops`, bookkeeping
-    op types). Best first: what needs fewer placeholders (a prediction needs the images, a loss
-    the labels too), then what keeps a value per example (a loss reduced to one number, computed
-    from the logits alone, lies deeper than the prediction but is no model output), then what lies
-    deeper in the graph."""
+    op types). Best first: what keeps a value per example (a loss reduced to one number lies
+    deeper than the prediction but is no model output), then what holds floating-point numbers (a
+    prediction, not a loop's counter or a cond's flag), then what lies deeper in the graph, then
+    what needs fewer placeholders (a prediction needs the images, a per-example loss the labels
+    too). Depth comes before the count of placeholders: the tutorial's ``probs`` needs ``x``,
+    ``keep_prob`` and ``is_training``, and the conv that only ``x`` reaches is no output."""
     training = training_ops(by_name)
     useful = {name: op for name, op in by_name.items() if name not in training and not _bookkeeping(op)}
     inputs = [name for name, op in useful.items() if op.type in PLACEHOLDER_OPS]
@@ -58,7 +60,7 @@ def candidates(by_name: dict[str, Any]) -> tuple[list[str], list[str]]:
                 if op.type not in SHAPE_OPS and needs.get(op.name) == needs.get(t.op.name)}
     in_loops = _in_while_frames(by_name)  # a loop's body and back edges cannot be fetched: its Exits can
     ranked = sorted(
-        (len(needs[name]), _is_scalar(op), -depth[name], name)
+        (_is_scalar(op), not _floating(op), -depth[name], len(needs[name]), name)
         for name, op in useful.items()
         if needs.get(name) and name not in inputs and name not in extended and op.outputs
         and op.type not in VARIABLE_OPS and name not in in_loops and not _handle(op)
@@ -140,6 +142,11 @@ def _handle(op: Any) -> bool:
     """Whether the op's first output is a handle or a variant (a lowered cond's TensorList plumbing):
     no values to trace."""
     return op.outputs[0].dtype.name in ("variant", "resource")
+
+
+def _floating(op: Any) -> bool:
+    """Whether the op's first output holds floating-point numbers (a prediction, not a count or a flag)."""
+    return op.outputs[0].dtype.is_floating
 
 
 def _is_scalar(op: Any) -> bool:

@@ -56,7 +56,7 @@ def resolve_signature(artifact: Artifact, graph: Any) -> Signature:
             + (f", and neither has {other.path} to borrow one from" if other is not None else "")
             + f" (candidate inputs: {', '.join(placeholders[:10]) or 'none'}; "
             f"candidate outputs, best first: {', '.join(sinks[:10]) or 'none'})",
-            "name them with --outputs NAME[,NAME...] and --input-names NAME[,NAME...]",
+            "name them with --outputs NAME[,NAME...] and --input-names NAME[,NAME...]" + _for_the_first(by_name, sinks),
         )
 
     contradicted: dict[str, tuple[TensorSpec, tuple[int | None, ...]]] = {}  # "input 'x'" -> declared, graph's
@@ -122,6 +122,17 @@ def _contradiction_note(key: str, contradicted: dict[str, tuple[TensorSpec, tupl
             "shapes, as a session does"
             + (" (a TensorInfo written without a shape, as TF 1.0's SavedModel builder wrote them, reads as a scalar)"
                if scalar else ""))
+
+
+def _for_the_first(by_name: dict[str, Any], sinks: list[str]) -> str:
+    """The options that trace the best candidate output, to type as they stand: it and every
+    placeholder it cannot run without (one with a default, a ``placeholder_with_default``, need
+    not be fed)."""
+    if not sinks:
+        return ""
+    needed = _ancestors(by_name, [sinks[0]])
+    fed = [name for name, op in by_name.items() if op.type == "Placeholder" and name in needed]
+    return f", e.g. --outputs {sinks[0]}" + (f" --input-names {','.join(fed)}" if fed else "")
 
 
 def _ancestors(by_name: dict[str, Any], roots: list[str]) -> set[str]:
