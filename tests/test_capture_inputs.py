@@ -114,6 +114,26 @@ def test_a_scalar_beside_batched_inputs_is_fed_whole_to_every_run(tmp_path: Path
     assert make_examples({k: specs[k] for k in ("threshold", "window")}, 4, 0, None).shared == frozenset()
 
 
+def test_images_for_a_signature_that_fixes_the_batch_at_one_are_fed_one_a_run(tmp_path: Path) -> None:
+    """The Object Detection API's TF2 export takes ``input_tensor`` of ``[1, ?, ?, 3]``: one image a
+    run. Four images in a file were refused ("has shape [4, 48, 40, 3], the signature expects
+    [1, ?, ?, 3]. Reshape the array to fit (the first axis is the example axis)"), a fix that
+    cannot be followed; a comparison of a detector could only ever see one image."""
+    specs = {"input_tensor": TensorSpec("input_tensor:0", "uint8", (1, None, None, 3))}
+    images = np.arange(4 * 48 * 40 * 3, dtype=np.uint32).reshape(4, 48, 40, 3).astype(np.uint8)
+    np.save(tmp_path / "four.npy", images)
+    four = make_examples(specs, 8, 0, str(tmp_path / "four.npy"))
+    assert (four.count, four.per_example, four.batch_major) == (4, True, False)
+    assert [four.feed("input_tensor", start, stop).shape for start, stop in batches(4, 1)] == [(1, 48, 40, 3)] * 4
+    np.testing.assert_array_equal(four.feed("input_tensor", 2, 3), images[2:3])  # one run: image 2, as [1, 48, 40, 3]
+    np.save(tmp_path / "one.npy", images[:1])  # what the signature takes: one run of it, as before
+    one = make_examples(specs, 8, 0, str(tmp_path / "one.npy"))
+    assert (one.count, one.per_example) == (1, False) and one.feed("input_tensor", 0, 1).shape == (1, 48, 40, 3)
+    np.save(tmp_path / "gray.npy", images[..., 0])  # no channel axis: no way to read it as images of 3 channels
+    with pytest.raises(TftraceError, match=r"has shape \[4, 48, 40\], the signature expects \[1, \?, \?, 3\]"):
+        make_examples(specs, 8, 0, str(tmp_path / "gray.npy"))
+
+
 def test_tf1_settings_beside_the_examples_are_given_not_guessed(tmp_path: Path) -> None:
     """The TF1 tutorial's graph: ``x`` of ``[?, 784]``, ``keep_prob = tf.placeholder(tf.float32)``
     (no shape at all) and ``is_training`` of ``[]``. A scalar keep_prob in the file was counted as

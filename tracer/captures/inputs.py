@@ -15,7 +15,9 @@ are stacked along a new first axis, ``[count, *shape]``, and each run feeds one 
 (``per_example``). Drawn that way, example ``i`` holds the same numbers as row ``i`` of a
 batched signature whose rows have as many elements, so the two can be compared row by row.
 A file's arrays may differ from the signature's per-example shape by axes of size 1 only
-(``[N]`` for ``[?, 1]``, ``[N, 1]`` for a scalar): they are reshaped, never otherwise.
+(``[N]`` for ``[?, 1]``, ``[N, 1]`` for a scalar): they are reshaped, never otherwise. A file
+may stack examples for a signature with no batch axis whose shapes are not all known too: the
+Object Detection API's ``[1, ?, ?, 3]`` given ``[N, H, W, 3]`` runs each image alone.
 An input without a batch axis beside one with (a scalar ``score_threshold`` beside ``images`` of
 ``[?, H, W, 3]``) is no example: drawn (or read) in its own shape, it is fed whole to every run
 (``shared``); so is a scalar a file gives for an input of unknown shape (TF1's ``keep_prob``). A
@@ -120,8 +122,9 @@ def make_examples(
         return Examples({}, 0, False, "none (the signature takes no inputs)")
     batched, fixed, shared = _classify(inputs)
     unbatched = all(s.shape is not None and None not in s.shape for s in inputs.values())
-    if inputs_file:
-        arrays, per_example = _read_file(inputs_file, inputs, unbatched, shared)
+    if inputs_file:  # no batch axis: a file may stack examples (an OD API export's [1, ?, ?, 3] fed one image a run)
+        stackable = not batched and all(s.shape is not None for s in inputs.values())
+        arrays, per_example = _read_file(inputs_file, inputs, stackable, shared)
         source, file_sha256 = Path(inputs_file).name, file_sha256 or _file_sha256(inputs_file)
         if batched:  # a scalar given for an input of unknown shape (TF1's ``tf.placeholder(tf.float32)``) has no example axis
             shared |= {k for k, spec in inputs.items() if spec.shape is None and arrays[k].ndim == 0}
@@ -267,7 +270,7 @@ def _numpy_dtype(name: str) -> np.dtype:
 
 
 def _read_file(
-    path: str, inputs: dict[str, TensorSpec], unbatched: bool, shared: frozenset[str]
+    path: str, inputs: dict[str, TensorSpec], stackable: bool, shared: frozenset[str]
 ) -> tuple[dict[str, np.ndarray], bool]:
     """The file's arrays, fitted to ``inputs``, and whether they are one example per run (a
     signature without a batch axis given arrays with one more, example, axis). ``shared``: the
@@ -304,7 +307,7 @@ def _read_file(
                 "name the arrays after the signature input keys",
             )
     stacked = {key for key, spec in inputs.items()
-               if unbatched and not _fits(arrays[key], spec) and _fits_rows(arrays[key], spec.shape)}
+               if stackable and not _fits(arrays[key], spec) and _fits_rows(arrays[key], spec.shape)}
     if stacked and stacked != set(inputs):
         raise TftraceError(
             f"{path} holds several examples for {', '.join(sorted(stacked))} but one for "
@@ -316,7 +319,7 @@ def _read_file(
         if spec.dtype == "string" and array.dtype.kind == "U":  # TF feeds str as UTF-8 bytes: store what it saw
             arrays[key] = array = np.char.encode(array, "utf-8")
         if stacked:
-            arrays[key] = array.reshape((array.shape[0], *spec.shape))
+            arrays[key] = array.reshape((array.shape[0], *_row_shape(array.shape[1:], spec.shape)))
         elif spec.shape and spec.shape[0] is None and not _fits(array, spec) and _fits_rows(array, spec.shape[1:]):
             arrays[key] = array.reshape((array.shape[0], *spec.shape[1:]))  # [N] for [?, 1], or back
         elif key in shared and not _fits(array, spec) and same_rows(array.shape, spec.shape):
@@ -348,8 +351,23 @@ def _fits(array: np.ndarray, spec: TensorSpec) -> bool:
 
 def _fits_rows(array: np.ndarray, per_example: Sequence[int | None] | None) -> bool:
     """``array`` is examples along axis 0, each holding ``per_example``'s elements (up to size-1 axes)."""
-    return (per_example is not None and None not in per_example and array.ndim >= 1
-            and same_rows(array.shape[1:], per_example))
+    return array.ndim >= 1 and _row_shape(array.shape[1:], per_example) is not None
+
+
+def _row_shape(row: Sequence[int], per_example: Sequence[int | None] | None) -> tuple[int, ...] | None:
+    """The shape ``per_example`` takes for one row of shape ``row``: size-1 axes added or dropped,
+    an unknown dimension given the row's (``[48, 40, 3]`` for ``[1, ?, ?, 3]`` is ``[1, 48, 40, 3]``);
+    None where the row does not fit it."""
+    if per_example is None:
+        return None
+    sized = [d for d in row if d != 1]
+    slots = [i for i, d in enumerate(per_example) if d != 1]  # a known 1 is added; an unknown takes a row's axis
+    if len(sized) != len(slots) or any(per_example[i] not in (None, d) for i, d in zip(slots, sized)):
+        return None
+    shape = [1] * len(per_example)
+    for i, d in zip(slots, sized):
+        shape[i] = d
+    return tuple(shape)
 
 
 def _check_fits(key: str, array: np.ndarray, spec: TensorSpec, stacked: bool = False, shared: bool = False) -> None:
