@@ -89,3 +89,30 @@ def test_the_checkpoint_and_its_tf1_export_lowered_alike_are_identical(model: Pa
     for side in "ab":  # the TF1 SavedModel ran through TensorFlow's own loader, given the lowered graph
         assert any("(bn/cond) lowered" in note for note in report["sides"][side]["notes"])
     assert report["nodes"]["bn/cond/else/_1/FusedBatchNormV3"]["status"] == "identical"
+
+
+def test_a_cond_tensorflow_cannot_lower_is_refused_naming_it_and_the_way_out() -> None:
+    """An ``If`` whose branches the library lacks (a graph cut by a GraphDef tool): Grappler cannot
+    lower it, and the user is told which op and how to export the model instead."""
+    from tensorflow.core.protobuf import meta_graph_pb2  # noqa: PLC0415 - TF in this test alone
+
+    from tracer.artifacts.lowering import lower_control_flow  # noqa: PLC0415
+    from tracer.errors import TftraceError  # noqa: PLC0415
+
+    meta = meta_graph_pb2.MetaGraphDef()
+    fed = meta.graph_def.node.add(name="p", op="Placeholder")
+    fed.attr["dtype"].type = 1  # DT_FLOAT
+    cond = meta.graph_def.node.add(name="cond", op="If", input=["p", "p"])
+    cond.attr["_lower_using_switch_merge"].b = True
+    cond.attr["then_branch"].func.name = cond.attr["else_branch"].func.name = "missing_branch"
+    cond.attr["Tcond"].type = 1
+    cond.attr["Tin"].list.type.append(1)
+    cond.attr["Tout"].list.type.append(1)
+    with pytest.raises(TftraceError) as info:
+        lower_control_flow(meta, "train/model.ckpt")
+    said = str(info.value)
+    assert said.startswith("TensorFlow could not lower the functional control flow of train/model.ckpt (cond): ")
+    assert said.endswith("Export the model with tf.compat.v1.disable_v2_behavior() (TF1 control flow), or give its "
+                         "frozen GraphDef or a SavedModel.")
+    kept, note = lower_control_flow(meta, "train/model.ckpt", named={"cond"})  # its output named: left as it stands
+    assert (kept, note) == (meta, None)

@@ -19,6 +19,7 @@ refer to them), and the lowered op keeps its name for its outputs.
 
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 from ..errors import TftraceError
@@ -35,7 +36,7 @@ def functional_control_flow(graph_def: Any) -> list[str]:
             if node.op in FUNCTIONAL_CONTROL_FLOW and _lowered_at_run_time(node)]
 
 
-def lower_control_flow(meta_graph: Any, location: str, named: set[str] = frozenset()) -> tuple[Any, str | None]:
+def lower_control_flow(meta_graph: Any, location: str, named: AbstractSet[str] = frozenset()) -> tuple[Any, str | None]:
     """``meta_graph`` with its functional control flow lowered (a copy), and a note saying so; the
     same object and None when it has none to lower. A lowered op's outputs become other nodes'
     (it stays as a NoOp), so one whose output is ``named`` (a signature output, ``--outputs``) is
