@@ -157,6 +157,9 @@ class Artifact:
     control_flow_lowered: bool = False  # TF1: its If/While ops lowered as TF runs them (meta_graph is the lowered one)
     variable_values: dict[str, np.ndarray] = field(default_factory=dict)  # TF2: values of the inlined variables
     table_values: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)  # TF2: (keys, values)
+    # TF2: (function, "RaggedTensor" | "SparseTensor") for each function the signature calls with a composite
+    # tensor, which the signature flattens into inputs that hold no row per example (tf2_functions.composite_arguments)
+    composite_arguments: list[tuple[str, str]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     _reader: Any = None
 

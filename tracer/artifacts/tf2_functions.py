@@ -24,7 +24,7 @@ import numpy as np
 
 from .._tf import tf
 
-__all__ = ["CapturedVariable", "signature_function"]
+__all__ = ["CapturedVariable", "signature_function", "composite_arguments"]
 
 VALUE_ATTRIBUTE = "VARIABLE_VALUE"  # the checkpoint attribute that holds a variable's value
 OBJECT_GRAPH_KEY = "_CHECKPOINTABLE_OBJECT_GRAPH"  # the checkpoint entry holding its object graph
@@ -74,6 +74,58 @@ def _load_alone(library: Any, objects: Any, name: str) -> Any:
     from tensorflow.python.saved_model import function_deserialization  # noqa: PLC0415
 
     return function_deserialization.load_function_def_library(_reached_library(library, name), objects)[name]
+
+
+# the TypeSpecProto classes of a composite tensor the serving signature flattens into several inputs
+COMPOSITE_SPECS = {"RAGGED_TENSOR_SPEC": "RaggedTensor", "SPARSE_TENSOR_SPEC": "SparseTensor"}
+
+
+def composite_arguments(meta: Any, key: str) -> list[tuple[str, str]]:
+    """``(function, kind)`` for each function signature ``key`` calls that takes a RaggedTensor or a
+    SparseTensor: the signature flattens such an argument into several inputs (values and row
+    splits, of different lengths), none of them holding one row per example. Read from the object
+    graph's record of each function's input signature and the library's calls, without loading."""
+    objects = meta.object_graph_def
+    wrapper = _signature_function_name(objects, key)
+    if wrapper is None:
+        return []
+    library = {f.signature.name: f for f in meta.graph_def.library.function}
+    found, seen, stack = [], set(), [wrapper]
+    while stack:
+        name = stack.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        saved = objects.concrete_functions.get(name)
+        kinds = _composite_specs(saved.canonicalized_input_signature) if saved is not None else set()
+        found += [(_python_name(name), kind) for kind in sorted(kinds)]
+        for node in library[name].node_def if name in library else ():
+            for value in node.attr.values():
+                stack += [value.func.name] if value.HasField("func") else [f.name for f in value.list.func]
+    return found
+
+
+def _composite_specs(value: Any) -> set[str]:
+    """The composite tensors (:data:`COMPOSITE_SPECS`) a StructuredValue describes, at any depth."""
+    kind = value.WhichOneof("kind")
+    if kind == "type_spec_value":
+        spec = value.type_spec_value
+        own = COMPOSITE_SPECS.get(type(spec).TypeSpecClass.Name(spec.type_spec_class))
+        return ({own} if own else set()) | _composite_specs(spec.type_state)
+    if kind in ("list_value", "tuple_value"):
+        return set().union(*(_composite_specs(v) for v in getattr(value, kind).values))
+    if kind == "dict_value":
+        return set().union(*(_composite_specs(v) for v in value.dict_value.fields.values()))
+    if kind == "named_tuple_value":
+        return set().union(*(_composite_specs(pair.value) for pair in value.named_tuple_value.values))
+    return set()
+
+
+def _python_name(function: str) -> str:
+    """``serve`` for ``__inference_serve_100``: the tf.function's name as its author wrote it."""
+    stem = function.removeprefix("__inference_")
+    head, _, number = stem.rpartition("_")
+    return head if number.isdigit() and head else stem
 
 
 def _signature_function_name(objects: Any, key: str) -> str | None:

@@ -15,7 +15,7 @@ import numpy as np
 
 from .._tf import tf
 from .records import Artifact, ArtifactRef, Signature, TensorSpec, signature_keys
-from .tf2_functions import CapturedVariable, signature_function
+from .tf2_functions import CapturedVariable, composite_arguments, signature_function
 from ..errors import TftraceError
 from ..optypes import changes_state
 from ..text import listed
@@ -97,6 +97,7 @@ def load_saved_model_v2(ref: ArtifactRef, directory: str, meta: Any, available: 
         inlined_by_loader=True,
         variable_values=values,
         table_values=tables,
+        composite_arguments=composite_arguments(meta, ref.signature),
         notes=["TF2 signature function inlined for tracing (its variables kept as variables)",
                *_state_notes(_written_variables(graph_def, values))],
     )

@@ -73,6 +73,7 @@ def run_capture(side: Side, out_dir: str, force: bool, prepared: Prepared | None
     _refuse_out_dir_early(out_dir, force)
     opened = runtime_for(side, prepared, t_start)
     runtime, came_up = opened.runtime, load_report(opened.window)
+    _refuse_composite_arguments(runtime.artifact)
     takes_strings = any(spec.dtype == "string" for spec in runtime.signature.inputs.values())
     examples = make_examples(
         runtime.signature.inputs, side.inputs.examples, side.inputs.seed, side.inputs.inputs_file,
@@ -259,6 +260,32 @@ def _refuse_out_dir_early(out_dir: str, force: bool) -> None:
     writer = CaptureWriter(path, force=False)  # returns only if the directory emptied meanwhile
     writer.abort()
     (path / "tensors").rmdir()  # leave it as empty as it was
+
+
+# what a composite tensor's flat inputs hold, and how a signature builds one from dense tensors instead
+COMPOSITE_WAYS = {
+    "RaggedTensor": ("its values and row splits, of different lengths",
+                     "padded values and their lengths, building it inside with tf.RaggedTensor.from_tensor(values, lengths=lengths)"),
+    "SparseTensor": ("its indices, values and dense shape",
+                     "the dense tensor, building it inside with tf.sparse.from_dense(dense)"),
+}
+
+
+def _refuse_composite_arguments(artifact: Any) -> None:
+    """A signature that passes a RaggedTensor (or a SparseTensor) on is fed its flat components: no
+    input holds one row per example, so none can be cut into runs or generated. Said before any
+    example is made, instead of the model failing on the rows tftrace would cut."""
+    if not artifact.composite_arguments:
+        return
+    function, kind = artifact.composite_arguments[0]
+    holds, way = COMPOSITE_WAYS[kind]
+    keys = ", ".join(sorted(artifact.signature.inputs))
+    raise TftraceError(
+        f"signature {artifact.ref.signature!r} of {artifact.location} passes a {kind} to `{function}`, which the "
+        f"signature takes as the inputs {keys} ({holds}): tftrace feeds examples as rows of dense inputs and cannot "
+        "cut these into runs",
+        f"export a signature that takes {way}",
+    )
 
 
 def _tensor_signatures(artifact: Any) -> list[str]:
