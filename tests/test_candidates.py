@@ -10,6 +10,7 @@ way TF1 users wrote them (``tf.compat.v1`` graph, an optimiser's ``minimize``, a
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -128,6 +129,55 @@ def test_the_tutorials_prediction_comes_first_and_the_fix_names_its_placeholders
     said = proc.stderr.strip().splitlines()[-1]
     assert "candidate inputs: x, keep_prob, is_training, labels; candidate outputs, best first: net/probs, " in said
     assert said.endswith("e.g. --outputs net/probs --input-names x,keep_prob,is_training."), said
+
+
+QUEUED = """
+import sys
+import numpy as np
+import tensorflow as tf
+v1 = tf.compat.v1
+v1.disable_v2_behavior()
+with tf.Graph().as_default():  # the CIFAR-10 tutorial's shape: the examples come from a queue, no placeholder
+    data = tf.constant(np.random.RandomState(0).rand(64, 8, 8, 3).astype(np.float32))
+    labels_all = tf.constant(np.random.RandomState(1).randint(0, 4, 64).astype(np.int32))
+    image, label = v1.train.slice_input_producer([data, labels_all], shuffle=True, seed=1)
+    images, labels = v1.train.shuffle_batch([image, label], batch_size=16, capacity=64, min_after_dequeue=16, seed=2)
+    h = tf.nn.relu(tf.nn.conv2d(images, v1.get_variable("conv/kernel", [3, 3, 3, 4]), 1, "SAME"))
+    logits = tf.matmul(tf.reduce_mean(h, [1, 2]), v1.get_variable("fc/w", [4, 4]), name="logits")
+    probs = tf.nn.softmax(logits, name="probs")
+    loss = v1.losses.sparse_softmax_cross_entropy(labels, logits)
+    train_op = v1.train.GradientDescentOptimizer(0.1).minimize(loss)
+    with v1.Session() as s:
+        s.run([v1.global_variables_initializer(), v1.local_variables_initializer()])
+        coord = v1.train.Coordinator()
+        threads = v1.train.start_queue_runners(s, coord)
+        for _ in range(3):
+            s.run(train_op)
+        coord.request_stop()
+        coord.join(threads)
+        v1.train.Saver().save(s, sys.argv[1] + "/model.ckpt")
+"""
+
+
+@pytest.mark.slow
+def test_a_graph_fed_by_a_queue_offers_the_dequeued_images_as_its_input(tmp_path: Path) -> None:
+    """No placeholder at all: the refusal said "candidate inputs: none; candidate outputs, best first:
+    none", a dead end. A session can be fed the dequeued batch as it is fed a placeholder: it is
+    offered, the prediction computed from it comes first, and the command it ends with runs."""
+    ckpt = tmp_path / "ckpt"
+    build_model(QUEUED, ckpt)
+    proc = run_cli("capture", str(ckpt), "--out", str(tmp_path / "cap"))
+    assert_user_error(proc)
+    said = proc.stderr.strip().splitlines()[-1]
+    assert said.endswith(
+        "(candidate inputs: shuffle_batch; candidate outputs, best first: probs, sparse_softmax_cross_entropy_loss/value)."
+        " Name them with --outputs NAME[,NAME...] and --input-names NAME[,NAME...], e.g. --outputs probs "
+        "--input-names shuffle_batch:0."), said
+    proc = run_cli("capture", str(ckpt), "--outputs", "probs", "--input-names", "shuffle_batch:0", "--out",
+                   str(tmp_path / "cap"), env={"TF_ENABLE_ONEDNN_OPTS": "0"})
+    assert proc.returncode == 0, proc.stderr
+    manifest = json.loads((tmp_path / "cap" / "manifest.json").read_text(encoding="utf-8"))
+    assert manifest["examples"]["count"] == 8 and manifest["examples"]["per_example"]  # the queue fixed the batch at 16
 
 
 # ---- the op lists, held to TensorFlow's registry ----------------------------------------------------------

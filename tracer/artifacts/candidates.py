@@ -19,16 +19,21 @@ from typing import Any
 from ..optypes import (BOOKKEEPING_OPS, EXIT_OPS, FRAME_OPS, PLACEHOLDER_OPS, REF_PASSING_OPS, SHAPE_OPS,
                        VARIABLE_OPS, applies_gradients, changes_state)
 
-__all__ = ["candidates", "training_ops"]
+__all__ = ["candidates", "training_ops", "SOURCE_OPS"]
 
 # ``Func/``: where TensorFlow's inliner puts a lowered cond's or loop's plumbing (:mod:`.lowering`)
+# where a TF1 training graph's examples come from when no placeholder feeds them (the CIFAR-10 tutorial's
+# shuffle_batch, a tf.data iterator): a session can be fed their outputs as it is fed a placeholder
+SOURCE_OPS = frozenset({"QueueDequeue", "QueueDequeueV2", "QueueDequeueMany", "QueueDequeueManyV2", "QueueDequeueUpTo",
+                        "QueueDequeueUpToV2", "IteratorGetNext", "IteratorGetNextSync"})
 BOOKKEEPING_SCOPE = re.compile(
     r"^(Func/)?(save|init|init_all_tables|gradients|report_uninitialized_variables|global_step)(_\d+)?(/|$)"
 )
 
 
 def candidates(by_name: dict[str, Any]) -> tuple[list[str], list[str]]:
-    """The placeholders, and the last ops computed from a given set of them — ops no reader
+    """The placeholders (and the queues and iterators a graph without one dequeues its examples
+    from, :data:`SOURCE_OPS`), and the last ops computed from a given set of them — ops no reader
     extends without adding another placeholder (a prediction, read only by a loss that also needs
     the labels, is one; so is a sink). Only ops whose *values* come from a placeholder count: a
     Shape, a constant or a weight regulariser computes nothing from the input. Training,
@@ -42,6 +47,7 @@ def candidates(by_name: dict[str, Any]) -> tuple[list[str], list[str]]:
     training = training_ops(by_name)
     useful = {name: op for name, op in by_name.items() if name not in training and not _bookkeeping(op)}
     inputs = [name for name, op in useful.items() if op.type in PLACEHOLDER_OPS]
+    inputs += [name for name, op in by_name.items() if op.type in SOURCE_OPS and _read_by(op, useful)]
     needs: dict[str, frozenset[str]] = {}
     depth: dict[str, int] = {}
     changed = True
@@ -136,6 +142,11 @@ def _bookkeeping(op: Any) -> bool:
         or "/Initializer/" in f"{name}/"
         or name.endswith(("/Read/ReadVariableOp", "/IsInitialized/VarIsInitializedOp"))
     )
+
+
+def _read_by(op: Any, useful: dict[str, Any]) -> bool:
+    """Whether one of ``useful``'s ops reads a value of ``op``."""
+    return any(c.name in useful for t in op.outputs for c in t.consumers())
 
 
 def _handle(op: Any) -> bool:

@@ -16,7 +16,7 @@ import numpy as np
 from dataclasses import replace
 
 from .._tf import tf
-from .candidates import candidates
+from .candidates import SOURCE_OPS, candidates
 from .records import USER_SIGNATURE, Artifact, Signature, TensorSpec
 from ..errors import TftraceError
 from ..diff.match import match_graphs
@@ -132,6 +132,8 @@ def _for_the_first(by_name: dict[str, Any], sinks: list[str]) -> str:
         return ""
     needed = _ancestors(by_name, [sinks[0]])
     fed = [name for name, op in by_name.items() if op.type == "Placeholder" and name in needed]
+    fed += sorted({t.name for name in needed for t in by_name[name].inputs  # a queue's or iterator's outputs read
+                   if t.op.type in SOURCE_OPS})
     return f", e.g. --outputs {sinks[0]}" + (f" --input-names {','.join(fed)}" if fed else "")
 
 
