@@ -49,11 +49,15 @@ def test_four_images_are_four_runs_of_one(tmp_path: Path) -> None:
     np.save(tmp_path / "images.npy", images)
     out = tmp_path / "report"
     proc = run_cli("compare", str(tmp_path / "saved_model"), str(tmp_path / "saved_model"), "--inputs",
-                   str(tmp_path / "images.npy"), "--onednn", "off", "--out", str(out))
+                   str(tmp_path / "images.npy"), "--onednn", "off", "--b-batch-size", "4", "--out", str(out))
     assert proc.returncode == 0, proc.stderr
     report = json.loads((out / "report.json").read_text(encoding="utf-8"))
     assert report["verdict"] == "identical"
     examples = report["sides"]["a"]["examples"]
     assert (examples["count"], examples["per_example"], examples["batch_major"]) == (4, True, False)
+    # B asked for batches of 4, which a signature that fixes its batch at one cannot run: said, not dropped
+    assert "the signature has no batch axis: ran the 4 examples one per run (--batch-size 4 cannot apply)" in \
+        report["sides"]["b"]["notes"]
+    assert "the signature has no batch axis: ran the 4 examples one per run" in report["sides"]["a"]["notes"]
     [group] = report["detections"]
     assert group["total"]["a"] == group["total"]["matched"] > 0  # every image's detections, matched

@@ -83,7 +83,8 @@ def run_capture(side: Side, out_dir: str, force: bool, prepared: Prepared | None
     notes = list(runtime.notes)
     batch_size = side.batch_size if examples.batch_major else (1 if examples.per_example else None)
     if examples.per_example:
-        notes.append(f"the signature has no batch axis: ran the {count(examples.count, 'example')} one per run")
+        asked = f" (--batch-size {side.batch_size} cannot apply)" if (side.batch_size or 1) > 1 else ""
+        notes.append(f"the signature has no batch axis: ran the {count(examples.count, 'example')} one per run{asked}")
     elif side.batch_size and not examples.batch_major and examples.count:
         notes.append(f"the signature fixes its input shapes: ran all {count(examples.count, 'example')} in one run")
     if examples.shared:
