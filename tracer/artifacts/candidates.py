@@ -16,16 +16,17 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from ..opgraph_records import NOT_FETCHABLE_DTYPES
 from ..optypes import (BOOKKEEPING_OPS, EXIT_OPS, FRAME_OPS, PLACEHOLDER_OPS, REF_PASSING_OPS, SHAPE_OPS,
                        VARIABLE_OPS, applies_gradients, changes_state)
 
 __all__ = ["candidates", "training_ops", "SOURCE_OPS"]
 
-# ``Func/``: where TensorFlow's inliner puts a lowered cond's or loop's plumbing (:mod:`.lowering`)
 # where a TF1 training graph's examples come from when no placeholder feeds them (the CIFAR-10 tutorial's
 # shuffle_batch, a tf.data iterator): a session can be fed their outputs as it is fed a placeholder
 SOURCE_OPS = frozenset({"QueueDequeue", "QueueDequeueV2", "QueueDequeueMany", "QueueDequeueManyV2", "QueueDequeueUpTo",
                         "QueueDequeueUpToV2", "IteratorGetNext", "IteratorGetNextSync"})
+# ``Func/``: where TensorFlow's inliner puts a lowered cond's or loop's plumbing (:mod:`.lowering`)
 BOOKKEEPING_SCOPE = re.compile(
     r"^(Func/)?(save|init|init_all_tables|gradients|report_uninitialized_variables|global_step)(_\d+)?(/|$)"
 )
@@ -152,7 +153,7 @@ def _read_by(op: Any, useful: dict[str, Any]) -> bool:
 def _handle(op: Any) -> bool:
     """Whether the op's first output is a handle or a variant (a lowered cond's TensorList plumbing):
     no values to trace."""
-    return op.outputs[0].dtype.name in ("variant", "resource")
+    return op.outputs[0].dtype.name in NOT_FETCHABLE_DTYPES
 
 
 def _floating(op: Any) -> bool:

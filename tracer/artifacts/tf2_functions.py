@@ -24,7 +24,7 @@ import numpy as np
 
 from .._tf import tf
 
-__all__ = ["CapturedVariable", "signature_function", "composite_arguments"]
+__all__ = ["CapturedVariable", "signature_function", "composite_arguments", "COMPOSITE_SPECS", "COMPOSITE_WAYS"]
 
 VALUE_ATTRIBUTE = "VARIABLE_VALUE"  # the checkpoint attribute that holds a variable's value
 OBJECT_GRAPH_KEY = "_CHECKPOINTABLE_OBJECT_GRAPH"  # the checkpoint entry holding its object graph
@@ -78,6 +78,13 @@ def _load_alone(library: Any, objects: Any, name: str) -> Any:
 
 # the TypeSpecProto classes of a composite tensor the serving signature flattens into several inputs
 COMPOSITE_SPECS = {"RAGGED_TENSOR_SPEC": "RaggedTensor", "SPARSE_TENSOR_SPEC": "SparseTensor"}
+# what a composite tensor's flat inputs hold, and how a signature builds one from dense tensors instead
+COMPOSITE_WAYS = {
+    "RaggedTensor": ("its values and row splits, of different lengths",
+                     "padded values and their lengths, building it inside with tf.RaggedTensor.from_tensor(values, lengths=lengths)"),
+    "SparseTensor": ("its indices, values and dense shape",
+                     "the dense tensor, building it inside with tf.sparse.from_dense(dense)"),
+}
 
 
 def composite_arguments(meta: Any, key: str) -> list[tuple[str, str]]:

@@ -43,6 +43,7 @@ import numpy as np
 
 from ..artifacts.records import TensorSpec
 from ..errors import TftraceError
+from ..opgraph_records import NOT_FETCHABLE_DTYPES
 
 __all__ = ["Examples", "make_examples", "shared_inputs", "inputs_file_sha256", "batches", "same_rows", "run_batch_size",
            "batched_alike", "one_array_per_input", "ONE_ARRAY_REFUSAL"]
@@ -221,7 +222,7 @@ def _generate(
     key: str, spec: TensorSpec, examples: int, seed: int, alternatives: Sequence[str], per_example: bool = False
 ) -> np.ndarray:
     dtype = spec.dtype
-    if dtype in ("string", "variant", "resource") or dtype.startswith("qu") or dtype.startswith("qi"):
+    if dtype == "string" or dtype in NOT_FETCHABLE_DTYPES or dtype.startswith(("qu", "qi")):
         way_out = (
             f"or capture a signature that takes tensors: --signature {' or --signature '.join(alternatives)}"
             if alternatives

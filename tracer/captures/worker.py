@@ -33,6 +33,7 @@ import numpy as np
 from .._tf import tf
 from ..children import load_report, note_start
 from ..artifacts.graph import moving_averages
+from ..artifacts.tf2_functions import COMPOSITE_WAYS
 from ._packed import content_digest
 from ..errors import TftraceError
 from ..text import count, listed
@@ -261,15 +262,6 @@ def _refuse_out_dir_early(out_dir: str, force: bool) -> None:
     writer = CaptureWriter(path, force=False)  # returns only if the directory emptied meanwhile
     writer.abort()
     (path / "tensors").rmdir()  # leave it as empty as it was
-
-
-# what a composite tensor's flat inputs hold, and how a signature builds one from dense tensors instead
-COMPOSITE_WAYS = {
-    "RaggedTensor": ("its values and row splits, of different lengths",
-                     "padded values and their lengths, building it inside with tf.RaggedTensor.from_tensor(values, lengths=lengths)"),
-    "SparseTensor": ("its indices, values and dense shape",
-                     "the dense tensor, building it inside with tf.sparse.from_dense(dense)"),
-}
 
 
 def _refuse_composite_arguments(artifact: Any) -> None:
