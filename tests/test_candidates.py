@@ -178,6 +178,7 @@ def test_a_graph_fed_by_a_queue_offers_the_dequeued_images_as_its_input(tmp_path
     assert proc.returncode == 0, proc.stderr
     manifest = json.loads((tmp_path / "cap" / "manifest.json").read_text(encoding="utf-8"))
     assert manifest["examples"]["count"] == 8 and manifest["examples"]["per_example"]  # the queue fixed the batch at 16
+    assert manifest["observer_effect"]["stateful_ops"] == []  # the dequeue is fed: it never runs
 
 
 # ---- the op lists, held to TensorFlow's registry ----------------------------------------------------------

@@ -203,6 +203,30 @@ def test_state_changing_ops_follow_tensorflows_kernels() -> None:
     assert state_changing_ops(doc) == {"state": ["bump"], "random": ["noise"]}
 
 
+def test_a_queue_whose_dequeued_batch_is_fed_changes_no_state() -> None:
+    """The CIFAR-10 tutorial's graph traced from its dequeued batch (``--input-names
+    shuffle_batch:0``): the dequeue is fed, never runs, and takes nothing from the queue. Listed, it
+    made the capture say the model changes its own state and diagnose blame the state for any
+    run-to-run difference. A dequeue that does run changes the queue, whichever variant it is."""
+    from tracer.captures.observer import stateful_ops  # noqa: PLC0415
+    from tracer.diagnosis.replays import state_changing_ops  # noqa: PLC0415
+    from tracer.optypes import changes_state  # noqa: PLC0415
+
+    assert all(changes_state(t) for t in ("QueueDequeueManyV2", "QueueDequeueUpToV2", "QueueDequeue",
+                                          "QueueEnqueueManyV2", "IteratorGetNextSync"))
+    doc = {"inputs": {"shuffle_batch": "shuffle_batch:0"}, "outputs": {"probs": "probs:0"}, "nodes": [
+        node("shuffle_batch", "QueueDequeueManyV2"),
+        node("w", "VariableV2"),
+        node("logits", "MatMul", ["shuffle_batch:0", "w:0"]),
+        node("probs", "Softmax", ["logits:0"]),
+    ]}
+    assert stateful_ops(OpGraph.from_json(doc)) == []
+    assert state_changing_ops(doc) == {"state": [], "random": []}
+    fed_elsewhere = {**doc, "inputs": {"x": "logits:0"}}
+    assert stateful_ops(OpGraph.from_json(fed_elsewhere)) == ["shuffle_batch"]
+    assert state_changing_ops(fed_elsewhere) == {"state": ["shuffle_batch"], "random": []}
+
+
 def test_json_round_trip_keeps_everything() -> None:
     doc = {"inputs": {"x": "x:0"}, "outputs": {"y": "y:0"}, "nodes": [
         node("x", "Placeholder"), node("s/neg", "Neg", ["x:0"]), node("y", "Identity", ["s/neg:0"], control=["x"]),

@@ -19,7 +19,7 @@ __all__ = [
     "FRAME_OPS", "EXIT_OPS", "LOOP_BACK_EDGE_OPS", "SWITCH_OPS", "MERGE_OPS", "LOOP_COND_OP",
     "TENSOR_ARRAY_FLOW_INPUT", "FLOW_CARRIERS", "TENSOR_ARRAY_READ_OPS", "TENSOR_LIST_READ_OPS", "loop_result",
     "SHAPE_OPS", "SHAPE_READERS", "OFFSET_CARRIERS", "MAYBE_UNCHANGED_OPS",
-    "STATE_CHANGING_OPS", "STATE_CHANGING_PREFIXES", "OPTIMIZER_UPDATE_PREFIXES", "REF_PASSING_OPS",
+    "SOURCE_OPS", "STATE_CHANGING_OPS", "STATE_CHANGING_PREFIXES", "OPTIMIZER_UPDATE_PREFIXES", "REF_PASSING_OPS",
     "changes_state", "applies_gradients", "RANDOM_OPS", "STATEFUL_RANDOM_PREFIXES", "draws_random", "SUMMARY_OPS",
     "BOOKKEEPING_OPS", "RUNTIME_PLUMBING", "VALUE_SIZED_OPS", "VALUE_SIZED_BY",
 ]
@@ -144,6 +144,12 @@ MAYBE_UNCHANGED_OPS = PASS_THROUGH | {
 
 # ---- state kept between runs -------------------------------------------------------------------
 
+# Where a TF1 training graph's examples come from when no placeholder feeds them (the CIFAR-10
+# tutorial's shuffle_batch, a tf.data iterator): a session can be fed their outputs as it is fed a
+# placeholder. Each run that does run one takes the next examples (so they change state, below).
+SOURCE_OPS = frozenset({"QueueDequeue", "QueueDequeueV2", "QueueDequeueMany", "QueueDequeueManyV2", "QueueDequeueUpTo",
+                        "QueueDequeueUpToV2", "IteratorGetNext", "IteratorGetNextSync"})
+
 # Ops that change state which outlives one ``session.run``: two runs of a graph holding one
 # differ because of the state, not because a kernel is nondeterministic or was observed.
 # One list for the capture's observer effect and diagnose's replays, which disagreed: the
@@ -161,7 +167,8 @@ STATE_CHANGING_OPS = frozenset({
     "ResourceScatterSub", "ResourceScatterMul", "ResourceScatterDiv", "ResourceScatterMin", "ResourceScatterMax",
     "ResourceScatterNdUpdate", "ResourceScatterNdAdd", "ResourceScatterNdSub", "CountUpTo", "ResourceCountUpTo",
     "ScatterNdMax", "ScatterNdMin", "ResourceScatterNdMax", "ResourceScatterNdMin", "StridedSliceAssign",
-    "ResourceStridedSliceAssign", "SdcaShrinkL1", "QueueEnqueueV2", "QueueDequeueV2", "IteratorGetNext",
+    "ResourceStridedSliceAssign", "SdcaShrinkL1", "QueueEnqueue", "QueueEnqueueV2", "QueueEnqueueMany",
+    "QueueEnqueueManyV2", *SOURCE_OPS,
 })
 # Optimiser updates (``ApplyGradientDescent``, ``ResourceApplyAdam``, ``SparseApplyMomentum``,
 # ``ResourceSparseApplyFtrl``, ...): they write variables from a gradient. Every op of TensorFlow's

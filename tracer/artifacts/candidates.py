@@ -17,15 +17,11 @@ import re
 from typing import Any
 
 from ..opgraph_records import NOT_FETCHABLE_DTYPES
-from ..optypes import (BOOKKEEPING_OPS, EXIT_OPS, FRAME_OPS, PLACEHOLDER_OPS, REF_PASSING_OPS, SHAPE_OPS,
+from ..optypes import (BOOKKEEPING_OPS, EXIT_OPS, FRAME_OPS, PLACEHOLDER_OPS, REF_PASSING_OPS, SHAPE_OPS, SOURCE_OPS,
                        VARIABLE_OPS, applies_gradients, changes_state)
 
-__all__ = ["candidates", "training_ops", "SOURCE_OPS"]
+__all__ = ["candidates", "training_ops"]
 
-# where a TF1 training graph's examples come from when no placeholder feeds them (the CIFAR-10 tutorial's
-# shuffle_batch, a tf.data iterator): a session can be fed their outputs as it is fed a placeholder
-SOURCE_OPS = frozenset({"QueueDequeue", "QueueDequeueV2", "QueueDequeueMany", "QueueDequeueManyV2", "QueueDequeueUpTo",
-                        "QueueDequeueUpToV2", "IteratorGetNext", "IteratorGetNextSync"})
 # ``Func/``: where TensorFlow's inliner puts a lowered cond's or loop's plumbing (:mod:`.lowering`)
 BOOKKEEPING_SCOPE = re.compile(
     r"^(Func/)?(save|init|init_all_tables|gradients|report_uninitialized_variables|global_step)(_\d+)?(/|$)"

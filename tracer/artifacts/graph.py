@@ -16,7 +16,8 @@ import numpy as np
 from dataclasses import replace
 
 from .._tf import tf
-from .candidates import SOURCE_OPS, candidates
+from ..optypes import SOURCE_OPS
+from .candidates import candidates
 from .records import USER_SIGNATURE, Artifact, Signature, TensorSpec
 from ..errors import TftraceError
 from ..diff.match import match_graphs

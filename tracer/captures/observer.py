@@ -19,8 +19,10 @@ __all__ = ["observer_effect", "stateful_ops"]
 def stateful_ops(opgraph: OpGraph) -> list[str]:
     """Ops of the inference subgraph that change state a later run sees (a counter, a running
     statistic: the model then answers differently on every run because of its state, not because
-    of observation or nondeterminism), in topological order."""
-    return [op for op in opgraph.topo_order() if changes_state(opgraph.op_type(op))]
+    of observation or nondeterminism), in topological order. A fed op never runs: a queue or an
+    iterator whose dequeued tensor is the side's input changes nothing."""
+    fed = opgraph.fed_ops()
+    return [op for op in opgraph.topo_order() if op not in fed and changes_state(opgraph.op_type(op))]
 
 
 def _max_abs_diff(a: np.ndarray, b: np.ndarray | None) -> tuple[bool, float | None]:

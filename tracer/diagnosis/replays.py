@@ -33,6 +33,7 @@ from ..captures.reader import Capture
 from ..errors import TftraceError
 from ..comparison.isolate import run_job
 from ..pythons import made_with
+from ..opgraph import tensor_op
 from ..optypes import changes_state, draws_random
 
 __all__ = ["Replay", "replay_alone", "signature_feeds", "state_changing_ops"]
@@ -95,11 +96,15 @@ def replay_alone(
 
 def state_changing_ops(graph: dict[str, Any]) -> dict[str, list[str]]:
     """``{"state": [...], "random": [...]}``: ops of a manifest's op graph that make two runs of
-    the same feed differ by design."""
+    the same feed differ by design. A fed op never runs (a queue whose dequeued batch is the input)."""
     nodes = graph.get("nodes", [])
     items = nodes.values() if isinstance(nodes, dict) else nodes
+    inputs = graph.get("inputs")
+    fed = {tensor_op(str(t)) for t in inputs.values()} if isinstance(inputs, dict) else set()
     found: dict[str, list[str]] = {"state": [], "random": []}
     for node in items:
+        if node["name"] in fed:
+            continue
         if changes_state(node["op"]):  # the state or the random draws of one run carry into the next
             found["state"].append(node["name"])
         elif draws_random(node["op"]):
