@@ -252,3 +252,20 @@ def test_an_origin_is_replayed_on_a_side_without_a_batch_axis(half_plus: dict[st
     first = report["first_divergence"]
     assert first["node"] == "y" and first["max_abs"] == expected > 0
     assert first["isolation"]["verdict"] == "own_error" and first["isolation"]["max_abs"] == expected
+
+
+@pytest.mark.slow
+def test_a_batch_size_a_signature_without_a_batch_axis_cannot_run_is_said_beside_the_verdict(
+    half_plus: dict[str, Path], tmp_path: Path
+) -> None:
+    """Batch 1 against batch 4 on a [1] signature: both sides ran one example per run, so the
+    verdict says nothing about the batch size the user asked about. The side's label, printed under
+    the verdict, says the asked size could not apply (it was only in the side's notes)."""
+    model = half_plus["half_plus_two_tf2_cpu"]
+    code, report, stdout = _compare(tmp_path, model, model, "--examples", "4", "--a-batch-size", "1",
+                                    "--b-batch-size", "4")
+    assert code == 0 and report["verdict"] == "identical"
+    assert report["sides"]["a"]["label"] == "cpu, one example per run (the signature has no batch axis), onednn=off"
+    assert report["sides"]["b"]["label"] == (
+        "cpu, one example per run (the signature has no batch axis; --batch-size 4 cannot apply), onednn=off")
+    assert "--batch-size 4 cannot apply)" in " ".join(stdout.split())

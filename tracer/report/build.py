@@ -64,7 +64,9 @@ def _side(view: Any, kept: bool = True, digest: str | None = None) -> dict[str, 
     # a signature without a batch axis ran each example alone, paired row by row with the other side
     per_example = bool(manifest.get("examples", {}).get("per_example"))
     no_inputs = not manifest.get("examples", {}).get("count") and not manifest.get("graph", {}).get("inputs")
-    batching = ("one example per run (the signature has no batch axis)" if per_example
+    asked = spec.get("batch_size")  # a batch this side asked for and its signature could not run
+    unmet = f"; --batch-size {asked} cannot apply" if per_example and isinstance(asked, int) and asked > 1 else ""
+    batching = (f"one example per run (the signature has no batch axis{unmet})" if per_example
                 else "no inputs (one run)" if no_inputs else f"batch {batch}")
     label = ", ".join([spec.get("device", "cpu"), batching] + [f"{k}={v}" for k, v in knobs.items()])
     return {
