@@ -168,11 +168,19 @@ def test_strings_cannot_be_invented_and_the_error_names_the_way_out() -> None:
         make_examples(specs, 8, 0, None, alternatives=("predict", "serving_default"))
     assert str(info.value) == (
         "input 'inputs' is a string tensor (e.g. serialized tf.Example protos), which tftrace cannot invent. "
-        "Pass real examples with --inputs FILE.npz (one array per input key), or capture a signature that takes "
-        "tensors: --signature predict or --signature serving_default."
+        "Pass real examples with --inputs FILE.npz (one array per input key; strings as bytes, e.g. "
+        "np.array(serialized_examples, dtype=bytes)), or capture a signature that takes tensors: --signature "
+        "predict or --signature serving_default."
     )
-    with pytest.raises(TftraceError, match="no signature of this model takes only tensors"):
+    with pytest.raises(TftraceError) as info:
         make_examples(specs, 8, 0, None)
+    assert str(info.value).endswith("dtype=bytes)); no signature of this model takes only tensors tftrace could "
+                                    "generate.")
+    with pytest.raises(TftraceError) as info:
+        make_examples({"h": TensorSpec("h:0", "resource", ())}, 8, 0, None)
+    assert str(info.value) == ("input 'h' is a resource tensor, which tftrace cannot invent. Pass real examples with "
+                               "--inputs FILE.npz (one array per input key); no signature of this model takes only "
+                               "tensors tftrace could generate.")
 
 
 def test_unknown_dimensions_other_than_the_first_need_a_file() -> None:

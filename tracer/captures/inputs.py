@@ -224,13 +224,16 @@ def _generate(
     dtype = spec.dtype
     if dtype == "string" or dtype in NOT_FETCHABLE_DTYPES or dtype.startswith(("qu", "qi")):
         way_out = (
-            f"or capture a signature that takes tensors: --signature {' or --signature '.join(alternatives)}"
+            f", or capture a signature that takes tensors: --signature {' or --signature '.join(alternatives)}"
             if alternatives
-            else "(no signature of this model takes only tensors tftrace could generate)"
+            else "; no signature of this model takes only tensors tftrace could generate"
         )
+        strings = dtype == "string"
         raise TftraceError(
-            f"input {key!r} is a {dtype} tensor (e.g. serialized tf.Example protos), which tftrace cannot invent",
-            f"pass real examples with --inputs FILE.npz (one array per input key), {way_out}",
+            f"input {key!r} is a {dtype} tensor{' (e.g. serialized tf.Example protos)' if strings else ''}, "
+            "which tftrace cannot invent",
+            "pass real examples with --inputs FILE.npz (one array per input key"
+            f"{'; strings as bytes, e.g. np.array(serialized_examples, dtype=bytes)' if strings else ''}){way_out}",
         )
     if spec.shape is None:
         raise TftraceError(
