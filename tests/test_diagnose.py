@@ -812,3 +812,53 @@ def test_an_answer_resting_on_the_noise_free_twin_takes_the_twins_training_graph
                           "at `bn1/FusedBatchNormV3` (FusedBatchNormV3). Cause: a training graph"), why
     assert "shape-dependent kernel choice" not in " ".join(answers["why"])
     assert answers["prevent"][0].startswith("Batch size: compare the inference graph"), answers["prevent"]
+
+
+CLASSIFIER = """
+import sys
+import numpy as np
+import tensorflow as tf
+tf1 = tf.compat.v1
+tf1.disable_eager_execution()
+with tf.Graph().as_default():  # what an Estimator's export wrote: tf.Example strings in, class names out
+    serialized = tf1.placeholder(tf.string, [None], name="input_example_tensor")
+    features = tf1.io.parse_example(serialized, {"x": tf1.io.FixedLenFeature([4], tf.float32)})
+    w = tf1.get_variable("dense/kernel", [4, 3], initializer=tf1.random_normal_initializer(seed=1))
+    b = tf1.get_variable("dense/bias", [3], initializer=tf1.zeros_initializer())
+    probs = tf.nn.softmax(tf.nn.bias_add(tf.matmul(features["x"], w), b), name="probabilities")
+    classes = tf.tile(tf.constant([["0", "1", "2"]]), [tf.shape(probs)[0], 1])
+    with tf1.Session() as session:
+        session.run(tf1.global_variables_initializer())
+        builder = tf1.saved_model.Builder(sys.argv[1])
+        builder.add_meta_graph_and_variables(session, ["serve"], signature_def_map={
+            "serving_default": tf1.saved_model.classification_signature_def(serialized, classes, probs)})
+        builder.save()
+examples = [tf.train.Example(features=tf.train.Features(feature={"x": tf.train.Feature(
+    float_list=tf.train.FloatList(value=list(np.random.RandomState(i).randn(4))))})).SerializeToString()
+    for i in range(16)]
+np.save(sys.argv[2], np.array(examples, dtype=bytes))
+"""
+
+
+@pytest.mark.slow
+def test_a_classify_signature_of_strings_is_diagnosed(tmp_path: Path) -> None:
+    """An Estimator-style export: serialized tf.Example in, class names (strings) out. The repeat's
+    replays saved the string output as a pickle, and loading it ended diagnose with an internal
+    error; the class names, counted by the batch's shape, made the batch experiment's largest
+    output difference "an unmeasurable amount" though its scores were measured."""
+    from conftest import build_model  # noqa: PLC0415
+
+    model, examples, out = tmp_path / "classifier", tmp_path / "examples.npy", tmp_path / "d"
+    build_model(CLASSIFIER, model, examples)
+    proc = run_cli("diagnose", str(model), "--inputs", str(examples), "--only", "repeat,batch", "--out", str(out),
+                   env={"TF_ENABLE_ONEDNN_OPTS": "0"})
+    assert proc.returncode == 0, proc.stderr
+    exps = _by_name(json.loads((out / "diagnosis.json").read_text()))
+    assert exps["repeat_same_process"]["verdict"] == "identical"
+    assert exps["repeat_same_process"]["outputs"] == {"classes": 0.0, "scores": 0.0}
+    batch = exps["batch_1_vs_8"]
+    assert batch["outputs"]["classes"] is None and batch["outputs"]["scores"] is not None
+    assert batch["max_abs_output_diff"] == batch["outputs"]["scores"]
+    assert "not compared: classes (computed from a shape, not from values (e.g. a batch index): depends on the " \
+           "batch size)" in batch["notes"]
+    assert "unmeasurable" not in proc.stdout

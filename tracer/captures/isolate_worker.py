@@ -28,7 +28,7 @@ from .._tf import tf
 from ..children import load_report
 from ..errors import TftraceError
 from ..runspec import job_side
-from ._format import to_storage
+from ._format import Unstorable, to_storage
 from ._packed import digest
 from .reader import Capture
 from .replay_records import record_failure, record_value
@@ -69,6 +69,11 @@ def run_isolation(job: dict[str, Any], prepared: Prepared | None = None) -> dict
                 emit("progress", done=index + 1, total=len(job["ops"]), bytes=0)
                 continue
             for fetched, result in zip(fetches, results):
+                try:
+                    result = _without_objects(result)
+                except Unstorable as exc:
+                    record_failure(job["out_dir"], fetched["id"], str(exc))
+                    continue
                 # the job may come from a received report: a plain integer name, never through a planted link
                 buffer = io.BytesIO()
                 np.save(buffer, result)
@@ -77,6 +82,12 @@ def run_isolation(job: dict[str, Any], prepared: Prepared | None = None) -> dict
     finally:
         runtime.close()
     return came_up
+
+
+def _without_objects(result: np.ndarray) -> np.ndarray:
+    """A fetched string tensor (an array of Python bytes) as fixed-width bytes, as a capture stores
+    it: saved as objects, it is a pickle, which its reader rightly refuses to load."""
+    return to_storage(result)[1] if result.dtype.kind in "OU" else result
 
 
 def _other_release(captured: Any) -> str | None:

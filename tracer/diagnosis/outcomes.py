@@ -164,7 +164,12 @@ def _compare(result: dict[str, Any], p: Planned, cap_a: Capture, cap_b: Capture,
     outputs = {k: captured.get(k, (o.get("instrumented") or o)["max_abs"]) for k, o in report["outputs"].items()}
     result["outputs"] = outputs
     result["verdict"] = report.get("verdict_ops", report["verdict"])
-    result["max_abs_output_diff"] = _max_of(outputs.values())
+    # an output no figure can be given for (a shape's count across batch sizes) is named, not the max's None
+    unmeasured = {k: o["not_compared"] for k, o in report["outputs"].items() if o.get("not_compared")}
+    if unmeasured:
+        result["notes"].append("not compared: " + "; ".join(f"{k} ({why})" for k, why in sorted(unmeasured.items())))
+    compared = [v for k, v in outputs.items() if k not in unmeasured]
+    result["max_abs_output_diff"] = _max_of(compared) if compared else None
     result["first_divergence"] = _first(report)
     _training_graph(result, report)
     result["rewrite_count"] = len(report.get("rewrites") or [])
