@@ -20,7 +20,7 @@ from ..errors import TftraceError
 from .checkpoint_index import graphless_checkpoint
 from ..text import listed
 
-__all__ = ["CAPTURE_MANIFEST", "detect", "io_gfile", "refuse_graphless_local", "refuse_missing_local"]
+__all__ = ["CAPTURE_MANIFEST", "detect", "exists_here", "io_gfile", "refuse_graphless_local", "refuse_missing_local"]
 
 CAPTURE_MANIFEST = "manifest.json"
 
@@ -32,13 +32,19 @@ def io_gfile() -> Any:
 
 
 
+def exists_here(path: str) -> bool:
+    """Whether a local model path is on this machine: a checkpoint prefix (``model.ckpt-2``) names
+    no file of its own, only its ``.index`` and ``.meta``. A URL (``gs://``) is not local."""
+    return "://" not in path and any(os.path.exists(path + end) for end in ("", ".index", ".meta"))
+
+
 def refuse_missing_local(path: str, side: str = "") -> None:
     """Refuse a local path that does not exist, before TensorFlow is imported or a child started.
 
     A typo in B's path used to be found by B's loader, after A's child had imported TensorFlow
     (~10 s), and the line did not say which side. A URL (``gs://``) is left to ``detect``, which
     reads it through ``tf.io.gfile``; a checkpoint prefix exists through its ``.index``/``.meta``."""
-    if "://" in path or any(os.path.exists(path + end) for end in ("", ".index", ".meta")):
+    if "://" in path or exists_here(path):
         return
     parent, name = os.path.split(path.rstrip("/") or path)
     try:

@@ -28,6 +28,7 @@ import numpy as np
 
 from .. import children
 from ..artifacts.bundle import Bundle, NotReadableHere
+from ..artifacts.kinds import exists_here
 from ..errors import TftraceError
 from ._format import Unstorable, to_storage
 from ._packed import content_digest, digest_of_pieces
@@ -162,7 +163,7 @@ class ArtifactReads:
             path = _model_path(capture)
             if not _kept(capture):
                 self._values[str(capture.path)], self._digests[str(capture.path)] = {}, {}
-            elif not path or not os.path.exists(path):
+            elif not path or not exists_here(path):
                 self._problems[str(capture.path)] = f"cannot be read: the model {path or '(unknown)'} is not on this machine"
             else:
                 readable.append(capture)

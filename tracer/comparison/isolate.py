@@ -53,6 +53,7 @@ from ..captures.replay_records import failure, record_failure, replay_path
 from .divergence import NodeResult
 from .isolation_plan import RECEIVED_FIX, IsolationPlan, PlannedOrigin
 from .judge import IsolationResult, executed_form, judge, per_process_nondeterminism
+from ..artifacts.kinds import exists_here
 from ..errors import TftraceError
 from ..pythons import made_with
 from ..captures.inputs import batched_alike
@@ -431,7 +432,7 @@ def _write_json(path: str, doc: dict[str, Any]) -> None:
 def _local_side(view: CaptureView) -> Side | None:
     side = Side.from_json(view.capture.spec)
     path = side.artifact.path
-    if "://" in path or os.path.exists(path):
+    if "://" in path or exists_here(path):
         return side
     return None
 
