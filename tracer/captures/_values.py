@@ -142,7 +142,7 @@ class ArtifactReads:
     def _bundle(self, capture: Any) -> Bundle | None:
         key = str(capture.path)
         if key not in self._bundles:
-            self._bundles[key] = _local_bundle(capture) if os.path.exists(_model_path(capture)) else None
+            self._bundles[key] = _local_bundle(capture) if exists_here(_model_path(capture)) else None
         return self._bundles[key]
 
     def _read_here(self, capture: Any, name: str, how: Callable[[Bundle, str], _T]) -> _T | None:
