@@ -23,7 +23,10 @@ CHILD_PACKAGES := numpy networkx xxhash zstandard
 # (or over a user's own build), so it is installed without dependencies, at the release of the cpu
 # extra's TensorFlow.
 TF_KERAS := 2.21.0
-TF_KERAS_STAMP := $(VENV)/.tf-keras-$(TF_KERAS)
+TF_KERAS_STAMP := $(VENV)/.tf-keras-$(TF_KERAS)-serving-api
+# tensorflow-serving-api, whose protos the warmup-request tests write their files with, as TF
+# Serving's users do (tests/test_warmup_requests.py); it too requires the full `tensorflow`.
+TF_SERVING_API := 2.21.0
 
 .PHONY: setup system-deps models demo test test-fast bench clean other-tf
 
@@ -36,7 +39,7 @@ $(SETUP_STAMP): pyproject.toml
 	@touch $@
 
 $(TF_KERAS_STAMP): $(SETUP_STAMP)
-	$(BIN)/python -m pip install --quiet --no-deps 'tf-keras==$(TF_KERAS)'
+	$(BIN)/python -m pip install --quiet --no-deps 'tf-keras==$(TF_KERAS)' 'tensorflow-serving-api==$(TF_SERVING_API)'
 	@touch $@
 
 # Graphviz's `dot` renders the report graph; Debian's chromium runs the browser tests.

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import struct
 
-from tracer.artifacts.bundle import _mask, crc32c
+from tracer.artifacts.bundle import crc32c, masked
 from tracer.artifacts.snappy import read_varint
 
 TABLE_MAGIC = 0xDB4775248B80FB57
@@ -112,7 +112,7 @@ def compress_index(table: bytes) -> bytes:
     def put(contents: bytes) -> tuple[int, int]:
         stored = snappy_compress(contents) + b"\x01"
         handle = (len(out), len(stored) - 1)
-        out.extend(stored + struct.pack("<I", _mask(crc32c(stored))))
+        out.extend(stored + struct.pack("<I", masked(crc32c(stored))))
         return handle
 
     moved = [(key, b"".join(map(varint, put(_plain_block(table, _handle(value, 0)[0])))))

@@ -238,7 +238,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("timeout", "seconds before the child is stopped{who}", "limits", SIDE_COMMANDS, type=float,
            per_side=("compare",), keyword="timeout_s", side="timeout_s"),
     # -- inputs (the same examples on both sides)
-    Option("inputs", "an .npz (keys = signature input keys) or .npy (one-input model)", "inputs",
+    Option("inputs", "an .npz (keys = signature input keys), an .npy (one-input model) or TF Serving's "
+           "assets.extra/tf_serving_warmup_requests", "inputs",
            (*SIDE_COMMANDS, "diagnose"), keyword="inputs_file", side="inputs.inputs_file"),
     Option("examples", "how many examples to generate (default 8)", "inputs", (*SIDE_COMMANDS, "diagnose"), type=int,
            default=8, side="inputs.examples",

@@ -33,7 +33,7 @@ import numpy as np
 
 from . import snappy
 
-__all__ = ["NotReadableHere", "BundleEntry", "Bundle", "crc32c", "table_entries"]
+__all__ = ["NotReadableHere", "BundleEntry", "Bundle", "crc32c", "masked", "table_entries"]
 
 TABLE_MAGIC = 0xDB4775248B80FB57
 FOOTER_BYTES = 48
@@ -128,7 +128,7 @@ class Bundle:
                     if got != piece.size:
                         raise NotReadableHere(f"{path} ends before {key!r}'s {entry.size} bytes at offset {entry.offset}")
                     crc, at = crc32c(piece, crc), at + piece.size
-                    if at == entry.size and entry.crc32c is not None and _mask(crc) != entry.crc32c:
+                    if at == entry.size and entry.crc32c is not None and masked(crc) != entry.crc32c:
                         raise NotReadableHere(f"{key!r}: its bytes in {path} do not match the checksum its entry records")
                     yield piece
                     if at == entry.size:
@@ -182,7 +182,7 @@ def _block(table: bytes, offset: int, size: int, where: str) -> bytes:
     if kind not in (NO_COMPRESSION, SNAPPY_COMPRESSION):
         raise NotReadableHere(f"{where}: a block of type {kind}, which TensorFlow's table format does not have")
     stored = struct.unpack_from("<I", table, offset + size + 1)[0]
-    if _mask(crc32c(table[offset : offset + size + 1])) != stored:
+    if masked(crc32c(table[offset : offset + size + 1])) != stored:
         raise NotReadableHere(f"{where}: a block's checksum does not match")
     if kind == NO_COMPRESSION:
         return table[offset : offset + size]
@@ -344,6 +344,6 @@ def _crc() -> Any:
     return compiled(_crc_loop)
 
 
-def _mask(crc: int) -> int:
+def masked(crc: int) -> int:
     """LevelDB's masked form of a crc (stored so that a crc of data holding crcs is not degenerate)."""
     return ((((crc >> 15) | (crc << 17)) & 0xFFFFFFFF) + 0xA282EAD8) & 0xFFFFFFFF

@@ -44,6 +44,7 @@ import numpy as np
 from ..artifacts.records import TensorSpec
 from ..errors import TftraceError
 from ..opgraph_records import NOT_FETCHABLE_DTYPES
+from .warmup import looks_like_warmup, read_warmup
 
 __all__ = ["Examples", "make_examples", "shared_inputs", "inputs_file_sha256", "batches", "same_rows", "run_batch_size",
            "batched_alike", "one_array_per_input", "ONE_ARRAY_REFUSAL"]
@@ -111,13 +112,15 @@ def make_examples(
     inputs_file: str | None,
     alternatives: Sequence[str] = (),
     file_sha256: str | None = None,
+    signature: str = "serving_default",
 ) -> Examples:
     """The examples for a signature's ``inputs``: read from ``inputs_file`` or generated.
 
     ``alternatives`` are the model's signatures that take only generable tensors, named in the
     error when this one takes strings, so the user learns the way out in one message.
     ``file_sha256``: the file's sha256 as the parent took it (:func:`inputs_file_sha256`), else
-    taken here.
+    taken here. ``signature``: the side's signature key, which picks the requests of a TF Serving
+    warmup file (:mod:`.warmup`).
     """
     if not inputs:
         return Examples({}, 0, False, "none (the signature takes no inputs)")
@@ -125,7 +128,7 @@ def make_examples(
     unbatched = all(s.shape is not None and None not in s.shape for s in inputs.values())
     if inputs_file:  # no batch axis: a file may stack examples (an OD API export's [1, ?, ?, 3] fed one image a run)
         stackable = not batched and all(s.shape is not None for s in inputs.values())
-        arrays, per_example = _read_file(inputs_file, inputs, stackable, shared)
+        arrays, per_example = _read_file(inputs_file, inputs, stackable, shared, signature)
         source, file_sha256 = Path(inputs_file).name, file_sha256 or _file_sha256(inputs_file)
         if batched:  # a scalar given for an input of unknown shape (TF1's ``tf.placeholder(tf.float32)``) has no example axis
             shared |= {k for k, spec in inputs.items() if spec.shape is None and arrays[k].ndim == 0}
@@ -274,13 +277,18 @@ def _numpy_dtype(name: str) -> np.dtype:
 
 
 def _read_file(
-    path: str, inputs: dict[str, TensorSpec], stackable: bool, shared: frozenset[str]
+    path: str, inputs: dict[str, TensorSpec], stackable: bool, shared: frozenset[str], signature: str
 ) -> tuple[dict[str, np.ndarray], bool]:
     """The file's arrays, fitted to ``inputs``, and whether they are one example per run (a
     signature without a batch axis given arrays with one more, example, axis). ``shared``: the
     inputs fed whole to every run (:func:`shared_inputs`), fitted to their own shape."""
     if not Path(path).is_file():
         raise TftraceError(f"inputs file {path} does not exist", "give an .npz with one array per signature input")
+    with open(path, "rb") as fh:
+        head = fh.read(8)
+    if looks_like_warmup(head):  # TF Serving's assets.extra/tf_serving_warmup_requests
+        arrays = read_warmup(path, {key: spec.dtype for key, spec in inputs.items()}, signature)
+        return _fitted(path, arrays, inputs, stackable, shared)
     try:
         loaded = np.load(path, allow_pickle=False)
     except (ValueError, OSError) as exc:
@@ -310,6 +318,13 @@ def _read_file(
                 + (f" (unexpected: {', '.join(extra)})" if extra else ""),
                 "name the arrays after the signature input keys",
             )
+    return _fitted(path, arrays, inputs, stackable, shared)
+
+
+def _fitted(
+    path: str, arrays: dict[str, np.ndarray], inputs: dict[str, TensorSpec], stackable: bool, shared: frozenset[str]
+) -> tuple[dict[str, np.ndarray], bool]:
+    """A file's arrays, one per input key, fitted to the inputs (see :func:`_read_file`)."""
     stacked = {key for key, spec in inputs.items()
                if stackable and not _fits(arrays[key], spec) and _fits_rows(arrays[key], spec.shape)}
     if stacked and stacked != set(inputs):

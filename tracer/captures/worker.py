@@ -38,6 +38,7 @@ from ._packed import content_digest
 from ..errors import TftraceError
 from ..text import count, listed
 from .inputs import Examples, batches, make_examples, run_batch_size
+from .warmup import WARMUP_FILE
 from ..runspec import Side, job_side
 from ..safewrite import refuse_link_dir
 from ._events import claim_channel, emit
@@ -76,12 +77,22 @@ def run_capture(side: Side, out_dir: str, force: bool, prepared: Prepared | None
     runtime, came_up = opened.runtime, load_report(opened.window)
     _refuse_composite_arguments(runtime.artifact)
     takes_strings = any(spec.dtype == "string" for spec in runtime.signature.inputs.values())
-    examples = make_examples(
-        runtime.signature.inputs, side.inputs.examples, side.inputs.seed, side.inputs.inputs_file,
-        alternatives=_tensor_signatures(runtime.artifact) if takes_strings and not side.inputs.inputs_file else (),
-        file_sha256=file_sha256,
-    )
+    warmup = None if side.inputs.inputs_file else _warmup_requests(runtime.artifact)
+    try:
+        examples = make_examples(
+            runtime.signature.inputs, side.inputs.examples, side.inputs.seed, side.inputs.inputs_file,
+            alternatives=_tensor_signatures(runtime.artifact) if takes_strings and not side.inputs.inputs_file else (),
+            file_sha256=file_sha256, signature=runtime.artifact.ref.signature,
+        )
+    except TftraceError as exc:
+        if warmup is None:
+            raise
+        raise TftraceError(exc.problem, f"--inputs {warmup} feeds the requests TF Serving warms this model up with; "
+                                        f"or {exc.fix}") from exc
     notes = list(runtime.notes)
+    if warmup is not None:
+        notes.append(f"generated inputs, though the model carries TF Serving's warmup requests: --inputs {warmup} "
+                     "runs the server's own")
     batch_size = side.batch_size if examples.batch_major else (1 if examples.per_example else None)
     if examples.per_example:
         asked = f" (--batch-size {side.batch_size} cannot apply)" if (side.batch_size or 1) > 1 else ""
@@ -279,6 +290,15 @@ def _refuse_composite_arguments(artifact: Any) -> None:
         "cut these into runs",
         f"export a signature that takes {way}",
     )
+
+
+def _warmup_requests(artifact: Any) -> str | None:
+    """The TF Serving warmup file a SavedModel carries (``assets.extra/tf_serving_warmup_requests``),
+    its real requests, which ``--inputs`` takes (:mod:`.warmup`); None where there is none."""
+    if not str(artifact.kind).startswith("saved_model") or "://" in str(artifact.location):
+        return None
+    path = Path(artifact.location, "assets.extra", WARMUP_FILE)
+    return str(path) if path.is_file() else None
 
 
 def _tensor_signatures(artifact: Any) -> list[str]:
