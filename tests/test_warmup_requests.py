@@ -10,12 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import build_model, run_cli
+from conftest import build_model, require_packages, run_cli
 from tracer.artifacts.records import TensorSpec
 from tracer.captures.inputs import make_examples
 from tracer.errors import TftraceError
 
-pytest.importorskip("tensorflow_serving.apis.prediction_log_pb2", reason="make setup installs tensorflow-serving-api")
 
 SCORER = """
 import os, sys
@@ -42,6 +41,7 @@ def _write(path: Path, logs: list) -> Path:
 
 
 def _predict(inputs: dict[str, np.ndarray], signature: str = "") -> object:
+    require_packages("tensorflow_serving")  # make setup installs tensorflow-serving-api
     import tensorflow as tf  # noqa: PLC0415
     from tensorflow_serving.apis import model_pb2, predict_pb2, prediction_log_pb2  # noqa: PLC0415
 
@@ -52,6 +52,7 @@ def _predict(inputs: dict[str, np.ndarray], signature: str = "") -> object:
 
 
 def _classify(serialized: list[bytes]) -> object:
+    require_packages("tensorflow_serving")
     import tensorflow as tf  # noqa: PLC0415
     from tensorflow_serving.apis import classification_pb2, input_pb2, model_pb2, prediction_log_pb2  # noqa: PLC0415
 
