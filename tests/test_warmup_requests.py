@@ -136,6 +136,15 @@ def test_warmup_files_that_cannot_feed_the_signature_are_refused_saying_why(tmp_
     examples_for_floats = _write(tmp_path / "classify", [_classify([b""])])
     with pytest.raises(TftraceError, match="it holds tf.Examples, and the signature takes x, not one string input"):
         make_examples(specs, 8, 0, str(examples_for_floats))
+    images = {"image_bytes": TensorSpec("image_bytes:0", "string", (None,))}
+    encoded = _write(tmp_path / "encoded", [_predict({"image_bytes": np.array([b"\xff\xd8jpeg\xff\xd9", b"png"],
+                                                                              dtype=object)})])
+    fed = make_examples(images, 8, 0, str(encoded)).arrays["image_bytes"]
+    assert fed.dtype.kind == "S" and fed.tolist() == [b"\xff\xd8jpeg\xff\xd9", b"png"]
+    nul = _write(tmp_path / "nul", [_predict({"image_bytes": np.array([b"ends in nul\x00"], dtype=object)})])
+    with pytest.raises(TftraceError, match="its string input 'image_bytes' cannot be fed from a file: a string value "
+                                           "ends in a NUL byte"):
+        make_examples(images, 8, 0, str(nul))
     whole = _write(tmp_path / "good", [_predict({"x": ROWS[0]})]).read_bytes()
     (tmp_path / "cut").write_bytes(whole[:-3])
     with pytest.raises(TftraceError, match="the record at byte 0 is cut short or damaged"):

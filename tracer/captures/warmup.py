@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterator
 import numpy as np
 
 from ..errors import TftraceError
+from ._format import Unstorable, to_storage
 
 __all__ = ["WARMUP_FILE", "looks_like_warmup", "read_warmup"]
 
@@ -151,10 +152,20 @@ def _tensors(entries: list[bytes]) -> dict[str, np.ndarray]:
         fields = _fields(entry)
         key = fields.get(1, [b""])[-1].decode("utf-8", errors="replace")
         try:
-            out[key] = np.asarray(tf().make_ndarray(tensor_pb2.TensorProto.FromString(fields.get(2, [b""])[-1])))
+            array = np.asarray(tf().make_ndarray(tensor_pb2.TensorProto.FromString(fields.get(2, [b""])[-1])))
         except Exception as exc:  # noqa: BLE001 - protobuf's DecodeError, make_ndarray's TypeError: a bad tensor
             raise ValueError(f"its input {key!r} is no TensorProto ({exc})") from exc
+        out[key] = _fixed_width(key, array) if array.dtype == object else array
     return out
+
+
+def _fixed_width(key: str, array: np.ndarray) -> np.ndarray:
+    """A string tensor (TensorFlow gives an array of bytes objects: encoded images, text) as
+    fixed-width bytes, the form an ``.npz`` holds and a capture stores."""
+    try:
+        return to_storage(array)[1]
+    except Unstorable as exc:
+        raise ValueError(f"its string input {key!r} cannot be fed from a file: {exc}") from exc
 
 
 def _examples(input_message: bytes, inputs: dict[str, str]) -> dict[str, np.ndarray]:
