@@ -5,6 +5,7 @@ written here as TF Serving's guide has its users write them (``tensorflow_servin
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -145,6 +146,14 @@ def test_warmup_files_that_cannot_feed_the_signature_are_refused_saying_why(tmp_
     with pytest.raises(TftraceError, match="its string input 'image_bytes' cannot be fed from a file: a string value "
                                            "ends in a NUL byte"):
         make_examples(images, 8, 0, str(nul))
+    import tensorflow as tf  # noqa: PLC0415
+
+    for payload, said in ((b"\x0a\xff", "a malformed protobuf field"),
+                          (b"\x0a\x00", "it is no PredictionLog (none of its request kinds is set)")):
+        with tf.io.TFRecordWriter(str(tmp_path / "garbage")) as writer:
+            writer.write(payload)
+        with pytest.raises(TftraceError, match=rf"warmup request 0 of .*garbage cannot be read: {re.escape(said)}"):
+            make_examples(specs, 8, 0, str(tmp_path / "garbage"))
     whole = _write(tmp_path / "good", [_predict({"x": ROWS[0]})]).read_bytes()
     (tmp_path / "cut").write_bytes(whole[:-3])
     with pytest.raises(TftraceError, match="the record at byte 0 is cut short or damaged"):

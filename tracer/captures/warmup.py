@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
+from ..artifacts.snappy import read_varint
 from ..errors import TftraceError
 from ._format import Unstorable, to_storage
 
@@ -213,16 +214,16 @@ def _fields(message: bytes) -> dict[int, list[bytes]]:
     out: dict[int, list[bytes]] = {}
     at, end = 0, len(message)
     while at < end:
-        tag, at = _varint(message, at)
+        tag, at = read_varint(message, at, what="protobuf field")
         number, wire = tag >> 3, tag & 7
         if wire == 0:
-            _, at = _varint(message, at)
+            _, at = read_varint(message, at, what="protobuf field")
         elif wire == 1:
             at += 8
         elif wire == 5:
             at += 4
         elif wire == 2:
-            size, at = _varint(message, at)
+            size, at = read_varint(message, at, what="protobuf field")
             if at + size > end:
                 raise ValueError("a field runs past the end of its message")
             out.setdefault(number, []).append(message[at:at + size])
@@ -233,15 +234,3 @@ def _fields(message: bytes) -> dict[int, list[bytes]]:
         raise ValueError("a field runs past the end of its message")
     return out
 
-
-def _varint(data: bytes, at: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        if at >= len(data) or shift > 63:
-            raise ValueError("a varint runs past the end of its message")
-        byte = data[at]
-        at += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value, at
-        shift += 7
