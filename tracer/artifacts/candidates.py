@@ -26,6 +26,10 @@ __all__ = ["candidates", "training_ops"]
 BOOKKEEPING_SCOPE = re.compile(
     r"^(Func/)?(save|init|init_all_tables|gradients|report_uninitialized_variables|global_step)(_\d+)?(/|$)"
 )
+# what lowering a TF1 graph's If/While adds (:mod:`.lowering`): the inlined branch's input and output
+# Identities (``Func/…``) and the marker of the branch that ran (``…/branch_executed/_9``); a dead
+# branch's input is a leaf, but no model output
+LOWERING_PLUMBING = re.compile(r"^Func/|/branch_executed/_\d+$")
 
 
 def candidates(by_name: dict[str, Any]) -> tuple[list[str], list[str]]:
@@ -67,6 +71,7 @@ def candidates(by_name: dict[str, Any]) -> tuple[list[str], list[str]]:
         for name, op in useful.items()
         if needs.get(name) and name not in inputs and name not in extended and op.outputs
         and op.type not in VARIABLE_OPS and name not in in_loops and not _handle(op)
+        and not LOWERING_PLUMBING.search(name)
     )
     return inputs, [name for *_, name in ranked]
 
