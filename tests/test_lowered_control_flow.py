@@ -116,3 +116,47 @@ def test_a_cond_tensorflow_cannot_lower_is_refused_naming_it_and_the_way_out() -
                          "frozen GraphDef or a SavedModel.")
     kept, note = lower_control_flow(meta, "train/model.ckpt", named={"cond"})  # its output named: left as it stands
     assert (kept, note) == (meta, None)
+
+
+_NESTED = """
+import sys
+import tensorflow as tf
+v1 = tf.compat.v1
+v1.disable_eager_execution()
+with tf.Graph().as_default():
+    x = v1.placeholder(tf.float32, [None, 4], name="x")
+    flag = v1.placeholder_with_default(True, [], name="flag")
+    y = tf.cond(flag, lambda: tf.cond(tf.reduce_sum(x) > 0, lambda: x * 2.0, lambda: x - 1.0), lambda: x + 1.0)
+    def body(i, acc):
+        return i + 1, tf.cond(i > 1, lambda: acc * 1.5, lambda: acc + 0.5)
+    _, z = tf.while_loop(lambda i, a: i < 4, body, [tf.constant(0), y])
+    out = tf.identity(z, name="out")
+    v1.get_variable("w", [1])
+    with v1.Session() as s:
+        s.run(v1.global_variables_initializer())
+        v1.train.Saver().save(s, sys.argv[1] + "/model.ckpt")
+"""
+
+
+@pytest.mark.slow
+def test_conds_nested_in_a_branch_and_in_a_loop_body_are_lowered_too(tmp_path: Path) -> None:
+    """Lowering asks Grappler for one meta-optimizer pass a call, not its default two: a cond
+    inside a cond's branch, or inside a loop body, reaches the top only as the outer op is
+    inlined, and that one pass must lower it too. None is left, and the batch-dependent inner cond
+    (it tests the sum of the whole batch) is the origin of batch 1 against 8, by its batch statistics."""
+    from tracer.artifacts.loader import ArtifactRef, load  # noqa: PLC0415
+    from tracer.artifacts.lowering import FUNCTIONAL_CONTROL_FLOW  # noqa: PLC0415
+
+    model = tmp_path / "nested"
+    model.mkdir()
+    build_model(_NESTED, model)
+    artifact = load(ArtifactRef(path=str(model), outputs=("out",), input_names=("x",)))
+    assert not [n.name for n in artifact.graph_def.node if n.op in FUNCTIONAL_CONTROL_FLOW]
+    assert artifact.notes[-1].startswith("2 functional control-flow ops (cond, while) lowered")
+    out = tmp_path / "out"
+    proc = run_cli("compare", str(model), str(model), "--outputs", "out", "--input-names", "x",
+                   "--a-batch-size", "1", "--out", str(out), env={"TF_ENABLE_ONEDNN_OPTS": "0"})
+    assert proc.returncode == 1, proc.stderr
+    report = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    origin = report["origins"][0]
+    assert origin["node"].startswith("cond/then/_0/cond/") and origin["isolation"]["verdict"] == "batch_statistics"

@@ -27,7 +27,7 @@ from ..errors import TftraceError
 __all__ = ["FUNCTIONAL_CONTROL_FLOW", "functional_control_flow", "lower_control_flow"]
 
 FUNCTIONAL_CONTROL_FLOW = frozenset({"If", "StatelessIf", "While", "StatelessWhile", "Case", "StatelessCase"})
-MAX_PASSES = 4  # Grappler calls at most: each lowers what the last one's inlining brought to the top
+MAX_PASSES = 4  # Grappler calls at most, while functional ops remain
 
 
 def functional_control_flow(graph_def: Any) -> list[str]:
@@ -53,8 +53,9 @@ def lower_control_flow(meta_graph: Any, location: str, named: AbstractSet[str] =
     rewrites.min_graph_nodes = -1  # a small graph too
     rewrites.optimizers.append("function")  # inline the functions, lower If/While: nothing else
     # one pass a call, not Grappler's default two: the second found nothing left to do on a graph of
-    # 200 conds (15,018 nodes) and took a quarter of the 0.7 s; a cond nested in a branch that one
-    # pass inlined is lowered by the next call
+    # 200 conds (15,018 nodes) and took a quarter of the 0.7 s. One pass lowered conds nested in a
+    # branch and in a loop body too (tests/test_lowered_control_flow.py); should one ever be left,
+    # the graph goes through again rather than being refused
     rewrites.meta_optimizer_iterations = rewrites.ONE
     graph_def, left = meta_graph.graph_def, functional
     for _ in range(MAX_PASSES):
