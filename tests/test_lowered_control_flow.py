@@ -160,3 +160,6 @@ def test_conds_nested_in_a_branch_and_in_a_loop_body_are_lowered_too(tmp_path: P
     report = json.loads((out / "report.json").read_text(encoding="utf-8"))
     origin = report["origins"][0]
     assert origin["node"].startswith("cond/then/_0/cond/") and origin["isolation"]["verdict"] == "batch_statistics"
+    prevent = " ".join(report["answers"]["prevent"])  # no batch norm: the reduction itself is the fix
+    assert "where the inference graph itself reduces over the batch axis, compute that statistic per example" in prevent
+    assert "`cond/then/_0/Sum` (Sum) reduces over the batch axis (axis 0)" in " ".join(report["answers"]["why"])

@@ -73,12 +73,15 @@ CAUSES: dict[str, Cause] = {c.key: c for c in (
           "(an initialiser, often random, runs at every load)",
           "save every variable the model reads in its checkpoint (or freeze the graph), so every load restores "
           "the same values", "none"),
-    Cause("training_graph", "a training graph (batch norms in training mode, such as is_training=True or "
-          "tf.nn.moments over the batch, normalise with each run's batch statistics, and may update their moving "
-          "averages as they run)",
+    Cause("training_graph", "a training graph, or another graph that takes statistics over the batch (batch norms "
+          "in training mode, such as is_training=True or tf.nn.moments over the batch, normalise with each run's batch "
+          "statistics, and may update their moving averages as they run; any other reduction over the batch axis "
+          "couples a run's examples alike)",
           "compare the inference graph: rebuild the model with is_training=False (Keras: training=False), restore the "
-          "checkpoint into it and compare that, or the SavedModel exported from it; a training graph's outputs depend "
-          "on which examples share a run, which no fixed batch shape or tolerance removes",
+          "checkpoint into it and compare that, or the SavedModel exported from it; where the inference graph itself "
+          "reduces over the batch axis, compute that statistic per example (over the other axes) or from fixed "
+          "values. Outputs that depend on which examples share a run differ at any other batch, which no fixed batch "
+          "shape or tolerance removes",
           "none: the inference graph is what serving runs"),
     Cause("state", "the model updates its own variables when it runs (a stateful signature)",
           "compare fresh loads, or reset the state before each run; this is not numerical nondeterminism", "none"),
