@@ -783,7 +783,7 @@ def test_generated_ids_outside_an_embedding_are_said_to_be_tftraces_own(lookup_m
 def test_a_string_signature_never_suggests_tensorflows_init_op(lookup_models: Path, tmp_path: Path) -> None:
     proc = run_cli("capture", str(lookup_models / "words"), "--out", str(tmp_path / "cap"))
     assert_user_error(proc, "input 'words' is a string tensor",
-                      "(no signature of this model takes only tensors tftrace could generate)")
+                      "; no signature of this model takes only tensors tftrace could generate.")
     assert "__saved_model_init_op" not in proc.stderr
 
 
