@@ -16,11 +16,12 @@ Each record holds one request:
 Only the requests addressed to the side's signature count (TF Serving's own default,
 ``serving_default``, where a request names none); their rows are stacked in file order.
 
-The framing (and its CRCs) is read by TensorFlow; the ``PredictionLog`` wrapper is decoded
-here, field by field, from protobuf's wire format (the field numbers of TF Serving's
+The TFRecord framing is read here, both CRCs checked (a cut file is refused, not read short);
+the ``PredictionLog`` wrapper is decoded here too, field by field, from protobuf's wire format (the field numbers of TF Serving's
 ``prediction_log.proto``, ``predict.proto``, ``classification.proto``, ``regression.proto``,
 ``inference.proto``, ``input.proto`` and ``model.proto``), so tftrace needs no
-``tensorflow-serving-api``. Runs in the capture child, which has TensorFlow.
+``tensorflow-serving-api``; only a predict request's ``TensorProto``s are TensorFlow's to read.
+Runs in the capture child, which has TensorFlow.
 """
 
 from __future__ import annotations
