@@ -20,7 +20,7 @@ from conftest import assert_user_error, run_cli
 from tracer.comparison.statuses import ISOLATION
 from tracer.captures.reader import Capture
 from tracer.diagnosis.answers import FACTOR_TITLES, build_answers
-from tracer.diagnosis.timing import compare_timings
+from tracer.diagnosis.timing import compare_pairs
 from tracer.artifacts.loader import ArtifactRef
 from tracer.errors import TftraceError
 from tracer.diagnosis.experiments import FACTORS, GPU_FACTORS, QUICK_FACTORS, PlanContext, plan_experiments
@@ -223,8 +223,8 @@ def _diverged(p, diff=1e-3):
             "latency_ms": {"a": lat, "b": dict(lat, median=3.0, per_row_median=3.0)},
             "latency_basis": "per example" if p.per_row else "per run", "cost_pct": 50.0, "remedy": p.remedy,
             "skipped": None, "settings": None,
-            "timing": compare_timings([2.0 + 0.01 * (i % 5) for i in range(20)],
-                                      [3.0 + 0.01 * (i % 5) for i in range(20)]).to_json()}
+            "timing": compare_pairs([([2.0 + 0.01 * (i % 5) for i in range(20)],
+                                      [3.0 + 0.01 * (i % 5) for i in range(20)])] * 2).to_json()}
 
 
 def test_every_registered_factor_has_its_texts_and_its_answers():
@@ -281,8 +281,10 @@ def test_a_factor_declared_only_in_the_registry_appears_in_the_matrix(monkeypatc
     assert answers["why"][0].startswith("FP8 matmuls: fp32 vs fp8 off changes the outputs by up to 0.001.")
     assert "Cause: mixed precision computes parts of the model" in answers["why"][0]
     assert answers["prevent"][0].startswith("FP8 matmuls: no fp8 anywhere.")
-    assert answers["cost"][0].startswith("FP8 matmuls: fp32: 2.02 ms; fp8 off: 3.02 ms (medians of 20 interleaved runs")
-    assert "Choosing fp8 off costs +49.5% (95% interval +49.4% to +49.6%, 20 interleaved runs of each)" in answers["cost"][0]
+    assert answers["cost"][0].startswith("FP8 matmuls: fp32: 2.02 ms; fp8 off: 3.02 ms (medians of 20 interleaved runs "
+                                         "of each in each of 2 pairs of fresh processes, per run)")
+    assert ("Choosing fp8 off costs +49.5% (95% intervals +49.4% to +49.6% over 2 pairs of fresh processes, 20 "
+            "interleaved runs of each)") in answers["cost"][0]
     recipe = plan_recipe(list(planned.values()), [{"name": "fp8", "factor": "fp8", "verdict": "diverged"}], ctx)
     assert recipe.applied == ("TF32 off",) and recipe.planned.a.side.knobs.tf32 == "off"  # the knob it sets, in words
 
@@ -460,10 +462,19 @@ def test_every_latency_is_positive_and_the_cost_comes_from_them(full):
         timing = exp.get("timing") or {}
         if "ratio" in timing:  # a cost the answers state: the interleaved timings' ratio of medians
             scale = lat["a"]["batch_rows"] / lat["b"]["batch_rows"] if exp["latency_basis"] == "per example" else 1.0
-            assert timing["scale"] == scale and len(timing["a_ms"]) == len(timing["b_ms"]) == timing["runs"] >= 20
-            ratio = float(np.median(timing["b_ms"]) / np.median(timing["a_ms"])) * scale
+            # two pairs of fresh processes, each with its own samples, ratio of medians and interval
+            pairs = timing["pairs"]
+            assert timing["scale"] == scale and len(pairs) == 2, exp["name"]
+            for pair in pairs:
+                assert len(pair["a_ms"]) == len(pair["b_ms"]) == timing["runs"] >= 20
+                ratio = float(np.median(pair["b_ms"]) / np.median(pair["a_ms"])) * scale
+                assert pair["ratio"] == pytest.approx(ratio, rel=1e-4)
+                assert pair["interval"][0] <= pair["ratio"] <= pair["interval"][1]
+            # the stated ratio is their geometric mean; the interval spans both intervals
+            ratio = float(np.sqrt(pairs[0]["ratio"] * pairs[1]["ratio"]))
             assert exp["cost_pct"] == timing["cost_pct"] == pytest.approx((ratio - 1) * 100, abs=0.02), exp["name"]
-            assert timing["interval"][0] <= timing["ratio"] <= timing["interval"][1]
+            assert timing["interval"] == [min(p["interval"][0] for p in pairs), max(p["interval"][1] for p in pairs)]
+            assert timing["significant"] == (timing["interval"][0] > 1.02 or timing["interval"][1] < 0.98)
         else:
             assert exp["cost_pct"] == round((lat["b"][key] - lat["a"][key]) / lat["a"][key] * 100, 2), exp["name"]
     assert _by_name(full[0])["batch_1_vs_4"]["latency_basis"] == "per example"

@@ -286,21 +286,25 @@ def test_diagnose_on_gpu_blames_the_fold_of_an_optimize_for_inference_export(mob
 
 def test_two_identical_gpu_sides_timed_interleaved_are_within_timing_noise(mobilenet_models: Path,
                                                                           tmp_path: Path) -> None:
+    """One side against itself, timed as diagnose times a cost (tracer.diagnosis.costs): two pairs
+    of fresh processes. Each pair's ratio is recorded, for the spread between processes."""
     from tracer.artifacts.loader import ArtifactRef  # noqa: PLC0415
     from tracer.captures.launcher import capture  # noqa: PLC0415
-    from tracer.diagnosis.interleave import Timer  # noqa: PLC0415
-    from tracer.diagnosis.timing import compare_timings  # noqa: PLC0415
+    from tracer.diagnosis.costs import measure_costs  # noqa: PLC0415
+    from tracer.diagnosis.plan import Run  # noqa: PLC0415
     from tracer.runspec import InputSpec, Side  # noqa: PLC0415
 
     side = Side(artifact=ArtifactRef(str(mobilenet_models / "savedmodel")), device="gpu", batch_size=8,
                 inputs=InputSpec(inputs_file=str(mobilenet_models / "images_b8.npz"), seed=0, examples=8),
                 timing_runs=5)
     cap = capture(side, tmp_path / "cap", force=True)
-    with Timer(tmp_path / "timing") as timer:
-        a, b, _ = timer.time_pair(("a", side, cap), ("b", side, cap), 30)
-    result = compare_timings(a, b)
-    _record("timing_identical_gpu_sides", **{k: v for k, v in result.to_json().items() if k not in ("a_ms", "b_ms")})
-    assert not result.significant and result.words().startswith("is within timing noise"), result.to_json()
+    [result] = measure_costs([((Run(side, "a"), cap), (Run(side, "a again", instance=1), cap), False)],
+                             tmp_path / "timing", 30)
+    _record("timing_identical_gpu_sides", **{k: v for k, v in result.items() if k != "pairs"},
+            pairs=[{k: v for k, v in pair.items() if k not in ("a_ms", "b_ms")} for pair in result.get("pairs", [])])
+    assert "error" not in result, result
+    assert len(result["pairs"]) == 2 and not result["significant"], result
+    assert result["words"].startswith("is within timing noise"), result
 
 
 # ---- issue 23 on a MobileNet-style TF1 net (tests/fixtures/mobilenet_tf1.py): its fresh-process

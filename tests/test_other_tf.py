@@ -291,7 +291,7 @@ def test_diagnose_other_python_measures_the_tensorflow_version_factor(models, tm
     timing = exp["timing"]
     assert "error" not in timing, timing
     assert timing["tensorflow"] == {"a": this, "b": OTHER_RELEASE}
-    assert timing["runs"] == 30 and len(timing["a_ms"]) == len(timing["b_ms"]) == 30
+    assert timing["runs"] == 30 and [(len(p["a_ms"]), len(p["b_ms"])) for p in timing["pairs"]] == [(30, 30)] * 2
     assert isinstance(exp["cost_pct"], float) and exp["cost_pct"] == timing["cost_pct"]
 
 

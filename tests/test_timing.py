@@ -6,9 +6,10 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from tracer.diagnosis.timing import MIN_RUNS, compare_timings
+from tracer.diagnosis.timing import MIN_RUNS, compare_pairs, compare_timings
 
 
 def _interleaved(first, second, runs: int = 30) -> tuple[list[float], list[float]]:
@@ -58,6 +59,42 @@ def test_per_example_scales_the_ratio_by_the_rows_of_each_side():
     assert per_example.significant and per_example.cost_pct < -60 and "per example" in per_example.words()
 
 
+def _steady(ms: float, seed: int = 0, runs: int = 30) -> list[float]:
+    """Timings of a process that runs at ``ms`` with a little jitter of its own (1%, seeded)."""
+    return list(ms * (1.0 + np.random.default_rng(seed).normal(0.0, 0.01, runs)))
+
+
+def test_a_cost_is_claimed_only_when_each_pair_of_processes_shows_it():
+    """Two processes of one side can run 10% apart (a GPU side autotunes per process): one pair
+    that does is significant alone, and claims nothing once a second pair does not repeat it."""
+    one_fast_process = (_steady(2.0, seed=3), _steady(2.2, seed=4))
+    again_alike = (_steady(2.1, seed=1), _steady(2.1, seed=2))
+    assert compare_timings(*one_fast_process).significant  # what one pair alone would claim
+    judged = compare_pairs([one_fast_process, again_alike])
+    assert not judged.significant and judged.ratio == pytest.approx(np.sqrt(1.1), abs=0.01)
+    assert judged.interval[0] < 1.0 < judged.interval[1] == pytest.approx(1.1, abs=0.02)
+    low, high = judged.interval_pct
+    assert judged.words() == (f"is within timing noise (95% intervals {low:+.1f}% to {high:+.1f}% over 2 pairs of "
+                              "fresh processes, 30 interleaved runs of each)")
+    # opposite directions: no cost either way
+    assert not compare_pairs([one_fast_process, (_steady(2.2), _steady(2.0))]).significant
+
+
+def test_a_cost_both_pairs_show_is_claimed_with_the_span_of_their_intervals():
+    slower = compare_pairs([(_steady(2.0, seed=5), _steady(3.0, seed=6)), (_steady(2.2, seed=7), _steady(3.1, seed=8))])
+    first, second = slower.pairs
+    low, high = slower.interval_pct
+    assert (slower.interval[0], slower.interval[1]) == (min(first.interval[0], second.interval[0]),
+                                                        max(first.interval[1], second.interval[1]))
+    assert slower.significant and low == pytest.approx(40.9, abs=2) and high == pytest.approx(50.0, abs=2)
+    assert slower.ratio == pytest.approx(np.sqrt(first.ratio * second.ratio))
+    assert slower.words() == (f"costs +{slower.cost_pct:.1f}% (95% intervals {low:+.1f}% to {high:+.1f}% over 2 pairs "
+                              "of fresh processes, 30 interleaved runs of each)")
+    as_json = slower.to_json()
+    assert [pair["median_b_ms"] for pair in as_json["pairs"]] == pytest.approx([3.0, 3.1], abs=0.02)
+    assert as_json["median_a_ms"] == pytest.approx(2.1, abs=0.11) and as_json["significant"] is True
+
+
 def test_the_interval_depends_on_the_timings_alone():
     a, b = _interleaved(_work, _work, runs=12)
     assert compare_timings(a, b).to_json() == compare_timings(list(a), list(b)).to_json()
@@ -68,6 +105,8 @@ def test_too_few_or_impossible_timings_claim_nothing():
         compare_timings([1.0] * (MIN_RUNS - 1), [1.0] * 10)
     with pytest.raises(ValueError, match="positive and finite"):
         compare_timings([1.0] * 9 + [0.0], [1.0] * 10)
+    with pytest.raises(ValueError, match="at least one pair"):
+        compare_pairs([])
 
 
 @pytest.mark.slow

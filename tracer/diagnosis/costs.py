@@ -5,10 +5,10 @@ their medians carry every drift of the machine between them: two captures of one
 ~1 ms model differed by 9.4%. A cost is therefore never read from two captures. For every
 experiment whose answer states a cost (its factor diverged, with noise removed where it was,
 and has a setting to pay for) and for the verified recipe against the plain base side, the
-two sides are timed again, interleaved (:mod:`tracer.diagnosis.interleave`), and judged by
-:func:`tracer.diagnosis.timing.compare_timings`. The experiment's ``cost_pct`` is then that
-measurement's, ``timing`` holds the samples, the interval and whether it is significant, and
-the answers say "within timing noise" wherever it is not.
+two sides are timed again, interleaved (:mod:`tracer.diagnosis.interleave`), in two pairs of
+fresh processes, and judged by :func:`tracer.diagnosis.timing.compare_pairs`. The experiment's
+``cost_pct`` is then that measurement's, ``timing`` holds the samples, the interval and whether
+it is significant, and the answers say "within timing noise" wherever it is not.
 
 Runs after every comparison and replay, with nothing else running, so the timings have the
 machine to themselves.
@@ -23,9 +23,9 @@ from ..captures.reader import Capture
 from .experiments import FACTORS
 from .interleave import Timer, TimingFailed
 from .plan import Planned, Run
-from .timing import compare_timings
+from .timing import PAIRS, compare_pairs
 
-__all__ = ["TIMED_RUNS", "claims_cost", "time_costs"]
+__all__ = ["TIMED_RUNS", "claims_cost", "measure_costs", "time_costs"]
 
 TIMED_RUNS = 30  # timed runs of each side (20 with --quick)
 
@@ -41,18 +41,43 @@ def _rows(lat: dict[str, Any]) -> int:
     return max(1, int(lat.get("batch_rows") or 1))
 
 
-def _measure(timer: Timer, a: tuple[Run, Capture], b: tuple[Run, Capture], runs: int,
-             per_row: bool) -> dict[str, Any]:
-    (run_a, cap_a), (run_b, cap_b) = a, b
-    try:
-        times_a, times_b, releases = timer.time_pair((run_a.key(), run_a.side, cap_a),
-                                                     (run_b.key(), run_b.side, cap_b), runs)
-    except TimingFailed as exc:
-        return {"error": f"could not be timed: {exc}"}
-    lat_a, lat_b = (c.timings.plain_latency_ms for c in (cap_a, cap_b))
-    scale = _rows(lat_a) / _rows(lat_b) if per_row else 1.0
-    timing = compare_timings(times_a, times_b, scale=scale, basis="per example" if per_row else "per run").to_json()
-    return {**timing, "tensorflow": releases}  # what each timing child ran (tf_version: two releases)
+Timed = tuple[Run, Capture]  # a side to time: its run and the capture it was fed from
+
+
+def measure_costs(jobs: list[tuple[Timed, Timed, bool]], workdir: Path, runs: int) -> list[dict[str, Any]]:
+    """Time each job's B against its A, ``runs`` interleaved runs of each, in :data:`PAIRS` pairs
+    of fresh processes, and judge it by :func:`tracer.diagnosis.timing.compare_pairs`; a job is
+    (A, B, per_row: whether the ratio is per example). Each pass over the jobs has a pool of
+    children of its own, closed before the next pass starts, so the second pair of every job
+    runs in processes the first pair never used, while within a pass the base side's child
+    serves every job it is in. Returns, per job, the judgement's JSON with the TensorFlow
+    release each side's child ran (``tensorflow``: ``{a, b}``), or ``{error}``."""
+    samples: list[list[tuple[list[float], list[float]]]] = [[] for _ in jobs]
+    errors: list[str | None] = [None] * len(jobs)
+    releases: list[dict[str, str | None]] = [{} for _ in jobs]
+    for attempt in range(PAIRS):
+        with Timer(workdir) as timer:
+            for i, ((run_a, cap_a), (run_b, cap_b), _) in enumerate(jobs):
+                if errors[i] is not None:
+                    continue
+                try:
+                    times_a, times_b, releases[i] = timer.time_pair((run_a.key(), run_a.side, cap_a),
+                                                                    (run_b.key(), run_b.side, cap_b), runs)
+                except TimingFailed as exc:
+                    again = " in a second pair of processes" if attempt else ""
+                    errors[i] = f"could not be timed{again}: {exc}"
+                    continue
+                samples[i].append((times_a, times_b))
+    out: list[dict[str, Any]] = []
+    for ((_, cap_a), (_, cap_b), per_row), pairs, error, release in zip(jobs, samples, errors, releases):
+        if error is not None:
+            out.append({"error": error})
+            continue
+        lat_a, lat_b = (c.timings.plain_latency_ms for c in (cap_a, cap_b))
+        scale = _rows(lat_a) / _rows(lat_b) if per_row else 1.0
+        judged = compare_pairs(pairs, scale=scale, basis="per example" if per_row else "per run")
+        out.append({**judged.to_json(), "tensorflow": release})  # what each timing child ran (tf_version)
+    return out
 
 
 def time_costs(views: list[dict[str, Any]], results: list[dict[str, Any]], planned: list[Planned],
@@ -65,16 +90,20 @@ def time_costs(views: list[dict[str, Any]], results: list[dict[str, Any]], plann
     wanted = {v["name"] for v in views if claims_cost(v)}
     todo = [(r, by_name[r["name"]]) for r in results if r["name"] in wanted and r["name"] in by_name]
     base_first = sorted(todo, key=lambda item: item[1].a.key() if item[1].a else "")  # shared sides in a row
-    with Timer(workdir) as timer:
-        for result, p in base_first:
-            assert p.a is not None and p.b is not None
-            timing = _measure(timer, (p.a, capture(p.a)), (p.b, capture(p.b)), runs, p.per_row)
-            result["timing"] = timing
-            if "error" not in timing:
-                result["cost_pct"] = timing["cost_pct"]
-        if recipe is not None:
-            result, reference, side = recipe
-            timing = _measure(timer, (reference, capture(reference)), (side, capture(side)), runs, False)
-            result["combined_timing"] = timing
-            if "error" not in timing:
-                result["combined_cost_pct"] = timing["cost_pct"]
+    jobs: list[tuple[Timed, Timed, bool]] = []
+    for _, p in base_first:
+        assert p.a is not None and p.b is not None
+        jobs.append(((p.a, capture(p.a)), (p.b, capture(p.b)), p.per_row))
+    if recipe is not None:
+        _, reference, side = recipe
+        jobs.append(((reference, capture(reference)), (side, capture(side)), False))
+    timings = measure_costs(jobs, workdir, runs)
+    for (result, _), timing in zip(base_first, timings):
+        result["timing"] = timing
+        if "error" not in timing:
+            result["cost_pct"] = timing["cost_pct"]
+    if recipe is not None:
+        result, timing = recipe[0], timings[-1]
+        result["combined_timing"] = timing
+        if "error" not in timing:
+            result["combined_cost_pct"] = timing["cost_pct"]

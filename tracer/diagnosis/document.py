@@ -18,7 +18,7 @@ from .options import DiagnoseOptions
 
 __all__ = ["SCHEMA_VERSION", "diagnosis_document", "where_the_time_went", "write_report"]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: a cost rests on two pairs of processes (`timing.pairs`); 1 had one pair's `timing.a_ms`, `b_ms`
 
 
 def where_the_time_went(walls: dict[str, float], spawned: list[children.ChildTime]) -> dict[str, Any]:
