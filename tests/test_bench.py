@@ -16,6 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from bench.compare_bench import has_avx512
@@ -577,3 +578,39 @@ def test_gpu_section_sets_the_marginal_figure_against_the_spread_of_tensorflows_
     assert ("added to a plain run stands clear of it for resnet50, batch 8 (+8.50 s) and stays within it for "
             "resnet50, batch 1 (+2.50 s).") in both
     assert _import_noise({"capture": []}) == []
+
+
+def test_timing_noise_summarises_each_pair_alone_and_consecutive_pairs_by_the_rule():
+    """bench.timing_noise: one pair that alone claims 10% is not a cost once the next pair of
+    processes does not repeat it; two pairs that both show it are."""
+    from bench.timing_noise import summarise  # noqa: PLC0415
+
+    rng = np.random.default_rng(0)
+
+    def steady(ms: float) -> list[float]:
+        return list(ms * (1.0 + rng.normal(0.0, 0.01, 30)))
+
+    samples = [(steady(2.0), steady(2.2)), (steady(2.1), steady(2.1)),  # one process 10% apart, then alike
+               (steady(2.0), steady(2.6)), (steady(2.1), steady(2.7))]  # a real cost, seen twice
+    summary = summarise(samples)
+    assert summary["pairs"] == 4 and summary["rule_groups"] == 2
+    assert summary["ratios"][0] == pytest.approx(1.1, abs=0.02) and summary["ratios"][2] == pytest.approx(1.3, abs=0.02)
+    assert summary["significant_alone"] == 3 and summary["significant_by_rule"] == 1
+    assert summary["rule_words"][0].startswith("is within timing noise (95% intervals ")
+    assert summary["rule_words"][1].startswith("costs +")
+
+
+@pytest.mark.slow
+def test_timing_noise_times_a_side_against_itself_in_fresh_processes(models, tmp_path):
+    """The script end to end on the CPU: two pairs of the sample detector against itself."""
+    out = tmp_path / "noise.jsonl"
+    proc = subprocess.run([sys.executable, "-m", "bench.timing_noise", str(models["detector"]), "--pairs", "2",
+                           "--runs", "6", "--batch-size", "2", "--out", str(out)], cwd=REPO, capture_output=True,
+                          text=True, timeout=600, env={**os.environ, "TF_ENABLE_ONEDNN_OPTS": "0"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    assert [line["pair"] for line in lines[:-1]] == [0, 1]
+    assert all(len(line["a_ms"]) == len(line["b_ms"]) == 6 for line in lines[:-1])
+    summary = lines[-1]["summary"]
+    assert summary["pairs"] == 2 and summary["rule_groups"] == 1 and summary["b"] == "the same side"
+    assert json.loads(proc.stdout)["ratios"] == summary["ratios"]
