@@ -462,16 +462,18 @@ def test_every_latency_is_positive_and_the_cost_comes_from_them(full):
         timing = exp.get("timing") or {}
         if "ratio" in timing:  # a cost the answers state: the interleaved timings' ratio of medians
             scale = lat["a"]["batch_rows"] / lat["b"]["batch_rows"] if exp["latency_basis"] == "per example" else 1.0
-            # two pairs of fresh processes, each with its own samples, ratio of medians and interval
+            # pairs of fresh processes, each with its own samples, ratio of medians and interval; the
+            # second only where the first showed a cost (beyond the 2% margin), which it must confirm
             pairs = timing["pairs"]
-            assert timing["scale"] == scale and len(pairs) == 2, exp["name"]
+            first_shows_a_cost = pairs[0]["interval"][0] > 1.02 or pairs[0]["interval"][1] < 0.98
+            assert timing["scale"] == scale and len(pairs) == (2 if first_shows_a_cost else 1), exp["name"]
             for pair in pairs:
                 assert len(pair["a_ms"]) == len(pair["b_ms"]) == timing["runs"] >= 20
                 ratio = float(np.median(pair["b_ms"]) / np.median(pair["a_ms"])) * scale
                 assert pair["ratio"] == pytest.approx(ratio, rel=1e-4)
                 assert pair["interval"][0] <= pair["ratio"] <= pair["interval"][1]
             # the stated ratio is their geometric mean; the interval spans both intervals
-            ratio = float(np.sqrt(pairs[0]["ratio"] * pairs[1]["ratio"]))
+            ratio = float(np.prod([p["ratio"] for p in pairs]) ** (1 / len(pairs)))
             assert exp["cost_pct"] == timing["cost_pct"] == pytest.approx((ratio - 1) * 100, abs=0.02), exp["name"]
             assert timing["interval"] == [min(p["interval"][0] for p in pairs), max(p["interval"][1] for p in pairs)]
             assert timing["significant"] == (timing["interval"][0] > 1.02 or timing["interval"][1] < 0.98)

@@ -286,8 +286,8 @@ def test_diagnose_on_gpu_blames_the_fold_of_an_optimize_for_inference_export(mob
 
 def test_two_identical_gpu_sides_timed_interleaved_are_within_timing_noise(mobilenet_models: Path,
                                                                           tmp_path: Path) -> None:
-    """One side against itself, timed as diagnose times a cost (tracer.diagnosis.costs): two pairs
-    of fresh processes. Each pair's ratio is recorded, for the spread between processes."""
+    """One side against itself, timed as diagnose times a cost (tracer.diagnosis.costs): in a second
+    pair of fresh processes where the first shows a cost. Each pair's ratio is recorded."""
     from tracer.artifacts.loader import ArtifactRef  # noqa: PLC0415
     from tracer.captures.launcher import capture  # noqa: PLC0415
     from tracer.diagnosis.costs import measure_costs  # noqa: PLC0415
@@ -303,7 +303,8 @@ def test_two_identical_gpu_sides_timed_interleaved_are_within_timing_noise(mobil
     _record("timing_identical_gpu_sides", **{k: v for k, v in result.items() if k != "pairs"},
             pairs=[{k: v for k, v in pair.items() if k not in ("a_ms", "b_ms")} for pair in result.get("pairs", [])])
     assert "error" not in result, result
-    assert len(result["pairs"]) == 2 and not result["significant"], result
+    first = result["pairs"][0]["interval"]  # timed again only where the first pair alone showed a cost
+    assert len(result["pairs"]) == (2 if first[0] > 1.02 or first[1] < 0.98 else 1) and not result["significant"], result
     assert result["words"].startswith("is within timing noise"), result
 
 

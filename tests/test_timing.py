@@ -132,3 +132,42 @@ def test_a_side_timed_in_its_children_costs_what_its_batch_costs(models, tmp_pat
                         "b": caps[16].manifest["environment"]["tensorflow"]}
     per_example = compare_timings(t1, t16, scale=1 / 16, basis="per example")
     assert per_example.significant and per_example.cost_pct < 0, per_example.to_json()
+
+
+def test_a_cost_is_timed_in_a_second_pair_of_processes_only_where_the_first_shows_one(monkeypatch, tmp_path):
+    """tracer.diagnosis.costs.measure_costs: each pass over the jobs opens a pool of its own (fresh
+    processes); a job whose first pair is within noise is not timed again, since no second pair
+    could make it a cost; one whose first pair shows a cost must show it again."""
+    from types import SimpleNamespace  # noqa: PLC0415
+
+    from tracer.diagnosis import costs  # noqa: PLC0415
+
+    pools: list[list[str]] = []
+    timings = {"same": [(2.0, 2.0), (2.0, 2.0)], "slower": [(2.0, 2.6), (2.1, 2.1)], "cost": [(2.0, 2.6), (2.0, 2.7)]}
+
+    class Pool:  # stands for interleave.Timer: a pool of fresh children per pass
+        def __init__(self, workdir):
+            pools.append([])
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return None
+
+        def time_pair(self, a, b, runs):
+            name = b[1]
+            pools[-1].append(name)
+            a_ms, b_ms = timings[name][len(pools) - 1]
+            return _steady(a_ms, seed=len(pools)), _steady(b_ms, seed=10 + len(pools)), {"a": "x", "b": "x"}
+
+    monkeypatch.setattr(costs, "Timer", Pool)
+    cap = SimpleNamespace(timings=SimpleNamespace(plain_latency_ms={"batch_rows": 1}))
+    run = SimpleNamespace(key=lambda: "a", side="base")
+    jobs = [((run, cap), (SimpleNamespace(key=lambda n=n: n, side=n), cap), False) for n in timings]
+    same, slower, cost = costs.measure_costs(jobs, tmp_path, 30)
+    assert pools == [["same", "slower", "cost"], ["slower", "cost"]]
+    assert len(same["pairs"]) == 1 and not same["significant"]
+    assert len(slower["pairs"]) == 2 and not slower["significant"]  # one process 30% apart, not repeated
+    assert len(cost["pairs"]) == 2 and cost["significant"] and cost["words"].startswith("costs +")
+    assert cost["tensorflow"] == {"a": "x", "b": "x"}

@@ -23,7 +23,7 @@ from ..captures.reader import Capture
 from .experiments import FACTORS
 from .interleave import Timer, TimingFailed
 from .plan import Planned, Run
-from .timing import PAIRS, compare_pairs
+from .timing import PAIRS, TimingComparison, compare_pairs
 
 __all__ = ["TIMED_RUNS", "claims_cost", "measure_costs", "time_costs"]
 
@@ -45,21 +45,23 @@ Timed = tuple[Run, Capture]  # a side to time: its run and the capture it was fe
 
 
 def measure_costs(jobs: list[tuple[Timed, Timed, bool]], workdir: Path, runs: int) -> list[dict[str, Any]]:
-    """Time each job's B against its A, ``runs`` interleaved runs of each, in :data:`PAIRS` pairs
-    of fresh processes, and judge it by :func:`tracer.diagnosis.timing.compare_pairs`; a job is
-    (A, B, per_row: whether the ratio is per example). Each pass over the jobs has a pool of
-    children of its own, closed before the next pass starts, so the second pair of every job
+    """Time each job's B against its A, ``runs`` interleaved runs of each, in up to :data:`PAIRS`
+    pairs of fresh processes, and judge it by :func:`tracer.diagnosis.timing.compare_pairs`; a
+    job is (A, B, per_row: whether the ratio is per example). Each pass over the jobs has a pool
+    of children of its own, closed before the next pass starts, so the second pair of every job
     runs in processes the first pair never used, while within a pass the base side's child
-    serves every job it is in. Returns, per job, the judgement's JSON with the TensorFlow
-    release each side's child ran (``tensorflow``: ``{a, b}``), or ``{error}``."""
+    serves every job it is in. A job whose first pair shows no cost is not timed again: the span
+    of the intervals holds the first one, so no further pair could make it a cost. Returns, per
+    job, the judgement's JSON with the TensorFlow release each side's child ran (``tensorflow``:
+    ``{a, b}``), or ``{error}``."""
     samples: list[list[tuple[list[float], list[float]]]] = [[] for _ in jobs]
     errors: list[str | None] = [None] * len(jobs)
     releases: list[dict[str, str | None]] = [{} for _ in jobs]
     for attempt in range(PAIRS):
         with Timer(workdir) as timer:
             for i, ((run_a, cap_a), (run_b, cap_b), _) in enumerate(jobs):
-                if errors[i] is not None:
-                    continue
+                if errors[i] is not None or (samples[i] and not _significant(samples[i], jobs[i])):
+                    continue  # a pair that shows no cost leaves none to confirm: more pairs cannot claim one
                 try:
                     times_a, times_b, releases[i] = timer.time_pair((run_a.key(), run_a.side, cap_a),
                                                                     (run_b.key(), run_b.side, cap_b), runs)
@@ -69,15 +71,23 @@ def measure_costs(jobs: list[tuple[Timed, Timed, bool]], workdir: Path, runs: in
                     continue
                 samples[i].append((times_a, times_b))
     out: list[dict[str, Any]] = []
-    for ((_, cap_a), (_, cap_b), per_row), pairs, error, release in zip(jobs, samples, errors, releases):
+    for job, pairs, error, release in zip(jobs, samples, errors, releases):
         if error is not None:
             out.append({"error": error})
             continue
-        lat_a, lat_b = (c.timings.plain_latency_ms for c in (cap_a, cap_b))
-        scale = _rows(lat_a) / _rows(lat_b) if per_row else 1.0
-        judged = compare_pairs(pairs, scale=scale, basis="per example" if per_row else "per run")
-        out.append({**judged.to_json(), "tensorflow": release})  # what each timing child ran (tf_version)
+        out.append({**_judged(pairs, job).to_json(), "tensorflow": release})  # what each child ran (tf_version)
     return out
+
+
+def _judged(pairs: list[tuple[list[float], list[float]]], job: tuple[Timed, Timed, bool]) -> TimingComparison:
+    (_, cap_a), (_, cap_b), per_row = job
+    lat_a, lat_b = (c.timings.plain_latency_ms for c in (cap_a, cap_b))
+    scale = _rows(lat_a) / _rows(lat_b) if per_row else 1.0
+    return compare_pairs(pairs, scale=scale, basis="per example" if per_row else "per run")
+
+
+def _significant(pairs: list[tuple[list[float], list[float]]], job: tuple[Timed, Timed, bool]) -> bool:
+    return _judged(pairs, job).significant
 
 
 def time_costs(views: list[dict[str, Any]], results: list[dict[str, Any]], planned: list[Planned],

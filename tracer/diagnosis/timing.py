@@ -24,8 +24,9 @@ measured and judged the same way:
   each process autotunes its own cuDNN algorithms and lands its memory where it lands. Eighteen
   timings of one GPU side against itself, each pair in fresh processes, gave ratios from 0.90 to
   1.10, and one of them (1.0996, interval 1.037–1.140) was "significant" (GPU_RESULTS.md, run x).
-  So every cost is timed twice, each time in a new pair of processes (:data:`PAIRS`), and the
-  interval stated is the span of both pairs' intervals.
+  So a cost is timed again in a new pair of processes (:data:`PAIRS` pairs in all; the second
+  only where the first shows a cost, since only then could it change the answer), and the
+  interval stated is the span of the pairs' intervals.
 * **A cost is claimed only when it is significant**: when that span lies beyond ``MARGIN`` (2%)
   on one side of no change, that is, when each pair of processes alone shows it, in the same
   direction. Otherwise the comparison is *within timing noise*, and says so with its span
@@ -51,8 +52,9 @@ MARGIN = 0.02  # |ratio - 1| the whole interval must exceed for a cost to be cla
 RESAMPLES = 2000
 MIN_RUNS = 5  # fewer timings than this per side give no interval worth stating
 SEED = 20231  # the bootstrap's own seed: the interval depends on the timings only
-PAIRS = 2  # pairs of fresh processes every cost is timed in
-METHOD = (f"{PAIRS} pairs of fresh processes, each timed in interleaved runs (A B B A ...); per pair the ratio of "
+PAIRS = 2  # pairs of fresh processes a cost must show itself in
+METHOD = (f"up to {PAIRS} pairs of fresh processes (another where the first shows a cost), each timed in interleaved "
+          "runs (A B B A ...); per pair the ratio of "
           f"medians B/A and its 95% moving-block bootstrap interval ({RESAMPLES} resamples); significant when the "
           f"span of the pairs' intervals lies beyond ±{MARGIN:.0%}")
 
