@@ -91,6 +91,75 @@ def test_the_checkpoint_and_its_tf1_export_lowered_alike_are_identical(model: Pa
     assert report["nodes"]["bn/cond/else/_1/FusedBatchNormV3"]["status"] == "identical"
 
 
+def _meta_graph(path: Path):  # noqa: ANN202 - a MetaGraphDef
+    from tensorflow.core.protobuf import meta_graph_pb2  # noqa: PLC0415 - TF in this test alone
+
+    meta = meta_graph_pb2.MetaGraphDef()
+    meta.ParseFromString(path.read_bytes())
+    return meta
+
+
+def test_the_processes_of_one_command_lower_a_graph_once_between_them(model: Path, tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first process lowers and leaves the graph in the command's folder; the next reads it back
+    without asking Grappler, byte for byte the same. Other kept names, or a cut file, lower again."""
+    from tensorflow.python.grappler import tf_optimizer  # noqa: PLC0415
+
+    from tracer.artifacts.lowering import CACHE_ENV, lower_control_flow  # noqa: PLC0415
+    from tracer.errors import TftraceError  # noqa: PLC0415
+
+    folder = tmp_path / "lowered"
+    folder.mkdir()
+    monkeypatch.setenv(CACHE_ENV, str(folder))
+    meta, kept = _meta_graph(model / "ckpt" / "model.ckpt.meta"), {"x", "is_training", "probs"}
+    first, note = lower_control_flow(meta, "ckpt", kept)
+    [stored] = list(folder.iterdir())
+    assert stored.suffix == ".pb" and note.startswith("1 functional control-flow op (bn/cond) lowered")
+
+    def no_grappler(*_: object) -> None:
+        raise RuntimeError("Grappler was asked")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(tf_optimizer, "OptimizeGraph", no_grappler)
+        again, note_again = lower_control_flow(meta, "ckpt", kept)
+        assert again.SerializeToString(deterministic=True) == first.SerializeToString(deterministic=True)
+        assert note_again == note and len(list(folder.iterdir())) == 1
+        with pytest.raises(TftraceError, match="Grappler was asked"):  # other names kept: another graph
+            lower_control_flow(meta, "ckpt", {"x"})
+        stored.write_bytes(stored.read_bytes()[:200])  # a cut file is no lowered graph
+        with pytest.raises(TftraceError, match="Grappler was asked"):
+            lower_control_flow(meta, "ckpt", kept)
+    lowered_again, _ = lower_control_flow(meta, "ckpt", kept)  # and is replaced, whole
+    assert lowered_again.SerializeToString(deterministic=True) == first.SerializeToString(deterministic=True)
+    from tensorflow.core.framework import graph_pb2  # noqa: PLC0415
+
+    replaced = graph_pb2.GraphDef()
+    replaced.ParseFromString(stored.read_bytes())
+    assert replaced.SerializeToString(deterministic=True) == first.graph_def.SerializeToString(deterministic=True)
+
+
+def test_a_compare_shares_its_lowered_graph_and_leaves_no_folder_behind(model: Path, tmp_path: Path) -> None:
+    """``compare`` loads the checkpoint in its own process, both captures and the replays: one
+    lowered graph between them, in a folder of its own under TMPDIR that is gone when it ends."""
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    out = tmp_path / "report"
+    proc = run_cli("compare", str(model / "ckpt"), str(model / "ckpt"), "--input-names", "x,is_training",
+                   "--outputs", "probs", "--inputs", str(model / "training.npz"), "--a-batch-size", "1",
+                   "--b-batch-size", "8", "--onednn", "off", "--out", str(out), env={"TMPDIR": str(temp)})
+    assert proc.returncode == 1, proc.stderr
+    assert json.loads((out / "report.json").read_text())["first_divergence"]["node"] == "bn/cond/then/_0/FusedBatchNormV3"
+    assert not [p.name for p in temp.iterdir() if p.name.startswith("tftrace-lowered-")]
+    shared = tmp_path / "shared"  # a folder named by the caller is used as it stands, and kept
+    shared.mkdir()
+    proc = run_cli("compare", str(model / "ckpt"), str(model / "ckpt"), "--input-names", "x,is_training",
+                   "--outputs", "probs", "--inputs", str(model / "training.npz"), "--a-batch-size", "1",
+                   "--b-batch-size", "8", "--onednn", "off", "--out", str(tmp_path / "again"),
+                   env={"TFTRACE_LOWERED_GRAPHS": str(shared)})
+    assert proc.returncode == 1, proc.stderr
+    assert len(list(shared.glob("*.pb"))) == 1, sorted(shared.iterdir())
+
+
 def test_a_cond_tensorflow_cannot_lower_is_refused_naming_it_and_the_way_out() -> None:
     """An ``If`` whose branches the library lacks (a graph cut by a GraphDef tool): Grappler cannot
     lower it, and the user is told which op and how to export the model instead."""

@@ -18,6 +18,7 @@ from typing import Any
 from rich.console import Console
 
 from . import __version__
+from .artifacts.lowering import shared_lowering
 from .console import terminal
 from .comparison.statuses import verdict_exit_code
 from .errors import EXIT_ERROR, EXIT_OK, TftraceError
@@ -363,7 +364,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         signal.signal(signal.SIGTERM, _stop_like_ctrl_c)
     console = terminal(stderr=False, highlight=False)
     try:
-        return int(args.func(args, console))
+        with shared_lowering():  # the processes of one command lower a graph once between them
+            return int(args.func(args, console))
     except TftraceError as exc:
         if args.debug:
             traceback.print_exc()

@@ -15,19 +15,84 @@ path inlines its signature with ``lower_control_flow=True`` (:mod:`.tf2_inline`)
 model runs is then a node tftrace can fetch, compare and isolate. The nodes outside the functional
 ops are preserved as they are, names included (the signature, the saver and the initialisers
 refer to them), and the lowered op keeps its name for its outputs.
+
+Grappler takes its time on a large graph (0.5 s for 200 conds, ``bench/lowering_notes.md``), and
+one ``compare`` or ``diagnose`` loads a side in many processes: the parent, each capture, each
+replay, each timing child. The first to lower a graph leaves the result in the run's folder named
+by :data:`CACHE_ENV` (made by the command's top process, :func:`shared_lowering`, and inherited
+by its children), under the hash of what was lowered, what was kept and the TensorFlow that
+lowered it; the others read it back instead of asking Grappler again.
 """
 
 from __future__ import annotations
 
-from collections.abc import Set as AbstractSet
+import contextlib
+import hashlib
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator, Set as AbstractSet
+from pathlib import Path
 from typing import Any
 
+from .._tf import tf
 from ..errors import TftraceError
+from ..safewrite import write_file
 
-__all__ = ["FUNCTIONAL_CONTROL_FLOW", "functional_control_flow", "lower_control_flow"]
+__all__ = ["CACHE_ENV", "FUNCTIONAL_CONTROL_FLOW", "functional_control_flow", "lower_control_flow", "shared_lowering"]
 
 FUNCTIONAL_CONTROL_FLOW = frozenset({"If", "StatelessIf", "While", "StatelessWhile", "Case", "StatelessCase"})
 MAX_PASSES = 4  # Grappler calls at most, while functional ops remain
+CACHE_ENV = "TFTRACE_LOWERED_GRAPHS"  # the folder a command's processes share their lowered graphs through
+
+
+@contextlib.contextmanager
+def shared_lowering() -> Iterator[None]:
+    """For one command: a private folder for the lowered graphs of its processes, named in the
+    environment its children inherit, removed when the command ends. Inside a command that made
+    one (a child, or tftrace run by tftrace), the folder already named is used as it is."""
+    if os.environ.get(CACHE_ENV):
+        yield
+        return
+    try:
+        folder = tempfile.mkdtemp(prefix="tftrace-lowered-")  # mode 0700: this user's processes only
+    except OSError:  # no temporary folder to write in: each process lowers for itself, as before
+        yield
+        return
+    os.environ[CACHE_ENV] = folder
+    try:
+        yield
+    finally:
+        os.environ.pop(CACHE_ENV, None)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _cache_path(meta_graph: Any, named: AbstractSet[str]) -> Path | None:
+    folder = os.environ.get(CACHE_ENV)
+    if not folder or not os.path.isdir(folder):
+        return None
+    digest = hashlib.sha256()
+    for part in (tf().__version__, tf().version.GIT_VERSION, "\0".join(sorted(named))):
+        digest.update(part.encode("utf-8") + b"\0")
+    digest.update(meta_graph.SerializeToString(deterministic=True))
+    return Path(folder) / f"{digest.hexdigest()}.pb"
+
+
+def _read_cached(path: Path | None, named: AbstractSet[str]) -> Any | None:
+    """The GraphDef another process of this command lowered from the same graph; None where there
+    is none, or it cannot be read, or it still holds functional control flow (then lower again)."""
+    if path is None or not path.is_file():
+        return None
+    from tensorflow.core.framework import graph_pb2  # noqa: PLC0415 - comes with TF
+
+    graph_def = graph_pb2.GraphDef()
+    try:
+        graph_def.ParseFromString(path.read_bytes())
+    except Exception:  # noqa: BLE001 - a cut or foreign file: lowering again is always right
+        return None
+    if not graph_def.node or any(name not in named for name in functional_control_flow(graph_def)):
+        return None
+    return graph_def
 
 
 def functional_control_flow(graph_def: Any) -> list[str]:
@@ -45,6 +110,24 @@ def lower_control_flow(meta_graph: Any, location: str, named: AbstractSet[str] =
     functional = [name for name in functional_control_flow(meta_graph.graph_def) if name not in named]
     if not functional:
         return meta_graph, None
+    from tensorflow.core.protobuf import meta_graph_pb2  # noqa: PLC0415 - comes with TF
+
+    cached = _cache_path(meta_graph, named)
+    graph_def = _read_cached(cached, named)
+    if graph_def is None:
+        graph_def = _lowered(meta_graph, location, named, functional)
+        if cached is not None:
+            write_file(cached, graph_def.SerializeToString())  # whole or not at all
+    result = meta_graph_pb2.MetaGraphDef()
+    result.CopyFrom(meta_graph)
+    result.graph_def.CopyFrom(graph_def)
+    return result, (f"{len(functional)} functional control-flow op{'s' if len(functional) > 1 else ''} "
+                    f"({', '.join(functional[:3])}{', ...' if len(functional) > 3 else ''}) lowered to the "
+                    "Switch/Merge and loop-frame ops TensorFlow runs them as, so that the ops inside are traced")
+
+
+def _lowered(meta_graph: Any, location: str, named: AbstractSet[str], functional: list[str]) -> Any:
+    """Grappler's function optimizer on ``meta_graph``: its GraphDef with ``functional`` lowered."""
     from tensorflow.core.protobuf import config_pb2, meta_graph_pb2  # noqa: PLC0415 - comes with TF
     from tensorflow.python.grappler import tf_optimizer  # noqa: PLC0415 - the converter's own call
 
@@ -84,12 +167,7 @@ def lower_control_flow(meta_graph: Any, location: str, named: AbstractSet[str] =
             f"TensorFlow left the functional control flow of {location} unlowered ({', '.join(left[:3])})",
             "export the model with tf.compat.v1.disable_v2_behavior() (TF1 control flow)",
         )
-    result = meta_graph_pb2.MetaGraphDef()
-    result.CopyFrom(meta_graph)
-    result.graph_def.CopyFrom(graph_def)
-    return result, (f"{len(functional)} functional control-flow op{'s' if len(functional) > 1 else ''} "
-                    f"({', '.join(functional[:3])}{', ...' if len(functional) > 3 else ''}) lowered to the "
-                    "Switch/Merge and loop-frame ops TensorFlow runs them as, so that the ops inside are traced")
+    return graph_def
 
 
 def _lowered_at_run_time(node: Any) -> bool:
