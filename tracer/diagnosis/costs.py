@@ -5,8 +5,8 @@ their medians carry every drift of the machine between them: two captures of one
 ~1 ms model differed by 9.4%. A cost is therefore never read from two captures. For every
 experiment whose answer states a cost (its factor diverged, with noise removed where it was,
 and has a setting to pay for) and for the verified recipe against the plain base side, the
-two sides are timed again, interleaved (:mod:`tracer.diagnosis.interleave`), in two pairs of
-fresh processes, and judged by :func:`tracer.diagnosis.timing.compare_pairs`. The experiment's
+two sides are timed again, interleaved (:mod:`tracer.diagnosis.interleave`), in a pair of
+fresh processes (and a second where the first shows a cost), and judged by :func:`tracer.diagnosis.timing.compare_pairs`. The experiment's
 ``cost_pct`` is then that measurement's, ``timing`` holds the samples, the interval and whether
 it is significant, and the answers say "within timing noise" wherever it is not.
 
@@ -42,9 +42,11 @@ def _rows(lat: dict[str, Any]) -> int:
 
 
 Timed = tuple[Run, Capture]  # a side to time: its run and the capture it was fed from
+Job = tuple[Timed, Timed, bool]  # A, B, and whether their ratio is per example
+Samples = list[tuple[list[float], list[float]]]  # per pair of processes: A's and B's milliseconds
 
 
-def measure_costs(jobs: list[tuple[Timed, Timed, bool]], workdir: Path, runs: int) -> list[dict[str, Any]]:
+def measure_costs(jobs: list[Job], workdir: Path, runs: int) -> list[dict[str, Any]]:
     """Time each job's B against its A, ``runs`` interleaved runs of each, in up to :data:`PAIRS`
     pairs of fresh processes, and judge it by :func:`tracer.diagnosis.timing.compare_pairs`; a
     job is (A, B, per_row: whether the ratio is per example). Each pass over the jobs has a pool
@@ -54,13 +56,13 @@ def measure_costs(jobs: list[tuple[Timed, Timed, bool]], workdir: Path, runs: in
     of the intervals holds the first one, so no further pair could make it a cost. Returns, per
     job, the judgement's JSON with the TensorFlow release each side's child ran (``tensorflow``:
     ``{a, b}``), or ``{error}``."""
-    samples: list[list[tuple[list[float], list[float]]]] = [[] for _ in jobs]
+    samples: list[Samples] = [[] for _ in jobs]
     errors: list[str | None] = [None] * len(jobs)
     releases: list[dict[str, str | None]] = [{} for _ in jobs]
     for attempt in range(PAIRS):
         with Timer(workdir) as timer:
             for i, ((run_a, cap_a), (run_b, cap_b), _) in enumerate(jobs):
-                if errors[i] is not None or (samples[i] and not _significant(samples[i], jobs[i])):
+                if errors[i] is not None or (samples[i] and not _judged(samples[i], jobs[i]).significant):
                     continue  # a pair that shows no cost leaves none to confirm: more pairs cannot claim one
                 try:
                     times_a, times_b, releases[i] = timer.time_pair((run_a.key(), run_a.side, cap_a),
@@ -79,15 +81,11 @@ def measure_costs(jobs: list[tuple[Timed, Timed, bool]], workdir: Path, runs: in
     return out
 
 
-def _judged(pairs: list[tuple[list[float], list[float]]], job: tuple[Timed, Timed, bool]) -> TimingComparison:
+def _judged(pairs: Samples, job: Job) -> TimingComparison:
     (_, cap_a), (_, cap_b), per_row = job
     lat_a, lat_b = (c.timings.plain_latency_ms for c in (cap_a, cap_b))
     scale = _rows(lat_a) / _rows(lat_b) if per_row else 1.0
     return compare_pairs(pairs, scale=scale, basis="per example" if per_row else "per run")
-
-
-def _significant(pairs: list[tuple[list[float], list[float]]], job: tuple[Timed, Timed, bool]) -> bool:
-    return _judged(pairs, job).significant
 
 
 def time_costs(views: list[dict[str, Any]], results: list[dict[str, Any]], planned: list[Planned],
@@ -100,7 +98,7 @@ def time_costs(views: list[dict[str, Any]], results: list[dict[str, Any]], plann
     wanted = {v["name"] for v in views if claims_cost(v)}
     todo = [(r, by_name[r["name"]]) for r in results if r["name"] in wanted and r["name"] in by_name]
     base_first = sorted(todo, key=lambda item: item[1].a.key() if item[1].a else "")  # shared sides in a row
-    jobs: list[tuple[Timed, Timed, bool]] = []
+    jobs: list[Job] = []
     for _, p in base_first:
         assert p.a is not None and p.b is not None
         jobs.append(((p.a, capture(p.a)), (p.b, capture(p.b)), p.per_row))
