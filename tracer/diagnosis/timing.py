@@ -23,7 +23,8 @@ measured and judged the same way:
   processes* vary, not how much two processes of one configuration differ, and on a GPU they do:
   each process autotunes its own cuDNN algorithms and lands its memory where it lands. Eighteen
   timings of one GPU side against itself, each pair in fresh processes, gave ratios from 0.90 to
-  1.10, and one of them (1.0996, interval 1.037–1.140) was "significant" (GPU_RESULTS.md, run x).
+  1.10, and one of them (1.0996, interval 1.037–1.140) was "significant" (GPU_RESULTS.md, run x;
+  in run z a first pair called one side 12.3% faster than itself, and its second pair did not).
   So a cost is timed again in a new pair of processes (:data:`PAIRS` pairs in all; the second
   only where the first shows a cost, since only then could it change the answer), and the
   interval stated is the span of the pairs' intervals.
