@@ -105,11 +105,11 @@ def test_the_processes_of_one_command_lower_a_graph_once_between_them(model: Pat
     without asking Grappler, byte for byte the same. Other kept names, or a cut file, lower again."""
     from tensorflow.python.grappler import tf_optimizer  # noqa: PLC0415
 
-    from tracer.artifacts.lowering import CACHE_ENV, lower_control_flow  # noqa: PLC0415
+    from tracer.artifacts.lowered_folder import CACHE_ENV  # noqa: PLC0415
+    from tracer.artifacts.lowering import lower_control_flow  # noqa: PLC0415
     from tracer.errors import TftraceError  # noqa: PLC0415
 
-    folder = tmp_path / "lowered"
-    folder.mkdir()
+    folder = tmp_path / "lowered"  # named, made by the first process that lowers
     monkeypatch.setenv(CACHE_ENV, str(folder))
     meta, kept = _meta_graph(model / "ckpt" / "model.ckpt.meta"), {"x", "is_training", "probs"}
     first, note = lower_control_flow(meta, "ckpt", kept)
@@ -151,7 +151,7 @@ def test_a_compare_shares_its_lowered_graph_and_leaves_no_folder_behind(model: P
     assert json.loads((out / "report.json").read_text())["first_divergence"]["node"] == "bn/cond/then/_0/FusedBatchNormV3"
     assert not [p.name for p in temp.iterdir() if p.name.startswith("tftrace-lowered-")]
     shared = tmp_path / "shared"  # a folder named by the caller is used as it stands, and kept
-    shared.mkdir()
+    shared.mkdir(mode=0o700)
     proc = run_cli("compare", str(model / "ckpt"), str(model / "ckpt"), "--input-names", "x,is_training",
                    "--outputs", "probs", "--inputs", str(model / "training.npz"), "--a-batch-size", "1",
                    "--b-batch-size", "8", "--onednn", "off", "--out", str(tmp_path / "again"),

@@ -291,7 +291,9 @@ def test_diagnose_other_python_measures_the_tensorflow_version_factor(models, tm
     timing = exp["timing"]
     assert "error" not in timing, timing
     assert timing["tensorflow"] == {"a": this, "b": OTHER_RELEASE}
-    assert timing["runs"] == 30 and [(len(p["a_ms"]), len(p["b_ms"])) for p in timing["pairs"]] == [(30, 30)] * 2
+    first = timing["pairs"][0]["interval"]  # a second pair of processes only where the first shows a cost
+    pairs = 2 if first[0] > 1.02 or first[1] < 0.98 else 1
+    assert timing["runs"] == 30 and [(len(p["a_ms"]), len(p["b_ms"])) for p in timing["pairs"]] == [(30, 30)] * pairs
     assert isinstance(exp["cost_pct"], float) and exp["cost_pct"] == timing["cost_pct"]
 
 

@@ -18,7 +18,7 @@ from typing import Any
 from rich.console import Console
 
 from . import __version__
-from .artifacts.lowering import shared_lowering
+from .artifacts.lowered_folder import shared_lowering
 from .console import terminal
 from .comparison.statuses import verdict_exit_code
 from .errors import EXIT_ERROR, EXIT_OK, TftraceError

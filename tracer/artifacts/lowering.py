@@ -18,58 +18,32 @@ refer to them), and the lowered op keeps its name for its outputs.
 
 Grappler takes its time on a large graph (0.5 s for 200 conds, ``bench/lowering_notes.md``), and
 one ``compare`` or ``diagnose`` loads a side in many processes: the parent, each capture, each
-replay, each timing child. The first to lower a graph leaves the result in the run's folder named
-by :data:`CACHE_ENV` (made by the command's top process, :func:`shared_lowering`, and inherited
-by its children), under the hash of what was lowered, what was kept and the TensorFlow that
-lowered it; the others read it back instead of asking Grappler again.
+replay, each timing child. The first to lower a graph leaves the result in the command's folder
+(:mod:`.lowered_folder`), under the hash of what was lowered, what was kept and the TensorFlow
+that lowered it; the others read it back instead of asking Grappler again.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import os
-import shutil
-import tempfile
-from collections.abc import Iterator, Set as AbstractSet
+from collections.abc import Set as AbstractSet
 from pathlib import Path
 from typing import Any
 
 from .._tf import tf
 from ..errors import TftraceError
 from ..safewrite import write_file
+from .lowered_folder import lowered_folder
 
-__all__ = ["CACHE_ENV", "FUNCTIONAL_CONTROL_FLOW", "functional_control_flow", "lower_control_flow", "shared_lowering"]
+__all__ = ["FUNCTIONAL_CONTROL_FLOW", "functional_control_flow", "lower_control_flow"]
 
 FUNCTIONAL_CONTROL_FLOW = frozenset({"If", "StatelessIf", "While", "StatelessWhile", "Case", "StatelessCase"})
 MAX_PASSES = 4  # Grappler calls at most, while functional ops remain
-CACHE_ENV = "TFTRACE_LOWERED_GRAPHS"  # the folder a command's processes share their lowered graphs through
-
-
-@contextlib.contextmanager
-def shared_lowering() -> Iterator[None]:
-    """For one command: a private folder for the lowered graphs of its processes, named in the
-    environment its children inherit, removed when the command ends. Inside a command that made
-    one (a child, or tftrace run by tftrace), the folder already named is used as it is."""
-    if os.environ.get(CACHE_ENV):
-        yield
-        return
-    try:
-        folder = tempfile.mkdtemp(prefix="tftrace-lowered-")  # mode 0700: this user's processes only
-    except OSError:  # no temporary folder to write in: each process lowers for itself, as before
-        yield
-        return
-    os.environ[CACHE_ENV] = folder
-    try:
-        yield
-    finally:
-        os.environ.pop(CACHE_ENV, None)
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _cache_path(meta_graph: Any, named: AbstractSet[str]) -> Path | None:
-    folder = os.environ.get(CACHE_ENV)
-    if not folder or not os.path.isdir(folder):
+    folder = lowered_folder()
+    if folder is None:
         return None
     digest = hashlib.sha256()
     for part in (tf().__version__, tf().version.GIT_VERSION, "\0".join(sorted(named))):
