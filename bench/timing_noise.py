@@ -25,7 +25,7 @@ from typing import Any
 
 from tracer.artifacts.loader import ArtifactRef
 from tracer.captures.launcher import capture
-from tracer.diagnosis.interleave import Timer
+from tracer.diagnosis.costs import measure_costs
 from tracer.diagnosis.plan import Run
 from tracer.diagnosis.timing import PAIRS, compare_pairs, compare_timings
 from tracer.runspec import InputSpec, Knobs, Side
@@ -34,15 +34,16 @@ __all__ = ["main"]
 
 
 def _pairs(side_a: Side, side_b: Side, pairs: int, runs: int, work: Path) -> list[tuple[list[float], list[float]]]:
+    """Every pair's samples, timed by diagnose's own :func:`tracer.diagnosis.costs.measure_costs`
+    (a fresh pool of processes per pair), told to time every pair rather than stop at a first
+    pair that shows no cost."""
     cap = capture(side_a, work / "cap_a", force=True)
     cap_b = cap if side_b == side_a else capture(side_b, work / "cap_b", force=True)
-    out = []
-    for i in range(pairs):
-        with Timer(work / f"timing_{i}") as timer:  # a new pool: fresh processes for each pair
-            a, b, _ = timer.time_pair((Run(side_a, "a").key(), side_a, cap),
-                                      (Run(side_b, "b", instance=1).key(), side_b, cap_b), runs)
-        out.append((a, b))
-    return out
+    job = ((Run(side_a, "a"), cap), (Run(side_b, "b", instance=1), cap_b), False)
+    [judged] = measure_costs([job], work / "timing", runs, pairs=pairs, every_pair=True)
+    if "error" in judged:
+        raise SystemExit(f"timing failed: {judged['error']}")
+    return [(pair["a_ms"], pair["b_ms"]) for pair in judged["pairs"]]
 
 
 def summarise(samples: list[tuple[list[float], list[float]]]) -> dict[str, Any]:

@@ -161,13 +161,27 @@ def test_a_cost_is_timed_in_a_second_pair_of_processes_only_where_the_first_show
             a_ms, b_ms = timings[name][len(pools) - 1]
             return _steady(a_ms, seed=len(pools)), _steady(b_ms, seed=10 + len(pools)), {"a": "x", "b": "x"}
 
+    judgements: list[int] = []
+    judge = costs.compare_pairs
+
+    def counted(pairs, **kw):
+        judgements.append(len(pairs))
+        return judge(pairs, **kw)
+
     monkeypatch.setattr(costs, "Timer", Pool)
+    monkeypatch.setattr(costs, "compare_pairs", counted)
     cap = SimpleNamespace(timings=SimpleNamespace(plain_latency_ms={"batch_rows": 1}))
     run = SimpleNamespace(key=lambda: "a", side="base")
     jobs = [((run, cap), (SimpleNamespace(key=lambda n=n: n, side=n), cap), False) for n in timings]
     same, slower, cost = costs.measure_costs(jobs, tmp_path, 30)
     assert pools == [["same", "slower", "cost"], ["slower", "cost"]]
-    assert len(same["pairs"]) == 1 and not same["significant"]
-    assert len(slower["pairs"]) == 2 and not slower["significant"]  # one process 30% apart, not repeated
-    assert len(cost["pairs"]) == 2 and cost["significant"] and cost["words"].startswith("costs +")
+    assert judgements == [1, 1, 1, 2, 2]  # each pair judged once, as it comes: none judged again at the end
+    assert same["pair_count"] == len(same["pairs"]) == 1 and not same["significant"]
+    assert slower["pair_count"] == 2 and not slower["significant"]  # one process 30% apart, not repeated
+    assert cost["pair_count"] == 2 and cost["significant"] and cost["words"].startswith("costs +")
     assert cost["tensorflow"] == {"a": "x", "b": "x"}
+
+    pools.clear()  # bench.timing_noise: every pair timed, a first pair within noise included
+    every = costs.measure_costs(jobs, tmp_path, 30, every_pair=True)
+    assert pools == [["same", "slower", "cost"], ["same", "slower", "cost"]]
+    assert [t["pair_count"] for t in every] == [2, 2, 2] and [t["significant"] for t in every] == [False, False, True]

@@ -304,7 +304,7 @@ def _cost(factor: str, exps: list[dict[str, Any]], noise: dict[str, Any] | None 
     a, b = worst["a"]["describe"], worst["b"]["describe"]
     timing = worst.get("timing") or {}
     if "ratio" in timing:
-        pairs = len(timing.get("pairs") or [None])
+        pairs = int(timing.get("pair_count") or 1)
         over = f" in each of {pairs} pairs of fresh processes" if pairs > 1 else ""
         both = (f"{a}: {timing['median_a_ms']:.3g} ms; {b}: {timing['median_b_ms']:.3g} ms (medians of "
                 f"{timing['runs']} interleaved runs of each{over}, per run)")

@@ -46,38 +46,43 @@ Job = tuple[Timed, Timed, bool]  # A, B, and whether their ratio is per example
 Samples = list[tuple[list[float], list[float]]]  # per pair of processes: A's and B's milliseconds
 
 
-def measure_costs(jobs: list[Job], workdir: Path, runs: int) -> list[dict[str, Any]]:
-    """Time each job's B against its A, ``runs`` interleaved runs of each, in up to :data:`PAIRS`
+def measure_costs(jobs: list[Job], workdir: Path, runs: int, *, pairs: int = PAIRS,
+                  every_pair: bool = False) -> list[dict[str, Any]]:
+    """Time each job's B against its A, ``runs`` interleaved runs of each, in up to ``pairs``
     pairs of fresh processes, and judge it by :func:`tracer.diagnosis.timing.compare_pairs`; a
     job is (A, B, per_row: whether the ratio is per example). Each pass over the jobs has a pool
     of children of its own, closed before the next pass starts, so the second pair of every job
     runs in processes the first pair never used, while within a pass the base side's child
     serves every job it is in. A job whose first pair shows no cost is not timed again: the span
-    of the intervals holds the first one, so no further pair could make it a cost. Returns, per
-    job, the judgement's JSON with the TensorFlow release each side's child ran (``tensorflow``:
-    ``{a, b}``), or ``{error}``."""
+    of the intervals holds the first one, so no further pair could make it a cost
+    (``every_pair`` times it anyway: ``bench.timing_noise`` wants every pair to count how often
+    one alone would have claimed a cost). Returns, per job, the judgement's JSON with the
+    TensorFlow release each side's child ran (``tensorflow``: ``{a, b}``), or ``{error}``."""
     samples: list[Samples] = [[] for _ in jobs]
+    judged: list[TimingComparison | None] = [None] * len(jobs)
     errors: list[str | None] = [None] * len(jobs)
     releases: list[dict[str, str | None]] = [{} for _ in jobs]
-    for attempt in range(PAIRS):
+    for attempt in range(pairs):
         with Timer(workdir) as timer:
             for i, ((run_a, cap_a), (run_b, cap_b), _) in enumerate(jobs):
-                if errors[i] is not None or (samples[i] and not _judged(samples[i], jobs[i]).significant):
+                settled = judged[i] is not None and not judged[i].significant and not every_pair
+                if errors[i] is not None or settled:
                     continue  # a pair that shows no cost leaves none to confirm: more pairs cannot claim one
                 try:
                     times_a, times_b, releases[i] = timer.time_pair((run_a.key(), run_a.side, cap_a),
                                                                     (run_b.key(), run_b.side, cap_b), runs)
                 except TimingFailed as exc:
-                    again = " in a second pair of processes" if attempt else ""
+                    again = " in a further pair of processes" if attempt else ""
                     errors[i] = f"could not be timed{again}: {exc}"
                     continue
                 samples[i].append((times_a, times_b))
+                judged[i] = _judged(samples[i], jobs[i])
     out: list[dict[str, Any]] = []
-    for job, pairs, error, release in zip(jobs, samples, errors, releases):
-        if error is not None:
-            out.append({"error": error})
+    for judgement, error, release in zip(judged, errors, releases):
+        if error is not None or judgement is None:
+            out.append({"error": error or "was not timed"})
             continue
-        out.append({**_judged(pairs, job).to_json(), "tensorflow": release})  # what each child ran (tf_version)
+        out.append({**judgement.to_json(), "tensorflow": release})  # what each child ran (tf_version)
     return out
 
 

@@ -135,7 +135,7 @@ class TimingComparison:
     def to_json(self) -> dict[str, Any]:
         return {
             "method": METHOD, "confidence": CONFIDENCE, "margin": MARGIN, "basis": self.basis,
-            "runs": self.runs, "pairs": [pair.to_json() for pair in self.pairs],
+            "runs": self.runs, "pair_count": len(self.pairs), "pairs": [pair.to_json() for pair in self.pairs],
             "median_a_ms": round(self._median_ms("a"), 4), "median_b_ms": round(self._median_ms("b"), 4),
             "scale": self.scale, "ratio": round(self.ratio, 5), "interval": [round(v, 5) for v in self.interval],
             "cost_pct": self.cost_pct, "interval_pct": list(self.interval_pct), "significant": self.significant,
