@@ -96,12 +96,12 @@ def test_quick_bench_runs_end_to_end(tmp_path: Path) -> None:
     text = page.read_text()
     for row in data["table"]:
         assert f"| {row['figure']} | {row['measured']} |" in text
-    # the full matrix's figure from the lent H200 (kept in bench/) is a row of the page, not of this run's results
+    # the full matrix's figure from the lent GPU (kept in bench/) is a row of the page, not of this run's results
     from bench.diagnose_bench import GPU_DIAGNOSE_NAME, diagnose_row, load_diagnose
     kept = load_diagnose(REPO / "bench" / GPU_DIAGNOSE_NAME)
     assert kept is not None and kept["device"] == "gpu" and not kept["quick"]
     figure, measured = diagnose_row(kept)
-    assert figure == "tftrace diagnose, sample detector, full matrix, GPU (NVIDIA H200)"
+    assert figure == "tftrace diagnose, sample detector, full matrix, GPU (NVIDIA H100 80GB HBM3)"  # run aa
     assert f"| {figure} | {measured} |" in text and figure not in [row["figure"] for row in data["table"]]
     assert f"on {data['finished']} in" in text
     assert ("**The code of the other kind of CPU.**" in text) == (avx2 is not None)
