@@ -304,6 +304,18 @@ def test_unknown_factor_lists_the_known_ones(tmp_path):
     assert_user_error(proc, "unknown factor fp8", "repeat, batch, export, observation, onednn")
 
 
+@pytest.mark.slow
+def test_a_selection_that_leaves_nothing_to_run_is_refused(models, tmp_path):
+    """--only batch with one batch size (and, on this CPU-only build, a GPU factor) tests nothing: a
+    diagnosis of no experiments would read "none changes the outputs", a clean bill it never measured."""
+    out = tmp_path / "d"
+    proc = run_cli("diagnose", str(models["detector"]), "--only", "batch,autotune", "--batch-sizes", "4",
+                   "--out", str(out), env={"TF_ENABLE_ONEDNN_OPTS": "0"})
+    assert_user_error(proc, "nothing to diagnose: every experiment selected was skipped (batch: only one batch size "
+                      "given: pass --batch-sizes 1,8; autotune: no GPU", "Select factors that can run here with --only")
+    assert not out.exists()  # the base side it captured to plan the matrix is not left behind
+
+
 # ---- slow: the matrix on the detector ---------------------------------------------------------
 
 

@@ -110,7 +110,10 @@ def _first_cause(report: dict[str, Any], found: dict[str, str], first: dict[str,
     iso = (first.get("isolation") or {}).get("verdict")
     cause = getattr(kind_of(first.get("rewrite")), "cause", None)
     name = str(first.get("node"))
-    candidates = ["training_graph"] if any(coupled_in_report(report, name, side) for side in ("a", "b")) else []
+    coupled = any(coupled_in_report(report, name, side) for side in ("a", "b"))
+    if coupled and "training_graph" not in found and (first.get("isolation") or {}).get("verdict") == "batch_statistics":
+        return None  # statistics over the batch that no output uses (training.unused_statistics): no cause's size
+    candidates = ["training_graph"] if coupled else []
     if cause == "weights" or iso == "weights_differ":
         candidates += list(WEIGHT_CAUSES)
     elif cause:

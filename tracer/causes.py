@@ -19,7 +19,7 @@ from .diff.kinds import kind_of
 from .optypes import loop_result
 from .text import count, listed
 from .rewrite_evidence import fused_resize, replayed_rewrite, unlocated_rewrites
-from .training import training_graph
+from .training import reaches_an_output, training_graph, unused_statistics
 
 __all__ = ["Cause", "CAUSES", "explain_comparison", "first_divergence_sentence", "why_shown"]
 
@@ -422,6 +422,8 @@ def explain_comparison(report: dict[str, Any]) -> dict[str, Any]:
     if training:
         found["training_graph"] = training
     for cause, evidence in _isolation_causes(report, first, (a, b)).items():
+        if cause == "training_graph" and not reaches_an_output(report, str((first or {}).get("node"))):
+            continue  # batch statistics taken and not used on the path the run took: no output's cause
         found.setdefault(cause, evidence)  # the training graph's evidence above says more than its isolation's
     found.update(_weights(report, origins))
     # an origin in a rewrite points at its kind's cause (tracer.diff.kinds); exact kinds at none;
@@ -469,6 +471,9 @@ def explain_comparison(report: dict[str, Any]) -> dict[str, Any]:
            for k in order]
     if why and where:
         why.append(where.strip())
+    unused = unused_statistics(report)
+    if unused:
+        why.append(unused)
     return {
         "why": why,
         "prevent": [f"{CAUSES[k].title.split(' (')[0]}: {CAUSES[k].remedy}." for k in order],

@@ -37,8 +37,8 @@ from .opgraph import WHILE_FRAME_REASON, OpGraph, reachable, tensor_op
 from .optypes import PLACEHOLDER_OPS
 from .text import listed
 
-__all__ = ["normalises_by_batch", "batch_coupled", "coupled_in_graph", "coupled_in_report", "training_batch_norm",
-           "training_graph", "unshared_norms"]
+__all__ = ["normalises_by_batch", "batch_coupled", "coupled_in_graph", "coupled_in_report", "reaches_an_output",
+           "training_batch_norm", "training_graph", "unshared_norms", "unused_statistics"]
 
 BATCH_NORM_PREFIX = "FusedBatchNorm"  # FusedBatchNorm, V2, V3: tf.compat.v1.nn.fused_batch_norm, slim, Keras
 # reductions whose second input holds the axes they reduce (tf.nn.moments' Mean, a batch sum, a batch max); the
@@ -49,6 +49,7 @@ NAMED = 2  # the batch norms a sentence names before "and N more"
 # an op whose value was not compared (it varies with the batch, has no counterpart, was not fetched):
 # isolation recomputes it with the origin below it, so its batch coupling is the origin's
 UNCOMPARED = frozenset({"not_compared", "unmatched", "not_captured"})
+BEYOND = frozenset({"origin", "propagated"})  # a report node's statuses beyond tolerance
 
 
 def normalises_by_batch(op_type: object, attrs: Mapping[str, Any] | None, axes: object = None,
@@ -238,13 +239,46 @@ def unshared_norms(report: dict[str, Any]) -> list[str]:
             and ((node.get("isolation") or {}).get("verdict")) == "batch_statistics"]
 
 
+def reaches_an_output(report: dict[str, Any], name: str) -> bool:
+    """Whether the difference born at report node ``name`` can be what makes an output differ beyond
+    tolerance: an output that does is reached from it along A's data edges through ops beyond
+    tolerance, or through ops not compared (they cannot say it stopped there). An op within
+    tolerance or identical stops the walk: the difference healed there. A batch norm's statistics
+    taken over the batch and then not used (``is_training`` fed False picks the moving averages in a
+    ``tf.cond``) differ beyond tolerance and heal at the cond's Merge; no output depends on them.
+    True where no output was compared, or one's comparison says neither: then nothing here can tell."""
+    outputs = [o for o in (report.get("outputs") or {}).values() if isinstance(o, dict)]
+    if not outputs or any(o.get("within_tolerance") is None for o in outputs):
+        return True
+    targets = {tensor_op(str(o.get("a_tensor") or "")) for o in outputs if not o["within_tolerance"]}
+    if not targets:
+        return False
+    nodes = report.get("nodes") or {}
+    after: dict[str, list[str]] = {}
+    for edge in report.get("edges") or []:
+        if isinstance(edge, (list, tuple)) and len(edge) == 2:
+            after.setdefault(str(edge[0]), []).append(str(edge[1]))
+    seen, todo = {name}, [name]
+    while todo:
+        op = todo.pop()
+        if op in targets:
+            return True
+        for below in after.get(op, []):
+            status = (nodes.get(below) or {}).get("status") if isinstance(nodes.get(below), dict) else None
+            if below not in seen and (status in BEYOND or status in UNCOMPARED or below in targets):
+                seen.add(below)
+                todo.append(below)
+    return False
+
+
 def training_graph(report: dict[str, Any]) -> tuple[str, set[str]] | None:
     """``(evidence, the ops)`` when a side's graph is a training graph and a difference starts at an
     origin (or an op whose replay showed it born there: :func:`unshared_norms`) that normalises by batch there (:func:`coupled_in_report`: a batch norm in training mode, or
     computed from a reduction over the batch axis, tf.nn.moments') whose batch the sides do not share:
     they run other batch sizes, or the other side takes no batch statistics there (its moving averages).
     Two training graphs over the same batches normalise alike: a difference there is the kernels'
-    (oneDNN on one side), as isolation says (``own_error``, not ``batch_statistics``). None otherwise."""
+    (oneDNN on one side), as isolation says (``own_error``, not ``batch_statistics``). Nor is one whose
+    difference heals before every output that differs (:func:`reaches_an_output`). None otherwise."""
     sides, nodes = report.get("sides") or {}, report.get("nodes") or {}
     origins = [o.get("node") for o in report.get("origins") or [] if isinstance(o, dict)] + unshared_norms(report)
     for side in ("a", "b"):
@@ -253,7 +287,8 @@ def training_graph(report: dict[str, Any]) -> tuple[str, set[str]] | None:
         norms = _in_training(report, side)
         coupled = {o: coupled_in_report(report, o, side) for o in origins if isinstance(o, str)}
         unshared = [o for o, ops in coupled.items()
-                    if ops and (batches[0] != batches[1] or not coupled_in_report(report, o, other))]
+                    if ops and (batches[0] != batches[1] or not coupled_in_report(report, o, other))
+                    and reaches_an_output(report, o)]  # statistics taken and then not used explain no output
         if not unshared:
             continue
         fused = set(norms)
@@ -285,6 +320,31 @@ def training_graph(report: dict[str, Any]) -> tuple[str, set[str]] | None:
                     f"{_updates(report, side)}; {against}: {mode}, an export's folding or other weights.")
         return evidence, fused | set(unshared) | set(reductions)
     return None
+
+
+def unused_statistics(report: dict[str, Any]) -> str | None:
+    """The words for origins that differ only because they take statistics over a batch the sides
+    do not share, where that difference heals before every output that differs
+    (:func:`reaches_an_output`): why they differ, and that they explain no output. None where
+    there are none."""
+    sides, nodes = report.get("sides") or {}, report.get("nodes") or {}
+    batches = [(sides.get(k) or {}).get("batch_size") for k in ("a", "b")]
+    origins = [o.get("node") for o in report.get("origins") or [] if isinstance(o, dict)] + unshared_norms(report)
+    unused = [o for o in dict.fromkeys(origins) if isinstance(o, str) and isinstance(nodes.get(o), dict)
+              and (nodes[o].get("isolation") or {}).get("verdict") == "batch_statistics"
+              and not reaches_an_output(report, o)]
+    if not unused:
+        return None
+    reductions = sorted({op for o in unused for op in coupled_in_report(report, o, "a")},
+                        key=lambda n: ((nodes.get(n) or {}).get("topo_index", 0), n))
+    taken = f" ({_reduce_words(report, reductions, 'a')})" if reductions else ""
+    run = f"the sides run batch {batches[0]} vs {batches[1]}" if batches[0] != batches[1] else \
+        "the sides do not normalise over the same batch"
+    return (f"{_named(unused)} {'differs' if len(unused) == 1 else 'differ'} beyond tolerance because "
+            f"{'it is' if len(unused) == 1 else 'they are'} computed from statistics over the batch{taken} and {run}; "
+            "that difference heals before it reaches an output that differs: the runs "
+            "took a path that does not use those statistics (as a batch norm fed is_training=False takes its "
+            "moving averages). It is no cause of what the outputs differ by, and needs no remedy.")
 
 
 def _reduce_words(report: dict[str, Any], reductions: list[str], side: str) -> str:

@@ -135,6 +135,7 @@ def _diagnose(captures: Captures, base_side: Side, options: DiagnoseOptions, out
     _check_example_count(base, options)
     ctx = _plan_context(options, base, base_side, factors, batching, session_config, out)
     planned = plan_experiments(ctx)
+    _refuse_nothing_to_run(planned)
     planned += _not_selected(factors, ctx.gpu, "not selected by --only" if options.only else "not part of --quick")
     runs = _runs_to_capture(planned, captures)
     captures.expect([run for run, _ in runs])
@@ -278,6 +279,18 @@ def _serving_inputs(base: Capture, params: BatchingParameters, out: Path) -> dic
         for size in sizes:
             files[size] = (str(path), requests * copies)
     return files
+
+
+def _refuse_nothing_to_run(planned: list[Planned]) -> None:
+    """A matrix whose every experiment is skipped here (``--only batch`` with one batch size, GPU
+    factors on a CPU-only build) tests nothing: a report of no experiments would read like a clean
+    bill ("none changes the outputs"), so it is the user's mistake, said with each reason."""
+    if any(p.kind != "skipped" for p in planned):
+        return
+    reasons = "; ".join(f"{p.name}: {p.skipped}" for p in planned) or "no factor selected"
+    raise TftraceError(f"nothing to diagnose: every experiment selected was skipped ({reasons})",
+                       "select factors that can run here with --only (tftrace diagnose --help lists them), or give what "
+                       "the reasons ask for")
 
 
 def _not_selected(factors: tuple[str, ...], gpu_reason: str | None, why: str) -> list[Planned]:

@@ -1,0 +1,83 @@
+"""Batch statistics a graph takes and then does not use (tests/fixtures/tf1_layers_bn.py).
+
+``tf.compat.v1.layers.batch_normalization(h, training=is_training)`` on a rank-2 input takes
+``tf.nn.moments`` over the batch on every run, and a ``tf.cond`` on ``is_training`` picks them or
+the moving averages. Fed ``is_training=False``, as an inference script feeds it, the statistics
+at batch 1 and at batch 4 differ beyond tolerance (by 2.4), and the difference heals at the cond's
+Merge: the outputs agree within tolerance. tftrace named the training graph as the first cause,
+"so each example's output depends on which examples share its run ... so the outputs differ", and
+told the user to rebuild the model with is_training=False, which it already was. A cause is now
+claimed for the batch statistics only where their difference reaches an output that differs
+(:func:`tracer.training.reaches_an_output`); where it does not, the answers say why those ops
+differ and that it needs no remedy. Fed True, the same graph is still the training graph's case.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import build_fixture, run_cli
+from tracer.training import reaches_an_output
+
+NAMED = ("--outputs", "probs", "--input-names", "seq")
+UNUSED = ("`bn/moments/SquaredDifference` differs beyond tolerance because it is computed from statistics over the "
+          "batch (`bn/moments/mean` (Mean) reduces over the batch axis (axis 0)) and the sides run batch 1 vs 4; that "
+          "difference heals before it reaches an output that differs")
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_fixture("tf1_layers_bn.py", tmp_path_factory.mktemp("layers_bn"))
+
+
+def _compare(built: Path, which: str, out: Path) -> dict:
+    ckpt = str(built / which)
+    proc = run_cli("compare", ckpt, ckpt, *NAMED, "--inputs", str(built / "seq_b4.npz"), "--a-batch-size", "1",
+                   "--b-batch-size", "4", "--onednn", "off", "--out", str(out))
+    assert proc.returncode in (0, 1), proc.stderr
+    return json.loads((out / "report.json").read_text())
+
+
+@pytest.mark.slow
+def test_statistics_taken_and_not_used_are_no_cause_of_the_outputs(built: Path, tmp_path: Path) -> None:
+    report = _compare(built, "ckpt_infer", tmp_path / "infer")
+    assert report["verdict"] == "within_tolerance"
+    beyond = report["first_divergence_beyond_tolerance"]
+    assert beyond["node"] == "bn/moments/SquaredDifference" and beyond["isolation"]["verdict"] == "batch_statistics"
+    assert report["intermediates"]["heals_at_op"] == "Merge"  # the cond that picks the moving averages
+    answers = report["answers"]
+    assert answers["causes"] == ["batch"]  # the while loop's GEMMs at batch 1 against 4, within tolerance
+    why, prevent = " ".join(answers["why"]), " ".join(answers["prevent"])
+    assert UNUSED in why and "It is no cause of what the outputs differ by, and needs no remedy." in why
+    assert "so the outputs differ" not in why and "is_training=False (Keras" not in prevent
+    assert not any(s.get("cause") == "batch" and s.get("max_abs") for s in answers["shares"])  # 2.4 is not GEMM's
+
+
+@pytest.mark.slow
+def test_the_same_graph_fed_is_training_true_is_the_training_graph(built: Path, tmp_path: Path) -> None:
+    report = _compare(built, "ckpt_train", tmp_path / "train")
+    assert report["verdict"] == "diverged"
+    answers = report["answers"]
+    assert answers["causes"][0] == "training_graph"
+    assert ("their `bn/moments/mean` (Mean) reduces over the batch axis (axis 0), so each example's output depends on "
+            "which examples share its run; the sides run different batch sizes, so the outputs differ") in answers["why"][0]
+    assert UNUSED not in " ".join(answers["why"])
+
+
+def _report(outputs: dict, statuses: dict[str, str], edges: list[list[str]]) -> dict:
+    return {"outputs": outputs, "nodes": {n: {"status": s} for n, s in statuses.items()}, "edges": edges}
+
+
+def test_a_difference_reaches_an_output_only_through_ops_beyond_tolerance_or_not_compared() -> None:
+    chain = {"stat": "origin", "sel": "not_captured", "merge": "within_tolerance", "out": "propagated"}
+    edges = [["stat", "sel"], ["sel", "merge"], ["merge", "out"]]
+    beyond = {"out": {"a_tensor": "out:0", "within_tolerance": False}}
+    assert not reaches_an_output(_report(beyond, chain, edges), "stat")  # healed at the Merge
+    assert reaches_an_output(_report(beyond, {**chain, "merge": "propagated"}, edges), "stat")
+    assert not reaches_an_output(_report({"out": {"a_tensor": "out:0", "within_tolerance": True}}, chain, edges), "stat")
+    # cannot tell: no output compared, or one whose comparison says neither
+    assert reaches_an_output(_report({}, chain, edges), "stat")
+    assert reaches_an_output(_report({"out": {"a_tensor": "out:0", "within_tolerance": None}}, chain, edges), "stat")
