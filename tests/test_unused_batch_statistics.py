@@ -20,12 +20,13 @@ from pathlib import Path
 import pytest
 
 from conftest import build_fixture, run_cli
-from tracer.training import reaches_an_output
+from tracer.training import _heals_in_a_cond, reaches_an_output
 
 NAMED = ("--outputs", "probs", "--input-names", "seq")
 UNUSED = ("`bn/moments/SquaredDifference` differs beyond tolerance because it is computed from statistics over the "
           "batch (`bn/moments/mean` (Mean) reduces over the batch axis (axis 0)) and the sides run batch 1 vs 4; that "
-          "difference heals before it reaches an output that differs")
+          "difference heals before it reaches an output that differs: it stops at a `tf.cond` whose branch that ran "
+          "does not use those statistics")
 
 
 @pytest.fixture(scope="module")
@@ -67,8 +68,9 @@ def test_the_same_graph_fed_is_training_true_is_the_training_graph(built: Path, 
     assert UNUSED not in " ".join(answers["why"])
 
 
-def _report(outputs: dict, statuses: dict[str, str], edges: list[list[str]]) -> dict:
-    return {"outputs": outputs, "nodes": {n: {"status": s} for n, s in statuses.items()}, "edges": edges}
+def _report(outputs: dict, statuses: dict[str, str], edges: list[list[str]], ops: dict[str, str] | None = None) -> dict:
+    return {"outputs": outputs, "nodes": {n: {"status": s, "op": (ops or {}).get(n, "Identity")}
+                                          for n, s in statuses.items()}, "edges": edges}
 
 
 def test_a_difference_reaches_an_output_only_through_ops_beyond_tolerance_or_not_compared() -> None:
@@ -81,3 +83,13 @@ def test_a_difference_reaches_an_output_only_through_ops_beyond_tolerance_or_not
     # cannot tell: no output compared, or one whose comparison says neither
     assert reaches_an_output(_report({}, chain, edges), "stat")
     assert reaches_an_output(_report({"out": {"a_tensor": "out:0", "within_tolerance": None}}, chain, edges), "stat")
+
+
+def test_where_the_difference_stops_says_whether_a_cond_left_it_unused() -> None:
+    """At a Merge the branch that ran did not use it; at a softmax that saturates it was used, and
+    healed: the words differ (training.unused_statistics)."""
+    chain = {"stat": "origin", "sel": "not_captured", "merge": "within_tolerance", "out": "within_tolerance"}
+    edges = [["stat", "sel"], ["sel", "merge"], ["merge", "out"]]
+    within = {"out": {"a_tensor": "out:0", "within_tolerance": True}}
+    assert _heals_in_a_cond(_report(within, chain, edges, {"merge": "Merge"}), "stat")
+    assert not _heals_in_a_cond(_report(within, chain, edges, {"merge": "Softmax"}), "stat")

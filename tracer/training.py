@@ -31,6 +31,7 @@ example), or a read of the moving averages (the inference graph) is not.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 from .opgraph import WHILE_FRAME_REASON, OpGraph, reachable, tensor_op
@@ -251,24 +252,37 @@ def reaches_an_output(report: dict[str, Any], name: str) -> bool:
     if not outputs or any(o.get("within_tolerance") is None for o in outputs):
         return True
     targets = {tensor_op(str(o.get("a_tensor") or "")) for o in outputs if not o["within_tolerance"]}
-    if not targets:
-        return False
+    return bool(targets & _spread(report, name, targets)[0])
+
+
+def _spread(report: dict[str, Any], name: str, targets: AbstractSet[str] = frozenset()) -> tuple[set[str], set[str]]:
+    """(the ops a difference born at ``name`` reaches, the ops where it stops): the walk of
+    :func:`reaches_an_output` from ``name`` down A's data edges."""
     nodes = report.get("nodes") or {}
     after: dict[str, list[str]] = {}
     for edge in report.get("edges") or []:
         if isinstance(edge, (list, tuple)) and len(edge) == 2:
             after.setdefault(str(edge[0]), []).append(str(edge[1]))
-    seen, todo = {name}, [name]
+    seen, stopped, todo = {name}, set(), [name]
     while todo:
-        op = todo.pop()
-        if op in targets:
-            return True
-        for below in after.get(op, []):
-            status = (nodes.get(below) or {}).get("status") if isinstance(nodes.get(below), dict) else None
-            if below not in seen and (status in BEYOND or status in UNCOMPARED or below in targets):
+        for below in after.get(todo.pop(), []):
+            status = nodes[below].get("status") if isinstance(nodes.get(below), dict) else None
+            if below in seen:
+                continue
+            if status in BEYOND or status in UNCOMPARED or below in targets:
                 seen.add(below)
                 todo.append(below)
-    return False
+            else:
+                stopped.add(below)
+    return seen, stopped
+
+
+def _heals_in_a_cond(report: dict[str, Any], name: str) -> bool:
+    """Whether the difference born at ``name`` stops at a cond's ``Merge``: the branch that ran did
+    not use it (the other branch's value passed through)."""
+    nodes = report.get("nodes") or {}
+    return any((nodes.get(op) or {}).get("op") == "Merge" for op in _spread(report, name)[1]
+               if isinstance(nodes.get(op), dict))
 
 
 def training_graph(report: dict[str, Any]) -> tuple[str, set[str]] | None:
@@ -340,11 +354,16 @@ def unused_statistics(report: dict[str, Any]) -> str | None:
     taken = f" ({_reduce_words(report, reductions, 'a')})" if reductions else ""
     run = f"the sides run batch {batches[0]} vs {batches[1]}" if batches[0] != batches[1] else \
         "the sides do not normalise over the same batch"
-    return (f"{_named(unused)} {'differs' if len(unused) == 1 else 'differ'} beyond tolerance because "
+    said = (f"{_named(unused)} {'differs' if len(unused) == 1 else 'differ'} beyond tolerance because "
             f"{'it is' if len(unused) == 1 else 'they are'} computed from statistics over the batch{taken} and {run}; "
-            "that difference heals before it reaches an output that differs: the runs "
-            "took a path that does not use those statistics (as a batch norm fed is_training=False takes its "
-            "moving averages). It is no cause of what the outputs differ by, and needs no remedy.")
+            "that difference heals before it reaches an output that differs")
+    if all(_heals_in_a_cond(report, o) for o in unused):
+        return (f"{said}: it stops at a `tf.cond` whose branch that ran does not use those statistics (as a batch "
+                "norm fed is_training=False takes its moving averages). It is no cause of what the outputs differ "
+                "by, and needs no remedy.")
+    return (f"{said}: the ops after it bring it back within tolerance (as a saturating softmax or an argmax can), "
+            "so it is no cause of a difference beyond tolerance at the outputs; the outputs still depend on which "
+            "examples share a run, within tolerance.")
 
 
 def _reduce_words(report: dict[str, Any], reductions: list[str], side: str) -> str:
