@@ -31,15 +31,14 @@ example), or a read of the moving averages (the inference graph) is not.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from collections.abc import Set as AbstractSet
 from typing import Any
 
 from .opgraph import WHILE_FRAME_REASON, OpGraph, reachable, tensor_op
 from .optypes import PLACEHOLDER_OPS
 from .text import listed
 
-__all__ = ["normalises_by_batch", "batch_coupled", "coupled_in_graph", "coupled_in_report", "reaches_an_output",
-           "training_batch_norm", "training_graph", "unshared_norms", "unused_statistics"]
+__all__ = ["normalises_by_batch", "batch_coupled", "coupled_in_graph", "coupled_in_report", "output_carriers",
+           "reaches_an_output", "training_batch_norm", "training_graph", "unshared_norms", "unused_statistics"]
 
 BATCH_NORM_PREFIX = "FusedBatchNorm"  # FusedBatchNorm, V2, V3: tf.compat.v1.nn.fused_batch_norm, slim, Keras
 # reductions whose second input holds the axes they reduce (tf.nn.moments' Mean, a batch sum, a batch max); the
@@ -240,24 +239,54 @@ def unshared_norms(report: dict[str, Any]) -> list[str]:
             and ((node.get("isolation") or {}).get("verdict")) == "batch_statistics"]
 
 
-def reaches_an_output(report: dict[str, Any], name: str) -> bool:
+def reaches_an_output(report: dict[str, Any], name: str, carriers: Carriers | None = None) -> bool:
     """Whether the difference born at report node ``name`` can be what makes an output differ beyond
     tolerance: an output that does is reached from it along A's data edges through ops beyond
     tolerance, or through ops not compared (they cannot say it stopped there). An op within
     tolerance or identical stops the walk: the difference healed there. A batch norm's statistics
     taken over the batch and then not used (``is_training`` fed False picks the moving averages in a
     ``tf.cond``) differ beyond tolerance and heal at the cond's Merge; no output depends on them.
-    True where no output was compared, or one's comparison says neither: then nothing here can tell."""
+    True where no output was compared, or one's comparison says neither: then nothing here can tell.
+    ``carriers``: :func:`output_carriers` of the report, when the caller asks of many ops."""
+    found = output_carriers(report) if carriers is None else carriers
+    if found is None:
+        return True
+    ops, after = found
+    return name in ops or any(below in ops for below in after.get(name, ()))
+
+
+Carriers = tuple[set[str], dict[str, list[str]]]  # the ops that carry a difference to an output; A's data edges
+
+
+def output_carriers(report: dict[str, Any]) -> Carriers | None:
+    """The ops whose difference reaches an output that differs beyond tolerance, walked up from those
+    outputs through ops beyond tolerance or not compared (one walk for the whole report), and A's
+    data edges down from each op. None where no output was compared or one's comparison says
+    neither within nor beyond tolerance: then any op may be the cause."""
     outputs = [o for o in (report.get("outputs") or {}).values() if isinstance(o, dict)]
     if not outputs or any(o.get("within_tolerance") is None for o in outputs):
-        return True
-    targets = {tensor_op(str(o.get("a_tensor") or "")) for o in outputs if not o["within_tolerance"]}
-    return bool(targets & _spread(report, name, targets)[0])
+        return None
+    nodes = report.get("nodes") or {}
+    after: dict[str, list[str]] = {}
+    before: dict[str, list[str]] = {}
+    for edge in report.get("edges") or []:
+        if isinstance(edge, (list, tuple)) and len(edge) == 2:
+            after.setdefault(str(edge[0]), []).append(str(edge[1]))
+            before.setdefault(str(edge[1]), []).append(str(edge[0]))
+    carriers = {tensor_op(str(o.get("a_tensor") or "")) for o in outputs if not o["within_tolerance"]}
+    todo = list(carriers)
+    while todo:
+        for above in before.get(todo.pop(), ()):
+            status = nodes[above].get("status") if isinstance(nodes.get(above), dict) else None
+            if above not in carriers and (status in BEYOND or status in UNCOMPARED):
+                carriers.add(above)
+                todo.append(above)
+    return carriers, after
 
 
-def _spread(report: dict[str, Any], name: str, targets: AbstractSet[str] = frozenset()) -> tuple[set[str], set[str]]:
-    """(the ops a difference born at ``name`` reaches, the ops where it stops): the walk of
-    :func:`reaches_an_output` from ``name`` down A's data edges."""
+def _stops(report: dict[str, Any], name: str) -> set[str]:
+    """The ops where a difference born at ``name`` stops: walking down A's data edges through ops
+    beyond tolerance or not compared, the first ones within tolerance or identical."""
     nodes = report.get("nodes") or {}
     after: dict[str, list[str]] = {}
     for edge in report.get("edges") or []:
@@ -266,23 +295,22 @@ def _spread(report: dict[str, Any], name: str, targets: AbstractSet[str] = froze
     seen, stopped, todo = {name}, set(), [name]
     while todo:
         for below in after.get(todo.pop(), []):
-            status = nodes[below].get("status") if isinstance(nodes.get(below), dict) else None
             if below in seen:
                 continue
-            if status in BEYOND or status in UNCOMPARED or below in targets:
-                seen.add(below)
+            seen.add(below)
+            status = nodes[below].get("status") if isinstance(nodes.get(below), dict) else None
+            if status in BEYOND or status in UNCOMPARED:
                 todo.append(below)
             else:
                 stopped.add(below)
-    return seen, stopped
+    return stopped
 
 
 def _heals_in_a_cond(report: dict[str, Any], name: str) -> bool:
     """Whether the difference born at ``name`` stops at a cond's ``Merge``: the branch that ran did
     not use it (the other branch's value passed through)."""
     nodes = report.get("nodes") or {}
-    return any((nodes.get(op) or {}).get("op") == "Merge" for op in _spread(report, name)[1]
-               if isinstance(nodes.get(op), dict))
+    return any(isinstance(nodes.get(op), dict) and nodes[op].get("op") == "Merge" for op in _stops(report, name))
 
 
 def training_graph(report: dict[str, Any]) -> tuple[str, set[str]] | None:
@@ -295,6 +323,7 @@ def training_graph(report: dict[str, Any]) -> tuple[str, set[str]] | None:
     difference heals before every output that differs (:func:`reaches_an_output`). None otherwise."""
     sides, nodes = report.get("sides") or {}, report.get("nodes") or {}
     origins = [o.get("node") for o in report.get("origins") or [] if isinstance(o, dict)] + unshared_norms(report)
+    carriers = output_carriers(report)
     for side in ("a", "b"):
         other = "b" if side == "a" else "a"
         batches = [(sides.get(k) or {}).get("batch_size") for k in (side, other)]
@@ -302,7 +331,7 @@ def training_graph(report: dict[str, Any]) -> tuple[str, set[str]] | None:
         coupled = {o: coupled_in_report(report, o, side) for o in origins if isinstance(o, str)}
         unshared = [o for o, ops in coupled.items()
                     if ops and (batches[0] != batches[1] or not coupled_in_report(report, o, other))
-                    and reaches_an_output(report, o)]  # statistics taken and then not used explain no output
+                    and reaches_an_output(report, o, carriers)]  # statistics taken and then not used explain no output
         if not unshared:
             continue
         fused = set(norms)
@@ -344,9 +373,10 @@ def unused_statistics(report: dict[str, Any]) -> str | None:
     sides, nodes = report.get("sides") or {}, report.get("nodes") or {}
     batches = [(sides.get(k) or {}).get("batch_size") for k in ("a", "b")]
     origins = [o.get("node") for o in report.get("origins") or [] if isinstance(o, dict)] + unshared_norms(report)
+    carriers = output_carriers(report)
     unused = [o for o in dict.fromkeys(origins) if isinstance(o, str) and isinstance(nodes.get(o), dict)
               and (nodes[o].get("isolation") or {}).get("verdict") == "batch_statistics"
-              and not reaches_an_output(report, o)]
+              and not reaches_an_output(report, o, carriers)]
     if not unused:
         return None
     reductions = sorted({op for o in unused for op in coupled_in_report(report, o, "a")},
