@@ -614,3 +614,24 @@ def test_timing_noise_times_a_side_against_itself_in_fresh_processes(models, tmp
     summary = lines[-1]["summary"]
     assert summary["pairs"] == 2 and summary["rule_groups"] == 1 and summary["b"] == "the same side"
     assert json.loads(proc.stdout)["ratios"] == summary["ratios"]
+
+
+@pytest.mark.slow
+def test_decode_floor_reads_both_formats_of_one_capture_alike(models, tmp_path):
+    """bench.decode_floor: every value of a capture in format 1 and in format 2, read three ways; the
+    bytes each way reads agree (zstd and the full decoding read every packed value, .npy every value)."""
+    from bench.decode_floor import read_all  # noqa: PLC0415
+
+    sides = {}
+    for fmt in ("npy", "packed"):
+        out = tmp_path / fmt
+        proc = subprocess.run([sys.executable, "-m", "tracer.cli", "capture", str(models["detector"]), "--out", str(out),
+                               "--batch-size", "2", "--tensor-format", fmt, "--onednn", "off"], cwd=REPO,
+                              capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        sides[fmt] = read_all(out)
+    assert set(sides["npy"]) == {"npy"} and set(sides["packed"]) == {"zstd", "decoded"}
+    packed = sides["packed"]
+    assert packed["zstd"]["gb"] == packed["decoded"]["gb"] > 0  # every packed chunk, once each way
+    assert sides["npy"]["npy"]["gb"] >= packed["decoded"]["gb"]  # format 1 also holds what format 2 keeps in the model
+    assert all(way["seconds"] > 0 for side in sides.values() for way in side.values())
