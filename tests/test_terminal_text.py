@@ -325,3 +325,22 @@ def test_diagnoses_experiments_are_one_line_each_where_the_table_does_not_fit() 
     print_diagnosis(Console(file=wide, width=160), doc, "out/")
     rows = [line for line in wide.getvalue().splitlines() if line.startswith("│")]
     assert [row.split("│")[1].strip() for row in rows] == ["batch_1_vs_4", "ckpt_vs_savedmodel_batch_1"]
+
+
+def test_a_latency_per_example_says_so_in_the_table_and_in_the_one_line_form() -> None:
+    """Batch 1 against 8 is timed per example: B's 0.0289 beside A's 0.239 read as per run would say
+    batch 8 runs eight times faster per run; the cell says /ex, the one-line form "per example"."""
+    from tracer.diagnosis.cli import print_diagnosis
+
+    batch = {"name": "batch_1_vs_8", "skipped": None, "verdict": "within_tolerance", "max_abs_output_diff": 5.96e-08,
+             "latency_basis": "per example",
+             "latency_ms": {"a": {"median": 0.239, "per_row_median": 0.239},
+                            "b": {"median": 0.231, "per_row_median": 0.0289}}}
+    wide = io.StringIO()
+    print_diagnosis(Console(file=wide, width=160), {"experiments": [batch], "answers": {}}, "out/")
+    row = next(line for line in wide.getvalue().splitlines() if "batch_1_vs_8" in line)
+    assert [cell.strip() for cell in row.split("│")[5:7]] == ["0.239 /ex", "0.0289 /ex"]
+    narrow = io.StringIO()
+    print_diagnosis(Console(file=narrow, width=80), {"experiments": [batch], "answers": {}}, "out/")
+    text = " ".join(narrow.getvalue().split())
+    assert "A 0.239 ms per example, B 0.0289 ms per example, B vs A —" in text

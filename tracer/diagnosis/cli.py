@@ -80,10 +80,22 @@ def run_diagnose_command(args: argparse.Namespace, console: Console) -> int:
     return EXIT_OK if diagnosis else EXIT_DIVERGED
 
 
+PER_EXAMPLE = " /ex"  # a latency cell per example (the sides ran other batch sizes), as cost_cell marks its figure
+
+
 def _latency(lat: dict[str, Any] | None, basis: str) -> str:
     if not lat:
         return "—"
-    return figure(lat.get("per_row_median" if basis == "per example" else "median"))
+    if basis == "per example":
+        return figure(lat.get("per_row_median")) + PER_EXAMPLE
+    return figure(lat.get("median"))
+
+
+def _ms(side: str, cell: str) -> str:
+    """"A 1.85 ms", "A 0.239 ms per example": a latency cell with its unit, for the one-line form."""
+    if cell.endswith(PER_EXAMPLE):
+        return f"{side} {cell[:-len(PER_EXAMPLE)]} ms per example"
+    return f"{side} {cell} ms" if cell != "—" else f"{side} —"
 
 
 # an experiment's verdict cell, by the registry's keys (tests/test_vocabulary.py holds it to them)
@@ -110,7 +122,7 @@ def _print_experiments(console: Console, rows: list[tuple[str, str, str, str, st
     for name, verdict, moved, where, a_ms, b_ms, cost in rows:
         first = f", first divergence {where}" if where else ""
         say(console, f"{name}: {verdict_label(verdict)}, max |Δ| out {moved}{first}; "
-                     + ", ".join(unbroken(cell) for cell in (f"A {a_ms} ms", f"B {b_ms} ms", f"B vs A {cost}")))
+                     + ", ".join(unbroken(cell) for cell in (_ms("A", a_ms), _ms("B", b_ms), f"B vs A {cost}")))
 
 
 def print_diagnosis(console: Console, doc: dict[str, Any], out_dir: Any) -> None:
