@@ -19,7 +19,7 @@ from typing import Any
 
 from .comparison.statuses import BORN_HERE
 from .diff.kinds import kind_of
-from .training import coupled_in_report, unshared_norms
+from .training import coupled_in_report, reaches_an_output, unshared_norms
 
 __all__ = ["Share", "shares", "ranked", "share_words", "beyond_noise", "noise_spread", "outputs_noise",
            "rewrite_causes"]
@@ -111,8 +111,8 @@ def _first_cause(report: dict[str, Any], found: dict[str, str], first: dict[str,
     cause = getattr(kind_of(first.get("rewrite")), "cause", None)
     name = str(first.get("node"))
     coupled = any(coupled_in_report(report, name, side) for side in ("a", "b"))
-    if coupled and "training_graph" not in found and (first.get("isolation") or {}).get("verdict") == "batch_statistics":
-        return None  # statistics over the batch that no output uses (training.unused_statistics): no cause's size
+    if coupled and iso == "batch_statistics" and not reaches_an_output(report, name):
+        return None  # statistics over the batch whose difference reaches no output (training.unused_statistics)
     candidates = ["training_graph"] if coupled else []
     if cause == "weights" or iso == "weights_differ":
         candidates += list(WEIGHT_CAUSES)
