@@ -267,12 +267,7 @@ def output_carriers(report: dict[str, Any]) -> Carriers | None:
     if not outputs or any(o.get("within_tolerance") is None for o in outputs):
         return None
     nodes = report.get("nodes") or {}
-    after: dict[str, list[str]] = {}
-    before: dict[str, list[str]] = {}
-    for edge in report.get("edges") or []:
-        if isinstance(edge, (list, tuple)) and len(edge) == 2:
-            after.setdefault(str(edge[0]), []).append(str(edge[1]))
-            before.setdefault(str(edge[1]), []).append(str(edge[0]))
+    after, before = _edges(report)
     carriers = {tensor_op(str(o.get("a_tensor") or "")) for o in outputs if not o["within_tolerance"]}
     todo = list(carriers)
     while todo:
@@ -284,14 +279,22 @@ def output_carriers(report: dict[str, Any]) -> Carriers | None:
     return carriers, after
 
 
+def _edges(report: dict[str, Any]) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+    """A's data edges of the report, down (op -> the ops that read it) and up (op -> its inputs)."""
+    after: dict[str, list[str]] = {}
+    before: dict[str, list[str]] = {}
+    for edge in report.get("edges") or []:
+        if isinstance(edge, (list, tuple)) and len(edge) == 2:
+            after.setdefault(str(edge[0]), []).append(str(edge[1]))
+            before.setdefault(str(edge[1]), []).append(str(edge[0]))
+    return after, before
+
+
 def _stops(report: dict[str, Any], name: str) -> set[str]:
     """The ops where a difference born at ``name`` stops: walking down A's data edges through ops
     beyond tolerance or not compared, the first ones within tolerance or identical."""
     nodes = report.get("nodes") or {}
-    after: dict[str, list[str]] = {}
-    for edge in report.get("edges") or []:
-        if isinstance(edge, (list, tuple)) and len(edge) == 2:
-            after.setdefault(str(edge[0]), []).append(str(edge[1]))
+    after, _ = _edges(report)
     seen, stopped, todo = {name}, set(), [name]
     while todo:
         for below in after.get(todo.pop(), []):
@@ -392,8 +395,7 @@ def unused_statistics(report: dict[str, Any]) -> str | None:
                 "norm fed is_training=False takes its moving averages). It is no cause of what the outputs differ "
                 "by, and needs no remedy.")
     return (f"{said}: the ops after it bring it back within tolerance (as a saturating softmax or an argmax can), "
-            "so it is no cause of a difference beyond tolerance at the outputs; the outputs still depend on which "
-            "examples share a run, within tolerance.")
+            "so it is no cause of a difference beyond tolerance at the outputs.")
 
 
 def _reduce_words(report: dict[str, Any], reductions: list[str], side: str) -> str:
