@@ -299,9 +299,16 @@ def test_diagnose_other_python_measures_the_tensorflow_version_factor(models, tm
 
 @pytest.mark.slow
 def test_diagnose_without_other_python_skips_the_tensorflow_version_saying_how(models, tmp_path):
+    """Beside a factor that runs, the TensorFlow version is a skipped row that says how to run it;
+    alone, it leaves nothing to run, and diagnose refuses, saying the same."""
+    how = "give another environment's Python with --other-python PATH (make other-tf prepares one)"
     out = tmp_path / "diagnosis"
-    proc = run_cli("diagnose", str(models["detector"]), "--only", "tf_version", "--out", str(out))
-    assert proc.returncode == 0, proc.stderr
+    proc = run_cli("diagnose", str(models["detector"]), "--only", "repeat,tf_version", "--out", str(out),
+                   env={"TF_ENABLE_ONEDNN_OPTS": "0"})
+    assert proc.returncode in (0, 1), proc.stderr
     doc = json.loads((out / "diagnosis.json").read_text(encoding="utf-8"))
     exp = next(e for e in doc["experiments"] if e["factor"] == "tf_version")
-    assert exp["skipped"] == "give another environment's Python with --other-python PATH (make other-tf prepares one)"
+    assert exp["skipped"] == how
+    alone = run_cli("diagnose", str(models["detector"]), "--only", "tf_version", "--out", str(tmp_path / "alone"))
+    assert_user_error(alone, f"nothing to diagnose: every experiment selected was skipped (tf_version: {how})")
+    assert not (tmp_path / "alone").exists()
