@@ -25,6 +25,8 @@ from tracer.artifacts.loader import ArtifactRef
 from tracer.errors import TftraceError
 from tracer.diagnosis.experiments import FACTORS, GPU_FACTORS, QUICK_FACTORS, PlanContext, plan_experiments
 from tracer.diagnosis.noise import plan_noise_free
+from tracer.diagnosis.options import DiagnoseOptions
+from tracer.diagnosis.run import _context_from_options
 from tracer.runspec import InputSpec, Side
 from tracer.diagnosis.serving import (batching_parameters_class, pad_requests, padding_groups, parse_batching_parameters,
                                       round_up_to_allowed)
@@ -304,6 +306,33 @@ def test_unknown_factor_lists_the_known_ones(tmp_path):
     assert_user_error(proc, "unknown factor fp8", "repeat, batch, export, observation, onednn")
 
 
+def test_a_selection_the_options_leave_empty_is_refused_before_any_capture(tmp_path):
+    """What the options alone leave unrunnable is known before the base side's capture (minutes on a
+    large model): refused at once, every reason named, nothing captured, no --out."""
+    ckpt = tmp_path / "m"
+    ckpt.mkdir()
+    for end in (".index", ".meta"):  # a checkpoint prefix as the path check sees it; never loaded
+        (ckpt / f"model.ckpt{end}").write_bytes(b"")
+    out = tmp_path / "d"
+    proc = run_cli("diagnose", str(ckpt / "model.ckpt"), "--only", "batch,export,serving_batching,serving_session_config,"
+                   "tf_version", "--batch-sizes", "4", "--out", str(out))
+    assert_user_error(proc, "nothing to diagnose: every experiment selected is skipped here (batch: only one batch size "
+                      "given: pass --batch-sizes 1,8; ckpt_vs_savedmodel: give the exported SavedModel with --savedmodel; "
+                      "serving_batching: give TF Serving's batching parameters file with --serving-batching FILE; "
+                      "serving_session_config: give TF Serving's session config with --serving-session-config FILE; "
+                      "tf_version: give another environment's Python with --other-python PATH")
+    assert "capturing" not in proc.stderr
+    assert not out.exists()
+
+
+def test_a_selection_only_the_base_capture_can_rule_out_is_not_refused_from_the_options():
+    """A GPU factor may run (a GPU may be visible) and a second batch size may (the signature may be
+    batch-major): the options alone refuse neither; the base capture decides."""
+    options = DiagnoseOptions(model=ArtifactRef("saved"), out_dir=Path("d"), only=("batch", "autotune"), batch_sizes=(1, 4))
+    kinds = {p.name: p.kind for p in plan_experiments(_context_from_options(options, None))}
+    assert kinds == {"batch_1_vs_4": "compare", "autotune": "compare"}
+
+
 @pytest.mark.slow
 def test_a_selection_that_leaves_nothing_to_run_is_refused(models, tmp_path):
     """--only batch with one batch size (and, on this CPU-only build, a GPU factor) tests nothing: a
@@ -311,7 +340,7 @@ def test_a_selection_that_leaves_nothing_to_run_is_refused(models, tmp_path):
     out = tmp_path / "d"
     proc = run_cli("diagnose", str(models["detector"]), "--only", "batch,autotune", "--batch-sizes", "4",
                    "--out", str(out), env={"TF_ENABLE_ONEDNN_OPTS": "0"})
-    assert_user_error(proc, "nothing to diagnose: every experiment selected was skipped (batch: only one batch size "
+    assert_user_error(proc, "nothing to diagnose: every experiment selected is skipped here (batch: only one batch size "
                       "given: pass --batch-sizes 1,8; autotune: no GPU", "Select factors that can run here with --only")
     assert not out.exists()  # the base side it captured to plan the matrix is not left behind
 

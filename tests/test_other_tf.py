@@ -310,5 +310,5 @@ def test_diagnose_without_other_python_skips_the_tensorflow_version_saying_how(m
     exp = next(e for e in doc["experiments"] if e["factor"] == "tf_version")
     assert exp["skipped"] == how
     alone = run_cli("diagnose", str(models["detector"]), "--only", "tf_version", "--out", str(tmp_path / "alone"))
-    assert_user_error(alone, f"nothing to diagnose: every experiment selected was skipped (tf_version: {how})")
+    assert_user_error(alone, f"nothing to diagnose: every experiment selected is skipped here (tf_version: {how})")
     assert not (tmp_path / "alone").exists()

@@ -20,7 +20,8 @@ from ..errors import TftraceError
 from .checkpoint_index import graphless_checkpoint
 from ..text import listed
 
-__all__ = ["CAPTURE_MANIFEST", "detect", "exists_here", "io_gfile", "refuse_graphless_local", "refuse_missing_local"]
+__all__ = ["CAPTURE_MANIFEST", "detect", "exists_here", "io_gfile", "local_checkpoint_prefix", "refuse_graphless_local",
+           "refuse_missing_local"]
 
 CAPTURE_MANIFEST = "manifest.json"
 
@@ -63,14 +64,14 @@ def refuse_graphless_local(path: str) -> None:
     is anything else, or remote, is left to ``detect``."""
     if "://" in path:
         return
-    prefix = _local_checkpoint_prefix(path)
+    prefix = local_checkpoint_prefix(path)
     if prefix is None or os.path.exists(prefix + ".meta") or not os.path.isfile(prefix + ".index"):
         return
     with open(prefix + ".index", "rb") as file:
         raise graphless_checkpoint(prefix, file.read())
 
 
-def _local_checkpoint_prefix(path: str) -> str | None:
+def local_checkpoint_prefix(path: str) -> str | None:
     """The checkpoint prefix a local path names as ``detect`` finds it, or None when it names no
     checkpoint (or one only ``detect`` can resolve, which then refuses it in its own words)."""
     if os.path.isdir(path):

@@ -38,7 +38,7 @@ from .answers import build_answers
 from .document import diagnosis_document, where_the_time_went, write_report
 from .options import DiagnoseOptions, Diagnosis, parse_factors
 from .. import children
-from ..artifacts.kinds import refuse_graphless_local, refuse_missing_local
+from ..artifacts.kinds import local_checkpoint_prefix, refuse_graphless_local, refuse_missing_local
 from ..artifacts.remote import refuse_unreadable_remote
 from ..captures.reader import Capture
 from ..comparison.statuses import verdict_label
@@ -106,6 +106,7 @@ def run_diagnosis(options: DiagnoseOptions, console: Console | None = None) -> D
     out = options.out_dir.absolute()
     started = time.monotonic()
     batching = _check_inputs(options)  # a mistake in the options is reported before --out is touched
+    _refuse_nothing_to_run(plan_experiments(_context_from_options(options, batching)))  # before minutes of capture
     session_config = _read_session_config(options.serving_session_config)
     with output_directory(out, options.force, "diagnosis"):
         claim(out, ["captures", "experiments", "timing"])
@@ -116,7 +117,7 @@ def _run_diagnosis(options: DiagnoseOptions, out: Path, console: Console | None,
                    batching: BatchingParameters | None, session_config: tuple[str, str] | None) -> Diagnosis:
     console = console or Console(stderr=True)
     quiet = Console(file=io.StringIO())  # the children's own progress bars would fight ours
-    factors = options.only or tuple(k for k, f in FACTORS.items() if f.quick or not options.quick)
+    factors = _selected_factors(options)
     base_side = _base_side(options)
     with Captures(out / "captures", quiet) as captures:
         return _diagnose(captures, base_side, options, out, console, quiet, started, factors, batching, session_config)
@@ -213,6 +214,29 @@ def _check_inputs(options: DiagnoseOptions) -> BatchingParameters | None:
     return params
 
 
+def _selected_factors(options: DiagnoseOptions) -> tuple[str, ...]:
+    return options.only or tuple(k for k, f in FACTORS.items() if f.quick or not options.quick)
+
+
+def _context_from_options(options: DiagnoseOptions, batching: BatchingParameters | None) -> PlanContext:
+    """The plan's context as the options alone give it, with everything the base capture would
+    tell taken at its most permissive (a batch-major signature, a GPU visible, every padded size
+    prepared): an experiment skipped even here is skipped by the options, so a selection that
+    leaves nothing to run is refused before the base side's capture, which takes minutes on a
+    large model. What only the capture can tell (no GPU, fixed shapes) is refused after it."""
+    path = options.model.path
+    kind = "checkpoint" if "://" not in path and local_checkpoint_prefix(path) else "saved_model"
+    config = options.serving_session_config
+    return PlanContext(
+        base=_base_side(options), model_kind=kind, savedmodel=options.savedmodel,
+        batch_sizes=tuple(sorted(set(options.batch_sizes))), factors=_selected_factors(options), quick=options.quick,
+        batch_major=True, onednn_on=None, xla_on=False, gpu=None,
+        serving_inputs={n: ("", 0) for n in batching.emulated_sizes()} if batching else {},
+        serving_batching=options.serving_batching, session_config=(config, "") if config else None,
+        other_python=options.other_python,
+    )
+
+
 def _read_session_config(path: str | None) -> tuple[str, str] | None:
     if path is None:
         return None
@@ -282,13 +306,13 @@ def _serving_inputs(base: Capture, params: BatchingParameters, out: Path) -> dic
 
 
 def _refuse_nothing_to_run(planned: list[Planned]) -> None:
-    """A matrix whose every experiment is skipped here (``--only batch`` with one batch size, GPU
+    """A matrix whose every experiment is skipped (``--only batch`` with one batch size, GPU
     factors on a CPU-only build) tests nothing: a report of no experiments would read like a clean
     bill ("none changes the outputs"), so it is the user's mistake, said with each reason."""
     if any(p.kind != "skipped" for p in planned):
         return
     reasons = "; ".join(f"{p.name}: {p.skipped}" for p in planned) or "no factor selected"
-    raise TftraceError(f"nothing to diagnose: every experiment selected was skipped ({reasons})",
+    raise TftraceError(f"nothing to diagnose: every experiment selected is skipped here ({reasons})",
                        "select factors that can run here with --only (tftrace diagnose --help lists them), or give what "
                        "the reasons ask for")
 
