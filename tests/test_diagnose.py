@@ -314,13 +314,15 @@ def test_a_selection_the_options_leave_empty_is_refused_before_any_capture(tmp_p
     for end in (".index", ".meta"):  # a checkpoint prefix as the path check sees it; never loaded
         (ckpt / f"model.ckpt{end}").write_bytes(b"")
     out = tmp_path / "d"
-    proc = run_cli("diagnose", str(ckpt / "model.ckpt"), "--only", "batch,export,serving_batching,serving_session_config,"
-                   "tf_version", "--batch-sizes", "4", "--out", str(out))
-    assert_user_error(proc, "nothing to diagnose: every experiment selected is skipped here (batch: only one batch size "
-                      "given: pass --batch-sizes 1,8; ckpt_vs_savedmodel: give the exported SavedModel with --savedmodel; "
-                      "serving_batching: give TF Serving's batching parameters file with --serving-batching FILE; "
-                      "serving_session_config: give TF Serving's session config with --serving-session-config FILE; "
-                      "tf_version: give another environment's Python with --other-python PATH")
+    proc = run_cli("diagnose", str(ckpt / "model.ckpt"), "--only",
+                   "batch,export,serving_batching,serving_session_config,tf_version", "--batch-sizes", "4",
+                   "--out", str(out))
+    assert_user_error(proc, "nothing to diagnose: every experiment selected is skipped here (batch: only one batch "
+                      "size given: pass --batch-sizes 1,8; ckpt_vs_savedmodel: give the exported SavedModel with "
+                      "--savedmodel; serving_batching: give TF Serving's batching parameters file with "
+                      "--serving-batching FILE; serving_session_config: give TF Serving's session config with "
+                      "--serving-session-config FILE; tf_version: give another environment's Python with "
+                      "--other-python PATH")
     assert "capturing" not in proc.stderr
     assert not out.exists()
 
@@ -328,7 +330,8 @@ def test_a_selection_the_options_leave_empty_is_refused_before_any_capture(tmp_p
 def test_a_selection_only_the_base_capture_can_rule_out_is_not_refused_from_the_options():
     """A GPU factor may run (a GPU may be visible) and a second batch size may (the signature may be
     batch-major): the options alone refuse neither; the base capture decides."""
-    options = DiagnoseOptions(model=ArtifactRef("saved"), out_dir=Path("d"), only=("batch", "autotune"), batch_sizes=(1, 4))
+    options = DiagnoseOptions(model=ArtifactRef("saved"), out_dir=Path("d"), only=("batch", "autotune"),
+                              batch_sizes=(1, 4))
     kinds = {p.name: p.kind for p in plan_experiments(_context_from_options(options, None))}
     assert kinds == {"batch_1_vs_4": "compare", "autotune": "compare"}
 

@@ -20,6 +20,8 @@ from pathlib import Path
 import pytest
 
 from conftest import build_fixture, run_cli
+from tracer import training
+from tracer.causes import explain_comparison
 from tracer.training import _heals_in_a_cond, reaches_an_output
 
 NAMED = ("--outputs", "probs", "--input-names", "seq")
@@ -93,3 +95,22 @@ def test_where_the_difference_stops_says_whether_a_cond_left_it_unused() -> None
     within = {"out": {"a_tensor": "out:0", "within_tolerance": True}}
     assert _heals_in_a_cond(_report(within, chain, edges, {"merge": "Merge"}), "stat")
     assert not _heals_in_a_cond(_report(within, chain, edges, {"merge": "Softmax"}), "stat")
+
+
+def test_one_compare_walks_the_edges_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The training graph, the isolation cause, the shares and the unused-statistics words all ask
+    whether a difference reaches an output: explain_comparison walks A's edges once for all of them."""
+    chain = {"stat": "origin", "sel": "not_captured", "merge": "within_tolerance", "out": "propagated"}
+    report = {**_report({"out": {"a_tensor": "out:0", "within_tolerance": False}}, chain,
+                        [["stat", "sel"], ["sel", "merge"], ["merge", "out"]], {"merge": "Merge"}),
+              "verdict": "diverged", "sides": {"a": {"batch_size": 1}, "b": {"batch_size": 4}}}
+    first = {"node": "stat", "op": "Identity", "max_abs": 2.4, "isolation": {"verdict": "batch_statistics"}}
+    report["nodes"]["stat"]["isolation"] = first["isolation"]
+    report |= {"origins": [first], "first_divergence": first, "first_divergence_beyond_tolerance": first}
+    walks = []
+    real = training._edges
+    monkeypatch.setattr(training, "_edges", lambda r: walks.append(1) or real(r))
+    answers = explain_comparison(report)
+    assert len(walks) == 1
+    assert "training_graph" not in answers["causes"]  # healed at the Merge: no output's cause
+    assert any("stops at a `tf.cond`" in line for line in answers["why"])

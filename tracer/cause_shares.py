@@ -19,7 +19,7 @@ from typing import Any
 
 from .comparison.statuses import BORN_HERE
 from .diff.kinds import kind_of
-from .training import coupled_in_report, reaches_an_output, unshared_norms
+from .training import Carriers, coupled_in_report, reaches_an_output, unshared_norms
 
 __all__ = ["Share", "shares", "ranked", "share_words", "beyond_noise", "noise_spread", "outputs_noise",
            "rewrite_causes"]
@@ -103,7 +103,8 @@ def _first_divergence(report: dict[str, Any]) -> tuple[dict[str, Any] | None, st
     return None, ""
 
 
-def _first_cause(report: dict[str, Any], found: dict[str, str], first: dict[str, Any] | None) -> str | None:
+def _first_cause(report: dict[str, Any], found: dict[str, str], first: dict[str, Any] | None,
+                 carriers: Carriers | None = None) -> str | None:
     """The cause key of the first divergence (beyond tolerance where one is), among those found."""
     if not first:
         return None
@@ -111,7 +112,7 @@ def _first_cause(report: dict[str, Any], found: dict[str, str], first: dict[str,
     cause = getattr(kind_of(first.get("rewrite")), "cause", None)
     name = str(first.get("node"))
     coupled = any(coupled_in_report(report, name, side) for side in ("a", "b"))
-    if coupled and iso == "batch_statistics" and not reaches_an_output(report, name):
+    if coupled and iso == "batch_statistics" and not reaches_an_output(report, name, carriers):
         return None  # statistics over the batch whose difference reaches no output (training.unused_statistics)
     candidates = ["training_graph"] if coupled else []
     if cause == "weights" or iso == "weights_differ":
@@ -125,8 +126,9 @@ def _first_cause(report: dict[str, Any], found: dict[str, str], first: dict[str,
     return next((c for c in candidates if c in found), None)
 
 
-def shares(report: dict[str, Any], found: dict[str, str]) -> dict[str, Share]:
-    """Each found cause -> what it was measured to account for."""
+def shares(report: dict[str, Any], found: dict[str, str], carriers: Carriers | None = None) -> dict[str, Share]:
+    """Each found cause -> what it was measured to account for. ``carriers``:
+    :func:`tracer.training.output_carriers` of the report, where the caller has it."""
     origins = [o for o in report.get("origins") or [] if isinstance(o, dict)]
     first, first_words = _first_divergence(report)
     out: dict[str, Share] = {}
@@ -160,7 +162,7 @@ def shares(report: dict[str, Any], found: dict[str, str]) -> dict[str, Share]:
             elif key in rewrite_causes(report):  # rewritten, and no origin sits in a rewrite (tracer.causes)
                 size, words = _unlocated_share(report, found, key)
         out[key] = {"cause": key, "max_abs": size, "measured": words}
-    key = _first_cause(report, found, first)
+    key = _first_cause(report, found, first, carriers)
     if key in NOISE_CAUSES and _noise_misses_the_outputs(report):
         key = None  # its size inside the model is no measure of the outputs' difference, which lies beyond it
     if key is not None and first:

@@ -19,13 +19,13 @@ from .diff.kinds import kind_of
 from .optypes import loop_result
 from .text import count, listed
 from .rewrite_evidence import fused_resize, replayed_rewrite, unlocated_rewrites
-from .training import reaches_an_output, training_graph, unused_statistics
+from .training import Carriers, output_carriers, reaches_an_output, training_graph, unused_statistics
 
 __all__ = ["Cause", "CAUSES", "explain_comparison", "first_divergence_sentence", "why_shown"]
 
 
 def _isolation_causes(report: dict[str, Any], first: dict[str, Any] | None,
-                      sides: tuple[dict[str, Any], dict[str, Any]]) -> dict[str, str]:
+                      sides: tuple[dict[str, Any], dict[str, Any]], carriers: Carriers | None) -> dict[str, str]:
     """The cause the first divergence's isolation verdict points at by itself (its record's
     ``cause`` in :data:`tracer.comparison.statuses.ISOLATION`), or that the verdict
     ``within_noise`` (``--repeat``) points at, with the evidence. A weight that differs is said
@@ -33,6 +33,8 @@ def _isolation_causes(report: dict[str, Any], first: dict[str, Any] | None,
 
     On a GPU a difference that changes from run to run is put to per-process cuDNN autotuning and
     atomics, with the knobs that tell them apart; nothing here blames the export or a kernel for it.
+    Batch statistics whose difference reaches no output that differs (``carriers``:
+    :func:`tracer.training.output_carriers`) point at no cause: the path the run took did not use them.
     """
     isolation = (first or {}).get("isolation") or {}
     record = ISOLATION.get(str(isolation.get("verdict")))
@@ -49,6 +51,8 @@ def _isolation_causes(report: dict[str, Any], first: dict[str, Any] | None,
         return _nondeterminism(f"every difference is within what each side differs from itself over {runs} runs in "
                                "fresh processes (run-to-run nondeterminism)", sides)
     if not cause or cause == "weights" or record is None:
+        return {}
+    if cause == "training_graph" and not reaches_an_output(report, str((first or {}).get("node")), carriers):
         return {}
     named = f"`{first['node']}` ({first['op']})"
     if isolation.get("repeated"):  # not run-to-run: the context it runs in
@@ -418,12 +422,11 @@ def explain_comparison(report: dict[str, Any]) -> dict[str, Any]:
                 "prevent": [], "cost": [], "source": "compare", "causes": []}
     own = first and (first.get("isolation") or {}).get("verdict") == "own_error"
     # a batch norm in training mode: its mode, not its kernel or an export's rewrite of it (tracer.training)
-    training, norms = training_graph(report) or ("", set())
+    carriers = output_carriers(report)  # one walk, for every question of reach below
+    training, norms = training_graph(report, carriers) or ("", set())
     if training:
         found["training_graph"] = training
-    for cause, evidence in _isolation_causes(report, first, (a, b)).items():
-        if cause == "training_graph" and not reaches_an_output(report, str((first or {}).get("node"))):
-            continue  # batch statistics taken and not used on the path the run took: no output's cause
+    for cause, evidence in _isolation_causes(report, first, (a, b), carriers).items():
         found.setdefault(cause, evidence)  # the training graph's evidence above says more than its isolation's
     found.update(_weights(report, origins))
     # an origin in a rewrite points at its kind's cause (tracer.diff.kinds); exact kinds at none;
@@ -465,13 +468,13 @@ def explain_comparison(report: dict[str, Any]) -> dict[str, Any]:
                     f"{', '.join(op_types)} ops.{where} Run `tftrace diagnose` to test each factor on its own."],
             "prevent": [], "cost": [], "source": "compare", "causes": [],
         }
-    measured = shares(report, found)  # what each cause accounts for: the causes ranked by it (cause_shares)
+    measured = shares(report, found, carriers)  # what each cause accounts for: the causes ranked by it (cause_shares)
     order = ranked(found, measured)
     why = [f"{CAUSES[k].title[0].upper()}{CAUSES[k].title[1:]} [{share_words(measured[k])}]: {found[k]}"
            for k in order]
     if why and where:
         why.append(where.strip())
-    unused = unused_statistics(report)
+    unused = unused_statistics(report, carriers)
     if unused:
         why.append(unused)
     return {

@@ -38,7 +38,7 @@ from .optypes import PLACEHOLDER_OPS
 from .text import listed
 
 __all__ = ["normalises_by_batch", "batch_coupled", "coupled_in_graph", "coupled_in_report", "output_carriers",
-           "reaches_an_output", "training_batch_norm", "training_graph", "unshared_norms", "unused_statistics"]
+           "Carriers", "reaches_an_output", "training_batch_norm", "training_graph", "unshared_norms", "unused_statistics"]
 
 BATCH_NORM_PREFIX = "FusedBatchNorm"  # FusedBatchNorm, V2, V3: tf.compat.v1.nn.fused_batch_norm, slim, Keras
 # reductions whose second input holds the axes they reduce (tf.nn.moments' Mean, a batch sum, a batch max); the
@@ -290,11 +290,10 @@ def _edges(report: dict[str, Any]) -> tuple[dict[str, list[str]], dict[str, list
     return after, before
 
 
-def _stops(report: dict[str, Any], name: str) -> set[str]:
-    """The ops where a difference born at ``name`` stops: walking down A's data edges through ops
-    beyond tolerance or not compared, the first ones within tolerance or identical."""
+def _stops(report: dict[str, Any], name: str, after: dict[str, list[str]]) -> set[str]:
+    """The ops where a difference born at ``name`` stops: walking down A's data edges (``after``)
+    through ops beyond tolerance or not compared, the first ones within tolerance or identical."""
     nodes = report.get("nodes") or {}
-    after, _ = _edges(report)
     seen, stopped, todo = {name}, set(), [name]
     while todo:
         for below in after.get(todo.pop(), []):
@@ -309,24 +308,28 @@ def _stops(report: dict[str, Any], name: str) -> set[str]:
     return stopped
 
 
-def _heals_in_a_cond(report: dict[str, Any], name: str) -> bool:
+def _heals_in_a_cond(report: dict[str, Any], name: str, after: dict[str, list[str]] | None = None) -> bool:
     """Whether the difference born at ``name`` stops at a cond's ``Merge``: the branch that ran did
-    not use it (the other branch's value passed through)."""
+    not use it (the other branch's value passed through). ``after``: A's data edges down, where the
+    caller has them (:func:`output_carriers`)."""
     nodes = report.get("nodes") or {}
-    return any(isinstance(nodes.get(op), dict) and nodes[op].get("op") == "Merge" for op in _stops(report, name))
+    stops = _stops(report, name, _edges(report)[0] if after is None else after)
+    return any(isinstance(nodes.get(op), dict) and nodes[op].get("op") == "Merge" for op in stops)
 
 
-def training_graph(report: dict[str, Any]) -> tuple[str, set[str]] | None:
+def training_graph(report: dict[str, Any], carriers: Carriers | None = None) -> tuple[str, set[str]] | None:
     """``(evidence, the ops)`` when a side's graph is a training graph and a difference starts at an
-    origin (or an op whose replay showed it born there: :func:`unshared_norms`) that normalises by batch there (:func:`coupled_in_report`: a batch norm in training mode, or
-    computed from a reduction over the batch axis, tf.nn.moments') whose batch the sides do not share:
+    origin (or an op whose replay showed it born there: :func:`unshared_norms`) that normalises by
+    batch there (:func:`coupled_in_report`: a batch norm in training mode, or computed from a
+    reduction over the batch axis, tf.nn.moments') whose batch the sides do not share:
     they run other batch sizes, or the other side takes no batch statistics there (its moving averages).
     Two training graphs over the same batches normalise alike: a difference there is the kernels'
     (oneDNN on one side), as isolation says (``own_error``, not ``batch_statistics``). Nor is one whose
-    difference heals before every output that differs (:func:`reaches_an_output`). None otherwise."""
+    difference heals before every output that differs (:func:`reaches_an_output`). None otherwise.
+    ``carriers``: :func:`output_carriers` of the report, where the caller has it."""
     sides, nodes = report.get("sides") or {}, report.get("nodes") or {}
     origins = [o.get("node") for o in report.get("origins") or [] if isinstance(o, dict)] + unshared_norms(report)
-    carriers = output_carriers(report)
+    carriers = output_carriers(report) if carriers is None else carriers
     for side in ("a", "b"):
         other = "b" if side == "a" else "a"
         batches = [(sides.get(k) or {}).get("batch_size") for k in (side, other)]
@@ -368,20 +371,21 @@ def training_graph(report: dict[str, Any]) -> tuple[str, set[str]] | None:
     return None
 
 
-def unused_statistics(report: dict[str, Any]) -> str | None:
+def unused_statistics(report: dict[str, Any], carriers: Carriers | None = None) -> str | None:
     """The words for origins that differ only because they take statistics over a batch the sides
     do not share, where that difference heals before every output that differs
     (:func:`reaches_an_output`): why they differ, and that they explain no output. None where
-    there are none."""
+    there are none. ``carriers``: :func:`output_carriers` of the report, where the caller has it."""
     sides, nodes = report.get("sides") or {}, report.get("nodes") or {}
     batches = [(sides.get(k) or {}).get("batch_size") for k in ("a", "b")]
     origins = [o.get("node") for o in report.get("origins") or [] if isinstance(o, dict)] + unshared_norms(report)
-    carriers = output_carriers(report)
+    carriers = output_carriers(report) if carriers is None else carriers
     unused = [o for o in dict.fromkeys(origins) if isinstance(o, str) and isinstance(nodes.get(o), dict)
               and (nodes[o].get("isolation") or {}).get("verdict") == "batch_statistics"
               and not reaches_an_output(report, o, carriers)]
-    if not unused:
+    if not unused or carriers is None:  # None: every op reaches an output, so none is unused
         return None
+    after = carriers[1]
     reductions = sorted({op for o in unused for op in coupled_in_report(report, o, "a")},
                         key=lambda n: ((nodes.get(n) or {}).get("topo_index", 0), n))
     taken = f" ({_reduce_words(report, reductions, 'a')})" if reductions else ""
@@ -390,7 +394,7 @@ def unused_statistics(report: dict[str, Any]) -> str | None:
     said = (f"{_named(unused)} {'differs' if len(unused) == 1 else 'differ'} beyond tolerance because "
             f"{'it is' if len(unused) == 1 else 'they are'} computed from statistics over the batch{taken} and {run}; "
             "that difference heals before it reaches an output that differs")
-    if all(_heals_in_a_cond(report, o) for o in unused):
+    if all(_heals_in_a_cond(report, o, after) for o in unused):
         return (f"{said}: it stops at a `tf.cond` whose branch that ran does not use those statistics (as a batch "
                 "norm fed is_training=False takes its moving averages). It is no cause of what the outputs differ "
                 "by, and needs no remedy.")
