@@ -85,8 +85,13 @@ def test_the_folder_of_a_killed_command_is_removed_by_the_next_one(temp: Path) -
         (folder / "lowered.pb").write_bytes(b"graph")
     others = temp / "tftrace-lowered-notes.txt"  # not a folder of this shape: not ours to remove
     others.write_text("kept")
-    with shared_lowering():
+    with shared_lowering():  # a command that lowers nothing does not list the temporary directory
         pass
+    assert sorted(p.name for p in temp.iterdir()) == sorted([abandoned.name, running.name, others.name])
+    with shared_lowering():  # one that lowers a graph makes its folder, and tidies then
+        made = lowered_folder()
+        assert made is not None
+        assert sorted(p.name for p in temp.iterdir()) == sorted([made.name, running.name, others.name])
     assert sorted(p.name for p in temp.iterdir()) == sorted([running.name, others.name])
 
 

@@ -10,7 +10,8 @@ The folder is made only when a graph is lowered, so a command whose graphs need 
 nothing in the temporary directory, even when it is killed. It is made with mode 0700 under a
 name nobody can guess, and used only when it is this user's own real folder. The top process
 removes it when the command ends, whether it succeeded or failed. A SIGKILL gives it no chance to
-do so, and the next command removes a folder whose maker no longer runs.
+do so, and the next command that makes its own folder removes those whose maker no longer runs
+(only then: a command that lowers nothing does not list the temporary directory).
 """
 
 from __future__ import annotations
@@ -44,7 +45,6 @@ def shared_lowering() -> Iterator[None]:
     except OSError:  # no temporary directory at all: each process lowers for itself
         yield
         return
-    _remove_abandoned(Path(temp))
     folder = os.path.join(temp, f"{PREFIX}{os.getpid()}-{secrets.token_hex(8)}")
     os.environ[CACHE_ENV] = folder
     try:
@@ -62,8 +62,12 @@ def lowered_folder() -> Path | None:
     if not named:
         return None
     folder = Path(named)
-    with contextlib.suppress(FileExistsError, OSError):
+    try:
         folder.mkdir(mode=0o700)
+    except OSError:  # made already by another process of the command, or not to be made here
+        pass
+    else:
+        _remove_abandoned(folder.parent)  # this command's first lowered graph: tidy what killed ones left
     return folder if _own_folder(folder) else None
 
 
