@@ -45,7 +45,7 @@ def read_all(path: Path) -> dict[str, dict[str, float]]:
         began, total = time.perf_counter(), 0
         for name in names:
             if way == "zstd":
-                with open(capture._files[name], "rb") as f:  # noqa: SLF001 - the floor reads the files as stored
+                with open(capture.stored_file(name), "rb") as f:  # the floor reads the files as stored
                     for r0, r1, offset, nbytes, _ in tensors[name]["encoding"]["chunks"]:
                         f.seek(offset)
                         raw = zstd.ZstdDecompressor().decompress(f.read(nbytes))

@@ -219,6 +219,12 @@ class Capture:
         self._require(name)
         return self.manifest["tensors"][name]
 
+    def stored_file(self, name: str) -> Path:
+        """The file that holds a captured tensor's values as stored (``.npy``, or packed chunks at
+        the offsets its record's ``encoding`` lists), for a reader of the bytes themselves."""
+        self._require(name)
+        return self._files[name]
+
     def alias_of(self, name: str) -> str | None:
         """The captured tensor whose very bytes this one holds (stored once), or None.
 
