@@ -141,3 +141,30 @@ def test_an_export_with_float16_heads_on_gpu_is_mixed_precision(tmp_path_factory
         assert code == 0
         return  # the float16 heads changed nothing beyond the noise this time: nothing to attribute
     assert report["answers"]["causes"][0] == "mixed_precision", report["answers"]["causes"]
+
+
+@pytest.fixture(scope="module")
+def layers_bn(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_fixture("tf1_layers_bn.py", tmp_path_factory.mktemp("layers_bn"))
+
+
+@pytest.mark.parametrize("which", ["ckpt_infer", "ckpt_train"])
+def test_layers_batch_norm_fed_is_training_false_on_gpu_is_no_training_graph(
+        layers_bn: Path, tmp_path: Path, which: str) -> None:
+    """``layers.batch_normalization`` takes the batch's moments on every run and a ``tf.cond`` picks
+    the moving averages when fed False (tests/test_unused_batch_statistics.py, on the CPU). On the
+    GPU the while loop's GEMMs may also move the outputs between batch 1 and 4; the statistics,
+    which differ by far more, still heal at the cond and are named as no cause. Fed True, the same
+    graph is the training graph's case."""
+    ckpt = str(layers_bn / which)
+    code, report, _ = _compare(tmp_path / "r", ckpt, ckpt, "--outputs", "probs", "--input-names", "seq",
+                               "--inputs", str(layers_bn / "seq_b4.npz"), "--a-batch-size", "1", "--b-batch-size", "4")
+    _record(f"gpu_users_layers_bn_{which}_batch_1_vs_4", **_summary(report), shares=report["answers"].get("shares"))
+    causes, why = report["answers"].get("causes") or [], " ".join(report["answers"].get("why") or [])
+    if which == "ckpt_train":
+        assert code == 1 and causes[0] == "training_graph"
+        return
+    assert "training_graph" not in causes
+    assert "`bn/moments/SquaredDifference` differs beyond tolerance because it is computed from statistics over " \
+           "the batch" in why
+    assert "stops at a `tf.cond` whose branch that ran does not use those statistics" in why
