@@ -53,11 +53,8 @@ def measure_costs(jobs: list[Job], workdir: Path, runs: int, *, pairs: int = PAI
     job is (A, B, per_row: whether the ratio is per example). Each pass over the jobs has a pool
     of children of its own, closed before the next pass starts, so the second pair of every job
     runs in processes the first pair never used, while within a pass the base side's child
-    serves every job it is in. Every second pass starts B's child first, and A's after it
-    (:meth:`Timer.time_pair`'s ``b_first``): which process is the younger is turned round between
-    a job's pairs, so an effect of the order cannot read as a cost. A job whose first pair shows
-    no cost is not timed again: the span of the intervals holds the first one, so no further pair
-    could make it a cost
+    serves every job it is in. A job whose first pair shows no cost is not timed again: the span
+    of the intervals holds the first one, so no further pair could make it a cost
     (``every_pair`` times it anyway: ``bench.timing_noise`` wants every pair to count how often
     one alone would have claimed a cost). Returns, per job, the judgement's JSON with the
     TensorFlow release each side's child ran (``tensorflow``: ``{a, b}``), or ``{error}``."""
@@ -73,8 +70,7 @@ def measure_costs(jobs: list[Job], workdir: Path, runs: int, *, pairs: int = PAI
                     continue  # a pair that shows no cost leaves none to confirm: more pairs cannot claim one
                 try:
                     times_a, times_b, releases[i] = timer.time_pair((run_a.key(), run_a.side, cap_a),
-                                                                    (run_b.key(), run_b.side, cap_b), runs,
-                                                                    b_first=attempt % 2 == 1)
+                                                                    (run_b.key(), run_b.side, cap_b), runs)
                 except TimingFailed as exc:
                     again = " in a further pair of processes" if attempt else ""
                     errors[i] = f"could not be timed{again}: {exc}"

@@ -183,28 +183,15 @@ class Timer:
         return child
 
     def time_pair(self, a: tuple[str, Side, Capture], b: tuple[str, Side, Capture],
-                  runs: int, b_first: bool = False) -> tuple[list[float], list[float], dict[str, str | None]]:
+                  runs: int) -> tuple[list[float], list[float], dict[str, str | None]]:
         """``runs`` timings of each side, interleaved A B, B A, …, and the TensorFlow release each
         side's child ran (``{"a", "b"}``, as the children said); each element of ``a``/``b`` is
-        (run key, side, its capture).
-
-        A's child is started first, or is the pool's elder (the base side's serves every pair it
-        is in), so B's is the younger process. ``b_first`` turns that round: B's child is started
-        and ready before a child of A's own for this pair starts. On a GPU the younger process
-        timed slower more often than not (30 of 41 pairs of one side against itself, GPU_RESULTS.md
-        run ab), so :func:`tracer.diagnosis.costs.measure_costs` times a second pair this way, and
-        a bias of the process order shows in the two pairs with opposite signs, not as a cost."""
+        (run key, side, its capture)."""
         self.workdir.mkdir(parents=True, exist_ok=True)
-        key_a = f"{a[0]} (after {b[0]})" if b_first else a[0]  # A's own, not the pool's elder
-        keep = {key_a, b[0]}
+        keep = {a[0], b[0]}
         try:
-            if b_first:
-                child_b = self._child(b[0], b[1], b[2], keep)
-                child_b.wait_ready()
-                child_a = self._child(key_a, a[1], a[2], keep)
-            else:
-                child_a = self._child(key_a, a[1], a[2], keep)
-                child_b = self._child(b[0], b[1], b[2], keep)
+            child_a = self._child(a[0], a[1], a[2], keep)
+            child_b = self._child(b[0], b[1], b[2], keep)
             child_a.wait_ready()
             child_b.wait_ready()
             started = time.perf_counter()
