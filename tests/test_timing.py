@@ -143,6 +143,7 @@ def test_a_cost_is_timed_in_a_second_pair_of_processes_only_where_the_first_show
     from tracer.diagnosis import costs  # noqa: PLC0415
 
     pools: list[list[str]] = []
+    places: set[tuple[int, bool]] = set()  # (pass, the roles turned round)
     timings = {"same": [(2.0, 2.0), (2.0, 2.0)], "slower": [(2.0, 2.6), (2.1, 2.1)], "cost": [(2.0, 2.6), (2.0, 2.7)]}
 
     class Pool:  # stands for interleave.Timer: a pool of fresh children per pass
@@ -156,10 +157,14 @@ def test_a_cost_is_timed_in_a_second_pair_of_processes_only_where_the_first_show
             return None
 
         def time_pair(self, a, b, runs):
-            name = b[1]
+            turned = a[1] != "base"  # the second pass times B's side in A's place
+            name = a[1] if turned else b[1]
             pools[-1].append(name)
+            places.add((len(pools), turned))
             a_ms, b_ms = timings[name][len(pools) - 1]
-            return _steady(a_ms, seed=len(pools)), _steady(b_ms, seed=10 + len(pools)), {"a": "x", "b": "x"}
+            a_ms, b_ms = (b_ms, a_ms) if turned else (a_ms, b_ms)
+            return (_steady(a_ms, seed=len(pools)), _steady(b_ms, seed=10 + len(pools)),
+                    {"a": "y" if turned else "x", "b": "x" if turned else "y"})
 
     judgements: list[int] = []
     judge = costs.compare_pairs
@@ -175,11 +180,12 @@ def test_a_cost_is_timed_in_a_second_pair_of_processes_only_where_the_first_show
     jobs = [((run, cap), (SimpleNamespace(key=lambda n=n: n, side=n), cap), False) for n in timings]
     same, slower, cost = costs.measure_costs(jobs, tmp_path, 30)
     assert pools == [["same", "slower", "cost"], ["slower", "cost"]]
+    assert places == {(1, False), (2, True)}  # the second pair with B's side in A's place, put back after
     assert judgements == [1, 1, 1, 2, 2]  # each pair judged once, as it comes: none judged again at the end
     assert same["pair_count"] == len(same["pairs"]) == 1 and not same["significant"]
     assert slower["pair_count"] == 2 and not slower["significant"]  # one process 30% apart, not repeated
     assert cost["pair_count"] == 2 and cost["significant"] and cost["words"].startswith("costs +")
-    assert cost["tensorflow"] == {"a": "x", "b": "x"}
+    assert cost["tensorflow"] == {"a": "x", "b": "y"}  # each side's release, whichever place it was timed in
 
     pools.clear()  # bench.timing_noise: every pair timed, a first pair within noise included
     every = costs.measure_costs(jobs, tmp_path, 30, every_pair=True)

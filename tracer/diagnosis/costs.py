@@ -53,8 +53,13 @@ def measure_costs(jobs: list[Job], workdir: Path, runs: int, *, pairs: int = PAI
     job is (A, B, per_row: whether the ratio is per example). Each pass over the jobs has a pool
     of children of its own, closed before the next pass starts, so the second pair of every job
     runs in processes the first pair never used, while within a pass the base side's child
-    serves every job it is in. A job whose first pair shows no cost is not timed again: the span
-    of the intervals holds the first one, so no further pair could make it a cost
+    serves every job it is in. Every second pass times each job with the places turned round (B's
+    side in A's place: started first, timed first in the first interleaved run), and puts its
+    samples back the right way: one side against itself on a GPU timed slower in B's place in 40
+    of 54 pairs (GPU_RESULTS.md, run ab), whichever process started first, so a bias of the place
+    falls on a cost's two pairs with opposite signs and cannot read as a cost. A job whose first
+    pair shows no cost is not timed again: the span of the intervals holds the first one, so no
+    further pair could make it a cost
     (``every_pair`` times it anyway: ``bench.timing_noise`` wants every pair to count how often
     one alone would have claimed a cost). Returns, per job, the judgement's JSON with the
     TensorFlow release each side's child ran (``tensorflow``: ``{a, b}``), or ``{error}``."""
@@ -68,9 +73,13 @@ def measure_costs(jobs: list[Job], workdir: Path, runs: int, *, pairs: int = PAI
                 settled = judged[i] is not None and not judged[i].significant and not every_pair
                 if errors[i] is not None or settled:
                     continue  # a pair that shows no cost leaves none to confirm: more pairs cannot claim one
+                a, b = (run_a.key(), run_a.side, cap_a), (run_b.key(), run_b.side, cap_b)
                 try:
-                    times_a, times_b, releases[i] = timer.time_pair((run_a.key(), run_a.side, cap_a),
-                                                                    (run_b.key(), run_b.side, cap_b), runs)
+                    if attempt % 2:  # the roles turned round: B's side timed in A's place, and A's in B's
+                        times_b, times_a, turned = timer.time_pair(b, a, runs)
+                        releases[i] = {"a": turned["b"], "b": turned["a"]}
+                    else:
+                        times_a, times_b, releases[i] = timer.time_pair(a, b, runs)
                 except TimingFailed as exc:
                     again = " in a further pair of processes" if attempt else ""
                     errors[i] = f"could not be timed{again}: {exc}"

@@ -27,7 +27,10 @@ measured and judged the same way:
   in run z a first pair called one side 12.3% faster than itself, and its second pair did not).
   So a cost is timed again in a new pair of processes (:data:`PAIRS` pairs in all; the second
   only where the first shows a cost, since only then could it change the answer), and the
-  interval stated is the span of the pairs' intervals.
+  interval stated is the span of the pairs' intervals. The second pair turns the places round
+  (B's side timed as A, A's as B; :func:`tracer.diagnosis.costs.measure_costs`): on a GPU the
+  process in B's place timed slower in 40 of 54 pairs of one side against itself, and once in
+  both pairs of a judgement, which then claimed a cost of +7% where there was none (run ab).
 * **A cost is claimed only when it is significant**: when that span lies beyond ``MARGIN`` (2%)
   on one side of no change, that is, when each pair of processes alone shows it, in the same
   direction. Otherwise the comparison is *within timing noise*, and says so with its span
@@ -54,7 +57,8 @@ RESAMPLES = 2000
 MIN_RUNS = 5  # fewer timings than this per side give no interval worth stating
 SEED = 20231  # the bootstrap's own seed: the interval depends on the timings only
 PAIRS = 2  # pairs of fresh processes a cost must show itself in
-METHOD = (f"up to {PAIRS} pairs of fresh processes (another where the first shows a cost), each timed in interleaved "
+METHOD = (f"up to {PAIRS} pairs of fresh processes (another where the first shows a cost, with the sides' places "
+          "turned round), each timed in interleaved "
           "runs (A B B A ...); per pair the ratio of "
           f"medians B/A and its 95% moving-block bootstrap interval ({RESAMPLES} resamples); significant when the "
           f"span of the pairs' intervals lies beyond ±{MARGIN:.0%}")
