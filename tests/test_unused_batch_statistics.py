@@ -15,11 +15,14 @@ differ and that it needs no remedy. Fed True, the same graph is still the traini
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from conftest import build_fixture, run_cli
+from conftest import REPO, build_fixture, run_cli
+from test_other_tf import OTHER, needs_other
 from tracer import training
 from tracer.causes import explain_comparison
 from tracer.training import _heals_in_a_cond, reaches_an_output
@@ -68,6 +71,35 @@ def test_the_same_graph_fed_is_training_true_is_the_training_graph(built: Path, 
     assert ("their `bn/moments/mean` (Mean) reduces over the batch axis (axis 0), so each example's output depends on "
             "which examples share its run; the sides run different batch sizes, so the outputs differ") in answers["why"][0]
     assert UNUSED not in " ".join(answers["why"])
+
+
+@pytest.mark.slow
+@needs_other
+@pytest.mark.parametrize("which", ["ckpt_infer", "ckpt_train"])
+def test_the_era_s_own_layers_and_dynamic_rnn_saved_by_tensorflow_2_12(tmp_path: Path, which: str) -> None:
+    """The same net built by an older TensorFlow with the calls of the era itself
+    (``tf.compat.v1.layers.batch_normalization``, ``dynamic_rnn`` over a ``GRUCell``: Keras 2, gone
+    from 2.21), saved by ``Saver``, compared by this TensorFlow: the answers are the same."""
+    built = tmp_path / "made"
+    subprocess.run([str(OTHER), str(REPO / "tests" / "fixtures" / "tf1_layers_bn.py"), str(built), "--layers"],
+                   cwd=REPO, check=True, capture_output=True, timeout=300,
+                   env={**os.environ, "CUDA_VISIBLE_DEVICES": "-1", "TF_ENABLE_ONEDNN_OPTS": "0"})
+    report = _compare(built, which, tmp_path / "r")
+    answers = report["answers"]
+    why = " ".join(answers["why"])
+    beyond = report["first_divergence_beyond_tolerance"]
+    assert beyond["node"] == "batch_normalization/moments/SquaredDifference"
+    assert beyond["isolation"]["verdict"] == "batch_statistics"
+    if which == "ckpt_train":
+        assert report["verdict"] == "diverged" and answers["causes"][0] == "training_graph"
+        return
+    assert report["verdict"] == "within_tolerance" and answers["causes"] == ["batch"]
+    assert report["intermediates"]["heals_at_op"] == "Merge"
+    assert ("`batch_normalization/moments/SquaredDifference` differs beyond tolerance because it is computed from "
+            "statistics over the batch (`batch_normalization/moments/mean` (Mean) reduces over the batch axis "
+            "(axis 0)) and the sides run batch 1 vs 4") in why
+    assert "It is no cause of what the outputs differ by, and needs no remedy." in why
+    assert "so the outputs differ" not in why
 
 
 def _report(outputs: dict, statuses: dict[str, str], edges: list[list[str]], ops: dict[str, str] | None = None) -> dict:
