@@ -362,6 +362,37 @@ def test_the_compiled_unshuffle_gives_numpys_words() -> None:
     assert compiled[0] == int(planes[0, 0]) | int(planes[1, 0]) << 8 | int(planes[2, 0]) << 16 | int(planes[3, 0]) << 24
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float16", "float64", "int32"])
+@pytest.mark.parametrize("compiled", [True, False])
+def test_a_predicted_chunk_decodes_with_its_prediction_xored_in_the_unshuffle(
+        dtype: str, compiled: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A predicted chunk stores its values XOR its prediction; decompress XORs the prediction back
+    as it unshuffles (4-byte elements, compiled or in numpy where numba is missing) or after (other
+    widths): every value comes back bit for bit, and a prediction of another shape is refused."""
+    import builtins  # noqa: PLC0415
+    from tracer.captures._packed import compress, decompress, xor  # noqa: PLC0415
+
+    if not compiled:  # another TensorFlow's environment: no numba
+        real_import = builtins.__import__
+
+        def no_numba(name, *args, **kwargs):  # noqa: ANN001, ANN202
+            if name.endswith("_unshuffle") or (args and args[2] and "_unshuffle" in args[2]):
+                raise ImportError("numba is not installed here")
+            return real_import(name, *args, **kwargs)
+        monkeypatch.setattr(builtins, "__import__", no_numba)
+    rng = np.random.default_rng(5)
+    values = rng.standard_normal((37, 29)).astype(dtype) if dtype != "int32" else \
+        rng.integers(-2**31, 2**31 - 1, (37, 29), dtype=np.int32)
+    guess = (values * 1.0001).astype(dtype) if dtype != "int32" else values ^ np.int32(5)
+    stored = compress(xor(values, guess))
+    out = np.empty_like(values)
+    back = decompress(stored, values.dtype, values.shape, out=out, guess=guess)
+    assert back is out and back.view(f"u{values.dtype.itemsize}").tolist() == \
+        values.view(f"u{values.dtype.itemsize}").tolist()
+    with pytest.raises(ValueError, match="a prediction of"):
+        decompress(stored, values.dtype, values.shape, guess=guess[:3])
+
+
 def _checkpoint_holding(directory: Path, kernel: np.ndarray) -> Path:
     """A TF1 Saver checkpoint directory whose variable ``w`` holds ``kernel`` (what a capture's
     digest-kept weights are read back from)."""

@@ -76,10 +76,13 @@ def _zero_frame(nbytes: int) -> bytes:
     return _compressor().compress(bytes(nbytes))
 
 
-def decompress(blob: bytes, dtype: np.dtype, shape: tuple[int, ...], out: np.ndarray | None = None) -> np.ndarray:
+def decompress(blob: bytes, dtype: np.dtype, shape: tuple[int, ...], out: np.ndarray | None = None,
+               guess: np.ndarray | None = None) -> np.ndarray:
     """A chunk back as an array of ``dtype``/``shape`` (written into ``out`` when given: C-contiguous,
     that shape and dtype); ValueError when its bytes do not decode to exactly that many (a damaged or
-    hostile file never allocates more than the declared size; the frame's checksum is verified)."""
+    hostile file never allocates more than the declared size; the frame's checksum is verified).
+    ``guess``: a predicted chunk's prediction (that dtype and shape), XORed into the residuals it
+    stores; for 4-byte elements in the unshuffle's own pass, which saves a pass over the chunk."""
     n = int(np.prod(shape, dtype=object))
     size = n * dtype.itemsize
     zstd = _zstd()
@@ -95,24 +98,32 @@ def decompress(blob: bytes, dtype: np.dtype, shape: tuple[int, ...], out: np.nda
     result = np.empty(shape, dtype) if out is None else out
     width = dtype.itemsize
     planes = np.frombuffer(raw, np.uint8).reshape(width, n)
+    if guess is not None and (guess.dtype != dtype or guess.shape != tuple(shape)):
+        raise ValueError(f"a prediction of {guess.dtype} {guess.shape} for a chunk of {dtype} {tuple(shape)}")
     if width == 4 and sys.byteorder == "little":
-        _unshuffle(planes, result.reshape(-1).view(np.uint32))
+        words = result.reshape(-1).view(np.uint32)
+        _unshuffle(planes, words, None if guess is None else np.ascontiguousarray(guess).reshape(-1).view(np.uint32))
         return result
     target = result.reshape(-1).view(np.uint8).reshape(n, width)
     for k in range(width):  # one byte plane at a time: ~3x faster than a transposed copy
         target[:, k] = planes[k]
+    if guess is not None:
+        xor(result, guess, out=result)
     return result
 
 
-def _unshuffle(planes: np.ndarray, words: np.ndarray) -> None:
-    """4-byte elements back from their byte planes: compiled where numba imports (about 10x
-    faster, :mod:`tracer.captures._unshuffle`), else in numpy (another TensorFlow's environment)."""
+def _unshuffle(planes: np.ndarray, words: np.ndarray, guess: np.ndarray | None) -> None:
+    """4-byte elements back from their byte planes, XORed with ``guess``'s words where given:
+    compiled where numba imports (about 10x faster, :mod:`tracer.captures._unshuffle`), else in
+    numpy (another TensorFlow's environment)."""
     try:
         from ._unshuffle import unshuffle4  # noqa: PLC0415 - numba, imported by readers only
     except ImportError:
         _unshuffle4(planes, words)
+        if guess is not None:
+            np.bitwise_xor(words, guess, out=words)
     else:
-        unshuffle4(planes, words)
+        unshuffle4(planes, words, guess)
 
 
 def _unshuffle4(planes: np.ndarray, words: np.ndarray, step: int = 1 << 16) -> None:

@@ -17,7 +17,7 @@ import numpy as np
 
 from ._format import damaged
 from ..text import count
-from ._packed import CHUNK_BYTES, CODEC, MAX_LEVEL, PREDICTORS, decompress, forms, predict, xor
+from ._packed import CHUNK_BYTES, CODEC, MAX_LEVEL, PREDICTORS, decompress, forms, predict
 
 __all__ = ["read_packed", "iter_packed", "decode_chunk", "chunk_rows", "validate_chunks", "validate_prediction"]
 
@@ -54,11 +54,8 @@ def read_packed(path: Path, record: dict[str, Any], encoding: dict[str, Any], st
                 out = np.empty((end - first, *shape[1:]) if batch_major else shape, stored)
             whole_chunk = not batch_major or (lo, hi) == (r0, r1)
             target = (out[r0 - first : r1 - first] if batch_major else out) if whole_chunk else None
-            values = decompress(blob, stored, rows_shape, out=target)
-            del blob
-            if guess is not None:
-                xor(values, guess, out=values)
-                del guess
+            values = decompress(blob, stored, rows_shape, out=target, guess=guess)
+            del blob, guess
             if target is None:
                 out[lo - first : hi - first] = values[lo - r0 : hi - r0]
     if out is None:  # no chunk holds a row asked for (an empty tensor)
@@ -90,11 +87,8 @@ def decode_chunk(f: Any, shape: tuple[int, ...], batch_major: bool, chunk: list[
     rows = chunk_rows(shape, batch_major, r0, r1)
     guess = _prediction(spec, predicted, get_input, stored, rows, (r0, r1) if batch_major else None)
     blob = _chunk_bytes(f, offset, nbytes)
-    values = decompress(blob, stored, rows)
-    del blob
-    if guess is not None:
-        xor(values, guess, out=values)
-        del guess
+    values = decompress(blob, stored, rows, guess=guess)
+    del blob, guess
     values.flags.writeable = False
     return values
 
