@@ -334,6 +334,12 @@ def test_a_selection_only_the_base_capture_can_rule_out_is_not_refused_from_the_
                               batch_sizes=(1, 4))
     kinds = {p.name: p.kind for p in plan_experiments(_context_from_options(options, None))}
     assert kinds == {"batch_1_vs_4": "compare", "autotune": "compare"}
+    # a batching file given: its padded sizes may run (the padded inputs come after the base capture)
+    served = DiagnoseOptions(model=ArtifactRef("saved"), out_dir=Path("d"), only=("serving_batching",),
+                             batch_sizes=(1,), serving_batching="batching.txt")
+    batching = parse_batching_parameters(REPEATED_STYLE, "batching.txt")
+    kinds = {p.name: p.kind for p in plan_experiments(_context_from_options(served, batching))}
+    assert kinds == {"serving_batching_2": "compare", "serving_batching_8": "compare"}
 
 
 @pytest.mark.slow

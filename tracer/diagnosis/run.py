@@ -231,7 +231,9 @@ def _context_from_options(options: DiagnoseOptions, batching: BatchingParameters
         base=_base_side(options), model_kind=kind, savedmodel=options.savedmodel,
         batch_sizes=tuple(sorted(set(options.batch_sizes))), factors=_selected_factors(options), quick=options.quick,
         batch_major=True, onednn_on=None, xla_on=False, gpu=None,
-        serving_inputs={n: ("", 0) for n in batching.emulated_sizes()} if batching else {},
+        # the padded inputs are written after the base capture; these stand for them, and are never read
+        serving_inputs={n: (f"serving_inputs_x{n}.npz", SERVING_REQUESTS * n) for n in batching.emulated_sizes()}
+        if batching else {},
         serving_batching=options.serving_batching, session_config=(config, "") if config else None,
         other_python=options.other_python,
     )
