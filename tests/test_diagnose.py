@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -340,6 +341,17 @@ def test_a_selection_only_the_base_capture_can_rule_out_is_not_refused_from_the_
     batching = parse_batching_parameters(REPEATED_STYLE, "batching.txt")
     kinds = {p.name: p.kind for p in plan_experiments(_context_from_options(served, batching))}
     assert kinds == {"serving_batching_2": "compare", "serving_batching_8": "compare"}
+
+
+@pytest.mark.parametrize("device", ["cpu", "gpu"])
+def test_every_factor_plans_from_the_options_alone(device):
+    """The early refusal plans the whole matrix before any capture: no factor's plan may need what
+    only the base capture gives (the padded inputs of TF Serving's batching were one)."""
+    everything = DiagnoseOptions(model=ArtifactRef("m"), out_dir=Path("d"), savedmodel=ArtifactRef("sm"),
+                                 only=tuple(FACTORS), batch_sizes=(1, 4, 8), serving_batching="batching.txt",
+                                 serving_session_config="config.txt", other_python=sys.executable, device=device)
+    planned = plan_experiments(_context_from_options(everything, parse_batching_parameters(REPEATED_STYLE, "b")))
+    assert {p.factor for p in planned} == set(FACTORS) and not [p for p in planned if p.kind == "skipped"]
 
 
 @pytest.mark.slow
