@@ -134,7 +134,7 @@ def _diagnose(captures: Captures, base_side: Side, options: DiagnoseOptions, out
         base = captures.get(at_batch(base_side))
     captures.load_ahead(captures_ahead(base_side, per_child=PREPARE_HEADROOM + held_whole(base)))
     _check_example_count(base, options)
-    ctx = _plan_context(options, base, base_side, factors, batching, session_config, out)
+    ctx = _plan_context(options, base, batching, session_config, out)
     planned = plan_experiments(ctx)
     _refuse_nothing_to_run(planned)
     planned += _not_selected(factors, ctx.gpu, "not selected by --only" if options.only else "not part of --quick")
@@ -270,21 +270,21 @@ def _check_example_count(base: Capture, options: DiagnoseOptions) -> None:
                            f"{max(options.batch_sizes)}", "give more examples, or smaller --batch-sizes")
 
 
-def _plan_context(options: DiagnoseOptions, base: Capture, base_side: Side, factors: tuple[str, ...],
-                  batching: BatchingParameters | None, session_config: tuple[str, str] | None,
-                  out: Path) -> PlanContext:
+def _plan_context(options: DiagnoseOptions, base: Capture, batching: BatchingParameters | None,
+                  session_config: tuple[str, str] | None, out: Path) -> PlanContext:
+    """The options' context with what the base capture tells put in place of the permissive
+    guesses, so the early refusal and the real plan are built from one set of option fields."""
     env = base.environment
-    gpu_needed = any(FACTORS[f].gpu for f in factors)
-    ctx = PlanContext(
-        base=base_side, model_kind=base.artifact["kind"], savedmodel=options.savedmodel,
-        batch_sizes=tuple(sorted(set(options.batch_sizes))), factors=factors, quick=options.quick,
-        batch_major=base.examples.batch_major, onednn_on=env["onednn"].get("enabled"),
+    ctx = replace(
+        _context_from_options(options, batching),
+        model_kind=base.artifact["kind"], batch_major=base.examples.batch_major,
+        onednn_on=env["onednn"].get("enabled"),
         xla_on="--tf_xla_auto_jit" in env.get("tf_env", {}).get("TF_XLA_FLAGS", ""),
         autotune_on=env_autotune_on(env.get("tf_env") or {}), tf32_on=env.get("tf32_enabled"),
-        gpu=gpu_unavailable_reason(env, ask_tensorflow=gpu_needed),
-        serving_batching=options.serving_batching, session_config=session_config, other_python=options.other_python,
+        gpu=gpu_unavailable_reason(env, ask_tensorflow=any(FACTORS[f].gpu for f in _selected_factors(options))),
+        session_config=session_config, serving_inputs={},
     )
-    if batching is not None and ctx.batch_major and "serving_batching" in factors:
+    if batching is not None and ctx.batch_major and "serving_batching" in ctx.factors:
         ctx.serving_inputs = _serving_inputs(base, batching, out)
     return ctx
 
