@@ -146,30 +146,3 @@ def test_one_compare_walks_the_edges_once(monkeypatch: pytest.MonkeyPatch) -> No
     assert len(walks) == 1
     assert "training_graph" not in answers["causes"]  # healed at the Merge: no output's cause
     assert any("stops at a `tf.cond`" in line for line in answers["why"])
-
-
-def test_sides_that_differ_only_within_their_own_noise_name_no_batch_cause() -> None:
-    """TF Serving's half_plus_two_mkl sets a conv kernel afresh at each load (its output is then
-    multiplied away): batch 1 against 4, that weight moves between every two processes, within each
-    side's own noise, and the outputs agree bit for bit. The batch sizes were named as the cause."""
-    report = {"verdict": "within_tolerance", "verdict_ops": "within_noise", "verdict_outputs": "identical",
-              "sides": {"a": {"batch_size": 1}, "b": {"batch_size": 4}}, "origins": [], "nodes": {},
-              "outputs": {"y": {"a_tensor": "y:0", "within_tolerance": True}}}
-    answers = explain_comparison(report)
-    assert answers["causes"] == []
-    assert answers["why"] == ["Every op that differs between the sides differs by no more than each side differs "
-                              "from itself between fresh processes, and the outputs are bit-identical: nothing "
-                              "measured here is caused by what sets the sides apart."]
-    beyond_noise = explain_comparison({**report, "verdict_ops": "within_tolerance"})
-    assert beyond_noise["causes"] == ["batch"]
-
-
-@pytest.mark.slow
-def test_half_plus_two_mkl_at_batch_1_vs_4_names_no_cause(real_models: dict[str, Path], tmp_path: Path) -> None:
-    model = str(real_models["half_plus_two"])
-    proc = run_cli("compare", model, model, "--a-batch-size", "1", "--b-batch-size", "4", "--out", str(tmp_path / "r"))
-    assert proc.returncode == 0, proc.stderr
-    report = json.loads((tmp_path / "r" / "report.json").read_text())
-    assert report["verdict_outputs"] == "identical" and report["verdict_ops"] == "within_noise"
-    assert report["nodes"]["conv2d/Conv2D/ReadVariableOp"]["status"] == "within_tolerance"  # set at each load
-    assert report["answers"]["causes"] == [] and "Shape-dependent" not in " ".join(report["answers"]["why"])

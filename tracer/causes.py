@@ -374,14 +374,35 @@ def _cost_line(cause: Cause) -> str:
     return f"{cause.title.split(' (')[0]}: {cause.cost}{measured}."
 
 
-def _setting_causes(report: dict[str, Any], first: dict[str, Any] | None,
-                    rewritten: list[dict[str, Any]]) -> dict[str, str]:
-    """The causes the sides' settings point at, each with its evidence: a knob set differently,
-    another device, another TensorFlow build or CPU, and a side whose outputs fetching moved
-    (the observer effect) or whose model changes its own state on every run."""
+def _nothing_measured_apart(report: dict[str, Any]) -> bool:
+    """Whether every op that differs between the sides differs by no more than each side differs
+    from itself between fresh processes, with the outputs bit-identical: then what sets the sides
+    apart (batch size, a knob, device, build, CPU) changed nothing measured, and naming it a cause
+    would be a guess (a weight set afresh at each load moves alone: TF Serving's half_plus_two_mkl,
+    at batch 1 vs 4 and with oneDNN off vs on, once blamed the batch and then oneDNN for it)."""
+    return report.get("verdict_ops") == "within_noise" and report.get("verdict_outputs") == "identical"
+
+
+def _apart_causes(report: dict[str, Any], first: dict[str, Any] | None, rewritten: list[dict[str, Any]],
+                  state: bool) -> dict[str, str]:
+    """The causes in what sets the sides apart, each with its evidence: another batch size (unless
+    the origin reads the model's state or normalises by its batch: then the runs made or the examples
+    that share one matter, not the kernels), a knob set differently, another device, another
+    TensorFlow build or CPU. None where nothing measured differs beyond the sides' own noise."""
+    if _nothing_measured_apart(report):
+        return {}
     sides = report.get("sides", {})
     a, b = sides.get("a", {}), sides.get("b", {})
     found: dict[str, str] = {}
+    if a.get("batch_size") != b.get("batch_size") and not state:
+        own = first and (first.get("isolation") or {}).get("verdict") == "own_error"
+        deterministic = all((side.get("knobs") or {}).get("determinism") for side in (a, b))
+        found["batch"] = (
+            f"the sides run batch {a.get('batch_size')} vs {b.get('batch_size')}"
+            + (f"; {_own_error_words(report, first)}." if own else ".")
+            + (" Both sides ran with op determinism on: determinism makes a run repeatable, not batch-size "
+               "invariant." if deterministic else "")
+        )
     knobs_a, knobs_b = a.get("knobs", {}), b.get("knobs", {})
     for knob in sorted(set(knobs_a) | set(knobs_b)):
         if knobs_a.get(knob) != knobs_b.get(knob) and knob in KNOB_CAUSES:
@@ -397,6 +418,13 @@ def _setting_causes(report: dict[str, Any], first: dict[str, Any] | None,
         found["build"] = _builds(env_a, env_b, first, rewritten, report.get("rewrites") or [])
     elif (env_a.get("cpu") or {}).get("model") != (env_b.get("cpu") or {}).get("model"):
         found.setdefault("onednn", "the sides ran on different CPUs, where oneDNN and kernel choices differ.")
+    return found
+
+
+def _side_causes(report: dict[str, Any]) -> dict[str, str]:
+    """The causes in one side's own behaviour, each with its evidence: a side whose outputs
+    fetching moved (the observer effect), or whose model changes its own state on every run."""
+    found: dict[str, str] = {}
     for side_key, side in (("a", report.get("observer_effect", {}).get("a")), ("b", report.get("observer_effect", {}).get("b"))):
         if side and side.get("explained_by_state"):
             found.setdefault("state", f"on side {side_key.upper()}, the model changes its own variables on every run "
@@ -420,7 +448,6 @@ def explain_comparison(report: dict[str, Any]) -> dict[str, Any]:
         # Nothing diverged: a difference between the sides (batch size, a knob) is no cause of anything.
         return {"why": ["The two sides compute bit-identical results for these examples.", *_state_caveat(report)],
                 "prevent": [], "cost": [], "source": "compare", "causes": []}
-    own = first and (first.get("isolation") or {}).get("verdict") == "own_error"
     # a batch norm in training mode: its mode, not its kernel or an export's rewrite of it (tracer.training)
     carriers = output_carriers(report)  # one walk, for every question of reach below
     training, norms = training_graph(report, carriers) or ("", set())
@@ -448,22 +475,13 @@ def explain_comparison(report: dict[str, Any]) -> dict[str, Any]:
     # an origin that reads the model's state, or normalises by its batch: the batch sizes matter through the
     # runs made or the examples that share one, not the kernels
     state = bool(first) and (_points_at(first, "state") or first.get("node") in norms)
-    # every op differs by no more than each side differs from itself, and the outputs agree bit for bit:
-    # what sets the sides apart changed nothing measured (a weight set afresh at each load moves alone)
-    noise_only = report.get("verdict_ops") == "within_noise" and report.get("verdict_outputs") == "identical"
-    if a.get("batch_size") != b.get("batch_size") and not state and not noise_only:
-        deterministic = all((side.get("knobs") or {}).get("determinism") for side in (a, b))
-        found["batch"] = (
-            f"the sides run batch {a.get('batch_size')} vs {b.get('batch_size')}"
-            + (f"; {_own_error_words(report, first)}." if own else ".")
-            + (" Both sides ran with op determinism on: determinism makes a run repeatable, not batch-size "
-               "invariant." if deterministic else "")
-        )
-    for cause, evidence in _setting_causes(report, first, rewritten).items():
-        if cause == "build":  # the builds' evidence says more than any other finding's words for it
+    for cause, evidence in _apart_causes(report, first, rewritten, state).items():
+        if cause in ("batch", "build"):  # their evidence says more than any other finding's words for them
             found[cause] = evidence
         else:
             found.setdefault(cause, evidence)
+    for cause, evidence in _side_causes(report).items():
+        found.setdefault(cause, evidence)
     if not found and origins:
         op_types = sorted({o["op"] for o in origins})
         return {
@@ -477,7 +495,7 @@ def explain_comparison(report: dict[str, Any]) -> dict[str, Any]:
            for k in order]
     if why and where:
         why.append(where.strip())
-    if noise_only and not why:
+    if not why and _nothing_measured_apart(report):
         why.append("Every op that differs between the sides differs by no more than each side differs from itself "
                    "between fresh processes, and the outputs are bit-identical: nothing measured here is caused by "
                    "what sets the sides apart.")
