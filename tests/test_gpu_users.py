@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from conftest import build_fixture, require_packages, run_cli
+from test_noise_only_differences import NOTHING_MEASURED
 from test_gpu import _record, _tensorflow_sees_a_gpu
 
 pytestmark = [
@@ -168,3 +169,19 @@ def test_layers_batch_norm_fed_is_training_false_on_gpu_is_no_training_graph(
     assert "`bn/moments/SquaredDifference` differs beyond tolerance because it is computed from statistics over " \
            "the batch" in why
     assert "stops at a `tf.cond` whose branch that ran does not use those statistics" in why
+
+
+def test_tf_serving_half_plus_two_mkl_at_batch_1_vs_4_on_gpu_names_no_cause(real_models: dict[str, Path],
+                                                                            tmp_path: Path) -> None:
+    """TF Serving's own model (TF 1.12) draws a conv kernel at every load and multiplies its output
+    away (tests/test_noise_only_differences.py, on the CPU). On a GPU, with cuDNN choosing the conv's
+    algorithm per process and per shape, the same holds or it does not: every op that differs must be
+    within the sides' own noise, with the outputs bit-identical, before no cause is named."""
+    model = str(real_models["half_plus_two"])
+    code, report, _ = _compare(tmp_path / "r", model, model, "--a-batch-size", "1", "--b-batch-size", "4")
+    _record("gpu_users_half_plus_two_mkl_batch_1_vs_4", **_summary(report), verdict_ops=report.get("verdict_ops"),
+            verdict_outputs=report.get("verdict_outputs"))
+    assert code == 0 and report["verdict_outputs"] == "identical" and report["verdict_ops"] == "within_noise"
+    assert report["nodes"]["conv2d/Conv2D/ReadVariableOp"]["isolation"]["load_state"] is True
+    assert report["answers"]["causes"] == []
+    assert report["answers"]["why"] == [NOTHING_MEASURED]
