@@ -182,6 +182,7 @@ def test_tf_serving_half_plus_two_mkl_at_batch_1_vs_4_on_gpu_names_no_cause(real
     _record("gpu_users_half_plus_two_mkl_batch_1_vs_4", **_summary(report), verdict_ops=report.get("verdict_ops"),
             verdict_outputs=report.get("verdict_outputs"))
     assert code == 0 and report["verdict_outputs"] == "identical" and report["verdict_ops"] == "within_noise"
-    assert report["nodes"]["conv2d/Conv2D/ReadVariableOp"]["isolation"]["load_state"] is True
+    # run ad (2026-12-06): on the GPU the noise was measured first and nothing was isolated
+    assert report["nodes"]["conv2d/Conv2D/ReadVariableOp"]["status"] == "within_tolerance"
     assert report["answers"]["causes"] == []
     assert report["answers"]["why"] == [NOTHING_MEASURED]
