@@ -185,4 +185,4 @@ def test_tf_serving_half_plus_two_mkl_at_batch_1_vs_4_on_gpu_names_no_cause(real
     # run ad (2026-12-06): on the GPU the noise was measured first and nothing was isolated
     assert report["nodes"]["conv2d/Conv2D/ReadVariableOp"]["status"] == "within_tolerance"
     assert report["answers"]["causes"] == []
-    assert report["answers"]["why"] == [NOTHING_MEASURED]
+    assert len(report["answers"]["why"]) == 1 and report["answers"]["why"][0].startswith(NOTHING_MEASURED)

@@ -53,6 +53,20 @@ def test_what_sets_the_sides_apart_is_no_cause_when_every_op_is_within_the_noise
     assert explain_comparison({**_noise_only(a, b), "verdict_outputs": "within_tolerance"})["causes"] == [cause]
 
 
+def test_what_is_drawn_at_each_load_is_named_as_the_mechanism() -> None:
+    """Where isolation found the values drawn anew at each load, the why says so; where the noise
+    alone judged them (no reason recorded), it says nothing of why they move."""
+    report = _noise_only(CPU, {**CPU, "batch_size": 4})
+    report["nodes"] = {"k1/read": {"status": "within_tolerance", "reason": "its value is drawn anew at every load of "
+                                   "the model"},
+                       "k2/read": {"status": "within_tolerance", "reason": "its value is drawn anew at every load of "
+                                   "the model"},
+                       "conv": {"status": "within_tolerance", "reason": "within the run-to-run noise of the sides"}}
+    assert explain_comparison(report)["why"] == [
+        NOTHING_MEASURED + " `k1/read`, `k2/read` are drawn anew at every load of the model (set when it loads, not "
+        "restored from the artifact), so they differ between any two loads."]
+
+
 def test_a_side_of_its_own_is_still_named_when_the_sides_agree_within_the_noise() -> None:
     """The observer effect and a model that changes its own state are a side's own, not what sets
     the sides apart: they are still named."""
@@ -71,4 +85,6 @@ def test_half_plus_two_mkl_names_no_cause(real_models: dict[str, Path], tmp_path
     report = json.loads((tmp_path / "r" / "report.json").read_text())
     assert report["verdict_outputs"] == "identical" and report["verdict_ops"] == "within_noise"
     assert report["nodes"]["conv2d/Conv2D/ReadVariableOp"]["status"] == "within_tolerance"  # set at each load
-    assert report["answers"]["causes"] == [] and report["answers"]["why"] == [NOTHING_MEASURED]
+    assert report["answers"]["causes"] == [] and report["answers"]["why"] == [
+        NOTHING_MEASURED + " `conv2d/Conv2D/ReadVariableOp` is drawn anew at every load of the model (set when it "
+        "loads, not restored from the artifact), so it differs between any two loads."]

@@ -14,7 +14,7 @@ from typing import Any
 from .cause_catalogue import CAUSES, KNOB_CAUSES, Cause
 from .cause_shares import NOISE_CAUSES, ranked, share_words, shares
 from .comparison.detection_groups import matched_figures
-from .comparison.statuses import ISOLATION, isolation_clause
+from .comparison.statuses import DRAWN_AT_LOAD, ISOLATION, isolation_clause
 from .diff.kinds import kind_of
 from .optypes import loop_result
 from .text import count, listed
@@ -383,6 +383,19 @@ def _nothing_measured_apart(report: dict[str, Any]) -> bool:
     return report.get("verdict_ops") == "within_noise" and report.get("verdict_outputs") == "identical"
 
 
+def _drawn_at_load(report: dict[str, Any]) -> str:
+    """What moves between the loads, where isolation found it drawn anew at each load (an
+    initialiser that runs when the model loads, for a variable the artifact does not hold): the
+    mechanism of a difference that no setting causes. Where the noise alone judged it (a GPU side,
+    whose noise is measured before anything is isolated), nothing is said of why it moves."""
+    drawn = sorted(name for name, node in (report.get("nodes") or {}).items() if node.get("reason") == DRAWN_AT_LOAD)
+    if not drawn:
+        return ""
+    verb = "is" if len(drawn) == 1 else "are"
+    return (f" {_named(drawn)} {verb} drawn anew at every load of the model (set when it loads, not restored from "
+            f"the artifact), so {'it differs' if len(drawn) == 1 else 'they differ'} between any two loads.")
+
+
 def _apart_causes(report: dict[str, Any], first: dict[str, Any] | None, rewritten: list[dict[str, Any]],
                   state: bool) -> dict[str, str]:
     """The causes in what sets the sides apart, each with its evidence: another batch size (unless
@@ -498,7 +511,7 @@ def explain_comparison(report: dict[str, Any]) -> dict[str, Any]:
     if not why and _nothing_measured_apart(report):
         why.append("Every op that differs between the sides differs by no more than each side differs from itself "
                    "between fresh processes, and the outputs are bit-identical: nothing measured here is caused by "
-                   "what sets the sides apart.")
+                   "what sets the sides apart." + _drawn_at_load(report))
     unused = unused_statistics(report, carriers)
     if unused:
         why.append(unused)

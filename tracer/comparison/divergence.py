@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 from .align import ROLE_REWRITTEN, ROLE_UNMATCHED, Alignment
 from ..metrics import TensorMetrics
 from ..opgraph import NOT_FETCHABLE_DTYPES, OpGraph, tensor_op
-from .statuses import STATUSES
+from .statuses import DRAWN_AT_LOAD, STATUSES
 
 if TYPE_CHECKING:
     from .detection_lists import DetectionList
@@ -266,7 +266,7 @@ def _judge_outputs(
             status = "within_tolerance"
         else:
             status = "beyond"
-        reason = ("its value is drawn anew at every load of the model" if noisy and drawn_at_load
+        reason = (DRAWN_AT_LOAD if noisy and drawn_at_load
                   else "within the run-to-run noise of the sides" if noisy
                   else f"the same values, as {m.dtype_a} in A and {m.dtype_b} in B" if retyped else "")
         if listed is not None and listed.matched is not None:  # its metrics are its matched rows'

@@ -19,7 +19,7 @@ from ..optypes import loop_result
 
 __all__ = ["OpStatus", "STATUS", "STATUSES", "STATUS_LABELS", "Verdict", "VERDICT", "VERDICTS", "verdict_label",
            "verdict_exit_code", "IsolationVerdict", "ISOLATION", "ISOLATION_VERDICTS", "BORN_HERE",
-           "LOAD_STATE_WORDS", "isolation_label", "isolation_words", "origin_isolation_words", "isolation_clause", "worse"]
+           "LOAD_STATE_WORDS", "DRAWN_AT_LOAD", "isolation_label", "isolation_words", "origin_isolation_words", "isolation_clause", "worse"]
 
 
 @dataclass(frozen=True)
@@ -193,6 +193,8 @@ def isolation_words(verdict: object, loop: str = "", loop_above: bool = False, s
 # A variable whose replay moved because it is set anew at each load (isolation's ``load_state``): said
 # instead of its verdict's words, as that is what the replays found.
 LOAD_STATE_WORDS = "its value changes from one load of the model to the next (set at load, not restored)"
+# A node's reason in report.json when its difference is that of a value drawn anew at each load
+DRAWN_AT_LOAD = "its value is drawn anew at every load of the model"
 
 
 def origin_isolation_words(isolation: Mapping[str, Any] | None, op_type: str, *, rewrite: str = "",
