@@ -187,6 +187,8 @@ def test_a_cost_is_timed_in_a_second_pair_of_processes_only_where_the_first_show
     assert slower["pair_count"] == 2 and not slower["significant"]  # one process 30% apart, not repeated
     assert cost["pair_count"] == 2 and cost["significant"] and cost["words"].startswith("costs +")
     assert cost["tensorflow"] == {"a": "x", "b": "y"}  # each side's release, whichever place it was timed in
+    assert [p["places_turned"] for p in cost["pairs"]] == [False, True]  # the record says how each pair was timed
+    assert [p["median_b_ms"] > p["median_a_ms"] for p in cost["pairs"]] == [True, True]  # put back under B
 
     pools.clear()  # bench.timing_noise: every pair timed, a first pair within noise included
     every = costs.measure_costs(jobs, tmp_path, 30, every_pair=True)

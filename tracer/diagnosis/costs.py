@@ -91,7 +91,10 @@ def measure_costs(jobs: list[Job], workdir: Path, runs: int, *, pairs: int = PAI
         if error is not None or judgement is None:
             out.append({"error": error or "was not timed"})
             continue
-        out.append({**judgement.to_json(), "tensorflow": release})  # what each child ran (tf_version)
+        doc = judgement.to_json()
+        for k, pair in enumerate(doc["pairs"]):
+            pair["places_turned"] = bool(k % 2)  # as timed: B's side in A's place (the samples are put back)
+        out.append({**doc, "tensorflow": release})  # what each child ran (tf_version)
     return out
 
 
