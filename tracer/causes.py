@@ -13,12 +13,12 @@ from typing import Any
 
 from .cause_catalogue import CAUSES, KNOB_CAUSES, Cause
 from .cause_shares import NOISE_CAUSES, ranked, share_words, shares
-from .comparison.detection_groups import matched_figures
 from .comparison.statuses import DRAWN_AT_LOAD, ISOLATION, isolation_clause
 from .diff.kinds import kind_of
 from .optypes import loop_result
 from .text import count, listed
 from .rewrite_evidence import fused_resize, replayed_rewrite, unlocated_rewrites
+from .side_causes import side_causes
 from .training import Carriers, output_carriers, reaches_an_output, training_graph, unused_statistics
 
 __all__ = ["Cause", "CAUSES", "explain_comparison", "first_divergence_sentence", "why_shown"]
@@ -315,58 +315,6 @@ def _named(names: list[str]) -> str:
     return listed(names, WEIGHTS_NAMED, "`")
 
 
-def _shifts(observer: dict[str, Any]) -> dict[str, Any]:
-    """A side's plain-vs-instrumented shift per output, under A's keys, as the report's outputs are
-    keyed (B's own keys differ under --map: its ``a_keys`` say which is which)."""
-    a_keys = observer.get("a_keys") or {}
-    return {a_keys.get(key, key): shift for key, shift in (observer.get("outputs_max_abs_diff") or {}).items()}
-
-
-def _within_output_noise(report: dict[str, Any], observer: dict[str, Any]) -> bool:
-    """Whether a side's plain-vs-instrumented shift is no larger than its outputs' measured
-    run-to-run noise (``--repeat``): then observation is not shown to be the cause."""
-    shifts = _shifts(observer)
-    outputs = report.get("outputs") or {}
-    noise = {k: (o or {}).get("noise_max_abs") for k, o in outputs.items()}
-    if not shifts or any(noise.get(k) is None for k in shifts):
-        return False
-    return all(isinstance(v, (int, float)) and v <= noise[k] for k, v in shifts.items())
-
-
-NEGLIGIBLE_SHIFT = 0.1  # a plain-vs-instrumented shift below this fraction of the sides' difference explains none of it
-
-
-def _negligible_shift(report: dict[str, Any], observer: dict[str, Any]) -> bool:
-    """Whether a side's plain-vs-instrumented shift is too small to explain the difference between
-    the sides (1e-7 next to 0.9 was once given as a cause): under NEGLIGIBLE_SHIFT of the outputs'
-    own max |A - B| on every output it moved. A detector's outputs are held against what their matched
-    detections moved between the sides (report.json's groups), as the shift is measured: their
-    index-by-index max |A - B| is the size of a box wherever NMS re-listed two near-tied detections."""
-    shifts = _shifts(observer)
-    outputs = report.get("outputs") or {}
-    if not shifts:
-        return False
-    as_detections = matched_figures(report.get("detections"))
-    for key, shift in shifts.items():
-        between = as_detections.get(key, (outputs.get(key) or {}).get("max_abs"))
-        if not isinstance(shift, (int, float)) or not isinstance(between, (int, float)):
-            return False
-        if shift > NEGLIGIBLE_SHIFT * between:
-            return False
-    return True
-
-
-def _within_tolerance_shift(report: dict[str, Any], observer: dict[str, Any]) -> bool:
-    """Whether a side's plain-vs-instrumented shift is within the comparison's absolute tolerance on
-    every output: a float32 ulp or a few (1.19e-07 at 1.0) cannot move an output across the line the
-    verdict draws, and the plain runs it would explain fetch nothing. The terminal's "Observer
-    effect" line still says it; the folded detector with oneDNN on listed it as a cause."""
-    atol = (report.get("tolerance") or {}).get("atol")
-    shifts = (observer.get("outputs_max_abs_diff") or {}).values()
-    return isinstance(atol, (int, float)) and bool(shifts) and all(
-        isinstance(shift, (int, float)) and shift <= atol for shift in shifts)
-
-
 def _cost_line(cause: Cause) -> str:
     """What a cause's remedy costs, as the catalogue says; a cost measured by ``tftrace diagnose``
     is marked as the catalogue's until then, a remedy that costs nothing is not."""
@@ -434,20 +382,6 @@ def _apart_causes(report: dict[str, Any], first: dict[str, Any] | None, rewritte
     return found
 
 
-def _side_causes(report: dict[str, Any]) -> dict[str, str]:
-    """The causes in one side's own behaviour, each with its evidence: a side whose outputs
-    fetching moved (the observer effect), or whose model changes its own state on every run."""
-    found: dict[str, str] = {}
-    for side_key, side in (("a", report.get("observer_effect", {}).get("a")), ("b", report.get("observer_effect", {}).get("b"))):
-        if side and side.get("explained_by_state"):
-            found.setdefault("state", f"on side {side_key.upper()}, the model changes its own variables on every run "
-                                      f"({', '.join(side.get('stateful_ops', [])[:3])}).")
-        elif (side and not side.get("outputs_identical", True) and not _within_output_noise(report, side)
-              and not _negligible_shift(report, side) and not _within_tolerance_shift(report, side)):
-            found.setdefault("observation", f"on side {side_key.upper()}, fetching every tensor moved the outputs.")
-    return found
-
-
 def explain_comparison(report: dict[str, Any]) -> dict[str, Any]:
     """The why / prevent / cost a single comparison can support, from the report dict alone."""
     found: dict[str, str] = {}  # cause key -> the evidence sentence
@@ -493,7 +427,7 @@ def explain_comparison(report: dict[str, Any]) -> dict[str, Any]:
             found[cause] = evidence
         else:
             found.setdefault(cause, evidence)
-    for cause, evidence in _side_causes(report).items():
+    for cause, evidence in side_causes(report).items():
         found.setdefault(cause, evidence)
     if not found and origins:
         op_types = sorted({o["op"] for o in origins})
