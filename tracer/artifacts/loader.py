@@ -28,7 +28,7 @@ from .lowering import lower_control_flow
 from .records import USER_SIGNATURE, Artifact, ArtifactRef, Signature, TensorSpec, signature_keys
 from ..errors import TftraceError
 from ..opgraph import OpGraph
-from .safety import describe_unsafe, refuse_ambiguous_tags, unconfined_assets, unsafe_at_load_v2
+from .safety import UNCALLED, describe_unsafe, refuse_ambiguous_tags, unconfined_assets, unsafe_at_load_v2
 from .tf2_inline import load_saved_model_v2
 
 __all__ = [
@@ -237,13 +237,17 @@ def _refuse_unsafe_at_load(directory: str, meta: Any) -> None:
     refused for that, whichever way it is then loaded: a signature that captures only variables is
     loaded alone (:mod:`.tf2_functions`) and runs no initialiser, anything else by that load."""
     found = unsafe_at_load_v2(meta) + unconfined_assets(directory, [(a.tensor_info.name, a.filename) for a in meta.asset_file_def])
-    if found:
-        raise TftraceError(
-            f"refusing to load {directory}: loading this TF2 SavedModel runs its resource initialisers and "
-            f"restore functions, which would execute ops with effects outside the computation: {describe_unsafe(found)}",
-            "tftrace reads a TF2 SavedModel by loading it, so every command needs this: "
-            "if you trust the model, pass --allow-unsafe-ops",
-        )
+    if not found:
+        return
+    uncalled = [f for f in found if f[0].startswith(f"{UNCALLED}/")]
+    said = f"refusing to load {directory}: loading this TF2 SavedModel runs its resource initialisers and restore functions"
+    if len(uncalled) < len(found):
+        said += ", which would execute ops with effects outside the computation"
+    if uncalled:  # not run by the load as tftrace reads it: say so, and why they count
+        said += (f"{';' if len(uncalled) < len(found) else ','} and tftrace checks the functions nothing calls too "
+                 f"('{UNCALLED}/...'), as it cannot rule out that they run; these hold ops not known to be safe")
+    raise TftraceError(f"{said}: {describe_unsafe(found)}", "tftrace reads a TF2 SavedModel by loading it, so every "
+                       "command needs this: if you trust the model, pass --allow-unsafe-ops")
 
 
 def _load_graphdef(ref: ArtifactRef, path: str) -> Artifact:

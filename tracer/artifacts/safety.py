@@ -42,7 +42,7 @@ from typing import Any
 
 from .safe_ops import STATELESS_OPS
 
-__all__ = ["UNSAFE_OPS", "STATEFUL_ALLOWED", "FILE_NAME_INPUT", "find_unsafe_ops", "unsafe_at_load_v2",
+__all__ = ["UNSAFE_OPS", "STATEFUL_ALLOWED", "FILE_NAME_INPUT", "UNCALLED", "find_unsafe_ops", "unsafe_at_load_v2",
            "unconfined_assets", "refuse_ambiguous_tags", "describe_unsafe", "op_allowed"]
 
 NOT_KNOWN = "not known to compute from its inputs alone"
@@ -97,6 +97,8 @@ _RANDOM = "draws random numbers: no effect outside the computation"
 _TABLES = "a lookup table of the model: filled by its init op from constants or its own assets"
 _ARRAYS = "a TensorArray or stack: per-run scratch memory of a loop"
 _CONTROL = "control flow: runs its function bodies, which are checked too"
+_CUDNN_RNN = ("cuDNN's fused RNN (a Keras LSTM/GRU's GPU path, and its gradient): computes from its inputs, its "
+              "dropout's random state aside")
 STATEFUL_ALLOWED: dict[str, str] = {
     **dict.fromkeys((
         "Variable", "VariableV2", "VarHandleOp", "ReadVariableOp", "AssignVariableOp", "AssignAddVariableOp",
@@ -124,6 +126,9 @@ STATEFUL_ALLOWED: dict[str, str] = {
         "TensorArrayGradWithShape", "StackV2", "StackPushV2", "StackPopV2", "StackCloseV2",
     ), _ARRAYS),
     **dict.fromkeys(("StatefulPartitionedCall", "If", "While", "Case"), _CONTROL),
+    # stateful in the registry for their dropout's random state; no attribute names a file or URL
+    **dict.fromkeys(("CudnnRNN", "CudnnRNNV2", "CudnnRNNV3", "CudnnRNNBackprop", "CudnnRNNBackpropV2",
+                     "CudnnRNNBackpropV3"), _CUDNN_RNN),
     "Assert": "fails the run when its condition is false: no effect outside",
     "Print": "logs its inputs to stderr",
     "PrintV2": "prints to stderr/stdout/the log (to a file:// stream it is refused)",
