@@ -123,3 +123,33 @@ def test_sample_and_real_models_pass_the_check_on_every_signature() -> None:
     assert len(refs) == 8 + 9
     checked = [load_checked(Side(ref)).kind for ref in refs]  # raises TftraceError naming any refused op
     assert checked.count("saved_model_v1") == 6 + 9 and checked.count("checkpoint") == 1
+
+
+CHECKED_MODULE = """
+import sys, tensorflow as tf
+class Checked(tf.Module):
+    def __init__(self):
+        self.w = tf.Variable(tf.random.normal([4, 3], seed=1))
+    @tf.function(input_signature=[tf.TensorSpec([None, 4], tf.float32)])
+    def serve(self, x):
+        x = tf.debugging.check_numerics(x, "inputs must be finite")
+        return {"y": tf.matmul(tf.debugging.check_numerics(x, "x"), self.w)}
+m = Checked()
+tf.saved_model.save(m, sys.argv[1], signatures={"serving_default": m.serve})
+"""
+
+
+@pytest.mark.slow
+def test_a_model_that_checks_its_numbers_is_run_not_refused(tmp_path) -> None:
+    """``tf.debugging.check_numerics`` (``CheckNumerics``, stateful in the registry) only fails a
+    run whose values are NaN or infinite, as ``Assert`` does: such a model was refused as unsafe."""
+    import json  # noqa: PLC0415
+
+    from conftest import build_model, run_cli  # noqa: PLC0415
+
+    assert op_allowed("CheckNumerics") and op_allowed("CheckNumericsV2")
+    model = tmp_path / "checked"
+    build_model(CHECKED_MODULE, model)
+    proc = run_cli("compare", str(model), str(model), "--out", str(tmp_path / "r"))
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((tmp_path / "r" / "report.json").read_text())["verdict"] == "identical"

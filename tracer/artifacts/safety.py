@@ -130,6 +130,8 @@ STATEFUL_ALLOWED: dict[str, str] = {
     **dict.fromkeys(("CudnnRNN", "CudnnRNNV2", "CudnnRNNV3", "CudnnRNNBackprop", "CudnnRNNBackpropV2",
                      "CudnnRNNBackpropV3"), _CUDNN_RNN),
     "Assert": "fails the run when its condition is false: no effect outside",
+    **dict.fromkeys(("CheckNumerics", "CheckNumericsV2"),
+                    "fails the run when a value is NaN or infinite (tf.debugging.check_numerics): no effect outside"),
     "Print": "logs its inputs to stderr",
     "PrintV2": "prints to stderr/stdout/the log (to a file:// stream it is refused)",
     "Timestamp": "reads the clock",
