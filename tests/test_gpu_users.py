@@ -186,3 +186,20 @@ def test_tf_serving_half_plus_two_mkl_at_batch_1_vs_4_on_gpu_names_no_cause(real
     assert report["nodes"]["conv2d/Conv2D/ReadVariableOp"]["status"] == "within_tolerance"
     assert report["answers"]["causes"] == []
     assert len(report["answers"]["why"]) == 1 and report["answers"]["why"][0].startswith(NOTHING_MEASURED)
+
+
+def test_a_keras2_lstm_captured_on_gpu_says_it_ran_the_generic_implementation(tmp_path: Path) -> None:
+    """Keras 2's LSTM and GRU keep a cuDNN implementation that TensorFlow swaps in at run time on a
+    GPU (tests/test_keras_rnn_models.py); the inlined signature runs the generic one, and a GPU
+    capture must say so rather than pass its numbers off as what TensorFlow Serving computes."""
+    import sys  # noqa: PLC0415
+
+    from test_keras_rnn_models import _build  # noqa: PLC0415
+
+    built = _build(sys.executable, tmp_path / "made")
+    proc = run_cli("capture", str(built / "savedmodel"), "--device", "gpu", "--inputs", str(built / "tokens.npz"),
+                   "--out", str(tmp_path / "c"), timeout=900)
+    assert proc.returncode == 0, proc.stderr
+    notes = json.loads((tmp_path / "c" / "manifest.json").read_text())["notes"]
+    _record("gpu_users_keras2_lstm_capture", notes=notes)
+    assert any(n.startswith("the model holds GPU implementations (`gru`, `lstm`") for n in notes), notes

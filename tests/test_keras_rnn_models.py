@@ -51,10 +51,48 @@ def _assert_the_recurrent_loop_or_nothing(report: dict) -> None:
     assert report["answers"]["causes"] == ["batch"]
 
 
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _build(sys.executable, tmp_path_factory.mktemp("keras2_rnn"))
+
+
 @pytest.mark.slow
-def test_a_keras2_lstm_saved_by_this_tensorflow_is_compared_not_refused(tmp_path: Path) -> None:
-    report = _compare_batch_1_vs_8(_build(sys.executable, tmp_path / "made"), tmp_path / "r")
+def test_a_keras2_lstm_saved_by_this_tensorflow_is_compared_not_refused(built: Path, tmp_path: Path) -> None:
+    report = _compare_batch_1_vs_8(built, tmp_path / "r")
     _assert_the_recurrent_loop_or_nothing(report)
+
+
+@pytest.mark.slow
+def test_the_cudnn_alternatives_keras_saved_are_found(built: Path) -> None:
+    """Keras 2 saves each LSTM and GRU trace with a generic and a cuDNN implementation under one
+    ``api_implements`` name; on a GPU, TensorFlow swaps in the cuDNN one at run time, which the
+    inlined signature cannot (a GPU capture says so: test_gpu_users.py)."""
+    from tracer.artifacts.loader import ArtifactRef  # noqa: PLC0415
+    from tracer.captures.runtime import load_checked  # noqa: PLC0415 - imports TensorFlow
+    from tracer.runspec import Side  # noqa: PLC0415
+
+    found = load_checked(Side(ArtifactRef(str(built / "savedmodel")))).gpu_alternatives
+    assert found and {name.split("_")[0] for name in found} == {"lstm", "gru"}
+
+
+def test_the_gpu_alternatives_note_names_the_layer_kinds() -> None:
+    from tracer.artifacts.tf2_inline import gpu_alternatives, gpu_alternatives_note  # noqa: PLC0415
+
+    def function(**attrs: bytes) -> SimpleNamespace:
+        return SimpleNamespace(attr={k: SimpleNamespace(s=v) for k, v in attrs.items()})
+
+    library = SimpleNamespace(function=[
+        function(api_implements=b"lstm_1f", api_preferred_device=b"GPU"),
+        function(api_implements=b"lstm_1f", api_preferred_device=b"CPU"),
+        function(api_implements=b"gru_2e", api_preferred_device=b"GPU"),
+        function(api_implements=b"gru_3d"),  # no device preferred: nothing to swap
+        function(),
+    ])
+    assert gpu_alternatives(library) == ["gru_2e", "lstm_1f"]
+    assert gpu_alternatives_note(["gru_2e", "lstm_1f"]).startswith(
+        "the model holds GPU implementations (`gru`, `lstm`, 2 api_implements names: Keras 2's cuDNN path of an "
+        "LSTM or GRU), which TensorFlow swaps in at run time where the call runs on a GPU; tftrace runs the "
+        "signature inlined, with no call left to swap, so these layers ran their generic implementation here")
 
 
 @pytest.mark.slow

@@ -160,6 +160,9 @@ class Artifact:
     # TF2: (function, "RaggedTensor" | "SparseTensor") for each function the signature calls with a composite
     # tensor, which the signature flattens into inputs that hold no row per example (tf2_functions.composite_arguments)
     composite_arguments: list[tuple[str, str]] = field(default_factory=list)
+    # TF2: the ``api_implements`` names the library holds a GPU implementation of (a Keras 2 LSTM/GRU's cuDNN
+    # path), which Grappler's implementation selector swaps in where the call runs on a GPU (tf2_inline)
+    gpu_alternatives: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     _reader: Any = None
 

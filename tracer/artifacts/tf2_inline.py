@@ -18,9 +18,9 @@ from .records import Artifact, ArtifactRef, Signature, TensorSpec, signature_key
 from .tf2_functions import CapturedVariable, composite_arguments, signature_function
 from ..errors import TftraceError
 from ..optypes import changes_state
-from ..text import listed
+from ..text import count, listed
 
-__all__ = ["load_saved_model_v2"]
+__all__ = ["load_saved_model_v2", "gpu_alternatives", "gpu_alternatives_note"]
 
 HANDLE_FORWARDING = ("Identity", "Enter", "Switch", "Merge")  # ops that pass a variable's handle on unchanged
 
@@ -98,9 +98,33 @@ def load_saved_model_v2(ref: ArtifactRef, directory: str, meta: Any, available: 
         variable_values=values,
         table_values=tables,
         composite_arguments=composite_arguments(meta, ref.signature),
+        gpu_alternatives=gpu_alternatives(meta.graph_def.library),
         notes=["TF2 signature function inlined for tracing (its variables kept as variables)",
                *_state_notes(_written_variables(graph_def, values))],
     )
+
+
+def gpu_alternatives(library: Any) -> list[str]:
+    """The ``api_implements`` names of the functions the library holds for a GPU
+    (``api_preferred_device: GPU``): Keras 2 saves its LSTM and GRU with a generic implementation
+    and a cuDNN one, and Grappler's implementation selector swaps the call to the one for the
+    device the call runs on. Inlined, the signature keeps no call to swap, so it runs the generic
+    implementation on every device."""
+    names = set()
+    for function in library.function:
+        attrs = function.attr
+        if "api_implements" in attrs and "api_preferred_device" in attrs and attrs["api_preferred_device"].s == b"GPU":
+            names.add(attrs["api_implements"].s.decode("utf-8", "replace"))
+    return sorted(names)
+
+
+def gpu_alternatives_note(names: list[str]) -> str:
+    """The capture note of a GPU side whose model holds GPU implementations (:func:`gpu_alternatives`)."""
+    kinds = sorted({name.split("_")[0] for name in names})  # Keras names each trace <layer kind>_<uuid>
+    return (f"the model holds GPU implementations ({listed(kinds, 3, '`')}, {count(len(names), 'api_implements name')}: "
+            "Keras 2's cuDNN path of an LSTM or GRU), which TensorFlow swaps in at run time where the call runs on a "
+            "GPU; tftrace runs the signature inlined, with no call left to swap, so these layers ran their generic "
+            "implementation here, not the cuDNN one that TensorFlow Serving runs on a GPU")
 
 
 def _inline(function: Any, variables: set[str]) -> Any:

@@ -17,6 +17,7 @@ import numpy as np
 from .._tf import tf
 from ..artifacts.loader import Artifact, ArtifactRef, Signature, detect, load, load_lender
 from ..artifacts.graph import build_opgraph
+from ..artifacts.tf2_inline import gpu_alternatives_note
 from ..errors import TftraceError
 from ..artifacts.safety import describe_unsafe, find_unsafe_ops, unconfined_assets
 from ..opgraph import OpGraph
@@ -128,6 +129,8 @@ def open_runtime(side: Side) -> Runtime:
         ) from exc
     opgraph, signature = build_opgraph(artifact, graph)
     notes += artifact.notes  # after the op graph: resolving the signature may add one (a shape it contradicts)
+    if parse_device(side.device)[0] == "gpu" and artifact.gpu_alternatives:
+        notes.append(gpu_alternatives_note(artifact.gpu_alternatives))
     from google.protobuf import text_format  # noqa: PLC0415 - comes with TF
 
     return Runtime(side, artifact, graph, session, signature, opgraph, notes, text_format.MessageToString(config))
