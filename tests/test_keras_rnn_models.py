@@ -123,3 +123,26 @@ def test_the_refusal_says_which_functions_nothing_calls(monkeypatch: pytest.Monk
                            "out that they run")
         assert (checks_uncalled in message) is (uncalled in found)
         assert all(f"'{name}' ({op}: {why})" in message for name, op, why in found)
+
+
+def test_the_answers_say_a_gpu_side_ran_the_generic_implementation() -> None:
+    """Whatever the verdict, a GPU side of such a model did not compute what TensorFlow Serving
+    computes there for those layers; a CPU side of it did (the generic one is the CPU's)."""
+    from tracer.causes import explain_comparison  # noqa: PLC0415
+
+    names = ["gru_2e", "lstm_1f"]
+    sides = {"a": {"device": "cpu", "batch_size": 1, "artifact": {"gpu_alternatives": names}},
+             "b": {"device": "gpu:0", "batch_size": 1, "artifact": {"gpu_alternatives": names}}}
+    said = ("Side B ran on a GPU, and the model holds GPU implementations (`gru`, `lstm`, 2 api_implements names: "
+            "Keras 2's cuDNN path of an LSTM or GRU), which TensorFlow swaps in at run time where the call runs on a "
+            "GPU; tftrace runs the signature inlined, with no call left to swap, so these layers ran their generic "
+            "implementation here, not the cuDNN one that TensorFlow Serving runs on a GPU.")
+    identical = explain_comparison({"verdict": "identical", "sides": sides})
+    assert identical["why"][-1] == said and not any(line.startswith("Side A") for line in identical["why"])
+    noise_only = explain_comparison({"verdict": "within_tolerance", "verdict_ops": "within_noise",
+                                     "verdict_outputs": "identical", "sides": sides, "origins": [], "nodes": {},
+                                     "outputs": {}})
+    assert noise_only["why"][-1] == said and noise_only["causes"] == []
+    on_cpu = {key: {**side, "device": "cpu"} for key, side in sides.items()}
+    assert not any("GPU implementations" in line for line in explain_comparison({"verdict": "identical",
+                                                                                 "sides": on_cpu})["why"])

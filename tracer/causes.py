@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from .cause_catalogue import CAUSES, KNOB_CAUSES, Cause
+from .artifacts.tf2_inline import gpu_alternatives_note
 from .cause_shares import NOISE_CAUSES, ranked, share_words, shares
 from .comparison.statuses import DRAWN_AT_LOAD, ISOLATION, isolation_clause
 from .diff.kinds import kind_of
@@ -103,6 +104,18 @@ def _state_caveat(report: dict[str, Any]) -> list[str]:
     ops = observed[0].get("stateful_ops") or []
     return [f"The model changes its own variables on every run ({listed(ops, 3)}): the sides agree run for run from a fresh "
             "load, but its results on the same inputs change from one run to the next."]
+
+
+def _gpu_implementation_caveat(report: dict[str, Any]) -> list[str]:
+    """For a side that ran on a GPU a model whose layers TensorFlow would run otherwise there (Keras
+    2's cuDNN LSTM/GRU, swapped in at run time, which the inlined signature cannot): whatever the
+    sides' verdict, it is not about what TensorFlow Serving computes on that GPU for those layers."""
+    lines = []
+    for key, side in sorted((report.get("sides") or {}).items()):
+        names = (side.get("artifact") or {}).get("gpu_alternatives")
+        if str(side.get("device") or "").startswith("gpu") and isinstance(names, list) and names:
+            lines.append(f"Side {key.upper()} ran on a GPU, and {gpu_alternatives_note([str(n) for n in names])}.")
+    return lines
 
 
 def _state_evidence(first: dict[str, Any], sides: tuple[dict[str, Any], dict[str, Any]]) -> str:
@@ -393,7 +406,8 @@ def explain_comparison(report: dict[str, Any]) -> dict[str, Any]:
     where = f" {first_divergence_sentence(report)}" if first else ""
     if report.get("verdict") == "identical":
         # Nothing diverged: a difference between the sides (batch size, a knob) is no cause of anything.
-        return {"why": ["The two sides compute bit-identical results for these examples.", *_state_caveat(report)],
+        return {"why": ["The two sides compute bit-identical results for these examples.", *_state_caveat(report),
+                        *_gpu_implementation_caveat(report)],
                 "prevent": [], "cost": [], "source": "compare", "causes": []}
     # a batch norm in training mode: its mode, not its kernel or an export's rewrite of it (tracer.training)
     carriers = output_carriers(report)  # one walk, for every question of reach below
@@ -449,6 +463,7 @@ def explain_comparison(report: dict[str, Any]) -> dict[str, Any]:
     unused = unused_statistics(report, carriers)
     if unused:
         why.append(unused)
+    why += _gpu_implementation_caveat(report)
     return {
         "why": why,
         "prevent": [f"{CAUSES[k].title.split(' (')[0]}: {CAUSES[k].remedy}." for k in order],

@@ -189,7 +189,7 @@ PARTS: dict[str, Any] = {
     "spec": {"artifact": {"path": str, "tag": str, "signature": str, "outputs": list, "input_names": list},
              "device": str, "knobs": {"env": (dict, list), "grappler": (dict, list), "threads": (list, type(None))},
              "inputs": dict, "allow_unsafe_ops": bool, "max_process_memory": (int, type(None))},
-    "artifact": {"kind": str, "location": str, "inlined_by_loader": bool},
+    "artifact": {"kind": str, "location": str, "inlined_by_loader": bool, "gpu_alternatives": list},
     "signature": {"inputs": dict, "outputs": dict},
     "graph": {"inputs": dict, "outputs": dict, "nodes": list},
     "examples": {"count": int, "batch_major": bool, "source": str},

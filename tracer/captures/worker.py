@@ -228,6 +228,7 @@ def _manifest(side: Side, runtime: Any, examples: Any, ranges: list[tuple[int, i
             "location": runtime.artifact.location,
             "tf_version_written": runtime.artifact.tf_version_written,
             "inlined_by_loader": runtime.artifact.inlined_by_loader,
+            "gpu_alternatives": runtime.artifact.gpu_alternatives,
         },
         "signature": runtime.signature.to_json(),
         "graph": runtime.opgraph.to_json(),
