@@ -63,8 +63,8 @@ def test_what_is_drawn_at_each_load_is_named_as_the_mechanism() -> None:
                                    "the model"},
                        "conv": {"status": "within_tolerance", "reason": "within the run-to-run noise of the sides"}}
     assert explain_comparison(report)["why"] == [
-        NOTHING_MEASURED + " `k1/read`, `k2/read` are drawn anew at every load of the model (set when it loads, not "
-        "restored from the artifact), so they differ between any two loads."]
+        NOTHING_MEASURED + " `k1/read`, `k2/read` are drawn anew at every load of the model (set at load, not "
+        "restored), so they differ between any two loads."]
 
 
 def test_a_side_of_its_own_is_still_named_when_the_sides_agree_within_the_noise() -> None:
@@ -86,5 +86,5 @@ def test_half_plus_two_mkl_names_no_cause(real_models: dict[str, Path], tmp_path
     assert report["verdict_outputs"] == "identical" and report["verdict_ops"] == "within_noise"
     assert report["nodes"]["conv2d/Conv2D/ReadVariableOp"]["status"] == "within_tolerance"  # set at each load
     assert report["answers"]["causes"] == [] and report["answers"]["why"] == [
-        NOTHING_MEASURED + " `conv2d/Conv2D/ReadVariableOp` is drawn anew at every load of the model (set when it "
-        "loads, not restored from the artifact), so it differs between any two loads."]
+        NOTHING_MEASURED + " `conv2d/Conv2D/ReadVariableOp` is drawn anew at every load of the model (set at load, "
+        "not restored), so it differs between any two loads."]

@@ -353,8 +353,8 @@ def _drawn_at_load(report: dict[str, Any]) -> str:
     if not drawn:
         return ""
     verb = "is" if len(drawn) == 1 else "are"
-    return (f" {_named(drawn)} {verb} drawn anew at every load of the model (set when it loads, not restored from "
-            f"the artifact), so {'it differs' if len(drawn) == 1 else 'they differ'} between any two loads.")
+    return (f" {_named(drawn)} {verb} drawn anew at every load of the model (set at load, not restored), so "
+            f"{'it differs' if len(drawn) == 1 else 'they differ'} between any two loads.")
 
 
 def _apart_causes(report: dict[str, Any], first: dict[str, Any] | None, rewritten: list[dict[str, Any]],
