@@ -143,6 +143,12 @@ def test_the_answers_say_a_gpu_side_ran_the_generic_implementation() -> None:
                                      "verdict_outputs": "identical", "sides": sides, "origins": [], "nodes": {},
                                      "outputs": {}})
     assert noise_only["why"][-1] == said and noise_only["causes"] == []
+    both_gpu = {key: {**side, "device": "gpu"} for key, side in sides.items()}  # nothing set apart explains it
+    origin = {"node": "probs/MatMul", "op": "MatMul"}
+    unexplained = explain_comparison({"verdict": "diverged", "sides": both_gpu, "origins": [origin], "nodes": {},
+                                      "outputs": {}})
+    assert unexplained["why"][0].startswith("No setting, batch size, graph rewrite or environment difference")
+    assert [line[:9] for line in unexplained["why"][1:]] == ["Side A ra", "Side B ra"]
     on_cpu = {key: {**side, "device": "cpu"} for key, side in sides.items()}
     assert not any("GPU implementations" in line for line in explain_comparison({"verdict": "identical",
                                                                                  "sides": on_cpu})["why"])

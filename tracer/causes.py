@@ -447,7 +447,8 @@ def explain_comparison(report: dict[str, Any]) -> dict[str, Any]:
         op_types = sorted({o["op"] for o in origins})
         return {
             "why": [f"No setting, batch size, graph rewrite or environment difference explains it: the origins are "
-                    f"{', '.join(op_types)} ops.{where} Run `tftrace diagnose` to test each factor on its own."],
+                    f"{', '.join(op_types)} ops.{where} Run `tftrace diagnose` to test each factor on its own.",
+                    *_gpu_implementation_caveat(report)],
             "prevent": [], "cost": [], "source": "compare", "causes": [],
         }
     measured = shares(report, found, carriers)  # what each cause accounts for: the causes ranked by it (cause_shares)
