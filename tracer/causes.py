@@ -113,7 +113,7 @@ def _gpu_implementation_caveat(report: dict[str, Any]) -> list[str]:
     lines = []
     for key, side in sorted((report.get("sides") or {}).items()):
         names = (side.get("artifact") or {}).get("gpu_alternatives")
-        if str(side.get("device") or "").startswith("gpu") and isinstance(names, list) and names:
+        if _on_gpu((side,)) and isinstance(names, list) and names:
             lines.append(f"Side {key.upper()} ran on a GPU, and {gpu_alternatives_note([str(n) for n in names])}.")
     return lines
 

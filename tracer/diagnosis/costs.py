@@ -46,6 +46,12 @@ Job = tuple[Timed, Timed, bool]  # A, B, and whether their ratio is per example
 Samples = list[tuple[list[float], list[float]]]  # per pair of processes: A's and B's milliseconds
 
 
+def _places_turned(attempt: int) -> bool:
+    """Whether a job's pair number ``attempt`` (from 0) is timed with the places turned round:
+    every second one (:func:`measure_costs` says why)."""
+    return attempt % 2 == 1
+
+
 def measure_costs(jobs: list[Job], workdir: Path, runs: int, *, pairs: int = PAIRS,
                   every_pair: bool = False) -> list[dict[str, Any]]:
     """Time each job's B against its A, ``runs`` interleaved runs of each, in up to ``pairs``
@@ -75,7 +81,7 @@ def measure_costs(jobs: list[Job], workdir: Path, runs: int, *, pairs: int = PAI
                     continue  # a pair that shows no cost leaves none to confirm: more pairs cannot claim one
                 a, b = (run_a.key(), run_a.side, cap_a), (run_b.key(), run_b.side, cap_b)
                 try:
-                    if attempt % 2:  # the roles turned round: B's side timed in A's place, and A's in B's
+                    if _places_turned(attempt):  # B's side timed in A's place, and A's in B's
                         times_b, times_a, turned = timer.time_pair(b, a, runs)
                         releases[i] = {"a": turned["b"], "b": turned["a"]}
                     else:
@@ -93,7 +99,7 @@ def measure_costs(jobs: list[Job], workdir: Path, runs: int, *, pairs: int = PAI
             continue
         doc = judgement.to_json()
         for k, pair in enumerate(doc["pairs"]):
-            pair["places_turned"] = bool(k % 2)  # as timed: B's side in A's place (the samples are put back)
+            pair["places_turned"] = _places_turned(k)  # as timed (the samples are put back under their own sides)
         out.append({**doc, "tensorflow": release})  # what each child ran (tf_version)
     return out
 

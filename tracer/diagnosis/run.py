@@ -275,13 +275,14 @@ def _plan_context(options: DiagnoseOptions, base: Capture, batching: BatchingPar
     """The options' context with what the base capture tells put in place of the permissive
     guesses, so the early refusal and the real plan are built from one set of option fields."""
     env = base.environment
+    planned = _context_from_options(options, batching)
     ctx = replace(
-        _context_from_options(options, batching),
+        planned,
         model_kind=base.artifact["kind"], batch_major=base.examples.batch_major,
         onednn_on=env["onednn"].get("enabled"),
         xla_on="--tf_xla_auto_jit" in env.get("tf_env", {}).get("TF_XLA_FLAGS", ""),
         autotune_on=env_autotune_on(env.get("tf_env") or {}), tf32_on=env.get("tf32_enabled"),
-        gpu=gpu_unavailable_reason(env, ask_tensorflow=any(FACTORS[f].gpu for f in _selected_factors(options))),
+        gpu=gpu_unavailable_reason(env, ask_tensorflow=any(FACTORS[f].gpu for f in planned.factors)),
         session_config=session_config, serving_inputs={},
     )
     if batching is not None and ctx.batch_major and "serving_batching" in ctx.factors:
